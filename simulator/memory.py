@@ -1,0 +1,40 @@
+"""How KV capacity splits at one instant, in token slots (DESIGN.md "Memory")."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryBreakdown:
+    """KV capacity in token slots; the five parts sum to `total_slots`. Shared blocks count once.
+
+    token_slots: hold KV of tokens already computed.
+    reserved_slots: held for tokens a request will still produce (or scheduled, not yet computed).
+    internal_frag_slots: held but never to be used (past a request's final length, the unused tail
+        of its last block, over-reservation of contiguous allocators).
+    external_frag_slots: free but unusable by the next waiting request because not contiguous
+        (contiguous allocators only; always 0 for paging).
+    free_slots: the rest (cached-but-unreferenced prefix blocks count as free: they are reusable).
+    """
+
+    token_slots: int
+    reserved_slots: int
+    internal_frag_slots: int
+    external_frag_slots: int
+    free_slots: int
+
+    @property
+    def total_slots(self) -> int:
+        return (
+            self.token_slots
+            + self.reserved_slots
+            + self.internal_frag_slots
+            + self.external_frag_slots
+            + self.free_slots
+        )
+
+    @property
+    def waste_slots(self) -> int:
+        """Slots held or stranded without holding a computed token's KV."""
+        return self.reserved_slots + self.internal_frag_slots + self.external_frag_slots

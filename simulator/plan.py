@@ -1,0 +1,122 @@
+"""Typed messages between the scheduler, the execution model and the recorder.
+
+The scheduler hands the engine one frozen `StepPlan` per iteration; the execution model prices it
+(`StepCost`); the recorder records both. No tuples of magic positions, no sentinel values.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from typing import NamedTuple, Protocol
+
+
+class PreemptionMode(Enum):
+    """How a preempted request gives back its KV blocks."""
+
+    SWAP = "swap"  # copy its blocks to CPU memory over the host link, copy back later
+    RECOMPUTE = "recompute"  # drop its blocks, re-prefill prompt + generated tokens later
+
+
+class SeqWork(NamedTuple):
+    """One sequence's work in a step. A NamedTuple: built once per sequence per step (hot path)."""
+
+    request_id: int
+    seq_id: int
+    num_new_tokens: int  # tokens computed this step: a prefill chunk, or 1 when decoding
+    context_len: int  # tokens in this sequence's KV after the step, the new ones included
+    is_prefill: bool  # computing prompt tokens (or recomputing prompt + generated after preemption)
+
+
+class Preemption(NamedTuple):
+    request_id: int
+    mode: PreemptionMode
+
+
+class BlockCopy(NamedTuple):
+    """A copy-on-write copy of one physical KV block before a write into a shared block."""
+
+    src_block: int
+    dst_block: int
+
+
+@dataclass(frozen=True, slots=True)
+class StepPlan:
+    """What one engine iteration does. Aggregates are computed once by `build`."""
+
+    work: tuple[SeqWork, ...]
+    preemptions: tuple[Preemption, ...]
+    num_swap_out_blocks: int
+    num_swap_in_blocks: int
+    copies: tuple[BlockCopy, ...]
+    num_prefill_tokens: int
+    num_decode_tokens: int
+    num_prefill_seqs: int
+    num_decode_seqs: int
+
+    @classmethod
+    def build(
+        cls,
+        work: tuple[SeqWork, ...] | list[SeqWork],
+        preemptions: tuple[Preemption, ...] | list[Preemption] = (),
+        num_swap_out_blocks: int = 0,
+        num_swap_in_blocks: int = 0,
+        copies: tuple[BlockCopy, ...] | list[BlockCopy] = (),
+    ) -> StepPlan:
+        prefill_tokens = decode_tokens = prefill_seqs = 0
+        for item in work:
+            if item.is_prefill:
+                prefill_tokens += item.num_new_tokens
+                prefill_seqs += 1
+            else:
+                decode_tokens += item.num_new_tokens
+        return cls(
+            tuple(work),
+            tuple(preemptions),
+            num_swap_out_blocks,
+            num_swap_in_blocks,
+            tuple(copies),
+            prefill_tokens,
+            decode_tokens,
+            prefill_seqs,
+            len(work) - prefill_seqs,
+        )
+
+    @property
+    def num_tokens(self) -> int:
+        return self.num_prefill_tokens + self.num_decode_tokens
+
+    @property
+    def num_seqs(self) -> int:
+        return len(self.work)
+
+    @property
+    def is_empty(self) -> bool:
+        """Nothing to compute and nothing to move: the engine idles until an arrival."""
+        return not self.work and not self.num_swap_out_blocks and not self.num_swap_in_blocks
+
+
+class StepCost(NamedTuple):
+    """What a step costs. Seconds of simulated time; FLOPs and bytes for MFU / MBU."""
+
+    compute_s: float  # model forward (linear layers, attention, overhead, all-reduce)
+    swap_s: float  # KV blocks moved over the host link (swap in + out), serialized on one link
+    copy_s: float  # copy-on-write block copies on the GPU
+    flops: float  # model FLOPs of the step (for MFU)
+    bytes_moved: float  # HBM bytes of the step: weights + KV read/written + activations (for MBU)
+
+    @property
+    def duration_s(self) -> float:
+        return self.compute_s + self.swap_s + self.copy_s
+
+
+class ExecutionModel(Protocol):
+    """Prices a StepPlan. Implementations: roofline (analytic) and profile (measured)."""
+
+    name: str
+
+    def price(self, plan: StepPlan) -> StepCost: ...
+
+    def describe(self) -> dict[str, object]:
+        """Provenance for reports: kind, device, date, efficiency factors, extrapolation notes."""
+        ...
