@@ -1,0 +1,289 @@
+"""Roofline execution model: closed forms computed by hand here, and monotonicity properties."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simulator.catalog import KVDtype, get_gpu, get_model
+from simulator.config import ExecutionConfig
+from simulator.errors import InputError
+from simulator.plan import BlockCopy, SeqWork, StepPlan
+from simulator.roofline import RooflineModel
+
+A100 = get_gpu("a100-80gb")
+LLAMA_7B = get_model("llama-2-7b")
+LLAMA_13B = get_model("llama-2-13b")
+LLAMA_70B = get_model("llama-2-70b")
+CONFIG = ExecutionConfig()  # gemm 0.7, attention bw 0.8, weight bw 0.85, overhead 4 ms
+NO_OVERHEAD = replace(CONFIG, step_overhead_s=0.0)
+A100_BW = 2039e9
+A100_PEAK = 312e12
+
+
+def decode_plan(contexts: list[int]) -> StepPlan:
+    return StepPlan.build([SeqWork(i, i, 1, c, False) for i, c in enumerate(contexts)])
+
+
+def prefill_plan(num_tokens: int, context: int | None = None) -> StepPlan:
+    return StepPlan.build([SeqWork(0, 0, num_tokens, context or num_tokens, True)])
+
+
+def test_single_short_decode_is_a_weight_read_plus_overhead() -> None:
+    roofline = RooflineModel(LLAMA_7B, A100, CONFIG)
+    # Llama-2-7B: 6.74 B params, of which the 32000 x 4096 embedding is looked up, not streamed.
+    streamed_bytes = 2 * (6.74e9 - 32000 * 4096)  # ≈ 13.2 GB
+    assert roofline.weight_bytes_per_step == pytest.approx(streamed_bytes, rel=0.01)
+    expected_s = 13.5e9 / (A100_BW * 0.85) + 0.004  # the brief's "≈ 13.5 GB of weights"
+    cost = roofline.price(decode_plan([1]))
+    assert cost.compute_s == pytest.approx(expected_s, rel=0.03)
+    assert cost.swap_s == cost.copy_s == 0.0
+    assert cost.duration_s == cost.compute_s
+
+
+def test_decode_is_memory_bound_in_batch() -> None:
+    roofline = RooflineModel(LLAMA_7B, A100, CONFIG)
+    one = roofline.decode_time_s(8, 32)
+    two = roofline.decode_time_s(16, 32)
+    assert one < two < 1.05 * one
+
+
+def test_decode_attention_reads_context_at_attention_bandwidth() -> None:
+    roofline = RooflineModel(LLAMA_7B, A100, CONFIG)
+    # 1000 more context tokens: 1000 x 524,288 B more KV read, at 2039 GB/s x 0.8; linear unchanged.
+    delta_s = roofline.decode_time_s(1, 2000) - roofline.decode_time_s(1, 1000)
+    assert delta_s == pytest.approx(1000 * 524_288 / (A100_BW * 0.8), rel=1e-9)
+    delta_bytes = (
+        roofline.price(decode_plan([2000])).bytes_moved
+        - roofline.price(decode_plan([1000])).bytes_moved
+    )
+    assert delta_bytes == pytest.approx(1000 * 524_288, rel=1e-12)
+    delta_flops = (
+        roofline.price(decode_plan([2000])).flops - roofline.price(decode_plan([1000])).flops
+    )
+    assert delta_flops == pytest.approx(1000 * 4 * 32 * 128 * 32, rel=1e-12)
+
+
+def test_long_prefill_is_compute_bound_and_superlinear() -> None:
+    roofline = RooflineModel(LLAMA_7B, A100, CONFIG)
+    n = 4096
+    cost = roofline.price(prefill_plan(n))
+    linear_flops = 2 * n * (6.74e9 - 2 * 32000 * 4096)  # all but embedding and LM head
+    attention_flops = 4 * 32 * 128 * 32 * n * (n + 1) / 2
+    lm_head_flops = 2 * 32000 * 4096
+    hand_flops = linear_flops + attention_flops + lm_head_flops
+    assert cost.flops == pytest.approx(hand_flops, rel=0.01)
+    compute_bound_s = hand_flops / (A100_PEAK * 0.7)
+    assert cost.compute_s - 0.004 == pytest.approx(compute_bound_s, rel=0.05)
+    assert cost.bytes_moved / A100_BW < 0.1 * cost.compute_s  # memory is far from the limit
+    # The quadratic attention term makes twice the prompt cost more than twice as much.
+    assert roofline.prefill_time_s(2 * n) > 2 * roofline.prefill_time_s(n)
+    zero_overhead = RooflineModel(LLAMA_7B, A100, NO_OVERHEAD)
+    excess_s = zero_overhead.prefill_time_s(2 * n) - 2 * zero_overhead.prefill_time_s(n)
+    # (2n)(2n+1)/2 - 2·n(n+1)/2 = n² extra pairs, minus one LM head call saved.
+    expected_excess_s = (4 * 32 * 128 * 32 * n * n - lm_head_flops) / (A100_PEAK * 0.7)
+    assert excess_s == pytest.approx(expected_excess_s, rel=0.01)
+
+
+def test_prefill_chunk_attends_to_earlier_context() -> None:
+    roofline = RooflineModel(LLAMA_7B, A100, CONFIG)
+    # A 512-token chunk after 1536 cached tokens has 512 x 1536 more (query, key) pairs than the
+    # same chunk from scratch.
+    chunk = roofline.price(prefill_plan(512, 2048)).flops
+    fresh = roofline.price(prefill_plan(512)).flops
+    assert chunk - fresh == pytest.approx(4 * 32 * 128 * 32 * 512 * 1536, rel=1e-9)
+    assert roofline.prefill_time_s(2048, num_cached=1536) > roofline.prefill_time_s(512)
+
+
+def test_gqa_reads_eight_times_fewer_kv_bytes() -> None:
+    mha_70b = replace(LLAMA_70B, name="llama-2-70b-mha", num_kv_heads=64)
+    gqa = RooflineModel(LLAMA_70B, A100, CONFIG, tensor_parallel=8)
+    mha = RooflineModel(mha_70b, A100, CONFIG, tensor_parallel=8)
+    # Per GPU at t = 8: GQA 8/8 = 1 KV head, MHA 64/8 = 8; 2 x 80 layers x heads x 128 x 2 B.
+    assert gqa.kv_bytes_per_token == 2 * 80 * 1 * 128 * 2 == 40_960
+    assert mha.kv_bytes_per_token == 2 * 80 * 8 * 128 * 2 == 327_680
+
+    def kv_read_bytes(roofline: RooflineModel) -> float:
+        return (
+            roofline.price(decode_plan([3000])).bytes_moved
+            - roofline.price(decode_plan([1000])).bytes_moved
+        )
+
+    assert kv_read_bytes(mha) == pytest.approx(8 * kv_read_bytes(gqa), rel=1e-12)
+    assert kv_read_bytes(gqa) == pytest.approx(2000 * 40_960, rel=1e-12)
+
+
+def test_tensor_parallel_halves_linear_time_and_adds_allreduce() -> None:
+    one = RooflineModel(LLAMA_13B, A100, NO_OVERHEAD)
+    two = RooflineModel(LLAMA_13B, A100, NO_OVERHEAD, tensor_parallel=2)
+    # Memory-bound decode: half the weights per GPU (the all-reduce of one token is microseconds).
+    assert two.decode_time_s(1, 1) / one.decode_time_s(1, 1) == pytest.approx(0.5, abs=0.02)
+    # Compute-bound prefill: half the FLOPs per GPU, plus the all-reduce.
+    fast_link = replace(NO_OVERHEAD, allreduce_bw_gbps=1e12)
+    two_no_ar = RooflineModel(LLAMA_13B, A100, fast_link, tensor_parallel=2)
+    n = 4096
+    assert two_no_ar.prefill_time_s(n) / one.prefill_time_s(n) == pytest.approx(0.5, abs=0.01)
+    # 2 all-reduces per layer x 40 layers, each 2(t-1)/t = 1 x 4096 x 5120 x 2 B, at 300 GB/s.
+    allreduce_s = 2 * 40 * 1 * n * 5120 * 2 / 300e9
+    assert two.prefill_time_s(n) - two_no_ar.prefill_time_s(n) == pytest.approx(
+        allreduce_s, rel=1e-6
+    )
+    assert one.price(prefill_plan(n)).flops == pytest.approx(
+        2 * two.price(prefill_plan(n)).flops, rel=1e-12
+    )
+
+
+def test_block_bytes_llama_13b() -> None:
+    roofline = RooflineModel(LLAMA_13B, A100, CONFIG, block_size=16)
+    assert roofline.block_bytes == 13_107_200
+    fp8 = RooflineModel(LLAMA_13B, A100, CONFIG, kv_dtype=KVDtype.FP8, block_size=32)
+    assert fp8.block_bytes == 13_107_200
+
+
+def test_swap_only_plan_costs_swap_time_exactly() -> None:
+    roofline = RooflineModel(LLAMA_13B, A100, CONFIG)
+    plan = StepPlan.build([], num_swap_out_blocks=5, num_swap_in_blocks=3)
+    cost = roofline.price(plan)
+    assert cost.swap_s == 8 * 13_107_200 / 25e9
+    assert cost.compute_s == cost.copy_s == cost.flops == cost.bytes_moved == 0.0
+    assert cost.duration_s == cost.swap_s
+
+
+def test_swap_adds_to_compute() -> None:
+    roofline = RooflineModel(LLAMA_13B, A100, CONFIG)
+    work = [SeqWork(0, 0, 1, 100, False)]
+    plain = roofline.price(StepPlan.build(work))
+    swapping = roofline.price(StepPlan.build(work, num_swap_in_blocks=2))
+    assert swapping.compute_s == plain.compute_s
+    assert swapping.swap_s == 2 * 13_107_200 / 25e9
+    assert swapping.duration_s == pytest.approx(plain.duration_s + swapping.swap_s)
+
+
+def test_copy_on_write_reads_and_writes_each_block() -> None:
+    roofline = RooflineModel(LLAMA_13B, A100, CONFIG)
+    work = [SeqWork(0, 0, 1, 100, False)]
+    plain = roofline.price(StepPlan.build(work))
+    copies = [BlockCopy(1, 2), BlockCopy(3, 4)]
+    cost = roofline.price(StepPlan.build(work, copies=copies))
+    assert cost.copy_s == pytest.approx(2 * 2 * 13_107_200 / (A100_BW * 0.8), rel=1e-12)
+    assert cost.bytes_moved - plain.bytes_moved == pytest.approx(2 * 2 * 13_107_200)
+    assert cost.compute_s == plain.compute_s
+
+
+def test_empty_plan_costs_nothing() -> None:
+    cost = RooflineModel(LLAMA_7B, A100, CONFIG).price(StepPlan.build([]))
+    assert cost == (0.0, 0.0, 0.0, 0.0, 0.0)
+    assert cost.duration_s == 0.0
+
+
+def test_describe_names_every_factor() -> None:
+    config = ExecutionConfig(gemm_efficiency=0.6, step_overhead_s=0.002)
+    info = RooflineModel(LLAMA_70B, A100, config, tensor_parallel=4).describe()
+    assert info["kind"] == "roofline"
+    assert info["model"] == "llama-2-70b"
+    assert info["gpu"] == "a100-80gb"
+    assert info["tensor_parallel"] == 4
+    assert info["gemm_efficiency"] == 0.6
+    assert info["attention_bw_efficiency"] == 0.8
+    assert info["weight_bw_efficiency"] == 0.85
+    assert info["step_overhead_s"] == 0.002
+    assert info["peak_flops"] == A100_PEAK
+    assert info["mem_bandwidth_bps"] == A100_BW
+    assert info["allreduce_bw_bps"] == 300e9
+    assert info["block_bytes"] == 16 * 2 * 80 * 2 * 128 * 2
+
+
+@pytest.mark.parametrize(
+    ("config", "tensor_parallel", "block_size", "words"),
+    [
+        (ExecutionConfig(gemm_efficiency=0.0), 1, 16, "gemm_efficiency"),
+        (ExecutionConfig(weight_bw_efficiency=1.5), 1, 16, "weight_bw_efficiency"),
+        (ExecutionConfig(step_overhead_s=-1.0), 1, 16, "step_overhead_s"),
+        (ExecutionConfig(allreduce_bw_gbps=0.0), 2, 16, "allreduce_bw_gbps"),
+        (ExecutionConfig(), 0, 16, "tensor_parallel"),
+        (ExecutionConfig(), 1, 0, "block_size"),
+    ],
+)
+def test_bad_settings_are_refused_with_a_message(
+    config: ExecutionConfig, tensor_parallel: int, block_size: int, words: str
+) -> None:
+    with pytest.raises(InputError, match=words):
+        RooflineModel(
+            LLAMA_7B, A100, config, tensor_parallel=tensor_parallel, block_size=block_size
+        )
+
+
+@st.composite
+def seq_works(draw: st.DrawFn) -> SeqWork:
+    if draw(st.booleans()):
+        num_new = draw(st.integers(1, 4096))
+        context = num_new + draw(st.integers(0, 4096))
+        return SeqWork(0, 0, num_new, context, True)
+    return SeqWork(0, 0, 1, draw(st.integers(1, 8192)), False)
+
+
+MODELS = [
+    RooflineModel(LLAMA_7B, A100, CONFIG),
+    RooflineModel(LLAMA_70B, get_gpu("h100-sxm"), CONFIG, tensor_parallel=8),
+    RooflineModel(get_model("opt-13b"), get_gpu("l4"), CONFIG, kv_dtype=KVDtype.FP8),
+]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    work=st.lists(seq_works(), max_size=40),
+    extra=seq_works(),
+    model_index=st.integers(0, len(MODELS) - 1),
+    num_swap_blocks=st.integers(0, 8),
+)
+def test_more_work_never_costs_less(
+    work: list[SeqWork], extra: SeqWork, model_index: int, num_swap_blocks: int
+) -> None:
+    roofline = MODELS[model_index]
+    before = roofline.price(StepPlan.build(work, num_swap_in_blocks=num_swap_blocks))
+    after = roofline.price(StepPlan.build([*work, extra], num_swap_in_blocks=num_swap_blocks))
+    assert after.compute_s > before.compute_s
+    assert after.flops > before.flops
+    assert after.bytes_moved > before.bytes_moved
+    assert after.swap_s == before.swap_s
+
+
+@settings(max_examples=150, deadline=None)
+@given(work=st.lists(seq_works(), min_size=1, max_size=40), model_index=st.integers(0, 2))
+def test_utilizations_never_exceed_the_datasheet(work: list[SeqWork], model_index: int) -> None:
+    roofline = MODELS[model_index]
+    cost = roofline.price(StepPlan.build(work))
+    gpu = roofline.gpu
+    assert cost.flops / (gpu.fp16_flops * cost.duration_s) <= 1.0
+    assert cost.bytes_moved / (gpu.mem_bandwidth_bps * cost.duration_s) <= 1.0
+
+
+def test_multi_token_decode_counts_causal_pairs() -> None:
+    roofline = RooflineModel(LLAMA_7B, A100, CONFIG)
+    # 3 new tokens at context 100 attend 98 + 99 + 100 = 297 keys; a 1-token decode attends 100.
+    three = roofline.price(StepPlan.build([SeqWork(0, 0, 3, 100, False)])).flops
+    one = roofline.price(StepPlan.build([SeqWork(0, 0, 1, 100, False)])).flops
+    linear_and_lm = 2 * 32 * roofline.model.params_per_layer
+    assert three - one == pytest.approx(2 * linear_and_lm + 197 * 4 * 32 * 128 * 32, rel=1e-12)
+
+
+@settings(max_examples=100, deadline=None)
+@given(work=st.lists(seq_works(), min_size=1, max_size=40), model_index=st.integers(0, 2))
+def test_flops_add_up_over_sequences_and_weights_are_read_once(
+    work: list[SeqWork], model_index: int
+) -> None:
+    roofline = MODELS[model_index]
+    whole = roofline.price(StepPlan.build(work))
+    parts = [roofline.price(StepPlan.build([item])) for item in work]
+    assert whole.flops == pytest.approx(sum(p.flops for p in parts), rel=1e-9)
+    weights = roofline.weight_bytes_per_step
+    assert whole.bytes_moved == pytest.approx(
+        sum(p.bytes_moved for p in parts) - (len(work) - 1) * weights, rel=1e-9
+    )
+    assert whole.compute_s <= sum(p.compute_s for p in parts)
+    shuffled = roofline.price(StepPlan.build(list(reversed(work))))
+    assert shuffled.flops == whole.flops
+    assert shuffled.compute_s == pytest.approx(whole.compute_s, rel=1e-12)
