@@ -1,0 +1,570 @@
+"""Workload generation: a `WorkloadConfig` becomes a lazy, reproducible stream of `Request`s.
+
+Conventions (the ones a reader of a report needs to know):
+
+- Arrivals. Poisson, gamma and constant processes start the clock at 0 and place the *first*
+  request at the first gap (not at 0): request i arrives at the sum of i + 1 gaps. Burst puts
+  every request at 0. Trace arrivals are the trace's `arrived_at` minus the first used row's value,
+  divided by `time_scale`, so a trace slice always starts at 0.
+- Shared prefixes. A request joins prefix group g with probability `fraction_g` (at most one
+  group); its system prompt precedes the user's prompt, so `prompt_len = prefix_len + sampled`.
+- Maximum length. A prompt that already reaches `max_seq_len` is kept as is: the scheduler rejects
+  it with a reason (nothing is dropped here). Otherwise the output is capped so that
+  prompt + output <= max_seq_len, as a server's max-tokens cap does; `WorkloadStats` counts both.
+- Randomness. Only the `numpy.random.Generator` passed in is used; numbers are drawn in chunks of
+  `CHUNK_SIZE` requests, in a fixed order per chunk (arrival gaps, prompt lengths, output lengths,
+  prefix-group draws), so the same seed gives the same requests and a million requests never sit
+  in memory at once.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+import pandas as pd
+
+from simulator.config import ArrivalKind, ArrivalProcess, LengthDist, LengthKind, WorkloadConfig
+from simulator.errors import InputError, choices_text
+from simulator.request import Request, SamplingKind
+
+DATA_DIR = Path(__file__).parent / "data"
+BUILTIN_TRACES: dict[str, Path] = {
+    "azure-conv": DATA_DIR / "azure_conv_2023.csv",
+    "azure-code": DATA_DIR / "azure_code_2023.csv",
+    "arxiv-summarization": DATA_DIR / "arxiv_summarization.csv",
+}
+ARRIVAL_COLUMN = "arrived_at"  # seconds
+TRACE_COLUMNS = {"prompt": "num_prefill_tokens", "output": "num_decode_tokens"}
+CHUNK_SIZE = 4096  # requests whose random numbers are drawn together
+MAX_TOKENS = 2**40  # lognormal draws are clipped here so the cast to int64 never wraps
+PREFIX_SEGMENT = 1  # prompt_segments keys: (PREFIX_SEGMENT, group) is shared by a whole group,
+UNIQUE_SEGMENT = 2  # (UNIQUE_SEGMENT, request_id) belongs to one request only
+
+
+@dataclass(slots=True)
+class WorkloadStats:
+    """Counts filled in while requests are yielded, for reports."""
+
+    num_requests: int = 0
+    num_output_capped: int = 0  # outputs shortened so that prompt + output <= max_seq_len
+    num_prompt_too_long: int = 0  # prompts >= max_seq_len, kept for the scheduler to reject
+    num_with_prefix: int = 0  # requests that start with a shared system prompt
+
+
+# ---------------------------------------------------------------------------------- trace files
+
+
+def resolve_trace(name_or_path: str | Path, field: str = "trace") -> Path:
+    """A built-in trace name (case-insensitive) or the path of an existing CSV file."""
+    builtin = BUILTIN_TRACES.get(str(name_or_path).lower())
+    if builtin is not None:
+        return builtin
+    path = Path(name_or_path).expanduser()
+    if path.is_file():
+        return path
+    raise InputError(
+        f"{field}: unknown trace {str(name_or_path)!r}: neither a built-in trace "
+        f"({choices_text(BUILTIN_TRACES)}) nor an existing CSV file"
+    )
+
+
+@functools.lru_cache(maxsize=16)
+def _read_csv_cached(path: str, mtime_ns: int, size: int) -> pd.DataFrame:
+    # Keyed on mtime and size so an edited file is read again. Callers never mutate the frame.
+    return pd.read_csv(path)
+
+
+def _read_csv(path: Path, field: str) -> pd.DataFrame:
+    try:
+        stat = path.stat()
+        if not path.is_file():
+            raise InputError(f"{field}: {path} is not a file")
+        return _read_csv_cached(str(path.resolve()), stat.st_mtime_ns, stat.st_size)
+    except FileNotFoundError:
+        raise InputError(f"{field}: {path}: no such file") from None
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, OSError) as exc:
+        raise InputError(f"{field}: {path}: cannot read it as CSV: {exc}") from None
+
+
+def _require_column(frame: pd.DataFrame, column: str, path: Path, field: str) -> None:
+    if column not in frame.columns:
+        raise InputError(
+            f"{field}: {path} has no column {column!r}; its columns: {choices_text(frame.columns)}"
+        )
+
+
+def _token_column(
+    frame: pd.DataFrame, column: str, path: Path, field: str, first_row: int = 0
+) -> np.ndarray:
+    """The column as int64 [rows]; every value must be a whole number >= 1 (tokens)."""
+    _require_column(frame, column, path, field)
+    values = pd.to_numeric(frame[column], errors="coerce").to_numpy(dtype=np.float64)
+    bad = ~np.isfinite(values) | (values < 1) | (values != np.rint(values))
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise InputError(
+            f"{field}: {path}, column {column!r}, line {first_row + i + 2}: "
+            f"{frame[column].iloc[i]!r} is not a positive whole number of tokens"
+        )
+    return values.astype(np.int64)
+
+
+def load_trace(
+    path: Path, offset: int = 0, num_rows: int | None = None, field: str = "trace"
+) -> pd.DataFrame:
+    """Rows [offset, offset + num_rows) of a trace CSV (all rows from offset when None).
+
+    Columns: `num_prefill_tokens`, `num_decode_tokens` (int64, >= 1, required) and `arrived_at`
+    (float64 seconds, finite, non-decreasing) when the file has it. Reads are cached per file.
+    """
+    path = Path(path)
+    frame = _read_csv(path, field)
+    total = len(frame)
+    if isinstance(offset, bool) or not isinstance(offset, int | np.integer) or offset < 0:
+        raise InputError(f"{field}: offset must be a non-negative integer, got {offset!r}")
+    if offset >= total:
+        raise InputError(
+            f"{field}: offset {offset} is past the last row of {path} ({total} rows; "
+            f"valid: 0 to {total - 1})"
+        )
+    end = total if num_rows is None else offset + num_rows
+    if num_rows is not None and (_bad_int(num_rows) or end > total):
+        raise InputError(
+            f"{field}: asked for {num_rows!r} rows from row {offset}, but {path} has "
+            f"{total - offset} rows there"
+        )
+    rows = frame.iloc[offset:end]
+    out = {name: _token_column(rows, name, path, field, offset) for name in TRACE_COLUMNS.values()}
+    if ARRIVAL_COLUMN in rows.columns:
+        times = pd.to_numeric(rows[ARRIVAL_COLUMN], errors="coerce").to_numpy(dtype=np.float64)
+        bad = ~np.isfinite(times)
+        bad[1:] |= times[1:] < times[:-1]
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise InputError(
+                f"{field}: {path}, column {ARRIVAL_COLUMN!r}, line {offset + i + 2}: "
+                f"{rows[ARRIVAL_COLUMN].iloc[i]!r} is not a finite time at or after the previous "
+                "row's (sort the file by arrived_at)"
+            )
+        out = {ARRIVAL_COLUMN: times, **out}
+    return pd.DataFrame(out)
+
+
+# ------------------------------------------------------------------------------------ samplers
+
+
+class _Sampler(Protocol):
+    def take(self, n: int, rng: np.random.Generator) -> np.ndarray: ...
+
+
+@dataclass(slots=True)
+class _Fixed:
+    value: int | float
+
+    def take(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        return np.full(n, self.value)
+
+
+@dataclass(slots=True)
+class _Uniform:
+    low: int
+    high: int
+
+    def take(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        return rng.integers(self.low, self.high, size=n, endpoint=True, dtype=np.int64)
+
+
+@dataclass(slots=True)
+class _Lognormal:
+    mu: float
+    sigma: float
+
+    def take(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        draws = rng.lognormal(self.mu, self.sigma, size=n)
+        return np.clip(np.rint(draws), 1, MAX_TOKENS).astype(np.int64)
+
+
+@dataclass(slots=True)
+class _Resample:
+    """Draws with replacement from `values` [num_values]."""
+
+    values: np.ndarray
+
+    def take(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        return self.values[rng.integers(0, len(self.values), size=n)]
+
+
+@dataclass(slots=True)
+class _Rows:
+    """Consecutive slices of `values` [num_requests]: trace rows, explicit requests."""
+
+    values: np.ndarray
+    cursor: int = 0
+
+    def take(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        out = self.values[self.cursor : self.cursor + n]
+        self.cursor += n
+        return out
+
+
+@dataclass(slots=True)
+class _GammaGaps:
+    """Arrival times from gamma gaps (shape 1 is exponential: numpy draws the same numbers)."""
+
+    shape: float
+    scale_s: float
+    last_s: float = 0.0
+
+    def take(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        times_s = self.last_s + np.cumsum(rng.gamma(self.shape, self.scale_s, size=n))
+        self.last_s = float(times_s[-1])
+        return times_s
+
+
+@dataclass(slots=True)
+class _Constant:
+    """Request i arrives at (i + 1) / rate, computed directly so the times stay exact."""
+
+    rate_per_s: float
+    num_done: int = 0
+
+    def take(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        times_s = np.arange(self.num_done + 1, self.num_done + n + 1) / self.rate_per_s
+        self.num_done += n
+        return times_s
+
+
+@dataclass(slots=True)
+class _PrefixGroups:
+    """Group index per request; `len(cumulative)` means no group."""
+
+    cumulative: np.ndarray  # [num_groups] running sum of the fractions
+
+    def take(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        if len(self.cumulative) == 0:
+            return np.zeros(n, dtype=np.int64)
+        return np.searchsorted(self.cumulative, rng.random(n), side="right")
+
+
+@dataclass(slots=True)
+class _Plan:
+    num_requests: int
+    arrivals: _Sampler
+    prompt: _Sampler
+    output: _Sampler
+    priority: _Sampler
+    groups: _PrefixGroups
+    group_tokens: np.ndarray  # [num_groups + 1] prefix tokens per group index; 0 for "none"
+    sampling: SamplingKind
+    num_seqs: int
+    stats: WorkloadStats = field(default_factory=WorkloadStats)
+
+
+# ---------------------------------------------------------------------------------- validation
+
+
+def _bad_int(value: object, minimum: int = 1) -> bool:
+    return isinstance(value, bool) or not isinstance(value, int | np.integer) or value < minimum
+
+
+def _positive_int(value: object, field: str) -> int:
+    if _bad_int(value):
+        raise InputError(f"{field} must be a positive integer, got {value!r}")
+    return int(value)  # type: ignore[call-overload]
+
+
+def _positive_float(value: object, field: str, allow_zero: bool = False) -> float:
+    ok = isinstance(value, int | float | np.number) and not isinstance(value, bool)
+    if ok and math.isfinite(value) and (value > 0 or (allow_zero and value == 0)):  # type: ignore[arg-type]
+        return float(value)  # type: ignore[arg-type]
+    bound = ">= 0" if allow_zero else "> 0"
+    raise InputError(f"{field} must be a finite number {bound}, got {value!r}")
+
+
+def _length_sampler(dist: LengthDist, part: str, trace: pd.DataFrame | None) -> _Sampler:
+    where = f"workload.{part}"
+    kind = dist.kind
+    if kind is LengthKind.FIXED:
+        return _Fixed(_positive_int(dist.value, f"{where}.value"))
+    if kind is LengthKind.UNIFORM:
+        low = _positive_int(dist.low, f"{where}.low")
+        high = _positive_int(dist.high, f"{where}.high")
+        if high < low:
+            raise InputError(f"{where}: high ({high}) must be >= low ({low})")
+        return _Uniform(low, high)
+    if kind is LengthKind.LOGNORMAL:
+        mean = _positive_float(dist.mean, f"{where}.mean")
+        cv = _positive_float(dist.cv, f"{where}.cv", allow_zero=True)
+        sigma2 = math.log1p(cv * cv)
+        return _Lognormal(mu=math.log(mean) - sigma2 / 2, sigma=math.sqrt(sigma2))
+    if kind is LengthKind.EMPIRICAL:
+        if dist.path is not None:
+            path = resolve_trace(dist.path, f"{where}.path")
+        elif dist.trace_name is not None:
+            path = resolve_trace(dist.trace_name, f"{where}.trace_name")
+        else:
+            raise InputError(
+                f"{where}: kind = empirical needs path (a CSV file) or trace_name "
+                f"(built-in: {choices_text(BUILTIN_TRACES)})"
+            )
+        column = dist.column or TRACE_COLUMNS[part]  # default: the trace's own column
+        values = _token_column(_read_csv(path, where), column, path, f"{where}.column")
+        if len(values) == 0:
+            raise InputError(f"{where}.column: column {column!r} of {path} has no rows")
+        return _Resample(values)
+    if kind is LengthKind.TRACE:
+        assert trace is not None  # _plan loads the trace whenever a kind is TRACE
+        return _Rows(trace[TRACE_COLUMNS[part]].to_numpy())
+    raise InputError(
+        f"{where}.kind: unknown {kind!r}; valid: {choices_text(k.value for k in LengthKind)}"
+    )
+
+
+def _arrival_sampler(
+    arrival: ArrivalProcess, trace: pd.DataFrame | None, path: Path | None, time_scale: float
+) -> _Sampler:
+    where = "workload.arrival"
+    kind = arrival.kind
+    if kind is ArrivalKind.BURST:
+        return _Fixed(0.0)
+    if kind is ArrivalKind.TRACE:
+        assert trace is not None
+        if ARRIVAL_COLUMN not in trace.columns:
+            raise InputError(
+                f"{where}.kind = trace: {path} has no {ARRIVAL_COLUMN!r} column (it has "
+                f"{choices_text(trace.columns)}); pair it with poisson, gamma or constant arrivals"
+            )
+        times_s = trace[ARRIVAL_COLUMN].to_numpy()
+        return _Rows((times_s - times_s[0]) / time_scale)
+    rate = _positive_float(arrival.rate_per_s, f"{where}.rate_per_s")
+    if kind is ArrivalKind.POISSON:
+        return _GammaGaps(shape=1.0, scale_s=1.0 / rate)
+    if kind is ArrivalKind.GAMMA:
+        if arrival.cv == 0:
+            raise InputError(f"{where}.cv must be > 0 for gamma arrivals (cv = 0: use constant)")
+        cv = _positive_float(arrival.cv, f"{where}.cv")
+        shape = 1.0 / (cv * cv)  # mean gap = shape * scale = 1 / rate
+        return _GammaGaps(shape=shape, scale_s=1.0 / (rate * shape))
+    if kind is ArrivalKind.CONSTANT:
+        return _Constant(rate)
+    raise InputError(
+        f"{where}.kind: unknown {kind!r}; valid: {choices_text(k.value for k in ArrivalKind)}"
+    )
+
+
+def _trace_file(workload: WorkloadConfig) -> Path | None:
+    by_name = by_path = None
+    if workload.trace_name is not None:
+        by_name = resolve_trace(workload.trace_name, "workload.trace_name")
+    if workload.trace_path is not None:
+        by_path = resolve_trace(workload.trace_path, "workload.trace_path")
+    if by_name is not None and by_path is not None and by_name.resolve() != by_path.resolve():
+        raise InputError(
+            f"workload: trace_name ({workload.trace_name}) and trace_path ({workload.trace_path}) "
+            "name different files; give one of them"
+        )
+    return by_path or by_name
+
+
+def _plan(workload: WorkloadConfig, max_seq_len: int) -> _Plan:
+    """Validate everything up front (so errors surface at the call, not mid-simulation)."""
+    _positive_int(max_seq_len, "max_seq_len")
+    num_seqs = _positive_int(workload.num_seqs, "workload.num_seqs")
+    if workload.sampling is SamplingKind.SINGLE and num_seqs != 1:
+        raise InputError(
+            f"workload.num_seqs = {num_seqs} needs sampling = parallel or beam (single decodes 1)"
+        )
+    if workload.explicit:
+        return _explicit_plan(workload, num_seqs)
+
+    time_scale = _positive_float(workload.time_scale, "workload.time_scale")
+    num_requests = workload.num_requests
+    if num_requests is not None:
+        num_requests = _positive_int(num_requests, "workload.num_requests")
+    by_trace = [
+        f"workload.{part}.kind = trace"
+        for part, is_trace in (
+            ("arrival", workload.arrival.kind is ArrivalKind.TRACE),
+            ("prompt", workload.prompt.kind is LengthKind.TRACE),
+            ("output", workload.output.kind is LengthKind.TRACE),
+        )
+        if is_trace
+    ]
+    path = _trace_file(workload)
+    if by_trace and path is None:
+        raise InputError(
+            f"{by_trace[0]} needs workload.trace_name (built-in: {choices_text(BUILTIN_TRACES)}) "
+            "or workload.trace_path"
+        )
+    trace = None
+    if path is not None and (by_trace or num_requests is None):
+        trace_field = (
+            "workload.trace_name" if workload.trace_path is None else "workload.trace_path"
+        )
+        total = len(_read_csv(path, trace_field))
+        offset = workload.trace_offset
+        if _bad_int(offset, minimum=0) or offset >= total:
+            raise InputError(
+                f"workload.trace_offset: {offset!r} is not a row of {path} "
+                f"(valid: 0 to {total - 1})"
+            )
+        available = total - offset
+        if num_requests is None:
+            num_requests = available
+        elif num_requests > available:
+            raise InputError(
+                f"workload.num_requests: {num_requests} requested but {path} has only "
+                f"{available} rows from trace_offset {offset}; lower one of them"
+            )
+        trace = load_trace(path, offset, num_requests, field=trace_field)
+    if num_requests is None:
+        raise InputError(
+            "workload.num_requests: not set and no trace bounds the count; set num_requests "
+            "(the engine may also stop by time, stop.max_time_s, but the workload needs a bound)"
+        )
+
+    groups = workload.prefix_groups
+    for g, group in enumerate(groups):
+        _positive_int(group.num_tokens, f"workload.prefix_groups[{g}].num_tokens")
+        fraction = _positive_float(group.fraction, f"workload.prefix_groups[{g}].fraction", True)
+        if fraction > 1:
+            raise InputError(f"workload.prefix_groups[{g}].fraction must be <= 1, got {fraction}")
+    fractions = np.array([group.fraction for group in groups], dtype=np.float64)
+    if fractions.sum() > 1 + 1e-9:
+        raise InputError(
+            f"workload.prefix_groups: fractions sum to {fractions.sum():g} (> 1); a request "
+            "joins at most one group, so they must sum to at most 1"
+        )
+    return _Plan(
+        num_requests=num_requests,
+        arrivals=_arrival_sampler(workload.arrival, trace, path, time_scale),
+        prompt=_length_sampler(workload.prompt, "prompt", trace),
+        output=_length_sampler(workload.output, "output", trace),
+        priority=_Fixed(0),
+        groups=_PrefixGroups(np.cumsum(fractions)),
+        group_tokens=np.array([group.num_tokens for group in groups] + [0], dtype=np.int64),
+        sampling=workload.sampling,
+        num_seqs=num_seqs,
+    )
+
+
+def _explicit_plan(workload: WorkloadConfig, num_seqs: int) -> _Plan:
+    for i, req in enumerate(workload.explicit):
+        _positive_int(req.prompt_len, f"workload.explicit[{i}].prompt_len")
+        _positive_int(req.output_len, f"workload.explicit[{i}].output_len")
+        _positive_float(req.arrival_s, f"workload.explicit[{i}].arrival_s", allow_zero=True)
+        if isinstance(req.priority, bool) or not isinstance(req.priority, int | np.integer):
+            raise InputError(f"workload.explicit[{i}].priority must be an integer")
+    arrival_s = np.array([req.arrival_s for req in workload.explicit], dtype=np.float64)
+    order = np.argsort(arrival_s, kind="stable")
+
+    def rows(attr: str) -> _Rows:
+        return _Rows(np.array([getattr(workload.explicit[i], attr) for i in order]))
+
+    return _Plan(
+        num_requests=len(order),
+        arrivals=_Rows(arrival_s[order]),
+        prompt=rows("prompt_len"),
+        output=rows("output_len"),
+        priority=rows("priority"),
+        groups=_PrefixGroups(np.zeros(0)),
+        group_tokens=np.zeros(1, dtype=np.int64),
+        sampling=workload.sampling,
+        num_seqs=num_seqs,
+    )
+
+
+# ---------------------------------------------------------------------------------- generation
+
+
+def _stream(plan: _Plan, max_seq_len: int, rng: np.random.Generator) -> Iterator[Request]:
+    stats = plan.stats
+    no_group = len(plan.group_tokens) - 1
+    next_id = 0
+    while next_id < plan.num_requests:
+        n = min(CHUNK_SIZE, plan.num_requests - next_id)
+        arrival_s = plan.arrivals.take(n, rng)
+        user_len = plan.prompt.take(n, rng)
+        output_len = plan.output.take(n, rng)
+        group = plan.groups.take(n, rng)
+        priority = plan.priority.take(n, rng)
+        prefix_len = plan.group_tokens[group]
+        prompt_len = prefix_len + user_len
+        room = max_seq_len - prompt_len  # <= 0: prompt too long, kept for the scheduler
+        is_capped = (room > 0) & (output_len > room)
+        output_len = np.where(is_capped, room, output_len)
+        columns = zip(
+            arrival_s.tolist(),
+            prompt_len.tolist(),
+            output_len.tolist(),
+            group.tolist(),
+            prefix_len.tolist(),
+            priority.tolist(),
+            is_capped.tolist(),
+            (room <= 0).tolist(),
+            strict=True,
+        )
+        for arrival, prompt, output, g, prefix, prio, capped, too_long in columns:
+            stats.num_requests += 1
+            stats.num_output_capped += capped
+            stats.num_prompt_too_long += too_long
+            stats.num_with_prefix += g != no_group
+            yield Request(
+                request_id=next_id,
+                arrival_s=arrival,
+                prompt_len=prompt,
+                output_len=output,
+                prefix_group=None if g == no_group else g,
+                prefix_len=prefix,
+                sampling=plan.sampling,
+                num_seqs=plan.num_seqs,
+                priority=prio,
+            )
+            next_id += 1
+
+
+def iter_requests(
+    workload: WorkloadConfig,
+    max_seq_len: int,
+    rng: np.random.Generator,
+    stats: WorkloadStats | None = None,
+) -> Iterator[Request]:
+    """Requests in non-decreasing arrival order, ids 0, 1, 2, ..., generated lazily.
+
+    The configuration is validated now (InputError here, not at the first `next`). `stats`, when
+    given, is updated as each request is yielded.
+    """
+    plan = _plan(workload, max_seq_len)
+    if stats is not None:
+        plan.stats = stats
+    return _stream(plan, max_seq_len, rng)
+
+
+def generate_requests(
+    workload: WorkloadConfig,
+    max_seq_len: int,
+    rng: np.random.Generator,
+    stats: WorkloadStats | None = None,
+) -> list[Request]:
+    return list(iter_requests(workload, max_seq_len, rng, stats))
+
+
+def prompt_segments(request: Request) -> list[tuple[tuple[int, ...], int]]:
+    """Content segments of the prompt, in order, as (content key, tokens) for prefix hashing.
+
+    Requests of one prefix group share their first `prefix_len` tokens, key (PREFIX_SEGMENT,
+    group); the rest is unique to the request, key (UNIQUE_SEGMENT, request_id).
+    """
+    segments: list[tuple[tuple[int, ...], int]] = []
+    if request.prefix_group is not None and request.prefix_len > 0:
+        segments.append(((PREFIX_SEGMENT, request.prefix_group), request.prefix_len))
+    unique_len = request.prompt_len - (request.prefix_len if segments else 0)
+    if unique_len > 0:
+        segments.append(((UNIQUE_SEGMENT, request.request_id), unique_len))
+    return segments
