@@ -1,0 +1,145 @@
+"""BlockPool stories with exact block ids, misuse errors, and a random-operation property."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simulator.block_pool import BlockPool
+from simulator.errors import KVCacheError
+
+
+def test_allocation_order_is_fifo() -> None:
+    pool = BlockPool(4)
+    assert [pool.allocate() for _ in range(3)] == [0, 1, 2]
+    assert pool.decref(1) == 0
+    assert pool.decref(0) == 0
+    # Free list is now [3, 1, 0]: lowest position first, freed blocks at the tail.
+    assert [pool.allocate() for _ in range(3)] == [3, 1, 0]
+    assert pool.num_free_blocks == 0 and pool.num_used_blocks == 4
+    pool.check_invariants()
+
+
+def test_ref_counts() -> None:
+    pool = BlockPool(2)
+    block = pool.allocate()
+    pool.incref(block)
+    assert pool.ref_count(block) == 2
+    assert pool.decref(block) == 1
+    assert pool.num_used_blocks == 1
+    assert pool.decref(block) == 0
+    assert pool.num_free_blocks == 2
+    pool.check_invariants()
+
+
+def test_cached_block_stays_hittable_until_evicted() -> None:
+    pool = BlockPool(3)
+    a, b, c = pool.allocate(), pool.allocate(), pool.allocate()
+    assert pool.cache_block(a, 111) and pool.cache_block(b, 222)
+    assert pool.num_cached_blocks == 2
+    pool.decref(b)
+    pool.decref(a)  # evictable LRU: [b, a]
+    pool.decref(c)  # plain free list: [c]
+    assert pool.num_free_blocks == 3 and pool.num_evictable_blocks == 2
+    assert pool.lookup(111) == a and pool.block_hash(a) == 111
+    pool.touch(a)  # a hit revives a
+    assert pool.ref_count(a) == 1 and pool.num_free_blocks == 2
+    assert pool.allocate() == c  # plain free blocks go before cached ones
+    assert pool.allocate() == b  # then the LRU cached block, its hash dropped
+    assert pool.lookup(222) is None and pool.block_hash(b) is None
+    assert pool.num_cached_blocks == 1
+    with pytest.raises(KVCacheError, match="no free block"):
+        pool.allocate()
+    pool.check_invariants()
+
+
+def test_duplicate_hash_keeps_the_first_mapping() -> None:
+    pool = BlockPool(2)
+    a, b = pool.allocate(), pool.allocate()
+    assert pool.cache_block(a, 7)
+    assert not pool.cache_block(b, 7)
+    assert pool.lookup(7) == a and pool.block_hash(b) is None
+    assert pool.cache_block(a, 7)  # re-registering the same hash is a no-op
+    pool.decref(b)
+    assert pool.num_evictable_blocks == 0  # b was uncached: plain free
+    pool.check_invariants()
+
+
+def test_evict_one_goes_lru_first() -> None:
+    pool = BlockPool(3)
+    blocks = [pool.allocate() for _ in range(3)]
+    for block in blocks:
+        pool.cache_block(block, 100 + block)
+    for block in (2, 0, 1):
+        pool.decref(block)
+    assert [pool.evict_one() for _ in range(4)] == [2, 0, 1, None]
+    assert pool.num_cached_blocks == 0
+    assert [pool.allocate() for _ in range(3)] == [2, 0, 1]
+    pool.check_invariants()
+
+
+def test_misuse_raises() -> None:
+    pool = BlockPool(2)
+    with pytest.raises(KVCacheError, match="decref of free block"):
+        pool.decref(0)
+    with pytest.raises(KVCacheError, match="incref of free block"):
+        pool.incref(0)
+    with pytest.raises(KVCacheError, match="unknown block"):
+        pool.ref_count(2)
+    with pytest.raises(KVCacheError, match="unknown block"):
+        pool.decref(-1)
+    block = pool.allocate()
+    with pytest.raises(KVCacheError, match="touch of uncached"):
+        pool.touch(block)
+    with pytest.raises(KVCacheError, match="cache_block of free"):
+        pool.cache_block(1, 5)
+    pool.cache_block(block, 5)
+    with pytest.raises(KVCacheError, match="cached under hash 5"):
+        pool.cache_block(block, 6)
+    pool.decref(block)
+    with pytest.raises(KVCacheError, match="double free"):
+        pool.decref(block)
+    with pytest.raises(KVCacheError):
+        BlockPool(-1)
+    pool.check_invariants()
+
+
+ops = st.lists(st.tuples(st.sampled_from("aitdce"), st.integers(0, 7)), max_size=60)
+
+
+@settings(max_examples=80, deadline=None)
+@given(ops=ops)
+def test_random_operations_keep_invariants(ops: list[tuple[str, int]]) -> None:
+    pool = BlockPool(6)
+    refs: dict[int, int] = {}  # the model: references we hold
+    for op, arg in ops:
+        held = sorted(refs)
+        if op == "a" and pool.num_free_blocks:
+            block = pool.allocate()
+            assert block not in refs
+            refs[block] = 1
+        elif op == "i" and held:
+            block = held[arg % len(held)]
+            pool.incref(block)
+            refs[block] += 1
+        elif op == "t" and pool.lookup(arg) is not None:
+            block = pool.lookup(arg)
+            assert block is not None
+            pool.touch(block)
+            refs[block] = refs.get(block, 0) + 1
+        elif op == "d" and held:
+            block = held[arg % len(held)]
+            refs[block] -= 1
+            assert pool.decref(block) == refs[block]
+            if not refs[block]:
+                del refs[block]
+        elif op == "c" and held:
+            block = held[arg % len(held)]
+            if pool.block_hash(block) is None:
+                pool.cache_block(block, arg)
+        elif op == "e":
+            pool.evict_one()
+        pool.check_invariants()
+        assert pool.num_used_blocks == len(refs)
+        assert all(pool.ref_count(b) == n for b, n in refs.items())
