@@ -190,9 +190,15 @@ def load_hf_config(path: str | Path) -> ModelSpec:
     intermediate = _config_int(config, path, "intermediate_size", "ffn_dim", "n_inner")
     vocab = _config_int(config, path, "vocab_size")
     max_len = _config_int(config, path, "max_position_embeddings", "n_positions", default=2048)
-    gated = not is_opt and config.get("hidden_act", "silu") in ("silu", "swiglu", "gelu_pytorch_tanh")
+    gated = not is_opt and config.get("hidden_act", "silu") in (
+        "silu",
+        "swiglu",
+        "gelu_pytorch_tanh",
+    )
     tied = bool(config.get("tie_word_embeddings", is_opt))
-    params = count_params(layers, heads, kv_heads, head_dim, hidden, intermediate, vocab, gated, tied)
+    params = count_params(
+        layers, heads, kv_heads, head_dim, hidden, intermediate, vocab, gated, tied
+    )
     name = str(config.get("_name_or_path") or path.parent.name or path.stem)
     return ModelSpec(
         name, layers, heads, kv_heads, head_dim, hidden, intermediate, vocab, gated, max_len, params

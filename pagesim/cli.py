@@ -1,0 +1,367 @@
+"""The `pagesim` command: each command parses, calls the library, prints.
+
+Errors map to exit codes in one place (`main`): bad input 2, a failed run 1, never a traceback
+for input a person gave.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from simulator.errors import InputError, PagesimError
+
+app = typer.Typer(
+    name="pagesim",
+    help=(
+        "Simulate LLM serving with a paged KV cache: latency, throughput, utilization and KV "
+        "memory waste of static, Orca and vLLM-style batching on your model and GPU.\n\n"
+        "Example: pagesim run scenarios/textbook_static_vs_continuous.toml --out runs/textbook"
+    ),
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+scenarios_app = typer.Typer(help="List and show the built-in scenarios.", no_args_is_help=True)
+bench_app = typer.Typer(
+    help="Benchmarks: the simulator's speed, the kernel's.", no_args_is_help=True
+)
+app.add_typer(scenarios_app, name="scenarios")
+app.add_typer(bench_app, name="bench")
+
+SetOption = Annotated[
+    list[str] | None,
+    typer.Option("--set", help="Override a scenario key: --set workload.arrival.rate_per_s=4"),
+]
+
+
+def _echo_table(rows: list[dict[str, object]], columns: list[tuple[str, str, str]]) -> None:
+    """Print rows as an aligned table; columns are (key, header, format)."""
+    cells = [[header for _, header, _ in columns]]
+    for row in rows:
+        line = []
+        for key, _, fmt in columns:
+            value = row.get(key)
+            line.append("-" if value is None else format(value, fmt) if fmt else str(value))
+        cells.append(line)
+    widths = [max(len(r[i]) for r in cells) for i in range(len(columns))]
+    for r in cells:
+        typer.echo(
+            "  ".join(
+                c.rjust(w) if i else c.ljust(w)
+                for i, (c, w) in enumerate(zip(r, widths, strict=True))
+            )
+        )
+
+
+SUMMARY_COLUMNS = [
+    ("system", "system", ""),
+    ("num_finished", "done", "d"),
+    ("num_rejected", "rej", "d"),
+    ("throughput_req_s", "req/s", ".3f"),
+    ("throughput_tok_s", "tok/s", ".1f"),
+    ("ttft_p50_s", "TTFT p50 s", ".3f"),
+    ("tpot_p50_s", "TPOT p50 s", ".4f"),
+    ("e2e_p99_s", "E2E p99 s", ".2f"),
+    ("kv_waste_share", "KV waste", ".1%"),
+    ("slot_utilization", "slots", ".1%"),
+    ("num_preemptions", "preempt", "d"),
+]
+
+
+def _run_scenario(scenario, out: Path | None, label: str):  # type: ignore[no-untyped-def]
+    from simulator.engine import simulate
+
+    results = []
+    with typer.progressbar(length=len(scenario.systems), label=label, file=sys.stderr) as progress:
+        for system in scenario.systems:
+            results.append(simulate(scenario, system))
+            progress.update(1)
+    return results
+
+
+@app.command()
+def run(
+    scenario: Annotated[str, typer.Argument(help="A scenario TOML file or a built-in name.")],
+    out: Annotated[Path, typer.Option(help="Folder for the report and data.")] = Path("runs/last"),
+    seed: Annotated[int | None, typer.Option(help="Override the scenario's seed.")] = None,
+    set_: SetOption = None,
+    report: Annotated[bool, typer.Option(help="Write the HTML/PNG report.")] = True,
+) -> None:
+    """Run every system of a scenario side by side and write a report.
+
+    Example: pagesim run swap_vs_recompute --out runs/swap --set workload.num_requests=100
+    """
+    from simulator.scenario import describe_scenario, load_scenario, resolve_scenario
+
+    path = resolve_scenario(scenario)
+    overrides = list(set_ or []) + ([f"seed={seed}"] if seed is not None else [])
+    loaded = load_scenario(path, overrides)
+    results = _run_scenario(loaded, out, f"simulating {loaded.name}")
+    _echo_table([{"system": r.system} | r.summary for r in results], SUMMARY_COLUMNS)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "scenario.toml").write_text(path.read_text())
+    (out / "overrides.json").write_text(json.dumps(overrides))
+    if report:
+        from reports.render import write_report
+
+        html = write_report(
+            results,
+            out,
+            title=f"pagesim: {loaded.name}",
+            scenario_text=describe_scenario(loaded),
+            provenance=_provenance(results, overrides),
+        )
+        typer.echo(f"report: {html}")
+    else:
+        for result in results:
+            result.write(out / _slug(result.system))
+        typer.echo(f"data: {out}")
+
+
+def _slug(text: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in text) or "system"
+
+
+def _provenance(results, overrides: list[str]) -> dict[str, object]:  # type: ignore[no-untyped-def]
+    from pagesim import __version__
+
+    first = results[0].provenance if results else {}
+    return {
+        "pagesim_version": __version__,
+        "seed": first.get("seed"),
+        "model": first.get("model"),
+        "gpu": first.get("gpu"),
+        "execution_model": first.get("execution_model"),
+        "overrides": overrides,
+    }
+
+
+@app.command()
+def sweep(
+    scenario: Annotated[str, typer.Argument(help="A scenario TOML file or a built-in name.")],
+    param: Annotated[
+        list[str] | None,
+        typer.Option(help="An axis: path=v1,v2,... (one or two); default: the file's [sweep]."),
+    ] = None,
+    out: Annotated[Path, typer.Option(help="Folder for the sweep table and report.")] = Path(
+        "runs/sweep"
+    ),
+    set_: SetOption = None,
+) -> None:
+    """Run a scenario over one or two parameter axes and plot the curves.
+
+    Example: pagesim sweep latency_vs_rate_sharegpt --param workload.arrival.rate_per_s=1,2,4
+    """
+    import pandas as pd
+
+    from simulator.scenario import describe_scenario, expand_sweep, resolve_scenario
+
+    path = resolve_scenario(scenario)
+    points = expand_sweep(path, list(set_ or []), params=list(param or []))
+    rows: list[dict[str, object]] = []
+    last_results = []
+    for point, variant in points:
+        label = ", ".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in point.items())
+        last_results = _run_scenario(variant, None, label)
+        for result in last_results:
+            rows.append(point | {"system": result.system} | result.summary)
+    table = pd.DataFrame(rows)
+    out.mkdir(parents=True, exist_ok=True)
+    table.to_csv(out / "sweep.csv", index=False)
+    _echo_table(rows, [(k, k.rsplit(".", 1)[-1], "") for k in points[0][0]] + SUMMARY_COLUMNS)
+    from reports.render import write_report
+
+    html = write_report(
+        last_results,
+        out,
+        title=f"pagesim sweep: {points[0][1].name}",
+        scenario_text=describe_scenario(points[-1][1]),
+        provenance=_provenance(last_results, list(set_ or [])),
+        sweep=table,
+    )
+    typer.echo(f"sweep table: {out / 'sweep.csv'}\nreport: {html}")
+
+
+@app.command()
+def report(
+    run_dir: Annotated[Path, typer.Argument(help="A folder written by `pagesim run`.")],
+) -> None:
+    """Re-render the report of an earlier run from its saved data."""
+    from reports.render import write_report
+    from simulator.result import RunResult
+
+    if not run_dir.is_dir():
+        raise InputError(f"{run_dir}: no such run folder")
+    folders = sorted(p.parent for p in run_dir.glob("*/summary.json"))
+    if not folders:
+        raise InputError(f"{run_dir}: no <system>/summary.json inside; run `pagesim run` first")
+    results = [RunResult.read(f) for f in folders]
+    scenario_file = run_dir / "scenario.toml"
+    text = scenario_file.read_text() if scenario_file.exists() else "(scenario file not saved)"
+    html = write_report(
+        results,
+        run_dir,
+        title=f"pagesim: {results[0].scenario}",
+        scenario_text=text,
+        provenance=_provenance(results, []),
+    )
+    typer.echo(f"report: {html}")
+
+
+@app.command()
+def kv(
+    model: Annotated[str, typer.Option(help="Preset name or path to a config.json.")],
+    seq_len: Annotated[list[int], typer.Option(help="Sequence length(s) in tokens.")],
+    kv_dtype: Annotated[str, typer.Option(help="fp16, bf16 or fp8.")] = "fp16",
+    block_size: Annotated[int, typer.Option(help="Tokens per KV block.")] = 16,
+    gpu: Annotated[str | None, typer.Option(help="GPU preset (see: pagesim kv --help).")] = None,
+    memory_utilization: Annotated[float, typer.Option(help="Share of GPU memory used.")] = 1.0,
+    batch_size: Annotated[int, typer.Option(help="Sequences in the batch.")] = 1,
+    tp: Annotated[int, typer.Option(help="Tensor-parallel degree.")] = 1,
+    weights_gib: Annotated[
+        float | None, typer.Option(help="Weight memory per GPU in GiB (default: params x 2 B).")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """KV-cache arithmetic: bytes per token, sequence and block; what fits; paging vs max-length.
+
+    Example: pagesim kv --model llama-2-13b --seq-len 4096 --gpu a100-80gb --batch-size 10
+    --weights-gib 26
+    """
+    from simulator.catalog import GIB, get_gpu, parse_kv_dtype, resolve_model
+    from simulator.kvmath import format_report, kv_report
+
+    spec = resolve_model(model)
+    result = kv_report(
+        spec,
+        seq_len,
+        kv_dtype=parse_kv_dtype(kv_dtype, "--kv-dtype"),
+        block_size=block_size,
+        gpu=get_gpu(gpu) if gpu else None,
+        memory_utilization=memory_utilization,
+        batch_size=batch_size,
+        tensor_parallel=tp,
+        weight_bytes=None if weights_gib is None else int(weights_gib * GIB),
+    )
+    typer.echo(json.dumps(result.to_dict(), indent=2) if as_json else format_report(result))
+
+
+@app.command()
+def validate(
+    scenario: Annotated[str, typer.Argument(help="A scenario TOML file or a built-in name.")],
+    set_: SetOption = None,
+) -> None:
+    """Check a scenario file without running it."""
+    from simulator.engine import kv_capacity
+    from simulator.scenario import load_scenario, resolve_scenario
+
+    path = resolve_scenario(scenario)
+    loaded = load_scenario(path, list(set_ or []))
+    for system in loaded.systems:
+        capacity = kv_capacity(loaded, system)
+        typer.echo(
+            f"{system.name}: {system.policy.value}, {capacity.num_gpu_blocks:,} KV blocks of "
+            f"{capacity.block_size} tokens"
+        )
+    typer.echo(f"{path}: valid ({len(loaded.systems)} systems)")
+
+
+@app.command()
+def calibrate(
+    model: Annotated[str, typer.Option(help="Preset name or path to a config.json.")],
+    out: Annotated[Path, typer.Option(help="Profile JSON to write (a CSV of samples beside it).")],
+    backend: Annotated[str, typer.Option(help="cupy (GPU) or numpy (CPU).")] = "numpy",
+    quick: Annotated[bool, typer.Option(help="A small grid (minutes on a GPU).")] = False,
+) -> None:
+    """Measure step costs (kernel, GEMMs, prefill, overhead) and write a profile.
+
+    Example: pagesim calibrate --model llama-2-7b --backend cupy --quick --out h200.json
+    """
+    from calibration.run import calibrate as run_calibration
+    from simulator.catalog import resolve_model
+
+    if backend not in ("numpy", "cupy"):
+        raise InputError(f"--backend: unknown backend {backend!r}; valid: numpy, cupy")
+    path = run_calibration(resolve_model(model), backend=backend, quick=quick, out=out)
+    typer.echo(f"profile: {path}")
+
+
+@scenarios_app.command("list")
+def scenarios_list() -> None:
+    """The built-in scenarios, one line each."""
+    from simulator.scenario import list_builtin
+
+    for name, line in list_builtin():
+        typer.echo(f"{name:40s} {line}")
+
+
+@scenarios_app.command("show")
+def scenarios_show(name: Annotated[str, typer.Argument(help="Built-in name or path.")]) -> None:
+    """Print a scenario file."""
+    from simulator.scenario import resolve_scenario
+
+    typer.echo(resolve_scenario(name).read_text())
+
+
+@bench_app.command("sim")
+def bench_sim(
+    requests: Annotated[
+        int | None, typer.Option(help="Trace rows to replay (default: the whole trace).")
+    ] = None,
+    trace: Annotated[str, typer.Option(help="Built-in trace name or CSV path.")] = "azure-conv",
+    policy: Annotated[str, typer.Option(help="static, orca, vllm-v0 or vllm-v1.")] = "vllm-v1",
+) -> None:
+    """Replay a trace on Llama-2-7B / A100-80GB; print wall time, speed and peak memory."""
+    import resource
+
+    from simulator.bench import trace_replay_scenario
+    from simulator.engine import simulate
+
+    scenario = trace_replay_scenario(trace, requests, policy)
+    start = time.perf_counter()
+    result = simulate(scenario)
+    wall_s = time.perf_counter() - start
+    peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    summary = result.summary
+    num_requests = int(summary["num_requests"])  # type: ignore[arg-type]
+    tokens = float(result.requests["output_len"].sum() + result.requests["prompt_len"].sum())
+    typer.echo(
+        f"{trace} x {num_requests} requests, {policy}: simulated {summary['duration_s']:.0f} s "
+        f"in {wall_s:.2f} s wall; {num_requests / wall_s:,.0f} requests/s, "
+        f"{tokens / wall_s:,.0f} tokens/s, {summary['num_steps']:,} steps "
+        f"({int(summary['num_steps']) / wall_s:,.0f} steps/s); peak RSS {peak_mib:,.0f} MiB"
+    )
+
+
+@bench_app.command("kernel")
+def bench_kernel(
+    model: Annotated[str, typer.Option(help="Preset name or config.json.")] = "llama-2-7b",
+    out: Annotated[Path | None, typer.Option(help="CSV of the rows.")] = None,
+) -> None:
+    """Time the paged-attention kernel per shape (GPU): GB/s, % of copy bandwidth, ratios."""
+    from calibration.bench import bench_kernel as run_bench
+    from simulator.catalog import resolve_model
+
+    rows = run_bench(resolve_model(model))
+    if out is not None:
+        import pandas as pd
+
+        pd.DataFrame(rows).to_csv(out, index=False)
+    if rows:
+        keys = list(rows[0])
+        _echo_table(rows, [(k, k, "") for k in keys])
+
+
+def main() -> None:
+    """Entry point: typer reports usage errors itself (exit 2); pagesim's errors map here."""
+    try:
+        app()
+    except PagesimError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise SystemExit(exc.exit_code) from None
