@@ -13,7 +13,7 @@ class PagesimError(Exception):
 
 
 class InputError(PagesimError):
-    """A person gave input pagesim cannot use; the message says where, what and the valid choices."""
+    """Input pagesim cannot use; the message says where, what is wrong and the valid choices."""
 
     exit_code = 2
 

@@ -136,8 +136,8 @@ def format_bytes(num_bytes: int | float) -> str:
 
 def format_report(report: KVReport) -> str:
     lines = [
-        f"model {report.model}  kv dtype {report.kv_dtype}  tensor parallel {report.tensor_parallel}"
-        f"  block size {report.block_size} tokens",
+        f"model {report.model}  kv dtype {report.kv_dtype}  "
+        f"tensor parallel {report.tensor_parallel}  block size {report.block_size} tokens",
         f"  KV per token      {format_bytes(report.bytes_per_token)}",
         f"  KV per block      {format_bytes(report.bytes_per_block)}",
         f"  weights per GPU   {format_bytes(report.weight_bytes)}",
