@@ -25,13 +25,12 @@ def reservation_slots(policy: Reservation, prompt_len: int, output_len: int, max
 
     MAX: the model's maximum length. POW2: the prompt plus the output rounded up to a power of
     two (Orca's over-reservation of up to 2x), capped at max_len. ORACLE: exactly what it needs.
-    A request longer than max_len can never be served: reject it before calling this.
+    A request longer than max_len gets a region too small for it under MAX and POW2 (ORACLE
+    is not capped): callers reject such requests; this only sizes.
     """
     if prompt_len < 0 or output_len < 0:
         raise KVCacheError(f"negative length: prompt {prompt_len}, output {output_len}")
     needed = prompt_len + output_len
-    if needed > max_len:
-        raise KVCacheError(f"request of {needed} tokens exceeds the maximum length {max_len}")
     if policy is Reservation.MAX:
         return max_len
     if policy is Reservation.POW2:

@@ -30,9 +30,12 @@ def test_reservation_slots(
     assert reservation_slots(policy, prompt_len, output_len, max_len=200) == expected
 
 
-def test_reservation_of_a_request_longer_than_the_model_raises() -> None:
-    with pytest.raises(KVCacheError, match="exceeds the maximum length 200"):
-        reservation_slots(Reservation.ORACLE, 150, 51, max_len=200)
+def test_reservation_sizes_without_judging_the_request() -> None:
+    # Too long for the model: the scheduler rejects it; sizing still answers without raising.
+    assert reservation_slots(Reservation.POW2, 150, 51, max_len=200) == 200
+    assert reservation_slots(Reservation.ORACLE, 150, 51, max_len=200) == 201
+    with pytest.raises(KVCacheError, match="negative length"):
+        reservation_slots(Reservation.MAX, -1, 5, max_len=200)
 
 
 def test_first_fit_and_external_fragmentation() -> None:
