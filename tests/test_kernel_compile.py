@@ -1,0 +1,83 @@
+"""kernels/*.cu compile with nvcc for sm_80 and sm_90 without register spills, and suit NVRTC.
+
+No GPU needed: `nvcc --cubin` only compiles. Skips with a reason where nvcc is absent.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from calibration.kernel import kernel_path
+
+NVCC = shutil.which("nvcc") or next(
+    (p for p in ("/usr/local/cuda/bin/nvcc", "/usr/local/bin/nvcc") if Path(p).exists()), None
+)
+needs_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc (CUDA toolkit) is not installed")
+
+# The variants the calibration and the benchmark use first: MHA paged and contiguous (Llama-2),
+# GQA 4 (Llama-3-8B), the split-K reduce. The full grid is compiled by the slow test.
+CORE_INSTANCES = """
+PAGESIM_DECODE(0, 128, 16, 1, true)
+PAGESIM_DECODE(0, 128, 16, 1, false)
+PAGESIM_DECODE(0, 128, 16, 4, true)
+PAGESIM_REDUCE(0, 128)
+"""
+
+
+def _compile(arch: str, source: Path, out: Path, *defines: str) -> subprocess.Popen[str]:
+    command = [NVCC, "--cubin", "-std=c++17", f"-arch={arch}", "-Xptxas", "-v", *defines]
+    command += [str(source), "-o", str(out)]
+    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def _check(processes: dict[str, subprocess.Popen[str]]) -> None:
+    for arch, process in processes.items():
+        output, _ = process.communicate(timeout=600)
+        assert process.returncode == 0, f"nvcc -arch={arch} failed:\n{output}"
+        spills = re.findall(r"(\d+) bytes spill stores", output)
+        assert spills, f"no ptxas report for {arch}:\n{output}"
+        assert all(s == "0" for s in spills), f"register spills on {arch}:\n{output}"
+        stacks = re.findall(r"(\d+) bytes stack frame", output)
+        assert all(s == "0" for s in stacks), f"local-memory stack frame on {arch}:\n{output}"
+
+
+@needs_nvcc
+def test_core_variants_compile_for_sm80_and_sm90(tmp_path: Path) -> None:
+    source = tmp_path / "core.cu"
+    source.write_text(f'#include "{kernel_path()}"\n{CORE_INSTANCES}')
+    processes = {
+        arch: _compile(arch, source, tmp_path / f"{arch}.cubin") for arch in ("sm_80", "sm_90")
+    }
+    _check(processes)
+
+
+@needs_nvcc
+@pytest.mark.slow
+def test_full_instantiation_grid_compiles(tmp_path: Path) -> None:
+    processes = {
+        arch: _compile(
+            arch, kernel_path(), tmp_path / f"{arch}.cubin", "-DPAGESIM_INSTANTIATE_GRID"
+        )
+        for arch in ("sm_80", "sm_90")
+    }
+    _check(processes)
+
+
+def test_kernel_sources_are_nvrtc_ready() -> None:
+    """NVRTC gets no host headers: the source includes nothing and defines no host code."""
+    for path in sorted(kernel_path().parent.glob("*.cu")):
+        text = path.read_text()
+        assert not re.search(r"^\s*#\s*include", text, re.MULTILINE), f"{path} includes a header"
+        assert "__host__" not in text, f"{path} has host code"
+        assert "int main" not in text, f"{path} has host code"
+
+
+def test_kernel_documents_its_layout() -> None:
+    text = kernel_path().read_text()
+    assert "[num_blocks, num_kv_heads, block_size, head_dim]" in text
+    assert "Why this layout" in text
