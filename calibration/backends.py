@@ -216,11 +216,11 @@ class CupyBackend:
     name = "cupy"
 
     def __init__(self) -> None:
-        from calibration.kernel import import_cupy
+        from calibration.kernel import device_int, import_cupy
 
         self.cupy = import_cupy()
-        attributes = self.cupy.cuda.Device().attributes
-        self.l2_bytes = int(attributes.get("L2CacheSize", 0))
+        device_id = self.cupy.cuda.Device().id
+        self.l2_bytes = device_int(self.cupy, "l2CacheSize", "L2CacheSize", device_id) or 0
         self.timer: Timer = CudaEventTimer(self.cupy, self.l2_bytes)
         self._rng = np.random.default_rng(0)
         self.kv_pool: tuple[Any, Any] | None = None

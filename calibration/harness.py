@@ -178,15 +178,15 @@ def gpu_provenance(cupy: Any) -> dict[str, object]:
     runtime = cupy.cuda.runtime
     device = cupy.cuda.Device()
     props = runtime.getDeviceProperties(device.id)
-    name = props.get("name", b"unknown")
     attributes = device.attributes
     smi = _nvidia_smi_clocks()
+    name = props.get("name", b"unknown")
     return {
         "device": name.decode() if isinstance(name, bytes) else str(name),
         "device_kind": "gpu",
         "compute_capability": device.compute_capability,
-        "num_sms": attributes.get("MultiProcessorCount"),
-        "l2_bytes": attributes.get("L2CacheSize"),
+        "num_sms": props.get("multiProcessorCount", attributes.get("MultiProcessorCount")),
+        "l2_bytes": props.get("l2CacheSize", attributes.get("L2CacheSize")),
         "memory_bytes": int(props.get("totalGlobalMem", 0)),
         "driver_version": runtime.driverGetVersion(),
         "driver": smi.get("driver_version"),
@@ -195,8 +195,8 @@ def gpu_provenance(cupy: Any) -> dict[str, object]:
         "torch": _version("torch"),
         "numpy": np.__version__,
         "python": platform.python_version(),
-        "sm_clock_max_khz": attributes.get("ClockRate"),
-        "mem_clock_max_khz": attributes.get("MemoryClockRate"),
+        "sm_clock_max_khz": props.get("clockRate", attributes.get("ClockRate")),
+        "mem_clock_max_khz": props.get("memoryClockRate", attributes.get("MemoryClockRate")),
         "nvidia_smi": smi,
         "date": iso_now(),
     }

@@ -39,7 +39,7 @@ PARTITION_QUANTUM = 128  # tokens; partitions are multiples of one CTA sweep
 MIN_PARTITION = 256  # tokens; below this a partition's fixed cost outweighs the parallelism
 CTAS_PER_SM_TARGET = 4  # split-K until about this many CTAs per multiprocessor
 DTYPE_TAGS = {"fp16": 0, "bf16": 1}
-NVRTC_OPTIONS = ("--std=c++17",)
+NVRTC_OPTIONS: tuple[str, ...] = ()  # NVRTC 12+ defaults to C++17; CuPy adds -arch itself
 LOG2E = 1.4426950408889634
 
 
@@ -123,10 +123,22 @@ def noop_kernel() -> Any:
     return cupy.RawModule(code=kernel_source(), options=NVRTC_OPTIONS).get_function("pagesim_noop")
 
 
+def device_int(cupy: Any, prop: str, attribute: str, device_id: int = 0) -> int | None:
+    """An integer property of a device: cudaDeviceProp field `prop`, else attribute `attribute`."""
+    try:
+        value = cupy.cuda.runtime.getDeviceProperties(device_id).get(prop)
+    except Exception:  # an old or partial binding: fall back to the attribute table
+        value = None
+    if value is None:
+        value = cupy.cuda.Device(device_id).attributes.get(attribute)
+    return None if value is None else int(value)
+
+
 @cache
 def _num_sms(device_id: int) -> int:
     cupy = import_cupy()
-    return int(cupy.cuda.Device(device_id).attributes["MultiProcessorCount"])
+    num_sms = device_int(cupy, "multiProcessorCount", "MultiProcessorCount", device_id)
+    return num_sms or 1
 
 
 @dataclass(frozen=True, slots=True)

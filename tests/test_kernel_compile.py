@@ -5,6 +5,10 @@ No GPU needed: `nvcc --cubin` only compiles. Skips with a reason where nvcc is a
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import glob
+import os
 import re
 import shutil
 import subprocess
@@ -81,3 +85,81 @@ def test_kernel_documents_its_layout() -> None:
     text = kernel_path().read_text()
     assert "[num_blocks, num_kv_heads, block_size, head_dim]" in text
     assert "Why this layout" in text
+
+
+# ---------------------------------------------------------- NVRTC, as CuPy's RawModule uses it
+
+
+def _find_nvrtc() -> str | None:
+    """libnvrtc: $PAGESIM_NVRTC, the toolkit's, or the loader's (pip's nvidia-cuda-nvrtc)."""
+    candidates = [os.environ.get("PAGESIM_NVRTC"), ctypes.util.find_library("nvrtc")]
+    candidates += sorted(glob.glob("/usr/local/cuda*/lib64/libnvrtc.so*"))
+    for candidate in candidates:
+        if not candidate:
+            continue
+        try:
+            lib = ctypes.CDLL(candidate)
+            program = ctypes.c_void_p()
+            source = b'extern "C" __global__ void probe() {}'
+            lib.nvrtcCreateProgram(ctypes.byref(program), source, b"probe.cu", 0, None, None)
+            status = lib.nvrtcCompileProgram(program, 0, None)  # needs nvrtc-builtins too
+            lib.nvrtcDestroyProgram(ctypes.byref(program))
+        except (OSError, AttributeError):
+            continue
+        if status == 0:
+            return candidate
+    return None
+
+
+NVRTC = _find_nvrtc()
+
+
+def nvrtc_compile(source: str, names: list[str], options: list[str]) -> dict[str, str]:
+    """Compile with NVRTC and return {name expression: lowered (mangled) name}."""
+    lib = ctypes.CDLL(NVRTC)
+    program = ctypes.c_void_p()
+
+    def check(status: int, what: str) -> None:
+        if status != 0:
+            size = ctypes.c_size_t()
+            lib.nvrtcGetProgramLogSize(program, ctypes.byref(size))
+            log = ctypes.create_string_buffer(size.value)
+            lib.nvrtcGetProgramLog(program, log)
+            raise AssertionError(f"NVRTC {what} failed ({status}):\n{log.value.decode()}")
+
+    check(
+        lib.nvrtcCreateProgram(
+            ctypes.byref(program), source.encode(), b"paged_attention.cu", 0, None, None
+        ),
+        "create",
+    )
+    try:
+        for name in names:
+            check(lib.nvrtcAddNameExpression(program, name.encode()), f"name {name}")
+        argv = (ctypes.c_char_p * len(options))(*(o.encode() for o in options))
+        check(lib.nvrtcCompileProgram(program, len(options), argv), "compile")
+        lowered = {}
+        for name in names:
+            out = ctypes.c_char_p()
+            check(lib.nvrtcGetLoweredName(program, name.encode(), ctypes.byref(out)), name)
+            lowered[name] = out.value.decode()
+        return lowered
+    finally:
+        lib.nvrtcDestroyProgram(ctypes.byref(program))
+
+
+@pytest.mark.skipif(NVRTC is None, reason="libnvrtc not found (set PAGESIM_NVRTC to its path)")
+@pytest.mark.parametrize("arch", ["compute_80", "sm_90"])
+def test_nvrtc_compiles_the_name_expressions_calibration_asks_for(arch: str) -> None:
+    from calibration.kernel import NVRTC_OPTIONS, Variant, kernel_source
+
+    variants = [
+        Variant("fp16", 128, 16, 1, True),
+        Variant("fp16", 128, 16, 1, False),
+        Variant("bf16", 64, 8, 7, True),
+        Variant("bf16", 256, 32, 8, True),
+    ]
+    names = [n for v in variants for n in (v.decode_name, v.reduce_name)]
+    lowered = nvrtc_compile(kernel_source(), names, [*NVRTC_OPTIONS, f"-arch={arch}"])
+    assert all(lowered[n].startswith("_Z") for n in names)
+    assert nvrtc_compile(kernel_source(), [], [*NVRTC_OPTIONS, f"-arch={arch}"]) == {}
