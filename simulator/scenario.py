@@ -1,0 +1,1334 @@
+"""Scenario files: TOML -> one validated, frozen `Scenario`; `--set` overrides; sweep expansion.
+
+Every problem with a scenario file is an `InputError` whose one-line message names the file, the
+key (a dotted path such as `systems[1].policy`), what is wrong and the valid choices or range.
+Nothing else escapes, however malformed the input. The schema (full reference, with examples, in
+scenarios/README.md; keys are simulator/config.py field names):
+
+    name = "..."                  # default: the file's stem
+    description = "..."           # its first line is what `pagesim scenarios list` shows
+    seed = 0                      # RNG seed of the whole simulation
+    [model]      preset = "llama-2-7b"  |  config = "path/to/config.json" (relative to this file)
+                 kv_dtype = "fp16" | "bf16" | "fp8";  tensor_parallel = 1
+    [gpu]        preset = "a100-80gb", and/or name, memory_gib, mem_bandwidth_gbps, fp16_tflops,
+                 host_link_gbps (a preset's figures can be overridden one by one)
+    [execution]  kind = "roofline" | "profile";  profile = "file.json" (relative to this file, or
+                 a bare file name in calibration/profiles/);  gemm_efficiency,
+                 attention_bw_efficiency, weight_bw_efficiency, step_overhead_s, allreduce_bw_gbps
+    [workload]   num_requests, trace ("azure-conv", "azure-code", "arxiv-summarization" or a CSV
+                 path), trace_offset, time_scale, sampling = "single"|"parallel"|"beam", num_seqs
+      [workload.arrival]           kind = poisson|gamma|constant|burst|trace, rate_per_s, cv
+      [workload.prompt], [workload.output]
+                                   kind = fixed (value) | uniform (low, high) | lognormal (mean, cv)
+                                   | empirical (trace or path, column) | trace
+      [[workload.prefix_groups]]   num_tokens, fraction
+      [[workload.requests]]        prompt_len, output_len, arrival_s, priority (replace generators)
+    [defaults]   any [[systems]] key but name: applies to every system that does not set it
+    [[systems]]  name, policy = static|orca|vllm-v0|vllm-v1, and any SystemConfig field
+    [slo]        ttft_s, tpot_s
+    [stop]       max_time_s, warmup_s
+    [sweep]      axes = [{ path = "workload.arrival.rate_per_s", values = [1, 2, 4] }]  (1 or 2)
+
+An override or sweep axis path is a dotted key into that schema: `systems.block_size` sets the
+key in every system, `systems[0].block_size` in one. Override values are TOML values when they
+parse as one (`2`, `2.5`, `true`, `"x"`, `[1, 2]`, `{ kind = "burst" }`), else bare strings.
+"""
+
+from __future__ import annotations
+
+import copy
+import csv
+import difflib
+import functools
+import itertools
+import math
+import os
+import re
+import tomllib
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, fields, replace
+from datetime import date, datetime, time
+from enum import Enum
+from pathlib import Path
+from typing import Any, NoReturn
+
+from simulator.catalog import (
+    GB,
+    GIB,
+    GPUS,
+    MODELS,
+    GPUSpec,
+    KVDtype,
+    ModelSpec,
+    custom_gpu,
+    get_gpu,
+    get_model,
+    load_hf_config,
+)
+from simulator.config import (
+    SLO,
+    AdmissionOrder,
+    ArrivalKind,
+    ArrivalProcess,
+    ExecutionConfig,
+    ExecutionKind,
+    ExplicitRequest,
+    LengthDist,
+    LengthKind,
+    Policy,
+    PreemptionPolicy,
+    PrefixGroup,
+    Reservation,
+    Scenario,
+    StopConfig,
+    SweepAxis,
+    SystemConfig,
+    VictimPolicy,
+    WorkloadConfig,
+)
+from simulator.errors import InputError, choices_text
+from simulator.request import SamplingKind
+
+__all__ = [
+    "BUILTIN_DIR",
+    "BUILTIN_TRACES",
+    "PROFILE_DIR",
+    "SCHEMA",
+    "ScenarioError",
+    "check_path",
+    "describe_scenario",
+    "expand_sweep",
+    "list_builtin",
+    "load_scenario",
+    "parse_param",
+    "parse_scenario",
+    "parse_value",
+    "resolve_scenario",
+    "scenario_to_toml_text",
+]
+
+_ROOT = Path(__file__).resolve().parent.parent
+BUILTIN_DIR = _ROOT / "scenarios"  # the scenario library (shipped as package data)
+PROFILE_DIR = _ROOT / "calibration" / "profiles"  # measured profiles found by bare file name
+TRACE_DIR = Path(__file__).resolve().parent / "data"
+BUILTIN_TRACES: dict[str, Path] = {
+    "azure-conv": TRACE_DIR / "azure_conv_2023.csv",
+    "azure-code": TRACE_DIR / "azure_code_2023.csv",
+    "arxiv-summarization": TRACE_DIR / "arxiv_summarization.csv",
+}
+ARRIVAL_COLUMN = "arrived_at"  # trace columns, as in the Azure traces (simulator/data/README.md)
+PROMPT_COLUMN = "num_prefill_tokens"
+OUTPUT_COLUMN = "num_decode_tokens"
+
+MAX_COUNT = 10**9  # upper bound of counts and token lengths: big enough, small enough to compute
+MAX_AXES = 2
+MAX_SWEEP_POINTS = 10_000
+MAX_FILE_BYTES = 16 * 2**20  # a scenario file
+MAX_TRACE_BYTES = 512 * 2**20
+
+# --- the schema: the valid keys of every table (a table -> dict; [[array]] -> [dict]) -------
+
+# Every [[systems]] key but name, with how to read it (config.py's SystemConfig fields).
+_SYSTEM_READERS: dict[str, Callable[[_Table, str], Any]] = {
+    "policy": lambda t, k: t.choice(k, Policy),
+    "block_size": lambda t, k: t.integer(k, hi=1 << 20),
+    "max_num_seqs": lambda t, k: t.integer(k, hi=1 << 20),
+    "max_num_batched_tokens": lambda t, k: t.integer(k),
+    "max_prefill_chunk": lambda t, k: t.integer(k),
+    "reservation": lambda t, k: t.choice(k, Reservation),
+    "preemption": lambda t, k: t.choice(k, PreemptionPolicy),
+    "victim": lambda t, k: t.choice(k, VictimPolicy),
+    "admission": lambda t, k: t.choice(k, AdmissionOrder),
+    "enable_prefix_cache": lambda t, k: t.flag(k),
+    "watermark": lambda t, k: t.fraction(k, hi_open=True),
+    "gpu_memory_utilization": lambda t, k: t.fraction(k, lo_open=True),
+    "activation_reserve_gib": lambda t, k: t.number(k, hi=1e5),
+    "swap_space_gib": lambda t, k: t.number(k, hi=1e5),
+    "static_batch_size": lambda t, k: t.integer(k, hi=1 << 20),
+    "static_batch_timeout_s": lambda t, k: t.number(k, hi=1e9),
+    "num_kv_blocks": lambda t, k: t.integer(k),
+}
+
+
+def _keys(names: str) -> dict[str, None]:
+    return dict.fromkeys(names.split())
+
+
+_LENGTH_KEYS = _keys("kind value low high mean cv trace path column")
+_Schema = dict[str, Any]
+SCHEMA: _Schema = {
+    **_keys("name description seed"),
+    "model": _keys("preset config kv_dtype tensor_parallel"),
+    "gpu": _keys("preset name memory_gib mem_bandwidth_gbps fp16_tflops host_link_gbps"),
+    "execution": _keys(
+        "kind profile gemm_efficiency attention_bw_efficiency weight_bw_efficiency "
+        "step_overhead_s allreduce_bw_gbps"
+    ),
+    "workload": {
+        **_keys("num_requests trace trace_offset time_scale sampling num_seqs"),
+        "arrival": _keys("kind rate_per_s cv"),
+        "prompt": _LENGTH_KEYS,
+        "output": _LENGTH_KEYS,
+        "prefix_groups": [_keys("num_tokens fraction")],
+        "requests": [_keys("prompt_len output_len arrival_s priority")],
+    },
+    "defaults": dict.fromkeys(_SYSTEM_READERS),
+    "systems": [dict.fromkeys(("name", *_SYSTEM_READERS))],
+    "slo": _keys("ttft_s tpot_s"),
+    "stop": _keys("max_time_s warmup_s"),
+    "sweep": _keys("axes"),
+}
+
+
+class ScenarioError(InputError):
+    """An InputError about one key of a scenario; `key` lets callers say which override set it."""
+
+    def __init__(self, label: str, key: str, problem: str) -> None:
+        message = f"{label}: {key}: {problem}" if key else f"{label}: {problem}"
+        super().__init__(_CONTROL.sub(lambda m: repr(m[0])[1:-1], message))  # always one line
+        self.label, self.key, self.problem = label, key, problem
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+# --- describing values in messages ---------------------------------------------------------
+
+_TOML_TYPES: tuple[tuple[type, str], ...] = (
+    (bool, "boolean"),
+    (int, "integer"),
+    (float, "float"),
+    (str, "string"),
+    (list, "array"),
+    (dict, "table"),
+    (datetime, "datetime"),
+    (date, "date"),
+    (time, "time"),
+)
+
+
+def _type_name(value: object) -> str:
+    for cls, name in _TOML_TYPES:
+        if isinstance(value, cls):
+            return name
+    return type(value).__name__
+
+
+def _show(value: object, limit: int = 60) -> str:
+    """A short TOML-like rendering of a value for a message (never fails, never huge)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int) and value.bit_length() > 96:  # str() of a huge int is refused
+        return f"<an integer of about {int(value.bit_length() * 0.30103)} digits>"
+    if isinstance(value, list):
+        text = "[" + ", ".join(_show(v, 20) for v in value[:4]) + (", ...]" if value[4:] else "]")
+    elif isinstance(value, dict):
+        items = [f"{k} = {_show(v, 20)}" for k, v in list(value.items())[:3]]
+        text = "{ " + ", ".join(items) + (", ... }" if len(value) > 3 else " }")
+    else:
+        text = repr(value) if isinstance(value, str | int | float) else str(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _described(value: object) -> str:
+    return f"{_type_name(value)} {_show(value)}"
+
+
+def _suggest(word: str, choices: Sequence[str]) -> str:
+    close = difflib.get_close_matches(word, choices, n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _display(path: Path) -> str:
+    """A path as a person would type it: relative to the working directory when inside it."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd()))
+    except (ValueError, OSError, RuntimeError):
+        return str(path)
+
+
+def _is_file(path: Path) -> bool:
+    try:
+        return path.is_file()
+    except (OSError, ValueError):  # name too long, embedded NUL byte...
+        return False
+
+
+# --- reading one table ---------------------------------------------------------------------
+
+_REQUIRED: Any = object()
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
+
+
+@dataclass(frozen=True)
+class _Ctx:
+    label: str  # the file, as messages name it
+    base_dir: Path  # relative paths in the file resolve against this
+
+    def fail(self, key: str, problem: str) -> NoReturn:
+        raise ScenarioError(self.label, key, problem)
+
+    def resolve(self, text: str) -> Path:
+        try:
+            path = Path(os.path.expanduser(text))
+        except (ValueError, KeyError, RuntimeError):  # "~user\0..." and the like
+            path = Path(text)
+        return path if path.is_absolute() else self.base_dir / path
+
+
+def _num(x: float) -> str:
+    if isinstance(x, int) or (x.is_integer() and abs(x) < 1e16):
+        return str(int(x))
+    return f"{x:g}"
+
+
+def _range_text(lo: float, hi: float, lo_open: bool = False, hi_open: bool = False) -> str:
+    return f"in {'(' if lo_open else '['}{_num(lo)}, {_num(hi)}{')' if hi_open else ']'}"
+
+
+class _Table:
+    """One TOML table of the scenario: checks its keys, reads typed values with paths for errors."""
+
+    def __init__(self, ctx: _Ctx, key: str, data: object, schema: _Schema) -> None:
+        if not isinstance(data, dict):
+            ctx.fail(key, f"expected a table, got {_described(data)}")
+        self.ctx, self.key, self.data, self.schema = ctx, key, data, schema
+        for name in data:
+            if name not in schema:
+                valid = list(schema)
+                ctx.fail(
+                    self.path(str(name)),
+                    f"unknown key {str(name)!r}{_suggest(str(name), valid)}; "
+                    f"valid keys here: {choices_text(valid)}",
+                )
+
+    def path(self, name: str) -> str:
+        name = name if _BARE_KEY.fullmatch(name) else _toml(name)  # as TOML would quote it
+        return f"{self.key}.{name}" if self.key else name
+
+    def fail(self, name: str, problem: str) -> NoReturn:
+        self.ctx.fail(self.path(name), problem)
+
+    def has(self, name: str) -> bool:
+        return name in self.data
+
+    def _get(self, name: str, default: Any, expected: str) -> Any:
+        if name in self.data:
+            return self.data[name]
+        if default is _REQUIRED:
+            self.fail(name, f"required key is missing ({expected})")
+        return default
+
+    def text(self, name: str, default: Any = _REQUIRED, allow_empty: bool = False) -> Any:
+        value = self._get(name, default, "a string")
+        if value is default:
+            return value
+        if not isinstance(value, str):
+            self.fail(name, f"expected a string, got {_described(value)}")
+        if not value.strip() and not allow_empty:
+            self.fail(name, "must not be empty")
+        return value
+
+    def flag(self, name: str, default: Any = _REQUIRED) -> Any:
+        value = self._get(name, default, "true or false")
+        if value is not default and not isinstance(value, bool):
+            self.fail(name, f"expected true or false, got {_described(value)}")
+        return value
+
+    def integer(self, name: str, default: Any = _REQUIRED, lo: int = 1, hi: int = MAX_COUNT) -> Any:
+        rng = _range_text(lo, hi)
+        value = self._get(name, default, f"an integer {rng}")
+        if value is default:
+            return value
+        if isinstance(value, bool) or not isinstance(value, int):
+            self.fail(name, f"expected an integer {rng}, got {_described(value)}")
+        if not lo <= value <= hi:
+            self.fail(name, f"must be {rng}, got {_show(value)}")
+        return value
+
+    def number(
+        self,
+        name: str,
+        default: Any = _REQUIRED,
+        lo: float = 0.0,
+        hi: float = 1e12,
+        lo_open: bool = False,
+        hi_open: bool = False,
+    ) -> Any:
+        """A float (an integer is accepted and converted); finite and inside its range."""
+        rng = _range_text(lo, hi, lo_open, hi_open)
+        value = self._get(name, default, f"a number {rng}")
+        if value is default:
+            return value
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            self.fail(name, f"expected a number {rng}, got {_described(value)}")
+        if isinstance(value, float) and not math.isfinite(value):
+            self.fail(name, f"must be a finite number {rng}, got {_show(value)}")
+        # Every float is bounded above too: no inf, no overflow further down.
+        too_low = value <= lo if lo_open else value < lo
+        too_high = value >= hi if hi_open else value > hi
+        if too_low or too_high:
+            self.fail(name, f"must be {rng}, got {_show(value)}")
+        return float(value)
+
+    def fraction(self, name: str, default: Any = _REQUIRED, **kw: Any) -> Any:
+        return self.number(name, default, lo=0.0, hi=1.0, **kw)
+
+    def choice(self, name: str, enum: type[Enum], default: Any = _REQUIRED) -> Any:
+        valid = choices_text(m.value for m in enum)
+        value = self._get(name, default, f"one of: {valid}")
+        if value is default:
+            return value
+        if not isinstance(value, str):
+            self.fail(name, f"expected a string (one of: {valid}), got {_described(value)}")
+        for member in enum:
+            if member.value == value.lower():
+                return member
+        self.fail(name, f"unknown {name.replace('_', ' ')} {value!r}; valid: {valid}")
+
+    def table(self, name: str, required: bool = False) -> _Table:
+        if name not in self.data and required:
+            self.fail(name, f"required table [{self.path(name)}] is missing")
+        return _Table(self.ctx, self.path(name), self.data.get(name, {}), self.schema[name])
+
+    def tables(self, name: str) -> list[_Table]:
+        """The entries of an array of tables ([[name]]); [] when absent."""
+        items = self.data.get(name, [])
+        if not isinstance(items, list):
+            self.fail(name, f"expected an array of tables ([[{name}]]), got {_described(items)}")
+        schema = self.schema[name][0]
+        return [_Table(self.ctx, f"{self.path(name)}[{i}]", d, schema) for i, d in enumerate(items)]
+
+
+# --- traces (CSV files with the Azure traces' columns) --------------------------------------
+
+
+@dataclass(frozen=True)
+class _Csv:
+    columns: tuple[str, ...]
+    num_rows: int
+    not_tokens: dict[str, str]  # column -> its first cell that is not a whole number >= 1
+    not_times: dict[str, str]  # column -> its first cell that is not a finite, non-decreasing time
+
+
+def _cell_problems(cell: str, last: float) -> tuple[bool, bool, float]:
+    """(is not a token count, is not a time after `last`, the cell as a number)."""
+    try:
+        number = float(cell)
+    except ValueError:
+        return True, True, last
+    is_finite = math.isfinite(number)
+    return not (is_finite and number >= 1 and number.is_integer()), not number >= last, number
+
+
+@functools.lru_cache(maxsize=32)
+def _read_csv(path: str, _mtime_ns: int, _size: int) -> _Csv | str:
+    """Header, row count and each column's first bad cell of a CSV file, or why it is unreadable."""
+    try:
+        with open(path, encoding="utf-8", newline="") as file:
+            rows = csv.reader(file)
+            header = tuple(c.strip() for c in next(rows, ()))
+            if not header:
+                return "is empty"
+            not_tokens: dict[str, str] = {}
+            not_times: dict[str, str] = {}
+            last = dict.fromkeys(header, -math.inf)
+            num_rows = 0
+            for row in rows:
+                if not row:
+                    continue  # a blank line
+                num_rows += 1
+                if len(row) < len(header):
+                    return f"line {rows.line_num} has {len(row)} fields, the header {len(header)}"
+                for column, cell in zip(header, row, strict=False):
+                    bad_tokens, bad_time, last[column] = _cell_problems(cell, last[column])
+                    where = f"line {rows.line_num} holds {cell[:30]!r}"
+                    if bad_tokens:
+                        not_tokens.setdefault(column, where)
+                    if bad_time:
+                        not_times.setdefault(column, where)
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        return f"cannot be read as a CSV file ({exc})"
+    return _Csv(header, num_rows, not_tokens, not_times)
+
+
+def _csv(
+    ctx: _Ctx, key: str, path: Path, tokens: Sequence[str] = (), times: Sequence[str] = ()
+) -> _Csv:
+    """A CSV that parses, with rows, whose `tokens` columns hold whole numbers >= 1 and whose
+    `times` columns hold finite, non-decreasing times."""
+    shown = _display(path)
+    try:
+        stat = path.stat()
+    except (OSError, ValueError):
+        ctx.fail(key, f"no such file {shown!r}")
+    if stat.st_size > MAX_TRACE_BYTES:
+        ctx.fail(key, f"{shown!r} is larger than {MAX_TRACE_BYTES >> 20} MiB")
+    info = _read_csv(str(path), stat.st_mtime_ns, stat.st_size)
+    if isinstance(info, str):
+        ctx.fail(key, f"{shown!r} {info}")
+    if info.num_rows == 0:
+        ctx.fail(key, f"{shown!r} has no rows")
+    for columns, problems, wanted in (
+        (tokens, info.not_tokens, "a whole number of tokens >= 1"),
+        (times, info.not_times, "a finite time at or after the previous row's"),
+    ):
+        for column in columns:
+            if column not in info.columns:
+                have = choices_text(info.columns)
+                ctx.fail(key, f"{shown!r} has no column {column!r}; it has: {have}")
+            if column in problems:
+                ctx.fail(key, f"{shown!r} column {column!r}: {problems[column]}, not {wanted}")
+    return info
+
+
+def _trace_file(t: _Table, name: str) -> tuple[str | None, Path]:
+    """(built-in name or None, CSV path) of a built-in trace name or a CSV path."""
+    text = t.text(name)
+    if text.lower() in BUILTIN_TRACES:
+        return text.lower(), BUILTIN_TRACES[text.lower()]
+    path = t.ctx.resolve(text)
+    if not _is_file(path):
+        t.fail(
+            name,
+            f"unknown trace {text!r}: neither a built-in trace "
+            f"({choices_text(BUILTIN_TRACES)}) nor an existing CSV file",
+        )
+    return None, path
+
+
+# --- the sections --------------------------------------------------------------------------
+
+
+def _model(t: _Table) -> ModelSpec:
+    if t.has("preset") == t.has("config"):
+        t.ctx.fail(
+            t.key,
+            "give exactly one of 'preset' (a catalog model: "
+            f"{choices_text(MODELS)}) or 'config' (a path to a Hugging Face config.json)",
+        )
+    if t.has("preset"):
+        name = t.text("preset")
+        try:
+            return get_model(name)
+        except InputError as exc:
+            t.fail("preset", str(exc))
+    path = t.ctx.resolve(t.text("config"))
+    if not _is_file(path):
+        t.fail("config", f"no such model config file {_display(path)!r}")
+    try:
+        spec = load_hf_config(_display(path))  # the catalog's messages name the path given
+    except InputError as exc:
+        t.fail("config", str(exc))
+    except (RecursionError, ValueError, TypeError, OverflowError, AttributeError) as exc:
+        t.fail("config", f"{_display(path)}: unusable config.json ({type(exc).__name__}: {exc})")
+    if min(spec.num_layers, spec.num_heads, spec.head_dim, spec.hidden_size, spec.num_params) < 1:
+        t.fail("config", f"{_display(path)}: the shapes give a layer, head or size of 0")
+    return spec
+
+
+_GPU_FIGURES = {  # field -> (upper bound, GPUSpec field, unit in that field)
+    "memory_gib": (1e5, "memory_bytes", GIB),
+    "mem_bandwidth_gbps": (1e6, "mem_bandwidth_bps", GB),
+    "fp16_tflops": (1e6, "fp16_flops", 1e12),
+    "host_link_gbps": (1e5, "host_link_bps", GB),
+}
+
+
+def _gpu(t: _Table) -> GPUSpec:
+    figures = {
+        key: t.number(key, None, hi=hi, lo_open=True) for key, (hi, _, _) in _GPU_FIGURES.items()
+    }
+    if not t.has("preset"):
+        missing = [k for k in ("name", *list(_GPU_FIGURES)[:3]) if not t.has(k)]
+        if missing:
+            t.ctx.fail(
+                t.key,
+                f"give 'preset' (one of: {choices_text(GPUS)}) or a custom GPU's name, "
+                f"memory_gib, mem_bandwidth_gbps and fp16_tflops (missing: "
+                f"{choices_text(missing)}; host_link_gbps defaults to 25)",
+            )
+        numbers = [figures[k] for k in _GPU_FIGURES]
+        return custom_gpu(t.text("name"), *numbers[:3], numbers[3] or 25.0)
+    name = t.text("preset")
+    try:
+        gpu = get_gpu(name)
+    except InputError as exc:
+        t.fail("preset", str(exc))
+    changes: dict[str, Any] = {"name": t.text("name", gpu.name)}
+    for key, value in figures.items():
+        if value is not None:  # a preset's datasheet figure replaced, e.g. a 141 GiB H200 as 144
+            _, field, unit = _GPU_FIGURES[key]
+            changes[field] = int(value * unit) if field == "memory_bytes" else value * unit
+    return replace(gpu, **changes)
+
+
+def _profile_path(t: _Table) -> Path:
+    text = t.text("profile")
+    path = t.ctx.resolve(text)
+    if _is_file(path):
+        return path
+    candidates = [_display(path)]
+    if "/" not in text and "\\" not in text:
+        installed = PROFILE_DIR / text
+        if _is_file(installed):
+            return installed
+        candidates.append(_display(installed))
+    t.fail("profile", f"no such profile file {text!r} (looked for {' and '.join(candidates)})")
+
+
+def _execution(t: _Table) -> ExecutionConfig:
+    kind = t.choice("kind", ExecutionKind, ExecutionKind.ROOFLINE)
+    if kind is ExecutionKind.PROFILE and not t.has("profile"):
+        t.fail("profile", 'required key is missing: kind = "profile" needs a profile file')
+    # A profile given with kind = "roofline" is still checked, so that a sweep over
+    # execution.kind = ["roofline", "profile"] compares the two on one file.
+    profile = _profile_path(t) if t.has("profile") else None
+    base = ExecutionConfig()
+    return ExecutionConfig(
+        kind=kind,
+        profile_path=profile,
+        gemm_efficiency=t.fraction("gemm_efficiency", base.gemm_efficiency, lo_open=True),
+        attention_bw_efficiency=t.fraction(
+            "attention_bw_efficiency", base.attention_bw_efficiency, lo_open=True
+        ),
+        weight_bw_efficiency=t.fraction(
+            "weight_bw_efficiency", base.weight_bw_efficiency, lo_open=True
+        ),
+        step_overhead_s=t.number("step_overhead_s", base.step_overhead_s, hi=60.0),
+        allreduce_bw_gbps=t.number(
+            "allreduce_bw_gbps", base.allreduce_bw_gbps, hi=1e5, lo_open=True
+        ),
+    )
+
+
+_LENGTH_USES: dict[LengthKind, tuple[str, ...]] = {
+    LengthKind.FIXED: ("value",),
+    LengthKind.UNIFORM: ("low", "high"),
+    LengthKind.LOGNORMAL: ("mean", "cv"),
+    LengthKind.EMPIRICAL: ("trace", "path", "column"),
+    LengthKind.TRACE: (),
+}
+
+
+def _length(t: _Table, column: str, trace: Path | None, workload_key: str) -> LengthDist:
+    """A prompt or output length distribution; `column` is the trace column it defaults to."""
+    kind = t.choice("kind", LengthKind)
+    uses = _LENGTH_USES[kind]
+    for name in t.data:
+        if name != "kind" and name not in uses:
+            used = f"it uses: {choices_text(uses)}" if uses else "it takes no other key"
+            t.fail(name, f'not used with kind = "{kind.value}" ({used})')
+    if kind is LengthKind.FIXED:
+        return LengthDist(kind, value=t.integer("value"))
+    if kind is LengthKind.UNIFORM:
+        low = t.integer("low")
+        high = t.integer("high", lo=low)
+        return LengthDist(kind, low=low, high=high)
+    if kind is LengthKind.LOGNORMAL:
+        mean = t.number("mean", lo=1.0, hi=float(MAX_COUNT))
+        return LengthDist(kind, mean=mean, cv=t.number("cv", 1.0, hi=100.0))
+    if kind is LengthKind.TRACE:
+        if trace is None:
+            t.fail("kind", f'kind = "trace" needs {workload_key}.trace (the trace to read)')
+        return LengthDist(kind, column=column)
+    if t.has("trace") == t.has("path"):
+        t.ctx.fail(
+            t.key,
+            "kind = \"empirical\" needs exactly one of 'trace' (a built-in trace: "
+            f"{choices_text(BUILTIN_TRACES)}) or 'path' (a CSV file), and a 'column'",
+        )
+    if t.has("trace"):
+        name = t.text("trace").lower()
+        if name not in BUILTIN_TRACES:
+            t.fail("trace", f"unknown trace {name!r}; valid: {choices_text(BUILTIN_TRACES)}")
+        path, trace_name = BUILTIN_TRACES[name], name
+    else:
+        path, trace_name = t.ctx.resolve(t.text("path")), None
+    info = _csv(t.ctx, t.path("trace" if trace_name else "path"), path)
+    if not t.has("column") and column not in info.columns:
+        t.fail(
+            "column", f"required key is missing; the file's columns: {choices_text(info.columns)}"
+        )
+    chosen = t.text("column", column)
+    _csv(t.ctx, t.path("column"), path, tokens=[chosen])
+    return LengthDist(kind, path=path, trace_name=trace_name, column=chosen)
+
+
+# [workload] keys that generate requests: meaningless beside explicit [[workload.requests]]
+_GENERATOR_KEYS = tuple(
+    k for k in SCHEMA["workload"] if k not in ("sampling", "num_seqs", "requests")
+)
+
+
+def _workload(t: _Table, max_seq_len: int) -> WorkloadConfig:
+    sampling = t.choice("sampling", SamplingKind, SamplingKind.SINGLE)
+    num_seqs = t.integer("num_seqs", 1, hi=1024)
+    if sampling is SamplingKind.SINGLE and num_seqs > 1:
+        t.fail("num_seqs", 'must be 1 with sampling = "single"; use "parallel" or "beam" for more')
+    requests = t.tables("requests")
+    if requests:
+        for name in _GENERATOR_KEYS:
+            if t.has(name):
+                t.fail(name, "not used with [[workload.requests]], which replace the generators")
+        explicit = tuple(
+            ExplicitRequest(
+                prompt_len=r.integer("prompt_len"),
+                output_len=r.integer("output_len"),
+                arrival_s=r.number("arrival_s", 0.0),
+                priority=r.integer("priority", 0, lo=-MAX_COUNT),
+            )
+            for r in requests
+        )
+        return WorkloadConfig(
+            arrival=ArrivalProcess(ArrivalKind.BURST),  # unused: each request has arrival_s
+            prompt=LengthDist(LengthKind.FIXED),
+            output=LengthDist(LengthKind.FIXED),
+            num_requests=len(explicit),
+            sampling=sampling,
+            num_seqs=num_seqs,
+            explicit=explicit,
+        )
+    if "requests" in t.data:
+        t.fail("requests", "must hold at least one request when given")
+    trace_name, trace_path = None, None
+    if t.has("trace"):
+        trace_name, trace_path = _trace_file(t, "trace")
+    else:
+        for name in ("trace_offset", "time_scale"):
+            if t.has(name):
+                t.fail(name, "only used with workload.trace")
+    num_requests = t.integer("num_requests", None if trace_path else _REQUIRED)
+    offset = t.integer("trace_offset", 0, lo=0)
+
+    arrival_t = t.table("arrival")
+    if not t.has("arrival"):
+        if trace_path is None:
+            t.fail("arrival", "required table [workload.arrival] is missing")
+        arrival_t = _Table(t.ctx, arrival_t.key, {"kind": "trace"}, arrival_t.schema)
+    arrival = _arrival(arrival_t, t, trace_path)
+    if t.has("time_scale") and arrival.kind is not ArrivalKind.TRACE:
+        t.fail("time_scale", 'only used with [workload.arrival] kind = "trace"')
+    lengths = []
+    for role, column in (("prompt", PROMPT_COLUMN), ("output", OUTPUT_COLUMN)):
+        sub = t.table(role)
+        if not t.has(role):
+            if trace_path is None:
+                t.fail(role, f"required table [workload.{role}] is missing")
+            sub = _Table(t.ctx, sub.key, {"kind": "trace"}, sub.schema)
+        lengths.append(_length(sub, column, trace_path, t.key))
+    if trace_path is not None:
+        _check_trace_use(t, trace_path, offset, num_requests, arrival, *lengths)
+    groups = tuple(
+        PrefixGroup(g.integer("num_tokens", hi=max_seq_len), g.fraction("fraction"))
+        for g in t.tables("prefix_groups")
+    )
+    if sum(g.fraction for g in groups) > 1.0 + 1e-9:
+        t.fail("prefix_groups", "the groups' fractions add up to more than 1")
+    return WorkloadConfig(
+        arrival=arrival,
+        prompt=lengths[0],
+        output=lengths[1],
+        num_requests=num_requests,
+        trace_name=trace_name,
+        trace_path=trace_path,
+        trace_offset=offset,
+        time_scale=t.number("time_scale", 1.0, hi=1e6, lo_open=True),
+        prefix_groups=groups,
+        sampling=sampling,
+        num_seqs=num_seqs,
+    )
+
+
+def _check_trace_use(
+    t: _Table,
+    path: Path,
+    offset: int,
+    num_requests: int | None,
+    arrival: ArrivalProcess,
+    *lengths: LengthDist,
+) -> None:
+    """The workload's trace is read by something, and holds the rows it is asked for."""
+    is_read = arrival.kind is ArrivalKind.TRACE or any(d.kind is LengthKind.TRACE for d in lengths)
+    if not is_read:
+        t.fail("trace", 'not used: no [workload.arrival|prompt|output] has kind = "trace"')
+    # Whatever reads it, the workload reads both token columns, and the times where present.
+    info = _csv(t.ctx, t.path("trace"), path, tokens=[PROMPT_COLUMN, OUTPUT_COLUMN])
+    if ARRIVAL_COLUMN in info.columns:
+        _csv(t.ctx, t.path("trace"), path, times=[ARRIVAL_COLUMN])
+    shown = _display(path)
+    if offset >= info.num_rows:
+        t.fail("trace_offset", f"must be < {info.num_rows}, the rows of {shown!r}")
+    if num_requests is not None and offset + num_requests > info.num_rows:
+        t.fail(
+            "num_requests",
+            f"{num_requests} requests from row {offset} need {offset + num_requests} rows; "
+            f"{shown!r} has {info.num_rows}",
+        )
+
+
+def _arrival(t: _Table, workload: _Table, trace: Path | None) -> ArrivalProcess:
+    kind = t.choice("kind", ArrivalKind)
+    uses_rate = kind in (ArrivalKind.POISSON, ArrivalKind.GAMMA, ArrivalKind.CONSTANT)
+    if t.has("rate_per_s") and not uses_rate:
+        t.fail("rate_per_s", f'not used with kind = "{kind.value}"')
+    if t.has("cv") and kind is not ArrivalKind.GAMMA:
+        t.fail("cv", f'only used with kind = "gamma", not "{kind.value}"')
+    if kind is ArrivalKind.TRACE:
+        if trace is None:
+            t.fail("kind", 'kind = "trace" needs workload.trace (a trace with timestamps)')
+        _csv(t.ctx, workload.path("trace"), trace, times=[ARRIVAL_COLUMN])
+    rate = t.number("rate_per_s", lo=0.0, hi=1e6, lo_open=True) if uses_rate else 1.0
+    return ArrivalProcess(kind, rate, t.number("cv", 1.0, lo=0.0, hi=100.0, lo_open=True))
+
+
+_PAGED = (Policy.VLLM_V0, Policy.VLLM_V1)
+
+
+def _systems(top: _Table, scenario: Scenario) -> tuple[SystemConfig, ...]:
+    defaults_t = top.table("defaults")
+    defaults = {k: (_SYSTEM_READERS[k](defaults_t, k), defaults_t.path(k)) for k in defaults_t.data}
+    tables = top.tables("systems")
+    if not tables:
+        top.fail("systems", "required: at least one [[systems]] table (name, policy, knobs)")
+    systems: list[SystemConfig] = []
+    seen: dict[str, str] = {}
+    for t in tables:
+        name = t.text("name")
+        if name in seen:
+            t.fail(
+                "name", f"duplicate system name {name!r} (also {seen[name]}); names must be unique"
+            )
+        seen[name] = t.path("name")
+        fields = dict(defaults)
+        fields.update({k: (_SYSTEM_READERS[k](t, k), t.path(k)) for k in t.data if k != "name"})
+        if "policy" not in fields:
+            valid = choices_text(p.value for p in Policy)
+            t.fail("policy", f"required key is missing (here or in [defaults]); valid: {valid}")
+        system = SystemConfig(name=name, **{k: v for k, (v, _) in fields.items()})
+        _check_system(top.ctx, system, {k: p for k, (_, p) in fields.items()}, t.key, scenario)
+        systems.append(system)
+    return tuple(systems)
+
+
+def _check_system(
+    ctx: _Ctx, s: SystemConfig, where: dict[str, str], key: str, scenario: Scenario
+) -> None:
+    """Combinations of knobs (with the workload, model and GPU) that cannot work."""
+
+    def at(field: str) -> str:
+        return where.get(field, f"{key}.{field}")
+
+    if s.enable_prefix_cache and s.policy not in _PAGED:
+        ctx.fail(
+            at("enable_prefix_cache"),
+            f"prefix caching needs a paged policy (vllm-v0, vllm-v1); the policy is "
+            f"{s.policy.value!r}",
+        )
+    if s.policy is Policy.STATIC and s.static_batch_size > s.max_num_seqs:
+        ctx.fail(
+            at("static_batch_size"),
+            f"{s.static_batch_size} exceeds max_num_seqs {s.max_num_seqs}",
+        )
+    workload = scenario.workload
+    if workload.num_seqs > s.max_num_seqs:
+        ctx.fail(
+            at("max_num_seqs"),
+            f"{s.max_num_seqs} is below workload.num_seqs {workload.num_seqs}: "
+            "no request could ever run",
+        )
+    swaps = s.preemption is PreemptionPolicy.SWAP or (
+        s.preemption is PreemptionPolicy.AUTO and workload.num_seqs > 1
+    )
+    if swaps and s.swap_space_gib == 0:
+        ctx.fail(at("swap_space_gib"), f"must be > 0: preemption {s.preemption.value!r} swaps")
+    if s.num_kv_blocks is None:  # the capacity rule of engine.kv_capacity, checked at the edge
+        gpu, model, tp = scenario.gpu, scenario.model, scenario.tensor_parallel
+        budget = gpu.memory_bytes * s.gpu_memory_utilization
+        weights = model.weight_bytes(2, tp)
+        available = budget - weights - s.activation_reserve_gib * GIB
+        block_bytes = model.kv_bytes_per_token(scenario.kv_dtype, tp) * s.block_size
+        if available < block_bytes:
+            ctx.fail(
+                at("gpu_memory_utilization"),
+                f"no memory left for the KV cache: {model.name} weights take "
+                f"{weights / GIB:.1f} GiB per GPU and {gpu.name} x {s.gpu_memory_utilization:g} "
+                f"less {s.activation_reserve_gib:g} GiB of activations is {budget / GIB:.1f} GiB; "
+                "use a bigger GPU, more tensor_parallel, or set num_kv_blocks",
+            )
+
+
+def _sweep(t: _Table) -> tuple[SweepAxis, ...]:
+    axes_raw = t.data.get("axes", [])
+    if not isinstance(axes_raw, list):
+        t.fail(
+            "axes", f"expected an array of {{ path, values }} tables, got {_described(axes_raw)}"
+        )
+    if len(axes_raw) > MAX_AXES:
+        t.fail("axes", f"at most {MAX_AXES} axes, got {len(axes_raw)}")
+    axes: list[SweepAxis] = []
+    schema = {"path": None, "values": None}
+    for i, item in enumerate(axes_raw):
+        a = _Table(t.ctx, f"{t.path('axes')}[{i}]", item, schema)
+        path = a.text("path")
+        try:
+            check_path(path)
+        except InputError as exc:
+            a.fail("path", str(exc))
+        if path.split(".")[0].split("[")[0] == "sweep":
+            a.fail("path", "a sweep axis cannot change [sweep] itself")
+        values = a.data.get("values")
+        if not isinstance(values, list) or not values:
+            got = "nothing" if values is None else _described(values)
+            a.fail("values", f"expected a non-empty array of values, got {got}")
+        if len(values) > MAX_SWEEP_POINTS:
+            a.fail("values", f"at most {MAX_SWEEP_POINTS} values, got {len(values)}")
+        if any(path == other.path for other in axes):
+            a.fail("path", f"{path!r} is already an axis")
+        axes.append(SweepAxis(path, tuple(values)))
+    return tuple(axes)
+
+
+def parse_scenario(raw: dict[str, Any], source: Path | None = None) -> Scenario:
+    """Validate a scenario's TOML table (as `tomllib` returns it) into a frozen `Scenario`.
+
+    Relative paths resolve against `source`'s folder (the working directory when None). Every
+    sweep axis value is checked too, one axis at a time, so a bad value fails before any run.
+    """
+    return _parse(raw, source, check_sweep=True)
+
+
+def _parse(raw: object, source: Path | None, check_sweep: bool) -> Scenario:
+    label = _display(source) if source is not None else "<scenario>"
+    ctx = _Ctx(label, source.absolute().parent if source is not None else Path.cwd())
+    if not isinstance(raw, dict):
+        ctx.fail("", f"a scenario must be a TOML table, got {_described(raw)}")
+    top = _Table(ctx, "", raw, SCHEMA)
+    model_t = top.table("model", required=True)
+    model = _model(model_t)
+    tp = model_t.integer("tensor_parallel", 1, hi=1024)
+    if model.num_heads % tp:
+        model_t.fail(
+            "tensor_parallel", f"{tp} does not divide {model.name}'s {model.num_heads} heads"
+        )
+    slo_t, stop_t = top.table("slo"), top.table("stop")
+    stop = StopConfig(
+        max_time_s=stop_t.number("max_time_s", None, hi=1e9, lo_open=True),
+        warmup_s=stop_t.number("warmup_s", 0.0, hi=1e9),
+    )
+    if stop.max_time_s is not None and stop.warmup_s >= stop.max_time_s:
+        stop_t.fail("warmup_s", f"must be < max_time_s ({_num(stop.max_time_s)})")
+    scenario = Scenario(
+        name=top.text("name", source.stem if source is not None else "scenario"),
+        model=model,
+        gpu=_gpu(top.table("gpu", required=True)),
+        workload=_workload(top.table("workload", required=True), model.max_seq_len),
+        systems=(),  # read below, against everything else
+        description=top.text("description", "", allow_empty=True),
+        seed=top.integer("seed", 0, lo=0, hi=2**63 - 1),
+        kv_dtype=model_t.choice("kv_dtype", KVDtype, KVDtype.FP16),
+        tensor_parallel=tp,
+        execution=_execution(top.table("execution")),
+        slo=SLO(
+            ttft_s=slo_t.number("ttft_s", None, hi=1e6, lo_open=True),
+            tpot_s=slo_t.number("tpot_s", None, hi=1e6, lo_open=True),
+        ),
+        stop=stop,
+        sweep=_sweep(top.table("sweep")),
+        source=source,
+    )
+    scenario = replace(scenario, systems=_systems(top, scenario))
+    for i, axis in enumerate(scenario.sweep if check_sweep else ()):
+        for j, value in enumerate(axis.values):
+            point = _with_value(raw, axis.path, value, ctx, f"sweep.axes[{i}]")
+            try:
+                _parse(point, source, check_sweep=False)
+            except ScenarioError as exc:
+                key = f"{exc.key}: " if exc.key else ""
+                problem = f"{axis.path} = {_show(value)}: {key}{exc.problem}"
+                ctx.fail(f"sweep.axes[{i}].values[{j}]", problem)
+    return scenario
+
+
+# --- overrides and sweep paths -------------------------------------------------------------
+
+_SEGMENT = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(?:\[(\d{1,6})\])?")
+
+
+def _segments(path: str) -> list[tuple[str, int | None]]:
+    parts = []
+    for part in path.split("."):
+        match = _SEGMENT.fullmatch(part.strip())
+        if match is None:
+            raise InputError(f"{path!r} is not a dotted key like systems[0].block_size")
+        parts.append((match[1], None if match[2] is None else int(match[2])))
+    return parts
+
+
+def check_path(path: str) -> list[tuple[str, int | None]]:
+    """The segments of a dotted key, checked against the schema, or an InputError."""
+    segments = _segments(path)
+    node: Any = SCHEMA
+    where = ""
+    for key, index in segments:
+        if not isinstance(node, dict):
+            raise InputError(f"{where!r} is a value, not a table: nothing inside it to set")
+        if key not in node:
+            here = f"in {where}" if where else "at the top level"
+            raise InputError(
+                f"unknown key {key!r}{_suggest(key, list(node))} {here}; "
+                f"valid: {choices_text(node)}"
+            )
+        node = node[key]
+        where = f"{where}.{key}" if where else key
+        if isinstance(node, list):
+            node = node[0]
+        elif index is not None:
+            raise InputError(f"{where!r} is not an array of tables: it takes no [index]")
+    return segments
+
+
+def _with_value(raw: dict[str, Any], path: str, value: object, ctx: _Ctx, what: str) -> Any:
+    """A deep copy of `raw` with `path` set to `value` (in every entry of an unindexed array)."""
+    raw = copy.deepcopy(raw)
+    _set(raw, path, value, ctx, what)
+    return raw
+
+
+def _set(raw: dict[str, Any], path: str, value: object, ctx: _Ctx, what: str) -> list[str]:
+    """Set `path` to `value` in `raw` in place; returns the concrete keys set (for messages)."""
+    try:
+        segments = check_path(path)
+    except InputError as exc:
+        ctx.fail("", f"{what}: {exc}")
+    targets: list[tuple[dict[str, Any], str]] = [(raw, "")]
+    node: Any = SCHEMA
+    for depth, (key, index) in enumerate(segments):
+        is_last = depth == len(segments) - 1
+        node = node[key]
+        is_array = isinstance(node, list)
+        node = node[0] if is_array else node
+        following: list[tuple[dict[str, Any], str]] = []
+        for table, where in targets:
+            here = f"{where}.{key}" if where else key
+            if is_last and index is None:
+                table[key] = copy.deepcopy(value)
+                following.append((table, here))
+                continue
+            child = table.get(key)
+            if not is_array:
+                if child is None:
+                    child = table[key] = {}
+                if not isinstance(child, dict):
+                    ctx.fail("", f"{what}: {here} is {_described(child)} in the file, not a table")
+                following.append((child, here))
+                continue
+            if not isinstance(child, list) or not child:
+                ctx.fail("", f"{what}: the file has no [[{here}]] entries to set")
+            indices = range(len(child)) if index is None else [index]
+            if index is not None and index >= len(child):
+                ctx.fail(
+                    "", f"{what}: {here} has {len(child)} entries (indices 0-{len(child) - 1})"
+                )
+            for i in indices:
+                if is_last:
+                    child[i] = copy.deepcopy(value)
+                    following.append((child, f"{here}[{i}]"))
+                elif not isinstance(child[i], dict):
+                    ctx.fail("", f"{what}: {here}[{i}] is {_described(child[i])}, not a table")
+                else:
+                    following.append((child[i], f"{here}[{i}]"))
+        targets = following
+    return [where for _, where in targets]
+
+
+def parse_value(text: str) -> object:
+    """A TOML value when `text` is one (`2`, `2.5`, `true`, `"x"`, `[1, 2]`), else the bare text."""
+    try:
+        table = tomllib.loads(f"v = {text}")
+    except (tomllib.TOMLDecodeError, ValueError, RecursionError):
+        return text
+    return table["v"] if list(table) == ["v"] else text
+
+
+def _split_assignment(text: str, what: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise InputError(f"{what} {text!r}: expected dotted.key=value, e.g. systems.block_size=32")
+    return key.strip(), value.strip()
+
+
+def parse_param(text: str) -> SweepAxis:
+    """A sweep axis from `path=v1,v2,...` (CLI `--param`); values parse like override values."""
+    path, values_text = _split_assignment(text, "sweep parameter")
+    try:
+        check_path(path)
+    except InputError as exc:
+        raise InputError(f"sweep parameter {text!r}: {exc}") from None
+    as_array = parse_value(f"[{values_text}]")
+    if isinstance(as_array, list):
+        values = as_array
+    else:
+        values = [parse_value(v.strip()) for v in values_text.split(",") if v.strip()]
+    if not values:
+        raise InputError(f"sweep parameter {text!r}: no values; write path=v1,v2,...")
+    return SweepAxis(path, tuple(values))
+
+
+def _apply_overrides(
+    raw: dict[str, Any], overrides: Sequence[str], ctx: _Ctx
+) -> tuple[dict[str, Any], list[tuple[str, list[str]]]]:
+    raw = copy.deepcopy(raw)
+    applied = []
+    for text in overrides:
+        what = f"override {text!r}"
+        try:
+            path, value_text = _split_assignment(text, "override")
+        except InputError as exc:
+            ctx.fail("", str(exc))
+        applied.append((text, _set(raw, path, parse_value(value_text), ctx, what)))
+    return raw, applied
+
+
+def _blame(exc: ScenarioError, applied: Sequence[tuple[str, list[str]]]) -> ScenarioError:
+    """The same error, saying which override set the key it is about (if one did)."""
+    for text, keys in applied:
+        for key in keys:
+            if exc.key == key or exc.key.startswith((key + ".", key + "[")):
+                return ScenarioError(
+                    exc.label, exc.key, f"{exc.problem} (set by override {text!r})"
+                )
+    return exc
+
+
+# --- files ---------------------------------------------------------------------------------
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    ctx = _Ctx(_display(path), path.parent)
+    try:
+        if path.stat().st_size > MAX_FILE_BYTES:
+            ctx.fail("", f"larger than {MAX_FILE_BYTES >> 20} MiB: not a scenario file")
+        data = path.read_bytes()
+    except OSError as exc:
+        ctx.fail("", f"cannot read: {exc.strerror or exc}")
+    try:
+        return tomllib.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        ctx.fail("", f"not UTF-8 text (byte 0x{data[exc.start]:02x} at line {line})")
+    except tomllib.TOMLDecodeError as exc:
+        ctx.fail("", f"not valid TOML: {exc}")
+    except ValueError as exc:  # e.g. an integer beyond Python's digit limit
+        ctx.fail("", f"not valid TOML: {str(exc).split(';')[0]}")
+    except RecursionError:
+        ctx.fail("", "not valid TOML: arrays or tables nested too deeply")
+
+
+def resolve_scenario(name_or_path: str | Path) -> Path:
+    """A scenario file: an existing path, or the name of a built-in (with or without .toml)."""
+    path = Path(name_or_path)
+    if _is_file(path):
+        return path
+    stem = str(name_or_path).removesuffix(".toml")
+    builtin = BUILTIN_DIR / f"{stem}.toml"
+    if "/" not in stem and "\\" not in stem and _is_file(builtin):
+        return builtin
+    names = choices_text(name for name, _ in list_builtin())
+    raise InputError(
+        f"{str(name_or_path)!r}: no such scenario file or built-in; built-ins: {names}"
+    )
+
+
+def list_builtin() -> list[tuple[str, str]]:
+    """(name, first line of its description) of every built-in scenario, sorted by name."""
+    found = []
+    for path in sorted(BUILTIN_DIR.glob("*.toml")):
+        try:
+            description = tomllib.loads(path.read_text("utf-8")).get("description", "")
+        except (OSError, ValueError):
+            description = ""
+        lines = str(description).strip().splitlines()
+        found.append((path.stem, lines[0].strip() if lines else ""))
+    return found
+
+
+def load_scenario(path: Path | str, overrides: Sequence[str] = ()) -> Scenario:
+    """Read, override and validate a scenario file (or a built-in by name)."""
+    path = resolve_scenario(path)
+    raw = _read_toml(path)
+    raw, applied = _apply_overrides(raw, overrides, _Ctx(_display(path), path.parent))
+    try:
+        return _parse(raw, path, check_sweep=True)
+    except ScenarioError as exc:
+        raise _blame(exc, applied) from None
+
+
+def expand_sweep(
+    path: Path | str, overrides: Sequence[str] = (), axes: Sequence[SweepAxis] | None = None
+) -> list[tuple[dict[str, object], Scenario]]:
+    """One scenario per point of the sweep (the file's [sweep], or `axes` from `parse_param`).
+
+    Points are the cartesian product of the axes' values, the first axis varying slowest; each
+    comes with a dict mapping axis path -> value.
+    """
+    path = resolve_scenario(path)
+    ctx = _Ctx(_display(path), path.parent)
+    raw, applied = _apply_overrides(_read_toml(path), overrides, ctx)
+    try:
+        base = _parse(raw, path, check_sweep=axes is None)
+    except ScenarioError as exc:
+        raise _blame(exc, applied) from None
+    axes = base.sweep if axes is None else tuple(axes)
+    if not axes:
+        ctx.fail("sweep", "no axes: add [sweep] axes = [{ path = ..., values = [...] }]")
+    if len(axes) > MAX_AXES or len({a.path for a in axes}) < len(axes):
+        ctx.fail(
+            "sweep", f"give one or two distinct axes, got {choices_text(a.path for a in axes)}"
+        )
+    if math.prod(len(a.values) for a in axes) > MAX_SWEEP_POINTS:
+        ctx.fail("sweep", f"more than {MAX_SWEEP_POINTS} points")
+    points = []
+    for values in itertools.product(*(a.values for a in axes)):
+        point = dict(zip((a.path for a in axes), values, strict=True))
+        point_raw = raw
+        for axis_path, value in point.items():
+            point_raw = _with_value(point_raw, axis_path, value, ctx, f"sweep axis {axis_path!r}")
+        try:
+            points.append((point, _parse(point_raw, path, check_sweep=False)))
+        except ScenarioError as exc:
+            where = ", ".join(f"{k} = {_show(v)}" for k, v in point.items())
+            raise ScenarioError(
+                exc.label, exc.key, f"{_blame(exc, applied).problem} (at sweep point {where})"
+            ) from None
+    return points
+
+
+def scenario_to_toml_text(path: Path | str, overrides: Sequence[str] = ()) -> str:
+    """The scenario file's text as run: the overrides applied on top, as leading comments."""
+    path = resolve_scenario(path)
+    text = path.read_bytes().decode("utf-8", errors="replace")
+    if not overrides:
+        return text
+    header = "".join(f"#   {o}\n" for o in overrides)
+    return f"# pagesim: overrides applied on top of this file:\n{header}\n{text}"
+
+
+# --- rendering a resolved Scenario back as TOML --------------------------------------------
+
+
+_ESCAPES = {
+    "\\": "\\\\",
+    '"': '\\"',
+    "\b": "\\b",
+    "\t": "\\t",
+    "\n": "\\n",
+    "\f": "\\f",
+    "\r": "\\r",
+}
+
+
+def _escape_control(char: str) -> str:
+    return f"\\u{ord(char):04x}" if ord(char) < 0x20 or ord(char) == 0x7F else char
+
+
+def _toml(value: object) -> str:
+    """A TOML literal for a value of a scenario (strings, numbers, booleans, arrays, tables)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, Enum):
+        return _toml(value.value)
+    if isinstance(value, Path):
+        return _toml(str(value))
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, str):
+        return '"' + "".join(_ESCAPES.get(c) or _escape_control(c) for c in value) + '"'
+
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{k} = {_toml(v)}" for k, v in value.items()) + " }"
+    return _toml(str(value))
+
+
+def _lines(header: str, fields: dict[str, object]) -> Iterator[str]:
+    if all(value is None for value in fields.values()):
+        return
+    yield f"\n{header}"
+    for key, value in fields.items():
+        if value is not None:
+            yield f"{key} = {_toml(value)}"
+
+
+def _fields(obj: Any) -> dict[str, object]:
+    return {f.name: getattr(obj, f.name) for f in fields(obj)}
+
+
+def _length_fields(d: LengthDist) -> dict[str, object]:
+    fields: dict[str, object] = {"kind": d.kind}
+    if d.kind is LengthKind.EMPIRICAL:
+        fields |= {"trace": d.trace_name} if d.trace_name else {"path": d.path}
+        fields["column"] = d.column
+    else:
+        fields |= {k: getattr(d, k) for k in _LENGTH_USES[d.kind]}
+    return fields
+
+
+def describe_scenario(scenario: Scenario, overrides: Sequence[str] = ()) -> str:
+    """The resolved scenario as TOML (defaults filled in, paths absolute), for reports.
+
+    Loading the text back gives the same Scenario when the model and GPU are catalog presets.
+    """
+    s, w = scenario, scenario.workload
+    out = ["# pagesim scenario as run: every default filled in, every path absolute"]
+    if s.source is not None:
+        out.append(f"# from {s.source}")
+    out += [f"# override: {o}" for o in overrides]
+    out += [f"name = {_toml(s.name)}", f"description = {_toml(s.description)}", f"seed = {s.seed}"]
+    model: dict[str, object] = {"kv_dtype": s.kv_dtype, "tensor_parallel": s.tensor_parallel}
+    if MODELS.get(s.model.name) == s.model:
+        out += _lines("[model]", {"preset": s.model.name, **model})
+    else:
+        out += _lines("[model]", model)
+        out.append(f"# from a config.json: {s.model}")
+    g = s.gpu
+    if GPUS.get(g.name) == g:
+        out += _lines("[gpu]", {"preset": g.name})
+    else:
+        figures = {k: getattr(g, f) / unit for k, (_, f, unit) in _GPU_FIGURES.items()}
+        out += _lines("[gpu]", {"name": g.name, **figures})
+    e = s.execution
+    out += _lines("[execution]", {f: getattr(e, f) for f in SCHEMA["execution"] if f != "profile"})
+    if e.profile_path is not None:
+        out.append(f"profile = {_toml(e.profile_path)}")
+    fields: dict[str, object] = {"sampling": w.sampling, "num_seqs": w.num_seqs}
+    if not w.explicit:
+        fields["num_requests"] = w.num_requests
+    if w.trace_path is not None:
+        fields |= {"trace": w.trace_name or w.trace_path, "trace_offset": w.trace_offset}
+        if w.arrival.kind is ArrivalKind.TRACE:
+            fields["time_scale"] = w.time_scale
+    out += _lines("[workload]", fields)
+    if w.explicit:
+        for r in w.explicit:
+            out += _lines("[[workload.requests]]", _fields(r))
+    else:
+        arrival: dict[str, object] = {"kind": w.arrival.kind}
+        if w.arrival.kind in (ArrivalKind.POISSON, ArrivalKind.GAMMA, ArrivalKind.CONSTANT):
+            arrival["rate_per_s"] = w.arrival.rate_per_s
+        if w.arrival.kind is ArrivalKind.GAMMA:
+            arrival["cv"] = w.arrival.cv
+        out += _lines("[workload.arrival]", arrival)
+        out += _lines("[workload.prompt]", _length_fields(w.prompt))
+        out += _lines("[workload.output]", _length_fields(w.output))
+        for group in w.prefix_groups:
+            out += _lines("[[workload.prefix_groups]]", _fields(group))
+    for system in s.systems:
+        out += _lines("[[systems]]", {f: getattr(system, f) for f in SCHEMA["systems"][0]})
+    out += _lines("[slo]", {"ttft_s": s.slo.ttft_s, "tpot_s": s.slo.tpot_s})
+    out += _lines("[stop]", {"max_time_s": s.stop.max_time_s, "warmup_s": s.stop.warmup_s})
+    if s.sweep:
+        axes = [{"path": a.path, "values": list(a.values)} for a in s.sweep]
+        out += _lines("[sweep]", {"axes": axes})
+    return "\n".join(out) + "\n"
