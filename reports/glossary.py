@@ -1,0 +1,313 @@
+"""The metrics glossary: every summary key, request column and step column a report shows.
+
+Definitions follow /DESIGN.md ("Metrics"); the request and step column texts come from the
+contract in `simulator.result`, so the glossary cannot drift from the frames it describes.
+Each summary key also carries a `Unit`, which the HTML table uses to format it for reading.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from simulator.result import KV_CATEGORIES, REQUEST_COLUMNS, STEP_COLUMNS
+
+
+class Unit(Enum):
+    COUNT = "count"
+    SECONDS = "s"
+    SECONDS_PER_TOKEN = "s/token"
+    SHARE = "share"  # a fraction in [0, 1], shown as a percentage
+    REQ_PER_S = "req/s"
+    TOK_PER_S = "tok/s"
+    BYTES = "bytes"
+    TOKENS = "tokens"
+
+
+@dataclass(frozen=True, slots=True)
+class SummaryMetric:
+    key: str
+    label: str  # short, for table rows
+    unit: Unit
+    section: str  # the summary-table group it is shown in
+    definition: str  # a plain sentence, with the formula where there is one
+
+
+@dataclass(frozen=True, slots=True)
+class GlossaryEntry:
+    name: str
+    definition: str
+
+
+_STATS = {"mean": "mean", "p50": "median (p50)", "p90": "90th percentile", "p99": "99th percentile"}
+
+_LATENCIES: dict[str, tuple[str, Unit, str]] = {
+    "ttft": (
+        "TTFT",
+        Unit.SECONDS,
+        "time to first token = first token time − arrival time, over finished requests",
+    ),
+    "tpot": (
+        "TPOT",
+        Unit.SECONDS,
+        "time per output token = (finish − first token) / (output tokens − 1), over finished "
+        "requests with more than one output token",
+    ),
+    "e2e": ("E2E latency", Unit.SECONDS, "end-to-end latency = finish − arrival"),
+    "normalized_latency": (
+        "Normalized latency",
+        Unit.SECONDS_PER_TOKEN,
+        "E2E latency / output tokens (the vLLM paper's metric)",
+    ),
+}
+
+
+def _latency_metrics() -> list[SummaryMetric]:
+    metrics = []
+    for stem, (label, unit, what) in _LATENCIES.items():
+        for stat, stat_words in _STATS.items():
+            metrics.append(
+                SummaryMetric(
+                    f"{stem}_{stat}_s",
+                    f"{label} {stat}",
+                    unit,
+                    "Latency",
+                    f"{stat_words} of {what}.",
+                )
+            )
+    return metrics
+
+
+_SHARE_OF_KV = "time-weighted average share of the KV-cache capacity"
+
+SUMMARY_METRICS: tuple[SummaryMetric, ...] = (
+    SummaryMetric("num_requests", "Requests", Unit.COUNT, "Requests", "Requests in the run."),
+    SummaryMetric(
+        "num_in_window",
+        "Requests after warm-up",
+        Unit.COUNT,
+        "Requests",
+        "Requests that arrived after the warm-up; latency statistics count these.",
+    ),
+    SummaryMetric(
+        "num_finished", "Finished", Unit.COUNT, "Requests", "Requests that produced every token."
+    ),
+    SummaryMetric(
+        "num_rejected",
+        "Rejected",
+        Unit.COUNT,
+        "Requests",
+        "Requests that could never be served (for example a prompt that cannot fit), each with "
+        "a reason in requests.csv.",
+    ),
+    SummaryMetric(
+        "num_unfinished",
+        "Unfinished",
+        Unit.COUNT,
+        "Requests",
+        "Requests still waiting or running when the run stopped (a time limit).",
+    ),
+    SummaryMetric(
+        "duration_s", "Duration", Unit.SECONDS, "Requests", "Simulated time of the measured run."
+    ),
+    SummaryMetric(
+        "throughput_req_s",
+        "Throughput",
+        Unit.REQ_PER_S,
+        "Throughput",
+        "Completed requests per second of simulated time.",
+    ),
+    SummaryMetric(
+        "throughput_tok_s",
+        "Token throughput",
+        Unit.TOK_PER_S,
+        "Throughput",
+        "Output tokens of completed requests per second of simulated time.",
+    ),
+    SummaryMetric(
+        "goodput_req_s",
+        "Goodput",
+        Unit.REQ_PER_S,
+        "Throughput",
+        "Completed requests per second that met the scenario's SLO (TTFT and TPOT bounds).",
+    ),
+    *_latency_metrics(),
+    SummaryMetric(
+        "kv_token_share",
+        "KV: token states",
+        Unit.SHARE,
+        "KV memory",
+        f"{_SHARE_OF_KV} holding KV of tokens already computed.",
+    ),
+    SummaryMetric(
+        "kv_reserved_share",
+        "KV: reservation",
+        Unit.SHARE,
+        "KV memory",
+        f"{_SHARE_OF_KV} held for tokens a request will still produce.",
+    ),
+    SummaryMetric(
+        "kv_internal_frag_share",
+        "KV: internal fragmentation",
+        Unit.SHARE,
+        "KV memory",
+        f"{_SHARE_OF_KV} held that its request will never use (over-reservation past the final "
+        "length; the unused tail of the last block).",
+    ),
+    SummaryMetric(
+        "kv_external_frag_share",
+        "KV: external fragmentation",
+        Unit.SHARE,
+        "KV memory",
+        f"{_SHARE_OF_KV} that is free but cannot serve the next waiting request because it is "
+        "not contiguous (contiguous allocators only).",
+    ),
+    SummaryMetric(
+        "kv_free_share", "KV: free", Unit.SHARE, "KV memory", f"{_SHARE_OF_KV} that is free."
+    ),
+    SummaryMetric(
+        "kv_waste_share",
+        "KV: waste",
+        Unit.SHARE,
+        "KV memory",
+        "Memory waste = reservation + internal fragmentation + external fragmentation shares "
+        "(time-weighted; shared blocks count once).",
+    ),
+    SummaryMetric(
+        "kv_waste_of_used_share",
+        "KV: waste of used",
+        Unit.SHARE,
+        "KV memory",
+        "Waste as a share of the KV memory not free: kv_waste_share / (1 − kv_free_share).",
+    ),
+    SummaryMetric(
+        "peak_kv_used_share",
+        "KV: peak used",
+        Unit.SHARE,
+        "KV memory",
+        "Largest share of the KV capacity held by requests at any step.",
+    ),
+    SummaryMetric(
+        "slot_utilization",
+        "Slot utilization",
+        Unit.SHARE,
+        "Utilization",
+        "Useful batch slots / batch capacity, time-weighted (the textbook 'GPU utilization' "
+        "of static batching).",
+    ),
+    SummaryMetric(
+        "mfu",
+        "Compute utilization (MFU)",
+        Unit.SHARE,
+        "Utilization",
+        "Model FLOPs / (peak FLOP/s × time).",
+    ),
+    SummaryMetric(
+        "mbu",
+        "Bandwidth utilization (MBU)",
+        Unit.SHARE,
+        "Utilization",
+        "HBM bytes moved / (peak bandwidth × time).",
+    ),
+    SummaryMetric(
+        "num_preemptions",
+        "Preemptions",
+        Unit.COUNT,
+        "Preemption and caching",
+        "Times a running request was preempted (by swap or by recompute).",
+    ),
+    SummaryMetric(
+        "num_swaps",
+        "Swaps",
+        Unit.COUNT,
+        "Preemption and caching",
+        "Times a request was swapped out to CPU memory.",
+    ),
+    SummaryMetric(
+        "swapped_blocks",
+        "Swapped blocks",
+        Unit.COUNT,
+        "Preemption and caching",
+        "KV blocks copied over the host link, both directions.",
+    ),
+    SummaryMetric(
+        "swapped_bytes",
+        "Swapped bytes",
+        Unit.BYTES,
+        "Preemption and caching",
+        "KV bytes copied over the host link, both directions.",
+    ),
+    SummaryMetric(
+        "swap_time_s",
+        "Swap time",
+        Unit.SECONDS,
+        "Preemption and caching",
+        "Simulated time spent on the host link swapping KV blocks.",
+    ),
+    SummaryMetric(
+        "num_recomputed_tokens",
+        "Recomputed tokens",
+        Unit.COUNT,
+        "Preemption and caching",
+        "Tokens computed again after recompute preemptions.",
+    ),
+    SummaryMetric(
+        "prefix_hit_rate",
+        "Prefix-cache hit rate",
+        Unit.SHARE,
+        "Preemption and caching",
+        "Prompt tokens served from the prefix cache / prompt tokens.",
+    ),
+    SummaryMetric(
+        "num_cow_copies",
+        "Copy-on-write copies",
+        Unit.COUNT,
+        "Preemption and caching",
+        "KV blocks copied before a write into a block shared by several sequences.",
+    ),
+    SummaryMetric("num_steps", "Steps", Unit.COUNT, "Engine", "Engine iterations simulated."),
+    SummaryMetric(
+        "busy_s", "Busy time", Unit.SECONDS, "Engine", "Simulated time spent executing steps."
+    ),
+    SummaryMetric(
+        "num_kv_blocks", "KV blocks", Unit.COUNT, "Engine", "Physical KV blocks on the GPU."
+    ),
+    SummaryMetric("block_size", "Block size", Unit.TOKENS, "Engine", "Tokens per KV block."),
+    SummaryMetric(
+        "kv_capacity_tokens",
+        "KV capacity",
+        Unit.TOKENS,
+        "Engine",
+        "Tokens of KV the GPU can hold (blocks × block size, or the contiguous pool).",
+    ),
+)
+
+SUMMARY_BY_KEY: dict[str, SummaryMetric] = {m.key: m for m in SUMMARY_METRICS}
+
+# Summary keys behind the memory-waste bars, in stacking order, with the step column each
+# summarizes (so a missing summary key can fall back to a display average of the steps frame).
+WASTE_SHARES: dict[str, str] = {
+    "kv_token_share": "kv_token_slots",
+    "kv_reserved_share": "kv_reserved_slots",
+    "kv_internal_frag_share": "kv_internal_frag_slots",
+    "kv_external_frag_share": "kv_external_frag_slots",
+    "kv_free_share": "kv_free_slots",
+}
+assert set(WASTE_SHARES.values()) == set(KV_CATEGORIES)
+
+
+def glossary_sections() -> list[tuple[str, list[GlossaryEntry]]]:
+    """(section title, entries) for the HTML glossary: summary metrics, then the two frames."""
+    summary = [GlossaryEntry(m.key, f"{m.label}: {m.definition}") for m in SUMMARY_METRICS]
+    requests = [GlossaryEntry(k, _sentence(v)) for k, v in REQUEST_COLUMNS.items()]
+    steps = [GlossaryEntry(k, _sentence(v)) for k, v in STEP_COLUMNS.items()]
+    return [
+        ("Summary metrics (summary.csv, summary.json)", summary),
+        ("Per-request columns (requests.csv)", requests),
+        ("Per-step columns (steps.csv)", steps),
+    ]
+
+
+def _sentence(text: str) -> str:
+    text = text.strip()
+    return (text[:1].upper() + text[1:] + ("" if text.endswith(".") else ".")) if text else text

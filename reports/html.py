@@ -1,0 +1,182 @@
+"""The HTML page: one self-contained file (inline CSS, images as data URIs, no scripts).
+
+Every string that reaches the page goes through `esc` (or is built from escaped parts): system
+names, findings, the scenario text and provenance values all come from user input.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from reports.frames import as_number
+from reports.glossary import SUMMARY_METRICS, glossary_sections
+from reports.units import MISSING, format_number, format_value
+from simulator.result import RunResult
+
+PROVENANCE_KEYS = {  # shown first, in this order, "not recorded" when absent
+    "execution_model": "Execution model",
+    "profile_device": "Profile device",
+    "profile_date": "Profile date",
+    "pagesim_version": "pagesim version",
+    "seed": "Seed",
+}
+MAX_SWEEP_ROWS = 500
+
+CSS = """
+body{font:15px/1.5 system-ui,-apple-system,"Segoe UI","DejaVu Sans",sans-serif;color:#1a202c;
+background:#f7fafc;margin:0}
+main{max-width:1160px;margin:0 auto;padding:24px 32px 64px;background:#fff}
+h1{font-size:26px;margin:0 0 4px}h2{font-size:20px;margin:36px 0 10px;border-bottom:1px solid
+#e2e8f0;padding-bottom:4px}h3{font-size:16px;margin:20px 0 6px}
+.sub{color:#4a5568;margin:0 0 12px}nav a{margin-right:14px;color:#2b6cb0}
+ul.findings li{margin:4px 0}
+table{border-collapse:collapse;font-size:13.5px;margin:8px 0}
+th,td{border:1px solid #e2e8f0;padding:4px 10px;text-align:left;vertical-align:top}
+td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
+th{background:#edf2f7;overflow-wrap:anywhere;max-width:220px}
+tr.group th{background:#fff;border:none;padding-top:12px;font-size:14px}
+figure{margin:22px 0}figure img{max-width:100%;height:auto;border:1px solid #e2e8f0}
+figcaption{color:#4a5568;font-size:14px;margin-top:4px}
+pre{background:#f7fafc;border:1px solid #e2e8f0;padding:12px;overflow-x:auto;font-size:13px}
+code{font-size:13px}dt{font-family:monospace;font-weight:600;margin-top:6px}
+dd{margin:0 0 4px 18px}.wide{overflow-x:auto}
+"""
+
+
+def esc(text: object) -> str:
+    return html.escape(str(text), quote=True)
+
+
+@dataclass(frozen=True, slots=True)
+class Plot:
+    path: Path
+    title: str
+    caption: str
+
+
+def img_tag(path: Path, alt: str) -> str:
+    data = base64.b64encode(path.read_bytes()).decode("ascii")
+    return f'<img src="data:image/png;base64,{data}" alt="{esc(alt)}">'
+
+
+def findings_html(findings: Sequence[str]) -> str:
+    if not findings:
+        return "<p>No findings: the summaries hold no comparable metrics.</p>"
+    return '<ul class="findings">' + "".join(f"<li>{esc(f)}</li>" for f in findings) + "</ul>"
+
+
+def summary_table(results: Sequence[RunResult]) -> str:
+    """Metrics as rows (grouped), systems as columns; rows no system has are left out."""
+    head = "<tr><th>metric</th>" + "".join(f"<th>{esc(r.system)}</th>" for r in results) + "</tr>"
+    rows, section = [], None
+    known = {m.key for m in SUMMARY_METRICS}
+    extra = sorted({k for r in results for k in r.summary} - known)
+    for metric in [*SUMMARY_METRICS, *extra]:
+        key = metric if isinstance(metric, str) else metric.key
+        values = [r.summary.get(key) for r in results]
+        if all(v is None for v in values):
+            continue
+        group = "Other" if isinstance(metric, str) else metric.section
+        if group != section:
+            section = group
+            rows.append(
+                f'<tr class="group"><th colspan="{len(results) + 1}">{esc(group)}</th></tr>'
+            )
+        unit = None if isinstance(metric, str) else metric.unit
+        name = key if isinstance(metric, str) else metric.label
+        cells = "".join(f'<td class="num">{esc(format_value(v, unit))}</td>' for v in values)
+        rows.append(f'<tr><th title="{esc(key)}">{esc(name)}</th>{cells}</tr>')
+    return f'<div class="wide"><table>{head}{"".join(rows)}</table></div>'
+
+
+def _cell(value: object) -> str:
+    number = as_number(value)
+    if number is not None:
+        return f'<td class="num">{esc(format_number(number))}</td>'
+    return f"<td>{esc(MISSING if value is None or value != value else value)}</td>"
+
+
+def sweep_table(sweep: pd.DataFrame) -> str:
+    shown = sweep.head(MAX_SWEEP_ROWS)
+    head = "<tr>" + "".join(f"<th>{esc(c)}</th>" for c in shown.columns) + "</tr>"
+    body = "".join(
+        "<tr>" + "".join(_cell(v) for v in row) + "</tr>" for row in shown.itertuples(index=False)
+    )
+    more = f"<p>First {MAX_SWEEP_ROWS} of {len(sweep)} rows.</p>" if len(sweep) > len(shown) else ""
+    return f'<div class="wide"><table>{head}{body}</table></div>{more}'
+
+
+def _value(value: object) -> str:
+    if isinstance(value, Mapping | list | tuple):
+        return f"<code>{esc(json.dumps(value, default=str, sort_keys=True))}</code>"
+    return esc(value)
+
+
+def provenance_table(provenance: Mapping[str, object], results: Sequence[RunResult]) -> str:
+    rows = [
+        f"<tr><th>{esc(name)}</th><td>{_value(provenance.get(key, 'not recorded'))}</td></tr>"
+        for key, name in PROVENANCE_KEYS.items()
+    ]
+    rows += [
+        f"<tr><th>{esc(key)}</th><td>{_value(value)}</td></tr>"
+        for key, value in provenance.items()
+        if key not in PROVENANCE_KEYS
+    ]
+    rows += [
+        f"<tr><th>{esc(r.system)} (system)</th><td>{_value(r.provenance)}</td></tr>"
+        for r in results
+        if r.provenance and r.provenance != provenance
+    ]
+    return f"<table>{''.join(rows)}</table>"
+
+
+def glossary_html() -> str:
+    parts = []
+    for title, entries in glossary_sections():
+        items = "".join(f"<dt>{esc(e.name)}</dt><dd>{esc(e.definition)}</dd>" for e in entries)
+        parts.append(f"<h3>{esc(title)}</h3><dl>{items}</dl>")
+    return "".join(parts)
+
+
+def files_html(results: Sequence[RunResult], slugs: Sequence[str], has_sweep: bool) -> str:
+    items = ['<li><a href="summary.csv">summary.csv</a>: one row per system</li>']
+    if has_sweep:
+        items.append('<li><a href="sweep.csv">sweep.csv</a>: one row per sweep point</li>')
+    for result, slug in zip(results, slugs, strict=True):
+        links = ", ".join(
+            f'<a href="{esc(slug)}/{name}">{name}</a>'
+            for name in ("requests.csv", "steps.csv", "summary.json")
+        )
+        items.append(f"<li>{esc(result.system)}: {links}</li>")
+    return f"<ul>{''.join(items)}</ul><p>PNG plots are in <code>plots/</code>.</p>"
+
+
+def page(title: str, subtitle: str, sections: Sequence[tuple[str, str, str]]) -> str:
+    """The whole document; `sections` are (id, heading, inner HTML already escaped)."""
+    nav = " ".join(f'<a href="#{esc(sid)}">{esc(head)}</a>' for sid, head, _ in sections)
+    body = "".join(
+        f'<section id="{esc(sid)}"><h2>{esc(head)}</h2>{inner}</section>'
+        for sid, head, inner in sections
+    )
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{esc(title)}</title><style>{CSS}</style></head><body><main>"
+        f'<header><h1>{esc(title)}</h1><p class="sub">{esc(subtitle)}</p>'
+        f"<nav>{nav}</nav></header>{body}</main></body></html>\n"
+    )
+
+
+def figures_html(plots: Sequence[Plot]) -> str:
+    return "".join(
+        f"<figure>{img_tag(p.path, p.title)}<figcaption><b>Figure {i}. {esc(p.title)}.</b> "
+        f"{esc(p.caption)}</figcaption></figure>"
+        for i, p in enumerate(plots, start=1)
+    )

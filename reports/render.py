@@ -1,0 +1,244 @@
+"""Write a report folder: report.html, plots/*.png, per-system CSV/JSON and summary.csv.
+
+out_dir/
+  report.html            self-contained: CSS inline, every plot a base64 data URI, no scripts
+  report.json            the page's other inputs (title, scenario, provenance, …) for re-rendering
+  summary.csv            one row per system
+  sweep.csv              when a sweep table was given
+  plots/*.png
+  <system-slug>/requests.csv, steps.csv, summary.json   (RunResult.write)
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from reports import plots
+from reports.curves import RATE_COLUMN
+from reports.findings import derive_findings
+from reports.frames import unique_slugs
+from reports.glossary import SUMMARY_METRICS
+from reports.html import (
+    Plot,
+    esc,
+    figures_html,
+    files_html,
+    findings_html,
+    glossary_html,
+    page,
+    provenance_table,
+    summary_table,
+    sweep_table,
+)
+from simulator.result import RunResult
+
+PLOTS_DIR = "plots"
+INPUTS_FILE = "report.json"
+
+# (file stem, function, title, caption) of the plots every run gets.
+_RUN_PLOTS: tuple[tuple[str, Callable[[Sequence[RunResult], Path], Path], str, str], ...] = (
+    (
+        "kv_memory",
+        plots.plot_kv_memory,
+        "KV memory over time",
+        "The KV-cache capacity of each system split, step by step, into token states (useful), "
+        "reservation, internal and external fragmentation, and free slots; time-bucketed means.",
+    ),
+    (
+        "waste_breakdown",
+        plots.plot_waste_breakdown,
+        "Memory waste by system",
+        "Time-averaged shares of the KV capacity. Waste = reservation + internal + external "
+        "fragmentation: memory held that holds no token state and cannot serve another request.",
+    ),
+    (
+        "utilization",
+        plots.plot_utilization,
+        "Utilization over time",
+        "Useful batch slots / batch capacity, model FLOPs / peak FLOPs (MFU) and HBM bytes / "
+        "peak bandwidth (MBU), time-weighted within each bucket; idle time counts as zero.",
+    ),
+    (
+        "request_timeline",
+        plots.plot_request_timeline,
+        "Request timeline",
+        "Each bar is one request in a batch slot, from admission to its last token (prefill "
+        "orange, decode blue). Gaps are idle slots: static batching holds a slot until the whole "
+        "batch ends; continuous batching refills it at once. Hatched requests were preempted at "
+        "least once; their bar also spans the time they were out of the batch.",
+    ),
+    (
+        "latency_cdfs",
+        plots.plot_latency_cdfs,
+        "Latency distributions",
+        "Empirical CDFs over finished requests counted after warm-up. Further left is faster; "
+        "where a curve meets the dotted p99 line is its 99th-percentile latency.",
+    ),
+    (
+        "preemptions_swaps",
+        plots.plot_preemptions_swaps,
+        "Preemptions and swaps",
+        "Cumulative preemptions (left) and KV blocks copied between GPU and CPU memory (right); "
+        "a steep rise marks memory pressure.",
+    ),
+)
+
+
+def _json_default(value: object) -> object:
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, np.generic):
+        return value.item()
+    return str(value)
+
+
+def _write_data(
+    results: Sequence[RunResult], slugs: Sequence[str], out_dir: Path, sweep: pd.DataFrame | None
+) -> None:
+    rows = []
+    order = [m.key for m in SUMMARY_METRICS]
+    for result, slug in zip(results, slugs, strict=True):
+        result.write(out_dir / slug)
+        rows.append(
+            {"system": result.system, "folder": slug, "scenario": result.scenario} | result.summary
+        )
+    extra = [
+        k
+        for row in rows
+        for k in row
+        if k not in order and k not in ("system", "folder", "scenario")
+    ]
+    columns = ["system", "folder", "scenario", *order, *dict.fromkeys(extra)]
+    table = pd.DataFrame(rows)
+    table.reindex(columns=[c for c in columns if c in table]).to_csv(
+        out_dir / "summary.csv", index=False
+    )
+    if sweep is not None:
+        sweep.to_csv(out_dir / "sweep.csv", index=False)
+
+
+def _make_plots(
+    results: Sequence[RunResult],
+    plot_dir: Path,
+    sweep: pd.DataFrame | None,
+    calibration: Mapping[str, object] | None,
+) -> list[Plot]:
+    made = [
+        Plot(fn(results, plot_dir / f"{stem}.png"), title, caption)
+        for stem, fn, title, caption in _RUN_PLOTS
+    ]
+    if sweep is not None and {RATE_COLUMN, "normalized_latency_mean_s"} <= set(sweep.columns):
+        made.append(
+            Plot(
+                plots.plot_latency_vs_rate(sweep, plot_dir / "latency_vs_rate.png"),
+                "Normalized latency vs request rate",
+                "Mean (solid) and p90 (dashed) end-to-end latency per output token as the arrival "
+                "rate grows; the knee is where a system runs out of capacity.",
+            )
+        )
+    if sweep is not None and "block_size" in sweep and sweep["block_size"].nunique() > 1:
+        made.append(
+            Plot(
+                plots.plot_block_size_ablation(sweep, plot_dir / "block_size_ablation.png"),
+                "Block-size ablation",
+                "KV waste and throughput against the paged block size (tokens per block).",
+            )
+        )
+    if calibration:
+        made.append(
+            Plot(
+                plots.plot_calibration(calibration, plot_dir / "calibration.png"),
+                "Calibration curves",
+                "Kernel and GEMM times measured on the device (median with p10–p90), the fitted "
+                "profile the simulator uses, and the analytic roofline.",
+            )
+        )
+    return made
+
+
+def write_report(
+    results: list[RunResult],
+    out_dir: Path,
+    *,
+    title: str,
+    scenario_text: str,
+    provenance: dict[str, object],
+    findings: list[str] | None = None,
+    sweep: pd.DataFrame | None = None,
+    calibration: dict | None = None,
+) -> Path:
+    """Write the report folder (see the module docstring) and return the path of report.html.
+
+    `findings` replaces the sentences otherwise derived from the summaries; `sweep` is a table
+    with one row per (system, sweep point) (columns: system, rate and/or block_size, summary
+    keys); `calibration` follows `reports.curves.parse_calibration`. Raises ValueError on no
+    results or a malformed calibration input.
+    """
+    if not results:
+        raise ValueError("write_report: no results to report")
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    slugs = unique_slugs([r.system for r in results], reserved={PLOTS_DIR})
+    _write_data(results, slugs, out_dir, sweep)
+    made = _make_plots(results, out_dir / PLOTS_DIR, sweep, calibration)
+    (out_dir / INPUTS_FILE).write_text(
+        json.dumps(
+            {
+                "title": title,
+                "scenario_text": scenario_text,
+                "provenance": provenance,
+                "findings": findings,
+                "calibration": calibration,
+                "folders": slugs,
+            },
+            indent=2,
+            default=_json_default,
+        )
+        + "\n"
+    )
+    scenarios = sorted({r.scenario for r in results})
+    subtitle = f"Scenario {', '.join(scenarios)} · {len(results)} system(s): " + ", ".join(
+        r.system for r in results
+    )
+    sections = [
+        (
+            "findings",
+            "Headline findings",
+            findings_html(findings if findings is not None else derive_findings(results)),
+        ),
+        ("summary", "Summary by system", summary_table(results)),
+        ("plots", "Plots", figures_html(made)),
+    ]
+    if sweep is not None and not sweep.empty:
+        sections.append(("sweep", "Sweep", sweep_table(sweep)))
+    sections += [
+        ("scenario", "Scenario as run", f"<pre>{esc(scenario_text)}</pre>"),
+        ("provenance", "Provenance", provenance_table(provenance, results)),
+        ("data", "Data files", files_html(results, slugs, sweep is not None)),
+        ("glossary", "Glossary of metrics", glossary_html()),
+    ]
+    path = out_dir / "report.html"
+    path.write_text(page(title, subtitle, sections), encoding="utf-8")
+    return path
+
+
+def rerender_report(run_dir: Path, out_dir: Path | None = None) -> Path:
+    """Re-render a report folder written by `write_report` from its CSV/JSON files."""
+    inputs = json.loads((run_dir / INPUTS_FILE).read_text())
+    results = [RunResult.read(run_dir / folder) for folder in inputs["folders"]]
+    sweep_path = run_dir / "sweep.csv"
+    return write_report(
+        results,
+        out_dir or run_dir,
+        title=inputs["title"],
+        scenario_text=inputs["scenario_text"],
+        provenance=inputs["provenance"],
+        findings=inputs["findings"],
+        sweep=pd.read_csv(sweep_path) if sweep_path.exists() else None,
+        calibration=inputs["calibration"],
+    )
