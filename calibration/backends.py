@@ -256,7 +256,7 @@ class CupyBackend:
     def copy_bandwidth(self, num_bytes: int, warmup: int, repeats: int) -> tuple[float, Samples]:
         """Bytes read + written per second of a device-to-device cudaMemcpyAsync."""
         cp = self.cupy
-        src = cp.random.randint(0, 255, num_bytes, dtype=cp.uint8)
+        src = self.random_fp16((num_bytes // 2,)).view(cp.uint8)  # random bytes, never zeros
         dst = cp.empty_like(src)
 
         def copy() -> None:

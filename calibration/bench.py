@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from calibration.backends import LayerShapes, table_for
-from calibration.kernel import kernel_sha256
+from calibration.kernel import PARTITION_QUANTUM, kernel_sha256
 from simulator.catalog import ModelSpec, resolve_model
 from simulator.errors import PagesimError
 
@@ -144,6 +144,16 @@ def bench_kernel(
 
         t_paged = backend.timer.sample(paged.run, warmup=warmup, repeats=repeats)
         t_contig = backend.timer.sample(contiguous.run, warmup=warmup, repeats=repeats)
+        # Forced partition sizes, to tune choose_partitions from data (tokens: median seconds).
+        sweep = {}
+        for size in sorted({256, 512, 1024, 2048, PARTITION_QUANTUM * -(-context // 128)}):
+            if size > 2 * context:
+                continue
+            forced = plan_decode_attention(
+                q, k_cache, v_cache, lens_dev, table, partition_size=size, validate=False
+            )
+            sweep[size] = backend.timer.sample(forced.run, warmup=2, repeats=repeats).median_s
+        best = min(sweep, key=sweep.__getitem__)
         torch_fn = _torch_gather_sdpa(q, k_cache, v_cache, table, context)
         t_torch = torch_err = None
         if torch_fn is not None:
@@ -163,6 +173,10 @@ def bench_kernel(
             "context_len": context,
             "kv_tokens": num_seqs * context,
             "partitions": paged.num_partitions,
+            "partition_size": paged.partition_size,
+            "best_forced_partition_size": best,
+            "best_forced_time_s": sweep[best],
+            "partition_sweep": " ".join(f"{k}:{v:.3e}" for k, v in sweep.items()),
             "bytes": paged.min_bytes,
             "time_s": t_paged.median_s,
             "p10_s": t_paged.p10_s,

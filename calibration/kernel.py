@@ -37,7 +37,9 @@ MAX_HEADS_PER_CTA = 8  # query heads one CTA serves from one read of its KV head
 NUM_THREADS = 128  # kNumThreads in the .cu
 PARTITION_QUANTUM = 128  # tokens; partitions are multiples of one CTA sweep
 MIN_PARTITION = 256  # tokens; below this a partition's fixed cost outweighs the parallelism
-CTAS_PER_SM_TARGET = 4  # split-K until about this many CTAs per multiprocessor
+# Split-K until about this many CTAs per multiprocessor: 2 resident CTAs (8 warps, 64 KiB of
+# loads in flight) cover HBM latency; more partitions only add partials and the reduce launch.
+CTAS_PER_SM_TARGET = 2
 DTYPE_TAGS = {"fp16": 0, "bf16": 1}
 NVRTC_OPTIONS: tuple[str, ...] = ()  # NVRTC 12+ defaults to C++17; CuPy adds -arch itself
 LOG2E = 1.4426950408889634

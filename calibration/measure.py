@@ -26,7 +26,6 @@ from calibration.backends import (
     LayerShapes,
     NumpyBackend,
     Prepared,
-    decode_cost,
     gemm_cost,
     prefill_cost,
 )
@@ -92,13 +91,13 @@ class _Axes:
 GIB = 1 << 30
 MIB = 1 << 20
 
-# Budgets per call. GPU: a few GB per decode call (several times the L2, a good share of HBM
-# bandwidth); NumPy: small enough that `--quick` finishes in seconds on two cores.
+# Budgets per call (decode: one layer's K/V bytes). GPU: up to 8-16 GiB per decode call (many
+# times the L2, vLLM-sized batches); NumPy: small enough that `--quick` takes seconds on 2 cores.
 _AXES: dict[tuple[str, bool], _Axes] = {
     ("cupy", False): _Axes(
         (1, 2, 4, 8, 16, 32, 64, 128, 256),
         (16, 64, 256, 1024, 2048, 4096, 8192),
-        8 * GIB,
+        16 * GIB,
         (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384),
         (3, 12, 48, 192, 768, 3072, 12288),
         8 * 10**12,
@@ -113,7 +112,7 @@ _AXES: dict[tuple[str, bool], _Axes] = {
     ("cupy", True): _Axes(
         (1, 4, 16, 64, 256),
         (16, 256, 1024, 4096),
-        4 * GIB,
+        8 * GIB,
         (1, 4, 16, 64, 256, 1024, 4096, 8192),
         (8, 512, 2048),
         4 * 10**12,
@@ -184,7 +183,7 @@ def make_grid(shapes: LayerShapes, num_layers: int, backend: str, quick: bool) -
             if mix == "skewed" and n == 1:
                 continue  # one sequence has no skew
             for c in contexts:
-                if decode_cost(shapes, [c] * n)[0] > axes.decode_max_bytes:
+                if n * c * shapes.kv_bytes_per_token > axes.decode_max_bytes:
                     continue
                 is_interior = n not in (seqs[0], seqs[-1]) and c not in (contexts[0], contexts[-1])
                 held = is_interior and interior % 3 == 1

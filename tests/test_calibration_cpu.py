@@ -122,7 +122,7 @@ def test_partitions_cover_the_context_and_fill_the_gpu(ctas: int, max_context: i
     size, parts = kernel.choose_partitions(ctas, max_context, num_sms=132)
     assert size % kernel.PARTITION_QUANTUM == 0
     assert (parts - 1) * size < max_context <= parts * size
-    if ctas >= 4 * 132 or max_context <= 2 * kernel.MIN_PARTITION:
+    if ctas >= kernel.CTAS_PER_SM_TARGET * 132 or max_context <= 2 * kernel.MIN_PARTITION:
         assert parts == 1
     else:
         assert parts > 1 and size >= kernel.MIN_PARTITION - kernel.PARTITION_QUANTUM
