@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # One device call: versions, the GPU tests, the kernel benchmark (Llama-2-7B MHA and Llama-3-8B
 # GQA head configurations, every shape >= 16k KV tokens) and a quick Llama-2-7B calibration.
-# Everything lands flat under $OUT (7 files):
-#   versions.txt  gpu_tests.log  bench.log  bench.csv  calibrate.log  llama-2-7b-<gpu>.json/.csv
+# Everything lands flat under $OUT (8 files):
+#   versions.txt  gpu_tests.log  bench.log  bench.csv  calibrate.log  llama-2-7b-<gpu>.json/.csv/.png
 #
 # How to run it (from the repository root, with the device tool):
 #   run(command="bash calibration/gpu_check.sh", carry=[".whl"], timeout_s=600)
@@ -82,6 +82,18 @@ stage "quick calibration (llama-2-7b)"
 timeout 190 $PY -m calibration.run --model llama-2-7b --backend cupy --quick \
     --out "$OUT/llama-2-7b-$GPU_NAME.json" 2>&1 | tee "$OUT/calibrate.log"
 echo "calibrate exit: ${PIPESTATUS[0]}" | tee -a "$OUT/calibrate.log"
+
+stage "calibration plot"
+MPLBACKEND=Agg timeout 60 $PY - "$OUT/llama-2-7b-$GPU_NAME.json" <<'EOF' || echo "no plot"
+import sys
+from pathlib import Path
+
+from calibration.profile import calibration_panels
+from reports.curves import plot_calibration
+
+path = Path(sys.argv[1])
+print(plot_calibration(calibration_panels(path), path.with_suffix(".png")))
+EOF
 
 stage "done"
 ls -la "$OUT"

@@ -29,7 +29,9 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
-from calibration.measure import Grid, Point
+import numpy as np
+
+from calibration.measure import Grid, Point, context_mix
 from simulator.catalog import ModelSpec
 from simulator.profile_model import PROFILE_SCHEMA, PROFILE_SCHEMA_VERSION
 
@@ -113,3 +115,81 @@ def write_profile(profile: dict[str, object], points: list[Point], json_path: Pa
     write_samples_csv(points, csv_path)
     json_path.write_text(json.dumps(profile, indent=1, sort_keys=False) + "\n")
     return json_path
+
+
+def _samples_by_label(csv_path: Path) -> dict[tuple[str, str], list[float]]:
+    samples: dict[tuple[str, str], list[float]] = {}
+    with csv_path.open(newline="") as handle:
+        for row in csv.DictReader(handle):
+            samples.setdefault((row["kind"], row["label"]), []).append(float(row["time_s"]))
+    return samples
+
+
+def calibration_panels(json_path: Path) -> dict[str, object]:
+    """A profile's measured points against its fits, in the input format of
+    `reports.curves.plot_calibration` (device + panels: decode, GEMMs, LM head, prefill)."""
+    profile = json.loads(json_path.read_text())
+    samples = _samples_by_label(json_path.with_name(profile["samples_csv"]))
+
+    def stats(kind: str, label: str) -> tuple[float, float, float]:
+        values = samples[(kind, label)]
+        return (
+            float(np.median(values)),
+            float(np.percentile(values, 10)),
+            float(np.percentile(values, 90)),
+        )
+
+    decode = profile["decode_attention"]["coef"]
+    prefill = profile["prefill_attention"]["coef"]
+    decode_points = []
+    for point in profile["grid"]["decode"]:
+        lens = context_mix(point["num_seqs"], point["mean_context"], point["mix"])
+        label = f"decode n={point['num_seqs']} ctx={point['mean_context']} {point['mix']}"
+        fitted = decode["a_s"] + decode["b_s_per_kv_token"] * sum(lens)
+        fitted += decode["c_s_per_seq"] * len(lens)
+        decode_points.append((sum(lens), *stats("decode", label), fitted))
+    prefill_points = []
+    for point in profile["grid"]["prefill"]:
+        n, length = point["num_seqs"], point["prompt_len"]
+        fitted = prefill["a_s"] + prefill["b_s_per_token_sq"] * n * length * length
+        fitted += prefill["c_s_per_token"] * n * length
+        prefill_points.append(
+            (n * length * length, *stats("prefill", f"prefill n={n} len={length}"), fitted)
+        )
+
+    def linear_panel(title: str, x_label: str, points: list[tuple[float, ...]]) -> dict:
+        points.sort()
+        return {
+            "title": title,
+            "x_label": x_label,
+            "x": [p[0] for p in points],
+            "measured_s": [p[1] for p in points],
+            "measured_p10_s": [p[2] for p in points],
+            "measured_p90_s": [p[3] for p in points],
+            "fitted_s": [p[4] for p in points],
+            "log_x": True,
+            "log_y": True,
+        }
+
+    def token_panel(section: str, title: str, x_label: str) -> dict:
+        fit = profile[section]
+        return {
+            "title": title,
+            "x_label": x_label,
+            "x": fit["tokens"],
+            "measured_s": fit.get("measured_median_s", fit["time_s"]),
+            "model_x": fit["tokens"],
+            "fitted_s": fit["time_s"],
+            "log_x": True,
+            "log_y": True,
+        }
+
+    return {
+        "device": profile["provenance"]["device"],
+        "panels": [
+            linear_panel("decode attention (per layer)", "total KV tokens", decode_points),
+            token_panel("gemm", "linear layers (per layer)", "tokens in the step"),
+            token_panel("lm_head", "LM head", "sequences sampling"),
+            linear_panel("prefill attention (per layer)", "sum of prompt_len^2", prefill_points),
+        ],
+    }

@@ -440,3 +440,15 @@ def test_numpy_backend_decode_is_the_reference() -> None:
     prepared = backend.prepare_decode(shapes, [10, 40, 7])
     assert prepared.bytes == 57 * shapes.kv_bytes_per_token + 2 * 3 * 4 * 64 * 2
     assert np.isfinite(prepared.fn()).all()
+
+
+def test_profile_renders_as_calibration_panels(cpu_profile: Path) -> None:
+    from calibration.profile import calibration_panels
+    from reports.curves import parse_calibration
+
+    device, panels = parse_calibration(calibration_panels(cpu_profile))
+    assert device == "cpu" and len(panels) == 4
+    decode = panels[0]
+    assert len(decode.x) == len(json.loads(cpu_profile.read_text())["grid"]["decode"])
+    assert (decode.measured_p10_s <= decode.measured_s).all()
+    assert (decode.measured_s <= decode.measured_p90_s).all()
