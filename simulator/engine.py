@@ -1,0 +1,195 @@
+"""The SimPy engine: one serving replica's heartbeat, and the `simulate` API.
+
+The only SimPy code in pagesim (with the arrival process beside it). The replica loop is:
+
+    plan = scheduler.schedule(now)          # policy decides the iteration
+    cost = execution_model.price(plan)      # what it costs on this GPU
+    yield env.timeout(cost.duration_s)      # time passes
+    scheduler.complete(plan, env.now)       # tokens appear, requests finish, memory frees
+
+and it idles until an arrival (or a policy's wake-up time) when nothing is runnable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator
+from dataclasses import dataclass
+
+import numpy as np
+import simpy
+
+from pagesim import __version__
+from simulator.catalog import GIB
+from simulator.config import ExecutionKind, Policy, Scenario, SystemConfig
+from simulator.errors import InputError
+from simulator.plan import ExecutionModel
+from simulator.recorder import Recorder
+from simulator.reserving import OrcaScheduler, StaticScheduler
+from simulator.result import RunResult
+from simulator.roofline import RooflineModel
+from simulator.scheduler import Scheduler
+from simulator.vllm import VllmV0Scheduler, VllmV1Scheduler
+from simulator.workload import iter_requests
+
+
+@dataclass(frozen=True, slots=True)
+class Capacity:
+    """KV memory of one system on one GPU."""
+
+    num_gpu_blocks: int
+    num_cpu_blocks: int
+    block_size: int
+    block_bytes: int
+    kv_bytes_per_token: int
+
+    @property
+    def num_token_slots(self) -> int:
+        return self.num_gpu_blocks * self.block_size
+
+
+def kv_capacity(scenario: Scenario, system: SystemConfig) -> Capacity:
+    """Blocks = (GPU memory x utilization - weights - activation reserve) / bytes per block."""
+    model, tp = scenario.model, scenario.tensor_parallel
+    per_token = model.kv_bytes_per_token(scenario.kv_dtype, tp)
+    block_bytes = per_token * system.block_size
+    cpu_blocks = int(system.swap_space_gib * GIB) // block_bytes
+    if system.num_kv_blocks is not None:
+        return Capacity(system.num_kv_blocks, cpu_blocks, system.block_size, block_bytes, per_token)
+    budget = scenario.gpu.memory_bytes * system.gpu_memory_utilization
+    weights = model.weight_bytes(2, tp)
+    available = budget - weights - system.activation_reserve_gib * GIB
+    blocks = int(available // block_bytes)
+    if blocks < 1:
+        raise InputError(
+            f"system {system.name!r}: {model.name} weights ({weights / GIB:.1f} GiB per GPU) and "
+            f"the activation reserve ({system.activation_reserve_gib} GiB) leave no KV memory in "
+            f"{budget / GIB:.1f} GiB ({scenario.gpu.name} x {system.gpu_memory_utilization}); "
+            "use a bigger GPU, tensor parallelism, or a higher gpu_memory_utilization"
+        )
+    return Capacity(blocks, cpu_blocks, system.block_size, block_bytes, per_token)
+
+
+def make_scheduler(scenario: Scenario, system: SystemConfig, capacity: Capacity) -> Scheduler:
+    max_len = scenario.model.max_seq_len
+    builders: dict[Policy, Callable[[], Scheduler]] = {
+        Policy.STATIC: lambda: StaticScheduler(system, max_len, capacity.num_token_slots),
+        Policy.ORCA: lambda: OrcaScheduler(system, max_len, capacity.num_token_slots),
+        Policy.VLLM_V0: lambda: VllmV0Scheduler(
+            system, max_len, capacity.num_gpu_blocks, capacity.num_cpu_blocks
+        ),
+        Policy.VLLM_V1: lambda: VllmV1Scheduler(
+            system, max_len, capacity.num_gpu_blocks, capacity.num_cpu_blocks
+        ),
+    }
+    return builders[system.policy]()
+
+
+def make_execution_model(scenario: Scenario, system: SystemConfig) -> ExecutionModel:
+    args = (scenario.model, scenario.gpu, scenario.execution, scenario.kv_dtype)
+    kwargs = {"tensor_parallel": scenario.tensor_parallel, "block_size": system.block_size}
+    if scenario.execution.kind is ExecutionKind.PROFILE:
+        from simulator.profile_model import ProfileModel
+
+        return ProfileModel(*args, **kwargs)
+    return RooflineModel(*args, **kwargs)
+
+
+class StallError(RuntimeError):
+    """The scheduler holds requests but can make no progress: a policy bug, never hidden."""
+
+
+def simulate(
+    scenario: Scenario,
+    system: SystemConfig | None = None,
+    *,
+    check_invariants: bool = False,
+    on_step: Callable[[float], None] | None = None,
+) -> RunResult:
+    """Run one system of `scenario` (the first if none is named) to completion or the stop time.
+
+    Same scenario and seed give identical results; simulations share no state.
+    """
+    system = system or scenario.systems[0]
+    capacity = kv_capacity(scenario, system)
+    scheduler = make_scheduler(scenario, system, capacity)
+    execution = make_execution_model(scenario, system)
+    rng = np.random.default_rng(scenario.seed)
+    recorder = Recorder(scenario.gpu, scenario.slo, scenario.stop.warmup_s, capacity.block_bytes)
+    env = simpy.Environment()
+    max_time = scenario.stop.max_time_s
+    wakeup: list[simpy.Event] = [env.event()]
+
+    def arrivals() -> Generator[simpy.Event, None, None]:
+        for request in iter_requests(scenario.workload, scenario.model.max_seq_len, rng):
+            if max_time is not None and request.arrival_s > max_time:
+                break
+            if request.arrival_s > env.now:
+                yield env.timeout(request.arrival_s - env.now)
+            recorder.add_request(request)
+            scheduler.add_request(request, env.now)
+            if not wakeup[0].triggered:
+                wakeup[0].succeed()
+        scheduler.mark_arrivals_done()
+        if not wakeup[0].triggered:
+            wakeup[0].succeed()
+
+    def replica() -> Generator[simpy.Event, None, None]:
+        while True:
+            plan = scheduler.schedule(env.now)
+            if plan.is_empty:
+                if scheduler.arrivals_done:
+                    if not scheduler.has_pending:
+                        return
+                    if scheduler.next_wakeup_s(env.now) is None:
+                        raise StallError(_stall_message(scheduler, env.now))
+                wakeup[0] = env.event()
+                waits: list[simpy.Event] = [wakeup[0]]
+                wake_at = scheduler.next_wakeup_s(env.now)
+                if wake_at is not None and wake_at > env.now:
+                    waits.append(env.timeout(wake_at - env.now))
+                yield env.any_of(waits)
+                continue
+            cost = execution.price(plan)
+            start = env.now
+            yield env.timeout(cost.duration_s)
+            scheduler.complete(plan, env.now)
+            if check_invariants:
+                scheduler.check_invariants()
+            recorder.record_step(start, plan, cost, scheduler)
+            if on_step is not None:
+                on_step(env.now)
+
+    env.process(arrivals())
+    done = env.process(replica())
+    env.run(until=done if max_time is None else max_time)
+    provenance = {
+        "pagesim_version": __version__,
+        "seed": scenario.seed,
+        "policy": system.policy.value,
+        "model": scenario.model.name,
+        "gpu": scenario.gpu.name,
+        "tensor_parallel": scenario.tensor_parallel,
+        "kv_dtype": scenario.kv_dtype.value,
+        "num_kv_blocks": capacity.num_gpu_blocks,
+        "num_cpu_blocks": capacity.num_cpu_blocks,
+        "block_size": capacity.block_size,
+        "block_bytes": capacity.block_bytes,
+        "execution_model": execution.describe(),
+    }
+    result = recorder.result(scenario.name, system.name, env.now, scheduler, provenance)
+    result.summary["num_kv_blocks"] = capacity.num_gpu_blocks
+    result.summary["block_size"] = capacity.block_size
+    return result
+
+
+def simulate_all(scenario: Scenario, **kwargs: object) -> list[RunResult]:
+    """Every system of the scenario on the same workload (same seed)."""
+    return [simulate(scenario, system, **kwargs) for system in scenario.systems]  # type: ignore[arg-type]
+
+
+def _stall_message(scheduler: Scheduler, now_s: float) -> str:
+    running, waiting, swapped = scheduler.queue_lengths()
+    return (
+        f"scheduler stalled at t={now_s:.3f}s with {running} running, {waiting} waiting and "
+        f"{swapped} swapped requests and nothing schedulable (a policy bug)"
+    )

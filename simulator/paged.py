@@ -1,0 +1,295 @@
+"""Mechanics shared by the paged policies (vllm-v0, vllm-v1): admit, grow, preempt, swap, complete.
+
+A request becomes a `Group` of sequences over the paged KV cache. Its prompt is computed by
+sequence 0 (in one step or in chunks); the step that computes the prompt's last token also produces
+the first output token, and multi-sequence requests (parallel sampling, beams) then fork the
+prompt's blocks copy-on-write. Each decode step computes the KV of every sequence's latest token
+and produces the next one, so after g output tokens a sequence holds prompt + g - 1 KV tokens.
+
+Preemption by recompute drops the blocks and re-prefills prompt + generated tokens later (reusing
+whatever prefix blocks survive in the cache); preemption by swap copies the blocks to CPU memory
+over the host link and back. Which one, and whom, are policy (`SystemConfig`); how is mechanism.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from simulator.config import SystemConfig
+from simulator.kv_cache import PagedKVCache
+from simulator.memory import MemoryBreakdown
+from simulator.plan import BlockCopy, Preemption, PreemptionMode, SeqWork, StepPlan
+from simulator.prefix_hash import SequenceHasher
+from simulator.request import Request, RequestStatus
+from simulator.scheduler import Scheduler, WaitingQueue, victim_key
+from simulator.workload import prompt_segments
+
+_GENERATED_KEY = 3  # content key of a sequence's generated tokens: (3, request_id, index)
+
+
+@dataclass(eq=False, slots=True)
+class Group:
+    """A request's sequences and progress on the paged KV cache."""
+
+    request: Request
+    seq_ids: list[int]
+    target: int  # KV tokens to compute before the next token appears (prompt, or on recompute
+    #              prompt + generated tokens)
+    num_computed: int = 0  # KV tokens computed per sequence
+    hashers: list[SequenceHasher] | None = None  # per sequence, only with prefix caching
+    num_dropped: int = 0  # KV tokens dropped at the last recompute preemption
+
+    @property
+    def is_prefilling(self) -> bool:
+        return self.num_computed < self.target
+
+    @property
+    def num_seqs(self) -> int:
+        return len(self.seq_ids)
+
+
+def blocks_for(num_tokens: int, block_size: int) -> int:
+    return -(-num_tokens // block_size)
+
+
+class PagedScheduler(Scheduler):
+    """Shared state and mechanics; `schedule` is the policy and lives in the subclasses."""
+
+    def __init__(
+        self,
+        system: SystemConfig,
+        max_seq_len: int,
+        num_blocks: int,
+        num_cpu_blocks: int,
+    ) -> None:
+        super().__init__(system, max_seq_len)
+        self.kv = PagedKVCache(
+            num_blocks,
+            system.block_size,
+            num_cpu_blocks=num_cpu_blocks,
+            enable_prefix_cache=system.enable_prefix_cache,
+        )
+        self.block_size = system.block_size
+        self.watermark_blocks = int(system.watermark * num_blocks)
+        self.waiting: WaitingQueue[Group] = WaitingQueue(system.admission, _request_of)
+        self.running: list[Group] = []
+        self.swapped: deque[Group] = deque()
+        self._victim_key: Callable[[Request], tuple[float, ...]] = victim_key(system.victim)
+        self._final_lens: dict[int, int] = {}  # seq id -> KV tokens it holds when finished
+        self._next_seq_id = 0
+        self._num_running_seqs = 0
+        # Filled by schedule(), consumed by complete(): (group, new tokens per seq, is_prefill).
+        self._scheduled: list[tuple[Group, int, bool]] = []
+
+    # -- engine API -------------------------------------------------------------------------
+    def add_request(self, request: Request, now_s: float) -> None:
+        reason = self._too_long_reason(request) or self._capacity_reason(request)
+        if reason is not None:
+            request.reject(reason, now_s)
+            return
+        group = Group(request, [self._new_seq_id()], target=request.prompt_len)
+        if self.system.enable_prefix_cache:
+            hasher = SequenceHasher(self.block_size)
+            for key, length in prompt_segments(request):
+                hasher.extend(key, length)
+            group.hashers = [hasher]
+        self._final_lens[group.seq_ids[0]] = request.total_len - 1
+        self.waiting.push(group)
+
+    def complete(self, plan: StepPlan, now_s: float) -> None:
+        finished: list[Group] = []
+        for group, num_new, is_prefill in self._scheduled:
+            request = group.request
+            group.num_computed += num_new
+            self._commit(group)
+            if is_prefill and group.is_prefilling:
+                continue  # a chunk of the prompt: no token yet
+            if self._produce_token(request, now_s):
+                finished.append(group)
+                continue
+            if group.hashers is not None:
+                for index, hasher in enumerate(group.hashers):
+                    hasher.extend((_GENERATED_KEY, request.request_id, index), 1)
+            if is_prefill and request.num_seqs > group.num_seqs:
+                self._fork(group)
+        for group in finished:
+            self._release(group)
+            self._num_running_seqs -= group.num_seqs
+            for seq_id in group.seq_ids:
+                del self._final_lens[seq_id]
+            self._finish(group.request, now_s)
+        if finished:
+            done = {id(g) for g in finished}
+            self.running = [g for g in self.running if id(g) not in done]
+        self._scheduled = []
+
+    @property
+    def has_pending(self) -> bool:
+        return bool(self.running or self.swapped or len(self.waiting))
+
+    def queue_lengths(self) -> tuple[int, int, int]:
+        return len(self.running), len(self.waiting), len(self.swapped)
+
+    def memory_breakdown(self) -> MemoryBreakdown:
+        return self.kv.memory_breakdown(self._final_lens)
+
+    def check_invariants(self) -> None:
+        self.kv.check_invariants()
+        live = {s for g in self.running for s in g.seq_ids}
+        assert all(self.kv.has_seq(s) and not self.kv.is_swapped(s) for s in live)
+        assert all(self.kv.is_swapped(s) for g in self.swapped for s in g.seq_ids)
+        assert self._num_running_seqs == sum(g.num_seqs for g in self.running)
+
+    @property
+    def kv_capacity_slots(self) -> int:
+        return self.kv.num_blocks * self.block_size
+
+    def prefix_hit_rate(self) -> float | None:
+        if not self.system.enable_prefix_cache:
+            return None
+        queried = self.kv.num_prefix_query_tokens
+        return self.kv.num_prefix_hit_tokens / queried if queried else 0.0
+
+    # -- mechanics for the policies ---------------------------------------------------------
+    def _capacity_reason(self, request: Request) -> str | None:
+        """A request that could not finish even alone on the GPU is rejected up front."""
+        prompt_blocks = blocks_for(request.prompt_len, self.block_size)
+        per_seq_tail = blocks_for(request.output_len, self.block_size)
+        needed = blocks_for(request.total_len - 1, self.block_size)
+        needed += (request.num_seqs - 1) * per_seq_tail
+        if needed > self.kv.num_blocks or prompt_blocks > self.kv.num_blocks:
+            return (
+                f"needs {needed} KV blocks of {self.block_size} tokens at full length; "
+                f"the cache holds {self.kv.num_blocks}"
+            )
+        if request.num_seqs > self.system.max_num_seqs:
+            return (
+                f"decodes {request.num_seqs} sequences; max_num_seqs is {self.system.max_num_seqs}"
+            )
+        return None
+
+    def _new_seq_id(self) -> int:
+        self._next_seq_id += 1
+        return self._next_seq_id - 1
+
+    def _reserve(self) -> int:
+        """Blocks kept free when admitting: the watermark, unless the GPU is idle (no livelock)."""
+        return self.watermark_blocks if self.running else 0
+
+    def _admit(self, group: Group, max_new_tokens: int, now_s: float) -> int:
+        """Try to start (or restart) a waiting group computing up to `max_new_tokens` prompt tokens.
+
+        Returns the tokens scheduled, 0 if its blocks do not fit (nothing is changed then).
+        """
+        seq_id = group.seq_ids[0]
+        hashes = group.hashers[0].block_hashes() if group.hashers is not None else ()
+        num_hit = self.kv.add_seq(seq_id, hashes, num_prompt_tokens=group.target)
+        num_new = min(group.target - num_hit, max_new_tokens)
+        if num_new <= 0 or not self.kv.can_append(seq_id, num_new, self._reserve()):
+            self.kv.free(seq_id)
+            return 0
+        copies = self.kv.append_slots(seq_id, num_new)
+        assert not copies, "a fresh sequence owns its blocks"
+        request = group.request
+        group.num_computed = num_hit
+        request.num_cached_tokens += num_hit
+        request.num_recomputed_tokens += max(0, group.num_dropped - num_hit)
+        group.num_dropped = 0
+        request.transition(RequestStatus.RUNNING, now_s)
+        self.running.append(group)
+        self._num_running_seqs += group.num_seqs
+        self._scheduled.append((group, num_new, True))
+        return num_new
+
+    def _blocks_to_grow(self, group: Group, num_new: int) -> int:
+        return sum(self.kv.num_blocks_needed(s, num_new) for s in group.seq_ids)
+
+    def _grow(self, group: Group, num_new: int, is_prefill: bool, copies: list[BlockCopy]) -> None:
+        for seq_id in group.seq_ids:
+            copies.extend(self.kv.append_slots(seq_id, num_new))
+        self._scheduled.append((group, num_new, is_prefill))
+
+    def _preempt(self, group: Group, now_s: float) -> tuple[Preemption, int]:
+        """Take `group` off the GPU by the configured mode; returns the preemption and blocks
+        swapped out. Swap falls back to recompute when the CPU swap space is full."""
+        request = group.request
+        mode = self.system.preemption.mode_for(request.num_seqs)
+        self._num_running_seqs -= group.num_seqs
+        if mode is PreemptionMode.SWAP and self.kv.can_swap_out(group.seq_ids):
+            num_blocks = self.kv.swap_out(group.seq_ids)
+            request.transition(RequestStatus.SWAPPED, now_s)
+            self.swapped.append(group)
+            return Preemption(request.request_id, PreemptionMode.SWAP), num_blocks
+        self._release(group)
+        if group.num_seqs > 1:
+            # Recompute restarts a multi-sequence request from its prompt: its samples'
+            # diverged tokens are not reconstructed (documented simplification).
+            group.num_dropped = group.num_computed * group.num_seqs
+            for seq_id in group.seq_ids[1:]:
+                del self._final_lens[seq_id]
+            group.seq_ids = group.seq_ids[:1]
+            if group.hashers is not None:
+                group.hashers = group.hashers[:1]
+            request.num_generated = 0
+            group.target = request.prompt_len
+        else:
+            group.num_dropped = group.num_computed
+            group.target = request.prompt_len + request.num_generated
+        group.num_computed = 0
+        request.transition(RequestStatus.PREEMPTED, now_s)
+        self.waiting.push_front(group)
+        return Preemption(request.request_id, PreemptionMode.RECOMPUTE), 0
+
+    def _swap_in(self, group: Group, now_s: float) -> int:
+        num_blocks = self.kv.swap_in(group.seq_ids)
+        group.request.transition(RequestStatus.RUNNING, now_s)
+        self.running.append(group)
+        self._num_running_seqs += group.num_seqs
+        return num_blocks
+
+    def _release(self, group: Group) -> None:
+        for seq_id in group.seq_ids:
+            self.kv.free(seq_id)
+
+    def _commit(self, group: Group) -> None:
+        for index, seq_id in enumerate(group.seq_ids):
+            hashes = group.hashers[index].block_hashes() if group.hashers is not None else ()
+            self.kv.commit(seq_id, group.num_computed, hashes)
+
+    def _fork(self, group: Group) -> None:
+        """Prompt done: fork the remaining sequences, sharing its blocks copy-on-write."""
+        request = group.request
+        parent = group.seq_ids[0]
+        for index in range(group.num_seqs, request.num_seqs):
+            child = self._new_seq_id()
+            self.kv.fork(parent, child)
+            group.seq_ids.append(child)
+            self._final_lens[child] = request.total_len - 1
+            if group.hashers is not None:
+                hasher = SequenceHasher(self.block_size)
+                for key, length in prompt_segments(request):
+                    hasher.extend(key, length)
+                hasher.extend((_GENERATED_KEY, request.request_id, index), request.num_generated)
+                group.hashers.append(hasher)
+        self._num_running_seqs += request.num_seqs - 1
+
+    def _build_plan(
+        self,
+        preemptions: list[Preemption],
+        swap_out: int,
+        swap_in: int,
+        copies: list[BlockCopy],
+    ) -> StepPlan:
+        work: list[SeqWork] = []
+        for group, num_new, is_prefill in self._scheduled:
+            rid = group.request.request_id
+            context = group.num_computed + num_new
+            for seq_id in group.seq_ids:
+                work.append(SeqWork(rid, seq_id, num_new, context, is_prefill))
+        return StepPlan.build(work, preemptions, swap_out, swap_in, copies)
+
+
+def _request_of(group: Group) -> Request:
+    return group.request

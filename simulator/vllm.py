@@ -1,0 +1,165 @@
+"""The two paged policies, as vLLM's V0 and V1 schedulers decide an iteration (FACTS.md).
+
+V0: FCFS; while nothing is swapped out, admit waiting prompts whole (prefill-only iteration),
+stopping at the first that does not fit above the watermark; otherwise a decode-only iteration
+over the running requests, preempting the victim policy's choice when a block is missing, then
+swapping requests back in if nothing was preempted.
+
+V1: one token budget per step. Running requests first (decode = 1 token per sequence, an
+unfinished prompt = its next chunk), preempting when blocks run out; then, unless this step
+preempted, swapped-out requests come back and, once none is left swapped out, waiting requests are
+admitted, each chunked into what is left of the budget (Sarathi-Serve's stall-free batching).
+vLLM's V1 only recomputes; swap under V1 is pagesim's extension, with V0's rule for swapped
+requests.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from simulator.paged import Group, PagedScheduler
+from simulator.plan import BlockCopy, Preemption, StepPlan
+
+
+class _StepState:
+    """What one schedule() call accumulates."""
+
+    __slots__ = ("copies", "preemptions", "swap_in", "swap_out")
+
+    def __init__(self) -> None:
+        self.preemptions: list[Preemption] = []
+        self.copies: list[BlockCopy] = []
+        self.swap_out = 0
+        self.swap_in = 0
+
+
+class VllmV0Scheduler(PagedScheduler):
+    def schedule(self, now_s: float) -> StepPlan:
+        step = _StepState()
+        self._scheduled = []
+        if not self.swapped:
+            self._admit_prompts(now_s)
+            if self._scheduled:
+                return self._build_plan([], 0, 0, [])
+        self._grow_running(step, now_s)
+        if not step.preemptions:
+            self._swap_back(step, now_s)
+        return self._build_plan(step.preemptions, step.swap_out, step.swap_in, step.copies)
+
+    def _admit_prompts(self, now_s: float) -> None:
+        # V0 needs a whole prompt in one step, so its token cap is at least the model length.
+        budget = max(self.system.max_num_batched_tokens, self.max_seq_len)
+        while len(self.waiting):
+            group = self.waiting.peek()
+            if self._num_running_seqs + group.request.num_seqs > self.system.max_num_seqs:
+                break
+            if group.target > budget:  # charged in full, prefix hits included (conservative)
+                break
+            scheduled = self._admit(group, group.target, now_s)
+            if not scheduled:
+                break
+            self.waiting.pop()
+            budget -= scheduled
+
+    def _grow_running(self, step: _StepState, now_s: float) -> None:
+        remaining = deque(self.running)
+        kept: list[Group] = []
+        while remaining:
+            group = remaining.popleft()
+            if not self._make_room(group, 1, remaining, step, now_s):
+                continue
+            self._grow(group, 1, False, step.copies)
+            kept.append(group)
+        self.running = kept
+
+    def _make_room(
+        self,
+        group: Group,
+        num_new: int,
+        remaining: deque[Group],
+        step: _StepState,
+        now_s: float,
+    ) -> bool:
+        """Preempt victims among the not-yet-scheduled until `group` can grow by `num_new` per
+        sequence; False if `group` itself had to go."""
+        while self._blocks_to_grow(group, num_new) > self.kv.num_free_blocks:
+            if remaining:
+                victim = max(remaining, key=lambda g: self._victim_key(g.request))
+                remaining.remove(victim)
+            else:
+                victim = group
+            preemption, swapped_blocks = self._preempt(victim, now_s)
+            step.preemptions.append(preemption)
+            step.swap_out += swapped_blocks
+            if victim is group:
+                return False
+        return True
+
+    def _swap_back(self, step: _StepState, now_s: float) -> None:
+        while self.swapped and self._swap_back_one(step, now_s):
+            pass
+
+    def _swap_back_one(self, step: _StepState, now_s: float) -> bool:
+        """Bring the oldest swapped-out group back and schedule its decode; False if it can't."""
+        group = self.swapped[0]
+        if self._num_running_seqs + group.num_seqs > self.system.max_num_seqs:
+            return False
+        # Swapping in must also leave room for this step's decode token of every sequence.
+        if not self.kv.can_swap_in(group.seq_ids, self._reserve() + group.num_seqs):
+            return False
+        self.swapped.popleft()
+        step.swap_in += self._swap_in(group, now_s)
+        self._grow(group, 1, False, step.copies)
+        return True
+
+
+class VllmV1Scheduler(VllmV0Scheduler):
+    def schedule(self, now_s: float) -> StepPlan:
+        step = _StepState()
+        self._scheduled = []
+        budget = self.system.max_num_batched_tokens
+        chunk_cap = self.system.max_prefill_chunk or budget
+        remaining = deque(self.running)
+        kept: list[Group] = []
+        while remaining and budget > 0:
+            group = remaining.popleft()
+            if group.is_prefilling:
+                num_new = min(group.target - group.num_computed, budget, chunk_cap)
+                tokens = num_new
+            else:
+                num_new, tokens = 1, group.num_seqs
+                if tokens > budget:
+                    kept.append(group)  # no room this step; it keeps its blocks
+                    continue
+            if not self._make_room(group, num_new, remaining, step, now_s):
+                continue
+            self._grow(group, num_new, group.is_prefilling, step.copies)
+            kept.append(group)
+            budget -= tokens
+        self.running = kept + list(remaining)
+        if not step.preemptions:
+            budget = self._resume_swapped(step, budget, now_s)
+            # As in V0, swapped-out requests go first: admitting new ones past them would starve
+            # them and fill the CPU swap space.
+            if not self.swapped:
+                self._admit_chunks(budget, chunk_cap, now_s)
+        return self._build_plan(step.preemptions, step.swap_out, step.swap_in, step.copies)
+
+    def _resume_swapped(self, step: _StepState, budget: int, now_s: float) -> int:
+        while self.swapped:
+            num_seqs = self.swapped[0].num_seqs
+            if num_seqs > budget or not self._swap_back_one(step, now_s):
+                break
+            budget -= num_seqs
+        return budget
+
+    def _admit_chunks(self, budget: int, chunk_cap: int, now_s: float) -> None:
+        while len(self.waiting) and budget > 0:
+            group = self.waiting.peek()
+            if self._num_running_seqs + group.request.num_seqs > self.system.max_num_seqs:
+                break
+            scheduled = self._admit(group, min(budget, chunk_cap), now_s)
+            if not scheduled:
+                break
+            self.waiting.pop()
+            budget -= scheduled
