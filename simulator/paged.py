@@ -22,11 +22,11 @@ from simulator.kv_cache import PagedKVCache
 from simulator.memory import MemoryBreakdown
 from simulator.plan import BlockCopy, Preemption, PreemptionMode, SeqWork, StepPlan
 from simulator.prefix_hash import SequenceHasher
-from simulator.request import Request, RequestStatus
+from simulator.request import Request, RequestStatus, SamplingKind
 from simulator.scheduler import Scheduler, WaitingQueue, victim_key
 from simulator.workload import prompt_segments
 
-_GENERATED_KEY = 3  # content key of a sequence's generated tokens: (3, request_id, index)
+_GENERATED_KEY = 3  # content key of a sequence's generated tokens: (3, seq_id)
 
 
 @dataclass(eq=False, slots=True)
@@ -110,10 +110,12 @@ class PagedScheduler(Scheduler):
                 finished.append(group)
                 continue
             if group.hashers is not None:
-                for index, hasher in enumerate(group.hashers):
-                    hasher.extend((_GENERATED_KEY, request.request_id, index), 1)
+                for seq_id, hasher in zip(group.seq_ids, group.hashers, strict=True):
+                    hasher.extend((_GENERATED_KEY, seq_id), 1)
             if is_prefill and request.num_seqs > group.num_seqs:
                 self._fork(group)
+            elif request.sampling is SamplingKind.BEAM and group.num_seqs > 1:
+                self._refork_beam(group)
         for group in finished:
             self._release(group)
             self._num_running_seqs -= group.num_seqs
@@ -262,7 +264,7 @@ class PagedScheduler(Scheduler):
         """Prompt done: fork the remaining sequences, sharing its blocks copy-on-write."""
         request = group.request
         parent = group.seq_ids[0]
-        for index in range(group.num_seqs, request.num_seqs):
+        for _ in range(group.num_seqs, request.num_seqs):
             child = self._new_seq_id()
             self.kv.fork(parent, child)
             group.seq_ids.append(child)
@@ -271,9 +273,25 @@ class PagedScheduler(Scheduler):
                 hasher = SequenceHasher(self.block_size)
                 for key, length in prompt_segments(request):
                     hasher.extend(key, length)
-                hasher.extend((_GENERATED_KEY, request.request_id, index), request.num_generated)
+                hasher.extend((_GENERATED_KEY, child), request.num_generated)
                 group.hashers.append(hasher)
         self._num_running_seqs += request.num_seqs - 1
+
+    def _refork_beam(self, group: Group) -> None:
+        """Beam search: each step one beam gives way to a copy of the leading beam (a fixed
+        rotation stands in for the scores), so beams share generated blocks copy-on-write and
+        the next write into a shared partial block copies it, as in vLLM's beam search."""
+        request = group.request
+        index = 1 + request.num_generated % (group.num_seqs - 1)
+        old = group.seq_ids[index]
+        self.kv.free(old)
+        del self._final_lens[old]
+        new = self._new_seq_id()
+        self.kv.fork(group.seq_ids[0], new)
+        group.seq_ids[index] = new
+        self._final_lens[new] = request.total_len - 1
+        if group.hashers is not None:
+            group.hashers[index] = group.hashers[0].fork()
 
     def _build_plan(
         self,

@@ -236,3 +236,28 @@ def test_summary_shares_add_up() -> None:
     assert 0 < summary["kv_waste_share"] < 1
     assert np.isfinite(summary["mfu"]) and 0 < summary["mfu"] < 1
     assert 0 < summary["mbu"] < 1
+
+
+def test_beam_search_reforks_share_generated_blocks() -> None:
+    from simulator.request import SamplingKind
+
+    beam = simulate(
+        scenario(
+            explicit_workload([(64, 80, 0.0)], sampling=SamplingKind.BEAM, num_seqs=4),
+            system(Policy.VLLM_V0, enable_prefix_cache=True),
+        ),
+        check_invariants=True,
+    )
+    parallel = simulate(
+        scenario(
+            explicit_workload([(64, 80, 0.0)], sampling=SamplingKind.PARALLEL, num_seqs=4),
+            system(Policy.VLLM_V0),
+        ),
+        check_invariants=True,
+    )
+    # Beams keep re-forking from the leader: far more copy-on-write copies than independent
+    # samples (whose prompt ends on a block boundary, so they never copy) and less stored KV.
+    assert parallel.steps["num_cow_copies"].sum() == 0
+    assert beam.steps["num_cow_copies"].sum() > 20
+    assert beam.steps["kv_token_slots"].max() < parallel.steps["kv_token_slots"].max()
+    assert (beam.requests["status"] == "finished").all()
