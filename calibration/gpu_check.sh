@@ -7,7 +7,8 @@
 # How to run it (from the repository root, with the device tool):
 #   run(command="bash calibration/gpu_check.sh", carry=[".whl"], timeout_s=600)
 # Expected: about 5 minutes on an H200 (tests ~2 min including NVRTC compiles, benchmark ~1 min,
-# calibration ~1-2 min); each stage has its own timeout so the whole stays under ~9 minutes.
+# calibration ~1-2 min); each stage has its own timeout (180+120+180+30 s), so the call ends
+# before ~8.7 minutes even if every stage hangs; use timeout_s=600.
 #
 # The device image has CuPy, torch, numpy and pytest but not simpy. The calibration, the
 # benchmark and tests/test_gpu_kernel.py never import simpy; to run `pytest -m gpu` over all of
@@ -70,21 +71,21 @@ else
   echo "simpy is not installed: running the GPU tests of tests/test_gpu_kernel.py only"
   TESTS=(tests/test_gpu_kernel.py)
 fi
-timeout 200 $PY -m pytest -m gpu -q -p no:cacheprovider "${TESTS[@]}" 2>&1 | tee "$OUT/gpu_tests.log"
+timeout 180 $PY -m pytest -m gpu -q -p no:cacheprovider "${TESTS[@]}" 2>&1 | tee "$OUT/gpu_tests.log"
 echo "pytest exit: ${PIPESTATUS[0]}" | tee -a "$OUT/gpu_tests.log"
 
 stage "kernel benchmark"
-timeout 150 $PY -m calibration.bench --model llama-2-7b --model llama-3-8b \
+timeout 120 $PY -m calibration.bench --model llama-2-7b --model llama-3-8b \
     --out "$OUT/bench.csv" 2>&1 | tee "$OUT/bench.log"
 echo "bench exit: ${PIPESTATUS[0]}" | tee -a "$OUT/bench.log"
 
 stage "quick calibration (llama-2-7b)"
-timeout 190 $PY -m calibration.run --model llama-2-7b --backend cupy --quick \
+timeout 180 $PY -m calibration.run --model llama-2-7b --backend cupy --quick \
     --out "$OUT/llama-2-7b-$GPU_NAME.json" 2>&1 | tee "$OUT/calibrate.log"
 echo "calibrate exit: ${PIPESTATUS[0]}" | tee -a "$OUT/calibrate.log"
 
 stage "calibration plot"
-MPLBACKEND=Agg timeout 60 $PY - "$OUT/llama-2-7b-$GPU_NAME.json" <<'EOF' || echo "no plot"
+MPLBACKEND=Agg timeout 30 $PY - "$OUT/llama-2-7b-$GPU_NAME.json" <<'EOF' || echo "no plot"
 import sys
 from pathlib import Path
 
