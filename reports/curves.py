@@ -44,6 +44,26 @@ THROUGHPUT_COLUMNS = {
 }
 
 
+def sweep_column(table: pd.DataFrame, name: str) -> str | None:
+    """The column holding a swept value: `name` itself (for the rate also `rate_per_s`), or an
+    axis named by its dotted scenario path ending in one of those (the CLI's sweep table names
+    axes that way, e.g. workload.arrival.rate_per_s)."""
+    names = (name, f"{name}_per_s") if name == RATE_COLUMN else (name,)
+    for column in names:
+        if column in table:
+            return column
+    dotted = [str(c) for c in table.columns if "." in str(c)]
+    return next((c for c in dotted if c.rsplit(".", 1)[-1] in names), None)
+
+
+def other_axis(table: pd.DataFrame, axis: str) -> str | None:
+    """A second swept axis (a dotted column with several values), to facet panels by."""
+    return next(
+        (str(c) for c in table.columns if "." in str(c) and c != axis and table[c].nunique() > 1),
+        None,
+    )
+
+
 def _systems(table: pd.DataFrame) -> list[str]:
     """System names in order of first appearance ("" when the table has no system column)."""
     return list(dict.fromkeys(table["system"].astype(str))) if "system" in table else [""]
@@ -54,11 +74,13 @@ def _rows_of(table: pd.DataFrame, system: str) -> pd.DataFrame:
 
 
 def _usable(table: pd.DataFrame, columns: Sequence[str | None]) -> pd.DataFrame:
-    """Rows where every named column is present and finite (a sweep table mixes axes)."""
+    """Rows where every named column is present and finite (a sweep table mixes axes), with
+    those columns as numbers (a table read back from CSV may hold them as text)."""
     if any(c is None or c not in table for c in columns):
         return table.iloc[0:0]
     values = table[list(columns)].apply(pd.to_numeric, errors="coerce")
-    return table[np.isfinite(values.to_numpy(float)).all(axis=1)]
+    usable = np.isfinite(values.to_numpy(dtype=float)).all(axis=1)
+    return table.assign(**{str(c): values[c] for c in columns})[usable]
 
 
 def _log_if_wide(ax: Axes, values: np.ndarray, ratio: float = 30.0) -> None:
@@ -82,7 +104,7 @@ def plot_latency_vs_rate(
     panels = [("", table)] if facet is None or facet not in table else list(table.groupby(facet))
     with figure(1, max(1, len(panels)), 4.5, sharey=True) as (fig, axes):
         for ax, (panel, rows) in zip(axes[0], panels, strict=True):
-            ax.set_title(label(f"{facet} = {panel}", 60) if facet else "", loc="left")
+            ax.set_title(label(f"{facet} = " + str(panel), 60) if facet else "", loc="left")
             ax.set_xlabel("request rate (req/s)")
             if rows.empty:
                 no_data(ax, f"needs columns {rate_column!r} and normalized_latency_mean_s")
@@ -98,7 +120,7 @@ def plot_latency_vs_rate(
                         ms=4,
                         color=system_color(i),
                     )
-            _log_if_wide(ax, rows[present].to_numpy(float).ravel())
+            _log_if_wide(ax, rows[present].apply(pd.to_numeric, errors="coerce").to_numpy(float))
         axes[0, 0].set_ylabel("normalized latency (s/token)\nsolid: mean, dashed: p90")
         fig.suptitle("Normalized latency (E2E / output tokens) vs request rate")
         handles = [Line2D([], [], color=system_color(i), marker="o") for i in range(len(systems))]
@@ -107,15 +129,17 @@ def plot_latency_vs_rate(
         return save(fig, path)
 
 
-def plot_block_size_ablation(sweep: pd.DataFrame, path: Path) -> Path:
+def plot_block_size_ablation(
+    sweep: pd.DataFrame, path: Path, *, block_column: str = "block_size"
+) -> Path:
     """KV waste share and throughput vs block size (tokens, log2 axis), a line per system.
 
-    Needs columns block_size, one of kv_waste_share / kv_internal_frag_share, and one of
+    Needs columns `block_column`, one of kv_waste_share / kv_internal_frag_share, and one of
     throughput_tok_s / throughput_req_s; optionally system. Rows missing them are ignored.
     """
     waste = next((c for c in WASTE_COLUMNS if c in sweep), None)
     throughput = next((c for c in THROUGHPUT_COLUMNS if c in sweep), None)
-    systems = _systems(_usable(sweep, ["block_size"]))
+    systems = _systems(_usable(sweep, [block_column]))
     with figure(1, 2, 4.2) as (fig, axes):
         left, right = axes[0]
         is_internal = waste == "kv_internal_frag_share"
@@ -125,7 +149,7 @@ def plot_block_size_ablation(sweep: pd.DataFrame, path: Path) -> Path:
         right.set_ylabel(THROUGHPUT_COLUMNS.get(throughput or "", "throughput"))
         for ax, column, scale in ((left, waste, 100.0), (right, throughput, 1.0)):
             ax.set_xlabel("block size (tokens)")
-            rows = _usable(sweep, ["block_size", column])
+            rows = _usable(sweep, [block_column, column])
             if rows.empty:
                 no_data(
                     ax,
@@ -133,9 +157,9 @@ def plot_block_size_ablation(sweep: pd.DataFrame, path: Path) -> Path:
                 )
                 continue
             for i, system in enumerate(systems):
-                line = _rows_of(rows, system).sort_values("block_size")
-                ax.plot(line["block_size"], scale * line[column], marker="o", color=system_color(i))
-            ticks = sorted({int(b) for b in rows["block_size"]})
+                line = _rows_of(rows, system).sort_values(block_column)
+                ax.plot(line[block_column], scale * line[column], marker="o", color=system_color(i))
+            ticks = sorted({int(b) for b in rows[block_column]})
             if ticks and min(ticks) > 0:
                 ax.set_xscale("log", base=2)
                 ax.minorticks_off()

@@ -18,6 +18,14 @@ MAX_BUCKETS = 400  # time buckets per plotted series: about one per horizontal p
 MAX_CDF_POINTS = 1000
 
 
+def numeric(frame: pd.DataFrame, column: str) -> np.ndarray:
+    """A column as float64 [rows]: text or empty cells (a frame read back from CSV) become NaN,
+    and a missing column is all NaN."""
+    if column not in frame:
+        return np.full(len(frame), np.nan)
+    return pd.to_numeric(frame[column], errors="coerce").to_numpy(dtype=float)
+
+
 def bucket_edges(steps: pd.DataFrame, max_buckets: int = MAX_BUCKETS) -> np.ndarray:
     """Edges [num_buckets + 1] (s) spanning the steps; one bucket per step when there are few.
 
@@ -25,8 +33,8 @@ def bucket_edges(steps: pd.DataFrame, max_buckets: int = MAX_BUCKETS) -> np.ndar
     """
     if steps.empty:
         return np.empty(0)
-    start = steps["start_s"].to_numpy(dtype=float)
-    end = start + np.nan_to_num(steps["duration_s"].to_numpy(dtype=float))
+    start = numeric(steps, "start_s")
+    end = start + np.nan_to_num(numeric(steps, "duration_s"))
     t0, t1 = float(np.nanmin(start)), float(np.nanmax(end))
     if len(steps) <= max_buckets:
         edges = np.append(np.sort(start), t1)
@@ -51,9 +59,9 @@ def _integral_at(a: np.ndarray, b: np.ndarray, v: np.ndarray, x: np.ndarray) -> 
 
 def _sorted_steps(steps: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(order, start [n], duration [n]) with steps sorted by start."""
-    start = steps["start_s"].to_numpy(dtype=float)
+    start = numeric(steps, "start_s")
     order = np.argsort(start, kind="stable")
-    return order, start[order], np.nan_to_num(steps["duration_s"].to_numpy(dtype=float)[order])
+    return order, start[order], np.nan_to_num(numeric(steps, "duration_s")[order])
 
 
 def state_means(
@@ -72,7 +80,7 @@ def state_means(
     out = {}
     with np.errstate(invalid="ignore", divide="ignore"):
         for c in columns:
-            v = np.nan_to_num(steps[c].to_numpy(dtype=float)[order])
+            v = np.nan_to_num(numeric(steps, c)[order])
             out[c] = np.where(covered > 0, np.diff(_integral_at(a, b, v, edges)) / covered, np.nan)
     return out
 
@@ -89,7 +97,7 @@ def activity_means(
     out = {}
     with np.errstate(invalid="ignore", divide="ignore"):
         for c in columns:
-            v = np.nan_to_num(steps[c].to_numpy(dtype=float)[order])
+            v = np.nan_to_num(numeric(steps, c)[order])
             out[c] = np.where(width > 0, np.diff(_integral_at(a, b, v, edges)) / width, np.nan)
     return out
 
@@ -100,11 +108,11 @@ def event_rates(
     """Per-step counts (preemptions, swapped blocks) summed per bucket, divided by its width: /s."""
     if steps.empty or len(edges) < 2:
         return {c: np.empty(0) for c in columns}
-    start = steps["start_s"].to_numpy(dtype=float)
+    start = numeric(steps, "start_s")
     width = np.diff(edges)
     out = {}
     for c in columns:
-        counts, _ = np.histogram(start, bins=edges, weights=np.nan_to_num(steps[c].to_numpy(float)))
+        counts, _ = np.histogram(start, bins=edges, weights=np.nan_to_num(numeric(steps, c)))
         with np.errstate(invalid="ignore", divide="ignore"):
             out[c] = np.where(width > 0, counts / width, 0.0)
     return out
@@ -117,20 +125,20 @@ def cumulative_counts(
 
     A missing column counts as zero.
     """
-    start = steps["start_s"].to_numpy(dtype=float)
+    start = numeric(steps, "start_s")
     order = np.argsort(start, kind="stable")
     index = np.searchsorted(start[order], edges, side="right")
     out = {}
     for c in columns:
-        counts = np.nan_to_num(steps[c].to_numpy(float)[order]) if c in steps else 0 * start
+        counts = np.nan_to_num(numeric(steps, c)[order])
         out[c] = np.concatenate([[0.0], np.cumsum(counts)])[index]
     return out
 
 
-def cdf_points(values: Iterable[float], max_points: int = MAX_CDF_POINTS) -> tuple[np.ndarray, ...]:
+def cdf_points(values: np.ndarray, max_points: int = MAX_CDF_POINTS) -> tuple[np.ndarray, ...]:
     """(x, F(x)) of the empirical CDF of the finite values, at most `max_points` points."""
-    x = np.sort(np.asarray([v for v in values if v is not None], dtype=float))
-    x = x[np.isfinite(x)]
+    x = np.asarray(values, dtype=float).ravel()
+    x = np.sort(x[np.isfinite(x)])
     if len(x) == 0:
         return np.empty(0), np.empty(0)
     if len(x) <= max_points:

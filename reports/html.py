@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from reports.frames import as_number
-from reports.glossary import SUMMARY_METRICS, glossary_sections
+from reports.glossary import SUMMARY_METRICS, Unit, glossary_sections
 from reports.units import MISSING, format_number, format_value
 from simulator.result import RunResult
 
@@ -75,22 +75,23 @@ def findings_html(findings: Sequence[str]) -> str:
 def summary_table(results: Sequence[RunResult]) -> str:
     """Metrics as rows (grouped), systems as columns; rows no system has are left out."""
     head = "<tr><th>metric</th>" + "".join(f"<th>{esc(r.system)}</th>" for r in results) + "</tr>"
-    rows, section = [], None
+    rows: list[str] = []
+    section = None
     known = {m.key for m in SUMMARY_METRICS}
     extra = sorted({k for r in results for k in r.summary} - known)
-    for metric in [*SUMMARY_METRICS, *extra]:
-        key = metric if isinstance(metric, str) else metric.key
+    # (key, row name, unit, group): the glossary's metrics in order, then keys it does not know.
+    metrics: list[tuple[str, str, Unit | None, str]] = [
+        (m.key, m.label, m.unit, m.section) for m in SUMMARY_METRICS
+    ] + [(key, key, None, "Other") for key in extra]
+    for key, name, unit, group in metrics:
         values = [r.summary.get(key) for r in results]
         if all(v is None for v in values):
             continue
-        group = "Other" if isinstance(metric, str) else metric.section
         if group != section:
             section = group
             rows.append(
                 f'<tr class="group"><th colspan="{len(results) + 1}">{esc(group)}</th></tr>'
             )
-        unit = None if isinstance(metric, str) else metric.unit
-        name = key if isinstance(metric, str) else metric.label
         cells = "".join(f'<td class="num">{esc(format_value(v, unit))}</td>' for v in values)
         rows.append(f'<tr><th title="{esc(key)}">{esc(name)}</th>{cells}</tr>')
     return f'<div class="wide"><table>{head}{"".join(rows)}</table></div>'
@@ -119,9 +120,16 @@ def _value(value: object) -> str:
     return esc(value)
 
 
+def _missing_provenance(key: str, provenance: Mapping[str, object]) -> str:
+    uses_roofline = str(provenance.get("execution_model", "")).lower().startswith("roofline")
+    return "not used (roofline)" if uses_roofline and key.startswith("profile_") else "not recorded"
+
+
 def provenance_table(provenance: Mapping[str, object], results: Sequence[RunResult]) -> str:
+    """The run's provenance (the keys everyone asks for first), then each system's own."""
     rows = [
-        f"<tr><th>{esc(name)}</th><td>{_value(provenance.get(key, 'not recorded'))}</td></tr>"
+        f"<tr><th>{esc(name)}</th>"
+        f"<td>{_value(provenance.get(key, _missing_provenance(key, provenance)))}</td></tr>"
         for key, name in PROVENANCE_KEYS.items()
     ]
     rows += [
@@ -129,12 +137,18 @@ def provenance_table(provenance: Mapping[str, object], results: Sequence[RunResu
         for key, value in provenance.items()
         if key not in PROVENANCE_KEYS
     ]
-    rows += [
-        f"<tr><th>{esc(r.system)} (system)</th><td>{_value(r.provenance)}</td></tr>"
-        for r in results
-        if r.provenance and r.provenance != provenance
-    ]
-    return f"<table>{''.join(rows)}</table>"
+    table = f"<table>{''.join(rows)}</table>"
+    keys = list(dict.fromkeys(k for r in results for k in r.provenance))
+    if not keys:
+        return table
+    head = "<tr><th>key</th>" + "".join(f"<th>{esc(r.system)}</th>" for r in results) + "</tr>"
+    body = "".join(
+        f"<tr><th>{esc(key)}</th>"
+        + "".join(f"<td>{_value(r.provenance.get(key, MISSING))}</td>" for r in results)
+        + "</tr>"
+        for key in keys
+    )
+    return f'{table}<h3>Per system</h3><div class="wide"><table>{head}{body}</table></div>'
 
 
 def glossary_html() -> str:

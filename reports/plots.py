@@ -34,6 +34,7 @@ from reports.frames import (
     cdf_points,
     cumulative_counts,
     finished,
+    numeric,
     state_means,
 )
 from reports.glossary import WASTE_SHARES
@@ -171,20 +172,16 @@ def plot_waste_breakdown(results: Sequence[RunResult], path: Path) -> Path:
         ax.set_yticks(range(len(names)), names)
         ax.set_ylim(len(names) - 0.5 if names else 0.5, -0.5)
         ax.set_xlim(0, 100)
-        ax.set_xlabel("share of KV capacity, time-averaged (%)")
+        note = (
+            "\n* averaged from the steps frame (the summary lacks the shares)" if from_steps else ""
+        )
+        ax.set_xlabel("share of KV capacity, time-averaged (%)" + note)
         ax.grid(axis="y", visible=False)
         ax.set_title(
             "KV memory waste (waste = reservation + internal + external fragmentation)", loc="left"
         )
         if not results:
             no_data(ax, "no systems")
-        if from_steps:
-            ax.annotate(
-                "* averaged from the steps frame (summary lacks the shares)",
-                xy=(0, 0),
-                xycoords="figure fraction",
-                fontsize=8,
-            )
         legend_below(fig, _kv_handles(), list(KV_CATEGORIES.values()), 5)
         return save(fig, path)
 
@@ -250,7 +247,7 @@ def _bars(
     corners = [(start, low), (end, low), (end, high), (start, high)]
     verts = np.stack([np.column_stack(c) for c in corners], axis=1)  # [n, 4, 2]
     return PolyCollection(
-        verts, facecolors=color, edgecolors=edgecolor, linewidths=0.8, hatch=hatch
+        list(verts), facecolors=color, edgecolors=edgecolor, linewidths=0.8, hatch=hatch
     )
 
 
@@ -268,33 +265,40 @@ def plot_request_timeline(results: Sequence[RunResult], path: Path, max_requests
             chosen.append(r.iloc[0:0])
             lanes.append(np.empty(0, dtype=int))
             continue
-        ok = np.isfinite(r["admitted_s"].astype(float)) & np.isfinite(r["finish_s"].astype(float))
-        window = r[ok].sort_values("admitted_s", kind="stable").head(max_requests)
+        admitted, finish = numeric(r, "admitted_s"), numeric(r, "finish_s")
+        ok = np.isfinite(admitted) & np.isfinite(finish)
+        window = (
+            r[ok]
+            .assign(admitted_s=admitted[ok], finish_s=finish[ok])
+            .sort_values("admitted_s", kind="stable")
+            .head(max_requests)
+        )
         chosen.append(window)
-        lanes.append(assign_lanes(window["admitted_s"].to_numpy(), window["finish_s"].to_numpy()))
+        lanes.append(assign_lanes(numeric(window, "admitted_s"), numeric(window, "finish_s")))
     heights = [max(3, int(lane.max()) + 1 if len(lane) else 3) for lane in lanes] or [3]
     total_in = min(16.0, 1.2 + 0.22 * sum(heights) + 0.6 * len(heights))
     with figure(len(heights), 1, total_in, sharex=True, height_ratios=heights) as (fig, axes):
         for ax, result, window, lane in zip(axes[:, 0], results, chosen, lanes, strict=False):
-            total = int(np.isfinite(result.requests.get("admitted_s", [])).sum())
+            total = int(np.isfinite(numeric(result.requests, "admitted_s")).sum())
+            shown = (
+                f"all {total} admitted requests"
+                if len(window) == total
+                else f"first {len(window)} of {total} admitted requests"
+            )
             ax.set_title(
-                f"{label(result.system, 60)}: first {len(window)} of {total} admitted requests",
-                loc="left",
+                f"{label(result.system, 60)}: {shown if total else 'none admitted'}", loc="left"
             )
             ax.set_ylabel("batch slot")
             if window.empty:
                 no_data(ax, "no admitted requests")
                 ax.set_yticks([])
                 continue
-            admitted = window["admitted_s"].to_numpy(float)
-            finish = window["finish_s"].to_numpy(float)
+            admitted, finish = numeric(window, "admitted_s"), numeric(window, "finish_s")
+            first_token = numeric(window, "first_token_s")
             first = np.clip(
-                np.nan_to_num(window["first_token_s"].to_numpy(float), nan=finish), admitted, finish
+                np.where(np.isfinite(first_token), first_token, finish), admitted, finish
             )
-            if "num_preemptions" in window:
-                preempted = np.nan_to_num(window["num_preemptions"].to_numpy(float)) > 0
-            else:
-                preempted = np.zeros(len(window), dtype=bool)
+            preempted = np.nan_to_num(numeric(window, "num_preemptions")) > 0
             # Whole bar in the decode color with white edges (so back-to-back requests in one
             # slot stay apart), the prefill part over its start; one collection per kind, not
             # one patch per bar, keeps drawing fast.
@@ -312,19 +316,24 @@ def plot_request_timeline(results: Sequence[RunResult], path: Path, max_requests
             ax.set_ylim(int(lane.max()) + 0.6, -0.6)
             ax.yaxis.get_major_locator().set_params(integer=True)
             ax.grid(axis="y", visible=False)
-        spans = [w[["admitted_s", "finish_s"]].to_numpy(float) for w in chosen if not w.empty]
+        spans = [w[["admitted_s", "finish_s"]].to_numpy(dtype=float) for w in chosen if len(w)]
         if spans:
             low, high = float(min(s.min() for s in spans)), float(max(s.max() for s in spans))
             pad = 0.02 * (high - low) or 1.0
             axes[0, 0].set_xlim(low - pad, high + pad)  # shared by every panel
         axes[-1, 0].set_xlabel(TIME_LABEL)
         fig.suptitle("Request timeline: batch slots over time")
-        handles = [
-            Patch(color=PREFILL_COLOR, label="admitted → first token (prefill)"),
-            Patch(color=DECODE_COLOR, label="first token → finish (decode)"),
-            Patch(facecolor=DECODE_COLOR, edgecolor="white", hatch="///", label="was preempted"),
+        names = [
+            "admitted → first token (prefill)",
+            "first token → finish (decode)",
+            "was preempted",
         ]
-        legend_below(fig, handles, [h.get_label() for h in handles], 3)
+        handles = [
+            Patch(color=PREFILL_COLOR),
+            Patch(color=DECODE_COLOR),
+            Patch(facecolor=DECODE_COLOR, edgecolor="white", hatch="///"),
+        ]
+        legend_below(fig, handles, names, 3)
         return save(fig, path)
 
 
@@ -346,7 +355,7 @@ def plot_latency_cdfs(results: Sequence[RunResult], path: Path) -> Path:
             curves = []
             for result in results:
                 done = finished(result.requests)
-                curves.append(cdf_points(done[column] if column in done.columns else []))
+                curves.append(cdf_points(numeric(done, column)))
             every = np.concatenate([x for x, _ in curves]) if curves else np.empty(0)
             scale, unit = time_scale(every)
             ax.set_xlabel(f"{title} ({unit})")

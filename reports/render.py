@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from reports import plots
-from reports.curves import RATE_COLUMN
+from reports.curves import RATE_COLUMN, other_axis, sweep_column
 from reports.findings import derive_findings
 from reports.frames import unique_slugs
 from reports.glossary import SUMMARY_METRICS
@@ -100,13 +100,12 @@ def _json_default(value: object) -> object:
 def _write_data(
     results: Sequence[RunResult], slugs: Sequence[str], out_dir: Path, sweep: pd.DataFrame | None
 ) -> None:
-    rows = []
+    rows: list[dict[str, object]] = []
     order = [m.key for m in SUMMARY_METRICS]
     for result, slug in zip(results, slugs, strict=True):
         result.write(out_dir / slug)
-        rows.append(
-            {"system": result.system, "folder": slug, "scenario": result.scenario} | result.summary
-        )
+        rows.append({"system": result.system, "folder": slug, "scenario": result.scenario})
+        rows[-1].update(result.summary)
     extra = [
         k
         for row in rows
@@ -122,6 +121,36 @@ def _write_data(
         sweep.to_csv(out_dir / "sweep.csv", index=False)
 
 
+def sweep_plots(sweep: pd.DataFrame, plot_dir: Path) -> list[Plot]:
+    """Latency-vs-rate and block-size plots for the axes the sweep table has (maybe none)."""
+    made = []
+    rate = sweep_column(sweep, RATE_COLUMN)
+    if rate is not None and "normalized_latency_mean_s" in sweep:
+        facet = other_axis(sweep, rate)
+        made.append(
+            Plot(
+                plots.plot_latency_vs_rate(
+                    sweep, plot_dir / "latency_vs_rate.png", rate_column=rate, facet=facet
+                ),
+                "Normalized latency vs request rate",
+                "Mean (solid) and p90 (dashed) end-to-end latency per output token as the arrival "
+                "rate grows; the knee is where a system runs out of capacity.",
+            )
+        )
+    block = sweep_column(sweep, "block_size")
+    if block is not None and sweep[block].nunique() > 1:
+        made.append(
+            Plot(
+                plots.plot_block_size_ablation(
+                    sweep, plot_dir / "block_size_ablation.png", block_column=block
+                ),
+                "Block-size ablation",
+                "KV waste and throughput against the paged block size (tokens per block).",
+            )
+        )
+    return made
+
+
 def _make_plots(
     results: Sequence[RunResult],
     plot_dir: Path,
@@ -132,23 +161,8 @@ def _make_plots(
         Plot(fn(results, plot_dir / f"{stem}.png"), title, caption)
         for stem, fn, title, caption in _RUN_PLOTS
     ]
-    if sweep is not None and {RATE_COLUMN, "normalized_latency_mean_s"} <= set(sweep.columns):
-        made.append(
-            Plot(
-                plots.plot_latency_vs_rate(sweep, plot_dir / "latency_vs_rate.png"),
-                "Normalized latency vs request rate",
-                "Mean (solid) and p90 (dashed) end-to-end latency per output token as the arrival "
-                "rate grows; the knee is where a system runs out of capacity.",
-            )
-        )
-    if sweep is not None and "block_size" in sweep and sweep["block_size"].nunique() > 1:
-        made.append(
-            Plot(
-                plots.plot_block_size_ablation(sweep, plot_dir / "block_size_ablation.png"),
-                "Block-size ablation",
-                "KV waste and throughput against the paged block size (tokens per block).",
-            )
-        )
+    if sweep is not None:
+        made += sweep_plots(sweep, plot_dir)
     if calibration:
         made.append(
             Plot(

@@ -123,7 +123,7 @@ def log_scale(ax: Axes, axis: str = "x") -> None:
     (ax.set_xscale if axis == "x" else ax.set_yscale)("log")
     target = ax.xaxis if axis == "x" else ax.yaxis
     target.set_major_formatter(FuncFormatter(_plain))
-    target.set_minor_formatter(LogFormatter(labelOnlyBase=False, minor_thresholds=(1, 0.5)))
+    target.set_minor_formatter(LogFormatter(labelOnlyBase=False, minor_thresholds=(2, 0.5)))
 
 
 def legend_below(fig: Figure, handles: Sequence[Any], labels: Sequence[str], ncol: int) -> None:

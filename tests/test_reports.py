@@ -18,7 +18,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from reports import plots
+from reports import plots, render
+from reports.curves import other_axis, sweep_column
 from reports.findings import derive_findings
 from reports.frames import (
     MAX_BUCKETS,
@@ -31,13 +32,14 @@ from reports.frames import (
     unique_slugs,
 )
 from reports.glossary import SUMMARY_METRICS, glossary_sections
-from reports.render import write_report
+from reports.render import rerender_report, sweep_plots, write_report
 from reports.synthetic import (
     HOSTILE_SYSTEM,
     empty_result,
     synthetic_calibration,
     synthetic_report_results,
     synthetic_results,
+    synthetic_sweep,
     write_synthetic_report,
 )
 from simulator.result import REQUEST_COLUMNS, STEP_COLUMNS, RunResult
@@ -128,7 +130,7 @@ def test_html_has_the_sections_a_reader_needs(report: Path) -> None:
     for section in ("findings", "summary", "plots", "sweep", "scenario", "provenance", "glossary"):
         assert f'<section id="{section}">' in html
     assert html.count("<figcaption>") == 9
-    assert "Execution model" in html and "roofline" in html and "not recorded" in html
+    assert "Execution model" in html and "not used (roofline)" in html
     for metric in ("ttft_p99_s", "kv_external_frag_slots", "normalized_latency_s"):
         assert f"<dt>{metric}</dt>" in html
     assert "req/s" in html and "%" in html and " ms" in html  # readable units in the table
@@ -195,6 +197,38 @@ def test_given_findings_replace_derived_ones(sparse_report: Path) -> None:
     html = sparse_report.read_text()
     assert "Paged attention &lt;wins&gt;." in html
     assert "had the highest throughput" not in html
+
+
+def test_rerender_keeps_the_inputs(
+    sparse_report: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(render, "_RUN_PLOTS", ())  # plots are tested above; this is about inputs
+    again = rerender_report(sparse_report.parent, tmp_path)
+    assert again == tmp_path / "report.html"
+    assert "Paged attention &lt;wins&gt;." in again.read_text()
+    assert pd.read_csv(tmp_path / "summary.csv")["system"].tolist() == [
+        "idle",
+        "no summary $x$",
+        "all rejected",
+    ]
+
+
+def test_sweep_tables_named_by_scenario_paths(tmp_path: Path) -> None:
+    """The CLI names axes by their dotted path; a second axis becomes panels."""
+    rates = synthetic_sweep().dropna(subset=["rate"])
+    two_workloads = pd.concat([rates.assign(trace="alpaca"), rates.assign(trace="sharegpt")])
+    table = two_workloads.rename(
+        columns={"rate": "workload.arrival.rate_per_s", "trace": "workload.trace_name"}
+    )
+    made = sweep_plots(table, tmp_path)
+    assert [p.path.name for p in made] == ["latency_vs_rate.png"]
+    assert sweep_column(table, "rate") == "workload.arrival.rate_per_s"
+    assert other_axis(table, "workload.arrival.rate_per_s") == "workload.trace_name"
+    blocks = pd.DataFrame(
+        {"systems.block_size": [1, 16, 256], "kv_waste_share": [0.01, 0.02, 0.3]}
+    ).assign(throughput_tok_s=500.0)
+    assert [p.path.name for p in sweep_plots(blocks, tmp_path)] == ["block_size_ablation.png"]
+    assert sweep_plots(blocks.iloc[:1], tmp_path) == []  # one block size is no ablation
 
 
 def test_sweep_plots_without_usable_rows(tmp_path: Path) -> None:
