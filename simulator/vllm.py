@@ -82,7 +82,8 @@ class VllmV0Scheduler(PagedScheduler):
     ) -> bool:
         """Preempt victims among the not-yet-scheduled until `group` can grow by `num_new` per
         sequence; False if `group` itself had to go."""
-        while self._blocks_to_grow(group, num_new) > self.kv.num_free_blocks:
+        needed = self._blocks_to_grow(group, num_new)  # unchanged by preempting others
+        while needed > self.kv.num_free_blocks:
             if remaining:
                 victim = max(remaining, key=lambda g: self._victim_key(g.request))
                 remaining.remove(victim)
