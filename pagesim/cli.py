@@ -119,27 +119,33 @@ def run(
         )
         typer.echo(f"report: {html}")
     else:
-        for result in results:
-            result.write(out / _slug(result.system))
+        from reports.frames import unique_slugs
+
+        names = unique_slugs([r.system for r in results], reserved={"plots"})
+        for result, name in zip(results, names, strict=True):
+            result.write(out / name)
         typer.echo(f"data: {out}")
-
-
-def _slug(text: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in text) or "system"
 
 
 def _provenance(results, overrides: list[str]) -> dict[str, object]:  # type: ignore[no-untyped-def]
     from pagesim import __version__
 
     first = results[0].provenance if results else {}
-    return {
+    execution = dict(first.get("execution_model") or {})
+    kind = str(execution.get("kind", "roofline"))
+    provenance: dict[str, object] = {
+        "execution_model": kind,
         "pagesim_version": __version__,
         "seed": first.get("seed"),
         "model": first.get("model"),
         "gpu": first.get("gpu"),
-        "execution_model": first.get("execution_model"),
         "overrides": overrides,
+        "execution_details": execution,
     }
+    if kind == "profile":
+        provenance["profile_device"] = execution.get("device")
+        provenance["profile_date"] = execution.get("date")
+    return provenance
 
 
 @app.command()
@@ -190,28 +196,14 @@ def sweep(
 
 @app.command()
 def report(
-    run_dir: Annotated[Path, typer.Argument(help="A folder written by `pagesim run`.")],
+    run_dir: Annotated[Path, typer.Argument(help="A folder written by `pagesim run` or sweep.")],
 ) -> None:
-    """Re-render the report of an earlier run from its saved data."""
-    from reports.render import write_report
-    from simulator.result import RunResult
+    """Re-render the report of an earlier run from its saved data (after editing plots, say)."""
+    from reports.render import INPUTS_FILE, rerender_report
 
-    if not run_dir.is_dir():
-        raise InputError(f"{run_dir}: no such run folder")
-    folders = sorted(p.parent for p in run_dir.glob("*/summary.json"))
-    if not folders:
-        raise InputError(f"{run_dir}: no <system>/summary.json inside; run `pagesim run` first")
-    results = [RunResult.read(f) for f in folders]
-    scenario_file = run_dir / "scenario.toml"
-    text = scenario_file.read_text() if scenario_file.exists() else "(scenario file not saved)"
-    html = write_report(
-        results,
-        run_dir,
-        title=f"pagesim: {results[0].scenario}",
-        scenario_text=text,
-        provenance=_provenance(results, []),
-    )
-    typer.echo(f"report: {html}")
+    if not (run_dir / INPUTS_FILE).is_file():
+        raise InputError(f"{run_dir}: no {INPUTS_FILE} inside; is this a `pagesim run` folder?")
+    typer.echo(f"report: {rerender_report(run_dir)}")
 
 
 @app.command()

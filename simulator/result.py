@@ -21,7 +21,7 @@ REQUEST_COLUMNS: dict[str, str] = {
     "prompt_len": "prompt tokens",
     "output_len": "output tokens per sequence",
     "num_seqs": "sequences decoded (parallel samples or beams)",
-    "status": "finished or rejected",
+    "status": "finished, rejected, or unfinished (still pending at the run's time limit)",
     "rejection_reason": "why a rejected request could never be served; empty otherwise",
     "num_preemptions": "times preempted (swap or recompute)",
     "num_swaps": "times swapped out to CPU memory",
@@ -71,7 +71,8 @@ KV_CATEGORIES: dict[str, str] = {
 
 @dataclass(frozen=True)
 class RunResult:
-    """One system's run. `summary` holds scalars only (JSON-safe); see SUMMARY_KEYS in metrics."""
+    """One system's run. `summary` holds scalars only (JSON-safe); its keys are defined in
+    `reports.glossary.SUMMARY_METRICS`."""
 
     scenario: str
     system: str
