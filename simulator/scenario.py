@@ -303,8 +303,7 @@ class _Table:
                 )
 
     def path(self, name: str) -> str:
-        name = name if _BARE_KEY.fullmatch(name) else _toml(name)  # as TOML would quote it
-        return f"{self.key}.{name}" if self.key else name
+        return f"{self.key}.{_toml_key(name)}" if self.key else _toml_key(name)
 
     def fail(self, name: str, problem: str) -> NoReturn:
         self.ctx.fail(self.path(name), problem)
@@ -1165,13 +1164,19 @@ def load_scenario(path: Path | str, overrides: Sequence[str] = ()) -> Scenario:
 
 
 def expand_sweep(
-    path: Path | str, overrides: Sequence[str] = (), axes: Sequence[SweepAxis] | None = None
+    path: Path | str,
+    overrides: Sequence[str] = (),
+    axes: Sequence[SweepAxis] | None = None,
+    params: Sequence[str] = (),
 ) -> list[tuple[dict[str, object], Scenario]]:
-    """One scenario per point of the sweep (the file's [sweep], or `axes` from `parse_param`).
+    """One scenario per point of the sweep: the file's [sweep] axes, unless `axes` (typed) or
+    `params` (CLI `--param path=v1,v2` texts, see `parse_param`) are given in their place.
 
     Points are the cartesian product of the axes' values, the first axis varying slowest; each
     comes with a dict mapping axis path -> value.
     """
+    if params:
+        axes = [*(axes or ()), *(parse_param(text) for text in params)]
     path = resolve_scenario(path)
     ctx = _Ctx(_display(path), path.parent)
     raw, applied = _apply_overrides(_read_toml(path), overrides, ctx)
@@ -1244,12 +1249,18 @@ def _toml(value: object) -> str:
         return repr(value)
     if isinstance(value, str):
         return '"' + "".join(_ESCAPES.get(c) or _escape_control(c) for c in value) + '"'
-
     if isinstance(value, list | tuple):
         return "[" + ", ".join(_toml(v) for v in value) + "]"
     if isinstance(value, dict):
-        return "{ " + ", ".join(f"{k} = {_toml(v)}" for k, v in value.items()) + " }"
+        return "{ " + ", ".join(f"{_toml_key(k)} = {_toml(v)}" for k, v in value.items()) + " }"
+    if isinstance(value, date | time):  # TOML's own date and time literals
+        return str(value)
     return _toml(str(value))
+
+
+def _toml_key(key: str) -> str:
+    """A key as TOML writes it: bare when it can be, quoted otherwise."""
+    return key if _BARE_KEY.fullmatch(key) else _toml(key)
 
 
 def _lines(header: str, fields: dict[str, object]) -> Iterator[str]:

@@ -273,6 +273,10 @@ def test_sweep_axes_from_the_command_line_replace_the_files(mini: Path) -> None:
         (Reservation.ORACLE, 2),
     ]
     assert all(s.systems[0].max_num_seqs == 8 for _, s in points)
+    as_text = expand_sweep(
+        mini, ["systems.max_num_seqs=8"], params=["systems[1].reservation=max,oracle", "seed=1,2"]
+    )
+    assert as_text == points
 
 
 def test_parse_param_errors() -> None:

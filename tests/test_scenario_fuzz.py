@@ -5,15 +5,17 @@ code 2 and a clean message, so no input can end in a traceback)."""
 from __future__ import annotations
 
 import copy
+import math
 import os
 import tomllib
 from collections.abc import Iterator
+from dataclasses import replace
 from enum import Enum
 from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from simulator import config
@@ -25,6 +27,7 @@ from simulator.scenario import (
     BUILTIN_DIR,
     BUILTIN_TRACES,
     SCHEMA,
+    describe_scenario,
     expand_sweep,
     list_builtin,
     load_scenario,
@@ -36,7 +39,7 @@ BUILTINS = [name for name, _ in list_builtin()]
 TEXTS = {name: (BUILTIN_DIR / f"{name}.toml").read_text() for name in BUILTINS}
 RAWS = {name: tomllib.loads(text) for name, text in TEXTS.items()}
 FUZZ = settings(  # PAGESIM_FUZZ_EXAMPLES=5000 for a longer hunt than CI's
-    max_examples=int(os.environ.get("PAGESIM_FUZZ_EXAMPLES", "250")),
+    max_examples=int(os.environ.get("PAGESIM_FUZZ_EXAMPLES", "200")),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
@@ -109,8 +112,25 @@ def check(call: Any, *args: Any, **kwargs: Any) -> None:
     except InputError as exc:
         message = str(exc)
         assert message and "\n" not in message and "Traceback" not in message
+        event("input error")  # pytest --hypothesis-show-statistics shows the mix
     else:
+        event("accepted")
         assert isinstance(result, Scenario | list)
+        if isinstance(result, Scenario):
+            assert_round_trip(result)
+
+
+def assert_round_trip(scenario: Scenario) -> None:
+    """What a report shows as "the scenario as run" loads back as the same scenario."""
+    if MODELS.get(scenario.model.name) != scenario.model:
+        return  # a config.json model is rendered as a comment, not re-loadable
+    text = describe_scenario(scenario)
+    again = parse_scenario(tomllib.loads(text), scenario.source)
+    gpu, gpu_again = scenario.gpu, again.gpu  # custom figures go through GB/s and back
+    assert replace(again, gpu=gpu) == scenario
+    assert gpu_again.name == gpu.name and gpu_again.memory_bytes == gpu.memory_bytes
+    for field in ("mem_bandwidth_bps", "fp16_flops", "host_link_bps"):
+        assert math.isclose(getattr(gpu_again, field), getattr(gpu, field), rel_tol=1e-12)
 
 
 @FUZZ
