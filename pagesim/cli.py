@@ -301,6 +301,31 @@ def scenarios_show(name: Annotated[str, typer.Argument(help="Built-in name or pa
     typer.echo(resolve_scenario(name).read_text())
 
 
+@scenarios_app.command("golden")
+def scenarios_golden(
+    update: Annotated[
+        bool, typer.Option(help="Rewrite the golden files (review the diff).")
+    ] = False,
+) -> None:
+    """Rerun every built-in scenario and compare with (or --update) its golden summary."""
+    from simulator.golden import compare_golden, write_golden
+    from simulator.scenario import list_builtin, resolve_scenario
+
+    problems = []
+    for name, _ in list_builtin():
+        path = resolve_scenario(name)
+        if update:
+            typer.echo(f"wrote {write_golden(path)}")
+        else:
+            found = compare_golden(path)
+            problems += found
+            typer.echo(f"{name}: {'differs' if found else 'matches'}")
+    for line in problems:
+        typer.echo(line, err=True)
+    if problems:
+        raise typer.Exit(1)
+
+
 @bench_app.command("sim")
 def bench_sim(
     requests: Annotated[

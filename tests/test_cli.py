@@ -1,0 +1,133 @@
+"""The `pagesim` command as a person uses it: run, sweep, report, validate, scenarios, errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from cli_helpers import run_cli
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+TEXTBOOK = "textbook_static_vs_continuous"
+
+
+def test_run_writes_a_report_and_prints_a_summary(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "run"
+    result = run_cli(capsys, "run", TEXTBOOK, "--out", str(out), "--seed", "3")
+    assert result.exit_code == 0, result.err
+    assert "report:" in result.out and "static" in result.out and "continuous" in result.out
+    html = (out / "report.html").read_text()
+    assert "<img" in html and "data:image/png;base64," in html
+    summary = (out / "summary.csv").read_text().splitlines()
+    assert len(summary) == 1 + 2  # header + two systems
+    assert json.loads((out / "overrides.json").read_text()) == ["seed=3"]
+    # Re-render from the saved data.
+    (out / "report.html").unlink()
+    again = run_cli(capsys, "report", str(out))
+    assert again.exit_code == 0 and (out / "report.html").exists()
+
+
+def test_run_without_report_writes_data_only(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "data"
+    result = run_cli(capsys, "run", TEXTBOOK, "--out", str(out), "--no-report")
+    assert result.exit_code == 0, result.err
+    assert not (out / "report.html").exists()
+    assert sorted(p.name for p in out.glob("*/summary.json")) == ["summary.json"] * 2
+
+
+def test_sweep_over_one_axis(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "sweep"
+    result = run_cli(
+        capsys,
+        "sweep",
+        TEXTBOOK,
+        "--param",
+        "systems.max_num_seqs=4,8",
+        "--out",
+        str(out),
+    )
+    assert result.exit_code == 0, result.err
+    table = (out / "sweep.csv").read_text().splitlines()
+    assert len(table) == 1 + 2 * 2  # two points x two systems
+    assert (out / "report.html").exists()
+
+
+def test_validate_and_scenarios(capsys: pytest.CaptureFixture[str]) -> None:
+    listed = run_cli(capsys, "scenarios", "list")
+    assert listed.exit_code == 0 and TEXTBOOK in listed.out
+    shown = run_cli(capsys, "scenarios", "show", TEXTBOOK)
+    assert "[[systems]]" in shown.out
+    valid = run_cli(capsys, "validate", TEXTBOOK)
+    assert valid.exit_code == 0 and "valid" in valid.out
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["run", "no_such_scenario"], "no_such_scenario"),
+        (["run", TEXTBOOK, "--set", "systems.policy=vlm"], "valid:"),
+        (["run", TEXTBOOK, "--set", "workload.num_requests=-1"], "num_requests"),
+        (["validate", TEXTBOOK, "--set", "gpu.preset=tpu"], "unknown GPU 'tpu'"),
+        (["report", "/nonexistent/run"], "/nonexistent/run"),
+        (["sweep", TEXTBOOK, "--param", "nonsense"], "nonsense"),
+        (["calibrate", "--model", "llama-2-7b", "--out", "x.json", "--backend", "tpu"], "tpu"),
+    ],
+)
+def test_bad_input_is_one_clean_message_and_exit_2(
+    capsys: pytest.CaptureFixture[str], args: list[str], needle: str
+) -> None:
+    result = run_cli(capsys, *args)
+    assert result.exit_code == 2, (result.out, result.err)
+    assert needle in result.err
+    assert "Traceback" not in result.err + result.out
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    st.one_of(
+        st.binary(max_size=300),
+        st.text(max_size=300),
+        st.lists(
+            st.sampled_from(
+                [
+                    "[model]\npreset = 'llama-2-7b'\n",
+                    "[gpu]\npreset = 'a100-80gb'\n",
+                    "[[systems]]\nname = 'a'\npolicy = 'vllm-v1'\n",
+                    "[[systems]]\nname = 'a'\npolicy = 'orca'\n",
+                    "[workload]\nnum_requests = 3\n",
+                    "[workload.arrival]\nkind = 'poisson'\nrate_per_s = -1\n",
+                    "[workload.prompt]\nkind = 'fixed'\nvalue = 'ten'\n",
+                    "name = 7\n",
+                    "seed = true\n",
+                    "[slo]\nttft_s = 0\n",
+                    "[sweep]\naxes = 3\n",
+                    "bogus = 1\n",
+                    "[model\n",
+                ]
+            ),
+            max_size=8,
+        ).map("".join),
+    )
+)
+def test_fuzzed_scenario_files_never_traceback(
+    tmp_path_factory: pytest.TempPathFactory, capsys: pytest.CaptureFixture[str], content: object
+) -> None:
+    path = tmp_path_factory.mktemp("fuzz") / "scenario.toml"
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_text(str(content))
+    result = run_cli(capsys, "validate", str(path))
+    assert "Traceback" not in result.err + result.out
+    if result.exit_code != 0:
+        assert result.exit_code == 2
+        assert result.err.startswith("error: ") or "Error" in result.err
+        assert str(path) in result.err or "scenario.toml" in result.err
