@@ -68,6 +68,7 @@ __all__ = [
 TIME_LABEL = "simulated time (s)"
 PREFILL_COLOR = "#dd6b20"
 DECODE_COLOR = "#2b6cb0"
+HELD_COLOR = "#cbd5e0"  # a finished request still holding its slot (static batching)
 
 
 def _kv_handles() -> list[Patch]:
@@ -266,14 +267,17 @@ def plot_request_timeline(results: Sequence[RunResult], path: Path, max_requests
             lanes.append(np.empty(0, dtype=int))
             continue
         admitted, finish = numeric(r, "admitted_s"), numeric(r, "finish_s")
+        last = numeric(r, "last_token_s") if "last_token_s" in r else finish
+        last = np.where(np.isfinite(last), last, finish)
         ok = np.isfinite(admitted) & np.isfinite(finish)
         window = (
             r[ok]
-            .assign(admitted_s=admitted[ok], finish_s=finish[ok])
+            .assign(admitted_s=admitted[ok], finish_s=finish[ok], last_token_s=last[ok])
             .sort_values("admitted_s", kind="stable")
             .head(max_requests)
         )
         chosen.append(window)
+        # A slot is busy until finish: static batching holds a done member's slot to batch end.
         lanes.append(assign_lanes(numeric(window, "admitted_s"), numeric(window, "finish_s")))
     heights = [max(3, int(lane.max()) + 1 if len(lane) else 3) for lane in lanes] or [3]
     total_in = min(16.0, 1.2 + 0.22 * sum(heights) + 0.6 * len(heights))
@@ -302,7 +306,13 @@ def plot_request_timeline(results: Sequence[RunResult], path: Path, max_requests
             # Whole bar in the decode color with white edges (so back-to-back requests in one
             # slot stay apart), the prefill part over its start; one collection per kind, not
             # one patch per bar, keeps drawing fast.
-            ax.add_collection(_bars(lane, admitted, finish, DECODE_COLOR, edgecolor="white"))
+            last = numeric(window, "last_token_s")
+            held = finish > last
+            if held.any():
+                ax.add_collection(
+                    _bars(lane[held], last[held], finish[held], HELD_COLOR, edgecolor="white")
+                )
+            ax.add_collection(_bars(lane, admitted, last, DECODE_COLOR, edgecolor="white"))
             ax.add_collection(_bars(lane, admitted, first, PREFILL_COLOR))
             if preempted.any():
                 hatched = _bars(
@@ -325,15 +335,17 @@ def plot_request_timeline(results: Sequence[RunResult], path: Path, max_requests
         fig.suptitle("Request timeline: batch slots over time")
         names = [
             "admitted → first token (prefill)",
-            "first token → finish (decode)",
+            "first → last token (decode)",
+            "done, slot held until the batch returns",
             "was preempted",
         ]
         handles = [
             Patch(color=PREFILL_COLOR),
             Patch(color=DECODE_COLOR),
+            Patch(color=HELD_COLOR),
             Patch(facecolor=DECODE_COLOR, edgecolor="white", hatch="///"),
         ]
-        legend_below(fig, handles, names, 3)
+        legend_below(fig, handles, names, 4)
         return save(fig, path)
 
 

@@ -89,6 +89,7 @@ def _requests(
             "arrival_s": arrival,
             "admitted_s": admitted,
             "first_token_s": first,
+            "last_token_s": finish,
             "finish_s": finish,
             "prompt_len": prompt,
             "output_len": output,

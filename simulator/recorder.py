@@ -86,6 +86,7 @@ class Recorder:
                     r.arrival_s,
                     np.nan if r.admitted_s is None else r.admitted_s,
                     np.nan if r.first_token_s is None else r.first_token_s,
+                    np.nan if r.last_token_s is None else r.last_token_s,
                     np.nan if r.finish_s is None else r.finish_s,
                     r.prompt_len,
                     r.output_len,

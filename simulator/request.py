@@ -59,6 +59,7 @@ class Request:
     admitted_s: float | None = None
     first_token_s: float | None = None
     finish_s: float | None = None
+    last_token_s: float | None = None  # last token produced (static batching returns it later)
     num_generated: int = 0  # output tokens produced per sequence (sequences advance in lockstep)
     num_preemptions: int = 0
     num_swaps: int = 0

@@ -7,7 +7,8 @@ reservation, once made, holds the sequence's whole future.
 
 static (FasterTransformer): wait for up to `static_batch_size` requests (or the fill timeout),
 prefill them together with prompts padded to the longest, then decode until the last member
-finishes; finished members keep their slot and are still computed (padding) until the batch ends.
+finishes; finished members keep their slot and are still computed (padding) until the batch ends,
+and the batch's answers return together then (`finish_s`; `last_token_s` is when each was done).
 
 orca: iteration-level scheduling; each iteration decodes every running sequence and admits waiting
 requests whose reservations fit, prefilling their whole prompts in the same iteration.
@@ -37,6 +38,8 @@ class Member:
 
 class ReservingScheduler(Scheduler):
     """Shared mechanics: reservation sizing, admission into regions, token bookkeeping."""
+
+    returns_batch_together = False  # static batching answers a whole batch at once
 
     def __init__(self, system: SystemConfig, max_seq_len: int, num_slots: int) -> None:
         super().__init__(system, max_seq_len)
@@ -91,7 +94,8 @@ class ReservingScheduler(Scheduler):
             return
         if self._produce_token(member.request, now_s):
             member.is_done = True
-            self._finish(member.request, now_s)
+            if not self.returns_batch_together:
+                self._finish(member.request, now_s)
 
     def _release(self, member: Member) -> None:
         for seq_id in member.seq_ids:
@@ -161,6 +165,8 @@ class OrcaScheduler(ReservingScheduler):
 
 class StaticScheduler(ReservingScheduler):
     """One batch at a time; see the module docstring."""
+
+    returns_batch_together = True
 
     def __init__(self, system: SystemConfig, max_seq_len: int, num_slots: int) -> None:
         super().__init__(system, max_seq_len, num_slots)
@@ -235,6 +241,7 @@ class StaticScheduler(ReservingScheduler):
         if all(m.is_done for m in self.running):
             for member in self.running:
                 self._release(member)
+                self._finish(member.request, now_s)  # the batch returns all its answers now
             self.running = []
 
 

@@ -17,7 +17,9 @@ REQUEST_COLUMNS: dict[str, str] = {
     "arrival_s": "arrival time (s)",
     "admitted_s": "first admission to the running batch (s); NaN if never admitted",
     "first_token_s": "time the first output token was produced (s)",
-    "finish_s": "time the last output token was produced (s)",
+    "last_token_s": "time the last output token was produced (s)",
+    "finish_s": "time the response was complete: the last token, or for static batching the end "
+    "of its batch, which returns all members together (s)",
     "prompt_len": "prompt tokens",
     "output_len": "output tokens per sequence",
     "num_seqs": "sequences decoded (parallel samples or beams)",

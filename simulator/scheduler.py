@@ -156,4 +156,7 @@ class Scheduler(ABC):
         request.num_generated += 1
         if request.first_token_s is None:
             request.first_token_s = now_s
-        return request.num_generated >= request.output_len
+        if request.num_generated >= request.output_len:
+            request.last_token_s = now_s
+            return True
+        return False

@@ -128,9 +128,10 @@ def test_textbook_scenario_is_the_textbook_example() -> None:
     assert [r.output_len for r in scenario.workload.explicit] == [100, 50, 200, 30]
     assert {r.arrival_s for r in scenario.workload.explicit} == {0.0}
     static, continuous = scenario.systems
-    assert (static.policy, static.static_batch_size, static.max_num_seqs) == (Policy.STATIC, 4, 4)
+    # Two slots, so the second static batch waits for the first (the textbook picture).
+    assert (static.policy, static.static_batch_size, static.max_num_seqs) == (Policy.STATIC, 2, 2)
     assert continuous.policy in (Policy.VLLM_V0, Policy.VLLM_V1)
-    assert continuous.max_num_seqs == 4
+    assert continuous.max_num_seqs == 2
 
 
 def test_shared_prompt_and_azure_scenarios() -> None:
