@@ -94,6 +94,9 @@ def make_execution_model(scenario: Scenario, system: SystemConfig) -> ExecutionM
     return RooflineModel(*args, **kwargs)
 
 
+ExecutionFactory = Callable[[Scenario, SystemConfig, Scheduler], ExecutionModel]
+
+
 class StallError(RuntimeError):
     """The scheduler holds requests but can make no progress: a policy bug, never hidden."""
 
@@ -104,15 +107,21 @@ def simulate(
     *,
     check_invariants: bool = False,
     on_step: Callable[[float], None] | None = None,
+    execution_factory: ExecutionFactory | None = None,
 ) -> RunResult:
     """Run one system of `scenario` (the first if none is named) to completion or the stop time.
 
     Same scenario and seed give identical results; simulations share no state.
+    `execution_factory` replaces the scenario's execution model, e.g. by one that runs each plan
+    for real over the scheduler's block tables and returns the measured time (fidelity checks).
     """
     system = system or scenario.systems[0]
     capacity = kv_capacity(scenario, system)
     scheduler = make_scheduler(scenario, system, capacity)
-    execution = make_execution_model(scenario, system)
+    if execution_factory is None:
+        execution = make_execution_model(scenario, system)
+    else:
+        execution = execution_factory(scenario, system, scheduler)
     rng = np.random.default_rng(scenario.seed)
     recorder = Recorder(scenario.gpu, scenario.slo, scenario.stop.warmup_s, capacity.block_bytes)
     env = simpy.Environment()
