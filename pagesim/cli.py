@@ -148,6 +148,28 @@ def _provenance(results, overrides: list[str]) -> dict[str, object]:  # type: ig
     return provenance
 
 
+JobsOption = Annotated[
+    int | None,
+    typer.Option(help="Worker processes (or Ray CPUs); default: this machine's CPU count."),
+]
+ExecutorOption = Annotated[
+    str, typer.Option(help="local (a process pool) or ray (a Ray cluster; see --address).")
+]
+AddressOption = Annotated[
+    str | None,
+    typer.Option(help="With --executor ray: the cluster to join (default: start a local Ray)."),
+]
+NoCacheOption = Annotated[
+    bool,
+    typer.Option("--no-cache", help="Simulate every point again (the cache is rewritten)."),
+]
+
+
+def _point_progress(total: int, label: str):  # type: ignore[no-untyped-def]
+    """A progress bar counting sweep points (cached ones count at once) on stderr."""
+    return typer.progressbar(length=total, label=label, file=sys.stderr)
+
+
 @app.command()
 def sweep(
     scenario: Annotated[str, typer.Argument(help="A scenario TOML file or a built-in name.")],
@@ -159,36 +181,48 @@ def sweep(
         "runs/sweep"
     ),
     set_: SetOption = None,
+    jobs: JobsOption = None,
+    executor: ExecutorOption = "local",
+    address: AddressOption = None,
+    no_cache: NoCacheOption = False,
 ) -> None:
-    """Run a scenario over one or two parameter axes and plot the curves.
+    """Run a scenario over one or two parameter axes, in parallel, and plot the curves.
+
+    Each point is cached under OUT/cache by a hash of its resolved scenario: rerunning an
+    interrupted sweep simulates only the missing points.
 
     Example: pagesim sweep latency_vs_rate_sharegpt --param workload.arrival.rate_per_s=1,2,4
     """
-    import pandas as pd
-
-    from simulator.scenario import describe_scenario, expand_sweep, resolve_scenario
+    from simulator.scenario import describe_scenario, resolve_scenario
+    from simulator.sweep import make_executor, plan_sweep, run_sweep
 
     path = resolve_scenario(scenario)
-    points = expand_sweep(path, list(set_ or []), params=list(param or []))
-    rows: list[dict[str, object]] = []
-    last_results = []
-    for point, variant in points:
-        label = ", ".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in point.items())
-        last_results = _run_scenario(variant, None, label)
-        for result in last_results:
-            rows.append(point | {"system": result.system} | result.summary)
-    table = pd.DataFrame(rows)
-    out.mkdir(parents=True, exist_ok=True)
-    table.to_csv(out / "sweep.csv", index=False)
-    _echo_table(rows, [(k, k.rsplit(".", 1)[-1], "") for k in points[0][0]] + SUMMARY_COLUMNS)
+    points = plan_sweep(path, list(set_ or []), list(param or []))
+    pool = make_executor(executor, jobs, address)
+    try:
+        with _point_progress(len(points), f"sweeping {points[0].scenario.name}") as progress:
+            done = run_sweep(
+                points, out, pool, use_cache=not no_cache, on_record=lambda _: progress.update(1)
+            )
+    finally:
+        pool.close()
+    table = done.table
+    rows = table.to_dict("records")
+    axes = list(points[0].axes)
+    _echo_table(rows, [(k, k.rsplit(".", 1)[-1], "") for k in axes] + SUMMARY_COLUMNS)
+    ran = done.points
+    typer.echo(
+        f"{len(points)} points: {ran.num_computed} simulated, {ran.num_cached} from the cache, "
+        f"in {ran.wall_s:.1f} s"
+    )
     from reports.render import write_report
 
     html = write_report(
-        last_results,
+        done.last_results,
         out,
-        title=f"pagesim sweep: {points[0][1].name}",
-        scenario_text=describe_scenario(points[-1][1]),
-        provenance=_provenance(last_results, list(set_ or [])),
+        title=f"pagesim sweep: {done.first_scenario.name}",
+        scenario_text=describe_scenario(done.last_scenario),
+        provenance=_provenance(done.last_results, list(set_ or [])),
         sweep=table,
     )
     typer.echo(f"sweep table: {out / 'sweep.csv'}\nreport: {html}")
