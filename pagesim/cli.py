@@ -409,6 +409,138 @@ def bench_kernel(
         _echo_table(rows, [(k, k, "") for k in keys])
 
 
+CAPACITY_COLUMNS = [
+    ("config", "configuration", ""),
+    ("num_gpus", "GPUs", "d"),
+    ("max_rate_per_s", "max req/s", ".3g"),
+    ("failed_rate_per_s", "fails at", ".3g"),
+    ("slo_share", "SLO met", ".1%"),
+    ("queue_delay_p99_s", "queue p99 s", ".3g"),
+    ("goodput_per_gpu", "goodput/GPU", ".3g"),
+    ("num_evaluations", "runs", "d"),
+]
+REPORTED_CONFIGS = 4  # the best ones get the full per-system report at their max rate
+
+
+@app.command()
+def capacity(
+    scenario: Annotated[str, typer.Argument(help="A scenario TOML file or a built-in name.")],
+    param: Annotated[
+        list[str] | None,
+        typer.Option(help="A configuration axis: path=v1,v2,... (one or two); default: none."),
+    ] = None,
+    out: Annotated[Path, typer.Option(help="Folder for the ranking and report.")] = Path(
+        "runs/capacity"
+    ),
+    set_: SetOption = None,
+    slo_share: Annotated[
+        float, typer.Option(help="Share of offered requests that must meet the [slo].")
+    ] = 0.9,
+    max_queue_delay_s: Annotated[
+        float, typer.Option(help="Bound on the p99 wait from arrival to admission (s).")
+    ] = 5.0,
+    rel_tol: Annotated[
+        float, typer.Option(help="Stop when the failed rate is within this share of the max.")
+    ] = 0.02,
+    min_rate: Annotated[float, typer.Option(help="Lowest rate tried (req/s).")] = 0.01,
+    max_rate: Annotated[float, typer.Option(help="Highest rate tried (req/s).")] = 1e4,
+    jobs: JobsOption = None,
+    executor: ExecutorOption = "local",
+    address: AddressOption = None,
+    no_cache: NoCacheOption = False,
+) -> None:
+    """Find each configuration's highest sustainable request rate; rank by goodput per GPU.
+
+    Sustainable: at least --slo-share of the requests meet the scenario's [slo] and the p99
+    queueing delay stays under --max-queue-delay-s (see simulator/search.py). Each system of
+    the scenario, at each value of the --param axes, is one configuration.
+
+    Example: pagesim capacity latency_vs_rate_alpaca --set slo.ttft_s=1 --set slo.tpot_s=0.1
+    --param systems.max_num_seqs=16,64,256
+    """
+    from dataclasses import replace
+
+    from reports.capacity import write_capacity_page
+    from simulator.scenario import describe_scenario, resolve_scenario
+    from simulator.search import RATE_PATH, Criteria, configurations, search_capacity
+    from simulator.sweep import CACHE_DIR, PointCache, make_executor, run_points
+
+    path = resolve_scenario(scenario)
+    configs = configurations(path, list(set_ or []), list(param or []))
+    criteria = Criteria(slo_share, max_queue_delay_s)
+    cache = PointCache(out / CACHE_DIR)
+    pool = make_executor(executor, jobs, address)
+    try:
+        done = search_capacity(
+            configs,
+            pool,
+            criteria=criteria,
+            cache=cache,
+            use_cache=not no_cache,
+            min_rate=min_rate,
+            max_rate=max_rate,
+            rel_tol=rel_tol,
+            on_round=lambda n, size: typer.echo(f"round {n}: {size} rate(s)", err=True),
+        )
+        ranking = done.ranking()
+        best = [
+            (config, rate)
+            for config, rate in zip(configs, [s.ok_rate for s in done.searches], strict=True)
+            if rate is not None
+        ]
+        order = {label: i for i, label in enumerate(ranking["config"])}
+        best = sorted(best, key=lambda pair: order[pair[0].label])[:REPORTED_CONFIGS]
+        points = [config.at_rate(rate) for config, rate in best]
+        framed = run_points(points, pool, cache=cache, frames_for=[p.key for p in points])
+    finally:
+        pool.close()
+    _echo_table(ranking.to_dict("records"), CAPACITY_COLUMNS)
+    typer.echo(
+        f"{len(configs)} configurations, {done.num_computed} runs simulated, "
+        f"{done.num_cached} from the cache"
+    )
+    out.mkdir(parents=True, exist_ok=True)
+    ranking.to_csv(out / "capacity.csv", index=False)
+    evaluations = done.evaluation_table(criteria)
+    evaluations.to_csv(out / "evaluations.csv", index=False)
+    criteria_text = (
+        f"A rate is sustained when at least {criteria.min_slo_share:.0%} of the requests offered "
+        f"(after warm-up) finish meeting the SLO and the p99 wait from arrival to admission is at "
+        f"most {criteria.max_queue_delay_s:g} s. Goodput per GPU = sustained rate x share "
+        "meeting the SLO / tensor-parallel GPUs."
+    )
+    report_name = None
+    if points:
+        from reports.render import write_report
+
+        results = [
+            replace(framed.frames[p.key], system=config.label)
+            for p, (config, _) in zip(points, best, strict=True)
+        ]
+        keep = ["system", RATE_PATH, "sustained"]
+        curves = evaluations[
+            keep + [c for c in evaluations.columns if c not in keep and "." not in c]
+        ]
+        html = write_report(
+            results,
+            out,
+            title=f"pagesim capacity: {configs[0].scenario.name}",
+            scenario_text=describe_scenario(configs[0].scenario),
+            provenance=_provenance(results, list(set_ or [])),
+            sweep=curves,
+        )
+        report_name = html.name
+    page = write_capacity_page(
+        ranking,
+        out,
+        title=f"pagesim capacity: {configs[0].scenario.name}",
+        criteria_text=criteria_text,
+        scenario_text=describe_scenario(configs[0].scenario),
+        report_name=report_name,
+    )
+    typer.echo(f"ranking: {out / 'capacity.csv'}\ncapacity page: {page}")
+
+
 def main() -> None:
     """Entry point: typer reports usage errors itself (exit 2); pagesim's errors map here."""
     try:

@@ -1,0 +1,84 @@
+"""Capacity-search output: the max-sustainable-rate plot and a capacity.html page.
+
+Both render the ranking table of `simulator.search.CapacityRun.ranking()` (one row per
+configuration, best goodput per GPU first: config, system, max_rate_per_s, failed_rate_per_s,
+goodput_per_gpu, num_gpus, ...) and never recompute the search.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from reports.html import Plot, esc, figures_html, page, sweep_table
+from reports.style import figure, label, no_data, save, system_color
+
+MAX_BARS = 40  # more configurations than this: the best 40 are drawn (the CSV has them all)
+
+
+def plot_max_rate(ranking: pd.DataFrame, path: Path) -> Path:
+    """Horizontal bars: each configuration's highest sustained rate (req/s), best ranked on top,
+    colored by system; a thin tick marks the lowest failed rate; the label gives goodput/GPU."""
+    shown = ranking.head(MAX_BARS)
+    systems = list(dict.fromkeys(shown["system"].astype(str))) if "system" in shown else []
+    height = max(2.5, 0.38 * len(shown) + 1.4)
+    with figure(1, 1, height) as (fig, axes):
+        ax = axes[0, 0]
+        ax.set_xlabel("highest sustained request rate (req/s)")
+        if shown.empty:
+            no_data(ax, "no configuration to show")
+            return save(fig, path)
+        rates = pd.to_numeric(shown["max_rate_per_s"], errors="coerce").to_numpy(float)
+        failed = pd.to_numeric(shown["failed_rate_per_s"], errors="coerce").to_numpy(float)
+        per_gpu = pd.to_numeric(shown["goodput_per_gpu"], errors="coerce").to_numpy(float)
+        y = np.arange(len(shown))[::-1]  # the best at the top
+        colors = [system_color(systems.index(str(s))) for s in shown["system"]]
+        ax.barh(y, np.nan_to_num(rates), color=colors, height=0.65)
+        ax.plot(failed, y, "|", color="#1a202c", ms=14, mew=1.5, label="lowest failed rate")
+        top = np.nanmax(np.concatenate([rates, failed, [1e-9]]))
+        for yi, rate, good in zip(y, rates, per_gpu, strict=True):
+            text = "none sustained" if np.isnan(rate) else f"{rate:.3g} req/s · {good:.3g} good/GPU"
+            ax.text((0 if np.isnan(rate) else rate) + 0.01 * top, yi, text, va="center", fontsize=8)
+        ax.set_yticks(y, [label(c, 40) for c in shown["config"]])
+        ax.set_xlim(0, top * 1.35)
+        ax.legend(loc="lower right", frameon=False, fontsize=8)
+        fig.suptitle("Highest sustainable request rate per configuration (ranked by goodput/GPU)")
+        return save(fig, path)
+
+
+def write_capacity_page(
+    ranking: pd.DataFrame,
+    out_dir: Path,
+    *,
+    title: str,
+    criteria_text: str,
+    scenario_text: str,
+    report_name: str | None = "report.html",
+) -> Path:
+    """capacity.html beside the run's report: the plot, the ranked table, the criteria."""
+    out_dir = Path(out_dir)
+    plot = Plot(
+        plot_max_rate(ranking, out_dir / "plots" / "max_sustainable_rate.png"),
+        "Highest sustainable rate",
+        "Bars: the highest request rate each configuration sustained; ticks: the lowest rate it "
+        "did not. Ranked by goodput per GPU (sustained rate x share meeting the SLO / GPUs).",
+    )
+    link = (
+        f"<p>Latency-vs-rate curves of every evaluated rate, and the best configurations at "
+        f'their highest sustained rate: <a href="{esc(report_name)}">{esc(report_name)}</a>. '
+        'Every evaluation: <a href="evaluations.csv">evaluations.csv</a>.</p>'
+        if report_name
+        else ""
+    )
+    sections = [
+        ("criteria", "Sustainable means", f"<p>{esc(criteria_text)}</p>{link}"),
+        ("plot", "Capacity", figures_html([plot])),
+        ("ranking", "Ranking", sweep_table(ranking)),
+        ("scenario", "Scenario", f"<pre>{esc(scenario_text)}</pre>"),
+    ]
+    subtitle = f"{len(ranking)} configuration(s), ranked by goodput per GPU"
+    path = out_dir / "capacity.html"
+    path.write_text(page(title, subtitle, sections), encoding="utf-8")
+    return path
