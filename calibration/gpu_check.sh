@@ -7,8 +7,10 @@
 # How to run it (from the repository root, with the device tool):
 #   run(command="bash calibration/gpu_check.sh", carry=[".whl"], timeout_s=600)
 # Expected: about 5 minutes on an H200 (tests ~2 min including NVRTC compiles, benchmark ~1 min,
-# calibration ~1-2 min); each stage has its own timeout (180+120+180+30 s), so the call ends
-# before ~8.7 minutes even if every stage hangs; use timeout_s=600.
+# calibration ~1-2 min); each stage has its own timeout (20+45 + 180+120+180+30 s), so the call
+# ends before ~9.6 minutes even if every stage hangs; use timeout_s=600. A stage that fails or
+# times out leaves its log, and the next stage still runs (each is its own process, so a CUDA
+# error that poisons one process's context does not reach the next). The summary prints last.
 #
 # The device image has CuPy, torch, numpy and pytest but not simpy. The calibration, the
 # benchmark and tests/test_gpu_kernel.py never import simpy; to run `pytest -m gpu` over all of
@@ -36,10 +38,11 @@ fi
 stage "versions"
 {
   date -u +%Y-%m-%dT%H:%M:%SZ
-  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,clocks.mem \
+  timeout 20 nvidia-smi \
+      --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,clocks.mem \
       --format=csv 2>&1
   nvcc --version 2>&1 | tail -1
-  $PY - <<'EOF'
+  timeout 45 $PY - <<'EOF'
 import platform
 print("python", platform.python_version())
 for name in ("numpy", "cupy", "torch", "simpy", "pytest"):
@@ -60,7 +63,7 @@ EOF
 } > "$OUT/versions.txt" 2>&1
 cat "$OUT/versions.txt"
 
-GPU_NAME=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 \
+GPU_NAME=$(timeout 20 nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 \
   | tr '[:upper:]' '[:lower:]' | sed -e 's/nvidia //' -e 's/[^a-z0-9]\+/-/g' -e 's/-$//')
 GPU_NAME=${GPU_NAME:-gpu}
 
@@ -71,7 +74,8 @@ else
   echo "simpy is not installed: running the GPU tests of tests/test_gpu_kernel.py only"
   TESTS=(tests/test_gpu_kernel.py)
 fi
-timeout 180 $PY -m pytest -m gpu -q -p no:cacheprovider "${TESTS[@]}" 2>&1 | tee "$OUT/gpu_tests.log"
+timeout 180 $PY -m pytest -m gpu -q -p no:cacheprovider --durations=12 "${TESTS[@]}" 2>&1 \
+  | tee "$OUT/gpu_tests.log"
 echo "pytest exit: ${PIPESTATUS[0]}" | tee -a "$OUT/gpu_tests.log"
 
 stage "kernel benchmark"
@@ -98,3 +102,7 @@ EOF
 
 stage "done"
 ls -la "$OUT"
+echo "=== summary"
+grep -E "passed|failed|error|pytest exit" "$OUT/gpu_tests.log" | tail -4
+grep -E "copy bandwidth| S=|bench exit|error" "$OUT/bench.log"
+tail -3 "$OUT/calibrate.log"

@@ -171,6 +171,13 @@ def _require(condition: bool, message: str) -> None:
         raise ValueError(f"decode attention: {message}")
 
 
+def _require_16_byte_aligned(name: str, array: Any) -> None:
+    """The kernel reads q/K/V 16 bytes at a time: a view starting mid-vector would fault."""
+    ptr = getattr(getattr(array, "data", None), "ptr", None)  # CuPy's device address
+    if isinstance(ptr, int):
+        _require(ptr % 16 == 0, f"{name} must start on a 16-byte boundary, got address {ptr:#x}")
+
+
 def check_decode_inputs(
     q: Any,
     k_cache: Any,
@@ -197,6 +204,7 @@ def check_decode_inputs(
             f"{name} must be {' or '.join(allowed)} for {kv_dtype}, got {_dtype_name(array)}",
         )
         _require(bool(array.flags.c_contiguous), f"{name} must be C-contiguous")
+        _require_16_byte_aligned(name, array)
     _require(q.ndim == 3, f"q must be [num_seqs, num_heads, head_dim], got shape {q.shape}")
     num_seqs, num_heads, head_dim = (int(x) for x in q.shape)
     _require(head_dim in HEAD_DIMS, f"head_dim must be one of {HEAD_DIMS}, got {head_dim}")
@@ -310,8 +318,8 @@ def plan_decode_attention(
     """Check and prepare one decode-attention call (see the module docstring for layouts).
 
     `partition_size` (tokens, a multiple of 128) forces the split-K partitioning; by default it
-    splits until about 4 CTAs per multiprocessor. `validate` also checks, on the device, that
-    every block-table entry a sequence uses names a real block (one synchronisation).
+    splits until about CTAS_PER_SM_TARGET (2) CTAs per multiprocessor. `validate` also checks
+    that every block-table entry a sequence uses names a real block (one copy to the host).
     """
     cupy = import_cupy()
     shape = check_decode_inputs(q, k_cache, v_cache, context_lens, block_tables, kv_dtype)

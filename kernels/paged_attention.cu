@@ -39,9 +39,10 @@
 // (q is pre-scaled by scale * log2(e)) so exp is one ex2.approx. States merge across lane groups
 // with shuffles and across warps through shared memory.
 //
-// Safety: a token t is loaded only when t < min(context_len, partition end), and a block-table
-// entry only for such a token, so slots past a sequence's length and unmapped table entries are
-// never read (the tests poison them with NaN).
+// Safety: a lane whose token t is at or past end = min(context_len, partition end) loads token
+// end - 1 instead (masked out of the softmax), and a block-table entry is read only for such a
+// clamped token, so slots past a sequence's length and unmapped table entries are never read
+// (the tests poison them with NaN).
 // ----------------------------------------------------------------------------------------------
 
 namespace pagesim {
@@ -188,25 +189,32 @@ __global__ void __launch_bounds__(kNumThreads) decode_attention(
 
   const int* table = block_tables + (size_t)seq * row_stride;
   for (int base = start + warp * TPC; base < end; base += kNumWarps * TPC) {
-    // All loads of the chunk first: UNROLL independent 16-byte loads of K and of V per lane.
+    // Tokens past `end` are clamped to end - 1 (a token of this partition, < context_len, in a
+    // mapped block) and masked out of the softmax below: every load is unconditional, so the
+    // compiler issues all block-table loads back to back, then all UNROLL 16-byte loads of K and
+    // of V, instead of one branch and one table-load latency per token.
+    int tok[UNROLL];
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) tok[u] = min(base + u * TPW + slot, end - 1);
+    size_t row[UNROLL];
+    if (PAGED) {
+      int block[UNROLL];
+#pragma unroll
+      for (int u = 0; u < UNROLL; ++u) block[u] = load_i32(table + tok[u] / BLOCK_SIZE);
+#pragma unroll
+      for (int u = 0; u < UNROLL; ++u)
+        row[u] = ((size_t)block[u] * num_kv_heads + kv_head) * BLOCK_SIZE + tok[u] % BLOCK_SIZE;
+    } else {
+#pragma unroll
+      for (int u = 0; u < UNROLL; ++u)
+        row[u] = ((size_t)seq * num_kv_heads + kv_head) * row_stride + tok[u];
+    }
     uint4 kr[UNROLL], vr[UNROLL];
 #pragma unroll
     for (int u = 0; u < UNROLL; ++u) {
-      const int t = base + u * TPW + slot;
-      kr[u] = make_uint4(0u, 0u, 0u, 0u);
-      vr[u] = make_uint4(0u, 0u, 0u, 0u);
-      if (t < end) {
-        size_t row;
-        if (PAGED) {
-          const int block = load_i32(table + t / BLOCK_SIZE);
-          row = ((size_t)block * num_kv_heads + kv_head) * BLOCK_SIZE + t % BLOCK_SIZE;
-        } else {
-          row = ((size_t)seq * num_kv_heads + kv_head) * row_stride + t;
-        }
-        const size_t offset = row * HEAD_DIM + chunk * kVec;
-        kr[u] = load_16B(k_cache + offset);
-        vr[u] = load_16B(v_cache + offset);
-      }
+      const size_t offset = row[u] * HEAD_DIM + chunk * kVec;
+      kr[u] = load_16B(k_cache + offset);
+      vr[u] = load_16B(v_cache + offset);
     }
 
     // Scores (log2 domain); masked tokens get -inf.

@@ -11,6 +11,7 @@ finite everywhere (every element written, no poison read) and match the referenc
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import zlib
@@ -91,6 +92,24 @@ CONFIGS = [
 ]
 
 
+@functools.cache
+def _config_case(config: tuple[str, int, int, int, int]):
+    """One poisoned case and its reference per config, shared by the three split modes (the
+    NumPy side of the biggest config takes seconds, and gpu_check.sh gives the tests 3 min)."""
+    kv_dtype, num_heads, num_kv_heads, head_dim, block_size = config
+    rng = np.random.default_rng(zlib.crc32(repr(config).encode()))
+    b = block_size
+    lens = [1, b - 1, b, b + 1, 37, 300, 1000, 2049, 0, 4500, int(rng.integers(1, 3000))]
+    rng.shuffle(lens)
+    case = make_paged_case(
+        rng, lens, num_heads, num_kv_heads, head_dim, block_size, kv_dtype=kv_dtype
+    )
+    ref = reference_decode_attention(
+        case.q, case.k_cache, case.v_cache, case.block_tables, case.context_lens
+    )
+    return lens, case, ref
+
+
 @pytest.mark.parametrize("split", ["auto", "forced", "none"])
 @pytest.mark.parametrize(
     ("kv_dtype", "num_heads", "num_kv_heads", "head_dim", "block_size"), CONFIGS
@@ -100,16 +119,8 @@ def test_paged_kernel_matches_reference(
 ) -> None:
     from calibration.kernel import plan_decode_attention
 
-    seed = zlib.crc32(
-        repr((kv_dtype, num_heads, num_kv_heads, head_dim, block_size, split)).encode()
-    )
-    rng = np.random.default_rng(seed)
-    b = block_size
-    lens = [1, b - 1, b, b + 1, 37, 300, 1000, 2049, 0, 4500, int(rng.integers(1, 3000))]
-    rng.shuffle(lens)
-    case = make_paged_case(
-        rng, lens, num_heads, num_kv_heads, head_dim, block_size, kv_dtype=kv_dtype
-    )
+    config = (kv_dtype, num_heads, num_kv_heads, head_dim, block_size)
+    lens, case, ref = _config_case(config)
     q, k, v, context_lens, tables = _upload(case)
     out = _poisoned_out(q)
     partition_size = {"auto": None, "forced": 256, "none": 128 * math.ceil(max(lens) / 128)}[split]
@@ -121,12 +132,26 @@ def test_paged_kernel_matches_reference(
     if split == "none":
         assert plan.num_partitions == 1
     got = _to_float(plan.run(), kv_dtype)
-    ref = reference_decode_attention(
-        case.q, case.k_cache, case.v_cache, case.block_tables, case.context_lens
-    )
     assert np.isfinite(got).all(), "NaN: an output was not written, or poison was read"
     assert _rel_err(got, ref) < TOLERANCE[kv_dtype]
     assert not got[lens.index(0)].any(), "an empty context gives zeros"
+    # Deterministic: the same launch again gives the same bits (a race would move them).
+    again = _to_float(plan.run(), kv_dtype)
+    np.testing.assert_array_equal(got, again)
+
+
+def test_plan_rejects_a_view_off_the_16_byte_grid() -> None:
+    import cupy as cp
+
+    from calibration.kernel import plan_decode_attention
+
+    case = make_paged_case(np.random.default_rng(5), [40, 3], 4, 2, 64, 16)
+    q, k, v, context_lens, tables = _upload(case)
+    flat = cp.empty(q.size + 1, dtype=q.dtype)
+    shifted = flat[1:].reshape(q.shape)  # C-contiguous, 2 bytes past a 16-byte boundary
+    shifted[...] = q
+    with pytest.raises(ValueError, match="16-byte boundary"):
+        plan_decode_attention(shifted, k, v, context_lens, tables)
 
 
 @pytest.mark.parametrize("kv_dtype", ["fp16", "bf16"])
