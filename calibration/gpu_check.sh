@@ -103,6 +103,6 @@ EOF
 stage "done"
 ls -la "$OUT"
 echo "=== summary"
-grep -E "passed|failed|error|pytest exit" "$OUT/gpu_tests.log" | tail -4
+grep -E "passed|failed|skipped|error|pytest exit" "$OUT/gpu_tests.log" | tail -4
 grep -E "copy bandwidth| S=|bench exit|error" "$OUT/bench.log"
 tail -3 "$OUT/calibrate.log"
