@@ -442,6 +442,13 @@ def capacity(
     rel_tol: Annotated[
         float, typer.Option(help="Stop when the failed rate is within this share of the max.")
     ] = 0.02,
+    window_s: Annotated[
+        float,
+        typer.Option(
+            help="Offer requests for at least this long at each rate (s): more requests "
+            "than the scenario's when the rate needs them."
+        ),
+    ] = 60.0,
     min_rate: Annotated[float, typer.Option(help="Lowest rate tried (req/s).")] = 0.01,
     max_rate: Annotated[float, typer.Option(help="Highest rate tried (req/s).")] = 1e4,
     jobs: JobsOption = None,
@@ -480,6 +487,7 @@ def capacity(
             min_rate=min_rate,
             max_rate=max_rate,
             rel_tol=rel_tol,
+            window_s=window_s,
             on_round=lambda n, size: typer.echo(f"round {n}: {size} rate(s)", err=True),
         )
         ranking = done.ranking()
@@ -490,7 +498,7 @@ def capacity(
         ]
         order = {label: i for i, label in enumerate(ranking["config"])}
         best = sorted(best, key=lambda pair: order[pair[0].label])[:REPORTED_CONFIGS]
-        points = [config.at_rate(rate) for config, rate in best]
+        points = [config.at_rate(rate, window_s) for config, rate in best]
         framed = run_points(points, pool, cache=cache, frames_for=[p.key for p in points])
     finally:
         pool.close()
@@ -506,7 +514,8 @@ def capacity(
     criteria_text = (
         f"A rate is sustained when at least {criteria.min_slo_share:.0%} of the requests offered "
         f"(after warm-up) finish meeting the SLO and the p99 wait from arrival to admission is at "
-        f"most {criteria.max_queue_delay_s:g} s. Goodput per GPU = sustained rate x share "
+        f"most {criteria.max_queue_delay_s:g} s, with requests arriving for at least "
+        f"{window_s:g} s at each rate. Goodput per GPU = sustained rate x share "
         "meeting the SLO / tensor-parallel GPUs."
     )
     report_name = None

@@ -5,7 +5,10 @@ A *configuration* is one system of one variant of a scenario (the variants come 
 tensor parallelism...). For each, the search varies `workload.arrival.rate_per_s` only.
 
 Sustainable, precisely: a run at rate r (the scenario's workload, seed and stop rules, with the
-arrival rate set to r) sustains r when both hold over the requests that arrive after warm-up:
+arrival rate set to r, and enough requests that they arrive over at least `window_s` seconds,
+default 60: num_requests = max(the scenario's, ceil(r x window_s)); without that, a fixed
+request count at a high rate is one burst, which a big enough batch absorbs however fast
+requests keep coming) sustains r when both hold over the requests that arrive after warm-up:
 
 1. SLO attainment: (requests that finished meeting the scenario's [slo] TTFT and TPOT bounds)
    / (requests offered) >= `min_slo_share` (default 0.9). Rejected requests, and requests still
@@ -27,12 +30,13 @@ the sweep cache (simulator.sweep): a rerun, or a wider search, resumes.
 Configurations are ranked by goodput per GPU at their highest sustained rate r: the requests per
 second that meet the SLO in steady state, r x SLO share, divided by the replica's tensor-parallel
 GPUs. (The run's own `goodput_req_s` divides by the whole run, drain included, so a short run
-understates it; it is kept as `measured_goodput_req_s`.) Size the workload so that a run at
-capacity lasts well past `max_queue_delay_s`, or the queue criterion has nothing to see.
+understates it; it is kept as `measured_goodput_req_s`.) Keep `window_s` well above
+`max_queue_delay_s`, or the queue criterion has too little time to see a queue grow.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -151,11 +155,17 @@ class Config:
     def num_gpus(self) -> int:
         return self.scenario.tensor_parallel
 
-    def at_rate(self, rate: float) -> Point:
+    def at_rate(self, rate: float, window_s: float = 0.0) -> Point:
+        """The point that runs this configuration at `rate`, offering requests for at least
+        `window_s` seconds (more requests than the scenario's when the rate needs them)."""
         w = self.scenario.workload
-        scenario = replace(
-            self.scenario, workload=replace(w, arrival=replace(w.arrival, rate_per_s=rate))
+        num_requests = w.num_requests
+        if num_requests is not None and window_s > 0:
+            num_requests = max(num_requests, math.ceil(rate * window_s))
+        workload = replace(
+            w, arrival=replace(w.arrival, rate_per_s=rate), num_requests=num_requests
         )
+        scenario = replace(self.scenario, workload=workload)
         return Point(
             self.axes | {RATE_PATH: rate}, scenario, self.system, point_key(scenario, self.system)
         )
@@ -272,10 +282,13 @@ def search_capacity(
     min_rate: float = 0.01,
     max_rate: float = 1e4,
     rel_tol: float = 0.02,
+    window_s: float = 60.0,
     on_round: Callable[[int, int], None] | None = None,
 ) -> CapacityRun:
     """Search every configuration's highest sustainable rate, in lockstep rounds of points (see
     the module docstring). `on_round(round, points)` is told each round's size as it starts."""
+    if not window_s >= 0:
+        raise InputError(f"--window-s: must be >= 0, got {window_s}")
     criteria = criteria or Criteria()
     searches = [
         RateSearch(
@@ -294,7 +307,7 @@ def search_capacity(
             break
         if on_round is not None:
             on_round(round_number, len(todo))
-        points = [c.at_rate(rate) for c, _, rate in todo]
+        points = [c.at_rate(rate, window_s) for c, _, rate in todo]
         done = run_points(points, executor, cache=cache, use_cache=use_cache)
         run.num_cached += done.num_cached
         run.num_computed += done.num_computed
