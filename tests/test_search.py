@@ -124,12 +124,17 @@ def test_a_real_scenario_sustains_the_rate_found_and_not_one_slightly_above(
 
 def test_ranking_is_by_goodput_per_gpu(tmp_path: Path) -> None:
     configs = configurations(
-        ABLATION, SMALL, ["model.tensor_parallel=1,2", "systems.max_num_seqs=4,256"]
+        ABLATION, SMALL, ["model.tensor_parallel=1,2", "systems.max_num_seqs=4,16"]
     )
     executor = ProcessExecutor(2)
     try:
         run = search_capacity(
-            configs, executor, cache=PointCache(tmp_path), rel_tol=0.1, window_s=WINDOW_S / 2
+            configs,
+            executor,
+            cache=PointCache(tmp_path),
+            rel_tol=0.1,
+            window_s=WINDOW_S / 2,
+            max_rate=16,
         )
     finally:
         executor.close()
