@@ -40,6 +40,9 @@ MIN_PARTITION = 256  # tokens; below this a partition's fixed cost outweighs the
 # Split-K until about this many CTAs per multiprocessor: 2 resident CTAs (8 warps, 64 KiB of
 # loads in flight) cover HBM latency; more partitions only add partials and the reduce launch.
 CTAS_PER_SM_TARGET = 2
+# A batch with enough CTAs is still split when its longest context exceeds this many even shares
+# of the work per CTA slot (skewed mixes: one long sequence among many short ones).
+SKEW_TOLERANCE = 2.0
 DTYPE_TAGS = {"fp16": 0, "bf16": 1}
 NVRTC_OPTIONS: tuple[str, ...] = ()  # NVRTC 12+ defaults to C++17; CuPy adds -arch itself
 LOG2E = 1.4426950408889634
@@ -264,13 +267,30 @@ def check_decode_inputs(
 
 
 def choose_partitions(
-    num_ctas_per_partition: int, max_context: int, num_sms: int
+    num_ctas_per_partition: int,
+    max_context: int,
+    num_sms: int,
+    mean_context: float | None = None,
 ) -> tuple[int, int]:
-    """(partition_size in tokens, num_partitions): split long contexts until the GPU is full."""
+    """(partition_size in tokens, num_partitions): split long contexts until the GPU is full.
+
+    With `mean_context` (the batch's mean context length) a skewed batch that already has enough
+    CTAs is split too: when its longest sequence holds more than SKEW_TOLERANCE times the tokens
+    one CTA slot gets with the work spread evenly, that sequence's CTAs would run on alone after
+    the rest finish; partitions of about one even share keep them in step.
+    """
     whole = max(PARTITION_QUANTUM, math.ceil(max_context / PARTITION_QUANTUM) * PARTITION_QUANTUM)
     target = CTAS_PER_SM_TARGET * num_sms
-    if num_ctas_per_partition >= target or max_context <= 2 * MIN_PARTITION:
+    if max_context <= 2 * MIN_PARTITION:
         return whole, 1
+    if num_ctas_per_partition >= target:
+        if mean_context is None:
+            return whole, 1
+        share = mean_context * num_ctas_per_partition / target  # tokens per CTA slot, even spread
+        if SKEW_TOLERANCE * share >= max_context:
+            return whole, 1
+        size = max(MIN_PARTITION, math.ceil(share / PARTITION_QUANTUM) * PARTITION_QUANTUM)
+        return size, math.ceil(max_context / size)
     wanted = math.ceil(target / num_ctas_per_partition)
     parts = max(1, min(wanted, max_context // MIN_PARTITION))
     size = math.ceil(max_context / parts / PARTITION_QUANTUM) * PARTITION_QUANTUM
@@ -342,7 +362,7 @@ def plan_decode_attention(
     num_sms = _num_sms(cupy.cuda.Device().id)
     if partition_size is None:
         partition_size, num_partitions = choose_partitions(
-            shape.num_kv_heads * tiles * shape.num_seqs, max_context, num_sms
+            shape.num_kv_heads * tiles * shape.num_seqs, max_context, num_sms, float(lens.mean())
         )
     else:
         _require(

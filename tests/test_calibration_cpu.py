@@ -286,6 +286,26 @@ def test_launch_contract_split_k_matches_reference(
     )
 
 
+def test_skewed_batch_with_enough_ctas_still_splits_its_longest_sequence(fake_cupy) -> None:
+    """40 sequences x 8 KV heads = 320 CTAs fill 132 SMs, but one 2000-token sequence among
+    16-token ones would run alone long after the rest: it is split, and the result is exact."""
+    assert kernel.choose_partitions(320, 2000, 132) == (2048, 1)  # without the mean: no split
+    assert kernel.choose_partitions(320, 2000, 132, mean_context=2000.0) == (2048, 1)  # uniform
+    rng = np.random.default_rng(3)
+    lens = [16] * 39 + [2000]
+    rng.shuffle(lens)
+    case = make_paged_case(rng, lens, 8, 8, 64, 16)
+    plan = kernel.plan_decode_attention(
+        case.q, case.k_cache, case.v_cache, case.context_lens, case.block_tables
+    )
+    assert plan.num_partitions > 1 and plan.partition_size >= kernel.MIN_PARTITION
+    got = plan.run().astype(np.float32)
+    ref = reference_decode_attention(
+        case.q, case.k_cache, case.v_cache, case.block_tables, case.context_lens
+    )
+    assert np.isfinite(got).all() and np.linalg.norm(got - ref) / np.linalg.norm(ref) < 2e-3
+
+
 def test_plan_rejects_a_table_entry_outside_the_pool(fake_cupy) -> None:
     case = make_paged_case(np.random.default_rng(1), [20, 3], 4, 2, 64, 16)
     tables = case.block_tables.copy()
