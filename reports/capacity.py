@@ -38,9 +38,10 @@ def plot_max_rate(ranking: pd.DataFrame, path: Path) -> Path:
         ax.barh(y, np.nan_to_num(rates), color=colors, height=0.65)
         ax.plot(failed, y, "|", color="#1a202c", ms=14, mew=1.5, label="lowest failed rate")
         top = np.nanmax(np.concatenate([rates, failed, [1e-9]]))
-        for yi, rate, good in zip(y, rates, per_gpu, strict=True):
+        for yi, rate, fail, good in zip(y, rates, failed, per_gpu, strict=True):
             text = "none sustained" if np.isnan(rate) else f"{rate:.3g} req/s · {good:.3g} good/GPU"
-            ax.text((0 if np.isnan(rate) else rate) + 0.01 * top, yi, text, va="center", fontsize=8)
+            after = np.nanmax([0.0, rate, fail])  # right of the bar and of its tick
+            ax.text(after + 0.015 * top, yi, text, va="center", fontsize=8)
         ax.set_yticks(y, [label(c, 40) for c in shown["config"]])
         ax.set_xlim(0, top * 1.35)
         ax.legend(loc="lower right", frameon=False, fontsize=8)
