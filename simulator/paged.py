@@ -158,9 +158,12 @@ class PagedScheduler(Scheduler):
     def _capacity_reason(self, request: Request) -> str | None:
         """A request that could not finish even alone on the GPU is rejected up front."""
         prompt_blocks = blocks_for(request.prompt_len, self.block_size)
-        per_seq_tail = blocks_for(request.output_len, self.block_size)
         needed = blocks_for(request.total_len - 1, self.block_size)
-        needed += (request.num_seqs - 1) * per_seq_tail
+        # Forked sequences share only the prompt's full blocks: each holds its own copy of the
+        # partly filled prompt block and its own output blocks (counting only blocks_for(output)
+        # per extra sequence admitted requests that could never come back from swap).
+        per_seq_own = needed - request.prompt_len // self.block_size
+        needed += (request.num_seqs - 1) * per_seq_own
         if needed > self.kv.num_blocks or prompt_blocks > self.kv.num_blocks:
             return (
                 f"needs {needed} KV blocks of {self.block_size} tokens at full length; "
