@@ -66,6 +66,12 @@ class BlockPool:
         self._check_block(block)
         return self._ref_counts[block]
 
+    @property
+    def ref_counts(self) -> list[int]:
+        """The live per-block reference counts, for callers' hot paths (read them, never write):
+        `ref_count` validates its argument, which costs more than the lookup itself."""
+        return self._ref_counts
+
     def block_hash(self, block: int) -> int | None:
         self._check_block(block)
         return self._hashes[block]

@@ -62,6 +62,7 @@ class PagedKVCache:
         self._block_size = block_size
         self._enable_prefix_cache = enable_prefix_cache
         self._gpu = BlockPool(num_blocks)
+        self._gpu_refs = self._gpu.ref_counts  # read-only view for the hot paths
         self._cpu = BlockPool(num_cpu_blocks)
         self._cpu_hashes: dict[int, int] = {}  # CPU block -> prefix hash its GPU original held
         self._seqs: dict[int, _Seq] = {}
@@ -151,15 +152,20 @@ class PagedKVCache:
 
     def num_blocks_needed(self, seq_id: int, num_new_tokens: int) -> int:
         """New GPU blocks `append_slots` would take, a copy-on-write copy included."""
-        seq = self._gpu_seq(seq_id)
-        if num_new_tokens < 0:
-            raise KVCacheError(f"seq {seq_id}: cannot append {num_new_tokens} tokens")
-        if num_new_tokens == 0:
+        seq = self._seqs.get(seq_id)
+        if seq is None or seq.is_swapped:
+            self._gpu_seq(seq_id)  # raises, naming the problem
+        if num_new_tokens <= 0:
+            if num_new_tokens < 0:
+                raise KVCacheError(f"seq {seq_id}: cannot append {num_new_tokens} tokens")
             return 0
-        total = seq.num_tokens + num_new_tokens
-        needed = -(-total // self._block_size) - len(seq.block_table)
-        if self._is_last_block_shared_partial(seq):
-            needed += 1
+        # Called per sequence per step (hot): the shared-partial test is inlined.
+        bs = self._block_size
+        num_tokens = seq.num_tokens
+        table = seq.block_table
+        needed = (num_tokens + num_new_tokens + bs - 1) // bs - len(table)
+        if num_tokens % bs and self._gpu_refs[table[-1]] > 1:
+            needed += 1  # the copy-on-write copy of the shared, partly filled last block
         return needed
 
     def can_append(self, seq_id: int, num_new_tokens: int, reserve_blocks: int = 0) -> bool:
@@ -203,27 +209,53 @@ class PagedKVCache:
     def append_slots(self, seq_id: int, num_new_tokens: int) -> list[BlockCopy]:
         """Grow a sequence by `num_new_tokens` slots; all or nothing. Returns CoW copies."""
         needed = self.num_blocks_needed(seq_id, num_new_tokens)
-        if needed > self._gpu.num_free_blocks:
+        gpu = self._gpu
+        if needed > gpu.num_free_blocks:
             raise KVCacheError(
                 f"seq {seq_id}: appending {num_new_tokens} tokens needs {needed} blocks, "
-                f"{self._gpu.num_free_blocks} free"
+                f"{gpu.num_free_blocks} free"
             )
-        seq = self._seqs[seq_id]
         copies: list[BlockCopy] = []
-        if num_new_tokens == 0:
+        if not needed:  # the common decode step: the token lands in the last block's free slot
+            self._seqs[seq_id].num_tokens += num_new_tokens
             return copies
+        seq = self._seqs[seq_id]
         table = seq.block_table
-        if self._is_last_block_shared_partial(seq):
+        bs = self._block_size
+        if seq.num_tokens % bs and self._gpu_refs[table[-1]] > 1:
             src = table[-1]
-            dst = self._gpu.allocate()
+            dst = gpu.allocate()
             self._note_computed(dst, self._clamp_fill(seq.num_computed_tokens, len(table) - 1))
             table[-1] = dst
             self._release_gpu(src)  # others still hold it: ref_count stays >= 1
             copies.append(BlockCopy(src, dst))
         seq.num_tokens += num_new_tokens
-        for _ in range(-(-seq.num_tokens // self._block_size) - len(table)):
-            table.append(self._gpu.allocate())
+        for _ in range((seq.num_tokens + bs - 1) // bs - len(table)):
+            table.append(gpu.allocate())
         return copies
+
+    def append_one_slot(self, seq_id: int) -> bool:
+        """A decode step's growth by one slot, when it needs no copy-on-write and its block (if
+        any) is free: then done, True. Otherwise nothing changes and False: the caller takes the
+        general path (`num_blocks_needed`, room-making, `append_slots`), which is exact for both.
+
+        The engine calls this for most sequences of most steps, so it is one dict lookup and a
+        few integer operations.
+        """
+        seq = self._seqs[seq_id]
+        num_tokens = seq.num_tokens
+        if seq.is_swapped:
+            return False
+        if num_tokens % self._block_size:
+            if self._gpu_refs[seq.block_table[-1]] > 1:
+                return False  # shared partial last block: a copy-on-write copy is needed
+            seq.num_tokens = num_tokens + 1
+            return True
+        if not self._gpu.num_free_blocks:
+            return False
+        seq.block_table.append(self._gpu.allocate())
+        seq.num_tokens = num_tokens + 1
+        return True
 
     def commit(
         self, seq_id: int, num_computed_tokens: int, block_hashes: Sequence[int] = ()
@@ -233,7 +265,9 @@ class PagedKVCache:
         With the prefix cache on, each block now full of computed KV is registered under
         `block_hashes[i]` (pass all the sequence's full-block hashes; extra ones are ignored).
         """
-        seq = self._gpu_seq(seq_id)
+        seq = self._seqs.get(seq_id)
+        if seq is None or seq.is_swapped:
+            seq = self._gpu_seq(seq_id)  # raises, naming the problem
         old = seq.num_computed_tokens
         if not old <= num_computed_tokens <= seq.num_tokens:
             raise KVCacheError(
@@ -242,14 +276,46 @@ class PagedKVCache:
             )
         table = seq.block_table
         bs = self._block_size
-        for i in range(old // bs, -(-num_computed_tokens // bs)):
-            self._note_computed(table[i], self._clamp_fill(num_computed_tokens, i))
+        # Hot (every sequence, every step): _clamp_fill and _note_computed inlined.
+        computed_slots = self._computed_slots
+        start = old // bs
+        for i in range(start, (num_computed_tokens + bs - 1) // bs):
+            fill = num_computed_tokens - i * bs
+            if fill > bs:
+                fill = bs
+            block = table[i]
+            gained = fill - computed_slots[block]
+            if gained > 0:
+                computed_slots[block] = fill
+                self._num_computed_slots += gained
         seq.num_computed_tokens = num_computed_tokens
         if self._enable_prefix_cache and block_hashes:
             num_full = min(num_computed_tokens // bs, len(block_hashes))
             for i in range(seq.num_registered_blocks, num_full):
                 self._gpu.cache_block(table[i], block_hashes[i])
             seq.num_registered_blocks = max(seq.num_registered_blocks, num_full)
+
+    def commit_one(self, seq_id: int) -> None:
+        """`commit(seq_id, computed + 1)` with no block hashes: a decode step wrote one slot.
+
+        The scheduler's hot path (every decoding sequence, every step), hence its own method.
+        """
+        seq = self._seqs.get(seq_id)
+        if seq is None or seq.is_swapped or seq.num_computed_tokens >= seq.num_tokens:
+            seq = self._gpu_seq(seq_id)
+            raise KVCacheError(
+                f"seq {seq_id}: commit of one more computed token, "
+                f"{seq.num_computed_tokens} of {seq.num_tokens} are computed already"
+            )
+        old = seq.num_computed_tokens
+        seq.num_computed_tokens = old + 1
+        bs = self._block_size
+        block = seq.block_table[old // bs]
+        fill = old % bs + 1
+        gained = fill - self._computed_slots[block]
+        if gained > 0:
+            self._computed_slots[block] = fill
+            self._num_computed_slots += gained
 
     def fork(self, parent_seq_id: int, child_seq_id: int) -> None:
         """The child shares every block of the parent (copy-on-write later)."""
@@ -322,7 +388,12 @@ class PagedKVCache:
         Cost: O(live sequences + their not-yet-computed blocks).
         """
         bs = self._block_size
-        need_of: dict[int, int] = {}  # block -> slots some holder will fill, from offset 0
+        refs = self._gpu_refs
+        computed_slots = self._computed_slots
+        reserved = 0
+        need_of: dict[int, int] = {}  # shared block -> slots some holder will fill, from offset 0
+        # Called every step over every sequence: the loop body is kept to integer arithmetic,
+        # and a block with one holder (the usual) is counted at once, without the dict.
         for seq_id, seq in self._seqs.items():
             if seq.is_swapped:
                 continue
@@ -331,12 +402,20 @@ class PagedKVCache:
                 raise KVCacheError(f"memory_breakdown: no final length for seq {seq_id}")
             table = seq.block_table
             for i in range(seq.num_computed_tokens // bs, len(table)):
-                need = self._clamp_fill(final_len, i)
-                if need > need_of.get(table[i], 0):
-                    need_of[table[i]] = need
-        reserved = 0
+                need = final_len - i * bs
+                if need > bs:
+                    need = bs
+                block = table[i]
+                if refs[block] == 1:
+                    gap = need - computed_slots[block]
+                    if gap > 0:
+                        reserved += gap
+                elif need > need_of.get(block, 0):
+                    need_of[block] = need
         for block, need in need_of.items():
-            reserved += max(0, need - self._computed_slots[block])
+            gap = need - computed_slots[block]
+            if gap > 0:
+                reserved += gap
         held = self._gpu.num_used_blocks * bs
         return MemoryBreakdown(
             token_slots=self._num_computed_slots,

@@ -20,7 +20,14 @@ from dataclasses import dataclass
 from simulator.config import SystemConfig
 from simulator.kv_cache import PagedKVCache
 from simulator.memory import MemoryBreakdown
-from simulator.plan import BlockCopy, Preemption, PreemptionMode, SeqWork, StepPlan
+from simulator.plan import (
+    BlockCopy,
+    Preemption,
+    PreemptionMode,
+    SeqWork,
+    StepPlan,
+    seq_work_of,
+)
 from simulator.prefix_hash import SequenceHasher
 from simulator.request import Request, RequestStatus, SamplingKind
 from simulator.scheduler import Scheduler, WaitingQueue, victim_key
@@ -82,6 +89,11 @@ class PagedScheduler(Scheduler):
         self._num_running_seqs = 0
         # Filled by schedule(), consumed by complete(): (group, new tokens per seq, is_prefill).
         self._scheduled: list[tuple[Group, int, bool]] = []
+        # The plan's work, built as groups are scheduled (no second pass), and its counts.
+        self._work: list[SeqWork] = []
+        self._num_prefill_tokens = 0
+        self._num_prefill_seqs = 0
+        self._num_decode_tokens = 0
 
     # -- engine API -------------------------------------------------------------------------
     def add_request(self, request: Request, now_s: float) -> None:
@@ -100,21 +112,31 @@ class PagedScheduler(Scheduler):
 
     def complete(self, plan: StepPlan, now_s: float) -> None:
         finished: list[Group] = []
+        commit_one = self.kv.commit_one
         for group, num_new, is_prefill in self._scheduled:
             request = group.request
             group.num_computed += num_new
-            self._commit(group)
-            if is_prefill and group.is_prefilling:
+            if num_new == 1 and len(group.seq_ids) == 1 and group.hashers is None:
+                commit_one(group.seq_ids[0])  # a lone decode (or a one-token chunk)
+            else:
+                self._commit(group)
+            if is_prefill and group.num_computed < group.target:
                 continue  # a chunk of the prompt: no token yet
-            if self._produce_token(request, now_s):
+            # One output token per sequence (Scheduler._produce_token, inlined: every group,
+            # every step).
+            request.num_generated += 1
+            if request.first_token_s is None:
+                request.first_token_s = now_s
+            if request.num_generated >= request.output_len:
+                request.last_token_s = now_s
                 finished.append(group)
                 continue
             if group.hashers is not None:
                 for seq_id, hasher in zip(group.seq_ids, group.hashers, strict=True):
                     hasher.extend((_GENERATED_KEY, seq_id), 1)
-            if is_prefill and request.num_seqs > group.num_seqs:
+            if is_prefill and request.num_seqs > len(group.seq_ids):
                 self._fork(group)
-            elif request.sampling is SamplingKind.BEAM and group.num_seqs > 1:
+            elif len(group.seq_ids) > 1 and request.sampling is SamplingKind.BEAM:
                 self._refork_beam(group)
         for group in finished:
             self._release(group)
@@ -125,7 +147,7 @@ class PagedScheduler(Scheduler):
         if finished:
             done = {id(g) for g in finished}
             self.running = [g for g in self.running if id(g) not in done]
-        self._scheduled = []
+        self._begin_step()
 
     @property
     def has_pending(self) -> bool:
@@ -205,16 +227,43 @@ class PagedScheduler(Scheduler):
         request.transition(RequestStatus.RUNNING, now_s)
         self.running.append(group)
         self._num_running_seqs += group.num_seqs
-        self._scheduled.append((group, num_new, True))
+        self._schedule(group, num_new, True)
         return num_new
 
     def _blocks_to_grow(self, group: Group, num_new: int) -> int:
-        return sum(self.kv.num_blocks_needed(s, num_new) for s in group.seq_ids)
+        seq_ids = group.seq_ids
+        if len(seq_ids) == 1:
+            return self.kv.num_blocks_needed(seq_ids[0], num_new)
+        return sum(self.kv.num_blocks_needed(s, num_new) for s in seq_ids)
 
     def _grow(self, group: Group, num_new: int, is_prefill: bool, copies: list[BlockCopy]) -> None:
+        append_slots = self.kv.append_slots
         for seq_id in group.seq_ids:
-            copies.extend(self.kv.append_slots(seq_id, num_new))
+            new_copies = append_slots(seq_id, num_new)
+            if new_copies:
+                copies.extend(new_copies)
+        self._schedule(group, num_new, is_prefill)
+
+    def _begin_step(self) -> None:
+        self._scheduled = []
+        self._work = []
+        self._num_prefill_tokens = self._num_prefill_seqs = self._num_decode_tokens = 0
+
+    def _schedule(self, group: Group, num_new: int, is_prefill: bool) -> None:
+        """`group` computes `num_new` tokens per sequence this step: complete() advances it, the
+        plan lists its sequences (contexts as of now: nothing changes a scheduled group before
+        the plan is built)."""
         self._scheduled.append((group, num_new, is_prefill))
+        rid = group.request.request_id
+        context = group.num_computed + num_new
+        seq_ids = group.seq_ids
+        for seq_id in seq_ids:
+            self._work.append(seq_work_of((rid, seq_id, num_new, context, is_prefill)))
+        if is_prefill:
+            self._num_prefill_tokens += num_new * len(seq_ids)
+            self._num_prefill_seqs += len(seq_ids)
+        else:
+            self._num_decode_tokens += num_new * len(seq_ids)
 
     def _preempt(self, group: Group, now_s: float) -> tuple[Preemption, int]:
         """Take `group` off the GPU by the configured mode; returns the preemption and blocks
@@ -259,9 +308,14 @@ class PagedScheduler(Scheduler):
             self.kv.free(seq_id)
 
     def _commit(self, group: Group) -> None:
-        for index, seq_id in enumerate(group.seq_ids):
-            hashes = group.hashers[index].block_hashes() if group.hashers is not None else ()
-            self.kv.commit(seq_id, group.num_computed, hashes)
+        commit = self.kv.commit
+        num_computed = group.num_computed
+        if group.hashers is None:
+            for seq_id in group.seq_ids:
+                commit(seq_id, num_computed)
+        else:
+            for seq_id, hasher in zip(group.seq_ids, group.hashers, strict=True):
+                commit(seq_id, num_computed, hasher.block_hashes())
 
     def _fork(self, group: Group) -> None:
         """Prompt done: fork the remaining sequences, sharing its blocks copy-on-write."""
@@ -303,13 +357,18 @@ class PagedScheduler(Scheduler):
         swap_in: int,
         copies: list[BlockCopy],
     ) -> StepPlan:
-        work: list[SeqWork] = []
-        for group, num_new, is_prefill in self._scheduled:
-            rid = group.request.request_id
-            context = group.num_computed + num_new
-            for seq_id in group.seq_ids:
-                work.append(SeqWork(rid, seq_id, num_new, context, is_prefill))
-        return StepPlan.build(work, preemptions, swap_out, swap_in, copies)
+        work = self._work
+        return StepPlan(
+            tuple(work),
+            tuple(preemptions),
+            swap_out,
+            swap_in,
+            tuple(copies),
+            self._num_prefill_tokens,
+            self._num_decode_tokens,
+            self._num_prefill_seqs,
+            len(work) - self._num_prefill_seqs,
+        )
 
 
 def _request_of(group: Group) -> Request:

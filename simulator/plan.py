@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
+from functools import partial
 from typing import NamedTuple, Protocol
 
 
@@ -26,6 +27,11 @@ class SeqWork(NamedTuple):
     num_new_tokens: int  # tokens computed this step: a prefill chunk, or 1 when decoding
     context_len: int  # tokens in this sequence's KV after the step, the new ones included
     is_prefill: bool  # computing prompt tokens (or recomputing prompt + generated after preemption)
+
+
+# SeqWork(...) runs a Python-level __new__; this builds the same NamedTuple in C from one tuple of
+# its five fields, for the schedulers' hot paths (a SeqWork per sequence per step).
+seq_work_of = partial(tuple.__new__, SeqWork)
 
 
 class Preemption(NamedTuple):

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections import deque
 
 from simulator.paged import Group, PagedScheduler
-from simulator.plan import BlockCopy, Preemption, StepPlan
+from simulator.plan import BlockCopy, Preemption, StepPlan, seq_work_of
 
 
 class _StepState:
@@ -36,7 +36,7 @@ class _StepState:
 class VllmV0Scheduler(PagedScheduler):
     def schedule(self, now_s: float) -> StepPlan:
         step = _StepState()
-        self._scheduled = []
+        self._begin_step()
         if not self.swapped:
             self._admit_prompts(now_s)
             if self._scheduled:
@@ -117,27 +117,45 @@ class VllmV0Scheduler(PagedScheduler):
 class VllmV1Scheduler(VllmV0Scheduler):
     def schedule(self, now_s: float) -> StepPlan:
         step = _StepState()
-        self._scheduled = []
+        self._begin_step()
         budget = self.system.max_num_batched_tokens
         chunk_cap = self.system.max_prefill_chunk or budget
         remaining = deque(self.running)
         kept: list[Group] = []
+        kv = self.kv
+        scheduled, work = self._scheduled, self._work
+        num_lone_decodes = 0
         while remaining and budget > 0:
             group = remaining.popleft()
-            if group.is_prefilling:
+            is_prefill = group.num_computed < group.target
+            if is_prefill:
                 num_new = min(group.target - group.num_computed, budget, chunk_cap)
                 tokens = num_new
             else:
-                num_new, tokens = 1, group.num_seqs
+                num_new, tokens = 1, len(group.seq_ids)
                 if tokens > budget:
                     kept.append(group)  # no room this step; it keeps its blocks
                     continue
-            if not self._make_room(group, num_new, remaining, step, now_s):
+            if not is_prefill and tokens == 1 and kv.append_one_slot(group.seq_ids[0]):
+                # The common case, a lone sequence decoding whose slot fits: grown in place and
+                # scheduled inline (this is _schedule(group, 1, False) for every such group).
+                scheduled.append((group, 1, False))
+                rid, seq_id = group.request.request_id, group.seq_ids[0]
+                work.append(seq_work_of((rid, seq_id, 1, group.num_computed + 1, False)))
+                num_lone_decodes += 1
+                kept.append(group)
+                budget -= 1
                 continue
-            self._grow(group, num_new, group.is_prefilling, step.copies)
+            # Otherwise make room only if needed: one check per group per step.
+            if self._blocks_to_grow(group, num_new) > kv.num_free_blocks and not self._make_room(
+                group, num_new, remaining, step, now_s
+            ):
+                continue
+            self._grow(group, num_new, is_prefill, step.copies)
             kept.append(group)
             budget -= tokens
         self.running = kept + list(remaining)
+        self._num_decode_tokens += num_lone_decodes
         if not step.preemptions:
             budget = self._resume_swapped(step, budget, now_s)
             # As in V0, swapped-out requests go first: admitting new ones past them would starve
