@@ -5,10 +5,12 @@ the SHA-256 of what decides its result and nothing else:
 
     describe_scenario(scenario with only this system, no [sweep], no source path)
     + the pagesim version + the bytes of every file the scenario reads (trace, profile, CSVs)
+    + the bytes of the simulator's own source (simulator/*.py)
 
 so renaming the scenario file or adding a value to a sweep axis keeps every cached point, while
-changing any resolved value (a default, a preset, a trace row) makes a new one. The cache is a
-folder of small JSON files, `<key>.json` (the summary and a few extra metrics), plus
+changing any resolved value (a default, a preset, a trace row) makes a new one, and so does
+changing the simulator's code without bumping the version (a stale result is worse than a rerun).
+The cache is a folder of small JSON files, `<key>.json` (the summary and a few extra metrics), plus
 `<key>/requests.csv, steps.csv, summary.json` for the few points whose frames a report draws.
 Files are written whole and renamed into place, so a sweep killed at any instant leaves only
 complete entries, and a rerun simulates just the points without one.
@@ -93,10 +95,18 @@ def _file_digest(path: str, _mtime_ns: int, _size: int) -> str:
     return digest.hexdigest()
 
 
+@functools.lru_cache(maxsize=1)
+def _code_digest() -> str:
+    digest = hashlib.sha256()
+    for path in sorted(Path(__file__).resolve().parent.glob("*.py")):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
+
+
 def point_key(scenario: Scenario, system: SystemConfig) -> str:
     """SHA-256 (hex) of the resolved point: see the module docstring for what it covers."""
     alone = replace(scenario, systems=(system,), sweep=(), source=None)
-    digest = hashlib.sha256(f"pagesim {__version__}\n".encode())
+    digest = hashlib.sha256(f"pagesim {__version__} {_code_digest()}\n".encode())
     digest.update(describe_scenario(alone).encode())
     for path in _input_files(scenario):
         try:
