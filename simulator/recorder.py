@@ -6,6 +6,8 @@ or DataFrame work); frames are built once at the end. Metric definitions are DES
 
 from __future__ import annotations
 
+from array import array
+
 import numpy as np
 import pandas as pd
 
@@ -17,6 +19,10 @@ from simulator.result import REQUEST_COLUMNS, STEP_COLUMNS, RunResult
 from simulator.scheduler import Scheduler
 
 PERCENTILES = (50, 90, 99)
+# Step columns holding seconds or shares (float64 in the frame); the others are counts (int64).
+_FLOAT_COLUMNS = frozenset(
+    ("start_s", "duration_s", "compute_s", "swap_s", "slot_utilization", "mfu", "mbu")
+)
 
 
 class Recorder:
@@ -26,7 +32,12 @@ class Recorder:
         self._warmup_s = warmup_s
         self._block_bytes = block_bytes
         self.requests: list[Request] = []
-        self._columns: dict[str, list[float]] = {name: [] for name in STEP_COLUMNS}
+        # Typed buffers, 8 bytes a value: a list of Python numbers costs ~4x that, which adds up
+        # to gigabytes over the millions of steps of a long run.
+        self._columns: dict[str, array] = {
+            name: array("d" if name in _FLOAT_COLUMNS else "q") for name in STEP_COLUMNS
+        }
+        self._appends = [column.append for column in self._columns.values()]
 
     def add_request(self, request: Request) -> None:
         self.requests.append(request)
@@ -61,8 +72,8 @@ class Recorder:
             cost.flops / (self._gpu.fp16_flops * duration) if duration > 0 else 0.0,
             cost.bytes_moved / (self._gpu.mem_bandwidth_bps * duration) if duration > 0 else 0.0,
         )
-        for column, value in zip(self._columns.values(), values, strict=True):
-            column.append(value)
+        for append, value in zip(self._appends, values, strict=True):
+            append(value)
 
     # -- results ---------------------------------------------------------------------------
     def request_frame(self, end_s: float) -> pd.DataFrame:
@@ -108,7 +119,10 @@ class Recorder:
         return pd.DataFrame.from_records(rows, columns=list(REQUEST_COLUMNS))
 
     def step_frame(self) -> pd.DataFrame:
-        return pd.DataFrame(self._columns)
+        if not len(self._columns["start_s"]):
+            return pd.DataFrame({name: [] for name in self._columns})  # no rows: pandas' dtypes
+        # np.array copies each buffer (writable, int64 or float64 as its typecode says).
+        return pd.DataFrame({name: np.array(column) for name, column in self._columns.items()})
 
     def result(
         self,
