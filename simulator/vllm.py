@@ -64,8 +64,13 @@ class VllmV0Scheduler(PagedScheduler):
     def _grow_running(self, step: _StepState, now_s: float) -> None:
         remaining = deque(self.running)
         kept: list[Group] = []
+        kv = self.kv
         while remaining:
             group = remaining.popleft()
+            if len(group.seq_ids) == 1 and kv.append_one_slot(group.seq_ids[0]):
+                self._schedule(group, 1, False)  # grown in place: its slot fit
+                kept.append(group)
+                continue
             if not self._make_room(group, 1, remaining, step, now_s):
                 continue
             self._grow(group, 1, False, step.copies)
