@@ -37,10 +37,13 @@ regions with no block table, and are refused with an InputError.
 
 from __future__ import annotations
 
+import ctypes
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
 
 import numpy as np
@@ -58,6 +61,51 @@ GIB = 1 << 30
 BACKENDS = ("numpy", "cupy")
 
 
+_BLAS_SYMBOLS = (  # (get, set) pairs of OpenBLAS builds NumPy ships or links
+    ("scipy_openblas_get_num_threads64_", "scipy_openblas_set_num_threads64_"),
+    ("scipy_openblas_get_num_threads", "scipy_openblas_set_num_threads"),
+    ("openblas_get_num_threads64_", "openblas_set_num_threads64_"),
+    ("openblas_get_num_threads", "openblas_set_num_threads"),
+)
+
+
+@cache
+def _openblas() -> tuple[Any, Any] | None:
+    """(get, set) thread-count functions of the OpenBLAS loaded in this process, if any."""
+    try:
+        with open("/proc/self/maps") as maps:
+            paths = {line.split()[-1] for line in maps if "openblas" in line.lower()}
+    except OSError:
+        return None
+    for path in sorted(paths):
+        try:
+            library = ctypes.CDLL(path)
+        except OSError:
+            continue
+        for get, put in _BLAS_SYMBOLS:
+            if hasattr(library, get) and hasattr(library, put):
+                return getattr(library, get), getattr(library, put)
+    return None
+
+
+@contextmanager
+def blas_threads(num_threads: int | None) -> Iterator[int | None]:
+    """Run NumPy's BLAS on `num_threads` threads inside the block; yields the count in force
+    (None where it cannot be set: another BLAS, or no /proc). On small CPUs shared with other
+    work, OpenBLAS's spinning threads make small GEMMs several times slower and noisier."""
+    functions = _openblas() if num_threads is not None else None
+    if functions is None:
+        yield None
+        return
+    get, put = functions
+    before = int(get())
+    put(num_threads)
+    try:
+        yield num_threads
+    finally:
+        put(before)
+
+
 class ExecutorReadError(RuntimeError):
     """A step's output was not finite with unmapped blocks poisoned: a read outside the tables."""
 
@@ -70,6 +118,7 @@ class ExecutorConfig:
     poison_unmapped: bool = False  # tests: NaN every block no table maps before each step
     warmup_steps: int = 3
     seed: int = 0
+    cpu_threads: int | None = 1  # numpy: BLAS threads while executing (None: leave as is)
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,6 +272,7 @@ class PlanExecutor:
                 f"{self.layer_scale:g}; LM head once"
             ),
             "gemm_dtype": device.gemm_dtype,
+            "cpu_blas_threads": device.blas_threads_note,
             "prefill_impl": device.prefill_impl,
             "num_steps_executed": len(self.records),
             "analytic_parts": "swap_s and copy_s from the roofline (blocks x block bytes / host "
@@ -244,12 +294,16 @@ class PlanExecutor:
                 self._swapped[seq_id] = cpu_table
                 del self._mirror[seq_id]
         if plan.num_swap_in_blocks:
+            # A table seen now may already hold this step's copy-on-write copy (dst) where the
+            # swapped-in block (src) sits: restore into the src, the copy below fills the dst.
+            original = {copy.dst_block: copy.src_block for copy in plan.copies}
             for seq_id, cpu_table in list(self._swapped.items()):
                 if kv.has_seq(seq_id) and kv.is_swapped(seq_id):
                     continue
                 del self._swapped[seq_id]
                 if kv.has_seq(seq_id):
-                    device.restore(cpu_table, kv.block_table(seq_id)[: len(cpu_table)])
+                    table = kv.block_table(seq_id)[: len(cpu_table)]
+                    device.restore(cpu_table, tuple(original.get(b, b) for b in table))
             held = {b for table in self._swapped.values() for b in table}
             device.forget_saved(held)
         for copy in plan.copies:
@@ -411,6 +465,7 @@ class _Device:
             model.vocab_size,
         )
         self.is_gated = model.is_gated_mlp
+        self.cpu_threads = config.cpu_threads
         self.block_size = block_size
         self.num_layers = num_layers
         self.scale = 1.0 / math.sqrt(self.head_dim)
@@ -432,6 +487,8 @@ class _Device:
         self._embed = self._random((64, self.hidden))
         self._saved: dict[int, list[Any]] = {}  # CPU block -> per layer (k, v) of one block
         self.provenance = self._provenance()
+        with blas_threads(self.cpu_threads) as count:
+            self.blas_threads_note = "unchanged" if count is None else count
 
     # array helpers (overridden on the GPU)
     def _provenance(self) -> dict[str, object]:
@@ -524,11 +581,12 @@ class _Device:
 
     def run(self, inputs: _Inputs, *, check: bool) -> tuple[float, float, float]:
         """Execute one step; (executed layers' seconds, LM head seconds, wall seconds)."""
-        start = time.perf_counter()
-        x = self._layers(inputs)
-        mid = time.perf_counter()
-        logits = x[inputs.sample_rows] @ self.lm_head
-        end = time.perf_counter()
+        with blas_threads(self.cpu_threads):
+            start = time.perf_counter()
+            x = self._layers(inputs)
+            mid = time.perf_counter()
+            logits = x[inputs.sample_rows] @ self.lm_head
+            end = time.perf_counter()
         if check and not (self._finite(x) and self._finite(logits)):
             raise ExecutorReadError(
                 "a step's output is not finite with unmapped KV blocks poisoned: attention read "
@@ -609,6 +667,7 @@ class _CupyDevice(_Device):
         self.torch = torch if torch is not None and torch.cuda.is_available() else None
         self.prefill_impl = "torch-sdpa" if self.torch is not None else "cupy-matmul-softmax"
         super().__init__(cupy, config, model, *args)
+        self.blas_threads_note = "n/a (GPU)"
 
     def _provenance(self) -> dict[str, object]:
         from calibration.harness import gpu_provenance

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from calibration.executor import ExecutorConfig, PlanExecutor, measured_factory
+from calibration.executor import ExecutorConfig, PlanExecutor, blas_threads, measured_factory
 from simulator.config import ExecutionKind, Policy, Scenario, SystemConfig
 from simulator.engine import make_execution_model, simulate
 from simulator.errors import InputError
@@ -167,20 +167,24 @@ def run_fidelity(
         if num_requests < 1:
             raise InputError(f"--requests must be >= 1, got {num_requests}")
         scenario = replace(scenario, workload=replace(scenario.workload, num_requests=num_requests))
+    config = executor_config or ExecutorConfig(backend=backend, num_layers=num_layers)
     calibration = "the scenario's own execution model"
     if calibrate_quick:
         from calibration.run import calibrate
 
         folder = out if out is not None else Path(".")
-        profile = calibrate(
-            scenario.model,
-            backend,
-            quick=True,
-            out=folder / "profile.json",
-            block_size=system.block_size,
-            progress=say,
-        )
-        calibration = f"calibrate --quick ({backend}), made for this check"
+        # On the CPU the profile is measured with the executor's BLAS thread count.
+        threads = config.cpu_threads if config.backend == "numpy" else None
+        with blas_threads(threads):
+            profile = calibrate(
+                scenario.model,
+                config.backend,
+                quick=True,
+                out=folder / "profile.json",
+                block_size=system.block_size,
+                progress=say,
+            )
+        calibration = f"calibrate --quick ({config.backend}), made for this check"
     elif profile is not None:
         calibration = f"given profile {profile}"
     if profile is not None:
@@ -188,7 +192,6 @@ def run_fidelity(
 
     say(f"simulating {scenario.name} / {system.name}")
     simulated = simulate(scenario, system)
-    config = executor_config or ExecutorConfig(backend=backend, num_layers=num_layers)
     sink: list[PlanExecutor] = []
     say(f"executing {scenario.name} / {system.name} on {config.backend}")
     measured = simulate(
