@@ -491,13 +491,7 @@ def capacity(
             on_round=lambda n, size: typer.echo(f"round {n}: {size} rate(s)", err=True),
         )
         ranking = done.ranking()
-        best = [
-            (config, rate)
-            for config, rate in zip(configs, [s.ok_rate for s in done.searches], strict=True)
-            if rate is not None
-        ]
-        order = {label: i for i, label in enumerate(ranking["config"])}
-        best = sorted(best, key=lambda pair: order[pair[0].label])[:REPORTED_CONFIGS]
+        best = done.best(REPORTED_CONFIGS)
         points = [config.at_rate(rate, window_s) for config, rate in best]
         framed = run_points(points, pool, cache=cache, frames_for=[p.key for p in points])
     finally:

@@ -253,6 +253,16 @@ class CapacityRun:
         )
         return order.reset_index(drop=True)
 
+    def best(self, n: int) -> list[tuple[Config, float]]:
+        """The top `n` configurations of the ranking that sustained some rate, with that rate."""
+        rank = {label: i for i, label in enumerate(self.ranking()["config"])}
+        found = [
+            (config, search.ok_rate)
+            for config, search in zip(self.configs, self.searches, strict=True)
+            if search.ok_rate is not None
+        ]
+        return sorted(found, key=lambda pair: rank[pair[0].label])[:n]
+
     def evaluation_table(self, criteria: Criteria) -> pd.DataFrame:
         """Every simulated (configuration, rate): axes, rate, config label as `system`, verdict,
         summary keys; sorted by configuration and rate (a latency-vs-rate sweep table)."""
