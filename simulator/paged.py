@@ -116,7 +116,8 @@ class PagedScheduler(Scheduler):
         for group, num_new, is_prefill in self._scheduled:
             request = group.request
             group.num_computed += num_new
-            if num_new == 1 and len(group.seq_ids) == 1 and group.hashers is None:
+            is_lone = num_new == 1 and len(group.seq_ids) == 1 and group.hashers is None
+            if is_lone:
                 commit_one(group.seq_ids[0])  # a lone decode (or a one-token chunk)
             else:
                 self._commit(group)
@@ -131,6 +132,8 @@ class PagedScheduler(Scheduler):
                 request.last_token_s = now_s
                 finished.append(group)
                 continue
+            if is_lone and not is_prefill:
+                continue  # no hashes to extend, nothing to fork
             if group.hashers is not None:
                 for seq_id, hasher in zip(group.seq_ids, group.hashers, strict=True):
                     hasher.extend((_GENERATED_KEY, seq_id), 1)

@@ -130,27 +130,28 @@ class VllmV1Scheduler(VllmV0Scheduler):
         kv = self.kv
         scheduled, work = self._scheduled, self._work
         num_lone_decodes = 0
-        while remaining and budget > 0:
+        while remaining and budget > 0:  # so a lone decode (1 token) always fits the budget
             group = remaining.popleft()
+            seq_ids = group.seq_ids
             is_prefill = group.num_computed < group.target
             if is_prefill:
                 num_new = min(group.target - group.num_computed, budget, chunk_cap)
                 tokens = num_new
-            else:
-                num_new, tokens = 1, len(group.seq_ids)
-                if tokens > budget:
-                    kept.append(group)  # no room this step; it keeps its blocks
-                    continue
-            if not is_prefill and tokens == 1 and kv.append_one_slot(group.seq_ids[0]):
+            elif len(seq_ids) == 1 and kv.append_one_slot(seq_ids[0]):
                 # The common case, a lone sequence decoding whose slot fits: grown in place and
                 # scheduled inline (this is _schedule(group, 1, False) for every such group).
                 scheduled.append((group, 1, False))
-                rid, seq_id = group.request.request_id, group.seq_ids[0]
-                work.append(seq_work_of((rid, seq_id, 1, group.num_computed + 1, False)))
+                rid = group.request.request_id
+                work.append(seq_work_of((rid, seq_ids[0], 1, group.num_computed + 1, False)))
                 num_lone_decodes += 1
                 kept.append(group)
                 budget -= 1
                 continue
+            else:
+                num_new, tokens = 1, len(seq_ids)
+                if tokens > budget:
+                    kept.append(group)  # no room this step; it keeps its blocks
+                    continue
             # Otherwise make room only if needed: one check per group per step.
             if self._blocks_to_grow(group, num_new) > kv.num_free_blocks and not self._make_room(
                 group, num_new, remaining, step, now_s
