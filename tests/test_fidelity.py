@@ -226,6 +226,28 @@ def test_roofline_prediction_states_no_grid(tmp_path: Path) -> None:
     )
 
 
+def test_chunk_attention_is_the_tail_of_causal_attention() -> None:
+    """A chunk of n queries over c cached + new keys equals the last n rows of whole-prompt
+    causal attention (GQA: 4 query heads over 2 KV heads)."""
+    import numpy as np
+
+    from calibration.executor import _Device
+    from calibration.reference import numpy_prefill_attention
+
+    rng = np.random.default_rng(1)
+    c, n, heads, kv_heads, dim = 40, 9, 4, 2, 64
+    q = rng.standard_normal((c, heads, dim), dtype=np.float32)
+    k = rng.standard_normal((c, kv_heads, dim), dtype=np.float32)
+    v = rng.standard_normal((c, kv_heads, dim), dtype=np.float32)
+    device = _Device.__new__(_Device)  # only the attention math: no arrays allocated
+    device.xp, device.heads, device.kv_heads, device.head_dim = np, heads, kv_heads, dim
+    device.scale = 1.0 / math.sqrt(dim)
+    whole = numpy_prefill_attention(q[None], k[None], v[None])[0]
+    chunk = device._prefill(q[-n:], k, v)
+    np.testing.assert_allclose(chunk, whole[-n:], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(device._prefill(q, k, v), whole, rtol=1e-5, atol=1e-5)
+
+
 SCENARIO_TOML = """
 name = "tiny_fidelity_cli"
 seed = 0
