@@ -221,8 +221,11 @@ class ProcessExecutor:
     def __init__(self, jobs: int) -> None:
         import multiprocessing
 
-        context = multiprocessing.get_context("forkserver")
-        context.set_forkserver_preload(["simulator.sweep", "simulator.engine"])
+        if "forkserver" in multiprocessing.get_all_start_methods():
+            context = multiprocessing.get_context("forkserver")
+            context.set_forkserver_preload(["simulator.sweep", "simulator.engine"])
+        else:  # Windows
+            context = multiprocessing.get_context("spawn")
         self._pool = ProcessPoolExecutor(max_workers=jobs, mp_context=context)
 
     def run(self, tasks: Sequence[PointTask], evaluate: Evaluate) -> Iterator[PointOutcome]:
