@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 from matplotlib.lines import Line2D
+from matplotlib.ticker import NullFormatter
 
 from reports.html import Plot, esc, figures_html, page
 from reports.style import figure, label, log_scale, no_data, save, time_scale
@@ -98,6 +99,8 @@ def plot_step_scatter(steps: pd.DataFrame, path: Path, title: str = "") -> Path:
         ax.set_ylim(lo, hi)
         log_scale(ax, "x")
         log_scale(ax, "y")
+        for axis in (ax.xaxis, ax.yaxis):  # a square log-log panel: major labels are enough
+            axis.set_minor_formatter(NullFormatter())
         ax.set_aspect("equal")
         ax.set_xlabel(f"measured compute time per step ({unit})")
         ax.set_ylabel(f"predicted compute time per step ({unit})")
