@@ -29,7 +29,9 @@ roofline nor a profile prices them): norms, rotary embedding, residual adds, sam
 Swaps and copy-on-write copies are carried out on the arrays (so the KV a sequence reads is the
 KV it wrote) outside the timed region; their time is the roofline's. Host-side inputs (block
 tables, slot mapping, the GPU kernel's launch plan) are built before the timer starts, as
-calibration separates `plan` from `run`.
+calibration separates `plan` from `run`. On the GPU the CUDA events span the launches, so time
+the GPU spends waiting for Python to issue the next kernel (about 15 operations per layer, no CUDA
+graphs) counts, as it would in an eager engine.
 
 Only paged policies (vllm-v0, vllm-v1) are executed: static and orca allocate contiguous
 regions with no block table, and are refused with an InputError.
