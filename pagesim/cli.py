@@ -14,6 +14,7 @@ from typing import Annotated
 
 import typer
 
+from pagesim.fidelity_cli import validate_fidelity
 from simulator.errors import InputError, PagesimError
 
 app = typer.Typer(
@@ -542,6 +543,9 @@ def capacity(
         report_name=report_name,
     )
     typer.echo(f"ranking: {out / 'capacity.csv'}\ncapacity page: {page}")
+
+
+app.command("validate-fidelity")(validate_fidelity)
 
 
 def main() -> None:
