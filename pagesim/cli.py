@@ -368,14 +368,28 @@ def bench_sim(
     ] = None,
     trace: Annotated[str, typer.Option(help="Built-in trace name or CSV path.")] = "azure-conv",
     policy: Annotated[str, typer.Option(help="static, orca, vllm-v0 or vllm-v1.")] = "vllm-v1",
+    synthetic: Annotated[
+        int | None,
+        typer.Option(help="Instead of a trace: this many ShareGPT-like Poisson requests."),
+    ] = None,
+    rate: Annotated[float, typer.Option(help="Arrival rate for --synthetic (req/s).")] = 8.0,
 ) -> None:
-    """Replay a trace on Llama-2-7B / A100-80GB; print wall time, speed and peak memory."""
+    """Time the simulator: replay a trace (or --synthetic N requests) on Llama-2-7B / A100-80GB.
+
+    Prints wall time, simulated requests, tokens and steps per wall second, and peak RSS.
+    Example: pagesim bench sim --synthetic 100000 --rate 8
+    """
     import resource
 
-    from simulator.bench import trace_replay_scenario
+    from simulator.bench import sharegpt_scenario, trace_replay_scenario
     from simulator.engine import simulate
 
-    scenario = trace_replay_scenario(trace, requests, policy)
+    if synthetic is not None:
+        scenario = sharegpt_scenario(synthetic, rate, policy)
+        label = f"sharegpt-like x {synthetic} at {rate} req/s"
+    else:
+        scenario = trace_replay_scenario(trace, requests, policy)
+        label = trace
     start = time.perf_counter()
     result = simulate(scenario)
     wall_s = time.perf_counter() - start
@@ -383,11 +397,12 @@ def bench_sim(
     summary = result.summary
     num_requests = int(summary["num_requests"])  # type: ignore[arg-type]
     tokens = float(result.requests["output_len"].sum() + result.requests["prompt_len"].sum())
+    steps = int(summary["num_steps"])  # type: ignore[arg-type]
     typer.echo(
-        f"{trace} x {num_requests} requests, {policy}: simulated {summary['duration_s']:.0f} s "
+        f"{label}, {policy}: {num_requests} requests, simulated {summary['duration_s']:.0f} s "
         f"in {wall_s:.2f} s wall; {num_requests / wall_s:,.0f} requests/s, "
-        f"{tokens / wall_s:,.0f} tokens/s, {summary['num_steps']:,} steps "
-        f"({int(summary['num_steps']) / wall_s:,.0f} steps/s); peak RSS {peak_mib:,.0f} MiB"
+        f"{tokens / wall_s:,.0f} tokens/s, {steps:,} steps ({steps / wall_s:,.0f} steps/s); "
+        f"peak RSS {peak_mib:,.0f} MiB"
     )
 
 

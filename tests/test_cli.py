@@ -131,3 +131,14 @@ def test_fuzzed_scenario_files_never_traceback(
         assert result.exit_code == 2
         assert result.err.startswith("error: ") or "Error" in result.err
         assert str(path) in result.err or "scenario.toml" in result.err
+
+
+def test_bench_sim_prints_speed_and_memory(capsys: pytest.CaptureFixture[str]) -> None:
+    trace = run_cli(capsys, "bench", "sim", "--requests", "150")
+    assert trace.exit_code == 0, trace.err
+    assert "azure-conv, vllm-v1: 150 requests" in trace.out and "peak RSS" in trace.out
+    synthetic = run_cli(capsys, "bench", "sim", "--synthetic", "100", "--policy", "vllm-v0")
+    assert synthetic.exit_code == 0, synthetic.err
+    assert "sharegpt-like x 100" in synthetic.out and "steps/s" in synthetic.out
+    bad = run_cli(capsys, "bench", "sim", "--policy", "fifo")
+    assert bad.exit_code == 2 and "valid: static, orca, vllm-v0, vllm-v1" in bad.err
