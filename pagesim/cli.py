@@ -117,6 +117,7 @@ def run(
             title=f"pagesim: {loaded.name}",
             scenario_text=describe_scenario(loaded),
             provenance=_provenance(results, overrides),
+            calibration=_calibration_curves(loaded),
         )
         typer.echo(f"report: {html}")
     else:
@@ -126,6 +127,18 @@ def run(
         for result, name in zip(results, names, strict=True):
             result.write(out / name)
         typer.echo(f"data: {out}")
+
+
+def _calibration_curves(scenario) -> dict | None:  # type: ignore[no-untyped-def]
+    """The profile's measured vs fitted curves, when the scenario is priced by a profile."""
+    from simulator.config import ExecutionKind
+
+    path = scenario.execution.profile_path
+    if scenario.execution.kind is not ExecutionKind.PROFILE or path is None:
+        return None
+    from calibration.profile import calibration_panels
+
+    return calibration_panels(Path(path))
 
 
 def _provenance(results, overrides: list[str]) -> dict[str, object]:  # type: ignore[no-untyped-def]

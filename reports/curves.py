@@ -302,9 +302,11 @@ def plot_calibration(calibration: Mapping[str, object], path: Path) -> Path:
             for handle, name in zip(*ax.get_legend_handles_labels(), strict=True):
                 legend.setdefault(name, handle)
         handles, names = list(legend.values()), list(legend)
+        shown = ["measured"]
+        shown += ["fitted"] if any(p.fitted_s is not None for p in panels) else []
+        shown += ["roofline"] if any(p.roofline_s is not None for p in panels) else []
         fig.suptitle(
-            "Calibration: measured vs fitted vs roofline"
-            + (f" on {label(device, 40)}" if device else "")
+            "Calibration: " + " vs ".join(shown) + (f" on {label(device, 40)}" if device else "")
         )
         legend_below(fig, handles, names, 3)
         return save(fig, path)

@@ -119,11 +119,12 @@ def _plain(value: float, _: object = None) -> str:
 def log_scale(ax: Axes, axis: str = "x") -> None:
     """A base-10 log axis labeled 0.01, 1, 100 rather than mathtext powers (plainer, and faster:
     mathtext parsing dominates drawing a log axis). Minor ticks get labels only when the axis
-    spans about a decade or less, so a narrow range still has numbers on it."""
+    spans about a decade or less (some of them up to one decade, all of them up to half of one),
+    so a narrow range still has numbers on it and a wider one has no colliding labels."""
     (ax.set_xscale if axis == "x" else ax.set_yscale)("log")
     target = ax.xaxis if axis == "x" else ax.yaxis
     target.set_major_formatter(FuncFormatter(_plain))
-    target.set_minor_formatter(LogFormatter(labelOnlyBase=False, minor_thresholds=(2, 0.5)))
+    target.set_minor_formatter(LogFormatter(labelOnlyBase=False, minor_thresholds=(1, 0.5)))
 
 
 def legend_below(fig: Figure, handles: Sequence[Any], labels: Sequence[str], ncol: int) -> None:
