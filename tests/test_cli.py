@@ -142,3 +142,71 @@ def test_bench_sim_prints_speed_and_memory(capsys: pytest.CaptureFixture[str]) -
     assert "sharegpt-like x 100" in synthetic.out and "steps/s" in synthetic.out
     bad = run_cli(capsys, "bench", "sim", "--policy", "fifo")
     assert bad.exit_code == 2 and "valid: static, orca, vllm-v0, vllm-v1" in bad.err
+
+
+def test_calibrate_on_cpu_then_run_a_scenario_priced_by_the_profile(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = {
+        "model_type": "llama",
+        "num_hidden_layers": 2,
+        "hidden_size": 256,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "intermediate_size": 512,
+        "vocab_size": 1000,
+        "max_position_embeddings": 2048,
+    }
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    profile = tmp_path / "tiny.json"
+    made = run_cli(
+        capsys,
+        "calibrate",
+        "--model",
+        str(tmp_path / "config.json"),
+        "--backend",
+        "numpy",
+        "--quick",
+        "--out",
+        str(profile),
+    )
+    assert made.exit_code == 0, made.err
+    assert json.loads(profile.read_text())["provenance"]["device"] == "cpu"
+    scenario = tmp_path / "tiny.toml"
+    scenario.write_text(
+        """
+name = "tiny-on-cpu-profile"
+[model]
+config = "config.json"
+[gpu]
+preset = "l4"
+[execution]
+kind = "profile"
+profile = "tiny.json"
+[workload]
+num_requests = 20
+[workload.arrival]
+kind = "poisson"
+rate_per_s = 5.0
+[workload.prompt]
+kind = "uniform"
+low = 8
+high = 64
+[workload.output]
+kind = "uniform"
+low = 4
+high = 32
+[[systems]]
+name = "v1"
+policy = "vllm-v1"
+"""
+    )
+    out = tmp_path / "run"
+    result = run_cli(capsys, "run", str(scenario), "--out", str(out))
+    assert result.exit_code == 0, result.err
+    assert (out / "plots" / "calibration.png").exists()
+    html = (out / "report.html").read_text()
+    assert "Calibration" in html and "cpu" in html
+    summary = json.loads((out / "v1" / "summary.json").read_text())
+    assert summary["summary"]["num_finished"] == 20
+    assert summary["provenance"]["execution_model"]["kind"] == "profile"
