@@ -8,6 +8,7 @@
 #   sharegpt/ and azure/: fidelity.html  fidelity_scatter.png  fidelity_steps.csv  fidelity.json
 #                         simulated/ measured/ (requests.csv, steps.csv, summary.json)  run.log
 #   fidelity_summary.txt  (the figures of both scenarios, also printed at the end)
+# (all packed into $OUT/fidelity_all.tar.gz; the summary, versions and profile also lie beside it)
 #
 # How to run it (from the repository root, with the device tool):
 #   run(command="bash calibration/fidelity_check.sh", carry=[".whl"], timeout_s=600)
@@ -21,8 +22,21 @@
 # error <= 5% and E2E p95 error <= 5% on both scenarios.
 set -uo pipefail
 
-OUT="${OUT:-$PWD/fidelity_out}"
-mkdir -p "$OUT"
+# The device returns at most 8 files from $OUT, so the many files of the two runs are written to a
+# work folder and packed on exit: $OUT gets fidelity_summary.txt, versions.txt, the profile
+# (JSON + CSV of samples) and fidelity_all.tar.gz (everything, logs included).
+FINAL="${OUT:-$PWD/fidelity_out}"
+OUT=/tmp/fidelity_work
+rm -rf "$OUT"
+mkdir -p "$OUT" "$FINAL"
+pack() {
+  for f in fidelity_summary.txt versions.txt llama-2-7b-*.json llama-2-7b-*.csv; do
+    for g in "$OUT"/$f; do [ -f "$g" ] && cp "$g" "$FINAL/"; done
+  done
+  tar czf "$FINAL/fidelity_all.tar.gz" -C "$(dirname "$OUT")" "$(basename "$OUT")"
+  ls -la "$FINAL"
+}
+trap pack EXIT
 export PYTHONUNBUFFERED=1
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 PY=python3
