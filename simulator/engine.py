@@ -122,6 +122,14 @@ def simulate(
         execution = make_execution_model(scenario, system)
     else:
         execution = execution_factory(scenario, system, scheduler)
+    is_plain = execution_factory is None and isinstance(execution, RooflineModel)
+    if is_plain and not check_invariants and on_step is None:
+        # Nobody looks at each step's per-sequence state: lone decoders may advance as a group
+        # (same results; simulator.decode_group). Not with a custom execution model either
+        # (`execution_factory`): it may read the block tables every step.
+        enable = getattr(scheduler, "enable_decode_group", None)
+        if enable is not None:
+            enable()
     rng = np.random.default_rng(scenario.seed)
     recorder = Recorder(scenario.gpu, scenario.slo, scenario.stop.warmup_s, capacity.block_bytes)
     env = simpy.Environment()

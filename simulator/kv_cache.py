@@ -317,6 +317,30 @@ class PagedKVCache:
             self._computed_slots[block] = fill
             self._num_computed_slots += gained
 
+    def advance_decoded(self, seq_id: int, num_steps: int) -> None:
+        """`num_steps` decode steps at once: `append_one_slot` then `commit_one`, `num_steps`
+        times, for a sequence whose steps all land in its last block's free, unshared slots.
+
+        A decode group (simulator.decode_group) defers its members' per-step updates and brings
+        a member up to date with this when it leaves the group.
+        """
+        seq = self._gpu_seq(seq_id)
+        bs = self._block_size
+        table = seq.block_table
+        new = seq.num_tokens + num_steps
+        if (
+            num_steps < 0
+            or seq.num_computed_tokens != seq.num_tokens
+            or new > len(table) * bs
+            or (num_steps and self._gpu_refs[table[-1]] > 1)
+        ):
+            raise KVCacheError(
+                f"seq {seq_id}: cannot advance {num_steps} decode steps in place "
+                f"({seq.num_computed_tokens} of {seq.num_tokens} computed, {len(table)} blocks)"
+            )
+        seq.num_tokens = new
+        self.commit(seq_id, new)
+
     def fork(self, parent_seq_id: int, child_seq_id: int) -> None:
         """The child shares every block of the parent (copy-on-write later)."""
         parent = self._gpu_seq(parent_seq_id)
@@ -379,13 +403,18 @@ class PagedKVCache:
 
     # -- accounting ----------------------------------------------------------------------------
 
-    def memory_breakdown(self, final_lens: Mapping[int, int]) -> MemoryBreakdown:
+    def memory_breakdown(
+        self, final_lens: Mapping[int, int], seq_ids: Iterable[int] | None = None
+    ) -> MemoryBreakdown:
         """Split the GPU KV capacity (DESIGN.md "Memory"); shared blocks count once.
 
         `final_lens[seq_id]`: the tokens each live sequence will hold when it finishes. A held
         slot not yet computed is reserved if some holder will still fill it (position < its
         final length), internal fragmentation otherwise. Evictable cached blocks are free.
         Cost: O(live sequences + their not-yet-computed blocks).
+
+        `seq_ids`: walk only these sequences' tails (a caller that accounts for the others'
+        reserved slots in closed form, as a decode group does); all live ones by default.
         """
         bs = self._block_size
         refs = self._gpu_refs
@@ -394,7 +423,9 @@ class PagedKVCache:
         need_of: dict[int, int] = {}  # shared block -> slots some holder will fill, from offset 0
         # Called every step over every sequence: the loop body is kept to integer arithmetic,
         # and a block with one holder (the usual) is counted at once, without the dict.
-        for seq_id, seq in self._seqs.items():
+        seqs = self._seqs
+        items = seqs.items() if seq_ids is None else ((s, seqs[s]) for s in seq_ids)
+        for seq_id, seq in items:
             if seq.is_swapped:
                 continue
             final_len = final_lens.get(seq_id)

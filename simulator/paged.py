@@ -18,10 +18,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from simulator.config import SystemConfig
+from simulator.decode_group import DecodeGroup
 from simulator.kv_cache import PagedKVCache
 from simulator.memory import MemoryBreakdown
 from simulator.plan import (
     BlockCopy,
+    GroupedStepPlan,
     Preemption,
     PreemptionMode,
     SeqWork,
@@ -94,6 +96,10 @@ class PagedScheduler(Scheduler):
         self._num_prefill_tokens = 0
         self._num_prefill_seqs = 0
         self._num_decode_tokens = 0
+        # Lone decoding sequences advanced together (None: every sequence handled every step).
+        self._decode_group: DecodeGroup | None = None
+        self._is_grouped_step = False  # this step's plan sums the decode group's members
+        self._running_at_plan: tuple[Group, ...] = ()  # running groups as the step visited them
 
     # -- engine API -------------------------------------------------------------------------
     def add_request(self, request: Request, now_s: float) -> None:
@@ -141,6 +147,8 @@ class PagedScheduler(Scheduler):
                 self._fork(group)
             elif len(group.seq_ids) > 1 and request.sampling is SamplingKind.BEAM:
                 self._refork_beam(group)
+        if self._decode_group is not None:
+            self._advance_decode_group(finished, now_s)
         for group in finished:
             self._release(group)
             self._num_running_seqs -= group.num_seqs
@@ -152,6 +160,24 @@ class PagedScheduler(Scheduler):
             self.running = [g for g in self.running if id(g) not in done]
         self._begin_step()
 
+    def _advance_decode_group(self, finished: list[Group], now_s: float) -> None:
+        """The group's members each produced a token; lone decoders of this step join it."""
+        group_ = self._decode_group
+        assert group_ is not None
+        for group in group_.advance():
+            group.request.last_token_s = now_s  # its num_generated reached output_len
+            finished.append(group)
+        final_lens = self._final_lens
+        for group, _, _ in self._scheduled:
+            request = group.request
+            if (
+                len(group.seq_ids) == 1
+                and group.num_computed >= group.target
+                and request.num_generated < request.output_len
+                and group.hashers is None
+            ):
+                group_.join(group, final_lens[group.seq_ids[0]])
+
     @property
     def has_pending(self) -> bool:
         return bool(self.running or self.swapped or len(self.waiting))
@@ -160,9 +186,26 @@ class PagedScheduler(Scheduler):
         return len(self.running), len(self.waiting), len(self.swapped)
 
     def memory_breakdown(self) -> MemoryBreakdown:
-        return self.kv.memory_breakdown(self._final_lens)
+        group_ = self._decode_group
+        if group_ is None or not len(group_):
+            return self.kv.memory_breakdown(self._final_lens)
+        # Members in closed form (DecodeGroup), the others walked by the KV cache.
+        members = group_.bases
+        others = [s for g in self.running if g not in members for s in g.seq_ids]
+        kv = self.kv.memory_breakdown(self._final_lens, others)
+        deferred = group_.num_deferred_computed
+        reserved = group_.num_reserved_slots
+        return MemoryBreakdown(
+            token_slots=kv.token_slots + deferred,
+            reserved_slots=kv.reserved_slots + reserved,
+            internal_frag_slots=kv.internal_frag_slots - deferred - reserved,
+            external_frag_slots=kv.external_frag_slots,
+            free_slots=kv.free_slots,
+        )
 
     def check_invariants(self) -> None:
+        if self._decode_group is not None:
+            self._decode_group.release_all()  # the KV cache's view is exact only without members
         self.kv.check_invariants()
         live = {s for g in self.running for s in g.seq_ids}
         assert all(self.kv.has_seq(s) and not self.kv.is_swapped(s) for s in live)
@@ -248,6 +291,7 @@ class PagedScheduler(Scheduler):
         self._schedule(group, num_new, is_prefill)
 
     def _begin_step(self) -> None:
+        self._is_grouped_step = False
         self._scheduled = []
         self._work = []
         self._num_prefill_tokens = self._num_prefill_seqs = self._num_decode_tokens = 0
@@ -361,6 +405,27 @@ class PagedScheduler(Scheduler):
         copies: list[BlockCopy],
     ) -> StepPlan:
         work = self._work
+        group_ = self._decode_group
+        if self._is_grouped_step and group_ is not None:
+            listed = tuple(work)
+            num_members = len(group_)
+            step = group_.step
+            seq_work = group_.seq_work
+            return GroupedStepPlan(
+                listed,
+                self._running_at_plan,
+                dict(group_.bases),  # a snapshot: members may leave before `work` is read
+                lambda group, base: seq_work(group, base + step),
+                sum(item.context_len for item in listed) + group_.num_context_tokens,
+                preemptions=tuple(preemptions),
+                num_swap_out_blocks=swap_out,
+                num_swap_in_blocks=swap_in,
+                copies=tuple(copies),
+                num_prefill_tokens=self._num_prefill_tokens,
+                num_decode_tokens=self._num_decode_tokens,
+                num_prefill_seqs=self._num_prefill_seqs,
+                num_decode_seqs=len(work) - self._num_prefill_seqs + num_members,
+            )
         return StepPlan(
             tuple(work),
             tuple(preemptions),

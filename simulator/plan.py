@@ -6,10 +6,15 @@ The scheduler hands the engine one frozen `StepPlan` per iteration; the executio
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
 from functools import partial
-from typing import NamedTuple, Protocol
+from operator import itemgetter
+from typing import TYPE_CHECKING, NamedTuple, Protocol
+
+if TYPE_CHECKING:
+    from collections.abc import Hashable
 
 
 class PreemptionMode(Enum):
@@ -93,6 +98,17 @@ class StepPlan:
         return self.num_prefill_tokens + self.num_decode_tokens
 
     @property
+    def listed_work(self) -> tuple[SeqWork, ...]:
+        """The entries listed one by one: all of them here (a `GroupedStepPlan` sums its decode
+        group instead). Every prefill entry is listed."""
+        return self.work
+
+    @property
+    def num_context_tokens(self) -> int:
+        """KV tokens of all sequences after the step (sum of `context_len`): attention reads."""
+        return sum(map(_CONTEXT_LEN, self.work))
+
+    @property
     def num_seqs(self) -> int:
         return len(self.work)
 
@@ -100,6 +116,84 @@ class StepPlan:
     def is_empty(self) -> bool:
         """Nothing to compute and nothing to move: the engine idles until an arrival."""
         return not self.work and not self.num_swap_out_blocks and not self.num_swap_in_blocks
+
+
+_CONTEXT_LEN = itemgetter(3)  # SeqWork.context_len
+
+
+class GroupedStepPlan(StepPlan):
+    """A StepPlan whose decode group (lone sequences decoding one token each, see
+    `simulator.decode_group`) is summed rather than listed: building a SeqWork per member per
+    step is the per-sequence cost the group exists to avoid. `work` is rebuilt on first use, in
+    the order the scheduler visited the sequences, equal to the plain plan's.
+
+    `running`: the running groups as the step visited them; `bases`: member -> KV tokens before
+    this step; a member's entry is SeqWork(request_id, seq_id, 1, base + 1, False).
+    """
+
+    __slots__ = ("_bases", "_listed", "_num_context_tokens", "_running", "_seq_work_of", "_work")
+
+    def __init__(
+        self,
+        listed: tuple[SeqWork, ...],
+        running: tuple[Hashable, ...],
+        bases: Mapping[Hashable, int],
+        seq_work_of_member: object,
+        num_context_tokens: int,
+        **fields: object,
+    ) -> None:
+        # The base is a frozen dataclass whose `work` slot this class replaces by a property.
+        for name, value in fields.items():
+            object.__setattr__(self, name, value)
+        for name, value in (
+            ("_listed", listed),
+            ("_running", running),
+            ("_bases", bases),
+            ("_seq_work_of", seq_work_of_member),
+            ("_num_context_tokens", num_context_tokens),
+            ("_work", None),
+        ):
+            object.__setattr__(self, name, value)
+
+    @property  # type: ignore[override]
+    def work(self) -> tuple[SeqWork, ...]:
+        if self._work is None:
+            object.__setattr__(self, "_work", self._merge())
+        return self._work  # type: ignore[return-value]
+
+    @property
+    def listed_work(self) -> tuple[SeqWork, ...]:
+        return self._listed
+
+    @property
+    def num_context_tokens(self) -> int:
+        return self._num_context_tokens
+
+    @property
+    def num_seqs(self) -> int:
+        return self.num_prefill_seqs + self.num_decode_seqs
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.num_seqs and not self.num_swap_out_blocks and not self.num_swap_in_blocks
+
+    def _merge(self) -> tuple[SeqWork, ...]:
+        listed = self._listed
+        make = self._seq_work_of
+        out: list[SeqWork] = []
+        i = 0
+        for group in self._running:
+            base = self._bases.get(group)
+            if base is not None:
+                out.append(make(group, base))  # type: ignore[operator]
+                continue
+            # A listed group's entries are consecutive and carry its request id.
+            rid = group.request.request_id  # type: ignore[attr-defined]
+            while i < len(listed) and listed[i].request_id == rid:
+                out.append(listed[i])
+                i += 1
+        out.extend(listed[i:])  # swapped back in or admitted after the running ones
+        return tuple(out)
 
 
 class StepCost(NamedTuple):

@@ -64,7 +64,6 @@ ACTIVATION_BYTES = 2  # fp16/bf16 activations
 WEIGHT_BYTES = 2  # fp16/bf16 weights
 
 _ZERO = StepCost(0.0, 0.0, 0.0, 0.0, 0.0)
-_CONTEXT_LEN = itemgetter(3)  # SeqWork.context_len
 _IS_PREFILL = itemgetter(4)  # SeqWork.is_prefill
 
 
@@ -173,27 +172,28 @@ class RooflineModel:
 
     def price(self, plan: StepPlan) -> StepCost:
         """Seconds, FLOPs and HBM bytes of one step (see the module docstring for the model)."""
-        work = plan.work
+        num_seqs = plan.num_seqs
         num_swap_blocks = plan.num_swap_in_blocks + plan.num_swap_out_blocks
         num_copies = len(plan.copies)
         swap_s = num_swap_blocks * self.block_bytes / self._host_link_bps
         copy_s = num_copies * self._copy_s_per_copy
         copy_bytes = num_copies * self._copy_bytes_per_copy
-        if not work:
+        if not num_seqs:
             if not num_swap_blocks and not num_copies:
                 return _ZERO
             return StepCost(0.0, swap_s, copy_s, 0.0, float(copy_bytes))
 
-        # The sums run in C (`map`), the Python loop only over prefills: decode-only steps of
-        # hundreds of sequences are the common case and this is called once per simulated step.
+        # Sums over all sequences come from the plan (a grouped plan has them in closed form);
+        # the Python loop runs only over prefills, which every plan lists one by one.
         kv_s_per_token = self._kv_s_per_token
-        num_context = sum(map(_CONTEXT_LEN, work))  # KV tokens read by attention, all sequences
+        num_context = plan.num_context_tokens  # KV tokens read by attention, all sequences
+        listed = plan.listed_work
         num_prefill_context = 0
         num_prefill_pairs = 0
         prefill_attention_s = 0.0
         if plan.num_prefill_seqs:
             s_per_pair = self._attention_s_per_pair
-            for _, _, num_new, context, _ in compress(work, map(_IS_PREFILL, work)):
+            for _, _, num_new, context, _ in compress(listed, map(_IS_PREFILL, listed)):
                 # pairs = n(c − n) + n(n + 1)/2 = n·c − n(n − 1)/2
                 pairs = num_new * context - (num_new * (num_new - 1) >> 1)
                 num_prefill_pairs += pairs
@@ -206,12 +206,11 @@ class RooflineModel:
             num_decode_pairs = num_decode_context  # one new token attends its c keys
         else:  # decodes of several tokens (speculative): count their pairs like a prefill's
             num_decode_pairs = sum(
-                n * c - (n * (n - 1) >> 1) for _, _, n, c, is_prefill in work if not is_prefill
+                n * c - (n * (n - 1) >> 1) for _, _, n, c, is_prefill in plan.work if not is_prefill
             )
         num_pairs = num_prefill_pairs + num_decode_pairs
 
         num_tokens = plan.num_prefill_tokens + plan.num_decode_tokens
-        num_seqs = len(work)
         linear_flop_s = num_tokens * self._linear_s_per_token
         linear_byte_s = self._linear_weight_s + num_tokens * self._linear_act_s_per_token
         lm_flop_s = num_seqs * self._lm_head_s_per_seq

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections import deque
 
+from simulator.decode_group import DecodeGroup
 from simulator.paged import Group, PagedScheduler
 from simulator.plan import BlockCopy, Preemption, StepPlan, seq_work_of
 
@@ -120,11 +121,78 @@ class VllmV0Scheduler(PagedScheduler):
 
 
 class VllmV1Scheduler(VllmV0Scheduler):
+    def enable_decode_group(self) -> None:
+        """Advance lone decoding sequences as one group (simulator.decode_group): same results,
+        no per-sequence work between their block boundaries. For runs nobody inspects step by
+        step (no invariant checks, no per-step plan consumers); not with a prefix cache."""
+        if not self.system.enable_prefix_cache:
+            self._decode_group = DecodeGroup(self.kv)
+
     def schedule(self, now_s: float) -> StepPlan:
         step = _StepState()
         self._begin_step()
         budget = self.system.max_num_batched_tokens
         chunk_cap = self.system.max_prefill_chunk or budget
+        left = self._schedule_with_group(step, budget, chunk_cap)
+        budget = self._schedule_running(step, budget, chunk_cap, now_s) if left is None else left
+        if not step.preemptions:
+            budget = self._resume_swapped(step, budget, now_s)
+            # As in V0, swapped-out requests go first: admitting new ones past them would starve
+            # them and fill the CPU swap space.
+            if not self.swapped:
+                self._admit_chunks(budget, chunk_cap, now_s)
+        return self._build_plan(step.preemptions, step.swap_out, step.swap_in, step.copies)
+
+    def _schedule_with_group(self, step: _StepState, budget: int, chunk_cap: int) -> int | None:
+        """The running requests' part of the step with the decode group summed, if it is exactly
+        what `_schedule_running` would do: every member decodes (the budget reaches them all) and
+        nothing needs room made (the blocks asked for fit). Returns the budget left, or None
+        (members released: the caller schedules sequence by sequence)."""
+        group_ = self._decode_group
+        if group_ is None:
+            return None
+        group_.release_crossing()  # they need a block: scheduled one by one below
+        members = group_.bases
+        if not members:
+            return None
+        running = self.running
+        others = [(i, g) for i, g in enumerate(running) if g not in members]
+        # Replay the budget in visiting order: before the n-th other, i - n members took 1 each.
+        visits: list[tuple[Group, int, bool]] = []
+        spent = needed = 0
+        for n, (i, group) in enumerate(others):
+            available = budget - (i - n) - spent
+            if available <= 0:
+                group_.release_all()
+                return None
+            if group.num_computed < group.target:
+                num_new = min(group.target - group.num_computed, available, chunk_cap)
+                tokens, is_prefill = num_new, True
+            else:
+                num_new, tokens, is_prefill = 1, len(group.seq_ids), False
+                if tokens > available:
+                    continue  # no room this step; it keeps its blocks
+            needed += self._blocks_to_grow(group, num_new)
+            spent += tokens
+            visits.append((group, num_new, is_prefill))
+        left = budget - spent - len(members)
+        if left < 0 or needed > self.kv.num_free_blocks:
+            group_.release_all()
+            return None
+        # Now exactly the per-sequence path's operations for the others, in the same order.
+        kv = self.kv
+        for group, num_new, is_prefill in visits:
+            if not is_prefill and len(group.seq_ids) == 1 and kv.append_one_slot(group.seq_ids[0]):
+                self._schedule(group, 1, False)
+            else:
+                self._grow(group, num_new, is_prefill, step.copies)
+        self._num_decode_tokens += len(members)
+        self._is_grouped_step = True
+        self._running_at_plan = tuple(running)
+        return left
+
+    def _schedule_running(self, step: _StepState, budget: int, chunk_cap: int, now_s: float) -> int:
+        """Running requests first, sequence by sequence; returns the budget left."""
         remaining = deque(self.running)
         kept: list[Group] = []
         kv = self.kv
@@ -162,13 +230,7 @@ class VllmV1Scheduler(VllmV0Scheduler):
             budget -= tokens
         self.running = kept + list(remaining)
         self._num_decode_tokens += num_lone_decodes
-        if not step.preemptions:
-            budget = self._resume_swapped(step, budget, now_s)
-            # As in V0, swapped-out requests go first: admitting new ones past them would starve
-            # them and fill the CPU swap space.
-            if not self.swapped:
-                self._admit_chunks(budget, chunk_cap, now_s)
-        return self._build_plan(step.preemptions, step.swap_out, step.swap_in, step.copies)
+        return budget
 
     def _resume_swapped(self, step: _StepState, budget: int, now_s: float) -> int:
         while self.swapped:

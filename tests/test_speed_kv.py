@@ -87,3 +87,32 @@ def test_commit_one_refuses_a_slot_never_appended() -> None:
         cache.commit_one(0)
     with pytest.raises(KVCacheError, match="unknown seq"):
         cache.commit_one(7)
+
+
+@pytest.mark.parametrize("block_size", [1, 4, 16])
+def test_advance_decoded_is_that_many_one_token_steps(block_size: int) -> None:
+    fast, slow = (PagedKVCache(12, block_size) for _ in range(2))
+    for cache in (fast, slow):
+        cache.add_seq(0)
+        cache.append_slots(0, 5)
+        cache.commit(0, 5)
+    steps = -5 % block_size
+    fast.advance_decoded(0, steps)
+    for _ in range(steps):
+        assert slow.append_one_slot(0)
+        slow.commit_one(0)
+    fast.check_invariants()
+    assert _state(fast, {0: 40}) == _state(slow, {0: 40})
+    with pytest.raises(KVCacheError, match="cannot advance"):
+        fast.advance_decoded(0, 1)  # a new block is needed: not in place
+
+
+def test_advance_decoded_refuses_a_shared_last_block() -> None:
+    cache = PagedKVCache(8, 4)
+    cache.add_seq(0)
+    cache.append_slots(0, 2)
+    cache.commit(0, 2)
+    cache.fork(0, 1)
+    with pytest.raises(KVCacheError, match="cannot advance"):
+        cache.advance_decoded(0, 1)
+

@@ -1,0 +1,128 @@
+"""A decode group: lone sequences decoding one token a step, advanced without per-sequence work.
+
+Most of a long run's sequence-steps are single-sequence requests decoding: each step appends one
+slot, commits it and produces one token, and nothing else about the sequence changes until its
+last block fills or it finishes. A member of the group keeps the state it had when it joined
+(its KV tokens n0 and generated tokens g0 at group step j); at group step K it truly holds
+n0 + K - j tokens and has generated g0 + K - j. Two calendars (heaps of group steps) say when a
+member must leave to be handled one by one:
+
+    cross  j + (-n0) % block_size    its next token needs a new block (may fail, may preempt)
+    finish j + output_len - g0       its last token appears
+
+Between events the group's totals follow in closed form from a few running sums, so a step
+costs work proportional to what changes, not to the batch. Leaving (`release`) brings the
+member's Group, Request and KV sequence up to date exactly as the per-step path would have.
+
+Valid only without a prefix cache (members' blocks are then never shared, and there are no
+block hashes to extend); the scheduler uses it only when nobody inspects every step.
+"""
+
+from __future__ import annotations
+
+import heapq
+from typing import TYPE_CHECKING
+
+from simulator.plan import SeqWork, seq_work_of
+
+if TYPE_CHECKING:
+    from simulator.kv_cache import PagedKVCache
+    from simulator.paged import Group
+
+
+class DecodeGroup:
+    """Members and their calendars; `step` counts completed engine steps."""
+
+    def __init__(self, kv: PagedKVCache) -> None:
+        self.kv = kv
+        self.block_size = kv.block_size
+        self.step = 0
+        # member -> its KV tokens minus the group step: at step K it holds base + K tokens.
+        self.bases: dict[Group, int] = {}
+        self._joined: dict[Group, tuple[int, int, int, int]] = {}  # member -> (j, n0, g0, cap)
+        self._cross: list[tuple[int, int, Group, int]] = []  # (step, seq id, member, j)
+        self._finish: list[tuple[int, int, Group, int]] = []
+        self._sum_base = 0  # sum of bases
+        self._sum_join = 0  # sum of j
+        self._sum_cap = 0  # sum of min(final length, allocated slots)
+
+    def __len__(self) -> int:
+        return len(self.bases)
+
+    def join(self, group: Group, final_len: int) -> None:
+        """`group` (one sequence, decoding, its step committed) advances with the group."""
+        j = self.step
+        n0 = group.num_computed
+        g0 = group.request.num_generated
+        bs = self.block_size
+        cap = min(final_len, -(-n0 // bs) * bs)
+        assert final_len >= n0 and g0 < group.request.output_len
+        seq_id = group.seq_ids[0]
+        self.bases[group] = n0 - j
+        self._joined[group] = (j, n0, g0, cap)
+        self._sum_base += n0 - j
+        self._sum_join += j
+        self._sum_cap += cap
+        heapq.heappush(self._cross, (j + (-n0) % bs, seq_id, group, j))
+        heapq.heappush(self._finish, (j + group.request.output_len - g0, seq_id, group, j))
+
+    def release(self, group: Group) -> None:
+        """Take `group` out, its state brought up to date (the steps it advanced, one by one)."""
+        j, n0, g0, cap = self._joined.pop(group)
+        del self.bases[group]
+        self._sum_base -= n0 - j
+        self._sum_join -= j
+        self._sum_cap -= cap
+        num_steps = self.step - j
+        group.num_computed = n0 + num_steps
+        group.request.num_generated = g0 + num_steps
+        self.kv.advance_decoded(group.seq_ids[0], num_steps)
+
+    def release_crossing(self) -> None:
+        """Members whose token this step needs a new block leave, to be scheduled one by one."""
+        self._pop_due(self._cross)
+
+    def advance(self) -> list[Group]:
+        """A step completed: every member gained a token. Returns the members that finished
+        (released, their last token produced)."""
+        self.step += 1
+        return self._pop_due(self._finish)
+
+    def release_all(self) -> None:
+        for group in list(self.bases):
+            self.release(group)
+
+    def _pop_due(self, calendar: list[tuple[int, int, Group, int]]) -> list[Group]:
+        due: list[Group] = []
+        joined = self._joined
+        while calendar and calendar[0][0] <= self.step:
+            _, _, group, j = heapq.heappop(calendar)
+            state = joined.get(group)
+            if state is not None and state[0] == j:  # else stale: it left (and maybe rejoined)
+                self.release(group)
+                due.append(group)
+        return due
+
+    # -- closed-form totals ---------------------------------------------------------------
+    @property
+    def num_context_tokens(self) -> int:
+        """Members' KV tokens after this step's token (sum of their SeqWork.context_len)."""
+        return self._sum_base + len(self.bases) * (self.step + 1)
+
+    @property
+    def num_deferred_computed(self) -> int:
+        """Computed slots the KV cache has not been told of: sum over members of K - j."""
+        return len(self.bases) * self.step - self._sum_join
+
+    @property
+    def num_reserved_slots(self) -> int:
+        """Members' allocated slots a later token will fill: sum of min(final, allocated) - held.
+
+        A member's not-yet-computed slots all lie in its own last block (it leaves at a block
+        boundary), so the KV cache's per-block count reduces to this difference.
+        """
+        return self._sum_cap - self._sum_base - len(self.bases) * self.step
+
+    def seq_work(self, group: Group, base: int) -> SeqWork:
+        """A member's entry in a plan whose step began with `base` KV tokens."""
+        return seq_work_of((group.request.request_id, group.seq_ids[0], 1, base + 1, False))

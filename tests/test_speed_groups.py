@@ -1,0 +1,84 @@
+"""The decode group (simulator.decode_group) changes nothing but speed.
+
+`simulate` advances lone decoding sequences as a group unless someone watches every step
+(`on_step`, `check_invariants`, a custom execution model). A no-op `on_step` therefore runs the
+sequence-by-sequence path: both runs must give identical step and request frames, and every plan
+must price and list the same work, under memory pressure (preemption by recompute and by swap),
+chunked prefill, small blocks, budgets that cut the batch, and multi-sequence requests.
+"""
+
+from __future__ import annotations
+
+import pytest
+from sim_helpers import poisson_workload, scenario, system
+
+from simulator.config import Policy, PreemptionPolicy, VictimPolicy
+from simulator.engine import simulate
+from simulator.plan import StepPlan
+from simulator.request import SamplingKind
+from simulator.roofline import RooflineModel
+
+CASES = {
+    "plain": dict(),
+    "tight-recompute": dict(num_kv_blocks=60, block_size=4),
+    "tight-swap": dict(num_kv_blocks=60, block_size=4, preemption=PreemptionPolicy.SWAP),
+    "victim-most-generated": dict(num_kv_blocks=50, victim=VictimPolicy.MOST_GENERATED),
+    "small-budget": dict(max_num_batched_tokens=24, max_prefill_chunk=8, max_num_seqs=20),
+    "chunk-cap": dict(max_prefill_chunk=32, num_kv_blocks=120, block_size=2),
+    "block-1": dict(block_size=1, num_kv_blocks=900),
+}
+
+
+def _no_op(now_s: float) -> None:
+    """Watching every step turns the decode group off."""
+
+
+def _run(knobs: dict[str, object], num_seqs: int, watched: bool, seed: int) -> tuple:
+    sampling = SamplingKind.PARALLEL if num_seqs > 1 else SamplingKind.SINGLE
+    workload = poisson_workload(120, 40.0, 60, 40, sampling=sampling, num_seqs=num_seqs)
+    s = scenario(workload, system(Policy.VLLM_V1, **knobs), seed=seed)
+    return simulate(s, on_step=_no_op if watched else None)
+
+
+@pytest.mark.parametrize("num_seqs", [1, 2])
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_grouped_and_per_sequence_runs_agree(case: str, num_seqs: int) -> None:
+    for seed in range(2):
+        fast = _run(CASES[case], num_seqs, False, seed)
+        slow = _run(CASES[case], num_seqs, True, seed)
+        assert fast.steps.equals(slow.steps)
+        assert fast.requests.equals(slow.requests)
+        assert fast.summary == slow.summary
+
+
+def test_grouped_plans_list_the_same_work(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[list[tuple]] = [[], []]
+    price = RooflineModel.price
+    current: list[list[tuple]] = []
+
+    def spy(self: RooflineModel, plan: StepPlan) -> object:
+        work = plan.work
+        assert plan.num_seqs == len(work)
+        assert plan.num_context_tokens == sum(item.context_len for item in work)
+        assert set(plan.listed_work) <= set(work)
+        current.append((work, plan.num_decode_seqs, plan.num_prefill_seqs, plan.is_empty))
+        return price(self, plan)
+
+    monkeypatch.setattr(RooflineModel, "price", spy)
+    for i, watched in enumerate((False, True)):
+        current = seen[i]
+        _run(CASES["tight-recompute"], 1, watched, 0)
+    assert seen[0] == seen[1] and len(seen[0]) > 100
+
+
+def test_a_grouped_step_is_actually_taken(monkeypatch: pytest.MonkeyPatch) -> None:
+    kinds: list[str] = []
+    price = RooflineModel.price
+
+    def spy(self: RooflineModel, plan: StepPlan) -> object:
+        kinds.append(type(plan).__name__)
+        return price(self, plan)
+
+    monkeypatch.setattr(RooflineModel, "price", spy)
+    _run(CASES["plain"], 1, False, 0)
+    assert kinds.count("GroupedStepPlan") > len(kinds) // 2
