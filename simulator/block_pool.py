@@ -95,6 +95,36 @@ class BlockPool:
         self._num_used += 1
         return block
 
+    def allocate_many(self, num_blocks: int) -> list[int]:
+        """`num_blocks` calls of `allocate`, in order: a prompt chunk takes many blocks at once."""
+        free = self._free
+        if len(free) < num_blocks:
+            return [self.allocate() for _ in range(num_blocks)]
+        blocks = [free.popleft() for _ in range(num_blocks)]
+        ref_counts = self._ref_counts
+        for block in blocks:
+            ref_counts[block] = 1
+        self._num_used += num_blocks
+        return blocks
+
+    def free_unshared(self, blocks: list[int]) -> bool:
+        """`decref` of each of `blocks` in order, done at once, if each holds one reference and
+        no hash (a finished sequence without sharing or prefix cache: the usual case); then
+        True. Otherwise nothing changes and False: the caller decrefs them one by one."""
+        if not blocks:
+            return True
+        ref_counts = self._ref_counts
+        refs = set(map(ref_counts.__getitem__, blocks))
+        if refs != {1} or set(map(self._hashes.__getitem__, blocks)) != {None}:
+            return False
+        if len(set(blocks)) != len(blocks):  # a block twice: one-by-one decref raises for it
+            return False
+        for block in blocks:
+            ref_counts[block] = 0
+        self._num_used -= len(blocks)
+        self._free.extend(blocks)
+        return True
+
     def incref(self, block: int) -> None:
         """One more reference to a block in use (a fork). Free blocks come from `allocate`."""
         self._check_block(block)

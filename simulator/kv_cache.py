@@ -230,8 +230,7 @@ class PagedKVCache:
             self._release_gpu(src)  # others still hold it: ref_count stays >= 1
             copies.append(BlockCopy(src, dst))
         seq.num_tokens += num_new_tokens
-        for _ in range((seq.num_tokens + bs - 1) // bs - len(table)):
-            table.append(gpu.allocate())
+        table.extend(gpu.allocate_many((seq.num_tokens + bs - 1) // bs - len(table)))
         return copies
 
     def append_one_slot(self, seq_id: int) -> bool:
@@ -368,7 +367,15 @@ class PagedKVCache:
             for block in reversed(seq.block_table):
                 self._release_cpu(block)
         else:
-            for block in reversed(seq.block_table):
+            table = seq.block_table
+            if self._gpu.free_unshared(table[::-1]):
+                # Every block was this sequence's alone: its computed slots go with it.
+                computed_slots = self._computed_slots
+                self._num_computed_slots -= sum(map(computed_slots.__getitem__, table))
+                for block in table:
+                    computed_slots[block] = 0
+                return
+            for block in reversed(table):
                 self._release_gpu(block)
 
     def evict_one(self) -> int | None:

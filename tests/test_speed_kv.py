@@ -116,3 +116,29 @@ def test_advance_decoded_refuses_a_shared_last_block() -> None:
     with pytest.raises(KVCacheError, match="cannot advance"):
         cache.advance_decoded(0, 1)
 
+
+def test_bulk_block_operations_match_one_by_one() -> None:
+    from simulator.block_pool import BlockPool
+
+    bulk, single = BlockPool(10), BlockPool(10)
+    assert bulk.allocate_many(6) == [single.allocate() for _ in range(6)] == [0, 1, 2, 3, 4, 5]
+    assert bulk.free_unshared([4, 2, 0])
+    for block in (4, 2, 0):
+        single.decref(block)
+    assert bulk.allocate_many(7) == [single.allocate() for _ in range(7)]
+    bulk.check_invariants()
+    assert bulk.num_used_blocks == single.num_used_blocks == 10
+
+
+def test_free_unshared_leaves_shared_or_cached_blocks_to_decref() -> None:
+    from simulator.block_pool import BlockPool
+
+    pool = BlockPool(4)
+    a, b = pool.allocate_many(2)
+    pool.incref(b)
+    assert not pool.free_unshared([b, a])
+    pool.decref(b)
+    pool.cache_block(a, 99)
+    assert not pool.free_unshared([b, a])
+    assert pool.free_unshared([b]) and pool.num_used_blocks == 1
+    pool.check_invariants()
