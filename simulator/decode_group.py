@@ -5,10 +5,12 @@ slot, commits it and produces one token, and nothing else about the sequence cha
 last block fills or it finishes. A member of the group keeps the state it had when it joined
 (its KV tokens n0 and generated tokens g0 at group step j); at group step K it truly holds
 n0 + K - j tokens and has generated g0 + K - j. Two calendars (heaps of group steps) say when a
-member must leave to be handled one by one:
+member needs attention:
 
-    cross  j + (-n0) % block_size    its next token needs a new block (may fail, may preempt)
-    finish j + output_len - g0       its last token appears
+    cross  j + (-n0) % block_size    its next token needs a new block: the step takes one for it
+                                     if the step's blocks all fit (else everyone is handled one
+                                     by one, as room may have to be made); then every block_size
+    finish j + output_len - g0       its last token appears: it leaves
 
 Between events the group's totals follow in closed form from a few running sums, so a step
 costs work proportional to what changes, not to the batch. Leaving (`release`) brings the
@@ -39,7 +41,8 @@ class DecodeGroup:
         self.step = 0
         # member -> its KV tokens minus the group step: at step K it holds base + K tokens.
         self.bases: dict[Group, int] = {}
-        self._joined: dict[Group, tuple[int, int, int, int]] = {}  # member -> (j, n0, g0, cap)
+        # member -> (j, n0, g0, final length, cap): cap = min(final length, allocated slots)
+        self._joined: dict[Group, tuple[int, int, int, int, int]] = {}
         self._cross: list[tuple[int, int, Group, int]] = []  # (step, seq id, member, j)
         self._finish: list[tuple[int, int, Group, int]] = []
         self._sum_base = 0  # sum of bases
@@ -59,7 +62,7 @@ class DecodeGroup:
         assert final_len >= n0 and g0 < group.request.output_len
         seq_id = group.seq_ids[0]
         self.bases[group] = n0 - j
-        self._joined[group] = (j, n0, g0, cap)
+        self._joined[group] = (j, n0, g0, final_len, cap)
         self._sum_base += n0 - j
         self._sum_join += j
         self._sum_cap += cap
@@ -68,7 +71,7 @@ class DecodeGroup:
 
     def release(self, group: Group) -> None:
         """Take `group` out, its state brought up to date (the steps it advanced, one by one)."""
-        j, n0, g0, cap = self._joined.pop(group)
+        j, n0, g0, _, cap = self._joined.pop(group)
         del self.bases[group]
         self._sum_base -= n0 - j
         self._sum_join -= j
@@ -78,9 +81,34 @@ class DecodeGroup:
         group.request.num_generated = g0 + num_steps
         self.kv.advance_decoded(group.seq_ids[0], num_steps)
 
-    def release_crossing(self) -> None:
-        """Members whose token this step needs a new block leave, to be scheduled one by one."""
-        self._pop_due(self._cross)
+    def crossing(self) -> list[Group]:
+        """Members whose token this step needs a new block. The caller either gives each its
+        block (`grow`) or releases every member."""
+        due: list[Group] = []
+        calendar = self._cross
+        joined = self._joined
+        while calendar and calendar[0][0] <= self.step:
+            _, _, group, j = heapq.heappop(calendar)
+            state = joined.get(group)
+            if state is not None and state[0] == j:  # else stale: it left (and maybe rejoined)
+                due.append(group)
+        return due
+
+    def grow(self, crossing: list[Group]) -> None:
+        """Each crossing member takes a new block (the pool has them) and stays a member."""
+        bs = self.block_size
+        reserve_block = self.kv.reserve_block
+        joined = self._joined
+        step = self.step
+        for group in crossing:
+            j, n0, g0, final_len, cap = joined[group]
+            seq_id = group.seq_ids[0]
+            reserve_block(seq_id)
+            # Its tokens before this step fill its blocks exactly; now one block more.
+            new_cap = min(final_len, n0 + step - j + bs)
+            self._sum_cap += new_cap - cap
+            joined[group] = (j, n0, g0, final_len, new_cap)
+            heapq.heappush(self._cross, (step + bs, seq_id, group, j))
 
     def advance(self) -> list[Group]:
         """A step completed: every member gained a token. Returns the members that finished
@@ -118,8 +146,8 @@ class DecodeGroup:
     def num_reserved_slots(self) -> int:
         """Members' allocated slots a later token will fill: sum of min(final, allocated) - held.
 
-        A member's not-yet-computed slots all lie in its own last block (it leaves at a block
-        boundary), so the KV cache's per-block count reduces to this difference.
+        A member's not-yet-computed slots all lie in its own last block (it takes a block only
+        when its tokens fill the ones it has), so the per-block count reduces to this difference.
         """
         return self._sum_cap - self._sum_base - len(self.bases) * self.step
 

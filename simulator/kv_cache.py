@@ -316,9 +316,16 @@ class PagedKVCache:
             self._computed_slots[block] = fill
             self._num_computed_slots += gained
 
+    def reserve_block(self, seq_id: int) -> None:
+        """Append a fresh GPU block to a sequence's table ahead of its slots: a decode group
+        member's next tokens, counted by `advance_decoded` later. Until then the table is longer
+        than its slots (check_invariants would say so)."""
+        self._gpu_seq(seq_id).block_table.append(self._gpu.allocate())
+
     def advance_decoded(self, seq_id: int, num_steps: int) -> None:
         """`num_steps` decode steps at once: `append_one_slot` then `commit_one`, `num_steps`
-        times, for a sequence whose steps all land in its last block's free, unshared slots.
+        times, for a sequence whose steps all land in free slots of blocks already in its table
+        (its last partly filled one, unshared, and those `reserve_block` gave it).
 
         A decode group (simulator.decode_group) defers its members' per-step updates and brings
         a member up to date with this when it leaves the group.
@@ -331,7 +338,11 @@ class PagedKVCache:
             num_steps < 0
             or seq.num_computed_tokens != seq.num_tokens
             or new > len(table) * bs
-            or (num_steps and self._gpu_refs[table[-1]] > 1)
+            or (
+                num_steps
+                and seq.num_tokens % bs
+                and self._gpu_refs[table[seq.num_tokens // bs]] > 1
+            )
         ):
             raise KVCacheError(
                 f"seq {seq_id}: cannot advance {num_steps} decode steps in place "

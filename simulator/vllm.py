@@ -151,15 +151,15 @@ class VllmV1Scheduler(VllmV0Scheduler):
         group_ = self._decode_group
         if group_ is None:
             return None
-        group_.release_crossing()  # they need a block: scheduled one by one below
         members = group_.bases
         if not members:
             return None
+        crossing = group_.crossing()  # members whose token needs a new block this step
         running = self.running
         others = [(i, g) for i, g in enumerate(running) if g not in members]
         # Replay the budget in visiting order: before the n-th other, i - n members took 1 each.
         visits: list[tuple[Group, int, bool]] = []
-        spent = needed = 0
+        spent, needed = 0, len(crossing)
         for n, (i, group) in enumerate(others):
             available = budget - (i - n) - spent
             if available <= 0:
@@ -179,7 +179,9 @@ class VllmV1Scheduler(VllmV0Scheduler):
         if left < 0 or needed > self.kv.num_free_blocks:
             group_.release_all()
             return None
-        # Now exactly the per-sequence path's operations for the others, in the same order.
+        # Now exactly the per-sequence path's operations, in the same order but for block ids:
+        # the crossing members take theirs first (with no prefix cache an id is never observed).
+        group_.grow(crossing)
         kv = self.kv
         for group, num_new, is_prefill in visits:
             if not is_prefill and len(group.seq_ids) == 1 and kv.append_one_slot(group.seq_ids[0]):
