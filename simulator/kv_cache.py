@@ -275,14 +275,19 @@ class PagedKVCache:
             )
         table = seq.block_table
         bs = self._block_size
-        # Hot (every sequence, every step): _clamp_fill and _note_computed inlined.
+        # Hot (a prompt chunk's many blocks): _clamp_fill and _note_computed inlined; blocks
+        # now full gain bs minus what they held (never negative), the partial last one its fill.
         computed_slots = self._computed_slots
         start = old // bs
-        for i in range(start, (num_computed_tokens + bs - 1) // bs):
-            fill = num_computed_tokens - i * bs
-            if fill > bs:
-                fill = bs
-            block = table[i]
+        num_full = num_computed_tokens // bs
+        if num_full > start:
+            full = table[start:num_full]
+            self._num_computed_slots += bs * len(full) - sum(map(computed_slots.__getitem__, full))
+            for block in full:
+                computed_slots[block] = bs
+        fill = num_computed_tokens - num_full * bs
+        if fill:
+            block = table[num_full]
             gained = fill - computed_slots[block]
             if gained > 0:
                 computed_slots[block] = fill

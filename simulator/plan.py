@@ -143,17 +143,15 @@ class GroupedStepPlan(StepPlan):
         **fields: object,
     ) -> None:
         # The base is a frozen dataclass whose `work` slot this class replaces by a property.
+        set_field = object.__setattr__
         for name, value in fields.items():
-            object.__setattr__(self, name, value)
-        for name, value in (
-            ("_listed", listed),
-            ("_running", running),
-            ("_bases", bases),
-            ("_seq_work_of", seq_work_of_member),
-            ("_num_context_tokens", num_context_tokens),
-            ("_work", None),
-        ):
-            object.__setattr__(self, name, value)
+            set_field(self, name, value)
+        set_field(self, "_listed", listed)
+        set_field(self, "_running", running)
+        set_field(self, "_bases", bases)
+        set_field(self, "_seq_work_of", seq_work_of_member)
+        set_field(self, "_num_context_tokens", num_context_tokens)
+        set_field(self, "_work", None)
 
     @property  # type: ignore[override]
     def work(self) -> tuple[SeqWork, ...]:
