@@ -23,13 +23,18 @@ block hashes to extend); the scheduler uses it only when nobody inspects every s
 from __future__ import annotations
 
 import heapq
-from typing import TYPE_CHECKING
+from collections.abc import Iterable
+from itertools import compress
+from operator import not_
+from typing import TYPE_CHECKING, TypeVar
 
 from simulator.plan import SeqWork, seq_work_of
 
 if TYPE_CHECKING:
     from simulator.kv_cache import PagedKVCache
     from simulator.paged import Group
+
+T = TypeVar("T")
 
 
 class DecodeGroup:
@@ -97,13 +102,13 @@ class DecodeGroup:
     def grow(self, crossing: list[Group]) -> None:
         """Each crossing member takes a new block (the pool has them) and stays a member."""
         bs = self.block_size
-        reserve_block = self.kv.reserve_block
+        reserve_blocks = self.kv.reserve_blocks
         joined = self._joined
         step = self.step
+        reserve_blocks([group.seq_ids[0] for group in crossing])
         for group in crossing:
             j, n0, g0, final_len, cap = joined[group]
             seq_id = group.seq_ids[0]
-            reserve_block(seq_id)
             # Its tokens before this step fill its blocks exactly; now one block more.
             new_cap = min(final_len, n0 + step - j + bs)
             self._sum_cap += new_cap - cap
@@ -115,6 +120,12 @@ class DecodeGroup:
         (released, their last token produced)."""
         self.step += 1
         return self._pop_due(self._finish)
+
+    def others(self, items: Iterable[T], groups: Iterable[Group] | None = None) -> list[T]:
+        """The items whose group (`groups`, in step; `items` itself by default) is no member:
+        filtered in C, as the running list has hundreds of members and a handful of others."""
+        is_member = map(self.bases.__contains__, items if groups is None else groups)
+        return list(compress(items, map(not_, is_member)))
 
     def release_all(self) -> None:
         for group in list(self.bases):

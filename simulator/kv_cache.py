@@ -321,11 +321,15 @@ class PagedKVCache:
             self._computed_slots[block] = fill
             self._num_computed_slots += gained
 
-    def reserve_block(self, seq_id: int) -> None:
-        """Append a fresh GPU block to a sequence's table ahead of its slots: a decode group
-        member's next tokens, counted by `advance_decoded` later. Until then the table is longer
-        than its slots (check_invariants would say so)."""
-        self._gpu_seq(seq_id).block_table.append(self._gpu.allocate())
+    def reserve_blocks(self, seq_ids: list[int]) -> None:
+        """Append a fresh GPU block to each sequence's table (in order) ahead of its slots: a
+        decode group member's next tokens, counted by `advance_decoded` later. Until then the
+        table is longer than its slots (check_invariants would say so)."""
+        seqs = [self._gpu_seq(seq_id) for seq_id in seq_ids]  # all known before any allocation
+        if len(seqs) > self._gpu.num_free_blocks:
+            raise KVCacheError(f"reserving {len(seqs)} blocks, {self._gpu.num_free_blocks} free")
+        for seq, block in zip(seqs, self._gpu.allocate_many(len(seqs)), strict=True):
+            seq.block_table.append(block)
 
     def advance_decoded(self, seq_id: int, num_steps: int) -> None:
         """`num_steps` decode steps at once: `append_one_slot` then `commit_one`, `num_steps`

@@ -156,8 +156,9 @@ class PagedScheduler(Scheduler):
                 del self._final_lens[seq_id]
             self._finish(group.request, now_s)
         if finished:
-            done = {id(g) for g in finished}
-            self.running = [g for g in self.running if id(g) not in done]
+            running = self.running
+            for group in finished:  # a few of hundreds: each removal is one C-level scan
+                running.remove(group)
         self._begin_step()
 
     def _advance_decode_group(self, finished: list[Group], now_s: float) -> None:
@@ -190,8 +191,7 @@ class PagedScheduler(Scheduler):
         if group_ is None or not len(group_):
             return self.kv.memory_breakdown(self._final_lens)
         # Members in closed form (DecodeGroup), the others walked by the KV cache.
-        members = group_.bases
-        others = [s for g in self.running if g not in members for s in g.seq_ids]
+        others = [s for g in group_.others(self.running) for s in g.seq_ids]
         kv = self.kv.memory_breakdown(self._final_lens, others)
         deferred = group_.num_deferred_computed
         reserved = group_.num_reserved_slots

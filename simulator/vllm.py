@@ -156,7 +156,7 @@ class VllmV1Scheduler(VllmV0Scheduler):
             return None
         crossing = group_.crossing()  # members whose token needs a new block this step
         running = self.running
-        others = [(i, g) for i, g in enumerate(running) if g not in members]
+        others = group_.others(enumerate(running), running)  # (index in running, group)
         # Replay the budget in visiting order: before the n-th other, i - n members took 1 each.
         visits: list[tuple[Group, int, bool]] = []
         spent, needed = 0, len(crossing)
