@@ -114,10 +114,10 @@ class BlockPool:
         if not blocks:
             return True
         ref_counts = self._ref_counts
-        refs = set(map(ref_counts.__getitem__, blocks))
-        if refs != {1} or set(map(self._hashes.__getitem__, blocks)) != {None}:
-            return False
-        if len(set(blocks)) != len(blocks):  # a block twice: one-by-one decref raises for it
+        if set(map(ref_counts.__getitem__, blocks)) != {1}:
+            return False  # shared: decref one by one (a table never lists a block twice)
+        # With no cached block anywhere (no prefix cache: always) no hash needs looking at.
+        if self._block_of_hash and set(map(self._hashes.__getitem__, blocks)) != {None}:
             return False
         for block in blocks:
             ref_counts[block] = 0

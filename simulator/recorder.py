@@ -7,6 +7,7 @@ or DataFrame work); frames are built once at the end. Metric definitions are DES
 from __future__ import annotations
 
 from array import array
+from operator import itemgetter
 
 import numpy as np
 import pandas as pd
@@ -23,6 +24,11 @@ PERCENTILES = (50, 90, 99)
 _FLOAT_COLUMNS = frozenset(
     ("start_s", "duration_s", "compute_s", "swap_s", "slot_utilization", "mfu", "mbu")
 )
+_FLOAT_NAMES = tuple(name for name in STEP_COLUMNS if name in _FLOAT_COLUMNS)
+_INT_NAMES = tuple(name for name in STEP_COLUMNS if name not in _FLOAT_COLUMNS)
+# A step's values (in STEP_COLUMNS order) split into its floats and its counts, in C.
+_FLOATS_OF = itemgetter(*(i for i, name in enumerate(STEP_COLUMNS) if name in _FLOAT_COLUMNS))
+_INTS_OF = itemgetter(*(i for i, name in enumerate(STEP_COLUMNS) if name not in _FLOAT_COLUMNS))
 
 
 class Recorder:
@@ -33,11 +39,10 @@ class Recorder:
         self._block_bytes = block_bytes
         self.requests: list[Request] = []
         # Typed buffers, 8 bytes a value: a list of Python numbers costs ~4x that, which adds up
-        # to gigabytes over the millions of steps of a long run.
-        self._columns: dict[str, array] = {
-            name: array("d" if name in _FLOAT_COLUMNS else "q") for name in STEP_COLUMNS
-        }
-        self._appends = [column.append for column in self._columns.values()]
+        # to gigabytes over the millions of steps of a long run. Row-major, one buffer per type,
+        # so a step is two C-level extends rather than one append per column.
+        self._floats = array("d")  # [num_steps, len(_FLOAT_NAMES)]
+        self._ints = array("q")  # [num_steps, len(_INT_NAMES)]
 
     def add_request(self, request: Request) -> None:
         self.requests.append(request)
@@ -72,8 +77,8 @@ class Recorder:
             cost.flops / (self._gpu.fp16_flops * duration) if duration > 0 else 0.0,
             cost.bytes_moved / (self._gpu.mem_bandwidth_bps * duration) if duration > 0 else 0.0,
         )
-        for append, value in zip(self._appends, values, strict=True):
-            append(value)
+        self._floats.extend(_FLOATS_OF(values))
+        self._ints.extend(_INTS_OF(values))
 
     # -- results ---------------------------------------------------------------------------
     def request_frame(self, end_s: float) -> pd.DataFrame:
@@ -119,10 +124,14 @@ class Recorder:
         return pd.DataFrame.from_records(rows, columns=list(REQUEST_COLUMNS))
 
     def step_frame(self) -> pd.DataFrame:
-        if not len(self._columns["start_s"]):
-            return pd.DataFrame({name: [] for name in self._columns})  # no rows: pandas' dtypes
-        # np.array copies each buffer (writable, int64 or float64 as its typecode says).
-        return pd.DataFrame({name: np.array(column) for name, column in self._columns.items()})
+        if not len(self._floats):
+            return pd.DataFrame({name: [] for name in STEP_COLUMNS})  # no rows: pandas' dtypes
+        floats = np.frombuffer(self._floats, dtype=np.float64).reshape(-1, len(_FLOAT_NAMES))
+        ints = np.frombuffer(self._ints, dtype=np.int64).reshape(-1, len(_INT_NAMES))
+        columns = {name: floats[:, i] for i, name in enumerate(_FLOAT_NAMES)}
+        columns |= {name: ints[:, i] for i, name in enumerate(_INT_NAMES)}
+        # Each column copied out of the buffers: contiguous, writable, the recorder's own.
+        return pd.DataFrame({name: np.array(columns[name]) for name in STEP_COLUMNS})
 
     def result(
         self,
