@@ -6,15 +6,12 @@ The scheduler hands the engine one frozen `StepPlan` per iteration; the executio
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import Enum
 from functools import partial
 from operator import itemgetter
-from typing import TYPE_CHECKING, NamedTuple, Protocol
-
-if TYPE_CHECKING:
-    from collections.abc import Hashable
+from typing import Any, NamedTuple, Protocol
 
 
 class PreemptionMode(Enum):
@@ -132,13 +129,19 @@ class GroupedStepPlan(StepPlan):
     """
 
     __slots__ = ("_bases", "_listed", "_num_context_tokens", "_running", "_seq_work_of", "_work")
+    _listed: tuple[SeqWork, ...]
+    _running: tuple[Any, ...]  # the scheduler's groups (each has .request.request_id)
+    _bases: Mapping[Any, int]
+    _seq_work_of: Callable[[Any, int], SeqWork]
+    _num_context_tokens: int
+    _work: tuple[SeqWork, ...] | None
 
     def __init__(
         self,
         listed: tuple[SeqWork, ...],
-        running: tuple[Hashable, ...],
-        bases: Mapping[Hashable, int],
-        seq_work_of_member: object,
+        running: tuple[Any, ...],
+        bases: Mapping[Any, int],
+        seq_work_of_member: Callable[[Any, int], SeqWork],
         num_context_tokens: int,
         **fields: object,
     ) -> None:
@@ -155,9 +158,11 @@ class GroupedStepPlan(StepPlan):
 
     @property  # type: ignore[override]
     def work(self) -> tuple[SeqWork, ...]:
-        if self._work is None:
-            object.__setattr__(self, "_work", self._merge())
-        return self._work  # type: ignore[return-value]
+        work = self._work
+        if work is None:
+            work = self._merge()
+            object.__setattr__(self, "_work", work)
+        return work
 
     @property
     def listed_work(self) -> tuple[SeqWork, ...]:
@@ -183,10 +188,10 @@ class GroupedStepPlan(StepPlan):
         for group in self._running:
             base = self._bases.get(group)
             if base is not None:
-                out.append(make(group, base))  # type: ignore[operator]
+                out.append(make(group, base))
                 continue
             # A listed group's entries are consecutive and carry its request id.
-            rid = group.request.request_id  # type: ignore[attr-defined]
+            rid = group.request.request_id
             while i < len(listed) and listed[i].request_id == rid:
                 out.append(listed[i])
                 i += 1

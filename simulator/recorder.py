@@ -128,7 +128,7 @@ class Recorder:
             return pd.DataFrame({name: [] for name in STEP_COLUMNS})  # no rows: pandas' dtypes
         floats = np.frombuffer(self._floats, dtype=np.float64).reshape(-1, len(_FLOAT_NAMES))
         ints = np.frombuffer(self._ints, dtype=np.int64).reshape(-1, len(_INT_NAMES))
-        columns = {name: floats[:, i] for i, name in enumerate(_FLOAT_NAMES)}
+        columns: dict[str, np.ndarray] = {name: floats[:, i] for i, name in enumerate(_FLOAT_NAMES)}
         columns |= {name: ints[:, i] for i, name in enumerate(_INT_NAMES)}
         # Each column copied out of the buffers: contiguous, writable, the recorder's own.
         return pd.DataFrame({name: np.array(columns[name]) for name in STEP_COLUMNS})
