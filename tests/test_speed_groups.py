@@ -12,10 +12,11 @@ from __future__ import annotations
 import pytest
 from sim_helpers import poisson_workload, scenario, system
 
-from simulator.config import Policy, PreemptionPolicy, VictimPolicy
+from simulator.config import AdmissionOrder, Policy, PreemptionPolicy, VictimPolicy
 from simulator.engine import simulate
 from simulator.plan import StepPlan
 from simulator.request import SamplingKind
+from simulator.result import RunResult
 from simulator.roofline import RooflineModel
 
 CASES = {
@@ -26,6 +27,9 @@ CASES = {
     "small-budget": dict(max_num_batched_tokens=24, max_prefill_chunk=8, max_num_seqs=20),
     "chunk-cap": dict(max_prefill_chunk=32, num_kv_blocks=120, block_size=2),
     "block-1": dict(block_size=1, num_kv_blocks=900),
+    "priority-auto": dict(
+        num_kv_blocks=70, admission=AdmissionOrder.PRIORITY, preemption=PreemptionPolicy.AUTO
+    ),
 }
 
 
@@ -33,19 +37,21 @@ def _no_op(now_s: float) -> None:
     """Watching every step turns the decode group off."""
 
 
-def _run(knobs: dict[str, object], num_seqs: int, watched: bool, seed: int) -> tuple:
-    sampling = SamplingKind.PARALLEL if num_seqs > 1 else SamplingKind.SINGLE
+def _run(knobs: dict[str, object], sampling: SamplingKind, watched: bool, seed: int) -> RunResult:
+    num_seqs = 1 if sampling is SamplingKind.SINGLE else 2
     workload = poisson_workload(120, 40.0, 60, 40, sampling=sampling, num_seqs=num_seqs)
     s = scenario(workload, system(Policy.VLLM_V1, **knobs), seed=seed)
     return simulate(s, on_step=_no_op if watched else None)
 
 
-@pytest.mark.parametrize("num_seqs", [1, 2])
+@pytest.mark.parametrize(
+    "sampling", [SamplingKind.SINGLE, SamplingKind.PARALLEL, SamplingKind.BEAM]
+)
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_grouped_and_per_sequence_runs_agree(case: str, num_seqs: int) -> None:
+def test_grouped_and_per_sequence_runs_agree(case: str, sampling: SamplingKind) -> None:
     for seed in range(2):
-        fast = _run(CASES[case], num_seqs, False, seed)
-        slow = _run(CASES[case], num_seqs, True, seed)
+        fast = _run(CASES[case], sampling, False, seed)
+        slow = _run(CASES[case], sampling, True, seed)
         assert fast.steps.equals(slow.steps)
         assert fast.requests.equals(slow.requests)
         assert fast.summary == slow.summary
@@ -67,7 +73,7 @@ def test_grouped_plans_list_the_same_work(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setattr(RooflineModel, "price", spy)
     for i, watched in enumerate((False, True)):
         current = seen[i]
-        _run(CASES["tight-recompute"], 1, watched, 0)
+        _run(CASES["tight-recompute"], SamplingKind.SINGLE, watched, 0)
     assert seen[0] == seen[1] and len(seen[0]) > 100
 
 
@@ -80,5 +86,5 @@ def test_a_grouped_step_is_actually_taken(monkeypatch: pytest.MonkeyPatch) -> No
         return price(self, plan)
 
     monkeypatch.setattr(RooflineModel, "price", spy)
-    _run(CASES["plain"], 1, False, 0)
+    _run(CASES["plain"], SamplingKind.SINGLE, False, 0)
     assert kinds.count("GroupedStepPlan") > len(kinds) // 2
