@@ -213,6 +213,24 @@ class StepCost(NamedTuple):
         return self.compute_s + self.swap_s + self.copy_s
 
 
+def transfer_costs(
+    plan: StepPlan,
+    block_bytes: int,
+    host_link_bps: float,
+    copy_s_per_copy: float,
+    copy_bytes_per_copy: float,
+) -> tuple[float, float, float]:
+    """(swap_s, copy_s, copy_bytes) of a plan's KV moves, which every execution model prices
+    alike: swapped blocks queue on the host link; copy-on-write copies read and write HBM."""
+    num_copies = len(plan.copies)
+    num_swap_blocks = plan.num_swap_in_blocks + plan.num_swap_out_blocks
+    return (
+        num_swap_blocks * block_bytes / host_link_bps,
+        num_copies * copy_s_per_copy,
+        float(num_copies * copy_bytes_per_copy),
+    )
+
+
 class ExecutionModel(Protocol):
     """Prices a StepPlan. Implementations: roofline (analytic) and profile (measured)."""
 

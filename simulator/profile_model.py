@@ -37,7 +37,7 @@ from typing import Any
 from simulator.catalog import GPUSpec, KVDtype, ModelSpec
 from simulator.config import ExecutionConfig
 from simulator.errors import InputError
-from simulator.plan import StepCost, StepPlan
+from simulator.plan import StepCost, StepPlan, transfer_costs
 from simulator.roofline import RooflineModel
 
 PROFILE_SCHEMA = "pagesim-profile"
@@ -281,15 +281,15 @@ class ProfileModel:
     def price(self, plan: StepPlan) -> StepCost:
         """Seconds, FLOPs and HBM bytes of one step (see the module docstring)."""
         work = plan.work
-        num_swap_blocks = plan.num_swap_in_blocks + plan.num_swap_out_blocks
-        num_copies = len(plan.copies)
-        swap_s = num_swap_blocks * self.block_bytes / self._host_link_bps
-        copy_s = num_copies * self._copy_s_per_copy
-        copy_bytes = num_copies * self._copy_bytes_per_copy
+        swap_s, copy_s, copy_bytes = transfer_costs(
+            plan,
+            self.block_bytes,
+            self._host_link_bps,
+            self._copy_s_per_copy,
+            self._copy_bytes_per_copy,
+        )
         if not work:
-            if not num_swap_blocks and not num_copies:
-                return StepCost(0.0, 0.0, 0.0, 0.0, 0.0)
-            return StepCost(0.0, swap_s, copy_s, 0.0, float(copy_bytes))
+            return StepCost(0.0, swap_s, copy_s, 0.0, copy_bytes)
         self.num_steps_priced += 1
 
         num_context = sum(map(_CONTEXT_LEN, work))

@@ -58,12 +58,11 @@ from operator import itemgetter
 from simulator.catalog import GPUSpec, KVDtype, ModelSpec
 from simulator.config import ExecutionConfig
 from simulator.errors import InputError
-from simulator.plan import SeqWork, StepCost, StepPlan
+from simulator.plan import SeqWork, StepCost, StepPlan, transfer_costs
 
 ACTIVATION_BYTES = 2  # fp16/bf16 activations
 WEIGHT_BYTES = 2  # fp16/bf16 weights
 
-_ZERO = StepCost(0.0, 0.0, 0.0, 0.0, 0.0)
 _IS_PREFILL = itemgetter(4)  # SeqWork.is_prefill
 
 
@@ -173,15 +172,15 @@ class RooflineModel:
     def price(self, plan: StepPlan) -> StepCost:
         """Seconds, FLOPs and HBM bytes of one step (see the module docstring for the model)."""
         num_seqs = plan.num_seqs
-        num_swap_blocks = plan.num_swap_in_blocks + plan.num_swap_out_blocks
-        num_copies = len(plan.copies)
-        swap_s = num_swap_blocks * self.block_bytes / self._host_link_bps
-        copy_s = num_copies * self._copy_s_per_copy
-        copy_bytes = num_copies * self._copy_bytes_per_copy
+        swap_s, copy_s, copy_bytes = transfer_costs(
+            plan,
+            self.block_bytes,
+            self._host_link_bps,
+            self._copy_s_per_copy,
+            self._copy_bytes_per_copy,
+        )
         if not num_seqs:
-            if not num_swap_blocks and not num_copies:
-                return _ZERO
-            return StepCost(0.0, swap_s, copy_s, 0.0, float(copy_bytes))
+            return StepCost(0.0, swap_s, copy_s, 0.0, copy_bytes)
 
         # Sums over all sequences come from the plan (a grouped plan has them in closed form);
         # the Python loop runs only over prefills, which every plan lists one by one.
