@@ -199,11 +199,6 @@ def simulate(
     return result
 
 
-def simulate_all(scenario: Scenario, **kwargs: object) -> list[RunResult]:
-    """Every system of the scenario on the same workload (same seed)."""
-    return [simulate(scenario, system, **kwargs) for system in scenario.systems]  # type: ignore[arg-type]
-
-
 def _stall_message(scheduler: Scheduler, now_s: float) -> str:
     running, waiting, swapped = scheduler.queue_lengths()
     return (

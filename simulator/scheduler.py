@@ -83,7 +83,6 @@ class Scheduler(ABC):
         self.system = system
         self.max_seq_len = max_seq_len
         self.arrivals_done = False
-        self.now_s = 0.0
 
     # -- engine API -------------------------------------------------------------------------
     @abstractmethod
