@@ -116,7 +116,9 @@ class VllmV0Scheduler(PagedScheduler):
             return False
         self.swapped.popleft()
         step.swap_in += self._swap_in(group, now_s)
-        self._grow(group, 1, False, step.copies)
+        # One token per sequence: a decode, or the next prompt token of a group swapped out in
+        # the middle of a chunked prefill (which must not produce an output token yet).
+        self._grow(group, 1, group.is_prefilling, step.copies)
         return True
 
 
