@@ -89,15 +89,7 @@ class DecodeGroup:
     def crossing(self) -> list[Group]:
         """Members whose token this step needs a new block. The caller either gives each its
         block (`grow`) or releases every member."""
-        due: list[Group] = []
-        calendar = self._cross
-        joined = self._joined
-        while calendar and calendar[0][0] <= self.step:
-            _, _, group, j = heapq.heappop(calendar)
-            state = joined.get(group)
-            if state is not None and state[0] == j:  # else stale: it left (and maybe rejoined)
-                due.append(group)
-        return due
+        return self._pop_due(self._cross)
 
     def grow(self, crossing: list[Group]) -> None:
         """Each crossing member takes a new block (the pool has them) and stays a member."""
@@ -119,7 +111,10 @@ class DecodeGroup:
         """A step completed: every member gained a token. Returns the members that finished
         (released, their last token produced)."""
         self.step += 1
-        return self._pop_due(self._finish)
+        due = self._pop_due(self._finish)
+        for group in due:
+            self.release(group)
+        return due
 
     def others(self, items: Iterable[T], groups: Iterable[Group] | None = None) -> list[T]:
         """The items whose group (`groups`, in step; `items` itself by default) is no member:
@@ -132,13 +127,13 @@ class DecodeGroup:
             self.release(group)
 
     def _pop_due(self, calendar: list[tuple[int, int, Group, int]]) -> list[Group]:
+        """The members whose event in `calendar` falls due by this step, in calendar order."""
         due: list[Group] = []
         joined = self._joined
         while calendar and calendar[0][0] <= self.step:
             _, _, group, j = heapq.heappop(calendar)
             state = joined.get(group)
             if state is not None and state[0] == j:  # else stale: it left (and maybe rejoined)
-                self.release(group)
                 due.append(group)
         return due
 
