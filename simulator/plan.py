@@ -107,12 +107,13 @@ class StepPlan:
 
     @property
     def num_seqs(self) -> int:
-        return len(self.work)
+        """Sequences in `work` (from the counts: a `GroupedStepPlan` builds `work` lazily)."""
+        return self.num_prefill_seqs + self.num_decode_seqs
 
     @property
     def is_empty(self) -> bool:
         """Nothing to compute and nothing to move: the engine idles until an arrival."""
-        return not self.work and not self.num_swap_out_blocks and not self.num_swap_in_blocks
+        return not self.num_seqs and not self.num_swap_out_blocks and not self.num_swap_in_blocks
 
 
 _CONTEXT_LEN = itemgetter(3)  # SeqWork.context_len
@@ -171,14 +172,6 @@ class GroupedStepPlan(StepPlan):
     @property
     def num_context_tokens(self) -> int:
         return self._num_context_tokens
-
-    @property
-    def num_seqs(self) -> int:
-        return self.num_prefill_seqs + self.num_decode_seqs
-
-    @property
-    def is_empty(self) -> bool:
-        return not self.num_seqs and not self.num_swap_out_blocks and not self.num_swap_in_blocks
 
     def _merge(self) -> tuple[SeqWork, ...]:
         listed = self._listed
