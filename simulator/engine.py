@@ -154,16 +154,17 @@ def simulate(
         while True:
             plan = scheduler.schedule(env.now)
             if plan.is_empty:
+                wake_at = scheduler.next_wakeup_s(env.now)
+                delay_s = None if wake_at is None or wake_at <= env.now else wake_at - env.now
                 if scheduler.arrivals_done:
                     if not scheduler.has_pending:
                         return
-                    if scheduler.next_wakeup_s(env.now) is None:
+                    if delay_s is None:  # nothing will arrive and no wake-up lies ahead
                         raise StallError(_stall_message(scheduler, env.now))
                 wakeup[0] = env.event()
                 waits: list[simpy.Event] = [wakeup[0]]
-                wake_at = scheduler.next_wakeup_s(env.now)
-                if wake_at is not None and wake_at > env.now:
-                    waits.append(env.timeout(wake_at - env.now))
+                if delay_s is not None:
+                    waits.append(env.timeout(delay_s))
                 yield env.any_of(waits)
                 continue
             cost = execution.price(plan)
