@@ -81,7 +81,7 @@ class Recorder:
         self._ints.extend(_INTS_OF(values))
 
     # -- results ---------------------------------------------------------------------------
-    def request_frame(self, end_s: float) -> pd.DataFrame:
+    def request_frame(self) -> pd.DataFrame:
         rows = []
         slo = self._slo
         for r in self.requests:
@@ -141,7 +141,7 @@ class Recorder:
         scheduler: Scheduler,
         provenance: dict[str, object],
     ) -> RunResult:
-        requests = self.request_frame(end_s)
+        requests = self.request_frame()
         steps = self.step_frame()
         summary = summarize(requests, steps, self._gpu, self._block_bytes)
         summary["duration_s"] = end_s
@@ -187,12 +187,6 @@ def summarize(
     busy_s = float(durations.sum())
     summary["num_steps"] = len(steps)
     summary["busy_s"] = busy_s
-    total_slots = None
-    if len(steps):
-        total_slots = float(
-            steps[["kv_token_slots", "kv_reserved_slots", "kv_internal_frag_slots"]].iloc[0].sum()
-            + steps[["kv_external_frag_slots", "kv_free_slots"]].iloc[0].sum()
-        )
     shares = {
         "kv_token_share": "kv_token_slots",
         "kv_reserved_share": "kv_reserved_slots",
@@ -200,9 +194,11 @@ def summarize(
         "kv_external_frag_share": "kv_external_frag_slots",
         "kv_free_share": "kv_free_slots",
     }
+    # The five parts sum to the KV capacity at every step (MemoryBreakdown): read it off the first.
+    total_slots = float(steps[list(shares.values())].iloc[0].sum()) if len(steps) else None
     for key, column in shares.items():
         summary[key] = (
-            _time_average(steps[column], durations, busy_s) / total_slots if (total_slots) else None
+            _time_average(steps[column], durations, busy_s) / total_slots if total_slots else None
         )
     if total_slots:
         used = (
