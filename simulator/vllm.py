@@ -111,8 +111,12 @@ class VllmV0Scheduler(PagedScheduler):
         group = self.swapped[0]
         if self._num_running_seqs + group.num_seqs > self.system.max_num_seqs:
             return False
-        # Swapping in must also leave room for this step's decode token of every sequence.
-        if not self.kv.can_swap_in(group.seq_ids, self._reserve() + group.num_seqs):
+        # Swapping in must leave room for this step's token of every sequence, and keeps at
+        # least one block spare, as it always did for a lone sequence. (One block per sequence,
+        # asked before, is more than a group sharing a partly filled block may ever find free:
+        # it stayed swapped out and the scheduler stalled.)
+        needed = max(1, self._blocks_to_resume(group))
+        if not self.kv.can_swap_in(group.seq_ids, self._reserve() + needed):
             return False
         self.swapped.popleft()
         step.swap_in += self._swap_in(group, now_s)
@@ -120,6 +124,23 @@ class VllmV0Scheduler(PagedScheduler):
         # the middle of a chunked prefill (which must not produce an output token yet).
         self._grow(group, 1, group.is_prefilling, step.copies)
         return True
+
+    def _blocks_to_resume(self, group: Group) -> int:
+        """GPU blocks a swapped-out group's first step back takes (one token per sequence): a new
+        block where the last is full, a copy-on-write copy for every sequence but one sharing a
+        partly filled last block (swap-in keeps the group's sharing, and only its own)."""
+        kv, bs = self.kv, self.block_size
+        needed = 0
+        partial_last: set[int] = set()
+        for seq_id in group.seq_ids:
+            if kv.num_tokens(seq_id) % bs == 0:
+                needed += 1
+                continue
+            last = kv.block_table(seq_id)[-1]
+            if last in partial_last:
+                needed += 1
+            partial_last.add(last)
+        return needed
 
 
 class VllmV1Scheduler(VllmV0Scheduler):
