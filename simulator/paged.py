@@ -48,7 +48,7 @@ class Group:
     #              prompt + generated tokens)
     num_computed: int = 0  # KV tokens computed per sequence
     hashers: list[SequenceHasher] | None = None  # per sequence, only with prefix caching
-    num_dropped: int = 0  # KV tokens dropped at the last recompute preemption
+    num_dropped: int = 0  # KV tokens (all sequences') dropped at the last recompute preemption
 
     @property
     def is_prefilling(self) -> bool:
@@ -89,7 +89,8 @@ class PagedScheduler(Scheduler):
         self._final_lens: dict[int, int] = {}  # seq id -> KV tokens it holds when finished
         self._next_seq_id = 0
         self._num_running_seqs = 0
-        # Filled by schedule(), consumed by complete(): (group, new tokens per seq, is_prefill).
+        # Reset and filled by schedule() (`_begin_step`), consumed by complete():
+        # (group, new tokens per seq, is_prefill).
         self._scheduled: list[tuple[Group, int, bool]] = []
         # The plan's work, built as groups are scheduled (no second pass), and its counts.
         self._work: list[SeqWork] = []
@@ -159,7 +160,6 @@ class PagedScheduler(Scheduler):
             running = self.running
             for group in finished:  # a few of hundreds: each removal is one C-level scan
                 running.remove(group)
-        self._begin_step()
 
     def _advance_decode_group(self, finished: list[Group], now_s: float) -> None:
         """The group's members each produced a token; lone decoders of this step join it."""
