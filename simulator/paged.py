@@ -237,11 +237,7 @@ class PagedScheduler(Scheduler):
                 f"needs {needed} KV blocks of {self.block_size} tokens at full length; "
                 f"the cache holds {self.kv.num_blocks}"
             )
-        if request.num_seqs > self.system.max_num_seqs:
-            return (
-                f"decodes {request.num_seqs} sequences; max_num_seqs is {self.system.max_num_seqs}"
-            )
-        return None
+        return self._too_many_seqs_reason(request)
 
     def _new_seq_id(self) -> int:
         self._next_seq_id += 1

@@ -63,6 +63,8 @@ class ReservingScheduler(Scheduler):
                 f"reserves {need} contiguous KV slots ({self.system.reservation.value} "
                 f"reservation); the cache holds {self.kv.num_slots}"
             )
+        # Else it would wait forever: no batch may hold its sequences.
+        reason = reason or self._too_many_seqs_reason(request)
         if reason is not None:
             request.reject(reason, now_s)
             return

@@ -145,6 +145,13 @@ class Scheduler(ABC):
             )
         return None
 
+    def _too_many_seqs_reason(self, request: Request) -> str | None:
+        if request.num_seqs > self.system.max_num_seqs:
+            return (
+                f"decodes {request.num_seqs} sequences; max_num_seqs is {self.system.max_num_seqs}"
+            )
+        return None
+
     @staticmethod
     def _finish(request: Request, now_s: float) -> None:
         request.transition(RequestStatus.FINISHED, now_s)
