@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import typer
+from gpu_helpers import gpu_skip_reason
 from sim_helpers import poisson_workload, system
 from typer.testing import CliRunner
 
@@ -328,20 +329,7 @@ def test_cli_errors_are_input_errors(tmp_path: Path, extra: list[str], message: 
 # ---------------------------------------------------------------- GPU (CuPy)
 
 
-def _gpu_reason() -> str | None:
-    try:
-        import cupy
-    except ImportError:
-        return "CuPy is not installed (pip install 'pagesim[gpu]')"
-    try:
-        if cupy.cuda.runtime.getDeviceCount() < 1:
-            return "no CUDA GPU"
-    except Exception as exc:  # no driver
-        return f"no usable CUDA GPU: {exc}"
-    return None
-
-
-GPU_REASON = _gpu_reason()
+GPU_REASON = gpu_skip_reason()
 
 
 @pytest.mark.gpu

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from gpu_helpers import gpu_skip_reason
 
 from calibration.reference import (
     bf16_bits_to_float,
@@ -27,21 +28,7 @@ from calibration.reference import (
 )
 from simulator.catalog import ModelSpec, count_params, get_gpu, get_model
 
-
-def _gpu_reason() -> str | None:
-    try:
-        import cupy
-    except ImportError:
-        return "CuPy is not installed (pip install 'pagesim[gpu]')"
-    try:
-        if cupy.cuda.runtime.getDeviceCount() < 1:
-            return "no CUDA GPU"
-    except Exception as exc:  # no driver
-        return f"no usable CUDA GPU: {exc}"
-    return None
-
-
-REASON = _gpu_reason()
+REASON = gpu_skip_reason()
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(REASON is not None, reason=REASON or "")]
 
 TOLERANCE = {"fp16": 2e-3, "bf16": 1e-2}
