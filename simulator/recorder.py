@@ -143,12 +143,10 @@ class Recorder:
     ) -> RunResult:
         requests = self.request_frame()
         steps = self.step_frame()
-        summary = summarize(requests, steps, self._gpu, self._block_bytes)
-        summary["duration_s"] = end_s
+        summary = summarize(requests, steps, self._block_bytes, end_s)
         summary["kv_capacity_tokens"] = scheduler.kv_capacity_slots
         hit_rate = scheduler.prefix_hit_rate()
         summary["prefix_hit_rate"] = None if hit_rate is None else float(hit_rate)
-        _add_rates(summary, requests, end_s)
         return RunResult(scenario, system, requests, steps, summary, provenance)
 
 
@@ -163,10 +161,11 @@ def _stats(prefix: str, values: pd.Series) -> dict[str, float | None]:
 
 
 def summarize(
-    requests: pd.DataFrame, steps: pd.DataFrame, gpu: GPUSpec, block_bytes: int
+    requests: pd.DataFrame, steps: pd.DataFrame, block_bytes: int, end_s: float
 ) -> dict[str, float | int | str | None]:
-    """Scalars of a run. Latency statistics over finished requests that arrived after warm-up;
-    time averages (memory shares, utilizations) weighted by step duration over busy time."""
+    """Scalars of a run that ended at `end_s`. Latency statistics and rates over finished requests
+    that arrived after warm-up; time averages (memory shares, utilizations) weighted by step
+    duration over busy time."""
     window = requests[requests["in_window"]]
     finished = window[window["status"] == "finished"]
     summary: dict[str, float | int | str | None] = {
@@ -224,6 +223,8 @@ def summarize(
     summary["swap_time_s"] = float(steps["swap_s"].sum())
     summary["num_recomputed_tokens"] = int(requests["num_recomputed_tokens"].sum())
     summary["num_cow_copies"] = int(steps["num_cow_copies"].sum())
+    summary["duration_s"] = end_s
+    _add_rates(summary, window, finished, end_s)
     return summary
 
 
@@ -233,9 +234,8 @@ def _time_average(values: pd.Series, durations: np.ndarray, busy_s: float) -> fl
     return float(np.dot(values.to_numpy(dtype=float), durations) / busy_s)
 
 
-def _add_rates(summary: dict, requests: pd.DataFrame, end_s: float) -> None:
-    window = requests[requests["in_window"]]
-    finished = window[window["status"] == "finished"]
+def _add_rates(summary: dict, window: pd.DataFrame, finished: pd.DataFrame, end_s: float) -> None:
+    """Throughput and goodput per second from the first in-window arrival to the end."""
     span = end_s - (window["arrival_s"].min() if len(window) else 0.0)
     if span <= 0:
         span = end_s
