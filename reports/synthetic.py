@@ -157,6 +157,7 @@ def _steps(
             "slot_utilization": util,
             "mfu": 0.03 + 0.35 * util * rng.uniform(0.8, 1.0, num_steps),
             "mbu": 0.2 + 0.6 * util * rng.uniform(0.9, 1.0, num_steps),
+            "row_steps": 1,
         }
     )[list(STEP_COLUMNS)]
 

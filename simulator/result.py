@@ -60,6 +60,9 @@ STEP_COLUMNS: dict[str, str] = {
     "slot_utilization": "useful batch slots / batch capacity",
     "mfu": "model FLOPs / (peak FLOP/s x duration)",
     "mbu": "HBM bytes / (peak bandwidth x duration)",
+    "row_steps": "engine steps the row stands for: 1, unless a long run's table was compacted "
+    "(then times and counts are sums over its steps, states and utilizations their "
+    "duration-weighted means)",
 }
 
 KV_CATEGORIES: dict[str, str] = {
