@@ -386,16 +386,21 @@ def bench_sim(
         typer.Option(help="Instead of a trace: this many ShareGPT-like Poisson requests."),
     ] = None,
     rate: Annotated[float, typer.Option(help="Arrival rate for --synthetic (req/s).")] = 8.0,
+    against: Annotated[
+        str | None,
+        typer.Option(
+            help="A git revision to time beside this tree (before/after, alternating runs)."
+        ),
+    ] = None,
+    repeat: Annotated[int, typer.Option(help="Runs per side with --against; best kept.")] = 2,
 ) -> None:
     """Time the simulator: replay a trace (or --synthetic N requests) on Llama-2-7B / A100-80GB.
 
-    Prints wall time, simulated requests, tokens and steps per wall second, and peak RSS.
-    Example: pagesim bench sim --synthetic 100000 --rate 8
+    Prints wall time, simulated requests, tokens and steps per wall second, and peak RSS; with
+    --against REV, the same for git revision REV and this tree, and their ratio.
+    Example: pagesim bench sim --synthetic 100000 --rate 8 --against HEAD~5
     """
-    import resource
-
     from simulator.bench import sharegpt_scenario, trace_replay_scenario
-    from simulator.engine import simulate
 
     if synthetic is not None:
         scenario = sharegpt_scenario(synthetic, rate, policy)
@@ -403,6 +408,15 @@ def bench_sim(
     else:
         scenario = trace_replay_scenario(trace, requests, policy)
         label = trace
+    if against is not None:
+        trace_arg = str(Path(trace).resolve()) if Path(trace).is_file() else trace
+        args = {"synthetic": synthetic, "rate": rate, "policy": policy}
+        _bench_against(label, against, args | {"trace": trace_arg, "requests": requests}, repeat)
+        return
+    import resource
+
+    from simulator.engine import simulate
+
     start = time.perf_counter()
     result = simulate(scenario)
     wall_s = time.perf_counter() - start
@@ -416,6 +430,48 @@ def bench_sim(
         f"in {wall_s:.2f} s wall; {num_requests / wall_s:,.0f} requests/s, "
         f"{tokens / wall_s:,.0f} tokens/s, {steps:,} steps ({steps / wall_s:,.0f} steps/s); "
         f"peak RSS {peak_mib:,.0f} MiB"
+    )
+
+
+def _bench_against(label: str, revision: str, args: dict[str, object], repeat: int) -> None:
+    from simulator.bench_compare import compare_revisions
+
+    comparison = compare_revisions(revision, args, repeat)
+    typer.echo(
+        f"{label}, {args['policy']}: {revision} (before) vs this tree (after), "
+        f"best of {repeat} alternating runs each, one process per run"
+    )
+    rows = []
+    for name, run in (("before", comparison.before), ("after", comparison.after)):
+        rows.append(
+            {
+                "side": name,
+                "wall": run.wall_s,
+                "req": run.num_requests / run.wall_s,
+                "tok": run.num_tokens / run.wall_s,
+                "steps": run.num_steps / run.wall_s,
+                "rss": run.peak_rss_mib,
+            }
+        )
+    _echo_table(
+        rows,
+        [
+            ("side", "", ""),
+            ("wall", "wall s", ".2f"),
+            ("req", "requests/s", ",.0f"),
+            ("tok", "tokens/s", ",.0f"),
+            ("steps", "steps/s", ",.0f"),
+            ("rss", "peak RSS MiB", ",.0f"),
+        ],
+    )
+    differences = comparison.summary_differences()
+    typer.echo(
+        f"after/before: {comparison.speedup:.2f}x faster, peak RSS x{comparison.memory_ratio:.2f}; "
+        + (
+            "summaries agree (rel 1e-9)"
+            if not differences
+            else f"summaries differ in {len(differences)} keys: " + "; ".join(differences[:5])
+        )
     )
 
 

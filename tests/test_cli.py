@@ -144,6 +144,21 @@ def test_bench_sim_prints_speed_and_memory(capsys: pytest.CaptureFixture[str]) -
     assert bad.exit_code == 2 and "valid: static, orca, vllm-v0, vllm-v1" in bad.err
 
 
+def test_bench_sim_against_a_revision_prints_both_sides_and_the_ratio(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # HEAD's committed tree against the working tree: the same simulator, so the same answers.
+    both = run_cli(capsys, "bench", "sim", "--requests", "60", "--against", "HEAD", "--repeat", "1")
+    assert both.exit_code == 0, both.err
+    lines = both.out.splitlines()
+    assert lines[0].startswith("azure-conv, vllm-v1: HEAD (before) vs this tree (after)")
+    assert lines[2].startswith("before") and lines[3].startswith("after")
+    assert "x faster" in lines[4] and "summaries agree (rel 1e-9)" in lines[4]
+    bad = run_cli(capsys, "bench", "sim", "--requests", "5", "--against", "no-such-rev-1")
+    assert bad.exit_code == 2 and "--against: git worktree add" in bad.err
+    assert "Traceback" not in bad.err
+
+
 def test_calibrate_on_cpu_then_run_a_scenario_priced_by_the_profile(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
