@@ -1,7 +1,7 @@
 """The per-step table of a run, bounded in memory, and the step totals the summary needs.
 
 A run of a million requests takes millions of steps; a row each would grow without bound (176 B a
-step, gigabytes over a long trace). So steps are buffered raw in chunks; each chunk adds to exact
+step, gigabytes over a long trace). So steps are buffered raw in chunks; each chunk adds to
 running totals (`StepTotals`, everything the summary reads) and is then stored as rows. Once the
 stored rows pass `max_rows`, neighbouring rows merge in pairs and later chunks are stored
 `row_steps` steps to a row: memory stays under ~`max_rows` rows however long the run. A merged
@@ -60,7 +60,7 @@ _AVERAGED = tuple((name, _COL[name]) for name in (*KV_CATEGORIES, "slot_utilizat
 
 @dataclass
 class StepTotals:
-    """Exact totals over every step of a run, merged rows or not: what `summarize` reads.
+    """Totals over every step of a run, whether or not its rows merge: what `summarize` reads.
 
     `weighted[c]` is sum over steps of column c x duration, `plain[c]` the unweighted sum, for the
     KV categories and the utilizations.
