@@ -88,6 +88,7 @@ from simulator.config import (
 )
 from simulator.errors import InputError, choices_text
 from simulator.request import SamplingKind
+from simulator.trace_files import ARRIVAL_COLUMN, BUILTIN_TRACES, OUTPUT_COLUMN, PROMPT_COLUMN
 
 __all__ = [
     "BUILTIN_DIR",
@@ -110,15 +111,6 @@ __all__ = [
 _ROOT = Path(__file__).resolve().parent.parent
 BUILTIN_DIR = _ROOT / "scenarios"  # the scenario library (shipped as package data)
 PROFILE_DIR = _ROOT / "calibration" / "profiles"  # measured profiles found by bare file name
-TRACE_DIR = Path(__file__).resolve().parent / "data"
-BUILTIN_TRACES: dict[str, Path] = {
-    "azure-conv": TRACE_DIR / "azure_conv_2023.csv",
-    "azure-code": TRACE_DIR / "azure_code_2023.csv",
-    "arxiv-summarization": TRACE_DIR / "arxiv_summarization.csv",
-}
-ARRIVAL_COLUMN = "arrived_at"  # trace columns, as in the Azure traces (simulator/data/README.md)
-PROMPT_COLUMN = "num_prefill_tokens"
-OUTPUT_COLUMN = "num_decode_tokens"
 
 MAX_COUNT = 10**9  # upper bound of counts and token lengths: big enough, small enough to compute
 MAX_AXES = 2

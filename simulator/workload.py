@@ -32,15 +32,9 @@ import pandas as pd
 from simulator.config import ArrivalKind, ArrivalProcess, LengthDist, LengthKind, WorkloadConfig
 from simulator.errors import InputError, choices_text
 from simulator.request import Request, SamplingKind
+from simulator.trace_files import ARRIVAL_COLUMN, BUILTIN_TRACES, OUTPUT_COLUMN, PROMPT_COLUMN
 
-DATA_DIR = Path(__file__).parent / "data"
-BUILTIN_TRACES: dict[str, Path] = {
-    "azure-conv": DATA_DIR / "azure_conv_2023.csv",
-    "azure-code": DATA_DIR / "azure_code_2023.csv",
-    "arxiv-summarization": DATA_DIR / "arxiv_summarization.csv",
-}
-ARRIVAL_COLUMN = "arrived_at"  # seconds
-TRACE_COLUMNS = {"prompt": "num_prefill_tokens", "output": "num_decode_tokens"}
+TRACE_COLUMNS = {"prompt": PROMPT_COLUMN, "output": OUTPUT_COLUMN}
 CHUNK_SIZE = 4096  # requests whose random numbers are drawn together
 MAX_TOKENS = 2**40  # lognormal draws are clipped here so the cast to int64 never wraps
 PREFIX_SEGMENT = 1  # prompt_segments keys: (PREFIX_SEGMENT, group) is shared by a whole group,
