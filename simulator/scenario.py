@@ -45,7 +45,7 @@ import math
 import os
 import re
 import tomllib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, fields, replace
 from datetime import date, datetime, time
 from enum import Enum
@@ -53,7 +53,6 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from simulator.catalog import (
-    GB,
     GIB,
     GPUS,
     MODELS,
@@ -67,7 +66,6 @@ from simulator.catalog import (
 )
 from simulator.config import (
     SLO,
-    AdmissionOrder,
     ArrivalKind,
     ArrivalProcess,
     ExecutionConfig,
@@ -78,16 +76,24 @@ from simulator.config import (
     Policy,
     PreemptionPolicy,
     PrefixGroup,
-    Reservation,
     Scenario,
     StopConfig,
     SweepAxis,
     SystemConfig,
-    VictimPolicy,
     WorkloadConfig,
 )
 from simulator.errors import InputError, choices_text
 from simulator.request import SamplingKind
+from simulator.scenario_schema import (
+    GPU_FIGURES,
+    LENGTH_USES,
+    MAX_AXES,
+    MAX_COUNT,
+    MAX_SWEEP_POINTS,
+    SCHEMA,
+    SYSTEM_READERS,
+    Schema,
+)
 from simulator.trace_files import ARRIVAL_COLUMN, BUILTIN_TRACES, OUTPUT_COLUMN, PROMPT_COLUMN
 
 __all__ = [
@@ -112,64 +118,8 @@ _ROOT = Path(__file__).resolve().parent.parent
 BUILTIN_DIR = _ROOT / "scenarios"  # the scenario library (shipped as package data)
 PROFILE_DIR = _ROOT / "calibration" / "profiles"  # measured profiles found by bare file name
 
-MAX_COUNT = 10**9  # upper bound of counts and token lengths: big enough, small enough to compute
-MAX_AXES = 2
-MAX_SWEEP_POINTS = 10_000
 MAX_FILE_BYTES = 16 * 2**20  # a scenario file
 MAX_TRACE_BYTES = 512 * 2**20
-
-# --- the schema: the valid keys of every table (a table -> dict; [[array]] -> [dict]) -------
-
-# Every [[systems]] key but name, with how to read it (config.py's SystemConfig fields).
-_SYSTEM_READERS: dict[str, Callable[[_Table, str], Any]] = {
-    "policy": lambda t, k: t.choice(k, Policy),
-    "block_size": lambda t, k: t.integer(k, hi=1 << 20),
-    "max_num_seqs": lambda t, k: t.integer(k, hi=1 << 20),
-    "max_num_batched_tokens": lambda t, k: t.integer(k),
-    "max_prefill_chunk": lambda t, k: t.integer(k),
-    "reservation": lambda t, k: t.choice(k, Reservation),
-    "preemption": lambda t, k: t.choice(k, PreemptionPolicy),
-    "victim": lambda t, k: t.choice(k, VictimPolicy),
-    "admission": lambda t, k: t.choice(k, AdmissionOrder),
-    "enable_prefix_cache": lambda t, k: t.flag(k),
-    "watermark": lambda t, k: t.fraction(k, hi_open=True),
-    "gpu_memory_utilization": lambda t, k: t.fraction(k, lo_open=True),
-    "activation_reserve_gib": lambda t, k: t.number(k, hi=1e5),
-    "swap_space_gib": lambda t, k: t.number(k, hi=1e5),
-    "static_batch_size": lambda t, k: t.integer(k, hi=1 << 20),
-    "static_batch_timeout_s": lambda t, k: t.number(k, hi=1e9),
-    "num_kv_blocks": lambda t, k: t.integer(k),
-}
-
-
-def _keys(names: str) -> dict[str, None]:
-    return dict.fromkeys(names.split())
-
-
-_LENGTH_KEYS = _keys("kind value low high mean cv trace path column")
-_Schema = dict[str, Any]
-SCHEMA: _Schema = {
-    **_keys("name description seed"),
-    "model": _keys("preset config kv_dtype tensor_parallel"),
-    "gpu": _keys("preset name memory_gib mem_bandwidth_gbps fp16_tflops host_link_gbps"),
-    "execution": _keys(
-        "kind profile gemm_efficiency attention_bw_efficiency weight_bw_efficiency "
-        "step_overhead_s allreduce_bw_gbps"
-    ),
-    "workload": {
-        **_keys("num_requests trace trace_offset time_scale sampling num_seqs"),
-        "arrival": _keys("kind rate_per_s cv"),
-        "prompt": _LENGTH_KEYS,
-        "output": _LENGTH_KEYS,
-        "prefix_groups": [_keys("num_tokens fraction")],
-        "requests": [_keys("prompt_len output_len arrival_s priority")],
-    },
-    "defaults": dict.fromkeys(_SYSTEM_READERS),
-    "systems": [dict.fromkeys(("name", *_SYSTEM_READERS))],
-    "slo": _keys("ttft_s tpot_s"),
-    "stop": _keys("max_time_s warmup_s"),
-    "sweep": _keys("axes"),
-}
 
 
 class ScenarioError(InputError):
@@ -281,7 +231,7 @@ def _range_text(lo: float, hi: float, lo_open: bool = False, hi_open: bool = Fal
 class _Table:
     """One TOML table of the scenario: checks its keys, reads typed values with paths for errors."""
 
-    def __init__(self, ctx: _Ctx, key: str, data: object, schema: _Schema) -> None:
+    def __init__(self, ctx: _Ctx, key: str, data: object, schema: Schema) -> None:
         if not isinstance(data, dict):
             ctx.fail(key, f"expected a table, got {_described(data)}")
         self.ctx, self.key, self.data, self.schema = ctx, key, data, schema
@@ -518,20 +468,12 @@ def _model(t: _Table) -> ModelSpec:
     return spec
 
 
-_GPU_FIGURES = {  # field -> (upper bound, GPUSpec field, unit in that field)
-    "memory_gib": (1e5, "memory_bytes", GIB),
-    "mem_bandwidth_gbps": (1e6, "mem_bandwidth_bps", GB),
-    "fp16_tflops": (1e6, "fp16_flops", 1e12),
-    "host_link_gbps": (1e5, "host_link_bps", GB),
-}
-
-
 def _gpu(t: _Table) -> GPUSpec:
     figures = {
-        key: t.number(key, None, hi=hi, lo_open=True) for key, (hi, _, _) in _GPU_FIGURES.items()
+        key: t.number(key, None, hi=hi, lo_open=True) for key, (hi, _, _) in GPU_FIGURES.items()
     }
     if not t.has("preset"):
-        missing = [k for k in ("name", *list(_GPU_FIGURES)[:3]) if not t.has(k)]
+        missing = [k for k in ("name", *list(GPU_FIGURES)[:3]) if not t.has(k)]
         if missing:
             t.ctx.fail(
                 t.key,
@@ -539,7 +481,7 @@ def _gpu(t: _Table) -> GPUSpec:
                 f"memory_gib, mem_bandwidth_gbps and fp16_tflops (missing: "
                 f"{choices_text(missing)}; host_link_gbps defaults to 25)",
             )
-        numbers = [figures[k] for k in _GPU_FIGURES]
+        numbers = [figures[k] for k in GPU_FIGURES]
         return custom_gpu(t.text("name"), *numbers[:3], numbers[3] or 25.0)
     name = t.text("preset")
     try:
@@ -549,7 +491,7 @@ def _gpu(t: _Table) -> GPUSpec:
     changes: dict[str, Any] = {"name": t.text("name", gpu.name)}
     for key, value in figures.items():
         if value is not None:  # a preset's datasheet figure replaced, e.g. a 141 GiB H200 as 144
-            _, field, unit = _GPU_FIGURES[key]
+            _, field, unit = GPU_FIGURES[key]
             changes[field] = int(value * unit) if field == "memory_bytes" else value * unit
     return replace(gpu, **changes)
 
@@ -593,19 +535,10 @@ def _execution(t: _Table) -> ExecutionConfig:
     )
 
 
-_LENGTH_USES: dict[LengthKind, tuple[str, ...]] = {
-    LengthKind.FIXED: ("value",),
-    LengthKind.UNIFORM: ("low", "high"),
-    LengthKind.LOGNORMAL: ("mean", "cv"),
-    LengthKind.EMPIRICAL: ("trace", "path", "column"),
-    LengthKind.TRACE: (),
-}
-
-
 def _length(t: _Table, column: str, trace: Path | None, workload_key: str) -> LengthDist:
     """A prompt or output length distribution; `column` is the trace column it defaults to."""
     kind = t.choice("kind", LengthKind)
-    uses = _LENGTH_USES[kind]
+    uses = LENGTH_USES[kind]
     for name in t.data:
         if name != "kind" and name not in uses:
             used = f"it uses: {choices_text(uses)}" if uses else "it takes no other key"
@@ -778,7 +711,7 @@ _PAGED = (Policy.VLLM_V0, Policy.VLLM_V1)
 
 def _systems(top: _Table, scenario: Scenario) -> tuple[SystemConfig, ...]:
     defaults_t = top.table("defaults")
-    defaults = {k: (_SYSTEM_READERS[k](defaults_t, k), defaults_t.path(k)) for k in defaults_t.data}
+    defaults = {k: (SYSTEM_READERS[k](defaults_t, k), defaults_t.path(k)) for k in defaults_t.data}
     tables = top.tables("systems")
     if not tables:
         top.fail("systems", "required: at least one [[systems]] table (name, policy, knobs)")
@@ -792,7 +725,7 @@ def _systems(top: _Table, scenario: Scenario) -> tuple[SystemConfig, ...]:
             )
         seen[name] = t.path("name")
         fields = dict(defaults)
-        fields.update({k: (_SYSTEM_READERS[k](t, k), t.path(k)) for k in t.data if k != "name"})
+        fields.update({k: (SYSTEM_READERS[k](t, k), t.path(k)) for k in t.data if k != "name"})
         if "policy" not in fields:
             valid = choices_text(p.value for p in Policy)
             t.fail("policy", f"required key is missing (here or in [defaults]); valid: {valid}")
@@ -1274,7 +1207,7 @@ def _length_fields(d: LengthDist) -> dict[str, object]:
         fields |= {"trace": d.trace_name} if d.trace_name else {"path": d.path}
         fields["column"] = d.column
     else:
-        fields |= {k: getattr(d, k) for k in _LENGTH_USES[d.kind]}
+        fields |= {k: getattr(d, k) for k in LENGTH_USES[d.kind]}
     return fields
 
 
@@ -1299,7 +1232,7 @@ def describe_scenario(scenario: Scenario, overrides: Sequence[str] = ()) -> str:
     if GPUS.get(g.name) == g:
         out += _lines("[gpu]", {"preset": g.name})
     else:
-        figures = {k: getattr(g, f) / unit for k, (_, f, unit) in _GPU_FIGURES.items()}
+        figures = {k: getattr(g, f) / unit for k, (_, f, unit) in GPU_FIGURES.items()}
         out += _lines("[gpu]", {"name": g.name, **figures})
     e = s.execution
     out += _lines("[execution]", {f: getattr(e, f) for f in SCHEMA["execution"] if f != "profile"})
