@@ -38,19 +38,15 @@ from __future__ import annotations
 
 import copy
 import csv
-import difflib
 import functools
 import itertools
 import math
-import os
 import re
 import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from datetime import date, datetime, time
-from enum import Enum
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 from simulator.catalog import (
     GIB,
@@ -92,9 +88,20 @@ from simulator.scenario_schema import (
     MAX_SWEEP_POINTS,
     SCHEMA,
     SYSTEM_READERS,
-    Schema,
 )
-from simulator.scenario_toml import describe_scenario, toml_key
+from simulator.scenario_table import (
+    REQUIRED,
+    Ctx,
+    ScenarioError,
+    Table,
+    described,
+    display,
+    is_file,
+    number_text,
+    show,
+    suggest,
+)
+from simulator.scenario_toml import describe_scenario
 from simulator.trace_files import ARRIVAL_COLUMN, BUILTIN_TRACES, OUTPUT_COLUMN, PROMPT_COLUMN
 
 __all__ = [
@@ -121,224 +128,6 @@ PROFILE_DIR = _ROOT / "calibration" / "profiles"  # measured profiles found by b
 
 MAX_FILE_BYTES = 16 * 2**20  # a scenario file
 MAX_TRACE_BYTES = 512 * 2**20
-
-
-class ScenarioError(InputError):
-    """An InputError about one key of a scenario; `key` lets callers say which override set it."""
-
-    def __init__(self, label: str, key: str, problem: str) -> None:
-        message = f"{label}: {key}: {problem}" if key else f"{label}: {problem}"
-        super().__init__(_CONTROL.sub(lambda m: repr(m[0])[1:-1], message))  # always one line
-        self.label, self.key, self.problem = label, key, problem
-
-
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-
-
-# --- describing values in messages ---------------------------------------------------------
-
-_TOML_TYPES: tuple[tuple[type, str], ...] = (
-    (bool, "boolean"),
-    (int, "integer"),
-    (float, "float"),
-    (str, "string"),
-    (list, "array"),
-    (dict, "table"),
-    (datetime, "datetime"),
-    (date, "date"),
-    (time, "time"),
-)
-
-
-def _type_name(value: object) -> str:
-    for cls, name in _TOML_TYPES:
-        if isinstance(value, cls):
-            return name
-    return type(value).__name__
-
-
-def _show(value: object, limit: int = 60) -> str:
-    """A short TOML-like rendering of a value for a message (never fails, never huge)."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int) and value.bit_length() > 96:  # str() of a huge int is refused
-        return f"<an integer of about {int(value.bit_length() * 0.30103)} digits>"
-    if isinstance(value, list):
-        text = "[" + ", ".join(_show(v, 20) for v in value[:4]) + (", ...]" if value[4:] else "]")
-    elif isinstance(value, dict):
-        items = [f"{k} = {_show(v, 20)}" for k, v in list(value.items())[:3]]
-        text = "{ " + ", ".join(items) + (", ... }" if len(value) > 3 else " }")
-    else:
-        text = repr(value) if isinstance(value, str | int | float) else str(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _described(value: object) -> str:
-    return f"{_type_name(value)} {_show(value)}"
-
-
-def _suggest(word: str, choices: Sequence[str]) -> str:
-    close = difflib.get_close_matches(word, choices, n=1)
-    return f" (did you mean {close[0]!r}?)" if close else ""
-
-
-def _display(path: Path) -> str:
-    """A path as a person would type it: relative to the working directory when inside it."""
-    try:
-        return str(path.resolve().relative_to(Path.cwd()))
-    except (ValueError, OSError, RuntimeError):
-        return str(path)
-
-
-def _is_file(path: Path) -> bool:
-    try:
-        return path.is_file()
-    except (OSError, ValueError):  # name too long, embedded NUL byte...
-        return False
-
-
-# --- reading one table ---------------------------------------------------------------------
-
-_REQUIRED: Any = object()
-
-
-@dataclass(frozen=True)
-class _Ctx:
-    label: str  # the file, as messages name it
-    base_dir: Path  # relative paths in the file resolve against this
-
-    def fail(self, key: str, problem: str) -> NoReturn:
-        raise ScenarioError(self.label, key, problem)
-
-    def resolve(self, text: str) -> Path:
-        try:
-            path = Path(os.path.expanduser(text))
-        except (ValueError, KeyError, RuntimeError):  # "~user\0..." and the like
-            path = Path(text)
-        return path if path.is_absolute() else self.base_dir / path
-
-
-def _num(x: float) -> str:
-    if isinstance(x, int) or (x.is_integer() and abs(x) < 1e16):
-        return str(int(x))
-    return f"{x:g}"
-
-
-def _range_text(lo: float, hi: float, lo_open: bool = False, hi_open: bool = False) -> str:
-    return f"in {'(' if lo_open else '['}{_num(lo)}, {_num(hi)}{')' if hi_open else ']'}"
-
-
-class _Table:
-    """One TOML table of the scenario: checks its keys, reads typed values with paths for errors."""
-
-    def __init__(self, ctx: _Ctx, key: str, data: object, schema: Schema) -> None:
-        if not isinstance(data, dict):
-            ctx.fail(key, f"expected a table, got {_described(data)}")
-        self.ctx, self.key, self.data, self.schema = ctx, key, data, schema
-        for name in data:
-            if name not in schema:
-                valid = list(schema)
-                ctx.fail(
-                    self.path(str(name)),
-                    f"unknown key {str(name)!r}{_suggest(str(name), valid)}; "
-                    f"valid keys here: {choices_text(valid)}",
-                )
-
-    def path(self, name: str) -> str:
-        return f"{self.key}.{toml_key(name)}" if self.key else toml_key(name)
-
-    def fail(self, name: str, problem: str) -> NoReturn:
-        self.ctx.fail(self.path(name), problem)
-
-    def has(self, name: str) -> bool:
-        return name in self.data
-
-    def _get(self, name: str, default: Any, expected: str) -> Any:
-        if name in self.data:
-            return self.data[name]
-        if default is _REQUIRED:
-            self.fail(name, f"required key is missing ({expected})")
-        return default
-
-    def text(self, name: str, default: Any = _REQUIRED, allow_empty: bool = False) -> Any:
-        value = self._get(name, default, "a string")
-        if value is default:
-            return value
-        if not isinstance(value, str):
-            self.fail(name, f"expected a string, got {_described(value)}")
-        if not value.strip() and not allow_empty:
-            self.fail(name, "must not be empty")
-        return value
-
-    def flag(self, name: str, default: Any = _REQUIRED) -> Any:
-        value = self._get(name, default, "true or false")
-        if value is not default and not isinstance(value, bool):
-            self.fail(name, f"expected true or false, got {_described(value)}")
-        return value
-
-    def integer(self, name: str, default: Any = _REQUIRED, lo: int = 1, hi: int = MAX_COUNT) -> Any:
-        rng = _range_text(lo, hi)
-        value = self._get(name, default, f"an integer {rng}")
-        if value is default:
-            return value
-        if isinstance(value, bool) or not isinstance(value, int):
-            self.fail(name, f"expected an integer {rng}, got {_described(value)}")
-        if not lo <= value <= hi:
-            self.fail(name, f"must be {rng}, got {_show(value)}")
-        return value
-
-    def number(
-        self,
-        name: str,
-        default: Any = _REQUIRED,
-        lo: float = 0.0,
-        hi: float = 1e12,
-        lo_open: bool = False,
-        hi_open: bool = False,
-    ) -> Any:
-        """A float (an integer is accepted and converted); finite and inside its range."""
-        rng = _range_text(lo, hi, lo_open, hi_open)
-        value = self._get(name, default, f"a number {rng}")
-        if value is default:
-            return value
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            self.fail(name, f"expected a number {rng}, got {_described(value)}")
-        if isinstance(value, float) and not math.isfinite(value):
-            self.fail(name, f"must be a finite number {rng}, got {_show(value)}")
-        # Every float is bounded above too: no inf, no overflow further down.
-        too_low = value <= lo if lo_open else value < lo
-        too_high = value >= hi if hi_open else value > hi
-        if too_low or too_high:
-            self.fail(name, f"must be {rng}, got {_show(value)}")
-        return float(value)
-
-    def fraction(self, name: str, default: Any = _REQUIRED, **kw: Any) -> Any:
-        return self.number(name, default, lo=0.0, hi=1.0, **kw)
-
-    def choice(self, name: str, enum: type[Enum], default: Any = _REQUIRED) -> Any:
-        valid = choices_text(m.value for m in enum)
-        value = self._get(name, default, f"one of: {valid}")
-        if value is default:
-            return value
-        if not isinstance(value, str):
-            self.fail(name, f"expected a string (one of: {valid}), got {_described(value)}")
-        for member in enum:
-            if member.value == value.lower():
-                return member
-        self.fail(name, f"unknown {name.replace('_', ' ')} {value!r}; valid: {valid}")
-
-    def table(self, name: str, required: bool = False) -> _Table:
-        if name not in self.data and required:
-            self.fail(name, f"required table [{self.path(name)}] is missing")
-        return _Table(self.ctx, self.path(name), self.data.get(name, {}), self.schema[name])
-
-    def tables(self, name: str) -> list[_Table]:
-        """The entries of an array of tables ([[name]]); [] when absent."""
-        items = self.data.get(name, [])
-        if not isinstance(items, list):
-            self.fail(name, f"expected an array of tables ([[{name}]]), got {_described(items)}")
-        schema = self.schema[name][0]
-        return [_Table(self.ctx, f"{self.path(name)}[{i}]", d, schema) for i, d in enumerate(items)]
 
 
 # --- traces (CSV files with the Azure traces' columns) --------------------------------------
@@ -394,11 +183,11 @@ def _read_csv(path: str, _mtime_ns: int, _size: int) -> _Csv | str:
 
 
 def _csv(
-    ctx: _Ctx, key: str, path: Path, tokens: Sequence[str] = (), times: Sequence[str] = ()
+    ctx: Ctx, key: str, path: Path, tokens: Sequence[str] = (), times: Sequence[str] = ()
 ) -> _Csv:
     """A CSV that parses, with rows, whose `tokens` columns hold whole numbers >= 1 and whose
     `times` columns hold finite, non-decreasing times."""
-    shown = _display(path)
+    shown = display(path)
     try:
         stat = path.stat()
     except (OSError, ValueError):
@@ -423,13 +212,13 @@ def _csv(
     return info
 
 
-def _trace_file(t: _Table, name: str) -> tuple[str | None, Path]:
+def _trace_file(t: Table, name: str) -> tuple[str | None, Path]:
     """(built-in name or None, CSV path) of a built-in trace name or a CSV path."""
     text = t.text(name)
     if text.lower() in BUILTIN_TRACES:
         return text.lower(), BUILTIN_TRACES[text.lower()]
     path = t.ctx.resolve(text)
-    if not _is_file(path):
+    if not is_file(path):
         t.fail(
             name,
             f"unknown trace {text!r}: neither a built-in trace "
@@ -441,7 +230,7 @@ def _trace_file(t: _Table, name: str) -> tuple[str | None, Path]:
 # --- the sections --------------------------------------------------------------------------
 
 
-def _model(t: _Table) -> ModelSpec:
+def _model(t: Table) -> ModelSpec:
     if t.has("preset") == t.has("config"):
         t.ctx.fail(
             t.key,
@@ -455,20 +244,20 @@ def _model(t: _Table) -> ModelSpec:
         except InputError as exc:
             t.fail("preset", str(exc))
     path = t.ctx.resolve(t.text("config"))
-    if not _is_file(path):
-        t.fail("config", f"no such model config file {_display(path)!r}")
+    if not is_file(path):
+        t.fail("config", f"no such model config file {display(path)!r}")
     try:
-        spec = load_hf_config(_display(path))  # the catalog's messages name the path given
+        spec = load_hf_config(display(path))  # the catalog's messages name the path given
     except InputError as exc:
         t.fail("config", str(exc))
     except (RecursionError, ValueError, TypeError, OverflowError, AttributeError) as exc:
-        t.fail("config", f"{_display(path)}: unusable config.json ({type(exc).__name__}: {exc})")
+        t.fail("config", f"{display(path)}: unusable config.json ({type(exc).__name__}: {exc})")
     if min(spec.num_layers, spec.num_heads, spec.head_dim, spec.hidden_size, spec.num_params) < 1:
-        t.fail("config", f"{_display(path)}: the shapes give a layer, head or size of 0")
+        t.fail("config", f"{display(path)}: the shapes give a layer, head or size of 0")
     return spec
 
 
-def _gpu(t: _Table) -> GPUSpec:
+def _gpu(t: Table) -> GPUSpec:
     figures = {
         key: t.number(key, None, hi=hi, lo_open=True) for key, (hi, _, _) in GPU_FIGURES.items()
     }
@@ -496,21 +285,21 @@ def _gpu(t: _Table) -> GPUSpec:
     return replace(gpu, **changes)
 
 
-def _profile_path(t: _Table) -> Path:
+def _profile_path(t: Table) -> Path:
     text = t.text("profile")
     path = t.ctx.resolve(text)
-    if _is_file(path):
+    if is_file(path):
         return path
-    candidates = [_display(path)]
+    candidates = [display(path)]
     if "/" not in text and "\\" not in text:
         installed = PROFILE_DIR / text
-        if _is_file(installed):
+        if is_file(installed):
             return installed
-        candidates.append(_display(installed))
+        candidates.append(display(installed))
     t.fail("profile", f"no such profile file {text!r} (looked for {' and '.join(candidates)})")
 
 
-def _execution(t: _Table) -> ExecutionConfig:
+def _execution(t: Table) -> ExecutionConfig:
     kind = t.choice("kind", ExecutionKind, ExecutionKind.ROOFLINE)
     if kind is ExecutionKind.PROFILE and not t.has("profile"):
         t.fail("profile", 'required key is missing: kind = "profile" needs a profile file')
@@ -535,7 +324,7 @@ def _execution(t: _Table) -> ExecutionConfig:
     )
 
 
-def _length(t: _Table, column: str, trace: Path | None, workload_key: str) -> LengthDist:
+def _length(t: Table, column: str, trace: Path | None, workload_key: str) -> LengthDist:
     """A prompt or output length distribution; `column` is the trace column it defaults to."""
     kind = t.choice("kind", LengthKind)
     uses = LENGTH_USES[kind]
@@ -585,7 +374,7 @@ _GENERATOR_KEYS = tuple(
 )
 
 
-def _workload(t: _Table, max_seq_len: int) -> WorkloadConfig:
+def _workload(t: Table, max_seq_len: int) -> WorkloadConfig:
     sampling = t.choice("sampling", SamplingKind, SamplingKind.SINGLE)
     num_seqs = t.integer("num_seqs", 1, hi=1024)
     if sampling is SamplingKind.SINGLE and num_seqs > 1:
@@ -622,14 +411,14 @@ def _workload(t: _Table, max_seq_len: int) -> WorkloadConfig:
         for name in ("trace_offset", "time_scale"):
             if t.has(name):
                 t.fail(name, "only used with workload.trace")
-    num_requests = t.integer("num_requests", None if trace_path else _REQUIRED)
+    num_requests = t.integer("num_requests", None if trace_path else REQUIRED)
     offset = t.integer("trace_offset", 0, lo=0)
 
     arrival_t = t.table("arrival")
     if not t.has("arrival"):
         if trace_path is None:
             t.fail("arrival", "required table [workload.arrival] is missing")
-        arrival_t = _Table(t.ctx, arrival_t.key, {"kind": "trace"}, arrival_t.schema)
+        arrival_t = Table(t.ctx, arrival_t.key, {"kind": "trace"}, arrival_t.schema)
     arrival = _arrival(arrival_t, t, trace_path)
     if t.has("time_scale") and arrival.kind is not ArrivalKind.TRACE:
         t.fail("time_scale", 'only used with [workload.arrival] kind = "trace"')
@@ -639,7 +428,7 @@ def _workload(t: _Table, max_seq_len: int) -> WorkloadConfig:
         if not t.has(role):
             if trace_path is None:
                 t.fail(role, f"required table [workload.{role}] is missing")
-            sub = _Table(t.ctx, sub.key, {"kind": "trace"}, sub.schema)
+            sub = Table(t.ctx, sub.key, {"kind": "trace"}, sub.schema)
         lengths.append(_length(sub, column, trace_path, t.key))
     if trace_path is not None:
         _check_trace_use(t, trace_path, offset, num_requests, arrival, *lengths)
@@ -665,7 +454,7 @@ def _workload(t: _Table, max_seq_len: int) -> WorkloadConfig:
 
 
 def _check_trace_use(
-    t: _Table,
+    t: Table,
     path: Path,
     offset: int,
     num_requests: int | None,
@@ -680,7 +469,7 @@ def _check_trace_use(
     info = _csv(t.ctx, t.path("trace"), path, tokens=[PROMPT_COLUMN, OUTPUT_COLUMN])
     if ARRIVAL_COLUMN in info.columns:
         _csv(t.ctx, t.path("trace"), path, times=[ARRIVAL_COLUMN])
-    shown = _display(path)
+    shown = display(path)
     if offset >= info.num_rows:
         t.fail("trace_offset", f"must be < {info.num_rows}, the rows of {shown!r}")
     if num_requests is not None and offset + num_requests > info.num_rows:
@@ -691,7 +480,7 @@ def _check_trace_use(
         )
 
 
-def _arrival(t: _Table, workload: _Table, trace: Path | None) -> ArrivalProcess:
+def _arrival(t: Table, workload: Table, trace: Path | None) -> ArrivalProcess:
     kind = t.choice("kind", ArrivalKind)
     uses_rate = kind in (ArrivalKind.POISSON, ArrivalKind.GAMMA, ArrivalKind.CONSTANT)
     if t.has("rate_per_s") and not uses_rate:
@@ -709,7 +498,7 @@ def _arrival(t: _Table, workload: _Table, trace: Path | None) -> ArrivalProcess:
 _PAGED = (Policy.VLLM_V0, Policy.VLLM_V1)
 
 
-def _systems(top: _Table, scenario: Scenario) -> tuple[SystemConfig, ...]:
+def _systems(top: Table, scenario: Scenario) -> tuple[SystemConfig, ...]:
     defaults_t = top.table("defaults")
     defaults = {k: (SYSTEM_READERS[k](defaults_t, k), defaults_t.path(k)) for k in defaults_t.data}
     tables = top.tables("systems")
@@ -736,7 +525,7 @@ def _systems(top: _Table, scenario: Scenario) -> tuple[SystemConfig, ...]:
 
 
 def _check_system(
-    ctx: _Ctx, s: SystemConfig, where: dict[str, str], key: str, scenario: Scenario
+    ctx: Ctx, s: SystemConfig, where: dict[str, str], key: str, scenario: Scenario
 ) -> None:
     """Combinations of knobs (with the workload, model and GPU) that cannot work."""
 
@@ -782,18 +571,16 @@ def _check_system(
             )
 
 
-def _sweep(t: _Table) -> tuple[SweepAxis, ...]:
+def _sweep(t: Table) -> tuple[SweepAxis, ...]:
     axes_raw = t.data.get("axes", [])
     if not isinstance(axes_raw, list):
-        t.fail(
-            "axes", f"expected an array of {{ path, values }} tables, got {_described(axes_raw)}"
-        )
+        t.fail("axes", f"expected an array of {{ path, values }} tables, got {described(axes_raw)}")
     if len(axes_raw) > MAX_AXES:
         t.fail("axes", f"at most {MAX_AXES} axes, got {len(axes_raw)}")
     axes: list[SweepAxis] = []
     schema = {"path": None, "values": None}
     for i, item in enumerate(axes_raw):
-        a = _Table(t.ctx, f"{t.path('axes')}[{i}]", item, schema)
+        a = Table(t.ctx, f"{t.path('axes')}[{i}]", item, schema)
         path = a.text("path")
         try:
             check_path(path)
@@ -803,7 +590,7 @@ def _sweep(t: _Table) -> tuple[SweepAxis, ...]:
             a.fail("path", "a sweep axis cannot change [sweep] itself")
         values = a.data.get("values")
         if not isinstance(values, list) or not values:
-            got = "nothing" if values is None else _described(values)
+            got = "nothing" if values is None else described(values)
             a.fail("values", f"expected a non-empty array of values, got {got}")
         if len(values) > MAX_SWEEP_POINTS:
             a.fail("values", f"at most {MAX_SWEEP_POINTS} values, got {len(values)}")
@@ -823,11 +610,11 @@ def parse_scenario(raw: dict[str, Any], source: Path | None = None) -> Scenario:
 
 
 def _parse(raw: object, source: Path | None, check_sweep: bool) -> Scenario:
-    label = _display(source) if source is not None else "<scenario>"
-    ctx = _Ctx(label, source.absolute().parent if source is not None else Path.cwd())
+    label = display(source) if source is not None else "<scenario>"
+    ctx = Ctx(label, source.absolute().parent if source is not None else Path.cwd())
     if not isinstance(raw, dict):
-        ctx.fail("", f"a scenario must be a TOML table, got {_described(raw)}")
-    top = _Table(ctx, "", raw, SCHEMA)
+        ctx.fail("", f"a scenario must be a TOML table, got {described(raw)}")
+    top = Table(ctx, "", raw, SCHEMA)
     model_t = top.table("model", required=True)
     model = _model(model_t)
     tp = model_t.integer("tensor_parallel", 1, hi=1024)
@@ -841,7 +628,7 @@ def _parse(raw: object, source: Path | None, check_sweep: bool) -> Scenario:
         warmup_s=stop_t.number("warmup_s", 0.0, hi=1e9),
     )
     if stop.max_time_s is not None and stop.warmup_s >= stop.max_time_s:
-        stop_t.fail("warmup_s", f"must be < max_time_s ({_num(stop.max_time_s)})")
+        stop_t.fail("warmup_s", f"must be < max_time_s ({number_text(stop.max_time_s)})")
     scenario = Scenario(
         name=top.text("name", source.stem if source is not None else "scenario"),
         model=model,
@@ -869,7 +656,7 @@ def _parse(raw: object, source: Path | None, check_sweep: bool) -> Scenario:
                 _parse(point, source, check_sweep=False)
             except ScenarioError as exc:
                 key = f"{exc.key}: " if exc.key else ""
-                problem = f"{axis.path} = {_show(value)}: {key}{exc.problem}"
+                problem = f"{axis.path} = {show(value)}: {key}{exc.problem}"
                 ctx.fail(f"sweep.axes[{i}].values[{j}]", problem)
     return scenario
 
@@ -900,8 +687,7 @@ def check_path(path: str) -> list[tuple[str, int | None]]:
         if key not in node:
             here = f"in {where}" if where else "at the top level"
             raise InputError(
-                f"unknown key {key!r}{_suggest(key, list(node))} {here}; "
-                f"valid: {choices_text(node)}"
+                f"unknown key {key!r}{suggest(key, list(node))} {here}; valid: {choices_text(node)}"
             )
         node = node[key]
         where = f"{where}.{key}" if where else key
@@ -912,14 +698,14 @@ def check_path(path: str) -> list[tuple[str, int | None]]:
     return segments
 
 
-def _with_value(raw: dict[str, Any], path: str, value: object, ctx: _Ctx, what: str) -> Any:
+def _with_value(raw: dict[str, Any], path: str, value: object, ctx: Ctx, what: str) -> Any:
     """A deep copy of `raw` with `path` set to `value` (in every entry of an unindexed array)."""
     raw = copy.deepcopy(raw)
     _set(raw, path, value, ctx, what)
     return raw
 
 
-def _set(raw: dict[str, Any], path: str, value: object, ctx: _Ctx, what: str) -> list[str]:
+def _set(raw: dict[str, Any], path: str, value: object, ctx: Ctx, what: str) -> list[str]:
     """Set `path` to `value` in `raw` in place; returns the concrete keys set (for messages)."""
     try:
         segments = check_path(path)
@@ -944,7 +730,7 @@ def _set(raw: dict[str, Any], path: str, value: object, ctx: _Ctx, what: str) ->
                 if child is None:
                     child = table[key] = {}
                 if not isinstance(child, dict):
-                    ctx.fail("", f"{what}: {here} is {_described(child)} in the file, not a table")
+                    ctx.fail("", f"{what}: {here} is {described(child)} in the file, not a table")
                 following.append((child, here))
                 continue
             if not isinstance(child, list) or not child:
@@ -959,7 +745,7 @@ def _set(raw: dict[str, Any], path: str, value: object, ctx: _Ctx, what: str) ->
                     child[i] = copy.deepcopy(value)
                     following.append((child, f"{here}[{i}]"))
                 elif not isinstance(child[i], dict):
-                    ctx.fail("", f"{what}: {here}[{i}] is {_described(child[i])}, not a table")
+                    ctx.fail("", f"{what}: {here}[{i}] is {described(child[i])}, not a table")
                 else:
                     following.append((child[i], f"{here}[{i}]"))
         targets = following
@@ -1000,7 +786,7 @@ def parse_param(text: str) -> SweepAxis:
 
 
 def _apply_overrides(
-    raw: dict[str, Any], overrides: Sequence[str], ctx: _Ctx
+    raw: dict[str, Any], overrides: Sequence[str], ctx: Ctx
 ) -> tuple[dict[str, Any], list[tuple[str, list[str]]]]:
     raw = copy.deepcopy(raw)
     applied = []
@@ -1029,7 +815,7 @@ def _blame(exc: ScenarioError, applied: Sequence[tuple[str, list[str]]]) -> Scen
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
-    ctx = _Ctx(_display(path), path.parent)
+    ctx = Ctx(display(path), path.parent)
     try:
         if path.stat().st_size > MAX_FILE_BYTES:
             ctx.fail("", f"larger than {MAX_FILE_BYTES >> 20} MiB: not a scenario file")
@@ -1052,11 +838,11 @@ def _read_toml(path: Path) -> dict[str, Any]:
 def resolve_scenario(name_or_path: str | Path) -> Path:
     """A scenario file: an existing path, or the name of a built-in (with or without .toml)."""
     path = Path(name_or_path)
-    if _is_file(path):
+    if is_file(path):
         return path
     stem = str(name_or_path).removesuffix(".toml")
     builtin = BUILTIN_DIR / f"{stem}.toml"
-    if "/" not in stem and "\\" not in stem and _is_file(builtin):
+    if "/" not in stem and "\\" not in stem and is_file(builtin):
         return builtin
     names = choices_text(name for name, _ in list_builtin())
     raise InputError(
@@ -1081,7 +867,7 @@ def load_scenario(path: Path | str, overrides: Sequence[str] = ()) -> Scenario:
     """Read, override and validate a scenario file (or a built-in by name)."""
     path = resolve_scenario(path)
     raw = _read_toml(path)
-    raw, applied = _apply_overrides(raw, overrides, _Ctx(_display(path), path.parent))
+    raw, applied = _apply_overrides(raw, overrides, Ctx(display(path), path.parent))
     try:
         return _parse(raw, path, check_sweep=True)
     except ScenarioError as exc:
@@ -1103,7 +889,7 @@ def expand_sweep(
     if params:
         axes = [*(axes or ()), *(parse_param(text) for text in params)]
     path = resolve_scenario(path)
-    ctx = _Ctx(_display(path), path.parent)
+    ctx = Ctx(display(path), path.parent)
     raw, applied = _apply_overrides(_read_toml(path), overrides, ctx)
     try:
         base = _parse(raw, path, check_sweep=axes is None)
@@ -1127,7 +913,7 @@ def expand_sweep(
         try:
             points.append((point, _parse(point_raw, path, check_sweep=False)))
         except ScenarioError as exc:
-            where = ", ".join(f"{k} = {_show(v)}" for k, v in point.items())
+            where = ", ".join(f"{k} = {show(v)}" for k, v in point.items())
             raise ScenarioError(
                 exc.label, exc.key, f"{_blame(exc, applied).problem} (at sweep point {where})"
             ) from None

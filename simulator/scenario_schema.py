@@ -22,14 +22,14 @@ from simulator.config import (
 )
 
 if TYPE_CHECKING:
-    from simulator.scenario import _Table
+    from simulator.scenario_table import Table
 
 MAX_COUNT = 10**9  # upper bound of counts and token lengths: big enough, small enough to compute
 MAX_AXES = 2
 MAX_SWEEP_POINTS = 10_000
 
 # Every [[systems]] key but name, with how to read it (config.py's SystemConfig fields).
-SYSTEM_READERS: dict[str, Callable[[_Table, str], Any]] = {
+SYSTEM_READERS: dict[str, Callable[[Table, str], Any]] = {
     "policy": lambda t, k: t.choice(k, Policy),
     "block_size": lambda t, k: t.integer(k, hi=1 << 20),
     "max_num_seqs": lambda t, k: t.integer(k, hi=1 << 20),
