@@ -37,14 +37,12 @@ parse as one (`2`, `2.5`, `true`, `"x"`, `[1, 2]`, `{ kind = "burst" }`), else b
 from __future__ import annotations
 
 import copy
-import csv
-import functools
 import itertools
 import math
 import re
 import tomllib
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -102,6 +100,7 @@ from simulator.scenario_table import (
     suggest,
 )
 from simulator.scenario_toml import describe_scenario
+from simulator.scenario_traces import check_csv, trace_file
 from simulator.trace_files import ARRIVAL_COLUMN, BUILTIN_TRACES, OUTPUT_COLUMN, PROMPT_COLUMN
 
 __all__ = [
@@ -127,104 +126,6 @@ BUILTIN_DIR = _ROOT / "scenarios"  # the scenario library (shipped as package da
 PROFILE_DIR = _ROOT / "calibration" / "profiles"  # measured profiles found by bare file name
 
 MAX_FILE_BYTES = 16 * 2**20  # a scenario file
-MAX_TRACE_BYTES = 512 * 2**20
-
-
-# --- traces (CSV files with the Azure traces' columns) --------------------------------------
-
-
-@dataclass(frozen=True)
-class _Csv:
-    columns: tuple[str, ...]
-    num_rows: int
-    not_tokens: dict[str, str]  # column -> its first cell that is not a whole number >= 1
-    not_times: dict[str, str]  # column -> its first cell that is not a finite, non-decreasing time
-
-
-def _cell_problems(cell: str, last: float) -> tuple[bool, bool, float]:
-    """(is not a token count, is not a time after `last`, the cell as a number)."""
-    try:
-        number = float(cell)
-    except ValueError:
-        return True, True, last
-    is_finite = math.isfinite(number)
-    return not (is_finite and number >= 1 and number.is_integer()), not number >= last, number
-
-
-@functools.lru_cache(maxsize=32)
-def _read_csv(path: str, _mtime_ns: int, _size: int) -> _Csv | str:
-    """Header, row count and each column's first bad cell of a CSV file, or why it is unreadable."""
-    try:
-        with open(path, encoding="utf-8", newline="") as file:
-            rows = csv.reader(file)
-            header = tuple(c.strip() for c in next(rows, ()))
-            if not header:
-                return "is empty"
-            not_tokens: dict[str, str] = {}
-            not_times: dict[str, str] = {}
-            last = dict.fromkeys(header, -math.inf)
-            num_rows = 0
-            for row in rows:
-                if not row:
-                    continue  # a blank line
-                num_rows += 1
-                if len(row) < len(header):
-                    return f"line {rows.line_num} has {len(row)} fields, the header {len(header)}"
-                for column, cell in zip(header, row, strict=False):
-                    bad_tokens, bad_time, last[column] = _cell_problems(cell, last[column])
-                    where = f"line {rows.line_num} holds {cell[:30]!r}"
-                    if bad_tokens:
-                        not_tokens.setdefault(column, where)
-                    if bad_time:
-                        not_times.setdefault(column, where)
-    except (OSError, UnicodeDecodeError, csv.Error) as exc:
-        return f"cannot be read as a CSV file ({exc})"
-    return _Csv(header, num_rows, not_tokens, not_times)
-
-
-def _csv(
-    ctx: Ctx, key: str, path: Path, tokens: Sequence[str] = (), times: Sequence[str] = ()
-) -> _Csv:
-    """A CSV that parses, with rows, whose `tokens` columns hold whole numbers >= 1 and whose
-    `times` columns hold finite, non-decreasing times."""
-    shown = display(path)
-    try:
-        stat = path.stat()
-    except (OSError, ValueError):
-        ctx.fail(key, f"no such file {shown!r}")
-    if stat.st_size > MAX_TRACE_BYTES:
-        ctx.fail(key, f"{shown!r} is larger than {MAX_TRACE_BYTES >> 20} MiB")
-    info = _read_csv(str(path), stat.st_mtime_ns, stat.st_size)
-    if isinstance(info, str):
-        ctx.fail(key, f"{shown!r} {info}")
-    if info.num_rows == 0:
-        ctx.fail(key, f"{shown!r} has no rows")
-    for columns, problems, wanted in (
-        (tokens, info.not_tokens, "a whole number of tokens >= 1"),
-        (times, info.not_times, "a finite time at or after the previous row's"),
-    ):
-        for column in columns:
-            if column not in info.columns:
-                have = choices_text(info.columns)
-                ctx.fail(key, f"{shown!r} has no column {column!r}; it has: {have}")
-            if column in problems:
-                ctx.fail(key, f"{shown!r} column {column!r}: {problems[column]}, not {wanted}")
-    return info
-
-
-def _trace_file(t: Table, name: str) -> tuple[str | None, Path]:
-    """(built-in name or None, CSV path) of a built-in trace name or a CSV path."""
-    text = t.text(name)
-    if text.lower() in BUILTIN_TRACES:
-        return text.lower(), BUILTIN_TRACES[text.lower()]
-    path = t.ctx.resolve(text)
-    if not is_file(path):
-        t.fail(
-            name,
-            f"unknown trace {text!r}: neither a built-in trace "
-            f"({choices_text(BUILTIN_TRACES)}) nor an existing CSV file",
-        )
-    return None, path
 
 
 # --- the sections --------------------------------------------------------------------------
@@ -358,13 +259,13 @@ def _length(t: Table, column: str, trace: Path | None, workload_key: str) -> Len
         path, trace_name = BUILTIN_TRACES[name], name
     else:
         path, trace_name = t.ctx.resolve(t.text("path")), None
-    info = _csv(t.ctx, t.path("trace" if trace_name else "path"), path)
+    info = check_csv(t.ctx, t.path("trace" if trace_name else "path"), path)
     if not t.has("column") and column not in info.columns:
         t.fail(
             "column", f"required key is missing; the file's columns: {choices_text(info.columns)}"
         )
     chosen = t.text("column", column)
-    _csv(t.ctx, t.path("column"), path, tokens=[chosen])
+    check_csv(t.ctx, t.path("column"), path, tokens=[chosen])
     return LengthDist(kind, path=path, trace_name=trace_name, column=chosen)
 
 
@@ -406,7 +307,7 @@ def _workload(t: Table, max_seq_len: int) -> WorkloadConfig:
         t.fail("requests", "must hold at least one request when given")
     trace_name, trace_path = None, None
     if t.has("trace"):
-        trace_name, trace_path = _trace_file(t, "trace")
+        trace_name, trace_path = trace_file(t, "trace")
     else:
         for name in ("trace_offset", "time_scale"):
             if t.has(name):
@@ -466,9 +367,9 @@ def _check_trace_use(
     if not is_read:
         t.fail("trace", 'not used: no [workload.arrival|prompt|output] has kind = "trace"')
     # Whatever reads it, the workload reads both token columns, and the times where present.
-    info = _csv(t.ctx, t.path("trace"), path, tokens=[PROMPT_COLUMN, OUTPUT_COLUMN])
+    info = check_csv(t.ctx, t.path("trace"), path, tokens=[PROMPT_COLUMN, OUTPUT_COLUMN])
     if ARRIVAL_COLUMN in info.columns:
-        _csv(t.ctx, t.path("trace"), path, times=[ARRIVAL_COLUMN])
+        check_csv(t.ctx, t.path("trace"), path, times=[ARRIVAL_COLUMN])
     shown = display(path)
     if offset >= info.num_rows:
         t.fail("trace_offset", f"must be < {info.num_rows}, the rows of {shown!r}")
@@ -490,7 +391,7 @@ def _arrival(t: Table, workload: Table, trace: Path | None) -> ArrivalProcess:
     if kind is ArrivalKind.TRACE:
         if trace is None:
             t.fail("kind", 'kind = "trace" needs workload.trace (a trace with timestamps)')
-        _csv(t.ctx, workload.path("trace"), trace, times=[ARRIVAL_COLUMN])
+        check_csv(t.ctx, workload.path("trace"), trace, times=[ARRIVAL_COLUMN])
     rate = t.number("rate_per_s", lo=0.0, hi=1e6, lo_open=True) if uses_rate else 1.0
     return ArrivalProcess(kind, rate, t.number("cv", 1.0, lo=0.0, hi=100.0, lo_open=True))
 
