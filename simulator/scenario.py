@@ -36,10 +36,8 @@ parse as one (`2`, `2.5`, `true`, `"x"`, `[1, 2]`, `{ kind = "burst" }`), else b
 
 from __future__ import annotations
 
-import copy
 import itertools
 import math
-import re
 import tomllib
 from collections.abc import Sequence
 from dataclasses import replace
@@ -78,6 +76,14 @@ from simulator.config import (
 )
 from simulator.errors import InputError, choices_text
 from simulator.request import SamplingKind
+from simulator.scenario_overrides import (
+    apply_overrides,
+    blame,
+    check_path,
+    parse_param,
+    parse_value,
+    with_value,
+)
 from simulator.scenario_schema import (
     GPU_FIGURES,
     LENGTH_USES,
@@ -97,7 +103,6 @@ from simulator.scenario_table import (
     is_file,
     number_text,
     show,
-    suggest,
 )
 from simulator.scenario_toml import describe_scenario
 from simulator.scenario_traces import check_csv, trace_file
@@ -552,7 +557,7 @@ def _parse(raw: object, source: Path | None, check_sweep: bool) -> Scenario:
     scenario = replace(scenario, systems=_systems(top, scenario))
     for i, axis in enumerate(scenario.sweep if check_sweep else ()):
         for j, value in enumerate(axis.values):
-            point = _with_value(raw, axis.path, value, ctx, f"sweep.axes[{i}]")
+            point = with_value(raw, axis.path, value, ctx, f"sweep.axes[{i}]")
             try:
                 _parse(point, source, check_sweep=False)
             except ScenarioError as exc:
@@ -560,156 +565,6 @@ def _parse(raw: object, source: Path | None, check_sweep: bool) -> Scenario:
                 problem = f"{axis.path} = {show(value)}: {key}{exc.problem}"
                 ctx.fail(f"sweep.axes[{i}].values[{j}]", problem)
     return scenario
-
-
-# --- overrides and sweep paths -------------------------------------------------------------
-
-_SEGMENT = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(?:\[(\d{1,6})\])?")
-
-
-def _segments(path: str) -> list[tuple[str, int | None]]:
-    parts = []
-    for part in path.split("."):
-        match = _SEGMENT.fullmatch(part.strip())
-        if match is None:
-            raise InputError(f"{path!r} is not a dotted key like systems[0].block_size")
-        parts.append((match[1], None if match[2] is None else int(match[2])))
-    return parts
-
-
-def check_path(path: str) -> list[tuple[str, int | None]]:
-    """The segments of a dotted key, checked against the schema, or an InputError."""
-    segments = _segments(path)
-    node: Any = SCHEMA
-    where = ""
-    for key, index in segments:
-        if not isinstance(node, dict):
-            raise InputError(f"{where!r} is a value, not a table: nothing inside it to set")
-        if key not in node:
-            here = f"in {where}" if where else "at the top level"
-            raise InputError(
-                f"unknown key {key!r}{suggest(key, list(node))} {here}; valid: {choices_text(node)}"
-            )
-        node = node[key]
-        where = f"{where}.{key}" if where else key
-        if isinstance(node, list):
-            node = node[0]
-        elif index is not None:
-            raise InputError(f"{where!r} is not an array of tables: it takes no [index]")
-    return segments
-
-
-def _with_value(raw: dict[str, Any], path: str, value: object, ctx: Ctx, what: str) -> Any:
-    """A deep copy of `raw` with `path` set to `value` (in every entry of an unindexed array)."""
-    raw = copy.deepcopy(raw)
-    _set(raw, path, value, ctx, what)
-    return raw
-
-
-def _set(raw: dict[str, Any], path: str, value: object, ctx: Ctx, what: str) -> list[str]:
-    """Set `path` to `value` in `raw` in place; returns the concrete keys set (for messages)."""
-    try:
-        segments = check_path(path)
-    except InputError as exc:
-        ctx.fail("", f"{what}: {exc}")
-    targets: list[tuple[dict[str, Any], str]] = [(raw, "")]
-    node: Any = SCHEMA
-    for depth, (key, index) in enumerate(segments):
-        is_last = depth == len(segments) - 1
-        node = node[key]
-        is_array = isinstance(node, list)
-        node = node[0] if is_array else node
-        following: list[tuple[dict[str, Any], str]] = []
-        for table, where in targets:
-            here = f"{where}.{key}" if where else key
-            if is_last and index is None:
-                table[key] = copy.deepcopy(value)
-                following.append((table, here))
-                continue
-            child = table.get(key)
-            if not is_array:
-                if child is None:
-                    child = table[key] = {}
-                if not isinstance(child, dict):
-                    ctx.fail("", f"{what}: {here} is {described(child)} in the file, not a table")
-                following.append((child, here))
-                continue
-            if not isinstance(child, list) or not child:
-                ctx.fail("", f"{what}: the file has no [[{here}]] entries to set")
-            indices = range(len(child)) if index is None else [index]
-            if index is not None and index >= len(child):
-                ctx.fail(
-                    "", f"{what}: {here} has {len(child)} entries (indices 0-{len(child) - 1})"
-                )
-            for i in indices:
-                if is_last:
-                    child[i] = copy.deepcopy(value)
-                    following.append((child, f"{here}[{i}]"))
-                elif not isinstance(child[i], dict):
-                    ctx.fail("", f"{what}: {here}[{i}] is {described(child[i])}, not a table")
-                else:
-                    following.append((child[i], f"{here}[{i}]"))
-        targets = following
-    return [where for _, where in targets]
-
-
-def parse_value(text: str) -> object:
-    """A TOML value when `text` is one (`2`, `2.5`, `true`, `"x"`, `[1, 2]`), else the bare text."""
-    try:
-        table = tomllib.loads(f"v = {text}")
-    except (tomllib.TOMLDecodeError, ValueError, RecursionError):
-        return text
-    return table["v"] if list(table) == ["v"] else text
-
-
-def _split_assignment(text: str, what: str) -> tuple[str, str]:
-    key, sep, value = text.partition("=")
-    if not sep or not key.strip():
-        raise InputError(f"{what} {text!r}: expected dotted.key=value, e.g. systems.block_size=32")
-    return key.strip(), value.strip()
-
-
-def parse_param(text: str) -> SweepAxis:
-    """A sweep axis from `path=v1,v2,...` (CLI `--param`); values parse like override values."""
-    path, values_text = _split_assignment(text, "sweep parameter")
-    try:
-        check_path(path)
-    except InputError as exc:
-        raise InputError(f"sweep parameter {text!r}: {exc}") from None
-    as_array = parse_value(f"[{values_text}]")
-    if isinstance(as_array, list):
-        values = as_array
-    else:
-        values = [parse_value(v.strip()) for v in values_text.split(",") if v.strip()]
-    if not values:
-        raise InputError(f"sweep parameter {text!r}: no values; write path=v1,v2,...")
-    return SweepAxis(path, tuple(values))
-
-
-def _apply_overrides(
-    raw: dict[str, Any], overrides: Sequence[str], ctx: Ctx
-) -> tuple[dict[str, Any], list[tuple[str, list[str]]]]:
-    raw = copy.deepcopy(raw)
-    applied = []
-    for text in overrides:
-        what = f"override {text!r}"
-        try:
-            path, value_text = _split_assignment(text, "override")
-        except InputError as exc:
-            ctx.fail("", str(exc))
-        applied.append((text, _set(raw, path, parse_value(value_text), ctx, what)))
-    return raw, applied
-
-
-def _blame(exc: ScenarioError, applied: Sequence[tuple[str, list[str]]]) -> ScenarioError:
-    """The same error, saying which override set the key it is about (if one did)."""
-    for text, keys in applied:
-        for key in keys:
-            if exc.key == key or exc.key.startswith((key + ".", key + "[")):
-                return ScenarioError(
-                    exc.label, exc.key, f"{exc.problem} (set by override {text!r})"
-                )
-    return exc
 
 
 # --- files ---------------------------------------------------------------------------------
@@ -768,11 +623,11 @@ def load_scenario(path: Path | str, overrides: Sequence[str] = ()) -> Scenario:
     """Read, override and validate a scenario file (or a built-in by name)."""
     path = resolve_scenario(path)
     raw = _read_toml(path)
-    raw, applied = _apply_overrides(raw, overrides, Ctx(display(path), path.parent))
+    raw, applied = apply_overrides(raw, overrides, Ctx(display(path), path.parent))
     try:
         return _parse(raw, path, check_sweep=True)
     except ScenarioError as exc:
-        raise _blame(exc, applied) from None
+        raise blame(exc, applied) from None
 
 
 def expand_sweep(
@@ -791,11 +646,11 @@ def expand_sweep(
         axes = [*(axes or ()), *(parse_param(text) for text in params)]
     path = resolve_scenario(path)
     ctx = Ctx(display(path), path.parent)
-    raw, applied = _apply_overrides(_read_toml(path), overrides, ctx)
+    raw, applied = apply_overrides(_read_toml(path), overrides, ctx)
     try:
         base = _parse(raw, path, check_sweep=axes is None)
     except ScenarioError as exc:
-        raise _blame(exc, applied) from None
+        raise blame(exc, applied) from None
     axes = base.sweep if axes is None else tuple(axes)
     if not axes:
         ctx.fail("sweep", "no axes: add [sweep] axes = [{ path = ..., values = [...] }]")
@@ -810,13 +665,13 @@ def expand_sweep(
         point = dict(zip((a.path for a in axes), values, strict=True))
         point_raw = raw
         for axis_path, value in point.items():
-            point_raw = _with_value(point_raw, axis_path, value, ctx, f"sweep axis {axis_path!r}")
+            point_raw = with_value(point_raw, axis_path, value, ctx, f"sweep axis {axis_path!r}")
         try:
             points.append((point, _parse(point_raw, path, check_sweep=False)))
         except ScenarioError as exc:
             where = ", ".join(f"{k} = {show(v)}" for k, v in point.items())
             raise ScenarioError(
-                exc.label, exc.key, f"{_blame(exc, applied).problem} (at sweep point {where})"
+                exc.label, exc.key, f"{blame(exc, applied).problem} (at sweep point {where})"
             ) from None
     return points
 
