@@ -32,6 +32,11 @@ scenarios/README.md; keys are simulator/config.py field names):
 An override or sweep axis path is a dotted key into that schema: `systems.block_size` sets the
 key in every system, `systems[0].block_size` in one. Override values are TOML values when they
 parse as one (`2`, `2.5`, `true`, `"x"`, `[1, 2]`, `{ kind = "burst" }`), else bare strings.
+
+This module reads the small sections and holds the file-level API; the rest lives beside it:
+scenario_schema (the valid keys and limits), scenario_table (`Table`, `ScenarioError`, values in
+messages), scenario_workload and scenario_systems (the two big sections), scenario_traces (trace
+CSV checks), scenario_overrides (paths, `--set`, `--param`), scenario_toml (`describe_scenario`).
 """
 
 from __future__ import annotations
