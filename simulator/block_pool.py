@@ -100,10 +100,13 @@ class BlockPool:
         free = self._free
         if len(free) < num_blocks:
             return [self.allocate() for _ in range(num_blocks)]
-        blocks = [free.popleft() for _ in range(num_blocks)]
+        popleft = free.popleft
         ref_counts = self._ref_counts
-        for block in blocks:
+        blocks: list[int] = []
+        for _ in range(num_blocks):
+            block = popleft()
             ref_counts[block] = 1
+            blocks.append(block)
         self._num_used += num_blocks
         return blocks
 

@@ -4,13 +4,15 @@ Most of a long run's sequence-steps are single-sequence requests decoding: each 
 slot, commits it and produces one token, and nothing else about the sequence changes until its
 last block fills or it finishes. A member of the group keeps the state it had when it joined
 (its KV tokens n0 and generated tokens g0 at group step j); at group step K it truly holds
-n0 + K - j tokens and has generated g0 + K - j. Two calendars (heaps of group steps) say when a
-member needs attention:
+base + K tokens (base = n0 - j) and has generated g0 + K - j. Two calendars say when a member
+needs attention:
 
-    cross  j + (-n0) % block_size    its next token needs a new block: the step takes one for it
-                                     if the step's blocks all fit (else everyone is handled one
-                                     by one, as room may have to be made); then every block_size
-    finish j + output_len - g0       its last token appears: it leaves
+    cross  every K with (base + K) % block_size == 0    its next token needs a new block: the
+           step takes one for it if the step's blocks all fit (else everyone is handled one by
+           one, as room may have to be made). Periodic, so a member sits in one of block_size
+           buckets (K % block_size) for as long as it stays: no per-crossing calendar work.
+    finish j + output_len - g0                          its last token appears: it leaves (a
+           heap of group steps)
 
 Between events the group's totals follow in closed form from a few running sums, so a step
 costs work proportional to what changes, not to the batch. Leaving (`release`) brings the
@@ -23,18 +25,16 @@ block hashes to extend); the scheduler uses it only when nobody inspects every s
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable
+from collections.abc import Mapping, Sequence
 from itertools import compress
 from operator import not_
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING
 
 from simulator.plan import SeqWork, seq_work_of
 
 if TYPE_CHECKING:
     from simulator.kv_cache import PagedKVCache
     from simulator.paged import Group
-
-T = TypeVar("T")
 
 
 class DecodeGroup:
@@ -45,11 +45,17 @@ class DecodeGroup:
         self.block_size = kv.block_size
         self.step = 0
         # member -> its KV tokens minus the group step: at step K it holds base + K tokens.
+        # Plans keep it as a snapshot (`snapshot_bases`): it is copied before the next change,
+        # which most steps (no member joins or leaves) never make.
         self.bases: dict[Group, int] = {}
-        # member -> (j, n0, g0, final length, cap): cap = min(final length, allocated slots)
-        self._joined: dict[Group, tuple[int, int, int, int, int]] = {}
-        self._cross: list[tuple[int, int, Group, int]] = []  # (step, seq id, member, j)
-        self._finish: list[tuple[int, int, Group, int]] = []
+        self._is_bases_shared = False
+        self._joined: dict[Group, tuple[int, int, int]] = {}  # member -> (j, n0, g0)
+        # By a member's seq id: its final length and cap = min(final length, allocated slots).
+        self._final_lens: dict[int, int] = {}
+        self._caps: dict[int, int] = {}
+        # K % block_size -> {seq id: member} of the members crossing a block boundary at step K.
+        self._crossing_at: list[dict[int, Group]] = [{} for _ in range(self.block_size)]
+        self._finish: list[tuple[int, int, Group, int]] = []  # (step, seq id, member, j)
         self._sum_base = 0  # sum of bases
         self._sum_join = 0  # sum of j
         self._sum_cap = 0  # sum of min(final length, allocated slots)
@@ -66,46 +72,53 @@ class DecodeGroup:
         cap = min(final_len, -(-n0 // bs) * bs)
         assert final_len >= n0 and g0 < group.request.output_len
         seq_id = group.seq_ids[0]
-        self.bases[group] = n0 - j
-        self._joined[group] = (j, n0, g0, final_len, cap)
-        self._sum_base += n0 - j
+        base = n0 - j
+        self._own_bases()[group] = base
+        self._joined[group] = (j, n0, g0)
+        self._final_lens[seq_id] = final_len
+        self._caps[seq_id] = cap
+        self._sum_base += base
         self._sum_join += j
         self._sum_cap += cap
-        heapq.heappush(self._cross, (j + (-n0) % bs, seq_id, group, j))
+        self._crossing_at[-base % bs][seq_id] = group
         heapq.heappush(self._finish, (j + group.request.output_len - g0, seq_id, group, j))
 
     def release(self, group: Group) -> None:
         """Take `group` out, its state brought up to date (the steps it advanced, one by one)."""
-        j, n0, g0, _, cap = self._joined.pop(group)
-        del self.bases[group]
+        seq_id = group.seq_ids[0]
+        j, n0, g0 = self._joined.pop(group)
+        base = self._own_bases().pop(group)
+        del self._crossing_at[-base % self.block_size][seq_id]
+        del self._final_lens[seq_id]
         self._sum_base -= n0 - j
         self._sum_join -= j
-        self._sum_cap -= cap
+        self._sum_cap -= self._caps.pop(seq_id)
         num_steps = self.step - j
         group.num_computed = n0 + num_steps
         group.request.num_generated = g0 + num_steps
-        self.kv.advance_decoded(group.seq_ids[0], num_steps)
+        self.kv.advance_decoded(seq_id, num_steps)
 
-    def crossing(self) -> list[Group]:
-        """Members whose token this step needs a new block. The caller either gives each its
-        block (`grow`) or releases every member."""
-        return self._pop_due(self._cross)
+    def crossing(self) -> list[int]:
+        """Seq ids (ascending) of the members whose token this step needs a new block. The
+        caller either gives each its block (`grow`) or releases every member."""
+        return sorted(self._crossing_at[self.step % self.block_size])
 
-    def grow(self, crossing: list[Group]) -> None:
+    def grow(self, crossing: list[int]) -> None:
         """Each crossing member takes a new block (the pool has them) and stays a member."""
+        if not crossing:
+            return
+        self.kv.reserve_blocks(crossing)
         bs = self.block_size
-        reserve_blocks = self.kv.reserve_blocks
-        joined = self._joined
-        step = self.step
-        reserve_blocks([group.seq_ids[0] for group in crossing])
-        for group in crossing:
-            j, n0, g0, final_len, cap = joined[group]
-            seq_id = group.seq_ids[0]
-            # Its tokens before this step fill its blocks exactly; now one block more.
-            new_cap = min(final_len, n0 + step - j + bs)
-            self._sum_cap += new_cap - cap
-            joined[group] = (j, n0, g0, final_len, new_cap)
-            heapq.heappush(self._cross, (step + bs, seq_id, group, j))
+        caps, final_lens = self._caps, self._final_lens
+        gained = 0
+        for seq_id in crossing:
+            # Its tokens fill its allocated slots (`cap`: below its final length, as it still
+            # computes one more); now one block more.
+            cap = caps[seq_id]
+            new_cap = min(final_lens[seq_id], cap + bs)
+            caps[seq_id] = new_cap
+            gained += new_cap - cap
+        self._sum_cap += gained
 
     def advance(self) -> list[Group]:
         """A step completed: every member gained a token. Returns the members that finished
@@ -116,15 +129,31 @@ class DecodeGroup:
             self.release(group)
         return due
 
-    def others(self, items: Iterable[T], groups: Iterable[Group] | None = None) -> list[T]:
-        """The items whose group (`groups`, in step; `items` itself by default) is no member:
-        filtered in C, as the running list has hundreds of members and a handful of others."""
-        is_member = map(self.bases.__contains__, items if groups is None else groups)
-        return list(compress(items, map(not_, is_member)))
+    def others(self, running: Sequence[Group]) -> list[int]:
+        """Indices in `running` (which holds every member) of the groups that are no member.
+        Most steps have none, known from the counts alone; otherwise filtered in C, as the
+        running list has hundreds of members and a handful of others."""
+        if len(running) == len(self.bases):
+            return []
+        is_member = map(self.bases.__contains__, running)
+        return list(compress(range(len(running)), map(not_, is_member)))
+
+    def snapshot_bases(self) -> Mapping[Group, int]:
+        """`bases` as of now, for a plan to read later: not to be changed by the caller, and
+        copied by the group itself before it next changes."""
+        self._is_bases_shared = True
+        return self.bases
 
     def release_all(self) -> None:
         for group in list(self.bases):
             self.release(group)
+
+    def _own_bases(self) -> dict[Group, int]:
+        """`bases`, ready to change: copied first if a plan holds it as its snapshot."""
+        if self._is_bases_shared:
+            self.bases = dict(self.bases)
+            self._is_bases_shared = False
+        return self.bases
 
     def _pop_due(self, calendar: list[tuple[int, int, Group, int]]) -> list[Group]:
         """The members whose event in `calendar` falls due by this step, in calendar order."""

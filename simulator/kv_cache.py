@@ -325,11 +325,20 @@ class PagedKVCache:
         """Append a fresh GPU block to each sequence's table (in order) ahead of its slots: a
         decode group member's next tokens, counted by `advance_decoded` later. Until then the
         table is longer than its slots (check_invariants would say so)."""
-        seqs = [self._gpu_seq(seq_id) for seq_id in seq_ids]  # all known before any allocation
-        if len(seqs) > self._gpu.num_free_blocks:
-            raise KVCacheError(f"reserving {len(seqs)} blocks, {self._gpu.num_free_blocks} free")
-        for seq, block in zip(seqs, self._gpu.allocate_many(len(seqs)), strict=True):
-            seq.block_table.append(block)
+        # All checked before any allocation; a decode group calls this every step, so the
+        # lookups are inlined (`_gpu_seq` only to raise).
+        seqs = self._seqs
+        tables: list[list[int]] = []
+        for seq_id in seq_ids:
+            seq = seqs.get(seq_id)
+            if seq is None or seq.is_swapped:
+                seq = self._gpu_seq(seq_id)
+            tables.append(seq.block_table)
+        gpu = self._gpu
+        if len(tables) > gpu.num_free_blocks:
+            raise KVCacheError(f"reserving {len(tables)} blocks, {gpu.num_free_blocks} free")
+        for table, block in zip(tables, gpu.allocate_many(len(tables)), strict=True):
+            table.append(block)
 
     def advance_decoded(self, seq_id: int, num_steps: int) -> None:
         """`num_steps` decode steps at once: `append_one_slot` then `commit_one`, `num_steps`
@@ -430,15 +439,34 @@ class PagedKVCache:
 
     # -- accounting ----------------------------------------------------------------------------
 
-    def memory_breakdown(
-        self, final_lens: Mapping[int, int], seq_ids: Iterable[int] | None = None
-    ) -> MemoryBreakdown:
+    @property
+    def num_computed_slots(self) -> int:
+        """GPU slots holding computed KV; a shared block counts once."""
+        return self._num_computed_slots
+
+    def memory_breakdown(self, final_lens: Mapping[int, int]) -> MemoryBreakdown:
         """Split the GPU KV capacity (DESIGN.md "Memory"); shared blocks count once.
 
         `final_lens[seq_id]`: the tokens each live sequence will hold when it finishes. A held
         slot not yet computed is reserved if some holder will still fill it (position < its
         final length), internal fragmentation otherwise. Evictable cached blocks are free.
         Cost: O(live sequences + their not-yet-computed blocks).
+        """
+        bs = self._block_size
+        reserved = self.num_reserved_slots(final_lens)
+        held = self._gpu.num_used_blocks * bs
+        return MemoryBreakdown(
+            token_slots=self._num_computed_slots,
+            reserved_slots=reserved,
+            internal_frag_slots=held - self._num_computed_slots - reserved,
+            external_frag_slots=0,
+            free_slots=self._gpu.num_free_blocks * bs,
+        )
+
+    def num_reserved_slots(
+        self, final_lens: Mapping[int, int], seq_ids: Iterable[int] | None = None
+    ) -> int:
+        """Held, not yet computed slots that some holder will still fill (`memory_breakdown`).
 
         `seq_ids`: walk only these sequences' tails (a caller that accounts for the others'
         reserved slots in closed form, as a decode group does); all live ones by default.
@@ -474,14 +502,7 @@ class PagedKVCache:
             gap = need - computed_slots[block]
             if gap > 0:
                 reserved += gap
-        held = self._gpu.num_used_blocks * bs
-        return MemoryBreakdown(
-            token_slots=self._num_computed_slots,
-            reserved_slots=reserved,
-            internal_frag_slots=held - self._num_computed_slots - reserved,
-            external_frag_slots=0,
-            free_slots=self._gpu.num_free_blocks * bs,
-        )
+        return reserved
 
     def check_invariants(self) -> None:
         """Raise AssertionError if tables, pools and counters disagree (O(blocks); for tests)."""

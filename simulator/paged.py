@@ -188,19 +188,23 @@ class PagedScheduler(Scheduler):
 
     def memory_breakdown(self) -> MemoryBreakdown:
         group_ = self._decode_group
+        kv = self.kv
         if group_ is None or not len(group_):
-            return self.kv.memory_breakdown(self._final_lens)
-        # Members in closed form (DecodeGroup), the others walked by the KV cache.
-        others = [s for g in group_.others(self.running) for s in g.seq_ids]
-        kv = self.kv.memory_breakdown(self._final_lens, others)
-        deferred = group_.num_deferred_computed
+            return kv.memory_breakdown(self._final_lens)
+        # Members in closed form (DecodeGroup), the others' tails walked by the KV cache.
+        running = self.running
+        others = [s for i in group_.others(running) for s in running[i].seq_ids]
         reserved = group_.num_reserved_slots
+        if others:
+            reserved += kv.num_reserved_slots(self._final_lens, others)
+        computed = kv.num_computed_slots + group_.num_deferred_computed
+        bs = self.block_size
         return MemoryBreakdown(
-            token_slots=kv.token_slots + deferred,
-            reserved_slots=kv.reserved_slots + reserved,
-            internal_frag_slots=kv.internal_frag_slots - deferred - reserved,
-            external_frag_slots=kv.external_frag_slots,
-            free_slots=kv.free_slots,
+            token_slots=computed,
+            reserved_slots=reserved,
+            internal_frag_slots=kv.num_used_blocks * bs - computed - reserved,
+            external_frag_slots=0,
+            free_slots=kv.num_free_blocks * bs,
         )
 
     def check_invariants(self) -> None:
@@ -404,15 +408,16 @@ class PagedScheduler(Scheduler):
         group_ = self._decode_group
         if self._is_grouped_step and group_ is not None:
             listed = tuple(work)
-            num_members = len(group_)
+            num_members = len(group_.bases)
             step = group_.step
             seq_work = group_.seq_work
+            num_listed_context = sum(item.context_len for item in listed) if listed else 0
             return GroupedStepPlan(
                 listed,
                 self._running_at_plan,
-                dict(group_.bases),  # a snapshot: members may leave before `work` is read
+                group_.snapshot_bases(),  # members may leave before `work` is read
                 lambda group, base: seq_work(group, base + step),
-                sum(item.context_len for item in listed) + group_.num_context_tokens,
+                num_listed_context + group_.num_context_tokens,
                 preemptions=tuple(preemptions),
                 num_swap_out_blocks=swap_out,
                 num_swap_in_blocks=swap_in,

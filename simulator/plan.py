@@ -144,12 +144,27 @@ class GroupedStepPlan(StepPlan):
         bases: Mapping[Any, int],
         seq_work_of_member: Callable[[Any, int], SeqWork],
         num_context_tokens: int,
-        **fields: object,
+        *,
+        preemptions: tuple[Preemption, ...],
+        num_swap_out_blocks: int,
+        num_swap_in_blocks: int,
+        copies: tuple[BlockCopy, ...],
+        num_prefill_tokens: int,
+        num_decode_tokens: int,
+        num_prefill_seqs: int,
+        num_decode_seqs: int,
     ) -> None:
         # The base is a frozen dataclass whose `work` slot this class replaces by a property.
+        # One plan per engine step: the fields are set one by one, without a loop or a dict.
         set_field = object.__setattr__
-        for name, value in fields.items():
-            set_field(self, name, value)
+        set_field(self, "preemptions", preemptions)
+        set_field(self, "num_swap_out_blocks", num_swap_out_blocks)
+        set_field(self, "num_swap_in_blocks", num_swap_in_blocks)
+        set_field(self, "copies", copies)
+        set_field(self, "num_prefill_tokens", num_prefill_tokens)
+        set_field(self, "num_decode_tokens", num_decode_tokens)
+        set_field(self, "num_prefill_seqs", num_prefill_seqs)
+        set_field(self, "num_decode_seqs", num_decode_seqs)
         set_field(self, "_listed", listed)
         set_field(self, "_running", running)
         set_field(self, "_bases", bases)

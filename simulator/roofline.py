@@ -172,13 +172,16 @@ class RooflineModel:
     def price(self, plan: StepPlan) -> StepCost:
         """Seconds, FLOPs and HBM bytes of one step (see the module docstring for the model)."""
         num_seqs = plan.num_seqs
-        swap_s, copy_s, copy_bytes = transfer_costs(
-            plan,
-            self.block_bytes,
-            self._host_link_bps,
-            self._copy_s_per_copy,
-            self._copy_bytes_per_copy,
-        )
+        if plan.copies or plan.num_swap_in_blocks or plan.num_swap_out_blocks:
+            swap_s, copy_s, copy_bytes = transfer_costs(
+                plan,
+                self.block_bytes,
+                self._host_link_bps,
+                self._copy_s_per_copy,
+                self._copy_bytes_per_copy,
+            )
+        else:  # most steps move no block: what transfer_costs would give, without the call
+            swap_s = copy_s = copy_bytes = 0.0
         if not num_seqs:
             return StepCost(0.0, swap_s, copy_s, 0.0, copy_bytes)
 

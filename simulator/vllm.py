@@ -177,13 +177,13 @@ class VllmV1Scheduler(VllmV0Scheduler):
         members = group_.bases
         if not members:
             return None
-        crossing = group_.crossing()  # members whose token needs a new block this step
+        crossing = group_.crossing()  # seq ids of members whose token needs a new block
         running = self.running
-        others = group_.others(enumerate(running), running)  # (index in running, group)
         # Replay the budget in visiting order: before the n-th other, i - n members took 1 each.
         visits: list[tuple[Group, int, bool]] = []
         spent, needed = 0, len(crossing)
-        for n, (i, group) in enumerate(others):
+        for n, i in enumerate(group_.others(running)):
+            group = running[i]
             available = budget - (i - n) - spent
             if available <= 0:
                 group_.release_all()
