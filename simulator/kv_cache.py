@@ -439,28 +439,38 @@ class PagedKVCache:
 
     # -- accounting ----------------------------------------------------------------------------
 
-    @property
-    def num_computed_slots(self) -> int:
-        """GPU slots holding computed KV; a shared block counts once."""
-        return self._num_computed_slots
-
-    def memory_breakdown(self, final_lens: Mapping[int, int]) -> MemoryBreakdown:
+    def memory_breakdown(
+        self,
+        final_lens: Mapping[int, int],
+        seq_ids: Sequence[int] | None = None,
+        *,
+        num_uncommitted: int = 0,
+        num_reserved_elsewhere: int = 0,
+    ) -> MemoryBreakdown:
         """Split the GPU KV capacity (DESIGN.md "Memory"); shared blocks count once.
 
         `final_lens[seq_id]`: the tokens each live sequence will hold when it finishes. A held
         slot not yet computed is reserved if some holder will still fill it (position < its
         final length), internal fragmentation otherwise. Evictable cached blocks are free.
         Cost: O(live sequences + their not-yet-computed blocks).
+
+        A caller that accounts for some sequences in closed form (a decode group, whose members
+        commit their tokens only when they leave) walks only the others (`seq_ids`) and adds
+        what it knows: `num_uncommitted` computed slots not committed here, and
+        `num_reserved_elsewhere` reserved slots of the sequences not walked.
         """
         bs = self._block_size
-        reserved = self.num_reserved_slots(final_lens)
-        held = self._gpu.num_used_blocks * bs
+        reserved = num_reserved_elsewhere
+        if seq_ids is None or seq_ids:
+            reserved += self.num_reserved_slots(final_lens, seq_ids)
+        computed = self._num_computed_slots + num_uncommitted
+        gpu = self._gpu
         return MemoryBreakdown(
-            token_slots=self._num_computed_slots,
+            token_slots=computed,
             reserved_slots=reserved,
-            internal_frag_slots=held - self._num_computed_slots - reserved,
+            internal_frag_slots=gpu.num_used_blocks * bs - computed - reserved,
             external_frag_slots=0,
-            free_slots=self._gpu.num_free_blocks * bs,
+            free_slots=gpu.num_free_blocks * bs,
         )
 
     def num_reserved_slots(

@@ -188,23 +188,16 @@ class PagedScheduler(Scheduler):
 
     def memory_breakdown(self) -> MemoryBreakdown:
         group_ = self._decode_group
-        kv = self.kv
-        if group_ is None or not len(group_):
-            return kv.memory_breakdown(self._final_lens)
+        if group_ is None or not group_.bases:
+            return self.kv.memory_breakdown(self._final_lens)
         # Members in closed form (DecodeGroup), the others' tails walked by the KV cache.
         running = self.running
-        others = [s for i in group_.others(running) for s in running[i].seq_ids]
-        reserved = group_.num_reserved_slots
-        if others:
-            reserved += kv.num_reserved_slots(self._final_lens, others)
-        computed = kv.num_computed_slots + group_.num_deferred_computed
-        bs = self.block_size
-        return MemoryBreakdown(
-            token_slots=computed,
-            reserved_slots=reserved,
-            internal_frag_slots=kv.num_used_blocks * bs - computed - reserved,
-            external_frag_slots=0,
-            free_slots=kv.num_free_blocks * bs,
+        others = group_.others(running)
+        return self.kv.memory_breakdown(
+            self._final_lens,
+            [s for i in others for s in running[i].seq_ids] if others else (),
+            num_uncommitted=group_.num_deferred_computed,
+            num_reserved_elsewhere=group_.num_reserved_slots,
         )
 
     def check_invariants(self) -> None:

@@ -113,7 +113,12 @@ class StepPlan:
     @property
     def is_empty(self) -> bool:
         """Nothing to compute and nothing to move: the engine idles until an arrival."""
-        return not self.num_seqs and not self.num_swap_out_blocks and not self.num_swap_in_blocks
+        return not (
+            self.num_prefill_seqs
+            or self.num_decode_seqs
+            or self.num_swap_out_blocks
+            or self.num_swap_in_blocks
+        )
 
 
 _CONTEXT_LEN = itemgetter(3)  # SeqWork.context_len
@@ -219,6 +224,10 @@ class StepCost(NamedTuple):
     @property
     def duration_s(self) -> float:
         return self.compute_s + self.swap_s + self.copy_s
+
+
+# Like `seq_work_of`: a StepCost from one tuple of its five fields, built in C (one per step).
+step_cost_of = partial(tuple.__new__, StepCost)
 
 
 def transfer_costs(

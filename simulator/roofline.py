@@ -58,7 +58,7 @@ from operator import itemgetter
 from simulator.catalog import GPUSpec, KVDtype, ModelSpec
 from simulator.config import ExecutionConfig
 from simulator.errors import InputError
-from simulator.plan import SeqWork, StepCost, StepPlan, transfer_costs
+from simulator.plan import SeqWork, StepCost, StepPlan, step_cost_of, transfer_costs
 
 ACTIVATION_BYTES = 2  # fp16/bf16 activations
 WEIGHT_BYTES = 2  # fp16/bf16 weights
@@ -171,7 +171,8 @@ class RooflineModel:
 
     def price(self, plan: StepPlan) -> StepCost:
         """Seconds, FLOPs and HBM bytes of one step (see the module docstring for the model)."""
-        num_seqs = plan.num_seqs
+        num_prefill_seqs = plan.num_prefill_seqs
+        num_seqs = num_prefill_seqs + plan.num_decode_seqs
         if plan.copies or plan.num_swap_in_blocks or plan.num_swap_out_blocks:
             swap_s, copy_s, copy_bytes = transfer_costs(
                 plan,
@@ -189,11 +190,11 @@ class RooflineModel:
         # the Python loop runs only over prefills, which every plan lists one by one.
         kv_s_per_token = self._kv_s_per_token
         num_context = plan.num_context_tokens  # KV tokens read by attention, all sequences
-        listed = plan.listed_work
         num_prefill_context = 0
         num_prefill_pairs = 0
         prefill_attention_s = 0.0
-        if plan.num_prefill_seqs:
+        if num_prefill_seqs:
+            listed = plan.listed_work
             s_per_pair = self._attention_s_per_pair
             for _, _, num_new, context, _ in compress(listed, map(_IS_PREFILL, listed)):
                 # pairs = n(c − n) + n(n + 1)/2 = n·c − n(n − 1)/2
@@ -238,7 +239,7 @@ class RooflineModel:
             + (num_context + num_tokens) * self.kv_bytes_per_token  # KV reads + writes
             + copy_bytes
         )
-        return StepCost(compute_s, swap_s, copy_s, flops, bytes_moved)
+        return step_cost_of((compute_s, swap_s, copy_s, flops, bytes_moved))
 
     def prefill_time_s(self, prompt_len: int, num_cached: int = 0) -> float:
         """compute_s of one prefill of `prompt_len` tokens, `num_cached` of them already in KV."""

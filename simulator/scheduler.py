@@ -34,6 +34,10 @@ class WaitingQueue(Generic[T]):
         self._request_of = request_of
         self._fifo: deque[T] = deque()
         self._heap: list[tuple[int, float, int, T]] = []
+        # The one in use, for `__len__` (asked several times a step).
+        self._items: deque[T] | list[tuple[int, float, int, T]] = (
+            self._fifo if order is AdmissionOrder.FCFS else self._heap
+        )
 
     def _key(self, item: T) -> tuple[int, float, int, T]:
         r = self._request_of(item)
@@ -61,7 +65,7 @@ class WaitingQueue(Generic[T]):
         return heapq.heappop(self._heap)[3]
 
     def __len__(self) -> int:
-        return len(self._fifo) if self._order is AdmissionOrder.FCFS else len(self._heap)
+        return len(self._items)
 
     def __iter__(self) -> Iterator[T]:
         if self._order is AdmissionOrder.FCFS:

@@ -159,10 +159,11 @@ class VllmV1Scheduler(VllmV0Scheduler):
         left = self._schedule_with_group(step, budget, chunk_cap)
         budget = self._schedule_running(step, budget, chunk_cap, now_s) if left is None else left
         if not step.preemptions:
-            budget = self._resume_swapped(step, budget, now_s)
+            if self.swapped:
+                budget = self._resume_swapped(step, budget, now_s)
             # As in V0, swapped-out requests go first: admitting new ones past them would starve
             # them and fill the CPU swap space.
-            if not self.swapped:
+            if not self.swapped and len(self.waiting):
                 self._admit_chunks(budget, chunk_cap, now_s)
         return self._build_plan(step.preemptions, step.swap_out, step.swap_in, step.copies)
 
