@@ -145,8 +145,24 @@ class DecodeGroup:
         return self.bases
 
     def release_all(self) -> None:
-        for group in list(self.bases):
-            self.release(group)
+        """Every member leaves, as by `release` one by one, but the group's own bookkeeping is
+        emptied at once: a step that must make room releases a hundred members or more."""
+        step = self.step
+        advance_decoded = self.kv.advance_decoded
+        for group, (j, n0, g0) in self._joined.items():
+            num_steps = step - j
+            group.num_computed = n0 + num_steps
+            group.request.num_generated = g0 + num_steps
+            advance_decoded(group.seq_ids[0], num_steps)
+        self._joined.clear()
+        self.bases = {}  # a new dict: a plan may hold the old one as its snapshot
+        self._is_bases_shared = False
+        self._final_lens.clear()
+        self._caps.clear()
+        for due in self._crossing_at:
+            due.clear()
+        self._finish.clear()  # every entry is stale now
+        self._sum_base = self._sum_join = self._sum_cap = 0
 
     def _own_bases(self) -> dict[Group, int]:
         """`bases`, ready to change: copied first if a plan holds it as its snapshot."""

@@ -1,0 +1,89 @@
+"""The decode group's calendars, step by step, against the KV cache advanced one token at a time.
+
+Block size 4; three lone sequences join holding 4, 5 and 7 tokens. A member crosses into a new
+block at step K when its tokens before the step, n0 + K, fill its blocks:
+
+    seq 0 (n0 = 4)   K = 0, 4, 8
+    seq 1 (n0 = 5)   K = 3, 7
+    seq 2 (n0 = 7)   K = 1, 5, 9
+"""
+
+from __future__ import annotations
+
+from simulator.decode_group import DecodeGroup
+from simulator.kv_cache import PagedKVCache
+from simulator.paged import Group
+from simulator.request import Request
+
+BLOCK_SIZE = 4
+PROMPTS = {0: 4, 1: 5, 2: 7}  # seq id -> KV tokens when it joins
+OUTPUT_LEN = 20
+CROSSINGS = {0: [0], 1: [2], 3: [1], 4: [0], 5: [2], 7: [1], 8: [0], 9: [2]}
+
+
+def _cache_with_seqs() -> PagedKVCache:
+    kv = PagedKVCache(32, BLOCK_SIZE)
+    for seq_id, num_tokens in PROMPTS.items():
+        kv.add_seq(seq_id)
+        kv.append_slots(seq_id, num_tokens)
+        kv.commit(seq_id, num_tokens)
+    return kv
+
+
+def _member(seq_id: int) -> Group:
+    request = Request(seq_id, 0.0, PROMPTS[seq_id], OUTPUT_LEN)
+    request.num_generated = 1  # the prompt's step produced the first token
+    return Group(request, [seq_id], target=PROMPTS[seq_id], num_computed=PROMPTS[seq_id])
+
+
+def test_crossings_follow_the_block_boundaries_and_release_all_matches_one_by_one() -> None:
+    grouped, reference = _cache_with_seqs(), _cache_with_seqs()
+    group_ = DecodeGroup(grouped)
+    members = [_member(seq_id) for seq_id in PROMPTS]
+    for member in members:
+        group_.join(member, final_len=PROMPTS[member.seq_ids[0]] + OUTPUT_LEN - 1)
+    num_steps = 10
+    for step in range(num_steps):
+        crossing = group_.crossing()
+        assert crossing == CROSSINGS.get(step, []), step
+        group_.grow(crossing)
+        assert group_.advance() == []
+        for seq_id in PROMPTS:
+            assert reference.append_one_slot(seq_id)
+            reference.commit_one(seq_id)
+    assert grouped.num_free_blocks == reference.num_free_blocks
+
+    group_.release_all()
+
+    grouped.check_invariants()
+    for member in members:
+        seq_id = member.seq_ids[0]
+        assert member.num_computed == PROMPTS[seq_id] + num_steps
+        assert member.request.num_generated == 1 + num_steps
+        assert grouped.num_tokens(seq_id) == reference.num_tokens(seq_id)
+        assert grouped.num_computed_tokens(seq_id) == reference.num_computed_tokens(seq_id)
+        assert len(grouped.block_table(seq_id)) == len(reference.block_table(seq_id))
+    assert grouped.memory_breakdown({s: n + OUTPUT_LEN - 1 for s, n in PROMPTS.items()}) == (
+        reference.memory_breakdown({s: n + OUTPUT_LEN - 1 for s, n in PROMPTS.items()})
+    )
+    # Nothing of the members is left in the calendars: a later member starts clean.
+    assert len(group_) == 0
+    assert group_.num_context_tokens == group_.num_reserved_slots == 0
+    for _ in range(BLOCK_SIZE):
+        assert group_.crossing() == [] and group_.advance() == []
+
+
+def test_a_member_that_finishes_leaves_its_crossing_bucket() -> None:
+    kv = _cache_with_seqs()
+    group_ = DecodeGroup(kv)
+    member = _member(0)
+    member.request.output_len = 3  # two more tokens: it finishes after steps 0 and 1
+    group_.join(member, final_len=PROMPTS[0] + 2)
+    assert group_.crossing() == [0]
+    group_.grow([0])
+    assert group_.advance() == []
+    assert group_.crossing() == []
+    assert group_.advance() == [member]
+    for _ in range(2 * BLOCK_SIZE):  # its residue comes round again: nobody is due
+        assert group_.crossing() == [] and group_.advance() == []
+    assert kv.num_tokens(0) == PROMPTS[0] + 2 == member.num_computed
