@@ -53,8 +53,8 @@ class DecodeGroup:
         # By a member's seq id: its final length and cap = min(final length, allocated slots).
         self._final_lens: dict[int, int] = {}
         self._caps: dict[int, int] = {}
-        # K % block_size -> {seq id: member} of the members crossing a block boundary at step K.
-        self._crossing_at: list[dict[int, Group]] = [{} for _ in range(self.block_size)]
+        # K % block_size -> seq ids of the members crossing a block boundary at step K.
+        self._crossing_at: list[set[int]] = [set() for _ in range(self.block_size)]
         self._finish: list[tuple[int, int, Group, int]] = []  # (step, seq id, member, j)
         self._sum_base = 0  # sum of bases
         self._sum_join = 0  # sum of j
@@ -80,7 +80,7 @@ class DecodeGroup:
         self._sum_base += base
         self._sum_join += j
         self._sum_cap += cap
-        self._crossing_at[-base % bs][seq_id] = group
+        self._crossing_at[-base % bs].add(seq_id)
         heapq.heappush(self._finish, (j + group.request.output_len - g0, seq_id, group, j))
 
     def release(self, group: Group) -> None:
@@ -88,7 +88,7 @@ class DecodeGroup:
         seq_id = group.seq_ids[0]
         j, n0, g0 = self._joined.pop(group)
         base = self._own_bases().pop(group)
-        del self._crossing_at[-base % self.block_size][seq_id]
+        self._crossing_at[-base % self.block_size].remove(seq_id)
         del self._final_lens[seq_id]
         self._sum_base -= n0 - j
         self._sum_join -= j
