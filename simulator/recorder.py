@@ -90,8 +90,8 @@ class Recorder:
         return RunResult(scenario, system, requests, steps, summary, provenance)
 
 
-def _stats(prefix: str, values: pd.Series) -> dict[str, float | None]:
-    clean = values.dropna().to_numpy(dtype=float)
+def _stats(prefix: str, values: np.ndarray) -> dict[str, float | None]:
+    clean = values[~np.isnan(values)]
     if clean.size == 0:
         return {f"{prefix}_mean_s": None} | {f"{prefix}_p{p}_s": None for p in PERCENTILES}
     out: dict[str, float | None] = {f"{prefix}_mean_s": float(clean.mean())}
@@ -106,14 +106,16 @@ def summarize(
     """Scalars of a run that ended at `end_s`. Latency statistics and rates over finished requests
     that arrived after warm-up; time averages (memory shares, utilizations) weighted by step
     duration over busy time, from the totals of every step."""
-    window = requests[requests["in_window"]]
-    finished = window[window["status"] == "finished"]
+    # Masks and single columns, not filtered copies of the frame: a long run has a million rows.
+    status = requests["status"].to_numpy()
+    window = requests["in_window"].to_numpy(dtype=bool)
+    finished = window & (status == "finished")
     summary: dict[str, float | int | str | None] = {
         "num_requests": len(requests),
-        "num_finished": int((requests["status"] == "finished").sum()),
-        "num_rejected": int((requests["status"] == "rejected").sum()),
-        "num_unfinished": int((requests["status"] == "unfinished").sum()),
-        "num_in_window": len(window),
+        "num_finished": int((status == "finished").sum()),
+        "num_rejected": int((status == "rejected").sum()),
+        "num_unfinished": int((status == "unfinished").sum()),
+        "num_in_window": int(window.sum()),
     }
     for name, column in (
         ("ttft", "ttft_s"),
@@ -121,7 +123,7 @@ def summarize(
         ("e2e", "e2e_s"),
         ("normalized_latency", "normalized_latency_s"),
     ):
-        summary |= _stats(name, finished[column])
+        summary |= _stats(name, requests[column].to_numpy(dtype=float)[finished])
     busy_s = steps.busy_s
     summary["num_steps"] = steps.num_steps
     summary["busy_s"] = busy_s
@@ -156,16 +158,25 @@ def summarize(
     summary["num_recomputed_tokens"] = int(requests["num_recomputed_tokens"].sum())
     summary["num_cow_copies"] = steps.num_cow_copies
     summary["duration_s"] = end_s
-    _add_rates(summary, window, finished, end_s)
+    _add_rates(summary, requests, window, finished, end_s)
     return summary
 
 
-def _add_rates(summary: dict, window: pd.DataFrame, finished: pd.DataFrame, end_s: float) -> None:
-    """Throughput and goodput per second from the first in-window arrival to the end."""
-    span = end_s - (window["arrival_s"].min() if len(window) else 0.0)
+def _add_rates(
+    summary: dict, requests: pd.DataFrame, window: np.ndarray, finished: np.ndarray, end_s: float
+) -> None:
+    """Throughput and goodput per second from the first in-window arrival to the end (`window`
+    and `finished` are masks of the requests)."""
+    arrivals = requests["arrival_s"].to_numpy(dtype=float)[window]
+    span = end_s - (float(arrivals.min()) if len(arrivals) else 0.0)
     if span <= 0:
         span = end_s
-    output_tokens = float((finished["output_len"] * finished["num_seqs"]).sum())
-    summary["throughput_req_s"] = len(finished) / span if span > 0 else None
+    lengths = (
+        requests["output_len"].to_numpy()[finished] * requests["num_seqs"].to_numpy()[finished]
+    )
+    output_tokens = float(lengths.sum())
+    num_finished = int(finished.sum())
+    summary["throughput_req_s"] = num_finished / span if span > 0 else None
     summary["throughput_tok_s"] = output_tokens / span if span > 0 else None
-    summary["goodput_req_s"] = int(finished["meets_slo"].sum()) / span if span > 0 else None
+    meets = requests["meets_slo"].to_numpy(dtype=bool)[finished]
+    summary["goodput_req_s"] = int(meets.sum()) / span if span > 0 else None
