@@ -28,7 +28,7 @@ _COL = {name: i for i, name in enumerate(STEP_COLUMNS)}
 _NUM_COLUMNS = len(STEP_COLUMNS)
 # How a column merges across steps. "start_s" keeps the first; these add up; the rest (queue
 # lengths, KV slots, batch sizes, utilizations) are states or rates: duration-weighted means.
-_SUMMED = frozenset(
+SUMMED_COLUMNS = frozenset(
     (
         "duration_s",
         "compute_s",
@@ -43,14 +43,14 @@ _SUMMED = frozenset(
     )
 )
 _MEANS = tuple(
-    i for i, name in enumerate(STEP_COLUMNS) if name not in _SUMMED and name != "start_s"
+    i for i, name in enumerate(STEP_COLUMNS) if name not in SUMMED_COLUMNS and name != "start_s"
 )
-_SUMS = tuple(_COL[name] for name in STEP_COLUMNS if name in _SUMMED)
+_SUMS = tuple(_COL[name] for name in STEP_COLUMNS if name in SUMMED_COLUMNS)
 _FLOAT_COLUMNS = frozenset(
     ("start_s", "duration_s", "compute_s", "swap_s", "slot_utilization", "mfu", "mbu")
 )
 # Columns that are whole numbers in every row, merged or not (sums of counts).
-_COUNT_COLUMNS = frozenset(name for name in _SUMMED if name not in _FLOAT_COLUMNS)
+_COUNT_COLUMNS = frozenset(name for name in SUMMED_COLUMNS if name not in _FLOAT_COLUMNS)
 _KV = tuple(_COL[name] for name in KV_CATEGORIES)
 _USED = tuple(
     _COL[name] for name in ("kv_token_slots", "kv_reserved_slots", "kv_internal_frag_slots")

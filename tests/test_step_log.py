@@ -23,21 +23,9 @@ from simulator.engine import simulate
 from simulator.request import Request, RequestStatus
 from simulator.request_log import RequestLog
 from simulator.result import STEP_COLUMNS
-from simulator.step_log import StepLog, merge_rows
+from simulator.step_log import SUMMED_COLUMNS, StepLog, merge_rows
 
 COLUMNS = list(STEP_COLUMNS)
-SUMMED = [
-    "duration_s",
-    "compute_s",
-    "swap_s",
-    "num_prefill_tokens",
-    "num_decode_tokens",
-    "num_preemptions",
-    "num_swap_in_blocks",
-    "num_swap_out_blocks",
-    "num_cow_copies",
-    "row_steps",
-]
 
 
 def _steps(num_steps: int, seed: int = 0) -> np.ndarray:
@@ -85,7 +73,7 @@ def test_a_bounded_log_keeps_every_step_in_its_totals(
     frame = log.frame()
     assert len(frame) <= max_rows + 1, "bounded: the row budget and the last partial row"
     assert int(frame["row_steps"].sum()) == num_steps == log.totals.num_steps
-    for name in SUMMED:
+    for name in SUMMED_COLUMNS:
         assert frame[name].sum() == pytest.approx(rows[:, COLUMNS.index(name)].sum())
     if num_steps:
         durations = rows[:, COLUMNS.index("duration_s")]
