@@ -189,7 +189,7 @@ def sweep(
     scenario: Annotated[str, typer.Argument(help="A scenario TOML file or a built-in name.")],
     param: Annotated[
         list[str] | None,
-        typer.Option(help="An axis: path=v1,v2,... (one or two); default: the file's [sweep]."),
+        typer.Option(help="An axis: path=v1,v2,... (one or two); default: the file's \\[sweep]."),
     ] = None,
     out: Annotated[Path, typer.Option(help="Folder for the sweep table and report.")] = Path(
         "runs/sweep"
@@ -519,7 +519,7 @@ def capacity(
     ),
     set_: SetOption = None,
     slo_share: Annotated[
-        float, typer.Option(help="Share of offered requests that must meet the [slo].")
+        float, typer.Option(help="Share of offered requests that must meet the \\[slo].")
     ] = 0.9,
     max_queue_delay_s: Annotated[
         float, typer.Option(help="Bound on the p99 wait from arrival to admission (s).")
@@ -543,7 +543,7 @@ def capacity(
 ) -> None:
     """Find each configuration's highest sustainable request rate; rank by goodput per GPU.
 
-    Sustainable: at least --slo-share of the requests meet the scenario's [slo] and the p99
+    Sustainable: at least --slo-share of the requests meet the scenario's \\[slo] and the p99
     queueing delay stays under --max-queue-delay-s (see simulator/search.py). Each system of
     the scenario, at each value of the --param axes, is one configuration.
 

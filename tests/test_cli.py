@@ -133,6 +133,13 @@ def test_fuzzed_scenario_files_never_traceback(
         assert str(path) in result.err or "scenario.toml" in result.err
 
 
+def test_help_shows_the_table_names_in_brackets(capsys: pytest.CaptureFixture[str]) -> None:
+    # typer renders help as rich markup, where a bare [sweep] is a style tag and vanishes.
+    assert "the file's [sweep]" in run_cli(capsys, "sweep", "--help").out
+    capacity = run_cli(capsys, "capacity", "--help").out
+    assert "scenario's [slo]" in capacity and "meet the [slo]" in capacity
+
+
 def test_bench_sim_prints_speed_and_memory(capsys: pytest.CaptureFixture[str]) -> None:
     trace = run_cli(capsys, "bench", "sim", "--requests", "150")
     assert trace.exit_code == 0, trace.err
