@@ -37,7 +37,7 @@ from typing import Any
 from simulator.catalog import GPUSpec, KVDtype, ModelSpec
 from simulator.config import ExecutionConfig
 from simulator.errors import InputError
-from simulator.plan import StepCost, StepPlan, transfer_costs
+from simulator.plan import StepCost, StepPlan, TransferPricer
 from simulator.roofline import RooflineModel
 
 PROFILE_SCHEMA = "pagesim-profile"
@@ -228,9 +228,7 @@ class ProfileModel:
             if tensor_parallel > 1
             else 0.0
         )
-        self._host_link_bps = gpu.host_link_bps
-        self._copy_bytes_per_copy = 2 * self.block_bytes
-        self._copy_s_per_copy = self._copy_bytes_per_copy / self._copy_bps
+        self._transfers = TransferPricer(self.block_bytes, gpu.host_link_bps, self._copy_bps)
         self._gemm_cache: dict[int, float] = {}
         self._lm_cache: dict[int, float] = {}
         self.num_steps_priced = 0
@@ -281,13 +279,7 @@ class ProfileModel:
     def price(self, plan: StepPlan) -> StepCost:
         """Seconds, FLOPs and HBM bytes of one step (see the module docstring)."""
         work = plan.work
-        swap_s, copy_s, copy_bytes = transfer_costs(
-            plan,
-            self.block_bytes,
-            self._host_link_bps,
-            self._copy_s_per_copy,
-            self._copy_bytes_per_copy,
-        )
+        swap_s, copy_s, copy_bytes = self._transfers.price(plan)
         if not work:
             return StepCost(0.0, swap_s, copy_s, 0.0, copy_bytes)
         self.num_steps_priced += 1

@@ -58,7 +58,7 @@ from operator import itemgetter
 from simulator.catalog import GPUSpec, KVDtype, ModelSpec
 from simulator.config import ExecutionConfig
 from simulator.errors import InputError
-from simulator.plan import SeqWork, StepCost, StepPlan, step_cost_of, transfer_costs
+from simulator.plan import SeqWork, StepCost, StepPlan, TransferPricer, step_cost_of
 
 ACTIVATION_BYTES = 2  # fp16/bf16 activations
 WEIGHT_BYTES = 2  # fp16/bf16 weights
@@ -164,25 +164,14 @@ class RooflineModel:
             allreduce_bytes_per_token / (config.allreduce_bw_gbps * 1e9) if t > 1 else 0.0
         )
         self._weight_bytes = self.linear_weight_bytes + self.lm_head_weight_bytes
-        self._copy_bytes_per_copy = 2 * self.block_bytes  # read the source, write the copy
-        self._copy_s_per_copy = self._copy_bytes_per_copy / kv_bytes_per_s
-        self._host_link_bps = gpu.host_link_bps
+        self._transfers = TransferPricer(self.block_bytes, gpu.host_link_bps, kv_bytes_per_s)
         self._overhead_s = config.step_overhead_s
 
     def price(self, plan: StepPlan) -> StepCost:
         """Seconds, FLOPs and HBM bytes of one step (see the module docstring for the model)."""
         num_prefill_seqs = plan.num_prefill_seqs
         num_seqs = num_prefill_seqs + plan.num_decode_seqs
-        if plan.copies or plan.num_swap_in_blocks or plan.num_swap_out_blocks:
-            swap_s, copy_s, copy_bytes = transfer_costs(
-                plan,
-                self.block_bytes,
-                self._host_link_bps,
-                self._copy_s_per_copy,
-                self._copy_bytes_per_copy,
-            )
-        else:  # most steps move no block: what transfer_costs would give, without the call
-            swap_s = copy_s = copy_bytes = 0.0
+        swap_s, copy_s, copy_bytes = self._transfers.price(plan)
         if not num_seqs:
             return StepCost(0.0, swap_s, copy_s, 0.0, copy_bytes)
 
