@@ -39,7 +39,7 @@ class Recorder:
         duration = cost.duration_s
         running, waiting, swapped = scheduler.queue_lengths()
         memory = scheduler.memory_breakdown()
-        is_full = self.steps.append(
+        self.steps.append(
             (
                 start_s,
                 duration,
@@ -68,9 +68,6 @@ class Recorder:
                 1,  # row_steps
             )
         )
-        if is_full:
-            self.steps.flush()
-            self.requests.settle()
 
     def result(
         self,

@@ -18,6 +18,7 @@ from simulator.config import SLO
 from simulator.request import Request, RequestStatus
 from simulator.result import REQUEST_COLUMNS
 
+SETTLE_EVERY = 4096  # requests added between looks for done ones
 _STATUS_NAMES = ("finished", "rejected", "unfinished")
 _FINISHED, _REJECTED, _UNFINISHED = range(3)
 _TIMES = ("arrival_s", "admitted_s", "first_token_s", "last_token_s", "finish_s")
@@ -45,6 +46,9 @@ class RequestLog:
         self._warmup_s = warmup_s
         self._live: list[tuple[int, Request]] = []  # (position, request) not yet settled
         self._num_added = 0
+        # `add` settles when the live list reaches this: amortized O(1) a request, even when
+        # most of the live ones are still in flight (then it waits twice as long).
+        self._settle_at = SETTLE_EVERY
         self._times = array("d")  # [settled, len(_TIMES)]
         self._counts = array("q")  # [settled, len(_COUNTS)]
         self._reasons: dict[int, str] = {}  # position -> why it was rejected
@@ -55,6 +59,9 @@ class RequestLog:
     def add(self, request: Request) -> None:
         self._live.append((self._num_added, request))
         self._num_added += 1
+        if len(self._live) >= self._settle_at:
+            self.settle()
+            self._settle_at = max(SETTLE_EVERY, 2 * len(self._live))
 
     def settle(self, *, everything: bool = False) -> None:
         """Record the requests that are done (all, at the end of a run) and drop them."""

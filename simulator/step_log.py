@@ -142,11 +142,12 @@ class StepLog:
         self._carry = np.empty((0, _NUM_COLUMNS))  # raw steps short of a whole row
         self._num_stored = 0
 
-    def append(self, values: Sequence[float]) -> bool:
-        """Add one step's values in STEP_COLUMNS order, `row_steps` last (1). True when the chunk
-        is full and the caller should `flush` (it may settle other buffers at the same time)."""
-        self._raw.extend(values)
-        return len(self._raw) >= self._chunk_len
+    def append(self, values: Sequence[float]) -> None:
+        """Add one step's values in STEP_COLUMNS order (`row_steps` last: 1)."""
+        raw = self._raw
+        raw.extend(values)
+        if len(raw) >= self._chunk_len:
+            self.flush()
 
     def flush(self) -> None:
         """Total the buffered steps and store them as rows, merging rows if over `max_rows`."""

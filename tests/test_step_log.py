@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from sim_helpers import explicit_workload, poisson_workload, scenario, system
 
 from reports.render import write_report
-from simulator import step_log
+from simulator import request_log, step_log
 from simulator.config import SLO, Policy
 from simulator.engine import simulate
 from simulator.request import Request, RequestStatus
@@ -68,8 +68,7 @@ def test_a_bounded_log_keeps_every_step_in_its_totals(
     rows = _steps(num_steps, seed)
     log = StepLog(max_rows=max_rows, chunk_steps=chunk)
     for row in rows:
-        if log.append(tuple(row)):
-            log.flush()
+        log.append(tuple(row))
     frame = log.frame()
     assert len(frame) <= max_rows + 1, "bounded: the row budget and the last partial row"
     assert int(frame["row_steps"].sum()) == num_steps == log.totals.num_steps
@@ -134,25 +133,25 @@ def test_done_requests_become_rows_in_arrival_order_and_are_let_go() -> None:
 
 
 def test_a_run_keeps_only_the_requests_still_in_flight(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(step_log, "CHUNK_STEPS", 8)
-    seen: list[int] = []
-    s = scenario(
-        explicit_workload([(20, 30, 0.01 * i) for i in range(40)]),
-        system(Policy.VLLM_V1, max_num_seqs=4),
-    )
-    from simulator import recorder as recorder_module
-
-    original = recorder_module.RequestLog.settle
+    monkeypatch.setattr(request_log, "SETTLE_EVERY", 8)
+    live_after_settling: list[int] = []
+    original = RequestLog.settle
 
     def watching(self: RequestLog, *, everything: bool = False) -> None:
         original(self, everything=everything)
         if not everything:
-            seen.append(len(self._live))
+            live_after_settling.append(len(self._live))
 
-    monkeypatch.setattr(recorder_module.RequestLog, "settle", watching)
-    result = simulate(s)
-    assert result.summary["num_finished"] == 40
-    assert seen and max(seen) < 40, "finished requests were let go during the run"
+    monkeypatch.setattr(RequestLog, "settle", watching)
+    # Forty short requests a second apart (each done long before the next), then forty that
+    # are rejected without ever taking a step.
+    served = [(20, 5, 1.0 * i) for i in range(40)]
+    too_long = [(10_000_000, 5, 40.0 + i) for i in range(40)]
+    result = simulate(scenario(explicit_workload(served + too_long), system(Policy.VLLM_V1)))
+    assert result.summary["num_finished"] == 40 and result.summary["num_rejected"] == 40
+    assert len(live_after_settling) >= 80 // 8
+    assert max(live_after_settling) <= 1, "done requests were let go during the run"
+    assert list(result.requests["request_id"]) == list(range(80))
 
 
 def test_a_report_renders_from_merged_step_rows(
