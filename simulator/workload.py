@@ -33,6 +33,7 @@ from simulator.config import ArrivalKind, ArrivalProcess, LengthDist, LengthKind
 from simulator.errors import InputError, choices_text
 from simulator.request import Request, SamplingKind
 from simulator.trace_files import ARRIVAL_COLUMN, BUILTIN_TRACES, OUTPUT_COLUMN, PROMPT_COLUMN
+from simulator.workload_checks import bad_int, positive_float, positive_int
 
 TRACE_COLUMNS = {"prompt": PROMPT_COLUMN, "output": OUTPUT_COLUMN}
 CHUNK_SIZE = 4096  # requests whose random numbers are drawn together
@@ -128,7 +129,7 @@ def load_trace(
             f"valid: 0 to {total - 1})"
         )
     end = total if num_rows is None else offset + num_rows
-    if num_rows is not None and (_bad_int(num_rows) or end > total):
+    if num_rows is not None and (bad_int(num_rows) or end > total):
         raise InputError(
             f"{field}: asked for {num_rows!r} rows from row {offset}, but {path} has "
             f"{total - offset} rows there"
@@ -260,41 +261,20 @@ class _Plan:
     stats: WorkloadStats = field(default_factory=WorkloadStats)
 
 
-# ---------------------------------------------------------------------------------- validation
-
-
-def _bad_int(value: object, minimum: int = 1) -> bool:
-    return isinstance(value, bool) or not isinstance(value, int | np.integer) or value < minimum
-
-
-def _positive_int(value: object, field: str) -> int:
-    if _bad_int(value):
-        raise InputError(f"{field} must be a positive integer, got {value!r}")
-    return int(value)  # type: ignore[call-overload]
-
-
-def _positive_float(value: object, field: str, allow_zero: bool = False) -> float:
-    ok = isinstance(value, int | float | np.number) and not isinstance(value, bool)
-    if ok and math.isfinite(value) and (value > 0 or (allow_zero and value == 0)):  # type: ignore[arg-type]
-        return float(value)  # type: ignore[arg-type]
-    bound = ">= 0" if allow_zero else "> 0"
-    raise InputError(f"{field} must be a finite number {bound}, got {value!r}")
-
-
 def _length_sampler(dist: LengthDist, part: str, trace: pd.DataFrame | None) -> _Sampler:
     where = f"workload.{part}"
     kind = dist.kind
     if kind is LengthKind.FIXED:
-        return _Fixed(_positive_int(dist.value, f"{where}.value"))
+        return _Fixed(positive_int(dist.value, f"{where}.value"))
     if kind is LengthKind.UNIFORM:
-        low = _positive_int(dist.low, f"{where}.low")
-        high = _positive_int(dist.high, f"{where}.high")
+        low = positive_int(dist.low, f"{where}.low")
+        high = positive_int(dist.high, f"{where}.high")
         if high < low:
             raise InputError(f"{where}: high ({high}) must be >= low ({low})")
         return _Uniform(low, high)
     if kind is LengthKind.LOGNORMAL:
-        mean = _positive_float(dist.mean, f"{where}.mean")
-        cv = _positive_float(dist.cv, f"{where}.cv", allow_zero=True)
+        mean = positive_float(dist.mean, f"{where}.mean")
+        cv = positive_float(dist.cv, f"{where}.cv", allow_zero=True)
         sigma2 = math.log1p(cv * cv)
         return _Lognormal(mu=math.log(mean) - sigma2 / 2, sigma=math.sqrt(sigma2))
     if kind is LengthKind.EMPIRICAL:
@@ -336,13 +316,13 @@ def _arrival_sampler(
             )
         times_s = trace[ARRIVAL_COLUMN].to_numpy()
         return _Rows((times_s - times_s[0]) / time_scale)
-    rate = _positive_float(arrival.rate_per_s, f"{where}.rate_per_s")
+    rate = positive_float(arrival.rate_per_s, f"{where}.rate_per_s")
     if kind is ArrivalKind.POISSON:
         return _GammaGaps(shape=1.0, scale_s=1.0 / rate)
     if kind is ArrivalKind.GAMMA:
         if arrival.cv == 0:
             raise InputError(f"{where}.cv must be > 0 for gamma arrivals (cv = 0: use constant)")
-        cv = _positive_float(arrival.cv, f"{where}.cv")
+        cv = positive_float(arrival.cv, f"{where}.cv")
         shape = 1.0 / (cv * cv)  # mean gap = shape * scale = 1 / rate
         return _GammaGaps(shape=shape, scale_s=1.0 / (rate * shape))
     if kind is ArrivalKind.CONSTANT:
@@ -368,8 +348,8 @@ def _trace_file(workload: WorkloadConfig) -> Path | None:
 
 def _plan(workload: WorkloadConfig, max_seq_len: int) -> _Plan:
     """Validate everything up front (so errors surface at the call, not mid-simulation)."""
-    _positive_int(max_seq_len, "max_seq_len")
-    num_seqs = _positive_int(workload.num_seqs, "workload.num_seqs")
+    positive_int(max_seq_len, "max_seq_len")
+    num_seqs = positive_int(workload.num_seqs, "workload.num_seqs")
     if workload.sampling is SamplingKind.SINGLE and num_seqs != 1:
         raise InputError(
             f"workload.num_seqs = {num_seqs} needs sampling = parallel or beam (single decodes 1)"
@@ -377,10 +357,10 @@ def _plan(workload: WorkloadConfig, max_seq_len: int) -> _Plan:
     if workload.explicit:
         return _explicit_plan(workload, num_seqs)
 
-    time_scale = _positive_float(workload.time_scale, "workload.time_scale")
+    time_scale = positive_float(workload.time_scale, "workload.time_scale")
     num_requests = workload.num_requests
     if num_requests is not None:
-        num_requests = _positive_int(num_requests, "workload.num_requests")
+        num_requests = positive_int(num_requests, "workload.num_requests")
     by_trace = [
         f"workload.{part}.kind = trace"
         for part, is_trace in (
@@ -403,7 +383,7 @@ def _plan(workload: WorkloadConfig, max_seq_len: int) -> _Plan:
         )
         total = len(_read_csv(path, trace_field))
         offset = workload.trace_offset
-        if _bad_int(offset, minimum=0) or offset >= total:
+        if bad_int(offset, minimum=0) or offset >= total:
             raise InputError(
                 f"workload.trace_offset: {offset!r} is not a row of {path} "
                 f"(valid: 0 to {total - 1})"
@@ -425,8 +405,8 @@ def _plan(workload: WorkloadConfig, max_seq_len: int) -> _Plan:
 
     groups = workload.prefix_groups
     for g, group in enumerate(groups):
-        _positive_int(group.num_tokens, f"workload.prefix_groups[{g}].num_tokens")
-        fraction = _positive_float(group.fraction, f"workload.prefix_groups[{g}].fraction", True)
+        positive_int(group.num_tokens, f"workload.prefix_groups[{g}].num_tokens")
+        fraction = positive_float(group.fraction, f"workload.prefix_groups[{g}].fraction", True)
         if fraction > 1:
             raise InputError(f"workload.prefix_groups[{g}].fraction must be <= 1, got {fraction}")
     fractions = np.array([group.fraction for group in groups], dtype=np.float64)
@@ -450,9 +430,9 @@ def _plan(workload: WorkloadConfig, max_seq_len: int) -> _Plan:
 
 def _explicit_plan(workload: WorkloadConfig, num_seqs: int) -> _Plan:
     for i, req in enumerate(workload.explicit):
-        _positive_int(req.prompt_len, f"workload.explicit[{i}].prompt_len")
-        _positive_int(req.output_len, f"workload.explicit[{i}].output_len")
-        _positive_float(req.arrival_s, f"workload.explicit[{i}].arrival_s", allow_zero=True)
+        positive_int(req.prompt_len, f"workload.explicit[{i}].prompt_len")
+        positive_int(req.output_len, f"workload.explicit[{i}].output_len")
+        positive_float(req.arrival_s, f"workload.explicit[{i}].arrival_s", allow_zero=True)
         if isinstance(req.priority, bool) or not isinstance(req.priority, int | np.integer):
             raise InputError(f"workload.explicit[{i}].priority must be an integer")
     arrival_s = np.array([req.arrival_s for req in workload.explicit], dtype=np.float64)
