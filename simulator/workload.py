@@ -19,7 +19,6 @@ Conventions (the ones a reader of a report needs to know):
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -32,10 +31,10 @@ import pandas as pd
 from simulator.config import ArrivalKind, ArrivalProcess, LengthDist, LengthKind, WorkloadConfig
 from simulator.errors import InputError, choices_text
 from simulator.request import Request, SamplingKind
-from simulator.trace_files import ARRIVAL_COLUMN, BUILTIN_TRACES, OUTPUT_COLUMN, PROMPT_COLUMN
+from simulator.trace_files import ARRIVAL_COLUMN, BUILTIN_TRACES
+from simulator.trace_loading import TRACE_COLUMNS, load_trace, read_csv, resolve_trace, token_column
 from simulator.workload_checks import bad_int, positive_float, positive_int
 
-TRACE_COLUMNS = {"prompt": PROMPT_COLUMN, "output": OUTPUT_COLUMN}
 CHUNK_SIZE = 4096  # requests whose random numbers are drawn together
 MAX_TOKENS = 2**40  # lognormal draws are clipped here so the cast to int64 never wraps
 PREFIX_SEGMENT = 1  # prompt_segments keys: (PREFIX_SEGMENT, group) is shared by a whole group,
@@ -50,105 +49,6 @@ class WorkloadStats:
     num_output_capped: int = 0  # outputs shortened so that prompt + output <= max_seq_len
     num_prompt_too_long: int = 0  # prompts >= max_seq_len, kept for the scheduler to reject
     num_with_prefix: int = 0  # requests that start with a shared system prompt
-
-
-# ---------------------------------------------------------------------------------- trace files
-
-
-def resolve_trace(name_or_path: str | Path, field: str = "trace") -> Path:
-    """A built-in trace name (case-insensitive) or the path of an existing CSV file."""
-    builtin = BUILTIN_TRACES.get(str(name_or_path).lower())
-    if builtin is not None:
-        return builtin
-    path = Path(name_or_path).expanduser()
-    if path.is_file():
-        return path
-    raise InputError(
-        f"{field}: unknown trace {str(name_or_path)!r}: neither a built-in trace "
-        f"({choices_text(BUILTIN_TRACES)}) nor an existing CSV file"
-    )
-
-
-@functools.lru_cache(maxsize=16)
-def _read_csv_cached(path: str, mtime_ns: int, size: int) -> pd.DataFrame:
-    # Keyed on mtime and size so an edited file is read again. Callers never mutate the frame.
-    return pd.read_csv(path)
-
-
-def _read_csv(path: Path, field: str) -> pd.DataFrame:
-    try:
-        stat = path.stat()
-        if not path.is_file():
-            raise InputError(f"{field}: {path} is not a file")
-        return _read_csv_cached(str(path.resolve()), stat.st_mtime_ns, stat.st_size)
-    except FileNotFoundError:
-        raise InputError(f"{field}: {path}: no such file") from None
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, OSError) as exc:
-        raise InputError(f"{field}: {path}: cannot read it as CSV: {exc}") from None
-
-
-def _require_column(frame: pd.DataFrame, column: str, path: Path, field: str) -> None:
-    if column not in frame.columns:
-        raise InputError(
-            f"{field}: {path} has no column {column!r}; its columns: {choices_text(frame.columns)}"
-        )
-
-
-def _token_column(
-    frame: pd.DataFrame, column: str, path: Path, field: str, first_row: int = 0
-) -> np.ndarray:
-    """The column as int64 [rows]; every value must be a whole number >= 1 (tokens)."""
-    _require_column(frame, column, path, field)
-    values = pd.to_numeric(frame[column], errors="coerce").to_numpy(dtype=np.float64)
-    bad = ~np.isfinite(values) | (values < 1) | (values != np.rint(values))
-    if bad.any():
-        i = int(np.argmax(bad))
-        raise InputError(
-            f"{field}: {path}, column {column!r}, line {first_row + i + 2}: "
-            f"{frame[column].iloc[i]!r} is not a positive whole number of tokens"
-        )
-    return values.astype(np.int64)
-
-
-def load_trace(
-    path: Path, offset: int = 0, num_rows: int | None = None, field: str = "trace"
-) -> pd.DataFrame:
-    """Rows [offset, offset + num_rows) of a trace CSV (all rows from offset when None).
-
-    Columns: `num_prefill_tokens`, `num_decode_tokens` (int64, >= 1, required) and `arrived_at`
-    (float64 seconds, finite, non-decreasing) when the file has it. Reads are cached per file.
-    """
-    path = Path(path)
-    frame = _read_csv(path, field)
-    total = len(frame)
-    if isinstance(offset, bool) or not isinstance(offset, int | np.integer) or offset < 0:
-        raise InputError(f"{field}: offset must be a non-negative integer, got {offset!r}")
-    if offset >= total:
-        raise InputError(
-            f"{field}: offset {offset} is past the last row of {path} ({total} rows; "
-            f"valid: 0 to {total - 1})"
-        )
-    end = total if num_rows is None else offset + num_rows
-    if num_rows is not None and (bad_int(num_rows) or end > total):
-        raise InputError(
-            f"{field}: asked for {num_rows!r} rows from row {offset}, but {path} has "
-            f"{total - offset} rows there"
-        )
-    rows = frame.iloc[offset:end]
-    out = {name: _token_column(rows, name, path, field, offset) for name in TRACE_COLUMNS.values()}
-    if ARRIVAL_COLUMN in rows.columns:
-        times = pd.to_numeric(rows[ARRIVAL_COLUMN], errors="coerce").to_numpy(dtype=np.float64)
-        bad = ~np.isfinite(times)
-        bad[1:] |= times[1:] < times[:-1]
-        if bad.any():
-            i = int(np.argmax(bad))
-            raise InputError(
-                f"{field}: {path}, column {ARRIVAL_COLUMN!r}, line {offset + i + 2}: "
-                f"{rows[ARRIVAL_COLUMN].iloc[i]!r} is not a finite time at or after the previous "
-                "row's (sort the file by arrived_at)"
-            )
-        out = {ARRIVAL_COLUMN: times, **out}
-    return pd.DataFrame(out)
 
 
 # ------------------------------------------------------------------------------------ samplers
@@ -288,7 +188,7 @@ def _length_sampler(dist: LengthDist, part: str, trace: pd.DataFrame | None) -> 
                 f"(built-in: {choices_text(BUILTIN_TRACES)})"
             )
         column = dist.column or TRACE_COLUMNS[part]  # default: the trace's own column
-        values = _token_column(_read_csv(path, where), column, path, f"{where}.column")
+        values = token_column(read_csv(path, where), column, path, f"{where}.column")
         if len(values) == 0:
             raise InputError(f"{where}.column: column {column!r} of {path} has no rows")
         return _Resample(values)
@@ -381,7 +281,7 @@ def _plan(workload: WorkloadConfig, max_seq_len: int) -> _Plan:
         trace_field = (
             "workload.trace_name" if workload.trace_path is None else "workload.trace_path"
         )
-        total = len(_read_csv(path, trace_field))
+        total = len(read_csv(path, trace_field))
         offset = workload.trace_offset
         if bad_int(offset, minimum=0) or offset >= total:
             raise InputError(

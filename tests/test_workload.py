@@ -24,15 +24,9 @@ from simulator.config import (
 )
 from simulator.errors import InputError
 from simulator.request import Request, SamplingKind
-from simulator.workload import (
-    BUILTIN_TRACES,
-    WorkloadStats,
-    generate_requests,
-    iter_requests,
-    load_trace,
-    prompt_segments,
-    resolve_trace,
-)
+from simulator.trace_files import BUILTIN_TRACES
+from simulator.trace_loading import load_trace, resolve_trace
+from simulator.workload import WorkloadStats, generate_requests, iter_requests, prompt_segments
 
 FIXED_10 = LengthDist(LengthKind.FIXED, value=10)
 TRACE_LEN = LengthDist(LengthKind.TRACE)
