@@ -19,24 +19,28 @@ Conventions (the ones a reader of a report needs to know):
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
 
 import numpy as np
-import pandas as pd
 
-from simulator.config import ArrivalKind, ArrivalProcess, LengthDist, LengthKind, WorkloadConfig
+from simulator.config import ArrivalKind, LengthKind, WorkloadConfig
 from simulator.errors import InputError, choices_text
 from simulator.request import Request, SamplingKind
-from simulator.trace_files import ARRIVAL_COLUMN, BUILTIN_TRACES
-from simulator.trace_loading import TRACE_COLUMNS, load_trace, read_csv, resolve_trace, token_column
+from simulator.samplers import (
+    Fixed,
+    PrefixGroups,
+    Rows,
+    Sampler,
+    arrival_sampler,
+    length_sampler,
+)
+from simulator.trace_files import BUILTIN_TRACES
+from simulator.trace_loading import load_trace, read_csv, resolve_trace
 from simulator.workload_checks import bad_int, positive_float, positive_int
 
 CHUNK_SIZE = 4096  # requests whose random numbers are drawn together
-MAX_TOKENS = 2**40  # lognormal draws are clipped here so the cast to int64 never wraps
 PREFIX_SEGMENT = 1  # prompt_segments keys: (PREFIX_SEGMENT, group) is shared by a whole group,
 UNIQUE_SEGMENT = 2  # (UNIQUE_SEGMENT, request_id) belongs to one request only
 
@@ -51,185 +55,21 @@ class WorkloadStats:
     num_with_prefix: int = 0  # requests that start with a shared system prompt
 
 
-# ------------------------------------------------------------------------------------ samplers
-
-
-class _Sampler(Protocol):
-    def take(self, n: int, rng: np.random.Generator) -> np.ndarray: ...
-
-
-@dataclass(slots=True)
-class _Fixed:
-    value: int | float
-
-    def take(self, n: int, rng: np.random.Generator) -> np.ndarray:
-        return np.full(n, self.value)
-
-
-@dataclass(slots=True)
-class _Uniform:
-    low: int
-    high: int
-
-    def take(self, n: int, rng: np.random.Generator) -> np.ndarray:
-        return rng.integers(self.low, self.high, size=n, endpoint=True, dtype=np.int64)
-
-
-@dataclass(slots=True)
-class _Lognormal:
-    mu: float
-    sigma: float
-
-    def take(self, n: int, rng: np.random.Generator) -> np.ndarray:
-        draws = rng.lognormal(self.mu, self.sigma, size=n)
-        return np.clip(np.rint(draws), 1, MAX_TOKENS).astype(np.int64)
-
-
-@dataclass(slots=True)
-class _Resample:
-    """Draws with replacement from `values` [num_values]."""
-
-    values: np.ndarray
-
-    def take(self, n: int, rng: np.random.Generator) -> np.ndarray:
-        return self.values[rng.integers(0, len(self.values), size=n)]
-
-
-@dataclass(slots=True)
-class _Rows:
-    """Consecutive slices of `values` [num_requests]: trace rows, explicit requests."""
-
-    values: np.ndarray
-    cursor: int = 0
-
-    def take(self, n: int, rng: np.random.Generator) -> np.ndarray:
-        out = self.values[self.cursor : self.cursor + n]
-        self.cursor += n
-        return out
-
-
-@dataclass(slots=True)
-class _GammaGaps:
-    """Arrival times from gamma gaps (shape 1 is exponential: numpy draws the same numbers)."""
-
-    shape: float
-    scale_s: float
-    last_s: float = 0.0
-
-    def take(self, n: int, rng: np.random.Generator) -> np.ndarray:
-        times_s = self.last_s + np.cumsum(rng.gamma(self.shape, self.scale_s, size=n))
-        self.last_s = float(times_s[-1])
-        return times_s
-
-
-@dataclass(slots=True)
-class _Constant:
-    """Request i arrives at (i + 1) / rate, computed directly so the times stay exact."""
-
-    rate_per_s: float
-    num_done: int = 0
-
-    def take(self, n: int, rng: np.random.Generator) -> np.ndarray:
-        times_s = np.arange(self.num_done + 1, self.num_done + n + 1) / self.rate_per_s
-        self.num_done += n
-        return times_s
-
-
-@dataclass(slots=True)
-class _PrefixGroups:
-    """Group index per request; `len(cumulative)` means no group."""
-
-    cumulative: np.ndarray  # [num_groups] running sum of the fractions
-
-    def take(self, n: int, rng: np.random.Generator) -> np.ndarray:
-        if len(self.cumulative) == 0:
-            return np.zeros(n, dtype=np.int64)
-        return np.searchsorted(self.cumulative, rng.random(n), side="right")
+# ------------------------------------------------------------------------------------ planning
 
 
 @dataclass(slots=True)
 class _Plan:
     num_requests: int
-    arrivals: _Sampler
-    prompt: _Sampler
-    output: _Sampler
-    priority: _Sampler
-    groups: _PrefixGroups
+    arrivals: Sampler
+    prompt: Sampler
+    output: Sampler
+    priority: Sampler
+    groups: PrefixGroups
     group_tokens: np.ndarray  # [num_groups + 1] prefix tokens per group index; 0 for "none"
     sampling: SamplingKind
     num_seqs: int
     stats: WorkloadStats = field(default_factory=WorkloadStats)
-
-
-def _length_sampler(dist: LengthDist, part: str, trace: pd.DataFrame | None) -> _Sampler:
-    where = f"workload.{part}"
-    kind = dist.kind
-    if kind is LengthKind.FIXED:
-        return _Fixed(positive_int(dist.value, f"{where}.value"))
-    if kind is LengthKind.UNIFORM:
-        low = positive_int(dist.low, f"{where}.low")
-        high = positive_int(dist.high, f"{where}.high")
-        if high < low:
-            raise InputError(f"{where}: high ({high}) must be >= low ({low})")
-        return _Uniform(low, high)
-    if kind is LengthKind.LOGNORMAL:
-        mean = positive_float(dist.mean, f"{where}.mean")
-        cv = positive_float(dist.cv, f"{where}.cv", allow_zero=True)
-        sigma2 = math.log1p(cv * cv)
-        return _Lognormal(mu=math.log(mean) - sigma2 / 2, sigma=math.sqrt(sigma2))
-    if kind is LengthKind.EMPIRICAL:
-        if dist.path is not None:
-            path = resolve_trace(dist.path, f"{where}.path")
-        elif dist.trace_name is not None:
-            path = resolve_trace(dist.trace_name, f"{where}.trace_name")
-        else:
-            raise InputError(
-                f"{where}: kind = empirical needs path (a CSV file) or trace_name "
-                f"(built-in: {choices_text(BUILTIN_TRACES)})"
-            )
-        column = dist.column or TRACE_COLUMNS[part]  # default: the trace's own column
-        values = token_column(read_csv(path, where), column, path, f"{where}.column")
-        if len(values) == 0:
-            raise InputError(f"{where}.column: column {column!r} of {path} has no rows")
-        return _Resample(values)
-    if kind is LengthKind.TRACE:
-        assert trace is not None  # _plan loads the trace whenever a kind is TRACE
-        return _Rows(trace[TRACE_COLUMNS[part]].to_numpy())
-    raise InputError(
-        f"{where}.kind: unknown {kind!r}; valid: {choices_text(k.value for k in LengthKind)}"
-    )
-
-
-def _arrival_sampler(
-    arrival: ArrivalProcess, trace: pd.DataFrame | None, path: Path | None, time_scale: float
-) -> _Sampler:
-    where = "workload.arrival"
-    kind = arrival.kind
-    if kind is ArrivalKind.BURST:
-        return _Fixed(0.0)
-    if kind is ArrivalKind.TRACE:
-        assert trace is not None
-        if ARRIVAL_COLUMN not in trace.columns:
-            raise InputError(
-                f"{where}.kind = trace: {path} has no {ARRIVAL_COLUMN!r} column (it has "
-                f"{choices_text(trace.columns)}); pair it with poisson, gamma or constant arrivals"
-            )
-        times_s = trace[ARRIVAL_COLUMN].to_numpy()
-        return _Rows((times_s - times_s[0]) / time_scale)
-    rate = positive_float(arrival.rate_per_s, f"{where}.rate_per_s")
-    if kind is ArrivalKind.POISSON:
-        return _GammaGaps(shape=1.0, scale_s=1.0 / rate)
-    if kind is ArrivalKind.GAMMA:
-        if arrival.cv == 0:
-            raise InputError(f"{where}.cv must be > 0 for gamma arrivals (cv = 0: use constant)")
-        cv = positive_float(arrival.cv, f"{where}.cv")
-        shape = 1.0 / (cv * cv)  # mean gap = shape * scale = 1 / rate
-        return _GammaGaps(shape=shape, scale_s=1.0 / (rate * shape))
-    if kind is ArrivalKind.CONSTANT:
-        return _Constant(rate)
-    raise InputError(
-        f"{where}.kind: unknown {kind!r}; valid: {choices_text(k.value for k in ArrivalKind)}"
-    )
 
 
 def _trace_file(workload: WorkloadConfig) -> Path | None:
@@ -317,11 +157,11 @@ def _plan(workload: WorkloadConfig, max_seq_len: int) -> _Plan:
         )
     return _Plan(
         num_requests=num_requests,
-        arrivals=_arrival_sampler(workload.arrival, trace, path, time_scale),
-        prompt=_length_sampler(workload.prompt, "prompt", trace),
-        output=_length_sampler(workload.output, "output", trace),
-        priority=_Fixed(0),
-        groups=_PrefixGroups(np.cumsum(fractions)),
+        arrivals=arrival_sampler(workload.arrival, trace, path, time_scale),
+        prompt=length_sampler(workload.prompt, "prompt", trace),
+        output=length_sampler(workload.output, "output", trace),
+        priority=Fixed(0),
+        groups=PrefixGroups(np.cumsum(fractions)),
         group_tokens=np.array([group.num_tokens for group in groups] + [0], dtype=np.int64),
         sampling=workload.sampling,
         num_seqs=num_seqs,
@@ -338,16 +178,16 @@ def _explicit_plan(workload: WorkloadConfig, num_seqs: int) -> _Plan:
     arrival_s = np.array([req.arrival_s for req in workload.explicit], dtype=np.float64)
     order = np.argsort(arrival_s, kind="stable")
 
-    def rows(attr: str) -> _Rows:
-        return _Rows(np.array([getattr(workload.explicit[i], attr) for i in order]))
+    def rows(attr: str) -> Rows:
+        return Rows(np.array([getattr(workload.explicit[i], attr) for i in order]))
 
     return _Plan(
         num_requests=len(order),
-        arrivals=_Rows(arrival_s[order]),
+        arrivals=Rows(arrival_s[order]),
         prompt=rows("prompt_len"),
         output=rows("output_len"),
         priority=rows("priority"),
-        groups=_PrefixGroups(np.zeros(0)),
+        groups=PrefixGroups(np.zeros(0)),
         group_tokens=np.zeros(1, dtype=np.int64),
         sampling=workload.sampling,
         num_seqs=num_seqs,
