@@ -1,5 +1,8 @@
 """Workload generation: a `WorkloadConfig` becomes a lazy, reproducible stream of `Request`s.
 
+Here: validating a config into a plan, and streaming requests from it. Reading trace CSVs lives
+in simulator/trace_loading.py, the per-column samplers in simulator/samplers.py.
+
 Conventions (the ones a reader of a report needs to know):
 
 - Arrivals. Poisson, gamma and constant processes start the clock at 0 and place the *first*
