@@ -2,8 +2,8 @@
 
 `check_csv` proves a file parses, has rows and holds the columns asked for, with whole token
 counts >= 1 and finite, non-decreasing times; whatever is wrong becomes a `ScenarioError` naming
-the file, the line and the cell. It reads with the csv module only (workload.py later reads the
-same files with pandas), and remembers each file by size and modification time.
+the file, the line and the cell. It reads with the csv module only (trace_loading.py later reads
+the same files with pandas), and remembers each file by size and modification time.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Reading a scenario's [workload] section: arrivals, prompt and output lengths, prefix groups,
 explicit requests, and the trace they may read, into a `WorkloadConfig`.
 
-Everything workload.py will ask of a trace (its rows, its columns, its times) is checked here,
+Everything the workload will ask of a trace (its rows, its columns, its times) is checked here,
 at the edge, so a bad trace fails before any run with the file, line and key to fix.
 """
 

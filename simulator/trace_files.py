@@ -1,7 +1,7 @@
 """The built-in traces (name -> CSV file in simulator/data/) and the columns a trace holds.
 
-One source of truth for the two readers of traces: simulator/workload.py turns a trace into
-requests (with pandas), and simulator/scenario_traces.py checks a scenario's trace at the edge
+One source of truth for the two readers of traces: simulator/trace_loading.py reads a trace for
+the workload (with pandas), and simulator/scenario_traces.py checks a scenario's trace at the edge
 (with the csv module only, so validating a scenario never imports pandas). The files and their
 provenance are described in simulator/data/README.md.
 """
