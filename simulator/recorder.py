@@ -1,7 +1,7 @@
 """Records every step and every request of a run, then builds the RunResult and its summary.
 
 Per-step values go, one C-level extend per step, into a bounded step log (simulator.step_log)
-that keeps exact totals of every step; requests become compact rows as soon as they are done
+that keeps totals of every step; requests become compact rows as soon as they are done
 (simulator.request_log). Memory thus grows with the per-request records only, however long the
 run. Frames are built once at the end. Metric definitions are DESIGN.md's.
 """

@@ -53,9 +53,6 @@ class RequestLog:
         self._counts = array("q")  # [settled, len(_COUNTS)]
         self._reasons: dict[int, str] = {}  # position -> why it was rejected
 
-    def __len__(self) -> int:
-        return self._num_added
-
     def add(self, request: Request) -> None:
         self._live.append((self._num_added, request))
         self._num_added += 1

@@ -133,7 +133,6 @@ class StepLog:
         if max_rows < 2 or chunk_steps < 1:
             raise ValueError("a step log keeps at least 2 rows and buffers at least 1 step")
         self.max_rows = max_rows
-        self.chunk_steps = chunk_steps
         self.totals = StepTotals()
         self.row_steps = 1  # steps a stored row stands for (a power of two)
         self._raw = array("d")  # [steps in the chunk, len(STEP_COLUMNS)], row-major
