@@ -10,7 +10,6 @@ faster simulator must also give the same answers.
 from __future__ import annotations
 
 import json
-import math
 import os
 import subprocess
 import sys
@@ -19,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from simulator.errors import InputError
+from simulator.golden import same_value
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -75,20 +75,16 @@ class Comparison:
     def memory_ratio(self) -> float:
         return self.after.peak_rss_mib / self.before.peak_rss_mib
 
-    def summary_differences(self, rel_tol: float = 1e-9) -> list[str]:
-        """Summary keys whose values differ (floats beyond `rel_tol`), or exist on one side."""
+    def summary_differences(self) -> list[str]:
+        """Summary keys whose values differ as a golden comparison would see it (floats beyond
+        `golden.REL_TOL`), or exist on one side only."""
         before, after = self.before.summary, self.after.summary
         out = []
         for key in sorted(set(before) | set(after)):
             if key not in before or key not in after:
                 out.append(f"{key} (only {'after' if key in after else 'before'})")
-                continue
-            a, b = before[key], after[key]
-            if isinstance(a, float) and isinstance(b, float | int):
-                if not math.isclose(a, b, rel_tol=rel_tol, abs_tol=1e-12):
-                    out.append(f"{key}: {a!r} -> {b!r}")
-            elif a != b:
-                out.append(f"{key}: {a!r} -> {b!r}")
+            elif not same_value(before[key], after[key]):
+                out.append(f"{key}: {before[key]!r} -> {after[key]!r}")
         return out
 
 

@@ -49,14 +49,15 @@ def compare_golden(scenario_path: Path) -> list[str]:
             continue
         for key in sorted(set(expected[system]) | set(actual[system])):
             want, got = expected[system].get(key), actual[system].get(key)
-            if not _same(want, got):
+            if not same_value(want, got):
                 problems.append(
                     f"{scenario_path.stem}/{system}/{key}: golden {want!r}, got {got!r}"
                 )
     return problems
 
 
-def _same(want: object, got: object) -> bool:
+def same_value(want: object, got: object) -> bool:
+    """Summary values agree: floats to REL_TOL (platform noise), everything else exactly."""
     if isinstance(want, float) and isinstance(got, float | int):
         return math.isclose(want, got, rel_tol=REL_TOL, abs_tol=1e-12)
     return want == got
