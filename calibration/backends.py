@@ -22,8 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from calibration import reference
-from calibration.harness import (
+from pagesim.calibration import reference
+from pagesim.calibration.harness import (
     CudaEventTimer,
     PerfCounterTimer,
     Samples,
@@ -32,7 +32,7 @@ from calibration.harness import (
     gpu_provenance,
     wall_samples,
 )
-from simulator.catalog import ModelSpec
+from pagesim.simulator.catalog import ModelSpec
 
 FP16_BYTES = 2
 
@@ -216,7 +216,7 @@ class CupyBackend:
     name = "cupy"
 
     def __init__(self) -> None:
-        from calibration.kernel import device_int, import_cupy
+        from pagesim.calibration.kernel import device_int, import_cupy
 
         self.cupy = import_cupy()
         device_id = self.cupy.cuda.Device().id
@@ -271,7 +271,7 @@ class CupyBackend:
         self.kv_pool = (self.random_fp16(shape), self.random_fp16(shape))
 
     def prepare_decode(self, shapes: LayerShapes, context_lens: list[int]) -> Prepared:
-        from calibration.kernel import plan_decode_attention
+        from pagesim.calibration.kernel import plan_decode_attention
 
         assert self.kv_pool is not None, "reserve_kv first"
         cp = self.cupy
@@ -335,7 +335,7 @@ class CupyBackend:
 
     def empty_step(self, num_launches: int, warmup: int, repeats: int) -> Samples:
         """Host wall time to launch `num_launches` empty kernels and synchronise."""
-        from calibration.kernel import noop_kernel
+        from pagesim.calibration.kernel import noop_kernel
 
         noop = noop_kernel()
         stream = self.cupy.cuda.get_current_stream()
@@ -355,7 +355,7 @@ class CupyBackend:
 
 
 def make_backend(name: str) -> NumpyBackend | CupyBackend:
-    from simulator.errors import InputError
+    from pagesim.simulator.errors import InputError
 
     if name == "numpy":
         return NumpyBackend()

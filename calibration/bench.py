@@ -11,7 +11,7 @@ Per shape (num_seqs x context, uniform lengths, one layer of the model's attenti
   a dense tensor and calling scaled_dot_product_attention (the no-paged-kernel way), with the
   relative difference of their outputs.
 
-    python -m calibration.bench --model llama-2-7b --model llama-3-8b --out bench.csv
+    python -m pagesim.calibration.bench --model llama-2-7b --model llama-3-8b --out bench.csv
 
 GPU only: on a machine without CuPy and a GPU it raises a PagesimError saying so.
 """
@@ -28,10 +28,10 @@ from typing import Any
 
 import numpy as np
 
-from calibration.backends import LayerShapes, table_for
-from calibration.kernel import PARTITION_QUANTUM, kernel_sha256
-from simulator.catalog import ModelSpec, resolve_model
-from simulator.errors import PagesimError
+from pagesim.calibration.backends import LayerShapes, table_for
+from pagesim.calibration.kernel import PARTITION_QUANTUM, kernel_sha256
+from pagesim.simulator.catalog import ModelSpec, resolve_model
+from pagesim.simulator.errors import PagesimError
 
 # (num_seqs, context): all >= 16k KV tokens per call; few long sequences exercise split-K.
 DEFAULT_SHAPES = (
@@ -99,8 +99,8 @@ def bench_kernel(
     progress: Callable[[str], None] | None = None,
 ) -> list[dict[str, object]]:
     """One row per (num_seqs, context) shape; see the module docstring for the columns."""
-    from calibration.backends import CupyBackend
-    from calibration.kernel import plan_decode_attention
+    from pagesim.calibration.backends import CupyBackend
+    from pagesim.calibration.kernel import plan_decode_attention
 
     try:
         backend = CupyBackend()

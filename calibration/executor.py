@@ -50,14 +50,14 @@ from typing import Any
 
 import numpy as np
 
-from calibration.reference import numpy_decode_attention
-from simulator.catalog import KVDtype
-from simulator.config import Scenario, SystemConfig
-from simulator.errors import InputError
-from simulator.paged import PagedScheduler
-from simulator.plan import ExecutionModel, StepCost, StepPlan
-from simulator.roofline import RooflineModel
-from simulator.scheduler import Scheduler
+from pagesim.calibration.reference import numpy_decode_attention
+from pagesim.simulator.catalog import KVDtype
+from pagesim.simulator.config import Scenario, SystemConfig
+from pagesim.simulator.errors import InputError
+from pagesim.simulator.paged import PagedScheduler
+from pagesim.simulator.plan import ExecutionModel, StepCost, StepPlan
+from pagesim.simulator.roofline import RooflineModel
+from pagesim.simulator.scheduler import Scheduler
 
 GIB = 1 << 30
 BACKENDS = ("numpy", "cupy")
@@ -433,7 +433,7 @@ def _make_device(
     config: ExecutorConfig, model: Any, num_blocks: int, block_size: int, num_layers: int
 ) -> _Device:
     if config.backend == "cupy":
-        from calibration.kernel import import_cupy
+        from pagesim.calibration.kernel import import_cupy
 
         return _CupyDevice(import_cupy(), config, model, num_blocks, block_size, num_layers)
     return _Device(np, config, model, num_blocks, block_size, num_layers)
@@ -494,7 +494,7 @@ class _Device:
 
     # array helpers (overridden on the GPU)
     def _provenance(self) -> dict[str, object]:
-        from calibration.harness import cpu_provenance
+        from pagesim.calibration.harness import cpu_provenance
 
         return cpu_provenance()
 
@@ -672,7 +672,7 @@ class _CupyDevice(_Device):
         self.blas_threads_note = "n/a (GPU)"
 
     def _provenance(self) -> dict[str, object]:
-        from calibration.harness import gpu_provenance
+        from pagesim.calibration.harness import gpu_provenance
 
         return gpu_provenance(self.cp)
 
@@ -697,7 +697,7 @@ class _CupyDevice(_Device):
         self.cp.cuda.get_current_stream().synchronize()
 
     def upload(self, inputs: _Inputs) -> _Inputs:
-        from calibration.kernel import plan_decode_attention
+        from pagesim.calibration.kernel import plan_decode_attention
 
         cp = self.cp
         super().upload(inputs)

@@ -32,11 +32,16 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from calibration.executor import ExecutorConfig, PlanExecutor, blas_threads, measured_factory
-from simulator.config import ExecutionKind, Policy, Scenario, SystemConfig
-from simulator.engine import make_execution_model, simulate
-from simulator.errors import InputError
-from simulator.result import RunResult
+from pagesim.calibration.executor import (
+    ExecutorConfig,
+    PlanExecutor,
+    blas_threads,
+    measured_factory,
+)
+from pagesim.simulator.config import ExecutionKind, Policy, Scenario, SystemConfig
+from pagesim.simulator.engine import make_execution_model, simulate
+from pagesim.simulator.errors import InputError
+from pagesim.simulator.result import RunResult
 
 PAGED = (Policy.VLLM_V0, Policy.VLLM_V1)
 REQUEST_METRICS = ("ttft", "tpot", "e2e")
@@ -170,7 +175,7 @@ def run_fidelity(
     config = executor_config or ExecutorConfig(backend=backend, num_layers=num_layers)
     calibration = "the scenario's own execution model"
     if calibrate_quick:
-        from calibration.run import calibrate
+        from pagesim.calibration.run import calibrate
 
         folder = out if out is not None else Path(".")
         # On the CPU the profile is measured with the executor's BLAS thread count.

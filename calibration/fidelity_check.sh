@@ -74,7 +74,7 @@ timeout 90 $PY -m pytest -m gpu -q -p no:cacheprovider tests/test_fidelity.py 2>
 echo "pytest exit: ${PIPESTATUS[0]}" | tee -a "$OUT/gpu_tests.log"
 
 stage "quick calibration (llama-2-7b, block size 16)"
-timeout 180 $PY -m calibration.run --model llama-2-7b --backend cupy --quick \
+timeout 180 $PY -m pagesim.calibration.run --model llama-2-7b --backend cupy --quick \
     --out "$PROFILE" 2>&1 | tee "$OUT/calibrate.log"
 echo "calibrate exit: ${PIPESTATUS[0]}" | tee -a "$OUT/calibrate.log"
 

@@ -19,8 +19,8 @@ from collections import defaultdict
 
 import numpy as np
 
-from calibration.measure import Point
-from simulator.profile_model import piecewise_linear
+from pagesim.calibration.measure import Point
+from pagesim.simulator.profile_model import piecewise_linear
 
 
 def fit_nonnegative(features: np.ndarray, times: np.ndarray) -> np.ndarray:

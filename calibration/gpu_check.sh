@@ -81,12 +81,12 @@ timeout 180 $PY -m pytest -m gpu -q -p no:cacheprovider --durations=12 "${TESTS[
 echo "pytest exit: ${PIPESTATUS[0]}" | tee -a "$OUT/gpu_tests.log"
 
 stage "kernel benchmark"
-timeout 120 $PY -m calibration.bench --model llama-2-7b --model llama-3-8b \
+timeout 120 $PY -m pagesim.calibration.bench --model llama-2-7b --model llama-3-8b \
     --out "$OUT/bench.csv" 2>&1 | tee "$OUT/bench.log"
 echo "bench exit: ${PIPESTATUS[0]}" | tee -a "$OUT/bench.log"
 
 stage "quick calibration (llama-2-7b)"
-timeout 180 $PY -m calibration.run --model llama-2-7b --backend cupy --quick \
+timeout 180 $PY -m pagesim.calibration.run --model llama-2-7b --backend cupy --quick \
     --out "$OUT/llama-2-7b-$GPU_NAME.json" 2>&1 | tee "$OUT/calibrate.log"
 echo "calibrate exit: ${PIPESTATUS[0]}" | tee -a "$OUT/calibrate.log"
 

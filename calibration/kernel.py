@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from simulator.errors import PagesimError
+from pagesim.simulator.errors import PagesimError
 
 KERNEL_FILE = "paged_attention.cu"
 HEAD_DIMS = (64, 128, 256)
@@ -50,7 +50,7 @@ LOG2E = 1.4426950408889634
 
 def kernel_path(name: str = KERNEL_FILE) -> Path:
     """Path of a CUDA source shipped in the `kernels` package."""
-    return Path(str(resources.files("kernels").joinpath(name)))
+    return Path(str(resources.files("pagesim.kernels").joinpath(name)))
 
 
 def kernel_source(name: str = KERNEL_FILE) -> str:

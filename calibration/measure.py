@@ -21,7 +21,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from calibration.backends import (
+from pagesim.calibration.backends import (
     CupyBackend,
     LayerShapes,
     NumpyBackend,
@@ -29,7 +29,7 @@ from calibration.backends import (
     gemm_cost,
     prefill_cost,
 )
-from calibration.harness import Samples
+from pagesim.calibration.harness import Samples
 
 MIXES = ("uniform", "skewed")
 LAUNCHES_PER_LAYER = 5  # QKV, attention, output projection, gate+up, down (what is priced)

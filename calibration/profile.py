@@ -31,9 +31,9 @@ from pathlib import Path
 
 import numpy as np
 
-from calibration.measure import Grid, Point, context_mix
-from simulator.catalog import ModelSpec
-from simulator.profile_model import PROFILE_SCHEMA, PROFILE_SCHEMA_VERSION
+from pagesim.calibration.measure import Grid, Point, context_mix
+from pagesim.simulator.catalog import ModelSpec
+from pagesim.simulator.profile_model import PROFILE_SCHEMA, PROFILE_SCHEMA_VERSION
 
 CSV_COLUMNS = (
     "kind",

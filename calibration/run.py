@@ -1,6 +1,6 @@
 """`calibrate`: measure a model's per-layer kernels on one device and write a profile.
 
-    python -m calibration.run --model llama-2-7b --backend cupy --quick --out profile.json
+    python -m pagesim.calibration.run --model llama-2-7b --backend cupy --quick --out profile.json
 
 (`pagesim calibrate` calls `calibrate` the same way.) Writes the profile JSON and the CSV of raw
 samples beside it; returns the JSON path.
@@ -14,14 +14,14 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from calibration import fit
-from calibration.backends import LayerShapes, make_backend
-from calibration.harness import iso_now
-from calibration.kernel import KERNEL_FILE, kernel_sha256
-from calibration.measure import make_grid, measure
-from calibration.profile import build_profile, profile_paths, write_profile
-from simulator.catalog import ModelSpec, resolve_model
-from simulator.errors import InputError, PagesimError
+from pagesim.calibration import fit
+from pagesim.calibration.backends import LayerShapes, make_backend
+from pagesim.calibration.harness import iso_now
+from pagesim.calibration.kernel import KERNEL_FILE, kernel_sha256
+from pagesim.calibration.measure import make_grid, measure
+from pagesim.calibration.profile import build_profile, profile_paths, write_profile
+from pagesim.simulator.catalog import ModelSpec, resolve_model
+from pagesim.simulator.errors import InputError, PagesimError
 
 BACKENDS = ("numpy", "cupy")
 

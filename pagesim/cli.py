@@ -15,7 +15,7 @@ from typing import Annotated
 import typer
 
 from pagesim.fidelity_cli import validate_fidelity
-from simulator.errors import InputError, PagesimError
+from pagesim.simulator.errors import InputError, PagesimError
 
 app = typer.Typer(
     name="pagesim",
@@ -76,7 +76,7 @@ SUMMARY_COLUMNS = [
 
 
 def _run_scenario(scenario, out: Path | None, label: str):  # type: ignore[no-untyped-def]
-    from simulator.engine import simulate
+    from pagesim.simulator.engine import simulate
 
     results = []
     with typer.progressbar(length=len(scenario.systems), label=label, file=sys.stderr) as progress:
@@ -98,7 +98,7 @@ def run(
 
     Example: pagesim run swap_vs_recompute --out runs/swap --set workload.num_requests=100
     """
-    from simulator.scenario import describe_scenario, load_scenario, resolve_scenario
+    from pagesim.simulator.scenario import describe_scenario, load_scenario, resolve_scenario
 
     path = resolve_scenario(scenario)
     overrides = list(set_ or []) + ([f"seed={seed}"] if seed is not None else [])
@@ -109,7 +109,7 @@ def run(
     (out / "scenario.toml").write_text(path.read_text())
     (out / "overrides.json").write_text(json.dumps(overrides))
     if report:
-        from reports.render import write_report
+        from pagesim.reports.render import write_report
 
         html = write_report(
             results,
@@ -121,7 +121,7 @@ def run(
         )
         typer.echo(f"report: {html}")
     else:
-        from reports.frames import unique_slugs
+        from pagesim.reports.frames import unique_slugs
 
         names = unique_slugs([r.system for r in results], reserved={"plots"})
         for result, name in zip(results, names, strict=True):
@@ -131,12 +131,12 @@ def run(
 
 def _calibration_curves(scenario) -> dict | None:  # type: ignore[no-untyped-def]
     """The profile's measured vs fitted curves, when the scenario is priced by a profile."""
-    from simulator.config import ExecutionKind
+    from pagesim.simulator.config import ExecutionKind
 
     path = scenario.execution.profile_path
     if scenario.execution.kind is not ExecutionKind.PROFILE or path is None:
         return None
-    from calibration.profile import calibration_panels
+    from pagesim.calibration.profile import calibration_panels
 
     return calibration_panels(Path(path))
 
@@ -207,8 +207,8 @@ def sweep(
 
     Example: pagesim sweep latency_vs_rate_sharegpt --param workload.arrival.rate_per_s=1,2,4
     """
-    from simulator.scenario import describe_scenario, resolve_scenario
-    from simulator.sweep import make_executor, plan_sweep, run_sweep
+    from pagesim.simulator.scenario import describe_scenario, resolve_scenario
+    from pagesim.simulator.sweep import make_executor, plan_sweep, run_sweep
 
     path = resolve_scenario(scenario)
     points = plan_sweep(path, list(set_ or []), list(param or []))
@@ -229,7 +229,7 @@ def sweep(
         f"{len(points)} points: {ran.num_computed} simulated, {ran.num_cached} from the cache, "
         f"in {ran.wall_s:.1f} s"
     )
-    from reports.render import write_report
+    from pagesim.reports.render import write_report
 
     html = write_report(
         done.last_results,
@@ -247,7 +247,7 @@ def report(
     run_dir: Annotated[Path, typer.Argument(help="A folder written by `pagesim run` or sweep.")],
 ) -> None:
     """Re-render the report of an earlier run from its saved data (after editing plots, say)."""
-    from reports.render import INPUTS_FILE, rerender_report
+    from pagesim.reports.render import INPUTS_FILE, rerender_report
 
     if not (run_dir / INPUTS_FILE).is_file():
         raise InputError(f"{run_dir}: no {INPUTS_FILE} inside; is this a `pagesim run` folder?")
@@ -274,8 +274,8 @@ def kv(
     Example: pagesim kv --model llama-2-13b --seq-len 4096 --gpu a100-80gb --batch-size 10
     --weights-gib 26
     """
-    from simulator.catalog import GIB, get_gpu, parse_kv_dtype, resolve_model
-    from simulator.kvmath import format_report, kv_report
+    from pagesim.simulator.catalog import GIB, get_gpu, parse_kv_dtype, resolve_model
+    from pagesim.simulator.kvmath import format_report, kv_report
 
     spec = resolve_model(model)
     result = kv_report(
@@ -298,8 +298,8 @@ def validate(
     set_: SetOption = None,
 ) -> None:
     """Check a scenario file without running it."""
-    from simulator.engine import kv_capacity
-    from simulator.scenario import load_scenario, resolve_scenario
+    from pagesim.simulator.engine import kv_capacity
+    from pagesim.simulator.scenario import load_scenario, resolve_scenario
 
     path = resolve_scenario(scenario)
     loaded = load_scenario(path, list(set_ or []))
@@ -323,8 +323,8 @@ def calibrate(
 
     Example: pagesim calibrate --model llama-2-7b --backend cupy --quick --out h200.json
     """
-    from calibration.run import calibrate as run_calibration
-    from simulator.catalog import resolve_model
+    from pagesim.calibration.run import calibrate as run_calibration
+    from pagesim.simulator.catalog import resolve_model
 
     if backend not in ("numpy", "cupy"):
         raise InputError(f"--backend: unknown backend {backend!r}; valid: numpy, cupy")
@@ -335,7 +335,7 @@ def calibrate(
 @scenarios_app.command("list")
 def scenarios_list() -> None:
     """The built-in scenarios, one line each."""
-    from simulator.scenario import list_builtin
+    from pagesim.simulator.scenario import list_builtin
 
     for name, line in list_builtin():
         typer.echo(f"{name:40s} {line}")
@@ -344,7 +344,7 @@ def scenarios_list() -> None:
 @scenarios_app.command("show")
 def scenarios_show(name: Annotated[str, typer.Argument(help="Built-in name or path.")]) -> None:
     """Print a scenario file."""
-    from simulator.scenario import resolve_scenario
+    from pagesim.simulator.scenario import resolve_scenario
 
     typer.echo(resolve_scenario(name).read_text())
 
@@ -356,8 +356,8 @@ def scenarios_golden(
     ] = False,
 ) -> None:
     """Rerun every built-in scenario and compare with (or --update) its golden summary."""
-    from simulator.golden import compare_golden, write_golden
-    from simulator.scenario import list_builtin, resolve_scenario
+    from pagesim.simulator.golden import compare_golden, write_golden
+    from pagesim.simulator.scenario import list_builtin, resolve_scenario
 
     problems = []
     for name, _ in list_builtin():
@@ -400,7 +400,7 @@ def bench_sim(
     --against REV, the same for git revision REV and this tree, and their ratio.
     Example: pagesim bench sim --synthetic 100000 --rate 8 --against HEAD~5
     """
-    from simulator.bench import sharegpt_scenario, trace_replay_scenario
+    from pagesim.simulator.bench import sharegpt_scenario, trace_replay_scenario
 
     if synthetic is not None:
         scenario = sharegpt_scenario(synthetic, rate, policy)
@@ -415,7 +415,7 @@ def bench_sim(
         return
     import resource
 
-    from simulator.engine import simulate
+    from pagesim.simulator.engine import simulate
 
     start = time.perf_counter()
     result = simulate(scenario)
@@ -434,7 +434,7 @@ def bench_sim(
 
 
 def _bench_against(label: str, revision: str, args: dict[str, object], repeat: int) -> None:
-    from simulator.bench_compare import compare_revisions
+    from pagesim.simulator.bench_compare import compare_revisions
 
     comparison = compare_revisions(revision, args, repeat)
     typer.echo(
@@ -481,8 +481,8 @@ def bench_kernel(
     out: Annotated[Path | None, typer.Option(help="CSV of the rows.")] = None,
 ) -> None:
     """Time the paged-attention kernel per shape (GPU): GB/s, % of copy bandwidth, ratios."""
-    from calibration.bench import bench_kernel as run_bench
-    from simulator.catalog import resolve_model
+    from pagesim.calibration.bench import bench_kernel as run_bench
+    from pagesim.simulator.catalog import resolve_model
 
     rows = run_bench(resolve_model(model))
     if out is not None:
@@ -552,10 +552,10 @@ def capacity(
     """
     from dataclasses import replace
 
-    from reports.capacity import write_capacity_page
-    from simulator.scenario import describe_scenario, resolve_scenario
-    from simulator.search import RATE_PATH, Criteria, configurations, search_capacity
-    from simulator.sweep import CACHE_DIR, PointCache, make_executor, run_points
+    from pagesim.reports.capacity import write_capacity_page
+    from pagesim.simulator.scenario import describe_scenario, resolve_scenario
+    from pagesim.simulator.search import RATE_PATH, Criteria, configurations, search_capacity
+    from pagesim.simulator.sweep import CACHE_DIR, PointCache, make_executor, run_points
 
     path = resolve_scenario(scenario)
     configs = configurations(path, list(set_ or []), list(param or []))
@@ -599,7 +599,7 @@ def capacity(
     )
     report_name = None
     if points:
-        from reports.render import write_report
+        from pagesim.reports.render import write_report
 
         results = [
             replace(framed.frames[p.key], system=config.label)

@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from simulator.errors import InputError
+from pagesim.simulator.errors import InputError
 
 BACKENDS = ("numpy", "cupy")
 
@@ -45,10 +45,10 @@ def validate_fidelity(
 
     Example: pagesim validate-fidelity my_small_model.toml --calibrate-quick --requests 200
     """
-    from calibration.fidelity import run_fidelity
-    from reports.fidelity import write_fidelity_report
-    from simulator.profile_model import ProfileExtrapolationWarning
-    from simulator.scenario import load_scenario, resolve_scenario
+    from pagesim.calibration.fidelity import run_fidelity
+    from pagesim.reports.fidelity import write_fidelity_report
+    from pagesim.simulator.profile_model import ProfileExtrapolationWarning
+    from pagesim.simulator.scenario import load_scenario, resolve_scenario
 
     if backend not in BACKENDS:
         raise InputError(f"--backend: unknown backend {backend!r}; valid: {', '.join(BACKENDS)}")

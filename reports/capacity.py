@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from reports.html import Plot, esc, figures_html, page, sweep_table
-from reports.style import figure, label, no_data, save, system_color
+from pagesim.reports.html import Plot, esc, figures_html, page, sweep_table
+from pagesim.reports.style import figure, label, no_data, save, system_color
 
 MAX_BARS = 40  # more configurations than this: the best 40 are drawn (the CSV has them all)
 

@@ -21,7 +21,7 @@ import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.lines import Line2D
 
-from reports.style import (
+from pagesim.reports.style import (
     figure,
     label,
     legend_below,

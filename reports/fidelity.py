@@ -15,12 +15,12 @@ import pandas as pd
 from matplotlib.lines import Line2D
 from matplotlib.ticker import NullFormatter
 
-from reports.html import Plot, esc, figures_html, page
-from reports.style import figure, label, log_scale, no_data, save, time_scale
-from reports.units import MISSING, format_seconds
+from pagesim.reports.html import Plot, esc, figures_html, page
+from pagesim.reports.style import figure, label, log_scale, no_data, save, time_scale
+from pagesim.reports.units import MISSING, format_seconds
 
 if TYPE_CHECKING:
-    from calibration.fidelity import FidelityResult
+    from pagesim.calibration.fidelity import FidelityResult
 
 SCATTER_PNG = "fidelity_scatter.png"
 HTML_FILE = "fidelity.html"

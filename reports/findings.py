@@ -9,9 +9,9 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from reports.frames import as_number
-from reports.units import format_seconds
-from simulator.result import RunResult
+from pagesim.reports.frames import as_number
+from pagesim.reports.units import format_seconds
+from pagesim.simulator.result import RunResult
 
 
 def _ranked(results: Sequence[RunResult], key: str) -> list[tuple[str, float]]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-from simulator.result import KV_CATEGORIES, REQUEST_COLUMNS, STEP_COLUMNS
+from pagesim.simulator.result import KV_CATEGORIES, REQUEST_COLUMNS, STEP_COLUMNS
 
 
 class Unit(Enum):

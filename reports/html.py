@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from reports.frames import as_number
-from reports.glossary import SUMMARY_METRICS, Unit, glossary_sections
-from reports.units import MISSING, format_number, format_value
-from simulator.result import RunResult
+from pagesim.reports.frames import as_number
+from pagesim.reports.glossary import SUMMARY_METRICS, Unit, glossary_sections
+from pagesim.reports.units import MISSING, format_number, format_value
+from pagesim.simulator.result import RunResult
 
 PROVENANCE_KEYS = {  # shown first, in this order, "not recorded" when absent
     "execution_model": "Execution model",

@@ -20,13 +20,13 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
-from reports.curves import (
+from pagesim.reports.curves import (
     parse_calibration,
     plot_block_size_ablation,
     plot_calibration,
     plot_latency_vs_rate,
 )
-from reports.frames import (
+from pagesim.reports.frames import (
     activity_means,
     as_number,
     assign_lanes,
@@ -37,8 +37,8 @@ from reports.frames import (
     numeric,
     state_means,
 )
-from reports.glossary import WASTE_SHARES
-from reports.style import (
+from pagesim.reports.glossary import WASTE_SHARES
+from pagesim.reports.style import (
     KV_COLORS,
     LINE_STYLES,
     figure,
@@ -50,7 +50,7 @@ from reports.style import (
     system_color,
     time_scale,
 )
-from simulator.result import KV_CATEGORIES, RunResult
+from pagesim.simulator.result import KV_CATEGORIES, RunResult
 
 __all__ = [
     "parse_calibration",

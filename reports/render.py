@@ -18,12 +18,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from reports import plots
-from reports.curves import RATE_COLUMN, other_axis, sweep_column
-from reports.findings import derive_findings
-from reports.frames import unique_slugs
-from reports.glossary import SUMMARY_METRICS
-from reports.html import (
+from pagesim.reports import plots
+from pagesim.reports.curves import RATE_COLUMN, other_axis, sweep_column
+from pagesim.reports.findings import derive_findings
+from pagesim.reports.frames import unique_slugs
+from pagesim.reports.glossary import SUMMARY_METRICS
+from pagesim.reports.html import (
     Plot,
     esc,
     figures_html,
@@ -35,7 +35,7 @@ from reports.html import (
     summary_table,
     sweep_table,
 )
-from simulator.result import RunResult
+from pagesim.simulator.result import RunResult
 
 PLOTS_DIR = "plots"
 INPUTS_FILE = "report.json"

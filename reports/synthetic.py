@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from reports.render import write_report
-from simulator.result import REQUEST_COLUMNS, STEP_COLUMNS, RunResult
+from pagesim.reports.render import write_report
+from pagesim.simulator.result import REQUEST_COLUMNS, STEP_COLUMNS, RunResult
 
 MAX_LEN = 2048  # toy model's maximum sequence length (contiguous reservation size)
 CAPACITY_TOKENS = 40_000

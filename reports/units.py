@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from reports.frames import as_number
-from reports.glossary import Unit
+from pagesim.reports.frames import as_number
+from pagesim.reports.glossary import Unit
 
 MISSING = "–"  # shown for a metric that is absent, None or NaN
 

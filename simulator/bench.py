@@ -3,8 +3,8 @@ a user may have edited)."""
 
 from __future__ import annotations
 
-from simulator.catalog import get_gpu, get_model
-from simulator.config import (
+from pagesim.simulator.catalog import get_gpu, get_model
+from pagesim.simulator.config import (
     ArrivalKind,
     ArrivalProcess,
     LengthDist,
@@ -14,7 +14,7 @@ from simulator.config import (
     SystemConfig,
     WorkloadConfig,
 )
-from simulator.errors import InputError, choices_text
+from pagesim.simulator.errors import InputError, choices_text
 
 
 def _policy(policy: str) -> Policy:

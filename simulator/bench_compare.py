@@ -17,8 +17,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from simulator.errors import InputError
-from simulator.golden import same_value
+from pagesim.simulator.errors import InputError
+from pagesim.simulator.golden import same_value
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -26,8 +26,8 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 # every revision with `pagesim bench sim` has: the bench scenarios and `simulate`.
 _TIMED_RUN = """
 import json, resource, sys, time
-from simulator.bench import sharegpt_scenario, trace_replay_scenario
-from simulator.engine import simulate
+from pagesim.simulator.bench import sharegpt_scenario, trace_replay_scenario
+from pagesim.simulator.engine import simulate
 a = json.loads(sys.argv[1])
 if a["synthetic"] is not None:
     scenario = sharegpt_scenario(a["synthetic"], a["rate"], a["policy"])

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections import OrderedDict, deque
 
-from simulator.errors import KVCacheError
+from pagesim.simulator.errors import KVCacheError
 
 
 class BlockPool:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from enum import Enum
 from pathlib import Path
 
-from simulator.errors import InputError, choices_text
+from pagesim.simulator.errors import InputError, choices_text
 
 GIB = 2**30
 

@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 
-from simulator.catalog import GPUSpec, KVDtype, ModelSpec
-from simulator.plan import PreemptionMode
-from simulator.request import SamplingKind
+from pagesim.simulator.catalog import GPUSpec, KVDtype, ModelSpec
+from pagesim.simulator.plan import PreemptionMode
+from pagesim.simulator.request import SamplingKind
 
 
 class Policy(Enum):

@@ -14,10 +14,10 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Mapping
 
-from simulator.block_pool import invariant
-from simulator.config import Reservation
-from simulator.errors import KVCacheError
-from simulator.memory import MemoryBreakdown
+from pagesim.simulator.block_pool import invariant
+from pagesim.simulator.config import Reservation
+from pagesim.simulator.errors import KVCacheError
+from pagesim.simulator.memory import MemoryBreakdown
 
 
 def reservation_slots(policy: Reservation, prompt_len: int, output_len: int, max_len: int) -> int:

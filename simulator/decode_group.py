@@ -30,11 +30,11 @@ from itertools import compress
 from operator import not_
 from typing import TYPE_CHECKING
 
-from simulator.plan import SeqWork, seq_work_of
+from pagesim.simulator.plan import SeqWork, seq_work_of
 
 if TYPE_CHECKING:
-    from simulator.kv_cache import PagedKVCache
-    from simulator.paged import Group
+    from pagesim.simulator.kv_cache import PagedKVCache
+    from pagesim.simulator.paged import Group
 
 
 class DecodeGroup:

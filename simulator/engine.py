@@ -19,17 +19,17 @@ import numpy as np
 import simpy
 
 from pagesim import __version__
-from simulator.catalog import GIB
-from simulator.config import ExecutionKind, Policy, Scenario, SystemConfig
-from simulator.errors import InputError
-from simulator.plan import ExecutionModel
-from simulator.recorder import Recorder
-from simulator.reserving import OrcaScheduler, StaticScheduler
-from simulator.result import RunResult
-from simulator.roofline import RooflineModel
-from simulator.scheduler import Scheduler
-from simulator.vllm import VllmV0Scheduler, VllmV1Scheduler
-from simulator.workload import iter_requests
+from pagesim.simulator.catalog import GIB
+from pagesim.simulator.config import ExecutionKind, Policy, Scenario, SystemConfig
+from pagesim.simulator.errors import InputError
+from pagesim.simulator.plan import ExecutionModel
+from pagesim.simulator.recorder import Recorder
+from pagesim.simulator.reserving import OrcaScheduler, StaticScheduler
+from pagesim.simulator.result import RunResult
+from pagesim.simulator.roofline import RooflineModel
+from pagesim.simulator.scheduler import Scheduler
+from pagesim.simulator.vllm import VllmV0Scheduler, VllmV1Scheduler
+from pagesim.simulator.workload import iter_requests
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,7 +88,7 @@ def make_execution_model(scenario: Scenario, system: SystemConfig) -> ExecutionM
     args = (scenario.model, scenario.gpu, scenario.execution, scenario.kv_dtype)
     kwargs = {"tensor_parallel": scenario.tensor_parallel, "block_size": system.block_size}
     if scenario.execution.kind is ExecutionKind.PROFILE:
-        from simulator.profile_model import ProfileModel
+        from pagesim.simulator.profile_model import ProfileModel
 
         return ProfileModel(*args, **kwargs)
     return RooflineModel(*args, **kwargs)

@@ -11,8 +11,8 @@ import json
 import math
 from pathlib import Path
 
-from simulator.engine import simulate
-from simulator.scenario import BUILTIN_DIR, load_scenario
+from pagesim.simulator.engine import simulate
+from pagesim.simulator.scenario import BUILTIN_DIR, load_scenario
 
 GOLDEN_DIR = Path(BUILTIN_DIR) / "golden"
 REL_TOL = 1e-9  # same code, same seed: only floating-point noise across platforms

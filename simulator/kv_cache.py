@@ -28,10 +28,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import islice
 
-from simulator.block_pool import BlockPool, invariant
-from simulator.errors import KVCacheError
-from simulator.memory import MemoryBreakdown
-from simulator.plan import BlockCopy
+from pagesim.simulator.block_pool import BlockPool, invariant
+from pagesim.simulator.errors import KVCacheError
+from pagesim.simulator.memory import MemoryBreakdown
+from pagesim.simulator.plan import BlockCopy
 
 
 @dataclass(slots=True)

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from simulator.catalog import GIB, GPUSpec, KVDtype, ModelSpec
-from simulator.errors import InputError
+from pagesim.simulator.catalog import GIB, GPUSpec, KVDtype, ModelSpec
+from pagesim.simulator.errors import InputError
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,11 +17,11 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from simulator.config import SystemConfig
-from simulator.decode_group import DecodeGroup
-from simulator.kv_cache import PagedKVCache
-from simulator.memory import MemoryBreakdown
-from simulator.plan import (
+from pagesim.simulator.config import SystemConfig
+from pagesim.simulator.decode_group import DecodeGroup
+from pagesim.simulator.kv_cache import PagedKVCache
+from pagesim.simulator.memory import MemoryBreakdown
+from pagesim.simulator.plan import (
     BlockCopy,
     GroupedStepPlan,
     Preemption,
@@ -30,10 +30,10 @@ from simulator.plan import (
     StepPlan,
     seq_work_of,
 )
-from simulator.prefix_hash import SequenceHasher
-from simulator.request import Request, RequestStatus, SamplingKind
-from simulator.scheduler import Scheduler, WaitingQueue, victim_key
-from simulator.workload import prompt_segments
+from pagesim.simulator.prefix_hash import SequenceHasher
+from pagesim.simulator.request import Request, RequestStatus, SamplingKind
+from pagesim.simulator.scheduler import Scheduler, WaitingQueue, victim_key
+from pagesim.simulator.workload import prompt_segments
 
 _GENERATED_KEY = 3  # content key of a sequence's generated tokens: (3, seq_id)
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from simulator.errors import KVCacheError
+from pagesim.simulator.errors import KVCacheError
 
 # The parent hash of block 0. Any fixed int works; it only has to be the same everywhere.
 ROOT_HASH = 0x5A6E_51A1

@@ -34,11 +34,11 @@ from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
-from simulator.catalog import GPUSpec, KVDtype, ModelSpec
-from simulator.config import ExecutionConfig
-from simulator.errors import InputError
-from simulator.plan import StepCost, StepPlan, TransferPricer
-from simulator.roofline import RooflineModel
+from pagesim.simulator.catalog import GPUSpec, KVDtype, ModelSpec
+from pagesim.simulator.config import ExecutionConfig
+from pagesim.simulator.errors import InputError
+from pagesim.simulator.plan import StepCost, StepPlan, TransferPricer
+from pagesim.simulator.roofline import RooflineModel
 
 PROFILE_SCHEMA = "pagesim-profile"
 PROFILE_SCHEMA_VERSION = 1

@@ -11,14 +11,14 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from simulator.catalog import GPUSpec
-from simulator.config import SLO
-from simulator.plan import StepCost, StepPlan
-from simulator.request import Request
-from simulator.request_log import RequestLog
-from simulator.result import RunResult
-from simulator.scheduler import Scheduler
-from simulator.step_log import StepLog, StepTotals
+from pagesim.simulator.catalog import GPUSpec
+from pagesim.simulator.config import SLO
+from pagesim.simulator.plan import StepCost, StepPlan
+from pagesim.simulator.request import Request
+from pagesim.simulator.request_log import RequestLog
+from pagesim.simulator.result import RunResult
+from pagesim.simulator.scheduler import Scheduler
+from pagesim.simulator.step_log import StepLog, StepTotals
 
 PERCENTILES = (50, 90, 99)
 

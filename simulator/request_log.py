@@ -14,9 +14,9 @@ from array import array
 import numpy as np
 import pandas as pd
 
-from simulator.config import SLO
-from simulator.request import Request, RequestStatus
-from simulator.result import REQUEST_COLUMNS
+from pagesim.simulator.config import SLO
+from pagesim.simulator.request import Request, RequestStatus
+from pagesim.simulator.result import REQUEST_COLUMNS
 
 SETTLE_EVERY = 4096  # requests added between looks for done ones
 _STATUS_NAMES = ("finished", "rejected", "unfinished")

@@ -18,12 +18,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from simulator.config import SystemConfig
-from simulator.contiguous import ContiguousKVCache, reservation_slots
-from simulator.memory import MemoryBreakdown
-from simulator.plan import SeqWork, StepPlan
-from simulator.request import Request, RequestStatus
-from simulator.scheduler import Scheduler, WaitingQueue
+from pagesim.simulator.config import SystemConfig
+from pagesim.simulator.contiguous import ContiguousKVCache, reservation_slots
+from pagesim.simulator.memory import MemoryBreakdown
+from pagesim.simulator.plan import SeqWork, StepPlan
+from pagesim.simulator.request import Request, RequestStatus
+from pagesim.simulator.scheduler import Scheduler, WaitingQueue
 
 
 @dataclass(eq=False, slots=True)

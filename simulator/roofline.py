@@ -55,10 +55,10 @@ from __future__ import annotations
 from itertools import compress
 from operator import itemgetter
 
-from simulator.catalog import GPUSpec, KVDtype, ModelSpec
-from simulator.config import ExecutionConfig
-from simulator.errors import InputError
-from simulator.plan import SeqWork, StepCost, StepPlan, TransferPricer, step_cost_of
+from pagesim.simulator.catalog import GPUSpec, KVDtype, ModelSpec
+from pagesim.simulator.config import ExecutionConfig
+from pagesim.simulator.errors import InputError
+from pagesim.simulator.plan import SeqWork, StepCost, StepPlan, TransferPricer, step_cost_of
 
 ACTIVATION_BYTES = 2  # fp16/bf16 activations
 WEIGHT_BYTES = 2  # fp16/bf16 weights

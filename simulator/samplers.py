@@ -18,11 +18,11 @@ from typing import Protocol
 import numpy as np
 import pandas as pd
 
-from simulator.config import ArrivalKind, ArrivalProcess, LengthDist, LengthKind
-from simulator.errors import InputError, choices_text
-from simulator.trace_files import ARRIVAL_COLUMN, BUILTIN_TRACES
-from simulator.trace_loading import TRACE_COLUMNS, read_csv, resolve_trace, token_column
-from simulator.workload_checks import positive_float, positive_int
+from pagesim.simulator.config import ArrivalKind, ArrivalProcess, LengthDist, LengthKind
+from pagesim.simulator.errors import InputError, choices_text
+from pagesim.simulator.trace_files import ARRIVAL_COLUMN, BUILTIN_TRACES
+from pagesim.simulator.trace_loading import TRACE_COLUMNS, read_csv, resolve_trace, token_column
+from pagesim.simulator.workload_checks import positive_float, positive_int
 
 MAX_TOKENS = 2**40  # lognormal draws are clipped here so the cast to int64 never wraps
 

@@ -46,10 +46,11 @@ import math
 import tomllib
 from collections.abc import Sequence
 from dataclasses import replace
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from simulator.catalog import (
+from pagesim.simulator.catalog import (
     GPUS,
     MODELS,
     GPUSpec,
@@ -60,7 +61,7 @@ from simulator.catalog import (
     get_model,
     load_hf_config,
 )
-from simulator.config import (
+from pagesim.simulator.config import (
     SLO,
     ExecutionConfig,
     ExecutionKind,
@@ -68,8 +69,8 @@ from simulator.config import (
     StopConfig,
     SweepAxis,
 )
-from simulator.errors import InputError, choices_text
-from simulator.scenario_overrides import (
+from pagesim.simulator.errors import InputError, choices_text
+from pagesim.simulator.scenario_overrides import (
     apply_overrides,
     blame,
     check_path,
@@ -77,14 +78,14 @@ from simulator.scenario_overrides import (
     parse_value,
     with_value,
 )
-from simulator.scenario_schema import (
+from pagesim.simulator.scenario_schema import (
     GPU_FIGURES,
     MAX_AXES,
     MAX_SWEEP_POINTS,
     SCHEMA,
 )
-from simulator.scenario_systems import read_systems
-from simulator.scenario_table import (
+from pagesim.simulator.scenario_systems import read_systems
+from pagesim.simulator.scenario_table import (
     Ctx,
     ScenarioError,
     Table,
@@ -94,9 +95,9 @@ from simulator.scenario_table import (
     number_text,
     show,
 )
-from simulator.scenario_toml import describe_scenario
-from simulator.scenario_workload import read_workload
-from simulator.trace_files import BUILTIN_TRACES
+from pagesim.simulator.scenario_toml import describe_scenario
+from pagesim.simulator.scenario_workload import read_workload
+from pagesim.simulator.trace_files import BUILTIN_TRACES
 
 __all__ = [
     "BUILTIN_DIR",
@@ -116,9 +117,9 @@ __all__ = [
     "scenario_to_toml_text",
 ]
 
-_ROOT = Path(__file__).resolve().parent.parent
-BUILTIN_DIR = _ROOT / "scenarios"  # the scenario library (shipped as package data)
-PROFILE_DIR = _ROOT / "calibration" / "profiles"  # measured profiles found by bare file name
+# The scenario library and the measured profiles found by bare file name (package data).
+BUILTIN_DIR = Path(str(resources.files("pagesim.scenarios")))
+PROFILE_DIR = Path(str(resources.files("pagesim.calibration"))) / "profiles"
 
 MAX_FILE_BYTES = 16 * 2**20  # a scenario file
 

@@ -14,10 +14,10 @@ import tomllib
 from collections.abc import Sequence
 from typing import Any
 
-from simulator.config import SweepAxis
-from simulator.errors import InputError, choices_text
-from simulator.scenario_schema import SCHEMA
-from simulator.scenario_table import Ctx, ScenarioError, described, suggest
+from pagesim.simulator.config import SweepAxis
+from pagesim.simulator.errors import InputError, choices_text
+from pagesim.simulator.scenario_schema import SCHEMA
+from pagesim.simulator.scenario_table import Ctx, ScenarioError, described, suggest
 
 _SEGMENT = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(?:\[(\d{1,6})\])?")
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from simulator.catalog import GB, GIB
-from simulator.config import (
+from pagesim.simulator.catalog import GB, GIB
+from pagesim.simulator.config import (
     AdmissionOrder,
     LengthKind,
     Policy,
@@ -22,7 +22,7 @@ from simulator.config import (
 )
 
 if TYPE_CHECKING:
-    from simulator.scenario_table import Table
+    from pagesim.simulator.scenario_table import Table
 
 MAX_COUNT = 10**9  # upper bound of counts and token lengths: big enough, small enough to compute
 MAX_AXES = 2

@@ -7,11 +7,11 @@ names where it was set (`defaults.block_size`, not `systems[1].block_size`).
 
 from __future__ import annotations
 
-from simulator.catalog import GIB
-from simulator.config import Policy, PreemptionPolicy, Scenario, SystemConfig
-from simulator.errors import choices_text
-from simulator.scenario_schema import SYSTEM_READERS
-from simulator.scenario_table import Ctx, Table
+from pagesim.simulator.catalog import GIB
+from pagesim.simulator.config import Policy, PreemptionPolicy, Scenario, SystemConfig
+from pagesim.simulator.errors import choices_text
+from pagesim.simulator.scenario_schema import SYSTEM_READERS
+from pagesim.simulator.scenario_table import Ctx, Table
 
 _PAGED = (Policy.VLLM_V0, Policy.VLLM_V1)
 

@@ -19,9 +19,9 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, NoReturn
 
-from simulator.errors import InputError, choices_text
-from simulator.scenario_schema import MAX_COUNT, Schema
-from simulator.scenario_toml import toml_key
+from pagesim.simulator.errors import InputError, choices_text
+from pagesim.simulator.scenario_schema import MAX_COUNT, Schema
+from pagesim.simulator.scenario_toml import toml_key
 
 
 class ScenarioError(InputError):

@@ -14,9 +14,9 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from simulator.catalog import GPUS, MODELS
-from simulator.config import ArrivalKind, LengthDist, LengthKind, Scenario
-from simulator.scenario_schema import GPU_FIGURES, LENGTH_USES, SCHEMA
+from pagesim.simulator.catalog import GPUS, MODELS
+from pagesim.simulator.config import ArrivalKind, LengthDist, LengthKind, Scenario
+from pagesim.simulator.scenario_schema import GPU_FIGURES, LENGTH_USES, SCHEMA
 
 _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 _ESCAPES = {

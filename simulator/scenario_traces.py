@@ -15,9 +15,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from simulator.errors import choices_text
-from simulator.scenario_table import Ctx, Table, display, is_file
-from simulator.trace_files import BUILTIN_TRACES
+from pagesim.simulator.errors import choices_text
+from pagesim.simulator.scenario_table import Ctx, Table, display, is_file
+from pagesim.simulator.trace_files import BUILTIN_TRACES
 
 MAX_TRACE_BYTES = 512 * 2**20
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from simulator.config import (
+from pagesim.simulator.config import (
     ArrivalKind,
     ArrivalProcess,
     ExplicitRequest,
@@ -18,12 +18,17 @@ from simulator.config import (
     PrefixGroup,
     WorkloadConfig,
 )
-from simulator.errors import choices_text
-from simulator.request import SamplingKind
-from simulator.scenario_schema import LENGTH_USES, MAX_COUNT, SCHEMA
-from simulator.scenario_table import REQUIRED, Table, display
-from simulator.scenario_traces import check_csv, trace_file
-from simulator.trace_files import ARRIVAL_COLUMN, BUILTIN_TRACES, OUTPUT_COLUMN, PROMPT_COLUMN
+from pagesim.simulator.errors import choices_text
+from pagesim.simulator.request import SamplingKind
+from pagesim.simulator.scenario_schema import LENGTH_USES, MAX_COUNT, SCHEMA
+from pagesim.simulator.scenario_table import REQUIRED, Table, display
+from pagesim.simulator.scenario_traces import check_csv, trace_file
+from pagesim.simulator.trace_files import (
+    ARRIVAL_COLUMN,
+    BUILTIN_TRACES,
+    OUTPUT_COLUMN,
+    PROMPT_COLUMN,
+)
 
 
 def _length(t: Table, column: str, trace: Path | None, workload_key: str) -> LengthDist:

@@ -14,10 +14,10 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Generic, TypeVar
 
-from simulator.config import AdmissionOrder, SystemConfig, VictimPolicy
-from simulator.memory import MemoryBreakdown
-from simulator.plan import StepPlan
-from simulator.request import Request, RequestStatus
+from pagesim.simulator.config import AdmissionOrder, SystemConfig, VictimPolicy
+from pagesim.simulator.memory import MemoryBreakdown
+from pagesim.simulator.plan import StepPlan
+from pagesim.simulator.request import Request, RequestStatus
 
 T = TypeVar("T")
 

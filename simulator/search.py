@@ -44,10 +44,17 @@ from typing import Any
 
 import pandas as pd
 
-from simulator.config import ArrivalKind, Scenario, SystemConfig
-from simulator.errors import InputError
-from simulator.scenario import expand_sweep, load_scenario, parse_param
-from simulator.sweep import Point, PointCache, PointExecutor, PointRecord, point_key, run_points
+from pagesim.simulator.config import ArrivalKind, Scenario, SystemConfig
+from pagesim.simulator.errors import InputError
+from pagesim.simulator.scenario import expand_sweep, load_scenario, parse_param
+from pagesim.simulator.sweep import (
+    Point,
+    PointCache,
+    PointExecutor,
+    PointRecord,
+    point_key,
+    run_points,
+)
 
 RATE_PATH = "workload.arrival.rate_per_s"
 _RATED = (ArrivalKind.POISSON, ArrivalKind.GAMMA, ArrivalKind.CONSTANT)

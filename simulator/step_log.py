@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from simulator.result import KV_CATEGORIES, STEP_COLUMNS
+from pagesim.simulator.result import KV_CATEGORIES, STEP_COLUMNS
 
 MAX_ROWS = 1 << 17  # ~24 MB of rows; reports plot a few hundred buckets, so a row per step is rare
 CHUNK_STEPS = 4096  # steps buffered raw before they are totalled and stored

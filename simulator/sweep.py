@@ -45,10 +45,10 @@ import numpy as np
 import pandas as pd
 
 from pagesim import __version__
-from simulator.config import Scenario, SystemConfig
-from simulator.errors import InputError, PagesimError, choices_text
-from simulator.result import RunResult
-from simulator.scenario import describe_scenario, expand_sweep
+from pagesim.simulator.config import Scenario, SystemConfig
+from pagesim.simulator.errors import InputError, PagesimError, choices_text
+from pagesim.simulator.result import RunResult
+from pagesim.simulator.scenario import describe_scenario, expand_sweep
 
 CACHE_DIR = "cache"  # under a sweep's --out folder
 
@@ -174,7 +174,7 @@ def extra_metrics(result: RunResult) -> dict[str, float | int]:
 
 def evaluate_point(task: PointTask) -> PointOutcome:
     """Simulate one point; never raises (errors come back as text, picklable everywhere)."""
-    from simulator.engine import simulate
+    from pagesim.simulator.engine import simulate
 
     start = time.perf_counter()
     try:
@@ -223,7 +223,8 @@ class ProcessExecutor:
 
         if "forkserver" in multiprocessing.get_all_start_methods():
             context = multiprocessing.get_context("forkserver")
-            context.set_forkserver_preload(["simulator.sweep", "simulator.engine"])
+            context.set_forkserver_preload(["pagesim.simulator.sweep", "pagesim.simulator.engine"])
+            _start_fork_server()
         else:  # Windows
             context = multiprocessing.get_context("spawn")
         self._pool = ProcessPoolExecutor(max_workers=jobs, mp_context=context)
@@ -250,6 +251,29 @@ class ProcessExecutor:
 
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _start_fork_server() -> None:
+    """Start the fork server with a safe sys.path, if it is not running yet.
+
+    The server is `python -c ...`, which puts the current folder first on sys.path, and it imports
+    the preloaded modules before it learns the driver's path: started from the folder holding a
+    clone named `pagesim` (a namespace package there) or from a folder with its own `pagesim/`,
+    it would import that in place of the installed package, and every worker would inherit it.
+    PYTHONSAFEPATH (Python 3.11's -P), in the environment the server inherits, leaves the folder
+    out; workers then take the driver's sys.path as usual.
+    """
+    from multiprocessing import forkserver
+
+    saved = os.environ.get("PYTHONSAFEPATH")
+    os.environ["PYTHONSAFEPATH"] = "1"
+    try:
+        forkserver.ensure_running()
+    finally:
+        if saved is None:
+            del os.environ["PYTHONSAFEPATH"]
+        else:
+            os.environ["PYTHONSAFEPATH"] = saved
 
 
 class RayExecutor:

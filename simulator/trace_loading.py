@@ -15,9 +15,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from simulator.errors import InputError, choices_text
-from simulator.trace_files import ARRIVAL_COLUMN, BUILTIN_TRACES, OUTPUT_COLUMN, PROMPT_COLUMN
-from simulator.workload_checks import bad_int
+from pagesim.simulator.errors import InputError, choices_text
+from pagesim.simulator.trace_files import (
+    ARRIVAL_COLUMN,
+    BUILTIN_TRACES,
+    OUTPUT_COLUMN,
+    PROMPT_COLUMN,
+)
+from pagesim.simulator.workload_checks import bad_int
 
 TRACE_COLUMNS = {"prompt": PROMPT_COLUMN, "output": OUTPUT_COLUMN}  # workload part -> column
 

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from collections import deque
 
-from simulator.decode_group import DecodeGroup
-from simulator.paged import Group, PagedScheduler
-from simulator.plan import BlockCopy, Preemption, StepPlan, seq_work_of
+from pagesim.simulator.decode_group import DecodeGroup
+from pagesim.simulator.paged import Group, PagedScheduler
+from pagesim.simulator.plan import BlockCopy, Preemption, StepPlan, seq_work_of
 
 
 class _StepState:

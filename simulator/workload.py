@@ -28,10 +28,10 @@ from pathlib import Path
 
 import numpy as np
 
-from simulator.config import ArrivalKind, LengthKind, WorkloadConfig
-from simulator.errors import InputError, choices_text
-from simulator.request import Request, SamplingKind
-from simulator.samplers import (
+from pagesim.simulator.config import ArrivalKind, LengthKind, WorkloadConfig
+from pagesim.simulator.errors import InputError, choices_text
+from pagesim.simulator.request import Request, SamplingKind
+from pagesim.simulator.samplers import (
     Fixed,
     PrefixGroups,
     Rows,
@@ -39,9 +39,9 @@ from simulator.samplers import (
     arrival_sampler,
     length_sampler,
 )
-from simulator.trace_files import BUILTIN_TRACES
-from simulator.trace_loading import load_trace, read_csv, resolve_trace
-from simulator.workload_checks import bad_int, positive_float, positive_int
+from pagesim.simulator.trace_files import BUILTIN_TRACES
+from pagesim.simulator.trace_loading import load_trace, read_csv, resolve_trace
+from pagesim.simulator.workload_checks import bad_int, positive_float, positive_int
 
 CHUNK_SIZE = 4096  # requests whose random numbers are drawn together
 PREFIX_SEGMENT = 1  # prompt_segments keys: (PREFIX_SEGMENT, group) is shared by a whole group,

@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 
-from simulator.errors import InputError
+from pagesim.simulator.errors import InputError
 
 
 def bad_int(value: object, minimum: int = 1) -> bool:

@@ -21,19 +21,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from calibration import fit, kernel
-from calibration.backends import LayerShapes, NumpyBackend, table_for
-from calibration.harness import CudaEventTimer, PerfCounterTimer, Samples
-from calibration.measure import Point, context_mix, make_grid
-from calibration.reference import (
+from pagesim.calibration import fit, kernel
+from pagesim.calibration.backends import LayerShapes, NumpyBackend, table_for
+from pagesim.calibration.harness import CudaEventTimer, PerfCounterTimer, Samples
+from pagesim.calibration.measure import Point, context_mix, make_grid
+from pagesim.calibration.reference import (
     bf16_bits_to_float,
     float_to_bf16_bits,
     make_paged_case,
     reference_decode_attention,
 )
-from calibration.run import calibrate
-from simulator.catalog import ModelSpec, count_params, get_model
-from simulator.errors import InputError, PagesimError
+from pagesim.calibration.run import calibrate
+from pagesim.simulator.catalog import ModelSpec, count_params, get_model
+from pagesim.simulator.errors import InputError, PagesimError
 
 
 def tiny_model(name: str = "tiny-llama") -> ModelSpec:
@@ -138,7 +138,7 @@ def test_without_cupy_the_gpu_paths_say_a_gpu_is_needed(monkeypatch) -> None:
     monkeypatch.setitem(sys.modules, "cupy", None)  # import cupy -> ImportError
     with pytest.raises(PagesimError, match="CuPy and a CUDA GPU"):
         kernel.import_cupy()
-    from calibration.bench import bench_kernel
+    from pagesim.calibration.bench import bench_kernel
 
     with pytest.raises(PagesimError, match="needs a CUDA GPU"):
         bench_kernel(get_model("llama-2-7b"))
@@ -463,8 +463,8 @@ def test_numpy_backend_decode_is_the_reference() -> None:
 
 
 def test_profile_renders_as_calibration_panels(cpu_profile: Path) -> None:
-    from calibration.profile import calibration_panels
-    from reports.curves import parse_calibration
+    from pagesim.calibration.profile import calibration_panels
+    from pagesim.reports.curves import parse_calibration
 
     device, panels = parse_calibration(calibration_panels(cpu_profile))
     assert device == "cpu" and len(panels) == 4

@@ -6,10 +6,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simulator.config import Reservation
-from simulator.contiguous import ContiguousKVCache, reservation_slots
-from simulator.errors import KVCacheError
-from simulator.memory import MemoryBreakdown
+from pagesim.simulator.config import Reservation
+from pagesim.simulator.contiguous import ContiguousKVCache, reservation_slots
+from pagesim.simulator.errors import KVCacheError
+from pagesim.simulator.memory import MemoryBreakdown
 
 
 @pytest.mark.parametrize(

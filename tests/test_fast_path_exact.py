@@ -13,9 +13,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sim_helpers import poisson_workload, scenario, system
 
-from simulator.config import Policy, PreemptionPolicy, PrefixGroup
-from simulator.engine import simulate
-from simulator.request import SamplingKind
+from pagesim.simulator.config import Policy, PreemptionPolicy, PrefixGroup
+from pagesim.simulator.engine import simulate
+from pagesim.simulator.request import SamplingKind
 
 
 @st.composite

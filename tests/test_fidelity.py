@@ -18,22 +18,27 @@ from gpu_helpers import gpu_skip_reason
 from sim_helpers import poisson_workload, system
 from typer.testing import CliRunner
 
-from calibration.executor import ExecutorConfig, ExecutorReadError, PlanExecutor, measured_factory
-from calibration.fidelity import FidelityResult, pick_system, run_fidelity
+from pagesim.calibration.executor import (
+    ExecutorConfig,
+    ExecutorReadError,
+    PlanExecutor,
+    measured_factory,
+)
+from pagesim.calibration.fidelity import FidelityResult, pick_system, run_fidelity
 from pagesim.fidelity_cli import validate_fidelity
-from reports.fidelity import write_fidelity_report
-from simulator.catalog import get_gpu, load_hf_config
-from simulator.config import (
+from pagesim.reports.fidelity import write_fidelity_report
+from pagesim.simulator.catalog import get_gpu, load_hf_config
+from pagesim.simulator.config import (
     Policy,
     PreemptionPolicy,
     PrefixGroup,
     Scenario,
 )
-from simulator.engine import simulate
-from simulator.errors import InputError
-from simulator.profile_model import ProfileExtrapolationWarning
-from simulator.request import SamplingKind
-from simulator.result import RunResult
+from pagesim.simulator.engine import simulate
+from pagesim.simulator.errors import InputError
+from pagesim.simulator.profile_model import ProfileExtrapolationWarning
+from pagesim.simulator.request import SamplingKind
+from pagesim.simulator.result import RunResult
 
 TINY_CONFIG = {  # a 2-layer Llama-like model: GQA (2 query heads, 1 KV head), gated MLP
     "model_type": "llama",
@@ -232,8 +237,8 @@ def test_chunk_attention_is_the_tail_of_causal_attention() -> None:
     causal attention (GQA: 4 query heads over 2 KV heads)."""
     import numpy as np
 
-    from calibration.executor import _Device
-    from calibration.reference import numpy_prefill_attention
+    from pagesim.calibration.executor import _Device
+    from pagesim.calibration.reference import numpy_prefill_attention
 
     rng = np.random.default_rng(1)
     c, n, heads, kv_heads, dim = 40, 9, 4, 2, 64

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from simulator.golden import compare_golden
-from simulator.scenario import list_builtin, resolve_scenario
+from pagesim.simulator.golden import compare_golden
+from pagesim.simulator.scenario import list_builtin, resolve_scenario
 
 BUILTINS = [name for name, _ in list_builtin()]
 

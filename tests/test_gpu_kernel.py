@@ -21,12 +21,12 @@ import numpy as np
 import pytest
 from gpu_helpers import gpu_skip_reason
 
-from calibration.reference import (
+from pagesim.calibration.reference import (
     bf16_bits_to_float,
     make_paged_case,
     reference_decode_attention,
 )
-from simulator.catalog import ModelSpec, count_params, get_gpu, get_model
+from pagesim.simulator.catalog import ModelSpec, count_params, get_gpu, get_model
 
 REASON = gpu_skip_reason()
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(REASON is not None, reason=REASON or "")]
@@ -104,7 +104,7 @@ def _config_case(config: tuple[str, int, int, int, int]):
 def test_paged_kernel_matches_reference(
     kv_dtype: str, num_heads: int, num_kv_heads: int, head_dim: int, block_size: int, split: str
 ) -> None:
-    from calibration.kernel import plan_decode_attention
+    from pagesim.calibration.kernel import plan_decode_attention
 
     config = (kv_dtype, num_heads, num_kv_heads, head_dim, block_size)
     lens, case, ref = _config_case(config)
@@ -130,7 +130,7 @@ def test_paged_kernel_matches_reference(
 def test_plan_rejects_a_view_off_the_16_byte_grid() -> None:
     import cupy as cp
 
-    from calibration.kernel import plan_decode_attention
+    from pagesim.calibration.kernel import plan_decode_attention
 
     case = make_paged_case(np.random.default_rng(5), [40, 3], 4, 2, 64, 16)
     q, k, v, context_lens, tables = _upload(case)
@@ -145,7 +145,7 @@ def test_plan_rejects_a_view_off_the_16_byte_grid() -> None:
 def test_contiguous_variant_matches_reference_and_the_paged_kernel(kv_dtype: str) -> None:
     import cupy as cp
 
-    from calibration.kernel import plan_decode_attention
+    from pagesim.calibration.kernel import plan_decode_attention
 
     rng = np.random.default_rng(17)
     lens = [700, 1, 64, 1500, 33]
@@ -178,7 +178,7 @@ def test_matches_torch_sdpa_on_gathered_kv() -> None:
     torch = pytest.importorskip("torch", reason="torch is not installed")
     import cupy as cp
 
-    from calibration.kernel import decode_attention
+    from pagesim.calibration.kernel import decode_attention
 
     rng = np.random.default_rng(23)
     num_heads, num_kv_heads, head_dim, context = 32, 8, 128, 3000
@@ -197,7 +197,7 @@ def test_matches_torch_sdpa_on_gathered_kv() -> None:
 
 
 def test_long_contexts_split_and_stay_exact() -> None:
-    from calibration.kernel import plan_decode_attention
+    from pagesim.calibration.kernel import plan_decode_attention
 
     rng = np.random.default_rng(29)
     lens = [20000, 17]
@@ -215,7 +215,7 @@ def test_long_contexts_split_and_stay_exact() -> None:
 def test_plan_validates_block_tables_on_the_device() -> None:
     import cupy as cp
 
-    from calibration.kernel import plan_decode_attention
+    from pagesim.calibration.kernel import plan_decode_attention
 
     case = make_paged_case(np.random.default_rng(2), [40, 3], 4, 2, 64, 16)
     q, k, v, context_lens, tables = _upload(case)
@@ -231,7 +231,7 @@ def test_plan_validates_block_tables_on_the_device() -> None:
 
 
 def test_event_timer_flushes_the_l2_and_keeps_samples() -> None:
-    from calibration.backends import CupyBackend
+    from pagesim.calibration.backends import CupyBackend
 
     backend = CupyBackend()
     assert backend.timer.flush_bytes >= 2 * backend.l2_bytes > 0
@@ -245,10 +245,10 @@ def test_event_timer_flushes_the_l2_and_keeps_samples() -> None:
 
 
 def test_quick_gpu_calibration_of_a_small_model(tmp_path: Path) -> None:
-    from calibration.run import calibrate
-    from simulator.config import ExecutionConfig, ExecutionKind
-    from simulator.plan import SeqWork, StepPlan
-    from simulator.profile_model import ProfileModel
+    from pagesim.calibration.run import calibrate
+    from pagesim.simulator.config import ExecutionConfig, ExecutionKind
+    from pagesim.simulator.plan import SeqWork, StepPlan
+    from pagesim.simulator.profile_model import ProfileModel
 
     params = count_params(2, 8, 2, 128, 1024, 2816, 32000, True)
     model = ModelSpec("small-llama", 2, 8, 2, 128, 1024, 2816, 32000, True, 4096, params)
@@ -263,7 +263,7 @@ def test_quick_gpu_calibration_of_a_small_model(tmp_path: Path) -> None:
 
 
 def test_bench_kernel_rows() -> None:
-    from calibration.bench import bench_kernel
+    from pagesim.calibration.bench import bench_kernel
 
     rows = bench_kernel(get_model("llama-3-8b"), shapes=[(4, 4096)], warmup=2, repeats=5)
     (row,) = rows

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from calibration.kernel import kernel_path
+from pagesim.calibration.kernel import kernel_path
 
 NVCC = shutil.which("nvcc") or next(
     (p for p in ("/usr/local/cuda/bin/nvcc", "/usr/local/bin/nvcc") if Path(p).exists()), None
@@ -175,7 +175,7 @@ def nvrtc_compile(source: str, names: list[str], options: list[str]) -> dict[str
 @pytest.mark.skipif(NVRTC is None, reason="libnvrtc not found (set PAGESIM_NVRTC to its path)")
 @pytest.mark.parametrize("arch", ["compute_80", "sm_90"])
 def test_nvrtc_compiles_the_name_expressions_calibration_asks_for(arch: str) -> None:
-    from calibration.kernel import NVRTC_OPTIONS, Variant, kernel_source
+    from pagesim.calibration.kernel import NVRTC_OPTIONS, Variant, kernel_source
 
     variants = [
         Variant("fp16", 128, 16, 1, True),

@@ -7,11 +7,11 @@ from collections.abc import Sequence
 
 import pytest
 
-from simulator.errors import KVCacheError
-from simulator.kv_cache import PagedKVCache
-from simulator.memory import MemoryBreakdown
-from simulator.plan import BlockCopy
-from simulator.prefix_hash import hash_token_blocks
+from pagesim.simulator.errors import KVCacheError
+from pagesim.simulator.kv_cache import PagedKVCache
+from pagesim.simulator.memory import MemoryBreakdown
+from pagesim.simulator.plan import BlockCopy
+from pagesim.simulator.prefix_hash import hash_token_blocks
 
 
 def _run_step(

@@ -14,10 +14,10 @@ from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from simulator.errors import KVCacheError
-from simulator.kv_cache import PagedKVCache
-from simulator.memory import MemoryBreakdown
-from simulator.prefix_hash import SequenceHasher
+from pagesim.simulator.errors import KVCacheError
+from pagesim.simulator.kv_cache import PagedKVCache
+from pagesim.simulator.memory import MemoryBreakdown
+from pagesim.simulator.prefix_hash import SequenceHasher
 
 BLOCK_SIZE = 4
 NUM_BLOCKS = 10

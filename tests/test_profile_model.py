@@ -14,17 +14,17 @@ from pathlib import Path
 
 import pytest
 
-from calibration.run import calibrate
-from simulator.catalog import KVDtype, ModelSpec, count_params, get_gpu
-from simulator.config import ExecutionConfig, ExecutionKind
-from simulator.errors import InputError
-from simulator.plan import BlockCopy, SeqWork, StepPlan
-from simulator.profile_model import (
+from pagesim.calibration.run import calibrate
+from pagesim.simulator.catalog import KVDtype, ModelSpec, count_params, get_gpu
+from pagesim.simulator.config import ExecutionConfig, ExecutionKind
+from pagesim.simulator.errors import InputError
+from pagesim.simulator.plan import BlockCopy, SeqWork, StepPlan
+from pagesim.simulator.profile_model import (
     ProfileExtrapolationWarning,
     ProfileModel,
     piecewise_linear,
 )
-from simulator.roofline import RooflineModel
+from pagesim.simulator.roofline import RooflineModel
 
 MODEL = ModelSpec(
     "tiny-llama",
@@ -177,7 +177,7 @@ def test_flops_and_bytes_are_the_roofline_counts(tmp_path: Path) -> None:
         assert mine.bytes_moved == pytest.approx(theirs.bytes_moved)
 
 
-@pytest.mark.filterwarnings("ignore::simulator.profile_model.ProfileExtrapolationWarning")
+@pytest.mark.filterwarnings("ignore::pagesim.simulator.profile_model.ProfileExtrapolationWarning")
 def test_prices_grow_with_work(tmp_path: Path) -> None:
     model = make_model(tmp_path)
     decode = [model.price(decode_plan(n, 300)).compute_s for n in (1, 2, 8, 32, 128, 256)]

@@ -21,7 +21,7 @@ import matplotlib.image as mpimg
 import numpy as np
 import pytest
 
-from reports.synthetic import write_synthetic_report
+from pagesim.reports.synthetic import write_synthetic_report
 
 CHROMIUM = Path("/usr/bin/chromium")
 pytestmark = pytest.mark.skipif(

@@ -18,10 +18,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from reports import plots, render
-from reports.curves import other_axis, sweep_column
-from reports.findings import derive_findings
-from reports.frames import (
+from pagesim.reports import plots, render
+from pagesim.reports.curves import other_axis, sweep_column
+from pagesim.reports.findings import derive_findings
+from pagesim.reports.frames import (
     MAX_BUCKETS,
     activity_means,
     assign_lanes,
@@ -31,9 +31,9 @@ from reports.frames import (
     state_means,
     unique_slugs,
 )
-from reports.glossary import SUMMARY_METRICS, glossary_sections
-from reports.render import rerender_report, sweep_plots, write_report
-from reports.synthetic import (
+from pagesim.reports.glossary import SUMMARY_METRICS, glossary_sections
+from pagesim.reports.render import rerender_report, sweep_plots, write_report
+from pagesim.reports.synthetic import (
     HOSTILE_SYSTEM,
     empty_result,
     synthetic_calibration,
@@ -42,7 +42,7 @@ from reports.synthetic import (
     synthetic_sweep,
     write_synthetic_report,
 )
-from simulator.result import REQUEST_COLUMNS, STEP_COLUMNS, RunResult
+from pagesim.simulator.result import REQUEST_COLUMNS, STEP_COLUMNS, RunResult
 
 
 @pytest.fixture(scope="module")

@@ -12,9 +12,9 @@ from __future__ import annotations
 import pytest
 from sim_helpers import explicit_workload, scenario, system
 
-from simulator.config import Policy, PreemptionPolicy
-from simulator.engine import simulate
-from simulator.request import SamplingKind
+from pagesim.simulator.config import Policy, PreemptionPolicy
+from pagesim.simulator.engine import simulate
+from pagesim.simulator.request import SamplingKind
 
 
 @pytest.mark.parametrize("policy", [Policy.VLLM_V0, Policy.VLLM_V1])

@@ -18,12 +18,12 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from simulator import config
-from simulator.catalog import GPUS, MODELS, KVDtype
-from simulator.config import Scenario
-from simulator.errors import InputError
-from simulator.request import SamplingKind
-from simulator.scenario import (
+from pagesim.simulator import config
+from pagesim.simulator.catalog import GPUS, MODELS, KVDtype
+from pagesim.simulator.config import Scenario
+from pagesim.simulator.errors import InputError
+from pagesim.simulator.request import SamplingKind
+from pagesim.simulator.scenario import (
     BUILTIN_DIR,
     BUILTIN_TRACES,
     SCHEMA,

@@ -6,9 +6,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sim_helpers import poisson_workload, scenario, system
 
-from simulator.config import AdmissionOrder, Policy, PreemptionPolicy, PrefixGroup, VictimPolicy
-from simulator.engine import simulate
-from simulator.request import SamplingKind
+from pagesim.simulator.config import (
+    AdmissionOrder,
+    Policy,
+    PreemptionPolicy,
+    PrefixGroup,
+    VictimPolicy,
+)
+from pagesim.simulator.engine import simulate
+from pagesim.simulator.request import SamplingKind
 
 KV_COLUMNS = [
     "kv_token_slots",

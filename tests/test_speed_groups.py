@@ -12,12 +12,12 @@ from __future__ import annotations
 import pytest
 from sim_helpers import poisson_workload, scenario, system
 
-from simulator.config import AdmissionOrder, Policy, PreemptionPolicy, VictimPolicy
-from simulator.engine import simulate
-from simulator.plan import StepPlan
-from simulator.request import SamplingKind
-from simulator.result import RunResult
-from simulator.roofline import RooflineModel
+from pagesim.simulator.config import AdmissionOrder, Policy, PreemptionPolicy, VictimPolicy
+from pagesim.simulator.engine import simulate
+from pagesim.simulator.plan import StepPlan
+from pagesim.simulator.request import SamplingKind
+from pagesim.simulator.result import RunResult
+from pagesim.simulator.roofline import RooflineModel
 
 CASES = {
     "plain": dict(),

@@ -16,14 +16,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sim_helpers import explicit_workload, poisson_workload, scenario, system
 
-from reports.render import write_report
-from simulator import request_log, step_log
-from simulator.config import SLO, Policy
-from simulator.engine import simulate
-from simulator.request import Request, RequestStatus
-from simulator.request_log import RequestLog
-from simulator.result import STEP_COLUMNS
-from simulator.step_log import SUMMED_COLUMNS, StepLog, merge_rows
+from pagesim.reports.render import write_report
+from pagesim.simulator import request_log, step_log
+from pagesim.simulator.config import SLO, Policy
+from pagesim.simulator.engine import simulate
+from pagesim.simulator.request import Request, RequestStatus
+from pagesim.simulator.request_log import RequestLog
+from pagesim.simulator.result import STEP_COLUMNS
+from pagesim.simulator.step_log import SUMMED_COLUMNS, StepLog, merge_rows
 
 COLUMNS = list(STEP_COLUMNS)
 

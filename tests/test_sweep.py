@@ -14,9 +14,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from simulator.errors import InputError
-from simulator.scenario import BUILTIN_DIR, expand_sweep, load_scenario
-from simulator.sweep import (
+from pagesim.simulator.errors import InputError
+from pagesim.simulator.scenario import BUILTIN_DIR, expand_sweep, load_scenario
+from pagesim.simulator.sweep import (
     CACHE_DIR,
     PointCache,
     PointOutcome,
@@ -175,16 +175,16 @@ def test_cache_key_follows_the_resolved_scenario_and_nothing_else(tmp_path: Path
 def test_a_bad_point_is_one_clear_input_error_and_the_rest_is_cached(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import simulator.engine
+    import pagesim.simulator.engine
 
-    real = simulator.engine.simulate
+    real = pagesim.simulator.engine.simulate
 
     def simulate(scenario, system=None, **kwargs):  # type: ignore[no-untyped-def]
         if scenario.systems[0].block_size == 32:
             raise InputError("system 'vllm': no KV memory left (a test stand-in)")
         return real(scenario, system, **kwargs)
 
-    monkeypatch.setattr(simulator.engine, "simulate", simulate)
+    monkeypatch.setattr(pagesim.simulator.engine, "simulate", simulate)
     points = plan_sweep(ABLATION, TINY, ["systems.block_size=16,32,64"])
     cache = PointCache(tmp_path)
     with pytest.raises(InputError) as caught:

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simulator.config import (
+from pagesim.simulator.config import (
     ArrivalKind,
     ArrivalProcess,
     ExplicitRequest,
@@ -22,11 +22,16 @@ from simulator.config import (
     PrefixGroup,
     WorkloadConfig,
 )
-from simulator.errors import InputError
-from simulator.request import Request, SamplingKind
-from simulator.trace_files import BUILTIN_TRACES
-from simulator.trace_loading import load_trace, resolve_trace
-from simulator.workload import WorkloadStats, generate_requests, iter_requests, prompt_segments
+from pagesim.simulator.errors import InputError
+from pagesim.simulator.request import Request, SamplingKind
+from pagesim.simulator.trace_files import BUILTIN_TRACES
+from pagesim.simulator.trace_loading import load_trace, resolve_trace
+from pagesim.simulator.workload import (
+    WorkloadStats,
+    generate_requests,
+    iter_requests,
+    prompt_segments,
+)
 
 FIXED_10 = LengthDist(LengthKind.FIXED, value=10)
 TRACE_LEN = LengthDist(LengthKind.TRACE)
