@@ -32,7 +32,7 @@ from pagesim.calibration.harness import (
     gpu_provenance,
     wall_samples,
 )
-from pagesim.simulator.catalog import ModelSpec
+from pagesim.simulator.core.catalog import ModelSpec
 
 FP16_BYTES = 2
 
@@ -355,7 +355,7 @@ class CupyBackend:
 
 
 def make_backend(name: str) -> NumpyBackend | CupyBackend:
-    from pagesim.simulator.errors import InputError
+    from pagesim.simulator.core.errors import InputError
 
     if name == "numpy":
         return NumpyBackend()

@@ -30,8 +30,8 @@ import numpy as np
 
 from pagesim.calibration.backends import LayerShapes, table_for
 from pagesim.calibration.kernel import PARTITION_QUANTUM, kernel_sha256
-from pagesim.simulator.catalog import ModelSpec, resolve_model
-from pagesim.simulator.errors import PagesimError
+from pagesim.simulator.core.catalog import ModelSpec, resolve_model
+from pagesim.simulator.core.errors import PagesimError
 
 # (num_seqs, context): all >= 16k KV tokens per call; few long sequences exercise split-K.
 DEFAULT_SHAPES = (

@@ -51,13 +51,13 @@ from typing import Any
 import numpy as np
 
 from pagesim.calibration.reference import numpy_decode_attention
-from pagesim.simulator.catalog import KVDtype
-from pagesim.simulator.config import Scenario, SystemConfig
-from pagesim.simulator.errors import InputError
-from pagesim.simulator.paged import PagedScheduler
-from pagesim.simulator.plan import ExecutionModel, StepCost, StepPlan
-from pagesim.simulator.roofline import RooflineModel
-from pagesim.simulator.scheduler import Scheduler
+from pagesim.simulator.core.catalog import KVDtype
+from pagesim.simulator.core.config import Scenario, SystemConfig
+from pagesim.simulator.core.errors import InputError
+from pagesim.simulator.core.plan import ExecutionModel, StepCost, StepPlan
+from pagesim.simulator.execution.roofline import RooflineModel
+from pagesim.simulator.policies.base import Scheduler
+from pagesim.simulator.policies.paged_state import PagedScheduler
 
 GIB = 1 << 30
 BACKENDS = ("numpy", "cupy")

@@ -38,10 +38,10 @@ from pagesim.calibration.executor import (
     blas_threads,
     measured_factory,
 )
-from pagesim.simulator.config import ExecutionKind, Policy, Scenario, SystemConfig
+from pagesim.simulator.core.config import ExecutionKind, Policy, Scenario, SystemConfig
+from pagesim.simulator.core.errors import InputError
 from pagesim.simulator.engine import make_execution_model, simulate
-from pagesim.simulator.errors import InputError
-from pagesim.simulator.result import RunResult
+from pagesim.simulator.metrics.result import RunResult
 
 PAGED = (Policy.VLLM_V0, Policy.VLLM_V1)
 REQUEST_METRICS = ("ttft", "tpot", "e2e")

@@ -141,8 +141,8 @@ from pathlib import Path
 
 from calibration.fidelity import run_fidelity
 from reports.fidelity import write_fidelity_report
-from simulator.profile_model import ProfileExtrapolationWarning
-from simulator.scenario import load_scenario
+from simulator.execution.profile import ProfileExtrapolationWarning
+from simulator.scenario.load import load_scenario
 
 scenario_path, profile, out = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
 warnings.simplefilter("ignore", ProfileExtrapolationWarning)

@@ -20,7 +20,7 @@ from collections import defaultdict
 import numpy as np
 
 from pagesim.calibration.measure import Point
-from pagesim.simulator.profile_model import piecewise_linear
+from pagesim.simulator.execution.profile import piecewise_linear
 
 
 def fit_nonnegative(features: np.ndarray, times: np.ndarray) -> np.ndarray:

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from pagesim.simulator.errors import PagesimError
+from pagesim.simulator.core.errors import PagesimError
 
 KERNEL_FILE = "paged_attention.cu"
 HEAD_DIMS = (64, 128, 256)

@@ -1,7 +1,7 @@
 """The profile file: a versioned JSON of fits and provenance, and a CSV of every raw sample.
 
 JSON (schema "pagesim-profile", version `PROFILE_SCHEMA_VERSION`, read by
-simulator/profile_model.py):
+simulator/execution/profile.py):
 
     schema, schema_version
     provenance        backend, device ("cpu" for the NumPy backend, else the GPU's name),
@@ -32,8 +32,8 @@ from pathlib import Path
 import numpy as np
 
 from pagesim.calibration.measure import Grid, Point, context_mix
-from pagesim.simulator.catalog import ModelSpec
-from pagesim.simulator.profile_model import PROFILE_SCHEMA, PROFILE_SCHEMA_VERSION
+from pagesim.simulator.core.catalog import ModelSpec
+from pagesim.simulator.execution.profile import PROFILE_SCHEMA, PROFILE_SCHEMA_VERSION
 
 CSV_COLUMNS = (
     "kind",

@@ -20,8 +20,8 @@ from pagesim.calibration.harness import iso_now
 from pagesim.calibration.kernel import KERNEL_FILE, kernel_sha256
 from pagesim.calibration.measure import make_grid, measure
 from pagesim.calibration.profile import build_profile, profile_paths, write_profile
-from pagesim.simulator.catalog import ModelSpec, resolve_model
-from pagesim.simulator.errors import InputError, PagesimError
+from pagesim.simulator.core.catalog import ModelSpec, resolve_model
+from pagesim.simulator.core.errors import InputError, PagesimError
 
 BACKENDS = ("numpy", "cupy")
 

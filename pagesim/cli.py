@@ -15,7 +15,7 @@ from typing import Annotated
 import typer
 
 from pagesim.fidelity_cli import validate_fidelity
-from pagesim.simulator.errors import InputError, PagesimError
+from pagesim.simulator.core.errors import InputError, PagesimError
 
 app = typer.Typer(
     name="pagesim",
@@ -98,7 +98,7 @@ def run(
 
     Example: pagesim run swap_vs_recompute --out runs/swap --set workload.num_requests=100
     """
-    from pagesim.simulator.scenario import describe_scenario, load_scenario, resolve_scenario
+    from pagesim.simulator.scenario.load import describe_scenario, load_scenario, resolve_scenario
 
     path = resolve_scenario(scenario)
     overrides = list(set_ or []) + ([f"seed={seed}"] if seed is not None else [])
@@ -131,7 +131,7 @@ def run(
 
 def _calibration_curves(scenario) -> dict | None:  # type: ignore[no-untyped-def]
     """The profile's measured vs fitted curves, when the scenario is priced by a profile."""
-    from pagesim.simulator.config import ExecutionKind
+    from pagesim.simulator.core.config import ExecutionKind
 
     path = scenario.execution.profile_path
     if scenario.execution.kind is not ExecutionKind.PROFILE or path is None:
@@ -207,8 +207,8 @@ def sweep(
 
     Example: pagesim sweep latency_vs_rate_sharegpt --param workload.arrival.rate_per_s=1,2,4
     """
-    from pagesim.simulator.scenario import describe_scenario, resolve_scenario
-    from pagesim.simulator.sweep import make_executor, plan_sweep, run_sweep
+    from pagesim.simulator.scenario.load import describe_scenario, resolve_scenario
+    from pagesim.simulator.studies.sweep import make_executor, plan_sweep, run_sweep
 
     path = resolve_scenario(scenario)
     points = plan_sweep(path, list(set_ or []), list(param or []))
@@ -267,6 +267,9 @@ def kv(
     weights_gib: Annotated[
         float | None, typer.Option(help="Weight memory per GPU in GiB (default: params x 2 B).")
     ] = None,
+    activation_reserve_gib: Annotated[
+        float, typer.Option(help="Non-KV memory kept for activations, GiB (a run's default: 1).")
+    ] = 0.0,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """KV-cache arithmetic: bytes per token, sequence and block; what fits; paging vs max-length.
@@ -274,8 +277,8 @@ def kv(
     Example: pagesim kv --model llama-2-13b --seq-len 4096 --gpu a100-80gb --batch-size 10
     --weights-gib 26
     """
-    from pagesim.simulator.catalog import GIB, get_gpu, parse_kv_dtype, resolve_model
-    from pagesim.simulator.kvmath import format_report, kv_report
+    from pagesim.simulator.core.catalog import GIB, get_gpu, parse_kv_dtype, resolve_model
+    from pagesim.simulator.kv.sizing import format_report, kv_report
 
     spec = resolve_model(model)
     result = kv_report(
@@ -288,6 +291,7 @@ def kv(
         batch_size=batch_size,
         tensor_parallel=tp,
         weight_bytes=None if weights_gib is None else int(weights_gib * GIB),
+        activation_reserve_bytes=int(activation_reserve_gib * GIB),
     )
     typer.echo(json.dumps(result.to_dict(), indent=2) if as_json else format_report(result))
 
@@ -298,8 +302,8 @@ def validate(
     set_: SetOption = None,
 ) -> None:
     """Check a scenario file without running it."""
-    from pagesim.simulator.engine import kv_capacity
-    from pagesim.simulator.scenario import load_scenario, resolve_scenario
+    from pagesim.simulator.kv.capacity import kv_capacity
+    from pagesim.simulator.scenario.load import load_scenario, resolve_scenario
 
     path = resolve_scenario(scenario)
     loaded = load_scenario(path, list(set_ or []))
@@ -324,7 +328,7 @@ def calibrate(
     Example: pagesim calibrate --model llama-2-7b --backend cupy --quick --out h200.json
     """
     from pagesim.calibration.run import calibrate as run_calibration
-    from pagesim.simulator.catalog import resolve_model
+    from pagesim.simulator.core.catalog import resolve_model
 
     if backend not in ("numpy", "cupy"):
         raise InputError(f"--backend: unknown backend {backend!r}; valid: numpy, cupy")
@@ -335,7 +339,7 @@ def calibrate(
 @scenarios_app.command("list")
 def scenarios_list() -> None:
     """The built-in scenarios, one line each."""
-    from pagesim.simulator.scenario import list_builtin
+    from pagesim.simulator.scenario.load import list_builtin
 
     for name, line in list_builtin():
         typer.echo(f"{name:40s} {line}")
@@ -344,7 +348,7 @@ def scenarios_list() -> None:
 @scenarios_app.command("show")
 def scenarios_show(name: Annotated[str, typer.Argument(help="Built-in name or path.")]) -> None:
     """Print a scenario file."""
-    from pagesim.simulator.scenario import resolve_scenario
+    from pagesim.simulator.scenario.load import resolve_scenario
 
     typer.echo(resolve_scenario(name).read_text())
 
@@ -356,8 +360,8 @@ def scenarios_golden(
     ] = False,
 ) -> None:
     """Rerun every built-in scenario and compare with (or --update) its golden summary."""
-    from pagesim.simulator.golden import compare_golden, write_golden
-    from pagesim.simulator.scenario import list_builtin, resolve_scenario
+    from pagesim.simulator.scenario.load import list_builtin, resolve_scenario
+    from pagesim.simulator.studies.golden import compare_golden, write_golden
 
     problems = []
     for name, _ in list_builtin():
@@ -400,7 +404,7 @@ def bench_sim(
     --against REV, the same for git revision REV and this tree, and their ratio.
     Example: pagesim bench sim --synthetic 100000 --rate 8 --against HEAD~5
     """
-    from pagesim.simulator.bench import sharegpt_scenario, trace_replay_scenario
+    from pagesim.simulator.studies.bench import sharegpt_scenario, trace_replay_scenario
 
     if synthetic is not None:
         scenario = sharegpt_scenario(synthetic, rate, policy)
@@ -434,7 +438,7 @@ def bench_sim(
 
 
 def _bench_against(label: str, revision: str, args: dict[str, object], repeat: int) -> None:
-    from pagesim.simulator.bench_compare import compare_revisions
+    from pagesim.simulator.studies.bench_compare import compare_revisions
 
     comparison = compare_revisions(revision, args, repeat)
     typer.echo(
@@ -482,7 +486,7 @@ def bench_kernel(
 ) -> None:
     """Time the paged-attention kernel per shape (GPU): GB/s, % of copy bandwidth, ratios."""
     from pagesim.calibration.bench import bench_kernel as run_bench
-    from pagesim.simulator.catalog import resolve_model
+    from pagesim.simulator.core.catalog import resolve_model
 
     rows = run_bench(resolve_model(model))
     if out is not None:
@@ -544,8 +548,8 @@ def capacity(
     """Find each configuration's highest sustainable request rate; rank by goodput per GPU.
 
     Sustainable: at least --slo-share of the requests meet the scenario's \\[slo] and the p99
-    queueing delay stays under --max-queue-delay-s (see simulator/search.py). Each system of
-    the scenario, at each value of the --param axes, is one configuration.
+    queueing delay stays under --max-queue-delay-s (see simulator/studies/capacity_search.py). Each
+    system of the scenario, at each value of the --param axes, is one configuration.
 
     Example: pagesim capacity latency_vs_rate_alpaca --set slo.ttft_s=1 --set slo.tpot_s=0.1
     --param systems.max_num_seqs=16,64,256
@@ -553,9 +557,14 @@ def capacity(
     from dataclasses import replace
 
     from pagesim.reports.capacity import write_capacity_page
-    from pagesim.simulator.scenario import describe_scenario, resolve_scenario
-    from pagesim.simulator.search import RATE_PATH, Criteria, configurations, search_capacity
-    from pagesim.simulator.sweep import CACHE_DIR, PointCache, make_executor, run_points
+    from pagesim.simulator.scenario.load import describe_scenario, resolve_scenario
+    from pagesim.simulator.studies.capacity_search import (
+        RATE_PATH,
+        Criteria,
+        configurations,
+        search_capacity,
+    )
+    from pagesim.simulator.studies.sweep import CACHE_DIR, PointCache, make_executor, run_points
 
     path = resolve_scenario(scenario)
     configs = configurations(path, list(set_ or []), list(param or []))

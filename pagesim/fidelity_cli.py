@@ -1,7 +1,7 @@
 """`pagesim validate-fidelity`: simulate a scenario, execute it for real, report the error.
 
 Registered in pagesim/cli.py with `app.command("validate-fidelity")(validate_fidelity)`; errors
-are simulator.errors.InputError, mapped to exit codes by the CLI's `main`.
+are simulator.core.errors.InputError, mapped to exit codes by the CLI's `main`.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from pagesim.simulator.errors import InputError
+from pagesim.simulator.core.errors import InputError
 
 BACKENDS = ("numpy", "cupy")
 
@@ -47,8 +47,8 @@ def validate_fidelity(
     """
     from pagesim.calibration.fidelity import run_fidelity
     from pagesim.reports.fidelity import write_fidelity_report
-    from pagesim.simulator.profile_model import ProfileExtrapolationWarning
-    from pagesim.simulator.scenario import load_scenario, resolve_scenario
+    from pagesim.simulator.execution.profile import ProfileExtrapolationWarning
+    from pagesim.simulator.scenario.load import load_scenario, resolve_scenario
 
     if backend not in BACKENDS:
         raise InputError(f"--backend: unknown backend {backend!r}; valid: {', '.join(BACKENDS)}")

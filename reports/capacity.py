@@ -1,7 +1,7 @@
 """Capacity-search output: the max-sustainable-rate plot and a capacity.html page.
 
-Both render the ranking table of `simulator.search.CapacityRun.ranking()` (one row per
-configuration, best goodput per GPU first: config, system, max_rate_per_s, failed_rate_per_s,
+Both render the ranking table of `simulator.studies.capacity_search.CapacityRun.ranking()` (one row
+per configuration, best goodput per GPU first: config, system, max_rate_per_s, failed_rate_per_s,
 goodput_per_gpu, num_gpus, ...) and never recompute the search.
 """
 

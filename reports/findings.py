@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from pagesim.reports.frames import as_number
 from pagesim.reports.units import format_seconds
-from pagesim.simulator.result import RunResult
+from pagesim.simulator.metrics.result import RunResult
 
 
 def _ranked(results: Sequence[RunResult], key: str) -> list[tuple[str, float]]:

@@ -1,7 +1,7 @@
 """The metrics glossary: every summary key, request column and step column a report shows.
 
 Definitions follow /DESIGN.md ("Metrics"); the request and step column texts come from the
-contract in `simulator.result`, so the glossary cannot drift from the frames it describes.
+contract in `simulator.metrics.result`, so the glossary cannot drift from the frames it describes.
 Each summary key also carries a `Unit`, which the HTML table uses to format it for reading.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-from pagesim.simulator.result import KV_CATEGORIES, REQUEST_COLUMNS, STEP_COLUMNS
+from pagesim.simulator.metrics.result import KV_CATEGORIES, REQUEST_COLUMNS, STEP_COLUMNS
 
 
 class Unit(Enum):

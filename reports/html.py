@@ -18,7 +18,7 @@ import pandas as pd
 from pagesim.reports.frames import as_number
 from pagesim.reports.glossary import SUMMARY_METRICS, Unit, glossary_sections
 from pagesim.reports.units import MISSING, format_number, format_value
-from pagesim.simulator.result import RunResult
+from pagesim.simulator.metrics.result import RunResult
 
 PROVENANCE_KEYS = {  # shown first, in this order, "not recorded" when absent
     "execution_model": "Execution model",

@@ -50,7 +50,7 @@ from pagesim.reports.style import (
     system_color,
     time_scale,
 )
-from pagesim.simulator.result import KV_CATEGORIES, RunResult
+from pagesim.simulator.metrics.result import KV_CATEGORIES, RunResult
 
 __all__ = [
     "parse_calibration",

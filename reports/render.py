@@ -35,7 +35,7 @@ from pagesim.reports.html import (
     summary_table,
     sweep_table,
 )
-from pagesim.simulator.result import RunResult
+from pagesim.simulator.metrics.result import RunResult
 
 PLOTS_DIR = "plots"
 INPUTS_FILE = "report.json"

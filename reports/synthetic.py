@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from pagesim.reports.render import write_report
-from pagesim.simulator.result import REQUEST_COLUMNS, STEP_COLUMNS, RunResult
+from pagesim.simulator.metrics.result import REQUEST_COLUMNS, STEP_COLUMNS, RunResult
 
 MAX_LEN = 2048  # toy model's maximum sequence length (contiguous reservation size)
 CAPACITY_TOKENS = 40_000

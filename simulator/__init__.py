@@ -1,4 +1,13 @@
 """The simulator: KV-cache mechanism, scheduling policies, SimPy engine, metrics.
 
-Never imports CuPy or torch; measured costs arrive as a profile file.
+Layers, each importing only those below it (tests/simulator/test_layers.py checks it):
+
+    studies                      sweeps, capacity search, golden summaries, bench
+    engine | scenario            the SimPy loop and `simulate`; reading scenario files
+    policies | metrics | execution | workload
+    kv                           the KV-cache mechanism
+    core                         requests, plan messages, config, catalog, errors
+
+Never imports CuPy or torch (measured costs arrive as a profile file), the CLI, `calibration`
+or `reports`.
 """

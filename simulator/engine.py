@@ -13,60 +13,21 @@ and it idles until an arrival (or a policy's wake-up time) when nothing is runna
 from __future__ import annotations
 
 from collections.abc import Callable, Generator
-from dataclasses import dataclass
 
 import numpy as np
 import simpy
 
 from pagesim import __version__
-from pagesim.simulator.catalog import GIB
-from pagesim.simulator.config import ExecutionKind, Policy, Scenario, SystemConfig
-from pagesim.simulator.errors import InputError
-from pagesim.simulator.plan import ExecutionModel
-from pagesim.simulator.recorder import Recorder
-from pagesim.simulator.reserving import OrcaScheduler, StaticScheduler
-from pagesim.simulator.result import RunResult
-from pagesim.simulator.roofline import RooflineModel
-from pagesim.simulator.scheduler import Scheduler
-from pagesim.simulator.vllm import VllmV0Scheduler, VllmV1Scheduler
-from pagesim.simulator.workload import iter_requests
-
-
-@dataclass(frozen=True, slots=True)
-class Capacity:
-    """KV memory of one system on one GPU."""
-
-    num_gpu_blocks: int
-    num_cpu_blocks: int
-    block_size: int
-    block_bytes: int
-    kv_bytes_per_token: int
-
-    @property
-    def num_token_slots(self) -> int:
-        return self.num_gpu_blocks * self.block_size
-
-
-def kv_capacity(scenario: Scenario, system: SystemConfig) -> Capacity:
-    """Blocks = (GPU memory x utilization - weights - activation reserve) / bytes per block."""
-    model, tp = scenario.model, scenario.tensor_parallel
-    per_token = model.kv_bytes_per_token(scenario.kv_dtype, tp)
-    block_bytes = per_token * system.block_size
-    cpu_blocks = int(system.swap_space_gib * GIB) // block_bytes
-    if system.num_kv_blocks is not None:
-        return Capacity(system.num_kv_blocks, cpu_blocks, system.block_size, block_bytes, per_token)
-    budget = scenario.gpu.memory_bytes * system.gpu_memory_utilization
-    weights = model.weight_bytes(2, tp)
-    available = budget - weights - system.activation_reserve_gib * GIB
-    blocks = int(available // block_bytes)
-    if blocks < 1:
-        raise InputError(
-            f"system {system.name!r}: {model.name} weights ({weights / GIB:.1f} GiB per GPU) and "
-            f"the activation reserve ({system.activation_reserve_gib} GiB) leave no KV memory in "
-            f"{budget / GIB:.1f} GiB ({scenario.gpu.name} x {system.gpu_memory_utilization}); "
-            "use a bigger GPU, tensor parallelism, or a higher gpu_memory_utilization"
-        )
-    return Capacity(blocks, cpu_blocks, system.block_size, block_bytes, per_token)
+from pagesim.simulator.core.config import ExecutionKind, Policy, Scenario, SystemConfig
+from pagesim.simulator.core.plan import ExecutionModel
+from pagesim.simulator.execution.roofline import RooflineModel
+from pagesim.simulator.kv.capacity import Capacity, kv_capacity
+from pagesim.simulator.metrics.recorder import Recorder
+from pagesim.simulator.metrics.result import RunResult
+from pagesim.simulator.policies.base import Scheduler
+from pagesim.simulator.policies.reserving import OrcaScheduler, StaticScheduler
+from pagesim.simulator.policies.vllm import VllmV0Scheduler, VllmV1Scheduler
+from pagesim.simulator.workload.stream import iter_requests
 
 
 def make_scheduler(scenario: Scenario, system: SystemConfig, capacity: Capacity) -> Scheduler:
@@ -88,7 +49,7 @@ def make_execution_model(scenario: Scenario, system: SystemConfig) -> ExecutionM
     args = (scenario.model, scenario.gpu, scenario.execution, scenario.kv_dtype)
     kwargs = {"tensor_parallel": scenario.tensor_parallel, "block_size": system.block_size}
     if scenario.execution.kind is ExecutionKind.PROFILE:
-        from pagesim.simulator.profile_model import ProfileModel
+        from pagesim.simulator.execution.profile import ProfileModel
 
         return ProfileModel(*args, **kwargs)
     return RooflineModel(*args, **kwargs)
@@ -125,7 +86,7 @@ def simulate(
     is_plain = execution_factory is None and isinstance(execution, RooflineModel)
     if is_plain and not check_invariants and on_step is None:
         # Nobody looks at each step's per-sequence state: lone decoders may advance as a group
-        # (same results; simulator.decode_group). Not with a custom execution model either
+        # (same results; simulator.policies.decode_group). Not with a custom execution model either
         # (`execution_factory`): it may read the block tables every step.
         enable = getattr(scheduler, "enable_decode_group", None)
         if enable is not None:

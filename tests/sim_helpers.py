@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from pagesim.simulator.catalog import get_gpu, get_model
-from pagesim.simulator.config import (
+from pagesim.simulator.core.catalog import get_gpu, get_model
+from pagesim.simulator.core.config import (
     ArrivalKind,
     ArrivalProcess,
     ExplicitRequest,
@@ -17,7 +17,7 @@ from pagesim.simulator.config import (
     SystemConfig,
     WorkloadConfig,
 )
-from pagesim.simulator.request import SamplingKind
+from pagesim.simulator.core.request import SamplingKind
 
 
 def explicit_workload(

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pagesim.simulator.block_pool import BlockPool
-from pagesim.simulator.errors import KVCacheError
+from pagesim.simulator.core.errors import KVCacheError
+from pagesim.simulator.kv.block_pool import BlockPool
 
 
 def test_allocation_order_is_fifo() -> None:

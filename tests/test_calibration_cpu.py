@@ -32,8 +32,8 @@ from pagesim.calibration.reference import (
     reference_decode_attention,
 )
 from pagesim.calibration.run import calibrate
-from pagesim.simulator.catalog import ModelSpec, count_params, get_model
-from pagesim.simulator.errors import InputError, PagesimError
+from pagesim.simulator.core.catalog import ModelSpec, count_params, get_model
+from pagesim.simulator.core.errors import InputError, PagesimError
 
 
 def tiny_model(name: str = "tiny-llama") -> ModelSpec:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from cli_helpers import run_cli
 
-from pagesim.simulator.catalog import (
+from pagesim.simulator.core.catalog import (
     GIB,
     GPUS,
     MODELS,
@@ -18,8 +18,8 @@ from pagesim.simulator.catalog import (
     get_model,
     load_hf_config,
 )
-from pagesim.simulator.errors import InputError
-from pagesim.simulator.kvmath import kv_report
+from pagesim.simulator.core.errors import InputError
+from pagesim.simulator.kv.sizing import kv_report
 
 # KV bytes per token from FACTS.md (fp16).
 FACTS_KV_BYTES = {
@@ -49,7 +49,7 @@ def test_every_facts_model_and_gpu_is_a_preset() -> None:
 
 def test_parameter_counts_from_shapes_agree_with_published_ones() -> None:
     # Llama-2-7B published 6.74 B: counting from shapes (untied embeddings) gives the same.
-    from pagesim.simulator.catalog import count_params
+    from pagesim.simulator.core.catalog import count_params
 
     m = get_model("llama-2-7b")
     counted = count_params(

@@ -6,10 +6,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pagesim.simulator.config import Reservation
-from pagesim.simulator.contiguous import ContiguousKVCache, reservation_slots
-from pagesim.simulator.errors import KVCacheError
-from pagesim.simulator.memory import MemoryBreakdown
+from pagesim.simulator.core.config import Reservation
+from pagesim.simulator.core.errors import KVCacheError
+from pagesim.simulator.core.memory import MemoryBreakdown
+from pagesim.simulator.kv.contiguous import ContiguousKVCache, reservation_slots
 
 
 @pytest.mark.parametrize(

@@ -13,9 +13,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sim_helpers import poisson_workload, scenario, system
 
-from pagesim.simulator.config import Policy, PreemptionPolicy, PrefixGroup
+from pagesim.simulator.core.config import Policy, PreemptionPolicy, PrefixGroup
+from pagesim.simulator.core.request import SamplingKind
 from pagesim.simulator.engine import simulate
-from pagesim.simulator.request import SamplingKind
 
 
 @st.composite

@@ -27,18 +27,18 @@ from pagesim.calibration.executor import (
 from pagesim.calibration.fidelity import FidelityResult, pick_system, run_fidelity
 from pagesim.fidelity_cli import validate_fidelity
 from pagesim.reports.fidelity import write_fidelity_report
-from pagesim.simulator.catalog import get_gpu, load_hf_config
-from pagesim.simulator.config import (
+from pagesim.simulator.core.catalog import get_gpu, load_hf_config
+from pagesim.simulator.core.config import (
     Policy,
     PreemptionPolicy,
     PrefixGroup,
     Scenario,
 )
+from pagesim.simulator.core.errors import InputError
+from pagesim.simulator.core.request import SamplingKind
 from pagesim.simulator.engine import simulate
-from pagesim.simulator.errors import InputError
-from pagesim.simulator.profile_model import ProfileExtrapolationWarning
-from pagesim.simulator.request import SamplingKind
-from pagesim.simulator.result import RunResult
+from pagesim.simulator.execution.profile import ProfileExtrapolationWarning
+from pagesim.simulator.metrics.result import RunResult
 
 TINY_CONFIG = {  # a 2-layer Llama-like model: GQA (2 query heads, 1 KV head), gated MLP
     "model_type": "llama",

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from pagesim.simulator.golden import compare_golden
-from pagesim.simulator.scenario import list_builtin, resolve_scenario
+from pagesim.simulator.scenario.load import list_builtin, resolve_scenario
+from pagesim.simulator.studies.golden import compare_golden
 
 BUILTINS = [name for name, _ in list_builtin()]
 

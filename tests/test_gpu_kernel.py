@@ -26,7 +26,7 @@ from pagesim.calibration.reference import (
     make_paged_case,
     reference_decode_attention,
 )
-from pagesim.simulator.catalog import ModelSpec, count_params, get_gpu, get_model
+from pagesim.simulator.core.catalog import ModelSpec, count_params, get_gpu, get_model
 
 REASON = gpu_skip_reason()
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(REASON is not None, reason=REASON or "")]
@@ -246,9 +246,9 @@ def test_event_timer_flushes_the_l2_and_keeps_samples() -> None:
 
 def test_quick_gpu_calibration_of_a_small_model(tmp_path: Path) -> None:
     from pagesim.calibration.run import calibrate
-    from pagesim.simulator.config import ExecutionConfig, ExecutionKind
-    from pagesim.simulator.plan import SeqWork, StepPlan
-    from pagesim.simulator.profile_model import ProfileModel
+    from pagesim.simulator.core.config import ExecutionConfig, ExecutionKind
+    from pagesim.simulator.core.plan import SeqWork, StepPlan
+    from pagesim.simulator.execution.profile import ProfileModel
 
     params = count_params(2, 8, 2, 128, 1024, 2816, 32000, True)
     model = ModelSpec("small-llama", 2, 8, 2, 128, 1024, 2816, 32000, True, 4096, params)

@@ -7,11 +7,11 @@ from collections.abc import Sequence
 
 import pytest
 
-from pagesim.simulator.errors import KVCacheError
-from pagesim.simulator.kv_cache import PagedKVCache
-from pagesim.simulator.memory import MemoryBreakdown
-from pagesim.simulator.plan import BlockCopy
-from pagesim.simulator.prefix_hash import hash_token_blocks
+from pagesim.simulator.core.errors import KVCacheError
+from pagesim.simulator.core.memory import MemoryBreakdown
+from pagesim.simulator.core.plan import BlockCopy
+from pagesim.simulator.kv.paged_cache import PagedKVCache
+from pagesim.simulator.kv.prefix_hash import hash_token_blocks
 
 
 def _run_step(

@@ -14,10 +14,10 @@ from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from pagesim.simulator.errors import KVCacheError
-from pagesim.simulator.kv_cache import PagedKVCache
-from pagesim.simulator.memory import MemoryBreakdown
-from pagesim.simulator.prefix_hash import SequenceHasher
+from pagesim.simulator.core.errors import KVCacheError
+from pagesim.simulator.core.memory import MemoryBreakdown
+from pagesim.simulator.kv.paged_cache import PagedKVCache
+from pagesim.simulator.kv.prefix_hash import SequenceHasher
 
 BLOCK_SIZE = 4
 NUM_BLOCKS = 10

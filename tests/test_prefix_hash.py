@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pagesim.simulator.errors import KVCacheError
-from pagesim.simulator.prefix_hash import SequenceHasher, hash_token_blocks
+from pagesim.simulator.core.errors import KVCacheError
+from pagesim.simulator.kv.prefix_hash import SequenceHasher, hash_token_blocks
 
 
 def test_hash_token_blocks_hashes_full_blocks_only() -> None:
@@ -130,7 +130,7 @@ def test_hashing_after_every_extend_equals_hashing_once(
 
 def test_hashes_do_not_depend_on_the_process_hash_seed() -> None:
     code = (
-        "from pagesim.simulator.prefix_hash import SequenceHasher, hash_token_blocks\n"
+        "from pagesim.simulator.kv.prefix_hash import SequenceHasher, hash_token_blocks\n"
         "h = SequenceHasher(4); h.extend((1, 3), 9); h.extend((3, 8), 3)\n"
         "print(hash_token_blocks(list(range(9)), 4), h.block_hashes())\n"
     )

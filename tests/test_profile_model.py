@@ -15,16 +15,16 @@ from pathlib import Path
 import pytest
 
 from pagesim.calibration.run import calibrate
-from pagesim.simulator.catalog import KVDtype, ModelSpec, count_params, get_gpu
-from pagesim.simulator.config import ExecutionConfig, ExecutionKind
-from pagesim.simulator.errors import InputError
-from pagesim.simulator.plan import BlockCopy, SeqWork, StepPlan
-from pagesim.simulator.profile_model import (
+from pagesim.simulator.core.catalog import KVDtype, ModelSpec, count_params, get_gpu
+from pagesim.simulator.core.config import ExecutionConfig, ExecutionKind
+from pagesim.simulator.core.errors import InputError
+from pagesim.simulator.core.plan import BlockCopy, SeqWork, StepPlan
+from pagesim.simulator.execution.profile import (
     ProfileExtrapolationWarning,
     ProfileModel,
     piecewise_linear,
 )
-from pagesim.simulator.roofline import RooflineModel
+from pagesim.simulator.execution.roofline import RooflineModel
 
 MODEL = ModelSpec(
     "tiny-llama",
@@ -177,7 +177,9 @@ def test_flops_and_bytes_are_the_roofline_counts(tmp_path: Path) -> None:
         assert mine.bytes_moved == pytest.approx(theirs.bytes_moved)
 
 
-@pytest.mark.filterwarnings("ignore::pagesim.simulator.profile_model.ProfileExtrapolationWarning")
+@pytest.mark.filterwarnings(
+    "ignore::pagesim.simulator.execution.profile.ProfileExtrapolationWarning"
+)
 def test_prices_grow_with_work(tmp_path: Path) -> None:
     model = make_model(tmp_path)
     decode = [model.price(decode_plan(n, 300)).compute_s for n in (1, 2, 8, 32, 128, 256)]

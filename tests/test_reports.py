@@ -42,7 +42,7 @@ from pagesim.reports.synthetic import (
     synthetic_sweep,
     write_synthetic_report,
 )
-from pagesim.simulator.result import REQUEST_COLUMNS, STEP_COLUMNS, RunResult
+from pagesim.simulator.metrics.result import REQUEST_COLUMNS, STEP_COLUMNS, RunResult
 
 
 @pytest.fixture(scope="module")

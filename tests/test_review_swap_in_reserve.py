@@ -12,9 +12,9 @@ from __future__ import annotations
 import pytest
 from sim_helpers import explicit_workload, scenario, system
 
-from pagesim.simulator.config import Policy, PreemptionPolicy
+from pagesim.simulator.core.config import Policy, PreemptionPolicy
+from pagesim.simulator.core.request import SamplingKind
 from pagesim.simulator.engine import simulate
-from pagesim.simulator.request import SamplingKind
 
 
 @pytest.mark.parametrize("policy", [Policy.VLLM_V0, Policy.VLLM_V1])

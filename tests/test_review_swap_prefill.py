@@ -10,10 +10,10 @@ from collections import defaultdict
 
 from sim_helpers import explicit_workload, scenario, system
 
-from pagesim.simulator.config import Policy, PreemptionPolicy, Scenario, SystemConfig
+from pagesim.simulator.core.config import Policy, PreemptionPolicy, Scenario, SystemConfig
+from pagesim.simulator.core.plan import ExecutionModel, StepCost, StepPlan
 from pagesim.simulator.engine import make_execution_model, simulate
-from pagesim.simulator.plan import ExecutionModel, StepCost, StepPlan
-from pagesim.simulator.scheduler import Scheduler
+from pagesim.simulator.policies.base import Scheduler
 
 
 def test_swapped_mid_prefill_computes_its_whole_prompt() -> None:

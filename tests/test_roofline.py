@@ -8,11 +8,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pagesim.simulator.catalog import KVDtype, get_gpu, get_model
-from pagesim.simulator.config import ExecutionConfig
-from pagesim.simulator.errors import InputError
-from pagesim.simulator.plan import BlockCopy, SeqWork, StepPlan
-from pagesim.simulator.roofline import RooflineModel
+from pagesim.simulator.core.catalog import KVDtype, get_gpu, get_model
+from pagesim.simulator.core.config import ExecutionConfig
+from pagesim.simulator.core.errors import InputError
+from pagesim.simulator.core.plan import BlockCopy, SeqWork, StepPlan
+from pagesim.simulator.execution.roofline import RooflineModel
 
 A100 = get_gpu("a100-80gb")
 LLAMA_7B = get_model("llama-2-7b")

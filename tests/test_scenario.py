@@ -10,9 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from pagesim.simulator import scenario as sc
-from pagesim.simulator.catalog import GIB, get_gpu, get_model
-from pagesim.simulator.config import (
+from pagesim.simulator.core.catalog import GIB, get_gpu, get_model
+from pagesim.simulator.core.config import (
     ArrivalKind,
     ExecutionKind,
     LengthKind,
@@ -22,9 +21,10 @@ from pagesim.simulator.config import (
     Scenario,
     SweepAxis,
 )
-from pagesim.simulator.errors import InputError
-from pagesim.simulator.request import SamplingKind
-from pagesim.simulator.scenario import (
+from pagesim.simulator.core.errors import InputError
+from pagesim.simulator.core.request import SamplingKind
+from pagesim.simulator.scenario import load as sc
+from pagesim.simulator.scenario.load import (
     BUILTIN_DIR,
     describe_scenario,
     expand_sweep,
@@ -756,7 +756,7 @@ def test_model_needs_exactly_one_of_preset_and_config(mini: Path) -> None:
 def test_system_readers_cover_every_system_config_field() -> None:
     from dataclasses import fields
 
-    from pagesim.simulator.config import SystemConfig
+    from pagesim.simulator.core.config import SystemConfig
 
     names = [f.name for f in fields(SystemConfig)]
     assert ["name", *sc.SCHEMA["defaults"]] == names

@@ -18,12 +18,12 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from pagesim.simulator import config
-from pagesim.simulator.catalog import GPUS, MODELS, KVDtype
-from pagesim.simulator.config import Scenario
-from pagesim.simulator.errors import InputError
-from pagesim.simulator.request import SamplingKind
-from pagesim.simulator.scenario import (
+from pagesim.simulator.core import config
+from pagesim.simulator.core.catalog import GPUS, MODELS, KVDtype
+from pagesim.simulator.core.config import Scenario
+from pagesim.simulator.core.errors import InputError
+from pagesim.simulator.core.request import SamplingKind
+from pagesim.simulator.scenario.load import (
     BUILTIN_DIR,
     BUILTIN_TRACES,
     SCHEMA,

@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 from cli_helpers import run_cli
 
-from pagesim.simulator.errors import InputError
-from pagesim.simulator.search import (
+from pagesim.simulator.core.errors import InputError
+from pagesim.simulator.studies.capacity_search import (
     RATE_PATH,
     Criteria,
     RateSearch,
@@ -18,7 +18,7 @@ from pagesim.simulator.search import (
     configurations,
     search_capacity,
 )
-from pagesim.simulator.sweep import PointCache, ProcessExecutor, SerialExecutor, run_points
+from pagesim.simulator.studies.sweep import PointCache, ProcessExecutor, SerialExecutor, run_points
 
 ABLATION = "block_size_ablation"  # one vLLM system, OPT-13B / A100-40GB, lognormal ShareGPT
 SMALL = ["workload.num_requests=40", "slo.ttft_s=2", "slo.tpot_s=0.05"]

@@ -8,11 +8,12 @@ import numpy as np
 import pytest
 from sim_helpers import explicit_workload, poisson_workload, scenario, system
 
-from pagesim.simulator.catalog import GIB
-from pagesim.simulator.config import Policy, PreemptionPolicy, PrefixGroup
-from pagesim.simulator.engine import kv_capacity, simulate
-from pagesim.simulator.plan import SeqWork, StepPlan
-from pagesim.simulator.roofline import RooflineModel
+from pagesim.simulator.core.catalog import GIB
+from pagesim.simulator.core.config import Policy, PreemptionPolicy, PrefixGroup
+from pagesim.simulator.core.plan import SeqWork, StepPlan
+from pagesim.simulator.engine import simulate
+from pagesim.simulator.execution.roofline import RooflineModel
+from pagesim.simulator.kv.capacity import kv_capacity
 
 PAGED = (Policy.VLLM_V0, Policy.VLLM_V1)
 ALL_POLICIES = (Policy.STATIC, Policy.ORCA, Policy.VLLM_V0, Policy.VLLM_V1)
@@ -161,7 +162,7 @@ def test_rejections_name_their_reason_and_counts_reconcile() -> None:
 
 
 def test_parallel_sampling_shares_the_prompt() -> None:
-    from pagesim.simulator.request import SamplingKind
+    from pagesim.simulator.core.request import SamplingKind
 
     workload = explicit_workload([(200, 50, 0.0)], sampling=SamplingKind.PARALLEL, num_seqs=4)
     s = scenario(workload, system(Policy.VLLM_V0))
@@ -181,7 +182,7 @@ def test_parallel_sampling_shares_the_prompt() -> None:
 def test_warmup_requests_are_excluded_from_latency_stats() -> None:
     from dataclasses import replace
 
-    from pagesim.simulator.config import StopConfig
+    from pagesim.simulator.core.config import StopConfig
 
     s = scenario(poisson_workload(100, 5.0), system(Policy.VLLM_V1))
     s = replace(s, stop=StopConfig(warmup_s=5.0))
@@ -195,7 +196,7 @@ def test_warmup_requests_are_excluded_from_latency_stats() -> None:
 def test_stop_time_leaves_unfinished_requests_accounted() -> None:
     from dataclasses import replace
 
-    from pagesim.simulator.config import StopConfig
+    from pagesim.simulator.core.config import StopConfig
 
     s = scenario(poisson_workload(500, 50.0), system(Policy.VLLM_V0, num_kv_blocks=300))
     s = replace(s, stop=StopConfig(max_time_s=3.0))
@@ -239,7 +240,7 @@ def test_summary_shares_add_up() -> None:
 
 
 def test_beam_search_reforks_share_generated_blocks() -> None:
-    from pagesim.simulator.request import SamplingKind
+    from pagesim.simulator.core.request import SamplingKind
 
     beam = simulate(
         scenario(
@@ -264,7 +265,7 @@ def test_beam_search_reforks_share_generated_blocks() -> None:
 
 
 def test_builtin_textbook_scenario_shows_the_textbook_gap() -> None:
-    from pagesim.simulator.scenario import load_scenario
+    from pagesim.simulator.scenario.load import load_scenario
 
     s = load_scenario("textbook_static_vs_continuous")
     static, continuous = (simulate(s, system) for system in s.systems)

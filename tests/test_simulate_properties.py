@@ -6,15 +6,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sim_helpers import poisson_workload, scenario, system
 
-from pagesim.simulator.config import (
+from pagesim.simulator.core.config import (
     AdmissionOrder,
     Policy,
     PreemptionPolicy,
     PrefixGroup,
     VictimPolicy,
 )
+from pagesim.simulator.core.request import SamplingKind
 from pagesim.simulator.engine import simulate
-from pagesim.simulator.request import SamplingKind
 
 KV_COLUMNS = [
     "kv_token_slots",

@@ -10,10 +10,10 @@ block at step K when its tokens before the step, n0 + K, fill its blocks:
 
 from __future__ import annotations
 
-from pagesim.simulator.decode_group import DecodeGroup
-from pagesim.simulator.kv_cache import PagedKVCache
-from pagesim.simulator.paged import Group
-from pagesim.simulator.request import Request
+from pagesim.simulator.core.request import Request
+from pagesim.simulator.kv.paged_cache import PagedKVCache
+from pagesim.simulator.policies.decode_group import DecodeGroup
+from pagesim.simulator.policies.paged_state import Group
 
 BLOCK_SIZE = 4
 PROMPTS = {0: 4, 1: 5, 2: 7}  # seq id -> KV tokens when it joins

@@ -1,4 +1,4 @@
-"""The decode group (simulator.decode_group) changes nothing but speed.
+"""The decode group (simulator.policies.decode_group) changes nothing but speed.
 
 `simulate` advances lone decoding sequences as a group unless someone watches every step
 (`on_step`, `check_invariants`, a custom execution model). A no-op `on_step` therefore runs the
@@ -12,12 +12,12 @@ from __future__ import annotations
 import pytest
 from sim_helpers import poisson_workload, scenario, system
 
-from pagesim.simulator.config import AdmissionOrder, Policy, PreemptionPolicy, VictimPolicy
+from pagesim.simulator.core.config import AdmissionOrder, Policy, PreemptionPolicy, VictimPolicy
+from pagesim.simulator.core.plan import StepPlan
+from pagesim.simulator.core.request import SamplingKind
 from pagesim.simulator.engine import simulate
-from pagesim.simulator.plan import StepPlan
-from pagesim.simulator.request import SamplingKind
-from pagesim.simulator.result import RunResult
-from pagesim.simulator.roofline import RooflineModel
+from pagesim.simulator.execution.roofline import RooflineModel
+from pagesim.simulator.metrics.result import RunResult
 
 CASES = {
     "plain": dict(),

@@ -12,8 +12,8 @@ import random
 
 import pytest
 
-from pagesim.simulator.errors import KVCacheError
-from pagesim.simulator.kv_cache import PagedKVCache
+from pagesim.simulator.core.errors import KVCacheError
+from pagesim.simulator.kv.paged_cache import PagedKVCache
 
 
 def _state(cache: PagedKVCache, final_lens: dict[int, int]) -> tuple[object, ...]:
@@ -118,7 +118,7 @@ def test_advance_decoded_refuses_a_shared_last_block() -> None:
 
 
 def test_bulk_block_operations_match_one_by_one() -> None:
-    from pagesim.simulator.block_pool import BlockPool
+    from pagesim.simulator.kv.block_pool import BlockPool
 
     bulk, single = BlockPool(10), BlockPool(10)
     assert bulk.allocate_many(6) == [single.allocate() for _ in range(6)] == [0, 1, 2, 3, 4, 5]
@@ -131,7 +131,7 @@ def test_bulk_block_operations_match_one_by_one() -> None:
 
 
 def test_free_unshared_leaves_shared_or_cached_blocks_to_decref() -> None:
-    from pagesim.simulator.block_pool import BlockPool
+    from pagesim.simulator.kv.block_pool import BlockPool
 
     pool = BlockPool(4)
     a, b = pool.allocate_many(2)

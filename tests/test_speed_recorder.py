@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from sim_helpers import explicit_workload, scenario, system
 
-from pagesim.simulator.config import Policy
+from pagesim.simulator.core.config import Policy
 from pagesim.simulator.engine import simulate
-from pagesim.simulator.result import STEP_COLUMNS
+from pagesim.simulator.metrics.result import STEP_COLUMNS
 
 FLOAT_COLUMNS = {"start_s", "duration_s", "compute_s", "swap_s", "slot_utilization", "mfu", "mbu"}
 

@@ -17,13 +17,13 @@ from hypothesis import strategies as st
 from sim_helpers import explicit_workload, poisson_workload, scenario, system
 
 from pagesim.reports.render import write_report
-from pagesim.simulator import request_log, step_log
-from pagesim.simulator.config import SLO, Policy
+from pagesim.simulator.core.config import SLO, Policy
+from pagesim.simulator.core.request import Request, RequestStatus
 from pagesim.simulator.engine import simulate
-from pagesim.simulator.request import Request, RequestStatus
-from pagesim.simulator.request_log import RequestLog
-from pagesim.simulator.result import STEP_COLUMNS
-from pagesim.simulator.step_log import SUMMED_COLUMNS, StepLog, merge_rows
+from pagesim.simulator.metrics import request_log, step_log
+from pagesim.simulator.metrics.request_log import RequestLog
+from pagesim.simulator.metrics.result import STEP_COLUMNS
+from pagesim.simulator.metrics.step_log import SUMMED_COLUMNS, StepLog, merge_rows
 
 COLUMNS = list(STEP_COLUMNS)
 

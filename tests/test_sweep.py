@@ -14,9 +14,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from pagesim.simulator.errors import InputError
-from pagesim.simulator.scenario import BUILTIN_DIR, expand_sweep, load_scenario
-from pagesim.simulator.sweep import (
+from pagesim.simulator.core.errors import InputError
+from pagesim.simulator.scenario.load import BUILTIN_DIR, expand_sweep, load_scenario
+from pagesim.simulator.studies.sweep import (
     CACHE_DIR,
     PointCache,
     PointOutcome,

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pagesim.simulator.config import (
+from pagesim.simulator.core.config import (
     ArrivalKind,
     ArrivalProcess,
     ExplicitRequest,
@@ -22,16 +22,15 @@ from pagesim.simulator.config import (
     PrefixGroup,
     WorkloadConfig,
 )
-from pagesim.simulator.errors import InputError
-from pagesim.simulator.request import Request, SamplingKind
-from pagesim.simulator.trace_files import BUILTIN_TRACES
-from pagesim.simulator.trace_loading import load_trace, resolve_trace
-from pagesim.simulator.workload import (
+from pagesim.simulator.core.errors import InputError
+from pagesim.simulator.core.request import Request, SamplingKind, prompt_segments
+from pagesim.simulator.workload.stream import (
     WorkloadStats,
     generate_requests,
     iter_requests,
-    prompt_segments,
 )
+from pagesim.simulator.workload.trace_files import BUILTIN_TRACES
+from pagesim.simulator.workload.traces import load_trace, resolve_trace
 
 FIXED_10 = LengthDist(LengthKind.FIXED, value=10)
 TRACE_LEN = LengthDist(LengthKind.TRACE)

@@ -1,0 +1,202 @@
+"""Frozen configuration of one scenario: model, GPU, execution model, workload, systems, SLO.
+
+Parsed and validated once, at the edge, by `simulator.scenario.load` (TOML); everything inside
+pagesim receives these objects and never re-reads strings. Closed sets are Enums.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+
+from pagesim.simulator.core.catalog import GPUSpec, KVDtype, ModelSpec
+from pagesim.simulator.core.plan import PreemptionMode
+from pagesim.simulator.core.request import SamplingKind
+
+
+class Policy(Enum):
+    """Batch formation."""
+
+    STATIC = "static"  # FasterTransformer: fixed batches run to completion, max-length reservation
+    ORCA = "orca"  # iteration-level scheduling, contiguous per-request reservation
+    VLLM_V0 = "vllm-v0"  # paged; prefill-only or decode-only iterations; FCFS; watermark
+    VLLM_V1 = "vllm-v1"  # paged; one token budget per step; chunked prefill (Sarathi-Serve)
+
+
+class Reservation(Enum):
+    """How contiguous allocators (static, orca) size a request's KV region."""
+
+    MAX = "max"  # the model's maximum sequence length
+    POW2 = "pow2"  # prompt + output rounded up to a power of two (over-reserves up to 2x)
+    ORACLE = "oracle"  # exactly prompt + true output length
+
+
+class PreemptionPolicy(Enum):
+    SWAP = "swap"
+    RECOMPUTE = "recompute"
+    AUTO = "auto"  # vLLM V0's rule: recompute single sequences, swap multi-sequence groups
+
+    def mode_for(self, num_seqs: int) -> PreemptionMode:
+        if self is PreemptionPolicy.SWAP:
+            return PreemptionMode.SWAP
+        if self is PreemptionPolicy.RECOMPUTE:
+            return PreemptionMode.RECOMPUTE
+        return PreemptionMode.SWAP if num_seqs > 1 else PreemptionMode.RECOMPUTE
+
+
+class VictimPolicy(Enum):
+    LAST_ARRIVED = "last-arrived"  # vLLM: preempt the most recently arrived running request
+    MOST_GENERATED = "most-generated"  # textbook: preempt the one holding the most output tokens
+
+
+class AdmissionOrder(Enum):
+    FCFS = "fcfs"
+    PRIORITY = "priority"  # lower `priority` first, FCFS among equals
+
+
+class ArrivalKind(Enum):
+    POISSON = "poisson"
+    GAMMA = "gamma"  # burstiness set by the coefficient of variation of inter-arrival times
+    CONSTANT = "constant"
+    BURST = "burst"  # everything arrives at t = 0
+    TRACE = "trace"  # the timestamps of the trace
+
+
+class LengthKind(Enum):
+    FIXED = "fixed"
+    UNIFORM = "uniform"  # integers in [low, high]
+    LOGNORMAL = "lognormal"  # given mean and coefficient of variation
+    EMPIRICAL = "empirical"  # resampled from a CSV column
+    TRACE = "trace"  # the trace's own column, row by row
+
+
+class ExecutionKind(Enum):
+    ROOFLINE = "roofline"
+    PROFILE = "profile"
+
+
+@dataclass(frozen=True, slots=True)
+class LengthDist:
+    kind: LengthKind
+    value: int = 0  # fixed
+    low: int = 1  # uniform
+    high: int = 1
+    mean: float = 0.0  # lognormal
+    cv: float = 1.0
+    path: Path | None = None  # empirical: CSV file (or a built-in trace name in `trace_name`)
+    trace_name: str | None = None
+    column: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ArrivalProcess:
+    kind: ArrivalKind
+    rate_per_s: float = 1.0  # poisson, gamma, constant
+    cv: float = 1.0  # gamma: 1 is Poisson, > 1 burstier
+
+
+@dataclass(frozen=True, slots=True)
+class PrefixGroup:
+    """A system prompt of `num_tokens` tokens that starts a `fraction` of all requests."""
+
+    num_tokens: int
+    fraction: float
+
+
+@dataclass(frozen=True, slots=True)
+class ExplicitRequest:
+    """One request written out in the scenario (textbook examples)."""
+
+    prompt_len: int
+    output_len: int
+    arrival_s: float = 0.0
+    priority: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadConfig:
+    arrival: ArrivalProcess
+    prompt: LengthDist
+    output: LengthDist
+    num_requests: int | None = None  # None with a trace: every row (after offset)
+    trace_name: str | None = None  # built-in trace name or a CSV path (columns as the Azure ones)
+    trace_path: Path | None = None
+    trace_offset: int = 0  # first trace row used
+    time_scale: float = 1.0  # trace timestamps are divided by this (2.0 replays twice as fast)
+    prefix_groups: tuple[PrefixGroup, ...] = ()
+    sampling: SamplingKind = SamplingKind.SINGLE
+    num_seqs: int = 1  # parallel samples n or beam width
+    explicit: tuple[ExplicitRequest, ...] = ()  # when given, replaces every generator above
+
+
+@dataclass(frozen=True, slots=True)
+class SystemConfig:
+    """One serving system to simulate: a batching policy and its knobs."""
+
+    name: str
+    policy: Policy
+    block_size: int = 16  # tokens per KV block (paged policies)
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 2048  # V1 token budget per step; V0 prefill token cap
+    max_prefill_chunk: int | None = None  # V1: cap on one request's chunk (None: the budget)
+    reservation: Reservation = Reservation.MAX  # static, orca
+    preemption: PreemptionPolicy = PreemptionPolicy.RECOMPUTE
+    victim: VictimPolicy = VictimPolicy.LAST_ARRIVED
+    admission: AdmissionOrder = AdmissionOrder.FCFS
+    enable_prefix_cache: bool = False
+    watermark: float = 0.01  # V0: share of blocks kept free when admitting
+    gpu_memory_utilization: float = 0.9
+    activation_reserve_gib: float = 1.0  # activation peak and other non-KV memory
+    swap_space_gib: float = 4.0
+    static_batch_size: int = 8  # static: requests per batch
+    static_batch_timeout_s: float = 0.0  # static: wait up to this long to fill a batch
+    num_kv_blocks: int | None = None  # override the capacity computed from GPU memory
+
+
+@dataclass(frozen=True, slots=True)
+class SLO:
+    ttft_s: float | None = None
+    tpot_s: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StopConfig:
+    max_time_s: float | None = None  # stop arrivals and the run at this simulated time
+    warmup_s: float = 0.0  # requests arriving before this are excluded from the metrics
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutionConfig:
+    kind: ExecutionKind = ExecutionKind.ROOFLINE
+    profile_path: Path | None = None
+    # Roofline efficiency factors (share of datasheet peak actually reached), named, not hidden.
+    gemm_efficiency: float = 0.7
+    attention_bw_efficiency: float = 0.8
+    weight_bw_efficiency: float = 0.85
+    step_overhead_s: float = 0.004  # scheduler, sampling and launch overhead per step
+    allreduce_bw_gbps: float = 300.0  # NVLink, per GPU, for tensor-parallel all-reduce
+
+
+@dataclass(frozen=True, slots=True)
+class SweepAxis:
+    path: str  # dotted key, e.g. "workload.arrival.rate_per_s"
+    values: tuple[object, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    name: str
+    model: ModelSpec
+    gpu: GPUSpec
+    workload: WorkloadConfig
+    systems: tuple[SystemConfig, ...]
+    description: str = ""
+    seed: int = 0
+    kv_dtype: KVDtype = KVDtype.FP16
+    tensor_parallel: int = 1
+    execution: ExecutionConfig = field(default_factory=ExecutionConfig)
+    slo: SLO = field(default_factory=SLO)
+    stop: StopConfig = field(default_factory=StopConfig)
+    sweep: tuple[SweepAxis, ...] = ()
+    source: Path | None = None  # the TOML file it came from, for messages and reports

@@ -1,0 +1,119 @@
+"""A request's identity, its lifecycle enum and the legal transitions between states.
+
+Identity (arrival, prompt/output lengths, shared prefix, sampling) is fixed by the workload; the
+lifecycle fields are advanced only by schedulers through `transition`, which refuses illegal moves
+and stamps each one with the simulated time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+# Content keys of a request's tokens, for prefix hashing: equal keys mean equal tokens.
+PREFIX_SEGMENT = 1  # (PREFIX_SEGMENT, group): a system prompt shared by a whole prefix group
+UNIQUE_SEGMENT = 2  # (UNIQUE_SEGMENT, request_id): the rest of one request's prompt
+GENERATED_SEGMENT = 3  # (GENERATED_SEGMENT, seq_id): the tokens one sequence generated
+
+
+class RequestStatus(Enum):
+    WAITING = "waiting"  # arrived, not yet admitted
+    RUNNING = "running"  # holds KV blocks, is being computed
+    SWAPPED = "swapped"  # preempted by swap: its blocks are in CPU memory
+    PREEMPTED = "preempted"  # preempted by recompute: blocks dropped, waits to re-prefill
+    FINISHED = "finished"
+    REJECTED = "rejected"  # can never be served (too long for the model or the KV cache)
+
+
+_LEGAL: dict[RequestStatus, frozenset[RequestStatus]] = {
+    RequestStatus.WAITING: frozenset({RequestStatus.RUNNING, RequestStatus.REJECTED}),
+    RequestStatus.RUNNING: frozenset(
+        {RequestStatus.FINISHED, RequestStatus.SWAPPED, RequestStatus.PREEMPTED}
+    ),
+    RequestStatus.SWAPPED: frozenset({RequestStatus.RUNNING, RequestStatus.REJECTED}),
+    RequestStatus.PREEMPTED: frozenset({RequestStatus.RUNNING, RequestStatus.REJECTED}),
+    RequestStatus.FINISHED: frozenset(),
+    RequestStatus.REJECTED: frozenset(),
+}
+
+
+class SamplingKind(Enum):
+    """How many sequences a request decodes, all forked from its prompt's blocks."""
+
+    SINGLE = "single"
+    PARALLEL = "parallel"  # n independent samples sharing the prompt (copy-on-write)
+    BEAM = "beam"  # beam search: beams re-fork from each other as they advance
+
+
+@dataclass(eq=False, slots=True)
+class Request:
+    """One request. `output_len` is its true final length (only oracle policies may read it)."""
+
+    request_id: int
+    arrival_s: float
+    prompt_len: int
+    output_len: int
+    prefix_group: int | None = None  # id of the shared system prompt this request starts with
+    prefix_len: int = 0  # tokens of that shared prefix (the first prefix_len prompt tokens)
+    sampling: SamplingKind = SamplingKind.SINGLE
+    num_seqs: int = 1  # parallel samples n, or beam width
+    priority: int = 0  # lower is served first under priority admission
+
+    status: RequestStatus = RequestStatus.WAITING
+    history: list[tuple[RequestStatus, float]] = field(default_factory=list)
+    admitted_s: float | None = None
+    first_token_s: float | None = None
+    finish_s: float | None = None
+    last_token_s: float | None = None  # last token produced (static batching returns it later)
+    num_generated: int = 0  # output tokens produced per sequence (sequences advance in lockstep)
+    num_preemptions: int = 0
+    num_swaps: int = 0
+    num_recomputed_tokens: int = 0
+    num_cached_tokens: int = 0  # prompt tokens served from the prefix cache (all admissions)
+    rejection_reason: str | None = None
+
+    @property
+    def total_len(self) -> int:
+        """Prompt plus full output: the KV tokens one sequence holds when it finishes."""
+        return self.prompt_len + self.output_len
+
+    @property
+    def is_done(self) -> bool:
+        return self.status in (RequestStatus.FINISHED, RequestStatus.REJECTED)
+
+    def transition(self, new_status: RequestStatus, now_s: float) -> None:
+        """Move to `new_status` at simulated time `now_s`; illegal moves are bugs and raise."""
+        if new_status not in _LEGAL[self.status]:
+            raise RuntimeError(
+                f"request {self.request_id}: illegal transition "
+                f"{self.status.value} -> {new_status.value}"
+            )
+        self.status = new_status
+        self.history.append((new_status, now_s))
+        if new_status is RequestStatus.RUNNING and self.admitted_s is None:
+            self.admitted_s = now_s
+        elif new_status is RequestStatus.FINISHED:
+            self.finish_s = now_s
+        elif new_status in (RequestStatus.SWAPPED, RequestStatus.PREEMPTED):
+            self.num_preemptions += 1
+            if new_status is RequestStatus.SWAPPED:
+                self.num_swaps += 1
+
+    def reject(self, reason: str, now_s: float) -> None:
+        self.transition(RequestStatus.REJECTED, now_s)
+        self.rejection_reason = reason
+
+
+def prompt_segments(request: Request) -> list[tuple[tuple[int, ...], int]]:
+    """Content segments of the prompt, in order, as (content key, tokens) for prefix hashing.
+
+    Requests of one prefix group share their first `prefix_len` tokens, key (PREFIX_SEGMENT,
+    group); the rest is unique to the request, key (UNIQUE_SEGMENT, request_id).
+    """
+    segments: list[tuple[tuple[int, ...], int]] = []
+    if request.prefix_group is not None and request.prefix_len > 0:
+        segments.append(((PREFIX_SEGMENT, request.prefix_group), request.prefix_len))
+    unique_len = request.prompt_len - (request.prefix_len if segments else 0)
+    if unique_len > 0:
+        segments.append(((UNIQUE_SEGMENT, request.request_id), unique_len))
+    return segments

@@ -1,0 +1,408 @@
+"""Profile execution model: what one `StepPlan` costs, from kernels measured by `pagesim calibrate`.
+
+A profile (JSON, written by calibration/profile.py; raw samples in a CSV beside it) holds fits of
+one GPU's measurements for one model's per-GPU shapes. Per step of T tokens, S sequences
+(D of them decoding with Σ context kv_d; prefill chunks of n new tokens over context c), L layers:
+
+    decode   = L·(a + b·kv_d + c·D)                          fitted, per layer
+    prefill  = L·(a' + b'·Σ n(2c − n) + c'·Σ n)               fitted; n(2c − n) = prompt_len² for a
+                                                              whole prompt, and the same (query,key)
+                                                              area for a chunk over cached context
+    gemm     = L·gemm(T) + lm_head(S)                        piecewise-linear in measured tokens
+    compute_s = max(decode + prefill + gemm, empty_step) + all-reduce (t > 1, analytic)
+    swap_s   = swapped blocks · block_bytes / host link       (datasheet host link)
+    copy_s   = copies · 2 · block_bytes / measured copy bandwidth (read + written)
+
+The host launches a step's kernels while the GPU runs them, so a step lasts the longer of its
+kernels and the measured empty step (launches + synchronise). FLOPs and HBM bytes are the
+roofline model's analytic counts, so MFU/MBU mean the same under both models.
+
+Inside the measured ranges the fits interpolate. A step above a measured maximum (tokens,
+sequences, KV tokens, Σ prompt_len²) is priced by extrapolating the fit (GEMMs: the last measured
+slope); such steps are counted, reported by `describe()`, and the first one warns once.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import math
+import warnings
+from collections.abc import Sequence
+from itertools import compress, pairwise
+from operator import itemgetter
+from pathlib import Path
+from typing import Any
+
+from pagesim.simulator.core.catalog import GPUSpec, KVDtype, ModelSpec
+from pagesim.simulator.core.config import ExecutionConfig
+from pagesim.simulator.core.errors import InputError
+from pagesim.simulator.core.plan import StepCost, StepPlan, TransferPricer
+from pagesim.simulator.execution.roofline import RooflineModel
+
+PROFILE_SCHEMA = "pagesim-profile"
+PROFILE_SCHEMA_VERSION = 1
+# ModelSpec fields a profile must match (name, max_seq_len and num_params do not change timings).
+SHAPE_FIELDS = (
+    "num_layers",
+    "num_heads",
+    "num_kv_heads",
+    "head_dim",
+    "hidden_size",
+    "intermediate_size",
+    "vocab_size",
+    "is_gated_mlp",
+)
+
+_CONTEXT_LEN = itemgetter(3)  # SeqWork.context_len
+_IS_PREFILL = itemgetter(4)  # SeqWork.is_prefill
+
+
+class ProfileExtrapolationWarning(UserWarning):
+    """A step fell outside the profile's measured range (warned once per model instance)."""
+
+
+def piecewise_linear(xs: Sequence[float], ys: Sequence[float], x: float) -> float:
+    """Linear interpolation through (xs, ys), xs strictly increasing.
+
+    Below xs[0]: ys[0] (nothing measured is cheaper than the smallest point). Above xs[-1]: the
+    last segment's slope extended (never negative).
+    """
+    if x <= xs[0]:
+        return ys[0]
+    last = len(xs) - 1
+    if x >= xs[last]:
+        if last == 0:
+            return ys[0]
+        slope = max(0.0, (ys[last] - ys[last - 1]) / (xs[last] - xs[last - 1]))
+        return ys[last] + slope * (x - xs[last])
+    i = bisect.bisect_right(xs, x)
+    x0, x1, y0, y1 = xs[i - 1], xs[i], ys[i - 1], ys[i]
+    return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+
+
+class _Reader:
+    """Typed access to a profile's JSON with one-line InputErrors naming file and key."""
+
+    def __init__(self, path: Path, data: dict[str, Any]) -> None:
+        self.path = path
+        self.data = data
+
+    def fail(self, problem: str) -> InputError:
+        return InputError(f"{self.path}: {problem}")
+
+    def get(self, dotted: str) -> Any:
+        node: Any = self.data
+        for key in dotted.split("."):
+            if isinstance(node, list) and key.isdigit() and int(key) < len(node):
+                node = node[int(key)]
+            elif isinstance(node, dict) and key in node:
+                node = node[key]
+            else:
+                raise self.fail(f"missing field {dotted!r}")
+        return node
+
+    def number(self, dotted: str, minimum: float = 0.0) -> float:
+        value = self.get(dotted)
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not math.isfinite(value)
+        ):
+            raise self.fail(f"field {dotted!r} must be a number, got {value!r}")
+        if value < minimum:
+            raise self.fail(f"field {dotted!r} must be >= {minimum}, got {value!r}")
+        return float(value)
+
+    def series(self, dotted_x: str, dotted_y: str) -> tuple[list[float], list[float]]:
+        xs, ys = self.get(dotted_x), self.get(dotted_y)
+        if not isinstance(xs, list) or not isinstance(ys, list) or not xs or len(xs) != len(ys):
+            raise self.fail(f"{dotted_x!r} and {dotted_y!r} must be non-empty lists of one length")
+        for name, values in ((dotted_x, xs), (dotted_y, ys)):
+            if not all(isinstance(v, int | float) and math.isfinite(v) and v >= 0 for v in values):
+                raise self.fail(f"{name!r} must hold non-negative numbers")
+        if any(b <= a for a, b in pairwise(xs)):
+            raise self.fail(f"{dotted_x!r} must be strictly increasing")
+        return [float(x) for x in xs], [float(y) for y in ys]
+
+
+def load_profile(path: str | Path) -> dict[str, Any]:
+    """The profile JSON as a dict, or an InputError saying what is wrong with the file."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise InputError(
+            f"{path}: no such profile file (make one with `pagesim calibrate`)"
+        ) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"{path}: cannot read profile: {exc}") from None
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{path}: not valid JSON (line {exc.lineno}): {exc.msg}") from None
+    if not isinstance(data, dict) or data.get("schema") != PROFILE_SCHEMA:
+        raise InputError(f'{path}: not a pagesim profile (no "schema": "{PROFILE_SCHEMA}")')
+    version = data.get("schema_version")
+    if version != PROFILE_SCHEMA_VERSION:
+        raise InputError(
+            f"{path}: profile schema version {version!r}, this pagesim reads version "
+            f"{PROFILE_SCHEMA_VERSION}; re-run `pagesim calibrate`"
+        )
+    return data
+
+
+class ProfileModel:
+    """Measured `ExecutionModel`: prices a `StepPlan` from a calibration profile."""
+
+    name = "profile"
+
+    def __init__(
+        self,
+        model: ModelSpec,
+        gpu: GPUSpec,
+        config: ExecutionConfig,
+        kv_dtype: KVDtype = KVDtype.FP16,
+        tensor_parallel: int = 1,
+        block_size: int = 16,
+    ) -> None:
+        if config.profile_path is None:
+            raise InputError(
+                "execution model 'profile' needs execution.profile_path (a profile JSON)"
+            )
+        path = Path(config.profile_path)
+        data = load_profile(path)
+        r = _Reader(path, data)
+        self.path = path
+        self.model = model
+        self.gpu = gpu
+        self.kv_dtype = kv_dtype
+        self.tensor_parallel = tensor_parallel
+        self.block_size = block_size
+        self._check_shapes(r, model, tensor_parallel, kv_dtype)
+
+        measured_block = data.get("measured", {}).get("block_size")
+        self._measured_block_size = measured_block
+        self._provenance = r.get("provenance")
+        if not isinstance(self._provenance, dict) or "device" not in self._provenance:
+            raise r.fail("field 'provenance' must be an object naming the 'device'")
+        num_layers = model.num_layers
+        d = "decode_attention.coef."
+        self._decode = (
+            num_layers * r.number(d + "a_s"),
+            num_layers * r.number(d + "b_s_per_kv_token"),
+            num_layers * r.number(d + "c_s_per_seq"),
+        )
+        p = "prefill_attention.coef."
+        self._prefill = (
+            num_layers * r.number(p + "a_s"),
+            num_layers * r.number(p + "b_s_per_token_sq"),
+            num_layers * r.number(p + "c_s_per_token"),
+        )
+        self._gemm_xs, gemm_ys = r.series("gemm.tokens", "gemm.time_s")
+        self._gemm_ys = [num_layers * y for y in gemm_ys]
+        self._lm_xs, self._lm_ys = r.series("lm_head.tokens", "lm_head.time_s")
+        self._empty_step_s = r.number("overhead.empty_step_s")
+        self._copy_bps = r.number("copy_bandwidth.median_bps", minimum=1.0)
+        self._max_decode_kv = r.number("decode_attention.range.kv_tokens.1")
+        self._max_decode_seqs = r.number("decode_attention.range.num_seqs.1")
+        self._max_prefill_sq = r.number("prefill_attention.range.sum_sq.1")
+        self._max_prefill_tokens = r.number("prefill_attention.range.tokens.1")
+        self._max_tokens = self._gemm_xs[-1]
+        self._max_lm_seqs = self._lm_xs[-1]
+        self._held_out = {
+            section: r.get(f"{section}.held_out")
+            for section in ("decode_attention", "prefill_attention", "gemm", "lm_head")
+        }
+
+        # Analytic FLOPs and bytes: the roofline's counts (its efficiencies are not used here).
+        roof = RooflineModel(model, gpu, config, kv_dtype, tensor_parallel, block_size)
+        self._linear_flops_per_token = roof.linear_flops_per_token
+        self._lm_flops_per_seq = roof.lm_head_flops_per_seq
+        self._attention_flops_per_pair = roof.attention_flops_per_pair
+        self._weight_bytes = roof.weight_bytes_per_step
+        self._act_bytes_per_token = roof.linear_act_bytes_per_token
+        self._lm_act_bytes_per_seq = roof.lm_head_act_bytes_per_seq
+        self._kv_bytes_per_token = roof.kv_bytes_per_token
+        self.block_bytes = roof.block_bytes
+        self._allreduce_s_per_token = (
+            roof.allreduce_bytes_per_token / (config.allreduce_bw_gbps * 1e9)
+            if tensor_parallel > 1
+            else 0.0
+        )
+        self._transfers = TransferPricer(self.block_bytes, gpu.host_link_bps, self._copy_bps)
+        self._gemm_cache: dict[int, float] = {}
+        self._lm_cache: dict[int, float] = {}
+        self.num_steps_priced = 0
+        self.num_steps_extrapolated = 0
+
+    @staticmethod
+    def _check_shapes(
+        r: _Reader, model: ModelSpec, tensor_parallel: int, kv_dtype: KVDtype
+    ) -> None:
+        measured = r.get("model")
+        if not isinstance(measured, dict):
+            raise r.fail("field 'model' must be an object of model shapes")
+        different = [
+            f"{f} {measured.get(f)!r} (model has {getattr(model, f)!r})"
+            for f in SHAPE_FIELDS
+            if measured.get(f) != getattr(model, f)
+        ]
+        if different:
+            raise r.fail(
+                f"measured for {measured.get('name')!r} with other shapes than {model.name!r}: "
+                + "; ".join(different)
+            )
+        measured_tp = r.get("measured.tensor_parallel")
+        if measured_tp != tensor_parallel:
+            raise r.fail(
+                f"measured at tensor_parallel {measured_tp!r}, the scenario uses {tensor_parallel}"
+            )
+        if kv_dtype.num_bytes != 2:
+            raise r.fail(
+                f"measured with a 16-bit KV cache; {kv_dtype.value} KV was not measured "
+                "(use the roofline model)"
+            )
+
+    def _gemm_s(self, tokens: int) -> float:
+        cached = self._gemm_cache.get(tokens)
+        if cached is None:
+            cached = piecewise_linear(self._gemm_xs, self._gemm_ys, tokens)
+            self._gemm_cache[tokens] = cached
+        return cached
+
+    def _lm_head_s(self, num_seqs: int) -> float:
+        cached = self._lm_cache.get(num_seqs)
+        if cached is None:
+            cached = piecewise_linear(self._lm_xs, self._lm_ys, num_seqs)
+            self._lm_cache[num_seqs] = cached
+        return cached
+
+    def price(self, plan: StepPlan) -> StepCost:
+        """Seconds, FLOPs and HBM bytes of one step (see the module docstring)."""
+        work = plan.work
+        swap_s, copy_s, copy_bytes = self._transfers.price(plan)
+        if not work:
+            return StepCost(0.0, swap_s, copy_s, 0.0, copy_bytes)
+        self.num_steps_priced += 1
+
+        num_context = sum(map(_CONTEXT_LEN, work))
+        num_tokens = plan.num_prefill_tokens + plan.num_decode_tokens
+        num_seqs = len(work)
+        kernels_s = self._gemm_s(num_tokens) + self._lm_head_s(num_seqs)
+        is_outside = num_tokens > self._max_tokens or num_seqs > self._max_lm_seqs
+
+        prefill_context = prefill_sq = prefill_pairs = 0
+        if plan.num_prefill_seqs:
+            for _, _, n, c, _ in compress(work, map(_IS_PREFILL, work)):
+                prefill_context += c
+                prefill_sq += n * (2 * c - n)
+                prefill_pairs += n * c - (n * (n - 1) >> 1)
+            a, b, c_ = self._prefill
+            kernels_s += a + b * prefill_sq + c_ * plan.num_prefill_tokens
+            is_outside = (
+                is_outside
+                or prefill_sq > self._max_prefill_sq
+                or plan.num_prefill_tokens > self._max_prefill_tokens
+            )
+        decode_kv = num_context - prefill_context
+        num_decode = plan.num_decode_seqs
+        if num_decode:
+            a, b, c_ = self._decode
+            kernels_s += a + b * decode_kv + c_ * num_decode
+            is_outside = (
+                is_outside or decode_kv > self._max_decode_kv or num_decode > self._max_decode_seqs
+            )
+        if is_outside:
+            self.num_steps_extrapolated += 1
+            if self.num_steps_extrapolated == 1:
+                self._warn_extrapolation(plan, decode_kv, prefill_sq)
+
+        compute_s = max(kernels_s, self._empty_step_s) + num_tokens * self._allreduce_s_per_token
+        # Decode pairs: one new token over its context (speculative decodes count the same way).
+        flops = (
+            num_tokens * self._linear_flops_per_token
+            + num_seqs * self._lm_flops_per_seq
+            + (prefill_pairs + decode_kv) * self._attention_flops_per_pair
+        )
+        bytes_moved = (
+            self._weight_bytes
+            + num_tokens * self._act_bytes_per_token
+            + num_seqs * self._lm_act_bytes_per_seq
+            + (num_context + num_tokens) * self._kv_bytes_per_token
+            + copy_bytes
+        )
+        return StepCost(compute_s, swap_s, copy_s, flops, bytes_moved)
+
+    def _warn_extrapolation(self, plan: StepPlan, decode_kv: int, prefill_sq: int) -> None:
+        """Warn once per model instance (per run), naming what exceeded the measured range."""
+        num_tokens = plan.num_prefill_tokens + plan.num_decode_tokens
+        checks = (
+            ("tokens", num_tokens, self._max_tokens),
+            ("sequences (LM head)", plan.num_seqs, self._max_lm_seqs),
+            ("decode KV tokens", decode_kv if plan.num_decode_seqs else 0, self._max_decode_kv),
+            ("decoding sequences", plan.num_decode_seqs, self._max_decode_seqs),
+            ("prefill sum of len^2", prefill_sq, self._max_prefill_sq),
+            ("prefill tokens", plan.num_prefill_tokens, self._max_prefill_tokens),
+        )
+        exceeded = ", ".join(
+            f"{name} {value:g} > {top:g}" for name, value, top in checks if value > top
+        )
+        warnings.warn(
+            f"profile {self.path}: a step is outside the measured range ({exceeded}); "
+            "extrapolating the fits. Further such steps are only counted (see describe()).",
+            ProfileExtrapolationWarning,
+            stacklevel=3,
+        )
+
+    def describe(self) -> dict[str, object]:
+        """Provenance for reports: device, versions, kernel hash, grid, errors, extrapolation."""
+        prov = self._provenance
+        notes = []
+        if prov.get("device_kind") == "cpu" or prov.get("device") == "cpu":
+            notes.append("CPU (NumPy) profile: runs the pipeline, does not predict any GPU")
+        measured_block = self._measured_block_size
+        if measured_block not in (None, self.block_size):
+            notes.append(
+                f"kernels measured at block size {measured_block}, priced for {self.block_size}"
+            )
+        if self.kv_dtype is not KVDtype.FP16:
+            notes.append(f"measured with fp16 KV, priced for {self.kv_dtype.value} (same bytes)")
+        if self.tensor_parallel > 1:
+            notes.append("all-reduce time is analytic (execution.allreduce_bw_gbps)")
+        return {
+            "kind": self.name,
+            "profile_path": str(self.path),
+            "device": prov.get("device"),
+            "backend": prov.get("backend"),
+            "date": prov.get("date"),
+            "versions": {
+                k: prov.get(k)
+                for k in ("driver", "driver_version", "cuda_runtime", "cupy", "torch", "numpy")
+                if prov.get(k) is not None
+            },
+            "kernel_sha256": prov.get("kernel_sha256"),
+            "model": self.model.name,
+            "gpu": self.gpu.name,
+            "tensor_parallel": self.tensor_parallel,
+            "block_size": self.block_size,
+            "grid": {
+                "tokens": [self._gemm_xs[0], self._max_tokens],
+                "lm_head_seqs": [self._lm_xs[0], self._max_lm_seqs],
+                "decode_kv_tokens_max": self._max_decode_kv,
+                "decode_seqs_max": self._max_decode_seqs,
+                "prefill_sum_sq_max": self._max_prefill_sq,
+            },
+            "held_out_error": {
+                name: {
+                    "mean_abs_rel_err": section.get("mean_abs_rel_err"),
+                    "max_abs_rel_err": section.get("max_abs_rel_err"),
+                    "num_points": section.get("num_points"),
+                }
+                for name, section in self._held_out.items()
+                if isinstance(section, dict)
+            },
+            "copy_bandwidth_bps": self._copy_bps,
+            "empty_step_s": self._empty_step_s,
+            "num_steps_priced": self.num_steps_priced,
+            "num_steps_extrapolated": self.num_steps_extrapolated,
+            "notes": notes,
+        }

@@ -1,0 +1,89 @@
+"""How many KV blocks a system gets on its GPU: the one rule the engine, the scenario checks and
+`pagesim kv` all use.
+
+    KV budget = GPU memory x utilization - weights per GPU - activation reserve
+    blocks    = floor(KV budget / bytes per block)
+
+with bytes per block = KV bytes per token (per GPU under tensor parallelism) x block size.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pagesim.simulator.core.catalog import GIB, GPUSpec, ModelSpec
+from pagesim.simulator.core.config import Scenario, SystemConfig
+from pagesim.simulator.core.errors import InputError
+
+
+def kv_budget_bytes(
+    gpu: GPUSpec,
+    memory_utilization: float,
+    weight_bytes: int,
+    activation_reserve_bytes: float = 0.0,
+) -> float:
+    """Bytes left for the KV cache on one GPU (negative when the weights do not fit)."""
+    return gpu.memory_bytes * memory_utilization - weight_bytes - activation_reserve_bytes
+
+
+def weight_bytes_per_gpu(model: ModelSpec, tensor_parallel: int) -> int:
+    """16-bit weights split over the tensor-parallel group."""
+    return model.weight_bytes(2, tensor_parallel)
+
+
+@dataclass(frozen=True, slots=True)
+class Capacity:
+    """KV memory of one system on one GPU."""
+
+    num_gpu_blocks: int
+    num_cpu_blocks: int
+    block_size: int
+    block_bytes: int
+    kv_bytes_per_token: int
+
+    @property
+    def num_token_slots(self) -> int:
+        return self.num_gpu_blocks * self.block_size
+
+
+def no_kv_memory_reason(scenario: Scenario, system: SystemConfig) -> str | None:
+    """Why `system` gets no KV block on the scenario's GPU, or None when it gets at least one."""
+    if system.num_kv_blocks is not None:
+        return None
+    model, gpu, tp = scenario.model, scenario.gpu, scenario.tensor_parallel
+    weights = weight_bytes_per_gpu(model, tp)
+    reserve = system.activation_reserve_gib * GIB
+    available = kv_budget_bytes(gpu, system.gpu_memory_utilization, weights, reserve)
+    block_bytes = model.kv_bytes_per_token(scenario.kv_dtype, tp) * system.block_size
+    if available >= block_bytes:
+        return None
+    return (
+        f"no memory left for the KV cache: {model.name} weights take "
+        f"{weights / GIB:.1f} GiB per GPU and {gpu.name} x {system.gpu_memory_utilization:g} "
+        f"less {system.activation_reserve_gib:g} GiB of activations is "
+        f"{gpu.memory_bytes * system.gpu_memory_utilization / GIB:.1f} GiB; "
+        "use a bigger GPU, more tensor_parallel, or set num_kv_blocks"
+    )
+
+
+def kv_capacity(scenario: Scenario, system: SystemConfig) -> Capacity:
+    """GPU blocks by the rule above (or the system's explicit `num_kv_blocks`), CPU swap blocks
+    from its swap space."""
+    model, tp = scenario.model, scenario.tensor_parallel
+    per_token = model.kv_bytes_per_token(scenario.kv_dtype, tp)
+    block_bytes = per_token * system.block_size
+    cpu_blocks = int(system.swap_space_gib * GIB) // block_bytes
+    if system.num_kv_blocks is not None:
+        return Capacity(system.num_kv_blocks, cpu_blocks, system.block_size, block_bytes, per_token)
+    reason = no_kv_memory_reason(scenario, system)
+    if reason is not None:
+        raise InputError(f"system {system.name!r}: {reason}")
+    available = kv_budget_bytes(
+        scenario.gpu,
+        system.gpu_memory_utilization,
+        weight_bytes_per_gpu(model, tp),
+        system.activation_reserve_gib * GIB,
+    )
+    return Capacity(
+        int(available // block_bytes), cpu_blocks, system.block_size, block_bytes, per_token
+    )

@@ -1,0 +1,189 @@
+"""The KV-cache arithmetic behind `pagesim kv`: bytes per token, sequence and block, what fits.
+
+Everything is exact integer arithmetic on bytes; GiB (2^30 bytes) only for display.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from pagesim.simulator.core.catalog import GIB, GPUSpec, KVDtype, ModelSpec
+from pagesim.simulator.core.errors import InputError
+from pagesim.simulator.kv.capacity import kv_budget_bytes, weight_bytes_per_gpu
+
+
+@dataclass(frozen=True, slots=True)
+class SequenceFootprint:
+    seq_len: int
+    bytes_per_seq: int  # exact KV bytes of seq_len tokens
+    num_blocks: int  # blocks a paged cache allocates for it
+    paged_bytes: int  # bytes of those blocks (the last block's unused tail included)
+    paged_waste_bytes: int  # the unused tail of the last block
+    max_len_bytes: int  # bytes a contiguous allocator reserving the model's max length holds
+    max_len_waste_bytes: int  # reserved but never used under max-length reservation
+    seqs_fit_paged: int | None  # sequences of this length that fit the KV budget, paged
+    seqs_fit_max_len: int | None  # ... when each reserves the model's max length
+    batch_bytes: int  # batch_size sequences of this length
+    batch_total_bytes: int  # that plus the weights
+    batch_fits: bool | None  # within the GPU's memory x utilization
+
+
+@dataclass(frozen=True, slots=True)
+class KVReport:
+    model: str
+    kv_dtype: str
+    tensor_parallel: int
+    block_size: int
+    bytes_per_token: int
+    bytes_per_block: int
+    gpu: str | None
+    gpu_memory_bytes: int | None
+    memory_utilization: float
+    weight_bytes: int
+    activation_reserve_bytes: int
+    kv_budget_bytes: int | None  # memory x utilization - weights - activation reserve
+    blocks_fit: int | None
+    tokens_fit: int | None
+    batch_size: int
+    sequences: tuple[SequenceFootprint, ...]
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def kv_report(
+    model: ModelSpec,
+    seq_lens: list[int],
+    *,
+    kv_dtype: KVDtype = KVDtype.FP16,
+    block_size: int = 16,
+    gpu: GPUSpec | None = None,
+    memory_utilization: float = 0.9,
+    batch_size: int = 1,
+    tensor_parallel: int = 1,
+    weight_bytes: int | None = None,
+    activation_reserve_bytes: int = 0,
+) -> KVReport:
+    for name, value in (
+        ("--seq-len", min(seq_lens) if seq_lens else 0),
+        ("--block-size", block_size),
+        ("--batch-size", batch_size),
+        ("--tp", tensor_parallel),
+    ):
+        if value <= 0:
+            raise InputError(f"{name} must be a positive integer, got {value}")
+    if not 0 < memory_utilization <= 1:
+        raise InputError(f"--memory-utilization must be in (0, 1], got {memory_utilization}")
+    if weight_bytes is not None and weight_bytes < 0:
+        raise InputError(f"--weights-gib must be >= 0, got {weight_bytes / GIB}")
+    if activation_reserve_bytes < 0:
+        raise InputError(
+            f"--activation-reserve-gib must be >= 0, got {activation_reserve_bytes / GIB}"
+        )
+    per_token = model.kv_bytes_per_token(kv_dtype, tensor_parallel)
+    per_block = per_token * block_size
+    if weight_bytes is None:
+        weight_bytes = weight_bytes_per_gpu(model, tensor_parallel)
+    weights = weight_bytes
+    budget = blocks_fit = tokens_fit = None
+    usable = None
+    if gpu is not None:
+        usable = int(gpu.memory_bytes * memory_utilization)
+        # The simulator's rule (kv.capacity), so `pagesim kv` and a run agree on what fits.
+        available = kv_budget_bytes(gpu, memory_utilization, weights, activation_reserve_bytes)
+        budget = max(0, int(available))
+        blocks_fit = int(max(0.0, available) // per_block)
+        tokens_fit = blocks_fit * block_size
+    sequences = []
+    for seq_len in seq_lens:
+        num_blocks = -(-seq_len // block_size)
+        exact = seq_len * per_token
+        max_len_bytes = max(model.max_seq_len, seq_len) * per_token
+        max_len_blocks = -(-max(model.max_seq_len, seq_len) // block_size)
+        batch_bytes = batch_size * exact
+        sequences.append(
+            SequenceFootprint(
+                seq_len=seq_len,
+                bytes_per_seq=exact,
+                num_blocks=num_blocks,
+                paged_bytes=num_blocks * per_block,
+                paged_waste_bytes=num_blocks * per_block - exact,
+                max_len_bytes=max_len_bytes,
+                max_len_waste_bytes=max_len_bytes - exact,
+                seqs_fit_paged=None if blocks_fit is None else blocks_fit // num_blocks,
+                seqs_fit_max_len=None if blocks_fit is None else blocks_fit // max_len_blocks,
+                batch_bytes=batch_bytes,
+                batch_total_bytes=batch_bytes + weights,
+                batch_fits=None if usable is None else batch_bytes + weights <= usable,
+            )
+        )
+    return KVReport(
+        model=model.name,
+        kv_dtype=kv_dtype.value,
+        tensor_parallel=tensor_parallel,
+        block_size=block_size,
+        bytes_per_token=per_token,
+        bytes_per_block=per_block,
+        gpu=None if gpu is None else gpu.name,
+        gpu_memory_bytes=None if gpu is None else gpu.memory_bytes,
+        memory_utilization=memory_utilization,
+        weight_bytes=weights,
+        activation_reserve_bytes=activation_reserve_bytes,
+        kv_budget_bytes=budget,
+        blocks_fit=blocks_fit,
+        tokens_fit=tokens_fit,
+        batch_size=batch_size,
+        sequences=tuple(sequences),
+    )
+
+
+def format_bytes(num_bytes: int | float) -> str:
+    """'3,355,443,200 B (3.13 GiB)'."""
+    if num_bytes >= GIB:
+        return f"{num_bytes:,.0f} B ({num_bytes / GIB:.2f} GiB)"
+    if num_bytes >= 2**20:
+        return f"{num_bytes:,.0f} B ({num_bytes / 2**20:.1f} MiB)"
+    return f"{num_bytes:,.0f} B"
+
+
+def format_report(report: KVReport) -> str:
+    lines = [
+        f"model {report.model}  kv dtype {report.kv_dtype}  "
+        f"tensor parallel {report.tensor_parallel}  block size {report.block_size} tokens",
+        f"  KV per token      {format_bytes(report.bytes_per_token)}",
+        f"  KV per block      {format_bytes(report.bytes_per_block)}",
+        f"  weights per GPU   {format_bytes(report.weight_bytes)}",
+    ]
+    if report.gpu is not None:
+        assert report.gpu_memory_bytes is not None and report.kv_budget_bytes is not None
+        lines += [
+            f"GPU {report.gpu}: {format_bytes(report.gpu_memory_bytes)} x "
+            f"{report.memory_utilization} utilization"
+            + (
+                f" less {format_bytes(report.activation_reserve_bytes)} of activations"
+                if report.activation_reserve_bytes
+                else ""
+            ),
+            f"  KV budget         {format_bytes(report.kv_budget_bytes)}"
+            f" = {report.blocks_fit:,} blocks = {report.tokens_fit:,} tokens",
+        ]
+    for seq in report.sequences:
+        lines += [
+            f"sequence of {seq.seq_len:,} tokens",
+            f"  KV                {format_bytes(seq.bytes_per_seq)}",
+            f"  paged             {seq.num_blocks:,} blocks = {format_bytes(seq.paged_bytes)}"
+            f"  (waste {format_bytes(seq.paged_waste_bytes)})",
+            f"  max-length prealloc {format_bytes(seq.max_len_bytes)}"
+            f"  (waste {format_bytes(seq.max_len_waste_bytes)})",
+        ]
+        if seq.seqs_fit_paged is not None:
+            lines.append(
+                f"  fit on the GPU    {seq.seqs_fit_paged:,} paged vs "
+                f"{seq.seqs_fit_max_len:,} with max-length preallocation"
+            )
+        lines.append(
+            f"  batch of {report.batch_size}       {format_bytes(seq.batch_bytes)} KV"
+            f" + weights = {format_bytes(seq.batch_total_bytes)}"
+            + ("" if seq.batch_fits is None else ("  fits" if seq.batch_fits else "  DOES NOT FIT"))
+        )
+    return "\n".join(lines)

@@ -1,0 +1,5 @@
+"""Metrics: the recorder the engine feeds each step, the bounded step and request logs, and the
+RunResult with its summary (DESIGN.md "Metrics").
+
+Imports `kv` and `core`; reads schedulers only through the engine-facing protocol in `core`.
+"""

@@ -1,0 +1,179 @@
+"""Records every step and every request of a run, then builds the RunResult and its summary.
+
+Per-step values go, one C-level extend per step, into a bounded step log
+(simulator.metrics.step_log) that keeps totals of every step; requests become compact rows as soon
+as they are done (simulator.metrics.request_log). Memory thus grows with the per-request records
+only, however long the run. Frames are built once at the end. Metric definitions are DESIGN.md's.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from pagesim.simulator.core.catalog import GPUSpec
+from pagesim.simulator.core.config import SLO
+from pagesim.simulator.core.plan import StepCost, StepPlan
+from pagesim.simulator.core.request import Request
+from pagesim.simulator.metrics.request_log import RequestLog
+from pagesim.simulator.metrics.result import RunResult
+from pagesim.simulator.metrics.step_log import StepLog, StepTotals
+from pagesim.simulator.policies.base import Scheduler
+
+PERCENTILES = (50, 90, 99)
+
+
+class Recorder:
+    def __init__(self, gpu: GPUSpec, slo: SLO, warmup_s: float, block_bytes: int) -> None:
+        self._gpu = gpu
+        self._block_bytes = block_bytes
+        self.requests = RequestLog(slo, warmup_s)
+        self.steps = StepLog()
+
+    def add_request(self, request: Request) -> None:
+        self.requests.add(request)
+
+    def record_step(
+        self, start_s: float, plan: StepPlan, cost: StepCost, scheduler: Scheduler
+    ) -> None:
+        duration = cost.duration_s
+        running, waiting, swapped = scheduler.queue_lengths()
+        memory = scheduler.memory_breakdown()
+        self.steps.append(
+            (
+                start_s,
+                duration,
+                cost.compute_s,
+                cost.swap_s,
+                running,
+                waiting,
+                swapped,
+                plan.num_seqs,
+                plan.num_prefill_tokens,
+                plan.num_decode_tokens,
+                len(plan.preemptions),
+                plan.num_swap_in_blocks,
+                plan.num_swap_out_blocks,
+                len(plan.copies),
+                memory.token_slots,
+                memory.reserved_slots,
+                memory.internal_frag_slots,
+                memory.external_frag_slots,
+                memory.free_slots,
+                scheduler.useful_slots(plan) / scheduler.batch_capacity,
+                cost.flops / (self._gpu.fp16_flops * duration) if duration > 0 else 0.0,
+                cost.bytes_moved / (self._gpu.mem_bandwidth_bps * duration)
+                if duration > 0
+                else 0.0,
+                1,  # row_steps
+            )
+        )
+
+    def result(
+        self,
+        scenario: str,
+        system: str,
+        end_s: float,
+        scheduler: Scheduler,
+        provenance: dict[str, object],
+    ) -> RunResult:
+        requests = self.requests.frame()
+        steps = self.steps.frame()
+        summary = summarize(requests, self.steps.totals, self._block_bytes, end_s)
+        summary["kv_capacity_tokens"] = scheduler.kv_capacity_slots
+        hit_rate = scheduler.prefix_hit_rate()
+        summary["prefix_hit_rate"] = None if hit_rate is None else float(hit_rate)
+        provenance = provenance | {"step_table_row_steps": self.steps.row_steps}
+        return RunResult(scenario, system, requests, steps, summary, provenance)
+
+
+def _stats(prefix: str, values: np.ndarray) -> dict[str, float | None]:
+    clean = values[~np.isnan(values)]
+    if clean.size == 0:
+        return {f"{prefix}_mean_s": None} | {f"{prefix}_p{p}_s": None for p in PERCENTILES}
+    out: dict[str, float | None] = {f"{prefix}_mean_s": float(clean.mean())}
+    for p, value in zip(PERCENTILES, np.percentile(clean, PERCENTILES), strict=True):
+        out[f"{prefix}_p{p}_s"] = float(value)
+    return out
+
+
+def summarize(
+    requests: pd.DataFrame, steps: StepTotals, block_bytes: int, end_s: float
+) -> dict[str, float | int | str | None]:
+    """Scalars of a run that ended at `end_s`. Latency statistics and rates over finished requests
+    that arrived after warm-up; time averages (memory shares, utilizations) weighted by step
+    duration over busy time, from the totals of every step."""
+    # Masks and single columns, not filtered copies of the frame: a long run has a million rows.
+    status = requests["status"].to_numpy()
+    window = requests["in_window"].to_numpy(dtype=bool)
+    finished = window & (status == "finished")
+    summary: dict[str, float | int | str | None] = {
+        "num_requests": len(requests),
+        "num_finished": int((status == "finished").sum()),
+        "num_rejected": int((status == "rejected").sum()),
+        "num_unfinished": int((status == "unfinished").sum()),
+        "num_in_window": int(window.sum()),
+    }
+    for name, column in (
+        ("ttft", "ttft_s"),
+        ("tpot", "tpot_s"),
+        ("e2e", "e2e_s"),
+        ("normalized_latency", "normalized_latency_s"),
+    ):
+        summary |= _stats(name, requests[column].to_numpy(dtype=float)[finished])
+    busy_s = steps.busy_s
+    summary["num_steps"] = steps.num_steps
+    summary["busy_s"] = busy_s
+    shares = {
+        "kv_token_share": "kv_token_slots",
+        "kv_reserved_share": "kv_reserved_slots",
+        "kv_internal_frag_share": "kv_internal_frag_slots",
+        "kv_external_frag_share": "kv_external_frag_slots",
+        "kv_free_share": "kv_free_slots",
+    }
+    total_slots = steps.total_kv_slots
+    for key, column in shares.items():
+        summary[key] = steps.time_average(column) / total_slots if total_slots else None
+    if total_slots:
+        summary["peak_kv_used_share"] = steps.peak_kv_used_slots / total_slots
+        held = summary["kv_reserved_share"] + summary["kv_internal_frag_share"]  # type: ignore[operator]
+        summary["kv_waste_share"] = held + summary["kv_external_frag_share"]  # type: ignore[operator]
+        used_share = 1.0 - summary["kv_free_share"]  # type: ignore[operator]
+        summary["kv_waste_of_used_share"] = (
+            summary["kv_waste_share"] / used_share if used_share > 0 else 0.0  # type: ignore[operator]
+        )
+    else:
+        summary["peak_kv_used_share"] = summary["kv_waste_share"] = None
+        summary["kv_waste_of_used_share"] = None
+    for key in ("slot_utilization", "mfu", "mbu"):
+        summary[key] = steps.time_average(key) if busy_s else None
+    summary["num_preemptions"] = int(requests["num_preemptions"].sum())
+    summary["num_swaps"] = int(requests["num_swaps"].sum())
+    summary["swapped_blocks"] = steps.num_swapped_blocks
+    summary["swapped_bytes"] = float(steps.num_swapped_blocks) * block_bytes
+    summary["swap_time_s"] = steps.swap_s
+    summary["num_recomputed_tokens"] = int(requests["num_recomputed_tokens"].sum())
+    summary["num_cow_copies"] = steps.num_cow_copies
+    summary["duration_s"] = end_s
+    _add_rates(summary, requests, window, finished, end_s)
+    return summary
+
+
+def _add_rates(
+    summary: dict, requests: pd.DataFrame, window: np.ndarray, finished: np.ndarray, end_s: float
+) -> None:
+    """Throughput and goodput per second from the first in-window arrival to the end (`window`
+    and `finished` are masks of the requests)."""
+    arrivals = requests["arrival_s"].to_numpy(dtype=float)[window]
+    span = end_s - (float(arrivals.min()) if len(arrivals) else 0.0)
+    if span <= 0:
+        span = end_s
+    lengths = (
+        requests["output_len"].to_numpy()[finished] * requests["num_seqs"].to_numpy()[finished]
+    )
+    output_tokens = float(lengths.sum())
+    num_finished = int(finished.sum())
+    summary["throughput_req_s"] = num_finished / span if span > 0 else None
+    summary["throughput_tok_s"] = output_tokens / span if span > 0 else None
+    meets = requests["meets_slo"].to_numpy(dtype=bool)[finished]
+    summary["goodput_req_s"] = int(meets.sum()) / span if span > 0 else None

@@ -1,0 +1,192 @@
+"""The per-step table of a run, bounded in memory, and the step totals the summary needs.
+
+A run of a million requests takes millions of steps; a row each would grow without bound (176 B a
+step, gigabytes over a long trace). So steps are buffered raw in chunks; each chunk adds to
+running totals (`StepTotals`, everything the summary reads) and is then stored as rows. Once the
+stored rows pass `max_rows`, neighbouring rows merge in pairs and later chunks are stored
+`row_steps` steps to a row: memory stays under ~`max_rows` rows however long the run. A merged
+row is honest about what it holds: times and counts are sums over its steps, states and
+utilizations their duration-weighted means, and `row_steps` says how many steps it stands for.
+Runs under `max_rows` steps (every built-in scenario) keep one row per step.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from pagesim.simulator.metrics.result import KV_CATEGORIES, STEP_COLUMNS
+
+MAX_ROWS = 1 << 17  # ~24 MB of rows; reports plot a few hundred buckets, so a row per step is rare
+CHUNK_STEPS = 4096  # steps buffered raw before they are totalled and stored
+
+_COL = {name: i for i, name in enumerate(STEP_COLUMNS)}
+_NUM_COLUMNS = len(STEP_COLUMNS)
+# How a column merges across steps. "start_s" keeps the first; these add up; the rest (queue
+# lengths, KV slots, batch sizes, utilizations) are states or rates: duration-weighted means.
+SUMMED_COLUMNS = frozenset(
+    (
+        "duration_s",
+        "compute_s",
+        "swap_s",
+        "num_prefill_tokens",
+        "num_decode_tokens",
+        "num_preemptions",
+        "num_swap_in_blocks",
+        "num_swap_out_blocks",
+        "num_cow_copies",
+        "row_steps",
+    )
+)
+_MEANS = tuple(
+    i for i, name in enumerate(STEP_COLUMNS) if name not in SUMMED_COLUMNS and name != "start_s"
+)
+_SUMS = tuple(_COL[name] for name in STEP_COLUMNS if name in SUMMED_COLUMNS)
+_FLOAT_COLUMNS = frozenset(
+    ("start_s", "duration_s", "compute_s", "swap_s", "slot_utilization", "mfu", "mbu")
+)
+# Columns that are whole numbers in every row, merged or not (sums of counts).
+_COUNT_COLUMNS = frozenset(name for name in SUMMED_COLUMNS if name not in _FLOAT_COLUMNS)
+_KV = tuple(_COL[name] for name in KV_CATEGORIES)
+_USED = tuple(
+    _COL[name] for name in ("kv_token_slots", "kv_reserved_slots", "kv_internal_frag_slots")
+)
+_AVERAGED = tuple((name, _COL[name]) for name in (*KV_CATEGORIES, "slot_utilization", "mfu", "mbu"))
+
+
+@dataclass
+class StepTotals:
+    """Totals over every step of a run, whether or not its rows merge: what `summarize` reads.
+
+    `weighted[c]` is sum over steps of column c x duration, `plain[c]` the unweighted sum, for the
+    KV categories and the utilizations.
+    """
+
+    num_steps: int = 0
+    busy_s: float = 0.0
+    swap_s: float = 0.0
+    num_swapped_blocks: int = 0
+    num_cow_copies: int = 0
+    total_kv_slots: float | None = None  # the five KV categories' sum (the same at every step)
+    peak_kv_used_slots: float = 0.0
+    weighted: dict[str, float] = field(default_factory=dict)
+    plain: dict[str, float] = field(default_factory=dict)
+
+    def add(self, steps: np.ndarray) -> None:
+        """Add raw steps [num_steps, len(STEP_COLUMNS)]."""
+        if not len(steps):
+            return
+        durations = steps[:, _COL["duration_s"]]
+        if self.total_kv_slots is None:
+            self.total_kv_slots = float(steps[0, list(_KV)].sum())
+        self.num_steps += len(steps)
+        self.busy_s += float(durations.sum())
+        self.swap_s += float(steps[:, _COL["swap_s"]].sum())
+        swaps = steps[:, _COL["num_swap_in_blocks"]] + steps[:, _COL["num_swap_out_blocks"]]
+        self.num_swapped_blocks += int(swaps.sum())
+        self.num_cow_copies += int(steps[:, _COL["num_cow_copies"]].sum())
+        used = steps[:, list(_USED)].sum(axis=1)
+        self.peak_kv_used_slots = max(self.peak_kv_used_slots, float(used.max()))
+        for name, i in _AVERAGED:
+            self.weighted[name] = self.weighted.get(name, 0.0) + float(steps[:, i] @ durations)
+            self.plain[name] = self.plain.get(name, 0.0) + float(steps[:, i].sum())
+
+    def time_average(self, column: str) -> float:
+        """Duration-weighted mean of `column` over busy time (plain mean if no time passed)."""
+        if self.busy_s > 0:
+            return self.weighted.get(column, 0.0) / self.busy_s
+        return self.plain.get(column, 0.0) / self.num_steps if self.num_steps else 0.0
+
+
+def merge_rows(rows: np.ndarray, group: int) -> np.ndarray:
+    """Rows [n, columns] merged `group` at a time (the last group may be short)."""
+    n = len(rows)
+    if group <= 1 or n == 0:
+        return rows
+    starts = np.arange(0, n, group)
+    durations = rows[:, _COL["duration_s"]]
+    spans = np.add.reduceat(durations, starts)
+    counts = np.diff(np.append(starts, n))
+    out = np.empty((len(starts), _NUM_COLUMNS))
+    out[:, _COL["start_s"]] = rows[starts, _COL["start_s"]]
+    sums = list(_SUMS)
+    out[:, sums] = np.add.reduceat(rows[:, sums], starts, axis=0)
+    means = list(_MEANS)
+    weighted = np.add.reduceat(rows[:, means] * durations[:, None], starts, axis=0)
+    plain = np.add.reduceat(rows[:, means], starts, axis=0) / counts[:, None]
+    timed = spans > 0
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out[:, means] = np.where(timed[:, None], weighted / spans[:, None], plain)
+    return out
+
+
+class StepLog:
+    """Append one step at a time (`append`, C-level); read the table once at the end (`frame`)."""
+
+    def __init__(self, max_rows: int | None = None, chunk_steps: int | None = None) -> None:
+        max_rows = MAX_ROWS if max_rows is None else max_rows
+        chunk_steps = CHUNK_STEPS if chunk_steps is None else chunk_steps
+        if max_rows < 2 or chunk_steps < 1:
+            raise ValueError("a step log keeps at least 2 rows and buffers at least 1 step")
+        self.max_rows = max_rows
+        self.totals = StepTotals()
+        self.row_steps = 1  # steps a stored row stands for (a power of two)
+        self._raw = array("d")  # [steps in the chunk, len(STEP_COLUMNS)], row-major
+        self._chunk_len = chunk_steps * _NUM_COLUMNS
+        self._stored: list[np.ndarray] = []  # rows [n, len(STEP_COLUMNS)]
+        self._carry = np.empty((0, _NUM_COLUMNS))  # raw steps short of a whole row
+        self._num_stored = 0
+
+    def append(self, values: Sequence[float]) -> None:
+        """Add one step's values in STEP_COLUMNS order (`row_steps` last: 1)."""
+        raw = self._raw
+        raw.extend(values)
+        if len(raw) >= self._chunk_len:
+            self.flush()
+
+    def flush(self) -> None:
+        """Total the buffered steps and store them as rows, merging rows if over `max_rows`."""
+        if not len(self._raw):
+            return
+        steps = np.frombuffer(self._raw, dtype=np.float64).reshape(-1, _NUM_COLUMNS).copy()
+        self._raw = array("d")
+        self.totals.add(steps)
+        # Steps short of a whole row wait for the next chunk (rows may hold more than a chunk).
+        pending = np.concatenate((self._carry, steps)) if len(self._carry) else steps
+        num_whole = len(pending) // self.row_steps * self.row_steps
+        self._carry = pending[num_whole:]
+        if num_whole:
+            self._store(merge_rows(pending[:num_whole], self.row_steps))
+
+    def _store(self, rows: np.ndarray) -> None:
+        self._stored.append(rows)
+        self._num_stored += len(rows)
+        while self._num_stored > self.max_rows:
+            merged = merge_rows(np.concatenate(self._stored), 2)
+            self._stored = [merged]
+            self._num_stored = len(merged)
+            self.row_steps *= 2
+
+    def frame(self) -> pd.DataFrame:
+        """The table: one row per step, or per `row_steps` steps once the log has merged rows."""
+        self.flush()
+        if len(self._carry):  # the run's last, partial row
+            self._stored.append(merge_rows(self._carry, len(self._carry)))
+            self._carry = self._carry[:0]
+        if not self._stored:
+            return pd.DataFrame({name: [] for name in STEP_COLUMNS})  # no rows: pandas' dtypes
+        rows = np.concatenate(self._stored)
+        whole = self.row_steps == 1  # nothing merged: states are still whole numbers
+        columns = {}
+        for i, name in enumerate(STEP_COLUMNS):
+            column = rows[:, i]
+            if name in _COUNT_COLUMNS or (whole and name not in _FLOAT_COLUMNS):
+                column = column.astype(np.int64)
+            else:
+                column = column.copy()
+            columns[name] = column
+        return pd.DataFrame(columns)

@@ -1,0 +1,251 @@
+"""The baselines that reserve KV contiguously per request: static batching and Orca.
+
+Both lay every sequence's KV out as one contiguous region of the address space (first-fit), sized
+by a reservation policy (the model's max length, a power of two, or the oracle's true length), so
+internal and external fragmentation are real. Nothing is shared and nothing is preempted: a
+reservation, once made, holds the sequence's whole future.
+
+static (FasterTransformer): wait for up to `static_batch_size` requests (or the fill timeout),
+prefill them together with prompts padded to the longest, then decode until the last member
+finishes; finished members keep their slot and are still computed (padding) until the batch ends,
+and the batch's answers return together then (`finish_s`; `last_token_s` is when each was done).
+
+orca: iteration-level scheduling; each iteration decodes every running sequence and admits waiting
+requests whose reservations fit, prefilling their whole prompts in the same iteration.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from pagesim.simulator.core.config import SystemConfig
+from pagesim.simulator.core.memory import MemoryBreakdown
+from pagesim.simulator.core.plan import SeqWork, StepPlan
+from pagesim.simulator.core.request import Request, RequestStatus
+from pagesim.simulator.kv.contiguous import ContiguousKVCache, reservation_slots
+from pagesim.simulator.policies.base import Scheduler, WaitingQueue
+
+
+@dataclass(eq=False, slots=True)
+class Member:
+    """A request holding contiguous regions, one per sequence (nothing shared)."""
+
+    request: Request
+    seq_ids: list[int] = field(default_factory=list)
+    num_computed: int = 0  # KV tokens computed per sequence
+    is_done: bool = False
+
+
+class ReservingScheduler(Scheduler):
+    """Shared mechanics: reservation sizing, admission into regions, token bookkeeping."""
+
+    returns_batch_together = False  # static batching answers a whole batch at once
+
+    def __init__(self, system: SystemConfig, max_seq_len: int, num_slots: int) -> None:
+        super().__init__(system, max_seq_len)
+        self.kv = ContiguousKVCache(num_slots)
+        self.waiting: WaitingQueue[Request] = WaitingQueue(system.admission, _same)
+        self.running: list[Member] = []
+        self._final_lens: dict[int, int] = {}
+        self._next_seq_id = 0
+        self._prefills: list[Member] = []  # members whose prompt the current plan computes
+
+    def _region_slots(self, request: Request) -> int:
+        return reservation_slots(
+            self.system.reservation, request.prompt_len, request.output_len, self.max_seq_len
+        )
+
+    def add_request(self, request: Request, now_s: float) -> None:
+        reason = self._too_long_reason(request)
+        need = self._region_slots(request) * request.num_seqs
+        if reason is None and need > self.kv.num_slots:
+            reason = (
+                f"reserves {need} contiguous KV slots ({self.system.reservation.value} "
+                f"reservation); the cache holds {self.kv.num_slots}"
+            )
+        # Else it would wait forever: no batch may hold its sequences.
+        reason = reason or self._too_many_seqs_reason(request)
+        if reason is not None:
+            request.reject(reason, now_s)
+            return
+        self.waiting.push(request)
+
+    def _try_reserve(self, request: Request, now_s: float) -> Member | None:
+        """Reserve one region per sequence, all or nothing."""
+        slots = self._region_slots(request)
+        member = Member(request)
+        for _ in range(request.num_seqs):
+            if not self.kv.can_reserve(slots):
+                for seq_id in member.seq_ids:
+                    self.kv.free(seq_id)
+                    del self._final_lens[seq_id]
+                return None
+            seq_id = self._next_seq_id
+            self._next_seq_id += 1
+            self.kv.reserve(seq_id, slots)
+            self._final_lens[seq_id] = request.total_len - 1
+            member.seq_ids.append(seq_id)
+        request.transition(RequestStatus.RUNNING, now_s)
+        return member
+
+    def _advance(self, member: Member, num_new: int, now_s: float, is_prefill: bool) -> None:
+        member.num_computed += num_new
+        for seq_id in member.seq_ids:
+            self.kv.set_computed(seq_id, member.num_computed)
+        if is_prefill and member.num_computed < member.request.prompt_len:
+            return
+        if self._produce_token(member.request, now_s):
+            member.is_done = True
+            if not self.returns_batch_together:
+                self._finish(member.request, now_s)
+
+    def _release(self, member: Member) -> None:
+        for seq_id in member.seq_ids:
+            self.kv.free(seq_id)
+            del self._final_lens[seq_id]
+
+    @property
+    def has_pending(self) -> bool:
+        return bool(self.running or len(self.waiting))
+
+    def queue_lengths(self) -> tuple[int, int, int]:
+        return sum(not m.is_done for m in self.running), len(self.waiting), 0
+
+    def memory_breakdown(self) -> MemoryBreakdown:
+        next_slots = self._region_slots(self.waiting.peek()) if len(self.waiting) else None
+        return self.kv.memory_breakdown(self._final_lens, next_slots)
+
+    def check_invariants(self) -> None:
+        self.kv.check_invariants()
+
+    @property
+    def kv_capacity_slots(self) -> int:
+        return self.kv.num_slots
+
+
+class OrcaScheduler(ReservingScheduler):
+    def schedule(self, now_s: float) -> StepPlan:
+        work: list[SeqWork] = []
+        for member in self.running:
+            context = member.num_computed + 1
+            rid = member.request.request_id
+            work.extend(SeqWork(rid, s, 1, context, False) for s in member.seq_ids)
+        self._prefills = []
+        num_seqs = sum(len(m.seq_ids) for m in self.running)
+        budget = max(self.system.max_num_batched_tokens, self.max_seq_len)
+        while len(self.waiting):
+            request = self.waiting.peek()
+            if num_seqs + request.num_seqs > self.system.max_num_seqs:
+                break
+            if request.prompt_len > budget:
+                break
+            member = self._try_reserve(request, now_s)
+            if member is None:
+                break  # FCFS: the head blocks the queue
+            self.waiting.pop()
+            self._prefills.append(member)
+            num_seqs += request.num_seqs
+            budget -= request.prompt_len
+            work.extend(
+                SeqWork(request.request_id, s, request.prompt_len, request.prompt_len, True)
+                for s in member.seq_ids[:1]
+            )
+        return StepPlan.build(work)
+
+    def complete(self, plan: StepPlan, now_s: float) -> None:
+        for member in self.running:
+            self._advance(member, 1, now_s, is_prefill=False)
+        for member in self._prefills:
+            self._advance(member, member.request.prompt_len, now_s, is_prefill=True)
+            self.running.append(member)
+        for member in self.running:
+            if member.is_done:
+                self._release(member)
+        self.running = [m for m in self.running if not m.is_done]
+        self._prefills = []
+
+
+class StaticScheduler(ReservingScheduler):
+    """One batch at a time; see the module docstring."""
+
+    returns_batch_together = True
+
+    def __init__(self, system: SystemConfig, max_seq_len: int, num_slots: int) -> None:
+        super().__init__(system, max_seq_len, num_slots)
+        self._padded_prompt = 0  # the batch's longest prompt: every member is padded to it
+        self._num_steps_in_batch = 0
+
+    @property
+    def batch_capacity(self) -> int:
+        return self.system.static_batch_size
+
+    def useful_slots(self, plan: StepPlan) -> int:
+        if plan.num_prefill_seqs:
+            return plan.num_seqs
+        return sum(len(m.seq_ids) for m in self.running if not m.is_done)
+
+    def next_wakeup_s(self, now_s: float) -> float | None:
+        if self.running or not len(self.waiting):
+            return None
+        return self.waiting.peek().arrival_s + self.system.static_batch_timeout_s
+
+    def _ready_to_form(self, now_s: float) -> bool:
+        if len(self.waiting) >= self.system.static_batch_size or self.arrivals_done:
+            return True
+        oldest = self.waiting.peek().arrival_s
+        return now_s >= oldest + self.system.static_batch_timeout_s
+
+    def schedule(self, now_s: float) -> StepPlan:
+        self._prefills = []
+        if not self.running:
+            if not len(self.waiting) or not self._ready_to_form(now_s):
+                return StepPlan.build(())
+            return self._form_batch(now_s)
+        self._num_steps_in_batch += 1
+        context = self._padded_prompt + self._num_steps_in_batch
+        work = [
+            SeqWork(m.request.request_id, s, 1, context, False)
+            for m in self.running
+            for s in m.seq_ids
+        ]
+        return StepPlan.build(work)
+
+    def _form_batch(self, now_s: float) -> StepPlan:
+        num_seqs = 0
+        while len(self.waiting) and len(self._prefills) < self.system.static_batch_size:
+            request = self.waiting.peek()
+            if num_seqs + request.num_seqs > self.system.max_num_seqs:
+                break
+            member = self._try_reserve(request, now_s)
+            if member is None:
+                break
+            self.waiting.pop()
+            self._prefills.append(member)
+            num_seqs += request.num_seqs
+        if not self._prefills:
+            return StepPlan.build(())
+        self._padded_prompt = max(m.request.prompt_len for m in self._prefills)
+        self._num_steps_in_batch = 0
+        pad = self._padded_prompt
+        work = [SeqWork(m.request.request_id, m.seq_ids[0], pad, pad, True) for m in self._prefills]
+        return StepPlan.build(work)
+
+    def complete(self, plan: StepPlan, now_s: float) -> None:
+        if self._prefills:
+            for member in self._prefills:
+                self._advance(member, member.request.prompt_len, now_s, is_prefill=True)
+            self.running = self._prefills
+            self._prefills = []
+        else:
+            for member in self.running:
+                if not member.is_done:
+                    self._advance(member, 1, now_s, is_prefill=False)
+        if all(m.is_done for m in self.running):
+            for member in self.running:
+                self._release(member)
+                self._finish(member.request, now_s)  # the batch returns all its answers now
+            self.running = []
+
+
+def _same(request: Request) -> Request:
+    return request

@@ -1,0 +1,111 @@
+"""Reading a scenario's [defaults] and [[systems]] into `SystemConfig`s, and rejecting a system
+whose knobs cannot work together, or with the scenario's workload, model and GPU.
+
+A [[systems]] key that is not set takes its [defaults] value; a message about a defaulted key
+names where it was set (`defaults.block_size`, not `systems[1].block_size`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from pagesim.simulator.core.config import (
+    AdmissionOrder,
+    Policy,
+    PreemptionPolicy,
+    Reservation,
+    Scenario,
+    SystemConfig,
+    VictimPolicy,
+)
+from pagesim.simulator.core.errors import choices_text
+from pagesim.simulator.kv.capacity import no_kv_memory_reason
+from pagesim.simulator.scenario.schema import SYSTEM_KEYS
+from pagesim.simulator.scenario.table import Ctx, Table
+
+_PAGED = (Policy.VLLM_V0, Policy.VLLM_V1)
+
+# How to read each [[systems]] key (schema.SYSTEM_KEYS, in that order).
+SYSTEM_READERS: dict[str, Callable[[Table, str], Any]] = {
+    "policy": lambda t, k: t.choice(k, Policy),
+    "block_size": lambda t, k: t.integer(k, hi=1 << 20),
+    "max_num_seqs": lambda t, k: t.integer(k, hi=1 << 20),
+    "max_num_batched_tokens": lambda t, k: t.integer(k),
+    "max_prefill_chunk": lambda t, k: t.integer(k),
+    "reservation": lambda t, k: t.choice(k, Reservation),
+    "preemption": lambda t, k: t.choice(k, PreemptionPolicy),
+    "victim": lambda t, k: t.choice(k, VictimPolicy),
+    "admission": lambda t, k: t.choice(k, AdmissionOrder),
+    "enable_prefix_cache": lambda t, k: t.flag(k),
+    "watermark": lambda t, k: t.fraction(k, hi_open=True),
+    "gpu_memory_utilization": lambda t, k: t.fraction(k, lo_open=True),
+    "activation_reserve_gib": lambda t, k: t.number(k, hi=1e5),
+    "swap_space_gib": lambda t, k: t.number(k, hi=1e5),
+    "static_batch_size": lambda t, k: t.integer(k, hi=1 << 20),
+    "static_batch_timeout_s": lambda t, k: t.number(k, hi=1e9),
+    "num_kv_blocks": lambda t, k: t.integer(k),
+}
+assert tuple(SYSTEM_READERS) == SYSTEM_KEYS
+
+
+def read_systems(top: Table, scenario: Scenario) -> tuple[SystemConfig, ...]:
+    defaults_t = top.table("defaults")
+    defaults = {k: (SYSTEM_READERS[k](defaults_t, k), defaults_t.path(k)) for k in defaults_t.data}
+    tables = top.tables("systems")
+    if not tables:
+        top.fail("systems", "required: at least one [[systems]] table (name, policy, knobs)")
+    systems: list[SystemConfig] = []
+    seen: dict[str, str] = {}
+    for t in tables:
+        name = t.text("name")
+        if name in seen:
+            t.fail(
+                "name", f"duplicate system name {name!r} (also {seen[name]}); names must be unique"
+            )
+        seen[name] = t.path("name")
+        fields = dict(defaults)
+        fields.update({k: (SYSTEM_READERS[k](t, k), t.path(k)) for k in t.data if k != "name"})
+        if "policy" not in fields:
+            valid = choices_text(p.value for p in Policy)
+            t.fail("policy", f"required key is missing (here or in [defaults]); valid: {valid}")
+        system = SystemConfig(name=name, **{k: v for k, (v, _) in fields.items()})
+        _check_system(top.ctx, system, {k: p for k, (_, p) in fields.items()}, t.key, scenario)
+        systems.append(system)
+    return tuple(systems)
+
+
+def _check_system(
+    ctx: Ctx, s: SystemConfig, where: dict[str, str], key: str, scenario: Scenario
+) -> None:
+    """Combinations of knobs (with the workload, model and GPU) that cannot work."""
+
+    def at(field: str) -> str:
+        return where.get(field, f"{key}.{field}")
+
+    if s.enable_prefix_cache and s.policy not in _PAGED:
+        ctx.fail(
+            at("enable_prefix_cache"),
+            f"prefix caching needs a paged policy (vllm-v0, vllm-v1); the policy is "
+            f"{s.policy.value!r}",
+        )
+    if s.policy is Policy.STATIC and s.static_batch_size > s.max_num_seqs:
+        ctx.fail(
+            at("static_batch_size"),
+            f"{s.static_batch_size} exceeds max_num_seqs {s.max_num_seqs}",
+        )
+    workload = scenario.workload
+    if workload.num_seqs > s.max_num_seqs:
+        ctx.fail(
+            at("max_num_seqs"),
+            f"{s.max_num_seqs} is below workload.num_seqs {workload.num_seqs}: "
+            "no request could ever run",
+        )
+    swaps = s.preemption is PreemptionPolicy.SWAP or (
+        s.preemption is PreemptionPolicy.AUTO and workload.num_seqs > 1
+    )
+    if swaps and s.swap_space_gib == 0:
+        ctx.fail(at("swap_space_gib"), f"must be > 0: preemption {s.preemption.value!r} swaps")
+    reason = no_kv_memory_reason(scenario, s)
+    if reason is not None:
+        ctx.fail(at("gpu_memory_utilization"), reason)

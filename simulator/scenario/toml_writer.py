@@ -1,0 +1,142 @@
+"""A resolved `Scenario` written back as TOML: every default filled in, every path absolute.
+
+Reports and sweep folders keep this text beside their results, so a run can be read, and rerun,
+without the file it came from. The table reader also names keys as TOML writes them (`toml_key`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import fields
+from datetime import date, time
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+from pagesim.simulator.core.catalog import GPUS, MODELS
+from pagesim.simulator.core.config import ArrivalKind, LengthDist, LengthKind, Scenario
+from pagesim.simulator.scenario.schema import GPU_FIGURES, LENGTH_USES, SCHEMA
+
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
+_ESCAPES = {
+    "\\": "\\\\",
+    '"': '\\"',
+    "\b": "\\b",
+    "\t": "\\t",
+    "\n": "\\n",
+    "\f": "\\f",
+    "\r": "\\r",
+}
+
+
+def _escape_control(char: str) -> str:
+    return f"\\u{ord(char):04x}" if ord(char) < 0x20 or ord(char) == 0x7F else char
+
+
+def _toml(value: object) -> str:
+    """A TOML literal for a value of a scenario (strings, numbers, booleans, arrays, tables)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, Enum):
+        return _toml(value.value)
+    if isinstance(value, Path):
+        return _toml(str(value))
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, str):
+        return '"' + "".join(_ESCAPES.get(c) or _escape_control(c) for c in value) + '"'
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{toml_key(k)} = {_toml(v)}" for k, v in value.items()) + " }"
+    if isinstance(value, date | time):  # TOML's own date and time literals
+        return str(value)
+    return _toml(str(value))
+
+
+def toml_key(key: str) -> str:
+    """A key as TOML writes it: bare when it can be, quoted otherwise."""
+    return key if _BARE_KEY.fullmatch(key) else _toml(key)
+
+
+def _lines(header: str, fields: dict[str, object]) -> Iterator[str]:
+    if all(value is None for value in fields.values()):
+        return
+    yield f"\n{header}"
+    for key, value in fields.items():
+        if value is not None:
+            yield f"{key} = {_toml(value)}"
+
+
+def _fields(obj: Any) -> dict[str, object]:
+    return {f.name: getattr(obj, f.name) for f in fields(obj)}
+
+
+def _length_fields(d: LengthDist) -> dict[str, object]:
+    fields: dict[str, object] = {"kind": d.kind}
+    if d.kind is LengthKind.EMPIRICAL:
+        fields |= {"trace": d.trace_name} if d.trace_name else {"path": d.path}
+        fields["column"] = d.column
+    else:
+        fields |= {k: getattr(d, k) for k in LENGTH_USES[d.kind]}
+    return fields
+
+
+def describe_scenario(scenario: Scenario, overrides: Sequence[str] = ()) -> str:
+    """The resolved scenario as TOML (defaults filled in, paths absolute), for reports.
+
+    Loading the text back gives the same Scenario when the model and GPU are catalog presets.
+    """
+    s, w = scenario, scenario.workload
+    out = ["# pagesim scenario as run: every default filled in, every path absolute"]
+    if s.source is not None:
+        out.append(f"# from {s.source}")
+    out += [f"# override: {o}" for o in overrides]
+    out += [f"name = {_toml(s.name)}", f"description = {_toml(s.description)}", f"seed = {s.seed}"]
+    model: dict[str, object] = {"kv_dtype": s.kv_dtype, "tensor_parallel": s.tensor_parallel}
+    if MODELS.get(s.model.name) == s.model:
+        out += _lines("[model]", {"preset": s.model.name, **model})
+    else:
+        out += _lines("[model]", model)
+        out.append(f"# from a config.json: {s.model}")
+    g = s.gpu
+    if GPUS.get(g.name) == g:
+        out += _lines("[gpu]", {"preset": g.name})
+    else:
+        figures = {k: getattr(g, f) / unit for k, (_, f, unit) in GPU_FIGURES.items()}
+        out += _lines("[gpu]", {"name": g.name, **figures})
+    e = s.execution
+    out += _lines("[execution]", {f: getattr(e, f) for f in SCHEMA["execution"] if f != "profile"})
+    if e.profile_path is not None:
+        out.append(f"profile = {_toml(e.profile_path)}")
+    fields: dict[str, object] = {"sampling": w.sampling, "num_seqs": w.num_seqs}
+    if not w.explicit:
+        fields["num_requests"] = w.num_requests
+    if w.trace_path is not None:
+        fields |= {"trace": w.trace_name or w.trace_path, "trace_offset": w.trace_offset}
+        if w.arrival.kind is ArrivalKind.TRACE:
+            fields["time_scale"] = w.time_scale
+    out += _lines("[workload]", fields)
+    if w.explicit:
+        for r in w.explicit:
+            out += _lines("[[workload.requests]]", _fields(r))
+    else:
+        arrival: dict[str, object] = {"kind": w.arrival.kind}
+        if w.arrival.kind in (ArrivalKind.POISSON, ArrivalKind.GAMMA, ArrivalKind.CONSTANT):
+            arrival["rate_per_s"] = w.arrival.rate_per_s
+        if w.arrival.kind is ArrivalKind.GAMMA:
+            arrival["cv"] = w.arrival.cv
+        out += _lines("[workload.arrival]", arrival)
+        out += _lines("[workload.prompt]", _length_fields(w.prompt))
+        out += _lines("[workload.output]", _length_fields(w.output))
+        for group in w.prefix_groups:
+            out += _lines("[[workload.prefix_groups]]", _fields(group))
+    for system in s.systems:
+        out += _lines("[[systems]]", {f: getattr(system, f) for f in SCHEMA["systems"][0]})
+    out += _lines("[slo]", {"ttft_s": s.slo.ttft_s, "tpot_s": s.slo.tpot_s})
+    out += _lines("[stop]", {"max_time_s": s.stop.max_time_s, "warmup_s": s.stop.warmup_s})
+    if s.sweep:
+        axes = [{"path": a.path, "values": list(a.values)} for a in s.sweep]
+        out += _lines("[sweep]", {"axes": axes})
+    return "\n".join(out) + "\n"

@@ -1,0 +1,202 @@
+"""Reading a scenario's [workload] section: arrivals, prompt and output lengths, prefix groups,
+explicit requests, and the trace they may read, into a `WorkloadConfig`.
+
+Everything the workload will ask of a trace (its rows, its columns, its times) is checked here,
+at the edge, so a bad trace fails before any run with the file, line and key to fix.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pagesim.simulator.core.config import (
+    ArrivalKind,
+    ArrivalProcess,
+    ExplicitRequest,
+    LengthDist,
+    LengthKind,
+    PrefixGroup,
+    WorkloadConfig,
+)
+from pagesim.simulator.core.errors import choices_text
+from pagesim.simulator.core.request import SamplingKind
+from pagesim.simulator.scenario.schema import LENGTH_USES, MAX_COUNT, SCHEMA
+from pagesim.simulator.scenario.table import REQUIRED, Table, display
+from pagesim.simulator.scenario.traces import check_csv, trace_file
+from pagesim.simulator.workload.trace_files import (
+    ARRIVAL_COLUMN,
+    BUILTIN_TRACES,
+    OUTPUT_COLUMN,
+    PROMPT_COLUMN,
+)
+
+
+def _length(t: Table, column: str, trace: Path | None, workload_key: str) -> LengthDist:
+    """A prompt or output length distribution; `column` is the trace column it defaults to."""
+    kind = t.choice("kind", LengthKind)
+    uses = LENGTH_USES[kind]
+    for name in t.data:
+        if name != "kind" and name not in uses:
+            used = f"it uses: {choices_text(uses)}" if uses else "it takes no other key"
+            t.fail(name, f'not used with kind = "{kind.value}" ({used})')
+    if kind is LengthKind.FIXED:
+        return LengthDist(kind, value=t.integer("value"))
+    if kind is LengthKind.UNIFORM:
+        low = t.integer("low")
+        high = t.integer("high", lo=low)
+        return LengthDist(kind, low=low, high=high)
+    if kind is LengthKind.LOGNORMAL:
+        mean = t.number("mean", lo=1.0, hi=float(MAX_COUNT))
+        return LengthDist(kind, mean=mean, cv=t.number("cv", 1.0, hi=100.0))
+    if kind is LengthKind.TRACE:
+        if trace is None:
+            t.fail("kind", f'kind = "trace" needs {workload_key}.trace (the trace to read)')
+        return LengthDist(kind, column=column)
+    if t.has("trace") == t.has("path"):
+        t.ctx.fail(
+            t.key,
+            "kind = \"empirical\" needs exactly one of 'trace' (a built-in trace: "
+            f"{choices_text(BUILTIN_TRACES)}) or 'path' (a CSV file), and a 'column'",
+        )
+    if t.has("trace"):
+        name = t.text("trace").lower()
+        if name not in BUILTIN_TRACES:
+            t.fail("trace", f"unknown trace {name!r}; valid: {choices_text(BUILTIN_TRACES)}")
+        path, trace_name = BUILTIN_TRACES[name], name
+    else:
+        path, trace_name = t.ctx.resolve(t.text("path")), None
+    info = check_csv(t.ctx, t.path("trace" if trace_name else "path"), path)
+    if not t.has("column") and column not in info.columns:
+        t.fail(
+            "column", f"required key is missing; the file's columns: {choices_text(info.columns)}"
+        )
+    chosen = t.text("column", column)
+    check_csv(t.ctx, t.path("column"), path, tokens=[chosen])
+    return LengthDist(kind, path=path, trace_name=trace_name, column=chosen)
+
+
+# [workload] keys that generate requests: meaningless beside explicit [[workload.requests]]
+_GENERATOR_KEYS = tuple(
+    k for k in SCHEMA["workload"] if k not in ("sampling", "num_seqs", "requests")
+)
+
+
+def read_workload(t: Table, max_seq_len: int) -> WorkloadConfig:
+    sampling = t.choice("sampling", SamplingKind, SamplingKind.SINGLE)
+    num_seqs = t.integer("num_seqs", 1, hi=1024)
+    if sampling is SamplingKind.SINGLE and num_seqs > 1:
+        t.fail("num_seqs", 'must be 1 with sampling = "single"; use "parallel" or "beam" for more')
+    requests = t.tables("requests")
+    if requests:
+        for name in _GENERATOR_KEYS:
+            if t.has(name):
+                t.fail(name, "not used with [[workload.requests]], which replace the generators")
+        explicit = tuple(
+            ExplicitRequest(
+                prompt_len=r.integer("prompt_len"),
+                output_len=r.integer("output_len"),
+                arrival_s=r.number("arrival_s", 0.0),
+                priority=r.integer("priority", 0, lo=-MAX_COUNT),
+            )
+            for r in requests
+        )
+        return WorkloadConfig(
+            arrival=ArrivalProcess(ArrivalKind.BURST),  # unused: each request has arrival_s
+            prompt=LengthDist(LengthKind.FIXED),
+            output=LengthDist(LengthKind.FIXED),
+            num_requests=len(explicit),
+            sampling=sampling,
+            num_seqs=num_seqs,
+            explicit=explicit,
+        )
+    if "requests" in t.data:
+        t.fail("requests", "must hold at least one request when given")
+    trace_name, trace_path = None, None
+    if t.has("trace"):
+        trace_name, trace_path = trace_file(t, "trace")
+    else:
+        for name in ("trace_offset", "time_scale"):
+            if t.has(name):
+                t.fail(name, "only used with workload.trace")
+    num_requests = t.integer("num_requests", None if trace_path else REQUIRED)
+    offset = t.integer("trace_offset", 0, lo=0)
+
+    arrival_t = t.table("arrival")
+    if not t.has("arrival"):
+        if trace_path is None:
+            t.fail("arrival", "required table [workload.arrival] is missing")
+        arrival_t = Table(t.ctx, arrival_t.key, {"kind": "trace"}, arrival_t.schema)
+    arrival = _arrival(arrival_t, t, trace_path)
+    if t.has("time_scale") and arrival.kind is not ArrivalKind.TRACE:
+        t.fail("time_scale", 'only used with [workload.arrival] kind = "trace"')
+    lengths = []
+    for role, column in (("prompt", PROMPT_COLUMN), ("output", OUTPUT_COLUMN)):
+        sub = t.table(role)
+        if not t.has(role):
+            if trace_path is None:
+                t.fail(role, f"required table [workload.{role}] is missing")
+            sub = Table(t.ctx, sub.key, {"kind": "trace"}, sub.schema)
+        lengths.append(_length(sub, column, trace_path, t.key))
+    if trace_path is not None:
+        _check_trace_use(t, trace_path, offset, num_requests, arrival, *lengths)
+    groups = tuple(
+        PrefixGroup(g.integer("num_tokens", hi=max_seq_len), g.fraction("fraction"))
+        for g in t.tables("prefix_groups")
+    )
+    if sum(g.fraction for g in groups) > 1.0 + 1e-9:
+        t.fail("prefix_groups", "the groups' fractions add up to more than 1")
+    return WorkloadConfig(
+        arrival=arrival,
+        prompt=lengths[0],
+        output=lengths[1],
+        num_requests=num_requests,
+        trace_name=trace_name,
+        trace_path=trace_path,
+        trace_offset=offset,
+        time_scale=t.number("time_scale", 1.0, hi=1e6, lo_open=True),
+        prefix_groups=groups,
+        sampling=sampling,
+        num_seqs=num_seqs,
+    )
+
+
+def _check_trace_use(
+    t: Table,
+    path: Path,
+    offset: int,
+    num_requests: int | None,
+    arrival: ArrivalProcess,
+    *lengths: LengthDist,
+) -> None:
+    """The workload's trace is read by something, and holds the rows it is asked for."""
+    is_read = arrival.kind is ArrivalKind.TRACE or any(d.kind is LengthKind.TRACE for d in lengths)
+    if not is_read:
+        t.fail("trace", 'not used: no [workload.arrival|prompt|output] has kind = "trace"')
+    # Whatever reads it, the workload reads both token columns, and the times where present.
+    info = check_csv(t.ctx, t.path("trace"), path, tokens=[PROMPT_COLUMN, OUTPUT_COLUMN])
+    if ARRIVAL_COLUMN in info.columns:
+        check_csv(t.ctx, t.path("trace"), path, times=[ARRIVAL_COLUMN])
+    shown = display(path)
+    if offset >= info.num_rows:
+        t.fail("trace_offset", f"must be < {info.num_rows}, the rows of {shown!r}")
+    if num_requests is not None and offset + num_requests > info.num_rows:
+        t.fail(
+            "num_requests",
+            f"{num_requests} requests from row {offset} need {offset + num_requests} rows; "
+            f"{shown!r} has {info.num_rows}",
+        )
+
+
+def _arrival(t: Table, workload: Table, trace: Path | None) -> ArrivalProcess:
+    kind = t.choice("kind", ArrivalKind)
+    uses_rate = kind in (ArrivalKind.POISSON, ArrivalKind.GAMMA, ArrivalKind.CONSTANT)
+    if t.has("rate_per_s") and not uses_rate:
+        t.fail("rate_per_s", f'not used with kind = "{kind.value}"')
+    if t.has("cv") and kind is not ArrivalKind.GAMMA:
+        t.fail("cv", f'only used with kind = "gamma", not "{kind.value}"')
+    if kind is ArrivalKind.TRACE:
+        if trace is None:
+            t.fail("kind", 'kind = "trace" needs workload.trace (a trace with timestamps)')
+        check_csv(t.ctx, workload.path("trace"), trace, times=[ARRIVAL_COLUMN])
+    rate = t.number("rate_per_s", lo=0.0, hi=1e6, lo_open=True) if uses_rate else 1.0
+    return ArrivalProcess(kind, rate, t.number("cv", 1.0, lo=0.0, hi=100.0, lo_open=True))

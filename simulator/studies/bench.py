@@ -1,0 +1,68 @@
+"""Scenarios the benchmark commands replay (built in code: the benchmark must not depend on files
+a user may have edited)."""
+
+from __future__ import annotations
+
+from pagesim.simulator.core.catalog import get_gpu, get_model
+from pagesim.simulator.core.config import (
+    ArrivalKind,
+    ArrivalProcess,
+    LengthDist,
+    LengthKind,
+    Policy,
+    Scenario,
+    SystemConfig,
+    WorkloadConfig,
+)
+from pagesim.simulator.core.errors import InputError, choices_text
+
+
+def _policy(policy: str) -> Policy:
+    try:
+        return Policy(policy)
+    except ValueError:
+        valid = choices_text(p.value for p in Policy)
+        raise InputError(f"--policy: unknown policy {policy!r}; valid: {valid}") from None
+
+
+def sharegpt_scenario(num_requests: int, rate_per_s: float, policy: str) -> Scenario:
+    """`num_requests` ShareGPT-like requests (lognormal lengths with the vLLM paper's means, CV 1
+    assumed) arriving Poisson at `rate_per_s` on Llama-2-7B / A100-80GB with `policy`."""
+    if num_requests <= 0 or not rate_per_s > 0:
+        raise InputError(
+            f"--synthetic and --rate must be positive, got {num_requests} and {rate_per_s}"
+        )
+    workload = WorkloadConfig(
+        arrival=ArrivalProcess(ArrivalKind.POISSON, rate_per_s=rate_per_s),
+        prompt=LengthDist(LengthKind.LOGNORMAL, mean=161.31, cv=1.0),
+        output=LengthDist(LengthKind.LOGNORMAL, mean=337.99, cv=1.0),
+        num_requests=num_requests,
+    )
+    return Scenario(
+        name="bench-sharegpt",
+        model=get_model("llama-2-7b"),
+        gpu=get_gpu("a100-80gb"),
+        workload=workload,
+        systems=(SystemConfig(name=policy, policy=_policy(policy)),),
+    )
+
+
+def trace_replay_scenario(trace: str, num_requests: int | None, policy: str) -> Scenario:
+    """Replay `trace` (timestamps and token counts) on Llama-2-7B / A100-80GB with `policy`."""
+    chosen = _policy(policy)
+    if num_requests is not None and num_requests <= 0:
+        raise InputError(f"--requests must be positive, got {num_requests}")
+    workload = WorkloadConfig(
+        arrival=ArrivalProcess(ArrivalKind.TRACE),
+        prompt=LengthDist(LengthKind.TRACE),
+        output=LengthDist(LengthKind.TRACE),
+        num_requests=num_requests,
+        trace_name=trace,
+    )
+    return Scenario(
+        name=f"bench-{trace}",
+        model=get_model("llama-2-7b"),
+        gpu=get_gpu("a100-80gb"),
+        workload=workload,
+        systems=(SystemConfig(name=policy, policy=chosen),),
+    )
