@@ -54,10 +54,11 @@ from pagesim.calibration.reference import numpy_decode_attention
 from pagesim.simulator.core.catalog import KVDtype
 from pagesim.simulator.core.config import Scenario, SystemConfig
 from pagesim.simulator.core.errors import InputError
-from pagesim.simulator.core.plan import ExecutionModel, StepCost, StepPlan
+from pagesim.simulator.core.plan import StepCost, StepPlan
+from pagesim.simulator.core.scheduler import Scheduler
+from pagesim.simulator.execution.model import ExecutionModel
 from pagesim.simulator.execution.roofline import RooflineModel
-from pagesim.simulator.policies.base import Scheduler
-from pagesim.simulator.policies.paged_state import PagedScheduler
+from pagesim.simulator.policies.paged import PagedScheduler
 
 GIB = 1 << 30
 BACKENDS = ("numpy", "cupy")

@@ -40,7 +40,8 @@ from pagesim.calibration.executor import (
 )
 from pagesim.simulator.core.config import ExecutionKind, Policy, Scenario, SystemConfig
 from pagesim.simulator.core.errors import InputError
-from pagesim.simulator.engine import make_execution_model, simulate
+from pagesim.simulator.engine import simulate
+from pagesim.simulator.execution.factory import make_execution_model
 from pagesim.simulator.metrics.result import RunResult
 
 PAGED = (Policy.VLLM_V0, Policy.VLLM_V1)

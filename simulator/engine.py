@@ -18,42 +18,16 @@ import numpy as np
 import simpy
 
 from pagesim import __version__
-from pagesim.simulator.core.config import ExecutionKind, Policy, Scenario, SystemConfig
-from pagesim.simulator.core.plan import ExecutionModel
+from pagesim.simulator.core.config import Scenario, SystemConfig
+from pagesim.simulator.core.scheduler import Scheduler
+from pagesim.simulator.execution.factory import make_execution_model
+from pagesim.simulator.execution.model import ExecutionModel
 from pagesim.simulator.execution.roofline import RooflineModel
-from pagesim.simulator.kv.capacity import Capacity, kv_capacity
+from pagesim.simulator.kv.capacity import kv_capacity
 from pagesim.simulator.metrics.recorder import Recorder
 from pagesim.simulator.metrics.result import RunResult
-from pagesim.simulator.policies.base import Scheduler
-from pagesim.simulator.policies.reserving import OrcaScheduler, StaticScheduler
-from pagesim.simulator.policies.vllm import VllmV0Scheduler, VllmV1Scheduler
+from pagesim.simulator.policies.factory import make_scheduler
 from pagesim.simulator.workload.stream import iter_requests
-
-
-def make_scheduler(scenario: Scenario, system: SystemConfig, capacity: Capacity) -> Scheduler:
-    max_len = scenario.model.max_seq_len
-    builders: dict[Policy, Callable[[], Scheduler]] = {
-        Policy.STATIC: lambda: StaticScheduler(system, max_len, capacity.num_token_slots),
-        Policy.ORCA: lambda: OrcaScheduler(system, max_len, capacity.num_token_slots),
-        Policy.VLLM_V0: lambda: VllmV0Scheduler(
-            system, max_len, capacity.num_gpu_blocks, capacity.num_cpu_blocks
-        ),
-        Policy.VLLM_V1: lambda: VllmV1Scheduler(
-            system, max_len, capacity.num_gpu_blocks, capacity.num_cpu_blocks
-        ),
-    }
-    return builders[system.policy]()
-
-
-def make_execution_model(scenario: Scenario, system: SystemConfig) -> ExecutionModel:
-    args = (scenario.model, scenario.gpu, scenario.execution, scenario.kv_dtype)
-    kwargs = {"tensor_parallel": scenario.tensor_parallel, "block_size": system.block_size}
-    if scenario.execution.kind is ExecutionKind.PROFILE:
-        from pagesim.simulator.execution.profile import ProfileModel
-
-        return ProfileModel(*args, **kwargs)
-    return RooflineModel(*args, **kwargs)
-
 
 ExecutionFactory = Callable[[Scenario, SystemConfig, Scheduler], ExecutionModel]
 
@@ -69,26 +43,35 @@ def simulate(
     check_invariants: bool = False,
     on_step: Callable[[float], None] | None = None,
     execution_factory: ExecutionFactory | None = None,
+    fast_path: bool | None = None,
 ) -> RunResult:
     """Run one system of `scenario` (the first if none is named) to completion or the stop time.
 
     Same scenario and seed give identical results; simulations share no state.
     `execution_factory` replaces the scenario's execution model, e.g. by one that runs each plan
     for real over the scheduler's block tables and returns the measured time (fidelity checks).
+    `fast_path`: let lone decoders advance as a decode group (simulator.policies.decode_group:
+    the same results, faster). By default it is on when nobody looks at each step's
+    per-sequence state: no `on_step`, no `check_invariants`, no `execution_factory` (which may
+    read the block tables every step), and the roofline prices the steps. `True` turns it on
+    also under `check_invariants`, which then checks it (tests do).
     """
     system = system or scenario.systems[0]
     capacity = kv_capacity(scenario, system)
-    scheduler = make_scheduler(scenario, system, capacity)
+    scheduler = make_scheduler(system, scenario.model.max_seq_len, capacity)
     if execution_factory is None:
         execution = make_execution_model(scenario, system)
     else:
         execution = execution_factory(scenario, system, scheduler)
-    is_plain = execution_factory is None and isinstance(execution, RooflineModel)
-    if is_plain and not check_invariants and on_step is None:
-        # Nobody looks at each step's per-sequence state: lone decoders may advance as a group
-        # (same results; simulator.policies.decode_group). Not with a custom execution model either
-        # (`execution_factory`): it may read the block tables every step.
-        enable = getattr(scheduler, "enable_decode_group", None)
+    if fast_path is None:
+        fast_path = (
+            execution_factory is None
+            and isinstance(execution, RooflineModel)
+            and not check_invariants
+            and on_step is None
+        )
+    if fast_path:
+        enable = getattr(scheduler, "enable_fast_path", None)
         if enable is not None:
             enable()
     rng = np.random.default_rng(scenario.seed)

@@ -18,7 +18,7 @@ def _run_step(
     cache: PagedKVCache, seq_id: int, num_tokens: int, hashes: Sequence[int] = ()
 ) -> None:
     """Append and compute `num_tokens` tokens, as one engine step would."""
-    cache.append_slots(seq_id, num_tokens)
+    cache.allocate_slots([seq_id], num_tokens)
     cache.commit(seq_id, cache.num_tokens(seq_id), hashes)
     cache.check_invariants()
 
@@ -26,17 +26,17 @@ def _run_step(
 def test_allocation_order_and_fifo_reuse() -> None:
     cache = PagedKVCache(8, 4)
     cache.add_seq(1)
-    assert cache.append_slots(1, 10) == []
+    assert cache.allocate_slots([1], 10) == ()
     assert cache.block_table(1) == (0, 1, 2)
     cache.add_seq(2)
-    cache.append_slots(2, 5)
+    cache.allocate_slots([2], 5)
     assert cache.block_table(2) == (3, 4)
     assert cache.num_free_blocks == 3
     cache.free(1)  # tail first: the free list becomes [5, 6, 7, 2, 1, 0]
     cache.add_seq(3)
-    cache.append_slots(3, 16)
+    cache.allocate_slots([3], 16)
     assert cache.block_table(3) == (5, 6, 7, 2)
-    cache.append_slots(2, 4)  # 5 -> 9 tokens: one more block
+    cache.allocate_slots([2], 4)  # 5 -> 9 tokens: one more block
     assert cache.block_table(2) == (3, 4, 1)
     assert cache.num_tokens(2) == 9 and cache.num_computed_tokens(2) == 0
     cache.check_invariants()
@@ -46,7 +46,7 @@ def test_blocks_are_allocated_lazily_one_at_a_time() -> None:
     cache = PagedKVCache(4, 4)
     cache.add_seq(1)
     for num_tokens, num_blocks in [(1, 1), (3, 1), (1, 2), (4, 3)]:
-        cache.append_slots(1, num_tokens)
+        cache.allocate_slots([1], num_tokens)
         assert len(cache.block_table(1)) == num_blocks
     assert cache.num_blocks_needed(1, 3) == 0 and cache.num_blocks_needed(1, 4) == 1
 
@@ -62,15 +62,15 @@ def test_fork_and_copy_on_write() -> None:
     assert cache.num_blocks_needed(2, 1) == 1  # the copy
     assert cache.num_blocks_needed(2, 3) == 2  # the copy and block index 2
     # The child writes into the shared partial block: copy 1 -> 2 first.
-    assert cache.append_slots(2, 1) == [BlockCopy(src_block=1, dst_block=2)]
+    assert cache.allocate_slots([2], 1) == (BlockCopy(src_block=1, dst_block=2),)
     assert cache.block_table(2) == (0, 2)
     assert (cache.ref_count(0), cache.ref_count(1), cache.ref_count(2)) == (2, 1, 1)
     cache.check_invariants()
     # The parent is now block 1's last holder: it writes in place, no copy.
     assert cache.num_blocks_needed(1, 1) == 0
-    assert cache.append_slots(1, 1) == []
+    assert cache.allocate_slots([1], 1) == ()
     assert cache.block_table(1) == (0, 1)
-    assert cache.append_slots(1, 2) == []  # 9 tokens: a new block
+    assert cache.allocate_slots([1], 2) == ()  # 9 tokens: a new block
     assert cache.block_table(1) == (0, 1, 3)
     cache.check_invariants()
 
@@ -81,7 +81,7 @@ def test_fork_of_a_block_aligned_sequence_needs_no_copy() -> None:
     _run_step(cache, 1, 4)
     cache.fork(1, 2)
     assert cache.num_blocks_needed(2, 1) == 1  # a fresh block, not a copy
-    assert cache.append_slots(2, 1) == []
+    assert cache.allocate_slots([2], 1) == ()
     assert cache.block_table(2) == (0, 1) and cache.ref_count(0) == 2
 
 
@@ -97,7 +97,7 @@ def test_prefix_hit_maps_the_same_physical_blocks() -> None:
     assert cache.block_table(2) == (0, 1)
     assert (cache.ref_count(0), cache.ref_count(1), cache.ref_count(2)) == (2, 2, 1)
     assert cache.num_tokens(2) == 8 and cache.num_computed_tokens(2) == 8
-    cache.append_slots(2, 2)
+    cache.allocate_slots([2], 2)
     assert cache.block_table(2) == (0, 1, 3)
     assert cache.num_prefix_query_tokens == 20 and cache.num_prefix_hit_tokens == 8
     cache.check_invariants()
@@ -111,7 +111,7 @@ def test_a_prompt_served_entirely_from_cache_still_computes_its_last_token() -> 
     assert cache.block_hash(1) == hashes[1]
     assert cache.add_seq(2, hashes, 8) == 4  # only block 0: the last token must be computed
     assert cache.block_table(2) == (0,)
-    cache.append_slots(2, 4)
+    cache.allocate_slots([2], 4)
     assert cache.block_table(2) == (0, 2)  # recomputed into a fresh block, not block 1
     cache.commit(2, 8, hashes)  # block 2 has block 1's content: block 1 keeps the hash
     assert cache.block_hash(2) is None and cache.block_hash(1) == hashes[1]
@@ -122,7 +122,7 @@ def test_blocks_of_the_current_step_are_not_hits() -> None:
     cache = PagedKVCache(8, 4, enable_prefix_cache=True)
     hashes = hash_token_blocks(list(range(9)), 4)
     cache.add_seq(1, hashes, 9)
-    cache.append_slots(1, 9)
+    cache.allocate_slots([1], 9)
     assert cache.add_seq(2, hashes, 9) == 0  # same step, before 1's commit
     cache.commit(1, 9, hashes)
     assert cache.add_seq(3, hashes, 9) == 8
@@ -143,12 +143,12 @@ def test_freed_tail_blocks_are_evicted_first() -> None:
     cache.free(2)  # uncached 6 to the free list; cached 5, 4 to the LRU queue
     assert cache.num_free_blocks == 8 and cache.num_cached_blocks == 5
     cache.add_seq(3)
-    cache.append_slots(3, 12)  # plain free blocks first: 7, then 3 and 6
+    cache.allocate_slots([3], 12)  # plain free blocks first: 7, then 3 and 6
     assert cache.block_table(3) == (7, 3, 6)
-    cache.append_slots(3, 4)  # now evict: A's tail block 2 goes first
+    cache.allocate_slots([3], 4)  # now evict: A's tail block 2 goes first
     assert cache.block_table(3)[-1] == 2
     assert cache.count_prefix_hit_tokens(hashes_a, 13) == 8  # A's blocks 0, 1 still hit
-    cache.append_slots(3, 8)
+    cache.allocate_slots([3], 8)
     assert cache.block_table(3)[-2:] == (1, 0)
     assert cache.count_prefix_hit_tokens(hashes_a, 13) == 0
     assert cache.count_prefix_hit_tokens(hashes_b, 9) == 8  # B's prefix outlived A's
@@ -216,65 +216,71 @@ def test_swap_in_keeps_prefix_cache_entries() -> None:
 
 
 def test_memory_breakdown_counts_shared_blocks_once() -> None:
-    cache = PagedKVCache(8, 4)
-    cache.add_seq(1)
-    _run_step(cache, 1, 6)  # block 0: 4 computed; block 1: 2 computed, 2 empty
-    cache.fork(1, 2)
     # Seq 1 ends at 7 tokens (needs 1 more slot of block 1), seq 2 at 12 (needs both): reserved.
-    assert cache.memory_breakdown({1: 7, 2: 12}) == MemoryBreakdown(6, 2, 0, 0, 24)
-    # Both end at 7: slot 3 of block 1 will never be used.
-    assert cache.memory_breakdown({1: 7, 2: 7}) == MemoryBreakdown(6, 1, 1, 0, 24)
-    cache.append_slots(2, 2)  # copy 1 -> 2; seq 2 holds 8 slots, 6 computed
-    breakdown = cache.memory_breakdown({1: 7, 2: 12})
+    cache = PagedKVCache(8, 4)
+    cache.add_seq(1, final_len=7)
+    _run_step(cache, 1, 6)  # block 0: 4 computed; block 1: 2 computed, 2 empty
+    cache.fork(1, 2)  # seq 2 inherits final length 7: both end at 7
+    # Slot 3 of block 1 will never be used.
+    assert cache.memory_breakdown() == MemoryBreakdown(6, 1, 1, 0, 24)
+
+
+def test_memory_breakdown_of_forks_with_different_final_lengths() -> None:
+    cache = PagedKVCache(8, 4)
+    cache.add_seq(1, final_len=7)
+    _run_step(cache, 1, 6)
+    cache.fork(1, 2, final_len=12)  # a sample that will grow to 12 tokens
+    assert cache.memory_breakdown() == MemoryBreakdown(6, 2, 0, 0, 24)
+    cache.allocate_slots([2], 2)  # copy 1 -> 2; seq 2 holds 8 slots, 6 computed
+    breakdown = cache.memory_breakdown()
     # Block 1: 2 computed, 1 reserved (seq 1), 1 frag; block 2: 2 computed + 2 reserved.
     assert breakdown == MemoryBreakdown(8, 3, 1, 0, 20)
     assert breakdown.total_slots == 32
     cache.commit(2, 8)
-    assert cache.memory_breakdown({1: 7, 2: 8}) == MemoryBreakdown(10, 1, 1, 0, 20)
     cache.free(1)
     cache.free(2)
-    assert cache.memory_breakdown({}) == MemoryBreakdown(0, 0, 0, 0, 32)
+    assert cache.memory_breakdown() == MemoryBreakdown(0, 0, 0, 0, 32)
 
 
 def test_memory_breakdown_counts_evictable_blocks_as_free() -> None:
     cache = PagedKVCache(4, 4, enable_prefix_cache=True)
     hashes = hash_token_blocks(list(range(8)), 4)
-    cache.add_seq(1, hashes, 8)
+    cache.add_seq(1, hashes, 8, final_len=8)
     _run_step(cache, 1, 8, hashes)
     cache.free(1)
     assert cache.num_cached_blocks == 2
-    assert cache.memory_breakdown({}) == MemoryBreakdown(0, 0, 0, 0, 16)
-    cache.add_seq(2, hashes, 8)  # revives block 0: full of computed KV again
-    assert cache.memory_breakdown({2: 8}) == MemoryBreakdown(4, 0, 0, 0, 12)
+    assert cache.memory_breakdown() == MemoryBreakdown(0, 0, 0, 0, 16)
+    cache.add_seq(2, hashes, 8, final_len=8)  # revives block 0: full of computed KV again
+    assert cache.memory_breakdown() == MemoryBreakdown(4, 0, 0, 0, 12)
     cache.check_invariants()
 
 
-def test_append_with_nothing_free_raises_and_changes_nothing() -> None:
+def test_allocation_that_does_not_fit_returns_none_and_changes_nothing() -> None:
     cache = PagedKVCache(2, 4)
     cache.add_seq(1)
-    cache.append_slots(1, 6)
+    cache.allocate_slots([1], 6)
     cache.add_seq(2)
-    assert not cache.can_append(2, 1)
-    with pytest.raises(KVCacheError, match="needs 1 blocks, 0 free"):
-        cache.append_slots(2, 1)
-    with pytest.raises(KVCacheError):
-        cache.append_slots(1, 3)  # 2 fit in block 1, the third needs a block
+    assert cache.allocate_slots([2], 1) is None
+    assert cache.allocate_slots([1], 3) is None  # 2 fit in block 1, the third needs a block
+    assert cache.allocate_slots([1, 2], [1, 1]) is None  # all or nothing: seq 2 needs a block
     assert cache.num_tokens(1) == 6 and cache.block_table(1) == (0, 1)
     assert cache.num_tokens(2) == 0 and cache.block_table(2) == ()
-    assert cache.can_append(1, 2) and not cache.can_append(1, 2, reserve_blocks=1)
+    assert cache.allocate_slots([1], 2, reserve_blocks=1) is None
+    assert cache.num_tokens(1) == 6
+    assert cache.allocate_slots([1], 2) == () and cache.num_tokens(1) == 8
     cache.check_invariants()
 
 
 def test_misuse_raises() -> None:
     cache = PagedKVCache(4, 4, num_cpu_blocks=2)
     with pytest.raises(KVCacheError, match="unknown seq 9"):
-        cache.append_slots(9, 1)
+        cache.allocate_slots([9], 1)
     with pytest.raises(KVCacheError, match="unknown seq 9"):
         cache.num_tokens(9)
     cache.add_seq(1)
     with pytest.raises(KVCacheError, match="already exists"):
         cache.add_seq(1)
-    cache.append_slots(1, 3)
+    cache.allocate_slots([1], 3)
     with pytest.raises(KVCacheError, match="commit its step first"):
         cache.fork(1, 2)
     with pytest.raises(KVCacheError, match=r"expected 0\.\.3"):
@@ -283,12 +289,12 @@ def test_misuse_raises() -> None:
     with pytest.raises(KVCacheError, match=r"expected 2\.\.3"):
         cache.commit(1, 1)
     with pytest.raises(KVCacheError):
-        cache.append_slots(1, -1)
+        cache.allocate_slots([1], -1)
     with pytest.raises(KVCacheError, match="repeated"):
         cache.swap_out([1, 1])
     cache.swap_out([1])
     with pytest.raises(KVCacheError, match="swapped out"):
-        cache.append_slots(1, 1)
+        cache.allocate_slots([1], 1)
     with pytest.raises(KVCacheError, match="already swapped out"):
         cache.swap_out([1])
     cache.free(1)
@@ -296,7 +302,9 @@ def test_misuse_raises() -> None:
         cache.free(1)  # double free
     cache.add_seq(3)
     with pytest.raises(KVCacheError, match="no final length"):
-        cache.memory_breakdown({})
+        cache.memory_breakdown()
+    with pytest.raises(KVCacheError, match="2 token counts for 1 sequences"):
+        cache.allocate_slots([3], [1, 1])
     with pytest.raises(KVCacheError):
         PagedKVCache(0, 4)
     cache.check_invariants()

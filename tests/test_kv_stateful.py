@@ -1,7 +1,7 @@
 """Random programs against PagedKVCache: invariants after every rule, no leak at the end.
 
 The machine mirrors how a scheduler drives the cache: sequences with shared system prompts
-(prefix hits), chunked appends guarded by `can_append`, commits with the sequence's block
+(prefix hits), chunked `allocate_slots` (all or nothing), commits with the sequence's block
 hashes, forks, frees, evictions and group swaps. After every rule it checks the cache's own
 invariants, its token counts against a model, the content of every cached block it maps, and
 `memory_breakdown` against a slow reference that walks every block.
@@ -73,7 +73,7 @@ class KVCacheMachine(RuleBasedStateMachine):
         prompt_len = num_shared + num_own
         hashes = hasher.block_hashes()
         expected = self.cache.count_prefix_hit_tokens(hashes, prompt_len)
-        num_hit = self.cache.add_seq(seq_id, hashes, prompt_len)
+        num_hit = self.cache.add_seq(seq_id, hashes, prompt_len, final_len=prompt_len + num_output)
         assert num_hit == expected
         assert num_hit % BLOCK_SIZE == 0 and num_hit < prompt_len
         if num_hit:
@@ -95,13 +95,14 @@ class KVCacheMachine(RuleBasedStateMachine):
         table = self.cache.block_table(seq_id)
         needed = self.cache.num_blocks_needed(seq_id, num_new)
         num_free = self.cache.num_free_blocks
-        if not self.cache.can_append(seq_id, num_new):
-            with pytest.raises(KVCacheError):
-                self.cache.append_slots(seq_id, num_new)
+        copies = self.cache.allocate_slots([seq_id], num_new)
+        if needed > num_free:
+            assert copies is None
             assert self.cache.block_table(seq_id) == table  # all or nothing
+            assert self.cache.num_tokens(seq_id) == self.num_tokens[seq_id]
             event("append refused")
             return
-        copies = self.cache.append_slots(seq_id, num_new)
+        assert copies is not None
         assert self.cache.num_free_blocks == num_free - needed
         assert len(copies) <= 1
         if copies:
@@ -221,7 +222,7 @@ class KVCacheMachine(RuleBasedStateMachine):
     @invariant()
     def memory_breakdown_matches_a_block_by_block_reference(self) -> None:
         final_lens = {s: self.final_lens[s] for s in self._on_gpu()}
-        breakdown = self.cache.memory_breakdown(final_lens)
+        breakdown = self.cache.memory_breakdown()
         assert breakdown.total_slots == NUM_BLOCKS * BLOCK_SIZE
         computed: dict[int, int] = {}
         needed: dict[int, int] = {}

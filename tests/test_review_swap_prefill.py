@@ -11,9 +11,11 @@ from collections import defaultdict
 from sim_helpers import explicit_workload, scenario, system
 
 from pagesim.simulator.core.config import Policy, PreemptionPolicy, Scenario, SystemConfig
-from pagesim.simulator.core.plan import ExecutionModel, StepCost, StepPlan
-from pagesim.simulator.engine import make_execution_model, simulate
-from pagesim.simulator.policies.base import Scheduler
+from pagesim.simulator.core.plan import StepCost, StepPlan
+from pagesim.simulator.core.scheduler import Scheduler
+from pagesim.simulator.engine import simulate
+from pagesim.simulator.execution.factory import make_execution_model
+from pagesim.simulator.execution.model import ExecutionModel
 
 
 def test_swapped_mid_prefill_computes_its_whole_prompt() -> None:

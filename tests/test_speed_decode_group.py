@@ -13,7 +13,7 @@ from __future__ import annotations
 from pagesim.simulator.core.request import Request
 from pagesim.simulator.kv.paged_cache import PagedKVCache
 from pagesim.simulator.policies.decode_group import DecodeGroup
-from pagesim.simulator.policies.paged_state import Group
+from pagesim.simulator.policies.seq_group import SeqGroup
 
 BLOCK_SIZE = 4
 PROMPTS = {0: 4, 1: 5, 2: 7}  # seq id -> KV tokens when it joins
@@ -24,16 +24,16 @@ CROSSINGS = {0: [0], 1: [2], 3: [1], 4: [0], 5: [2], 7: [1], 8: [0], 9: [2]}
 def _cache_with_seqs() -> PagedKVCache:
     kv = PagedKVCache(32, BLOCK_SIZE)
     for seq_id, num_tokens in PROMPTS.items():
-        kv.add_seq(seq_id)
-        kv.append_slots(seq_id, num_tokens)
+        kv.add_seq(seq_id, final_len=num_tokens + OUTPUT_LEN - 1)
+        assert kv.allocate_slots([seq_id], num_tokens) == ()
         kv.commit(seq_id, num_tokens)
     return kv
 
 
-def _member(seq_id: int) -> Group:
+def _member(seq_id: int) -> SeqGroup:
     request = Request(seq_id, 0.0, PROMPTS[seq_id], OUTPUT_LEN)
     request.num_generated = 1  # the prompt's step produced the first token
-    return Group(request, [seq_id], target=PROMPTS[seq_id], num_computed=PROMPTS[seq_id])
+    return SeqGroup(request, [seq_id], target=PROMPTS[seq_id], num_computed=PROMPTS[seq_id])
 
 
 def test_crossings_follow_the_block_boundaries_and_release_all_matches_one_by_one() -> None:
@@ -41,7 +41,7 @@ def test_crossings_follow_the_block_boundaries_and_release_all_matches_one_by_on
     group_ = DecodeGroup(grouped)
     members = [_member(seq_id) for seq_id in PROMPTS]
     for member in members:
-        group_.join(member, final_len=PROMPTS[member.seq_ids[0]] + OUTPUT_LEN - 1)
+        group_.join(member)  # its final length: prompt + output - 1
     num_steps = 10
     for step in range(num_steps):
         crossing = group_.crossing()
@@ -49,8 +49,9 @@ def test_crossings_follow_the_block_boundaries_and_release_all_matches_one_by_on
         group_.grow(crossing)
         assert group_.advance() == []
         for seq_id in PROMPTS:
-            assert reference.append_one_slot(seq_id)
+            assert reference.allocate_slots([seq_id], 1) is not None
             reference.commit_one(seq_id)
+        group_.check_invariants()
     assert grouped.num_free_blocks == reference.num_free_blocks
 
     group_.release_all()
@@ -63,9 +64,7 @@ def test_crossings_follow_the_block_boundaries_and_release_all_matches_one_by_on
         assert grouped.num_tokens(seq_id) == reference.num_tokens(seq_id)
         assert grouped.num_computed_tokens(seq_id) == reference.num_computed_tokens(seq_id)
         assert len(grouped.block_table(seq_id)) == len(reference.block_table(seq_id))
-    assert grouped.memory_breakdown({s: n + OUTPUT_LEN - 1 for s, n in PROMPTS.items()}) == (
-        reference.memory_breakdown({s: n + OUTPUT_LEN - 1 for s, n in PROMPTS.items()})
-    )
+    assert grouped.memory_breakdown() == reference.memory_breakdown()
     # Nothing of the members is left in the calendars: a later member starts clean.
     assert len(group_) == 0
     assert group_.num_context_tokens == group_.num_reserved_slots == 0
@@ -78,7 +77,7 @@ def test_a_member_that_finishes_leaves_its_crossing_bucket() -> None:
     group_ = DecodeGroup(kv)
     member = _member(0)
     member.request.output_len = 3  # two more tokens: it finishes after steps 0 and 1
-    group_.join(member, final_len=PROMPTS[0] + 2)
+    group_.join(member)
     assert group_.crossing() == [0]
     group_.grow([0])
     assert group_.advance() == []

@@ -103,6 +103,26 @@ class Request:
         self.transition(RequestStatus.REJECTED, now_s)
         self.rejection_reason = reason
 
+    @property
+    def num_tokens_left(self) -> int:
+        """Output tokens still to come (per sequence): the request is done when this reaches 0."""
+        return self.output_len - self.num_generated
+
+    def produce_token(self, now_s: float) -> bool:
+        """One output token per sequence appears at `now_s`; True when it was the last.
+
+        The one rule of token production, which TTFT and TPOT rest on: a step that computes a
+        prompt's last token, and every decode step after it, produces one token. (A decode
+        group, simulator.policies.decode_group, applies it to many steps at once.)
+        """
+        self.num_generated += 1
+        if self.first_token_s is None:
+            self.first_token_s = now_s
+        if self.num_generated >= self.output_len:
+            self.last_token_s = now_s
+            return True
+        return False
+
 
 def prompt_segments(request: Request) -> list[tuple[tuple[int, ...], int]]:
     """Content segments of the prompt, in order, as (content key, tokens) for prefix hashing.

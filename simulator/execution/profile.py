@@ -37,7 +37,8 @@ from typing import Any
 from pagesim.simulator.core.catalog import GPUSpec, KVDtype, ModelSpec
 from pagesim.simulator.core.config import ExecutionConfig
 from pagesim.simulator.core.errors import InputError
-from pagesim.simulator.core.plan import StepCost, StepPlan, TransferPricer
+from pagesim.simulator.core.plan import StepCost, StepPlan
+from pagesim.simulator.execution.model import TransferPricer
 from pagesim.simulator.execution.roofline import RooflineModel
 
 PROFILE_SCHEMA = "pagesim-profile"

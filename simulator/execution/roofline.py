@@ -58,7 +58,8 @@ from operator import itemgetter
 from pagesim.simulator.core.catalog import GPUSpec, KVDtype, ModelSpec
 from pagesim.simulator.core.config import ExecutionConfig
 from pagesim.simulator.core.errors import InputError
-from pagesim.simulator.core.plan import SeqWork, StepCost, StepPlan, TransferPricer, step_cost_of
+from pagesim.simulator.core.plan import SeqWork, StepCost, StepPlan, step_cost_of
+from pagesim.simulator.execution.model import TransferPricer
 
 ACTIVATION_BYTES = 2  # fp16/bf16 activations
 WEIGHT_BYTES = 2  # fp16/bf16 weights

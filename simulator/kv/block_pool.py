@@ -201,25 +201,28 @@ class BlockPool:
     # -- checks --------------------------------------------------------------------------------
 
     def check_invariants(self) -> None:
-        """Raise AssertionError if the pool's bookkeeping is inconsistent (O(num_blocks))."""
+        """Raise AssertionError if the pool's bookkeeping is inconsistent (O(num_blocks), with
+        the per-block loops left to C where the pool is large and mostly idle: a CPU swap pool)."""
+        refs, hashes = self._ref_counts, self._hashes
         num_blocks = self.num_blocks
-        used = [b for b in range(num_blocks) if self._ref_counts[b] > 0]
-        invariant(all(r >= 0 for r in self._ref_counts), "negative ref_count")
-        invariant(len(used) == self._num_used, "used counter disagrees with ref_counts")
+        invariant(not refs or min(refs) >= 0, "negative ref_count")
+        num_used = num_blocks - refs.count(0)
+        invariant(num_used == self._num_used, "used counter disagrees with ref_counts")
         invariant(len(set(self._free)) == len(self._free), "a block is twice in the free list")
         invariant(
-            len(self._free) + len(self._evictable) + len(used) == num_blocks,
+            len(self._free) + len(self._evictable) + num_used == num_blocks,
             "free + evictable + used != total",
         )
-        for block in self._free:
-            invariant(self._ref_counts[block] == 0, f"free block {block} is referenced")
-            invariant(self._hashes[block] is None, f"free block {block} holds a hash")
+        free = self._free
+        if sum(map(refs.__getitem__, free)) or set(map(hashes.__getitem__, free)) - {None}:
+            block = next(b for b in free if refs[b] or hashes[b] is not None)
+            raise AssertionError(f"free block {block} is referenced or holds a hash")
         for block in self._evictable:
-            invariant(self._ref_counts[block] == 0, f"evictable block {block} is referenced")
-            invariant(self._hashes[block] is not None, f"evictable block {block} has no hash")
+            invariant(refs[block] == 0, f"evictable block {block} is referenced")
+            invariant(hashes[block] is not None, f"evictable block {block} has no hash")
         for block_hash, block in self._block_of_hash.items():
-            invariant(self._hashes[block] == block_hash, f"hash {block_hash} -> block {block}")
-        num_hashed = sum(h is not None for h in self._hashes)
+            invariant(hashes[block] == block_hash, f"hash {block_hash} -> block {block}")
+        num_hashed = num_blocks - hashes.count(None)
         invariant(num_hashed == len(self._block_of_hash), "a block holds a hash not in the map")
 
     # -- internals -----------------------------------------------------------------------------

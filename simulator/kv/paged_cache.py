@@ -33,6 +33,8 @@ from pagesim.simulator.core.memory import MemoryBreakdown
 from pagesim.simulator.core.plan import BlockCopy
 from pagesim.simulator.kv.block_pool import BlockPool, invariant
 
+_NO_COPIES: tuple[BlockCopy, ...] = ()
+
 
 @dataclass(slots=True)
 class _Seq:
@@ -40,6 +42,7 @@ class _Seq:
     num_tokens: int  # slots appended
     num_computed_tokens: int  # leading slots whose KV is written
     num_registered_blocks: int  # leading blocks already offered to the prefix cache
+    final_len: int | None  # slots it will hold when finished (memory accounting only)
     is_swapped: bool = False
 
 
@@ -168,14 +171,15 @@ class PagedKVCache:
             needed += 1  # the copy-on-write copy of the shared, partly filled last block
         return needed
 
-    def can_append(self, seq_id: int, num_new_tokens: int, reserve_blocks: int = 0) -> bool:
-        needed = self.num_blocks_needed(seq_id, num_new_tokens)
-        return self._gpu.num_free_blocks - needed >= reserve_blocks
-
     # -- lifecycle -----------------------------------------------------------------------------
 
     def add_seq(
-        self, seq_id: int, block_hashes: Sequence[int] = (), num_prompt_tokens: int = 0
+        self,
+        seq_id: int,
+        block_hashes: Sequence[int] = (),
+        num_prompt_tokens: int = 0,
+        *,
+        final_len: int | None = None,
     ) -> int:
         """Register a sequence; map its longest cached prompt prefix. Returns the hit tokens.
 
@@ -183,6 +187,8 @@ class PagedKVCache:
         is the longest run of leading hashes found in the cache, capped at
         (num_prompt_tokens - 1) // block_size blocks so the last prompt token is always computed
         (its logits give the first output token). Hit tokens count as appended and computed.
+        `final_len`: the slots the sequence will hold when it finishes, which only the memory
+        accounting reads (reserved vs internal fragmentation); a fork inherits its parent's.
         With the prefix cache on, every call adds num_prompt_tokens to `num_prefix_query_tokens`
         and the hit to `num_prefix_hit_tokens`. A hit on an evictable block takes it out of
         `num_free_blocks`.
@@ -203,58 +209,84 @@ class PagedKVCache:
             self._num_prefix_query_tokens += num_prompt_tokens
             self._num_prefix_hit_tokens += len(table) * self._block_size
         num_hit_tokens = len(table) * self._block_size
-        self._seqs[seq_id] = _Seq(table, num_hit_tokens, num_hit_tokens, len(table))
+        self._seqs[seq_id] = _Seq(table, num_hit_tokens, num_hit_tokens, len(table), final_len)
         return num_hit_tokens
 
-    def append_slots(self, seq_id: int, num_new_tokens: int) -> list[BlockCopy]:
-        """Grow a sequence by `num_new_tokens` slots; all or nothing. Returns CoW copies."""
-        needed = self.num_blocks_needed(seq_id, num_new_tokens)
-        gpu = self._gpu
-        if needed > gpu.num_free_blocks:
-            raise KVCacheError(
-                f"seq {seq_id}: appending {num_new_tokens} tokens needs {needed} blocks, "
-                f"{gpu.num_free_blocks} free"
-            )
-        copies: list[BlockCopy] = []
-        if not needed:  # the common decode step: the token lands in the last block's free slot
-            self._seqs[seq_id].num_tokens += num_new_tokens
-            return copies
-        seq = self._seqs[seq_id]
-        table = seq.block_table
-        bs = self._block_size
-        if seq.num_tokens % bs and self._gpu_refs[table[-1]] > 1:
-            src = table[-1]
-            dst = gpu.allocate()
-            self._note_computed(dst, self._clamp_fill(seq.num_computed_tokens, len(table) - 1))
-            table[-1] = dst
-            self._release_gpu(src)  # others still hold it: ref_count stays >= 1
-            copies.append(BlockCopy(src, dst))
-        seq.num_tokens += num_new_tokens
-        table.extend(gpu.allocate_many((seq.num_tokens + bs - 1) // bs - len(table)))
-        return copies
+    def allocate_slots(
+        self,
+        seq_ids: Sequence[int],
+        num_new_tokens: int | Sequence[int],
+        reserve_blocks: int = 0,
+    ) -> tuple[BlockCopy, ...] | None:
+        """Grow sequences by `num_new_tokens` slots each (one count for all, or one per sequence),
+        all or nothing: the only way a sequence grows.
 
-    def append_one_slot(self, seq_id: int) -> bool:
-        """A decode step's growth by one slot, when it needs no copy-on-write and its block (if
-        any) is free: then done, True. Otherwise nothing changes and False: the caller takes the
-        general path (`num_blocks_needed`, room-making, `append_slots`), which is exact for both.
-
-        The engine calls this for most sequences of most steps, so it is one dict lookup and a
-        few integer operations.
+        Returns the copy-on-write copies made (usually none), or None when the free blocks less
+        `reserve_blocks` cannot hold the growth; then nothing changed. Needs are counted per
+        sequence, as `num_blocks_needed` does (sequences sharing a partly filled last block each
+        count its copy, though the last of them will write in place). Blocks are taken in the
+        order of `seq_ids`, each sequence's in table order.
         """
-        seq = self._seqs[seq_id]
-        num_tokens = seq.num_tokens
-        if seq.is_swapped:
-            return False
-        if num_tokens % self._block_size:
-            if self._gpu_refs[seq.block_table[-1]] > 1:
-                return False  # shared partial last block: a copy-on-write copy is needed
-            seq.num_tokens = num_tokens + 1
-            return True
-        if not self._gpu.num_free_blocks:
-            return False
-        seq.block_table.append(self._gpu.allocate())
-        seq.num_tokens = num_tokens + 1
-        return True
+        gpu = self._gpu
+        bs = self._block_size
+        refs = self._gpu_refs
+        seqs = self._seqs
+        if isinstance(num_new_tokens, int):
+            if len(seq_ids) == 1 and not reserve_blocks and num_new_tokens >= 0:
+                # One sequence (a decode step's usual call): inline, unless its last block is
+                # shared and partly filled (a copy-on-write copy: the general path below).
+                seq = seqs.get(seq_ids[0])
+                if seq is not None and not seq.is_swapped:
+                    num_tokens = seq.num_tokens
+                    table = seq.block_table
+                    if not (num_tokens % bs and refs[table[-1]] > 1):
+                        num_new_blocks = (num_tokens + num_new_tokens + bs - 1) // bs - len(table)
+                        if num_new_blocks > gpu.num_free_blocks:
+                            return None
+                        seq.num_tokens = num_tokens + num_new_tokens
+                        if num_new_blocks == 1:
+                            table.append(gpu.allocate())
+                        elif num_new_blocks:
+                            table.extend(gpu.allocate_many(num_new_blocks))
+                        return _NO_COPIES
+            counts: Sequence[int] = [num_new_tokens] * len(seq_ids)
+        else:
+            counts = num_new_tokens
+            if len(counts) != len(seq_ids):
+                raise KVCacheError(f"{len(counts)} token counts for {len(seq_ids)} sequences")
+        # Several sequences: count every one's blocks first (all or nothing), inline while no
+        # copy-on-write is involved (a decode group's members crossing into new blocks).
+        needed = 0
+        grown: list[tuple[_Seq, int]] = []
+        for seq_id, count in zip(seq_ids, counts, strict=True):
+            seq = seqs.get(seq_id)
+            if seq is None or seq.is_swapped or count < 0:
+                break
+            num_tokens = seq.num_tokens
+            table = seq.block_table
+            if count and num_tokens % bs and refs[table[-1]] > 1:
+                break
+            num_new_blocks = (num_tokens + count + bs - 1) // bs - len(table)
+            needed += num_new_blocks
+            grown.append((seq, num_new_blocks))
+        else:
+            if gpu.num_free_blocks - needed < reserve_blocks:
+                return None
+            blocks = iter(gpu.allocate_many(needed))
+            for (seq, num_new_blocks), count in zip(grown, counts, strict=True):
+                seq.num_tokens += count
+                if num_new_blocks:
+                    seq.block_table.extend(islice(blocks, num_new_blocks))
+            return _NO_COPIES
+        # The general path: validated, copy-on-write copies made in order.
+        needed = sum(map(self.num_blocks_needed, seq_ids, counts))  # raises on a bad sequence
+        if gpu.num_free_blocks - needed < reserve_blocks:
+            return None
+        copies: list[BlockCopy] = []
+        for seq_id, count in zip(seq_ids, counts, strict=True):
+            if count:
+                self._append(self._seqs[seq_id], count, copies)
+        return tuple(copies) if copies else _NO_COPIES
 
     def commit(
         self, seq_id: int, num_computed_tokens: int, block_hashes: Sequence[int] = ()
@@ -321,56 +353,9 @@ class PagedKVCache:
             self._computed_slots[block] = fill
             self._num_computed_slots += gained
 
-    def reserve_blocks(self, seq_ids: list[int]) -> None:
-        """Append a fresh GPU block to each sequence's table (in order) ahead of its slots: a
-        decode group member's next tokens, counted by `advance_decoded` later. Until then the
-        table is longer than its slots (check_invariants would say so)."""
-        # All checked before any allocation; a decode group calls this every step, so the
-        # lookups are inlined (`_gpu_seq` only to raise).
-        seqs = self._seqs
-        tables: list[list[int]] = []
-        for seq_id in seq_ids:
-            seq = seqs.get(seq_id)
-            if seq is None or seq.is_swapped:
-                seq = self._gpu_seq(seq_id)
-            tables.append(seq.block_table)
-        gpu = self._gpu
-        if len(tables) > gpu.num_free_blocks:
-            raise KVCacheError(f"reserving {len(tables)} blocks, {gpu.num_free_blocks} free")
-        for table, block in zip(tables, gpu.allocate_many(len(tables)), strict=True):
-            table.append(block)
-
-    def advance_decoded(self, seq_id: int, num_steps: int) -> None:
-        """`num_steps` decode steps at once: `append_one_slot` then `commit_one`, `num_steps`
-        times, for a sequence whose steps all land in free slots of blocks already in its table
-        (its last partly filled one, unshared, and those `reserve_block` gave it).
-
-        A decode group (simulator.policies.decode_group) defers its members' per-step updates and
-        brings a member up to date with this when it leaves the group.
-        """
-        seq = self._gpu_seq(seq_id)
-        bs = self._block_size
-        table = seq.block_table
-        new = seq.num_tokens + num_steps
-        if (
-            num_steps < 0
-            or seq.num_computed_tokens != seq.num_tokens
-            or new > len(table) * bs
-            or (
-                num_steps
-                and seq.num_tokens % bs
-                and self._gpu_refs[table[seq.num_tokens // bs]] > 1
-            )
-        ):
-            raise KVCacheError(
-                f"seq {seq_id}: cannot advance {num_steps} decode steps in place "
-                f"({seq.num_computed_tokens} of {seq.num_tokens} computed, {len(table)} blocks)"
-            )
-        seq.num_tokens = new
-        self.commit(seq_id, new)
-
-    def fork(self, parent_seq_id: int, child_seq_id: int) -> None:
-        """The child shares every block of the parent (copy-on-write later)."""
+    def fork(self, parent_seq_id: int, child_seq_id: int, *, final_len: int | None = None) -> None:
+        """The child shares every block of the parent (copy-on-write later); its final length
+        is the parent's unless given."""
         parent = self._gpu_seq(parent_seq_id)
         if child_seq_id in self._seqs:
             raise KVCacheError(f"fork: seq {child_seq_id} already exists")
@@ -386,6 +371,7 @@ class PagedKVCache:
             parent.num_tokens,
             parent.num_computed_tokens,
             parent.num_registered_blocks,
+            parent.final_len if final_len is None else final_len,
         )
 
     def free(self, seq_id: int) -> None:
@@ -441,7 +427,6 @@ class PagedKVCache:
 
     def memory_breakdown(
         self,
-        final_lens: Mapping[int, int],
         seq_ids: Sequence[int] | None = None,
         *,
         num_uncommitted: int = 0,
@@ -449,20 +434,21 @@ class PagedKVCache:
     ) -> MemoryBreakdown:
         """Split the GPU KV capacity (DESIGN.md "Memory"); shared blocks count once.
 
-        `final_lens[seq_id]`: the tokens each live sequence will hold when it finishes. A held
-        slot not yet computed is reserved if some holder will still fill it (position < its
-        final length), internal fragmentation otherwise. Evictable cached blocks are free.
+        A held slot not yet computed is reserved if some holder will still fill it (position <
+        its final length, given to `add_seq`), internal fragmentation otherwise. Evictable
+        cached blocks are free.
         Cost: O(live sequences + their not-yet-computed blocks).
 
         A caller that accounts for some sequences in closed form (a decode group, whose members
         commit their tokens only when they leave) walks only the others (`seq_ids`) and adds
         what it knows: `num_uncommitted` computed slots not committed here, and
-        `num_reserved_elsewhere` reserved slots of the sequences not walked.
+        `num_reserved_elsewhere` reserved slots of the sequences not walked (whose slots not
+        yet appended here it counts as used: it appends them when its members leave).
         """
         bs = self._block_size
         reserved = num_reserved_elsewhere
         if seq_ids is None or seq_ids:
-            reserved += self.num_reserved_slots(final_lens, seq_ids)
+            reserved += self.num_reserved_slots(seq_ids)
         computed = self._num_computed_slots + num_uncommitted
         gpu = self._gpu
         return MemoryBreakdown(
@@ -473,9 +459,7 @@ class PagedKVCache:
             free_slots=gpu.num_free_blocks * bs,
         )
 
-    def num_reserved_slots(
-        self, final_lens: Mapping[int, int], seq_ids: Iterable[int] | None = None
-    ) -> int:
+    def num_reserved_slots(self, seq_ids: Iterable[int] | None = None) -> int:
         """Held, not yet computed slots that some holder will still fill (`memory_breakdown`).
 
         `seq_ids`: walk only these sequences' tails (a caller that accounts for the others'
@@ -493,7 +477,7 @@ class PagedKVCache:
         for seq_id, seq in items:
             if seq.is_swapped:
                 continue
-            final_len = final_lens.get(seq_id)
+            final_len = seq.final_len
             if final_len is None:
                 raise KVCacheError(f"memory_breakdown: no final length for seq {seq_id}")
             table = seq.block_table
@@ -513,6 +497,47 @@ class PagedKVCache:
             if gap > 0:
                 reserved += gap
         return reserved
+
+    def walk_memory_breakdown(
+        self, num_computed_of: Mapping[int, int] | None = None
+    ) -> MemoryBreakdown:
+        """`memory_breakdown` recomputed block by block from the tables alone (O(blocks); for
+        checks). `num_computed_of[seq_id]` stands for a sequence's computed tokens where this
+        cache has not been told of all of them yet (a decode group's members)."""
+        bs = self._block_size
+        overrides = num_computed_of or {}
+        fill: dict[int, int] = {}
+        need: dict[int, int] = {}
+        for seq_id, seq in self._seqs.items():
+            if seq.is_swapped:
+                continue
+            if seq.final_len is None:
+                raise KVCacheError(f"memory_breakdown: no final length for seq {seq_id}")
+            computed = overrides.get(seq_id, seq.num_computed_tokens)
+            final_len = seq.final_len
+            for i, block in enumerate(seq.block_table):
+                start = i * bs
+                filled = computed - start
+                filled = bs if filled > bs else max(filled, 0)
+                needed = final_len - start
+                needed = bs if needed > bs else max(needed, 0)
+                if filled > fill.get(block, 0):
+                    fill[block] = filled
+                else:
+                    fill.setdefault(block, filled)
+                if needed > need.get(block, 0):
+                    need[block] = needed
+                else:
+                    need.setdefault(block, needed)
+        token = sum(fill.values())
+        reserved = sum(max(0, need[b] - fill[b]) for b in fill)
+        return MemoryBreakdown(
+            token_slots=token,
+            reserved_slots=reserved,
+            internal_frag_slots=self._gpu.num_used_blocks * bs - token - reserved,
+            external_frag_slots=0,
+            free_slots=self._gpu.num_free_blocks * bs,
+        )
 
     def check_invariants(self) -> None:
         """Raise AssertionError if tables, pools and counters disagree (O(blocks); for tests)."""
@@ -535,16 +560,18 @@ class PagedKVCache:
                     fill = self._clamp_fill(seq.num_computed_tokens, i)
                     computed[block] = max(computed[block], fill)
         for pool, refs, name in ((self._gpu, gpu_refs, "GPU"), (self._cpu, cpu_refs, "CPU")):
-            for block, num_refs in enumerate(refs):
-                invariant(
-                    pool.ref_count(block) == num_refs,
-                    f"{name} block {block}: ref_count {pool.ref_count(block)} != {num_refs} refs",
+            if pool.ref_counts != refs:  # compared in C; the message names the first difference
+                block = next(b for b, r in enumerate(refs) if pool.ref_counts[b] != r)
+                raise AssertionError(
+                    f"{name} block {block}: ref_count {pool.ref_counts[block]} != "
+                    f"{refs[block]} refs"
                 )
         invariant(computed == self._computed_slots, "computed slots per block disagree")
         invariant(sum(computed) == self._num_computed_slots, "computed slot counter disagrees")
-        for block in range(self._gpu.num_blocks):
-            if gpu_refs[block] and self._gpu.block_hash(block) is not None:
-                invariant(computed[block] == bs, f"cached block {block} is not fully computed")
+        if self._gpu.num_cached_blocks:
+            for block in range(self._gpu.num_blocks):
+                if gpu_refs[block] and self._gpu.block_hash(block) is not None:
+                    invariant(computed[block] == bs, f"cached block {block} is not fully computed")
         for block in self._cpu_hashes:
             invariant(cpu_refs[block] > 0, f"hash kept for free CPU block {block}")
 
@@ -623,10 +650,23 @@ class PagedKVCache:
         """How many of block `block_index`'s slots lie below position `num_tokens`."""
         return min(self._block_size, max(0, num_tokens - block_index * self._block_size))
 
-    def _is_last_block_shared_partial(self, seq: _Seq) -> bool:
-        return bool(
-            seq.num_tokens % self._block_size and self._gpu.ref_count(seq.block_table[-1]) > 1
-        )
+    def _append(self, seq: _Seq, num_new_tokens: int, copies: list[BlockCopy]) -> None:
+        """Append slots whose blocks `allocate_slots` found free; a write into a shared, partly
+        filled last block copies it first (the picture at the top of this module)."""
+        table = seq.block_table
+        bs = self._block_size
+        gpu = self._gpu
+        if seq.num_tokens % bs and self._gpu_refs[table[-1]] > 1:
+            src = table[-1]
+            dst = gpu.allocate()
+            self._note_computed(dst, self._clamp_fill(seq.num_computed_tokens, len(table) - 1))
+            table[-1] = dst
+            self._release_gpu(src)  # others still hold it: ref_count stays >= 1
+            copies.append(BlockCopy(src, dst))
+        seq.num_tokens += num_new_tokens
+        num_new_blocks = (seq.num_tokens + bs - 1) // bs - len(table)
+        if num_new_blocks:
+            table.extend(gpu.allocate_many(num_new_blocks))
 
     def _note_computed(self, block: int, fill: int) -> None:
         """Block `block` now holds computed KV in its first `fill` slots."""

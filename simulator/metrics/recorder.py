@@ -15,10 +15,10 @@ from pagesim.simulator.core.catalog import GPUSpec
 from pagesim.simulator.core.config import SLO
 from pagesim.simulator.core.plan import StepCost, StepPlan
 from pagesim.simulator.core.request import Request
+from pagesim.simulator.core.scheduler import Scheduler
 from pagesim.simulator.metrics.request_log import RequestLog
 from pagesim.simulator.metrics.result import RunResult
 from pagesim.simulator.metrics.step_log import StepLog, StepTotals
-from pagesim.simulator.policies.base import Scheduler
 
 PERCENTILES = (50, 90, 99)
 

@@ -1,4 +1,4 @@
-"""A decode group: lone sequences decoding one token a step, advanced without per-sequence work.
+"""The fast path: lone decoding sequences advanced as one group, without per-sequence work.
 
 Most of a long run's sequence-steps are single-sequence requests decoding: each step appends one
 slot, commits it and produces one token, and nothing else about the sequence changes until its
@@ -8,37 +8,62 @@ base + K tokens (base = n0 - j) and has generated g0 + K - j. Two calendars say 
 needs attention:
 
     cross  every K with (base + K) % block_size == 0    its next token needs a new block: the
-           step takes one for it if the step's blocks all fit (else everyone is handled one by
-           one, as room may have to be made). Periodic, so a member sits in one of block_size
-           buckets (K % block_size) for as long as it stays: no per-crossing calendar work.
-    finish j + output_len - g0                          its last token appears: it leaves (a
-           heap of group steps)
+           step allocates it (`PagedKVCache.allocate_slots`, the slots it skipped included) if
+           the step's blocks all fit, else everyone is handled one by one, as room may have to
+           be made. Periodic, so a member sits in one of block_size buckets (K % block_size)
+           for as long as it stays: no per-crossing calendar work.
+    finish j + Request.num_tokens_left at joining      its last token appears (the one rule of
+           token production, `Request.produce_token`, applied K - j times): it leaves.
 
 Between events the group's totals follow in closed form from a few running sums, so a step
 costs work proportional to what changes, not to the batch. Leaving (`release`) brings the
-member's Group, Request and KV sequence up to date exactly as the per-step path would have.
+member's SeqGroup, Request and KV sequence up to date exactly as the per-step path would have:
+the KV cache learns of its skipped slots and commits them then.
 
-Valid only without a prefix cache (members' blocks are then never shared, and there are no
-block hashes to extend); the scheduler uses it only when nobody inspects every step.
+The decisions stay the general path's: a policy's running phase passes its own demand rule
+(`schedule_running`), which this module applies to every non-member, and a step is grouped only
+when it is exactly what the per-step path would do (everyone decodes, nothing needs room made).
+`tests/simulator/policies/test_fast_path.py` runs both paths on random scenarios with invariants
+checked after every step and counts the steps that took this one.
+
+Valid only without a prefix cache (members' blocks are never shared, and there are no block
+hashes to extend).
 """
 
 from __future__ import annotations
 
 import heapq
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from itertools import compress
 from operator import not_
-from typing import TYPE_CHECKING
+from typing import Any
 
-from pagesim.simulator.core.plan import SeqWork, seq_work_of
+from pagesim.simulator.core.plan import BlockCopy, Preemption, SeqWork, StepPlan, seq_work_of
+from pagesim.simulator.kv.paged_cache import PagedKVCache
+from pagesim.simulator.policies.seq_group import SeqGroup, StepBuilder
 
-if TYPE_CHECKING:
-    from pagesim.simulator.kv.paged_cache import PagedKVCache
-    from pagesim.simulator.policies.paged_state import Group
+# A policy's running-phase rule: (group, budget left) -> (tokens per sequence, budget tokens,
+# is_prefill), or None when the group sits this step out.
+Demand = Callable[[SeqGroup, int], tuple[int, int, bool] | None]
+
+
+class _Member:
+    """A member's state at joining, and what the KV cache has been told of it since."""
+
+    __slots__ = ("cap", "final_len", "g0", "group", "j", "n0", "synced")
+
+    def __init__(self, group: SeqGroup, j: int, cap: int, final_len: int) -> None:
+        self.group = group
+        self.j = j  # group step at joining
+        self.n0 = group.num_computed  # its KV tokens then (all committed)
+        self.g0 = group.request.num_generated
+        self.cap = cap  # min(final length, slots allocated)
+        self.final_len = final_len
+        self.synced = self.n0  # slots the KV cache holds for it (appended, maybe uncommitted)
 
 
 class DecodeGroup:
-    """Members and their calendars; `step` counts completed engine steps."""
+    """Members and their calendars; `step` counts the engine steps the members decoded in."""
 
     def __init__(self, kv: PagedKVCache) -> None:
         self.kv = kv
@@ -47,89 +72,82 @@ class DecodeGroup:
         # member -> its KV tokens minus the group step: at step K it holds base + K tokens.
         # Plans keep it as a snapshot (`snapshot_bases`): it is copied before the next change,
         # which most steps (no member joins or leaves) never make.
-        self.bases: dict[Group, int] = {}
+        self.bases: dict[SeqGroup, int] = {}
         self._is_bases_shared = False
-        self._joined: dict[Group, tuple[int, int, int]] = {}  # member -> (j, n0, g0)
-        # By a member's seq id: its final length and cap = min(final length, allocated slots).
-        self._final_lens: dict[int, int] = {}
-        self._caps: dict[int, int] = {}
+        self._members: dict[int, _Member] = {}  # by seq id
         # K % block_size -> seq ids of the members crossing a block boundary at step K.
         self._crossing_at: list[set[int]] = [set() for _ in range(self.block_size)]
-        self._finish: list[tuple[int, int, Group, int]] = []  # (step, seq id, member, j)
+        # (finish step, seq id, join serial, member): stale once that member left.
+        self._finish: list[tuple[int, int, int, _Member]] = []
+        self._num_joins = 0
         self._sum_base = 0  # sum of bases
         self._sum_join = 0  # sum of j
-        self._sum_cap = 0  # sum of min(final length, allocated slots)
+        self._sum_cap = 0  # sum of caps
 
     def __len__(self) -> int:
         return len(self.bases)
 
-    def join(self, group: Group, final_len: int) -> None:
+    # -- membership -------------------------------------------------------------------------
+    def join(self, group: SeqGroup) -> None:
         """`group` (one sequence, decoding, its step committed) advances with the group."""
         j = self.step
         n0 = group.num_computed
-        g0 = group.request.num_generated
+        request = group.request
         bs = self.block_size
+        final_len = group.final_len
         cap = min(final_len, -(-n0 // bs) * bs)
-        assert final_len >= n0 and g0 < group.request.output_len
+        assert final_len >= n0 and request.num_tokens_left > 0
         seq_id = group.seq_ids[0]
         base = n0 - j
         self._own_bases()[group] = base
-        self._joined[group] = (j, n0, g0)
-        self._final_lens[seq_id] = final_len
-        self._caps[seq_id] = cap
+        member = _Member(group, j, cap, final_len)
+        self._members[seq_id] = member
         self._sum_base += base
         self._sum_join += j
         self._sum_cap += cap
         self._crossing_at[-base % bs].add(seq_id)
-        heapq.heappush(self._finish, (j + group.request.output_len - g0, seq_id, group, j))
+        self._num_joins += 1
+        heapq.heappush(self._finish, (j + request.num_tokens_left, seq_id, self._num_joins, member))
 
-    def release(self, group: Group) -> None:
+    def release(self, group: SeqGroup) -> None:
         """Take `group` out, its state brought up to date (the steps it advanced, one by one)."""
         seq_id = group.seq_ids[0]
-        j, n0, g0 = self._joined.pop(group)
+        member = self._members.pop(seq_id)
         base = self._own_bases().pop(group)
         self._crossing_at[-base % self.block_size].remove(seq_id)
-        del self._final_lens[seq_id]
-        self._sum_base -= n0 - j
-        self._sum_join -= j
-        self._sum_cap -= self._caps.pop(seq_id)
-        num_steps = self.step - j
-        group.num_computed = n0 + num_steps
-        group.request.num_generated = g0 + num_steps
-        self.kv.advance_decoded(seq_id, num_steps)
+        self._sum_base -= base
+        self._sum_join -= member.j
+        self._sum_cap -= member.cap
+        self._catch_up(member)
 
-    def crossing(self) -> list[int]:
-        """Seq ids (ascending) of the members whose token this step needs a new block. The
-        caller either gives each its block (`grow`) or releases every member."""
-        return sorted(self._crossing_at[self.step % self.block_size])
+    def release_all(self) -> None:
+        """Every member leaves, as by `release` one by one, but the group's own bookkeeping is
+        emptied at once: a step that must make room releases a hundred members or more."""
+        for member in self._members.values():
+            self._catch_up(member)
+        self._members.clear()
+        self.bases = {}  # a new dict: a plan may hold the old one as its snapshot
+        self._is_bases_shared = False
+        for due in self._crossing_at:
+            due.clear()
+        self._finish.clear()  # every entry is stale now
+        self._sum_base = self._sum_join = self._sum_cap = 0
 
-    def grow(self, crossing: list[int]) -> None:
-        """Each crossing member takes a new block (the pool has them) and stays a member."""
-        if not crossing:
-            return
-        self.kv.reserve_blocks(crossing)
-        bs = self.block_size
-        caps, final_lens = self._caps, self._final_lens
-        gained = 0
-        for seq_id in crossing:
-            # Its tokens fill its allocated slots (`cap`: below its final length, as it still
-            # computes one more); now one block more.
-            cap = caps[seq_id]
-            new_cap = min(final_lens[seq_id], cap + bs)
-            caps[seq_id] = new_cap
-            gained += new_cap - cap
-        self._sum_cap += gained
+    def _catch_up(self, member: _Member) -> None:
+        """The member's K - j skipped steps, applied at once: tokens, output and KV."""
+        group = member.group
+        num_steps = self.step - member.j
+        num_tokens = member.n0 + num_steps
+        group.num_computed = num_tokens
+        group.request.num_generated = member.g0 + num_steps
+        seq_ids = group.seq_ids
+        kv = self.kv
+        if kv.allocate_slots(seq_ids, num_tokens - member.synced) is None:  # within its blocks
+            raise AssertionError(f"seq {seq_ids[0]}: its skipped slots left its blocks")
+        kv.commit(seq_ids[0], num_tokens)
 
-    def advance(self) -> list[Group]:
-        """A step completed: every member gained a token. Returns the members that finished
-        (released, their last token produced)."""
-        self.step += 1
-        due = self._pop_due(self._finish)
-        for group in due:
-            self.release(group)
-        return due
-
-    def others(self, running: Sequence[Group]) -> list[int]:
+    # -- a step -----------------------------------------------------------------------------
+    def others(self, running: Sequence[SeqGroup]) -> list[int]:
         """Indices in `running` (which holds every member) of the groups that are no member.
         Most steps have none, known from the counts alone; otherwise filtered in C, as the
         running list has hundreds of members and a handful of others."""
@@ -138,49 +156,118 @@ class DecodeGroup:
         is_member = map(self.bases.__contains__, running)
         return list(compress(range(len(running)), map(not_, is_member)))
 
-    def snapshot_bases(self) -> Mapping[Group, int]:
-        """`bases` as of now, for a plan to read later: not to be changed by the caller, and
-        copied by the group itself before it next changes."""
-        self._is_bases_shared = True
-        return self.bases
+    def crossing(self) -> list[int]:
+        """Seq ids (ascending) of the members whose token this step needs a new block. The
+        caller either gives each its block (`grow`) or releases every member."""
+        return sorted(self._crossing_at[self.step % self.block_size])
 
-    def release_all(self) -> None:
-        """Every member leaves, as by `release` one by one, but the group's own bookkeeping is
-        emptied at once: a step that must make room releases a hundred members or more."""
-        step = self.step
-        advance_decoded = self.kv.advance_decoded
-        for group, (j, n0, g0) in self._joined.items():
-            num_steps = step - j
-            group.num_computed = n0 + num_steps
-            group.request.num_generated = g0 + num_steps
-            advance_decoded(group.seq_ids[0], num_steps)
-        self._joined.clear()
-        self.bases = {}  # a new dict: a plan may hold the old one as its snapshot
-        self._is_bases_shared = False
-        self._final_lens.clear()
-        self._caps.clear()
-        for due in self._crossing_at:
-            due.clear()
-        self._finish.clear()  # every entry is stale now
-        self._sum_base = self._sum_join = self._sum_cap = 0
+    def grow(self, crossing: list[int]) -> None:
+        """Each crossing member takes a new block (the pool has them) and stays a member: the
+        KV cache gets its skipped slots and this step's one."""
+        if not crossing:
+            return
+        members = self._members
+        step_tokens = self.step + 1  # each holds base + step tokens, all in full blocks
+        counts = [self.bases[members[s].group] + step_tokens - members[s].synced for s in crossing]
+        if self.kv.allocate_slots(crossing, counts) is None:
+            raise AssertionError("crossing members' blocks were counted as free")
+        bs = self.block_size
+        gained = 0
+        for seq_id, count in zip(crossing, counts, strict=True):
+            member = members[seq_id]
+            member.synced += count
+            new_cap = min(member.final_len, member.cap + bs)
+            gained += new_cap - member.cap
+            member.cap = new_cap
+        self._sum_cap += gained
 
-    def _own_bases(self) -> dict[Group, int]:
+    def advance(self) -> list[SeqGroup]:
+        """A grouped step completed: every member gained a token. Returns the members that
+        finished (released, their last token produced)."""
+        self.step += 1
+        due: list[SeqGroup] = []
+        calendar, members = self._finish, self._members
+        while calendar and calendar[0][0] <= self.step:
+            _, seq_id, _, member = heapq.heappop(calendar)
+            if members.get(seq_id) is member:  # else stale: it left (and maybe rejoined)
+                due.append(member.group)
+        for group in due:
+            self.release(group)
+        return due
+
+    def schedule_running(
+        self, running: list[SeqGroup], step: StepBuilder, budget: int, demand: Demand
+    ) -> int | None:
+        """The running requests' part of a step with the members summed, if it is exactly what
+        the policy's per-sequence loop would do with `demand`: every member decodes (the
+        budget reaches them all) and nothing needs room made (the blocks asked for fit).
+        Returns the budget left, or None (members released: the caller visits one by one)."""
+        members = self.bases
+        if not members:
+            return None
+        crossing = self.crossing()
+        kv = self.kv
+        # Replay the budget in visiting order: before the n-th other, i - n members took 1 each.
+        visits: list[tuple[SeqGroup, int, bool]] = []
+        spent, needed = 0, len(crossing)
+        for n, i in enumerate(self.others(running)):
+            group = running[i]
+            available = budget - (i - n) - spent
+            if available <= 0:
+                self.release_all()
+                return None
+            asked = demand(group, available)
+            if asked is None:
+                continue  # no room this step; it keeps its blocks
+            num_new, tokens, is_prefill = asked
+            for seq_id in group.seq_ids:
+                needed += kv.num_blocks_needed(seq_id, num_new)
+            spent += tokens
+            visits.append((group, num_new, is_prefill))
+        left = budget - spent - len(members)
+        if left < 0 or needed > kv.num_free_blocks:
+            self.release_all()
+            return None
+        # Now exactly the per-sequence path's operations, in the same order but for block ids:
+        # the crossing members take theirs first (with no prefix cache an id is never observed).
+        self.grow(crossing)
+        for group, num_new, is_prefill in visits:
+            copies = kv.allocate_slots(group.seq_ids, num_new)
+            assert copies is not None, "counted as fitting above"
+            if copies:
+                step.copies.extend(copies)
+            step.add(group, num_new, is_prefill)
+        step.num_decode_tokens += len(members)
+        step.is_grouped = True
+        return left
+
+    def plan(self, step: StepBuilder, running: Sequence[SeqGroup]) -> GroupedStepPlan:
+        """The grouped step's plan: `step`'s listed work plus the members, summed."""
+        listed = tuple(step.work)
+        num_listed_context = sum(item.context_len for item in listed) if listed else 0
+        self._is_bases_shared = True  # the plan keeps it: copied before it next changes
+        return GroupedStepPlan(
+            listed,
+            tuple(running),
+            self.bases,
+            self.step,
+            num_listed_context + self.num_context_tokens,
+            preemptions=tuple(step.preemptions),
+            num_swap_out_blocks=step.swap_out,
+            num_swap_in_blocks=step.swap_in,
+            copies=tuple(step.copies),
+            num_prefill_tokens=step.num_prefill_tokens,
+            num_decode_tokens=step.num_decode_tokens,
+            num_prefill_seqs=step.num_prefill_seqs,
+            num_decode_seqs=len(listed) - step.num_prefill_seqs + len(self.bases),
+        )
+
+    def _own_bases(self) -> dict[SeqGroup, int]:
         """`bases`, ready to change: copied first if a plan holds it as its snapshot."""
         if self._is_bases_shared:
             self.bases = dict(self.bases)
             self._is_bases_shared = False
         return self.bases
-
-    def _pop_due(self, calendar: list[tuple[int, int, Group, int]]) -> list[Group]:
-        """The members whose event in `calendar` falls due by this step, in calendar order."""
-        due: list[Group] = []
-        joined = self._joined
-        while calendar and calendar[0][0] <= self.step:
-            _, _, group, j = heapq.heappop(calendar)
-            state = joined.get(group)
-            if state is not None and state[0] == j:  # else stale: it left (and maybe rejoined)
-                due.append(group)
-        return due
 
     # -- closed-form totals ---------------------------------------------------------------
     @property
@@ -190,7 +277,7 @@ class DecodeGroup:
 
     @property
     def num_deferred_computed(self) -> int:
-        """Computed slots the KV cache has not been told of: sum over members of K - j."""
+        """Computed slots the KV cache has not committed: sum over members of K - j."""
         return len(self.bases) * self.step - self._sum_join
 
     @property
@@ -202,6 +289,115 @@ class DecodeGroup:
         """
         return self._sum_cap - self._sum_base - len(self.bases) * self.step
 
-    def seq_work(self, group: Group, base: int) -> SeqWork:
-        """A member's entry in a plan whose step began with `base` KV tokens."""
-        return seq_work_of((group.request.request_id, group.seq_ids[0], 1, base + 1, False))
+    def num_computed_of_members(self) -> dict[int, int]:
+        """Each member's true KV tokens (all computed), by seq id: what the KV cache will be told
+        when it leaves."""
+        step = self.step
+        return {s: self.bases[m.group] + step for s, m in self._members.items()}
+
+    def check_invariants(self) -> None:
+        """The running sums and calendars agree with the members (O(members))."""
+        members = self._members
+        assert len(members) == len(self.bases)
+        assert self._sum_base == sum(self.bases.values())
+        assert self._sum_join == sum(m.j for m in members.values())
+        assert self._sum_cap == sum(m.cap for m in members.values())
+        bs = self.block_size
+        for seq_id, member in members.items():
+            base = self.bases[member.group]
+            assert seq_id in self._crossing_at[-base % bs]
+            assert member.group.seq_ids == [seq_id]
+            held = base + self.step
+            assert member.synced <= held <= member.final_len
+            assert member.group.num_computed == member.n0  # caught up only when it leaves
+            assert self.kv.num_tokens(seq_id) == member.synced
+            assert self.kv.num_computed_tokens(seq_id) == member.n0
+        assert sum(map(len, self._crossing_at)) == len(members)
+
+
+class GroupedStepPlan(StepPlan):
+    """A StepPlan whose decode group is summed rather than listed: building a SeqWork per
+    member per step is the per-sequence cost the group exists to avoid. `work` is rebuilt on
+    first use, in the order the scheduler visited the sequences, equal to the plain plan's.
+
+    `running`: the running groups as the step visited them; `bases`: member -> KV tokens minus
+    the group step; a member's entry is SeqWork(request_id, seq_id, 1, base + step + 1, False).
+    """
+
+    __slots__ = ("_bases", "_group_step", "_listed", "_num_context_tokens", "_running", "_work")
+    _listed: tuple[SeqWork, ...]
+    _running: tuple[Any, ...]
+    _bases: Mapping[Any, int]
+    _group_step: int
+    _num_context_tokens: int
+    _work: tuple[SeqWork, ...] | None
+
+    def __init__(
+        self,
+        listed: tuple[SeqWork, ...],
+        running: tuple[SeqGroup, ...],
+        bases: Mapping[SeqGroup, int],
+        group_step: int,
+        num_context_tokens: int,
+        *,
+        preemptions: tuple[Preemption, ...],
+        num_swap_out_blocks: int,
+        num_swap_in_blocks: int,
+        copies: tuple[BlockCopy, ...],
+        num_prefill_tokens: int,
+        num_decode_tokens: int,
+        num_prefill_seqs: int,
+        num_decode_seqs: int,
+    ) -> None:
+        # The base is a frozen dataclass whose `work` slot this class replaces by a property.
+        # One plan per engine step: the fields are set one by one, without a loop or a dict.
+        set_field = object.__setattr__
+        set_field(self, "preemptions", preemptions)
+        set_field(self, "num_swap_out_blocks", num_swap_out_blocks)
+        set_field(self, "num_swap_in_blocks", num_swap_in_blocks)
+        set_field(self, "copies", copies)
+        set_field(self, "num_prefill_tokens", num_prefill_tokens)
+        set_field(self, "num_decode_tokens", num_decode_tokens)
+        set_field(self, "num_prefill_seqs", num_prefill_seqs)
+        set_field(self, "num_decode_seqs", num_decode_seqs)
+        set_field(self, "_listed", listed)
+        set_field(self, "_running", running)
+        set_field(self, "_bases", bases)
+        set_field(self, "_group_step", group_step)
+        set_field(self, "_num_context_tokens", num_context_tokens)
+        set_field(self, "_work", None)
+
+    @property  # type: ignore[override]
+    def work(self) -> tuple[SeqWork, ...]:
+        work = self._work
+        if work is None:
+            work = self._merge()
+            object.__setattr__(self, "_work", work)
+        return work
+
+    @property
+    def listed_work(self) -> tuple[SeqWork, ...]:
+        return self._listed
+
+    @property
+    def num_context_tokens(self) -> int:
+        return self._num_context_tokens
+
+    def _merge(self) -> tuple[SeqWork, ...]:
+        listed = self._listed
+        step = self._group_step
+        out: list[SeqWork] = []
+        i = 0
+        for group in self._running:
+            base = self._bases.get(group)
+            if base is not None:
+                rid, seq_id = group.request.request_id, group.seq_ids[0]
+                out.append(seq_work_of((rid, seq_id, 1, base + step + 1, False)))
+                continue
+            # A listed group's entries are consecutive and carry its request id.
+            rid = group.request.request_id
+            while i < len(listed) and listed[i].request_id == rid:
+                out.append(listed[i])
+                i += 1
+        out.extend(listed[i:])  # swapped back in or admitted after the running ones
+        return tuple(out)

@@ -23,7 +23,8 @@ from pagesim.simulator.core.memory import MemoryBreakdown
 from pagesim.simulator.core.plan import SeqWork, StepPlan
 from pagesim.simulator.core.request import Request, RequestStatus
 from pagesim.simulator.kv.contiguous import ContiguousKVCache, reservation_slots
-from pagesim.simulator.policies.base import Scheduler, WaitingQueue
+from pagesim.simulator.policies.base import PolicyBase
+from pagesim.simulator.policies.pieces import WaitingQueue, waiting_queue
 
 
 @dataclass(eq=False, slots=True)
@@ -36,7 +37,7 @@ class Member:
     is_done: bool = False
 
 
-class ReservingScheduler(Scheduler):
+class ReservingScheduler(PolicyBase):
     """Shared mechanics: reservation sizing, admission into regions, token bookkeeping."""
 
     returns_batch_together = False  # static batching answers a whole batch at once
@@ -44,11 +45,11 @@ class ReservingScheduler(Scheduler):
     def __init__(self, system: SystemConfig, max_seq_len: int, num_slots: int) -> None:
         super().__init__(system, max_seq_len)
         self.kv = ContiguousKVCache(num_slots)
-        self.waiting: WaitingQueue[Request] = WaitingQueue(system.admission, _same)
+        self.waiting: WaitingQueue[Request] = waiting_queue(system, _same)
         self.running: list[Member] = []
+        self.members: dict[int, Member] = {}  # request id -> its member, while it holds regions
         self._final_lens: dict[int, int] = {}
         self._next_seq_id = 0
-        self._prefills: list[Member] = []  # members whose prompt the current plan computes
 
     def _region_slots(self, request: Request) -> int:
         return reservation_slots(
@@ -56,7 +57,7 @@ class ReservingScheduler(Scheduler):
         )
 
     def add_request(self, request: Request, now_s: float) -> None:
-        reason = self._too_long_reason(request)
+        reason = self.too_long_reason(request)
         need = self._region_slots(request) * request.num_seqs
         if reason is None and need > self.kv.num_slots:
             reason = (
@@ -64,7 +65,7 @@ class ReservingScheduler(Scheduler):
                 f"reservation); the cache holds {self.kv.num_slots}"
             )
         # Else it would wait forever: no batch may hold its sequences.
-        reason = reason or self._too_many_seqs_reason(request)
+        reason = reason or self.too_many_seqs_reason(request)
         if reason is not None:
             request.reject(reason, now_s)
             return
@@ -86,6 +87,7 @@ class ReservingScheduler(Scheduler):
             self._final_lens[seq_id] = request.total_len - 1
             member.seq_ids.append(seq_id)
         request.transition(RequestStatus.RUNNING, now_s)
+        self.members[request.request_id] = member
         return member
 
     def _advance(self, member: Member, num_new: int, now_s: float, is_prefill: bool) -> None:
@@ -94,15 +96,26 @@ class ReservingScheduler(Scheduler):
             self.kv.set_computed(seq_id, member.num_computed)
         if is_prefill and member.num_computed < member.request.prompt_len:
             return
-        if self._produce_token(member.request, now_s):
+        if member.request.produce_token(now_s):
             member.is_done = True
             if not self.returns_batch_together:
-                self._finish(member.request, now_s)
+                member.request.transition(RequestStatus.FINISHED, now_s)
 
     def _release(self, member: Member) -> None:
         for seq_id in member.seq_ids:
             self.kv.free(seq_id)
             del self._final_lens[seq_id]
+        del self.members[member.request.request_id]
+
+    def _planned(self, plan: StepPlan) -> list[tuple[Member, bool]]:
+        """The members `plan` lists, in its order, each once, with whether it prefills."""
+        out: list[tuple[Member, bool]] = []
+        last_rid = None
+        for item in plan.work:
+            if item.request_id != last_rid:
+                last_rid = item.request_id
+                out.append((self.members[last_rid], item.is_prefill))
+        return out
 
     @property
     def has_pending(self) -> bool:
@@ -130,7 +143,6 @@ class OrcaScheduler(ReservingScheduler):
             context = member.num_computed + 1
             rid = member.request.request_id
             work.extend(SeqWork(rid, s, 1, context, False) for s in member.seq_ids)
-        self._prefills = []
         num_seqs = sum(len(m.seq_ids) for m in self.running)
         budget = max(self.system.max_num_batched_tokens, self.max_seq_len)
         while len(self.waiting):
@@ -143,7 +155,6 @@ class OrcaScheduler(ReservingScheduler):
             if member is None:
                 break  # FCFS: the head blocks the queue
             self.waiting.pop()
-            self._prefills.append(member)
             num_seqs += request.num_seqs
             budget -= request.prompt_len
             work.extend(
@@ -153,16 +164,16 @@ class OrcaScheduler(ReservingScheduler):
         return StepPlan.build(work)
 
     def complete(self, plan: StepPlan, now_s: float) -> None:
-        for member in self.running:
-            self._advance(member, 1, now_s, is_prefill=False)
-        for member in self._prefills:
-            self._advance(member, member.request.prompt_len, now_s, is_prefill=True)
-            self.running.append(member)
+        for member, is_prefill in self._planned(plan):
+            if is_prefill:
+                self._advance(member, member.request.prompt_len, now_s, is_prefill=True)
+                self.running.append(member)
+            else:
+                self._advance(member, 1, now_s, is_prefill=False)
         for member in self.running:
             if member.is_done:
                 self._release(member)
         self.running = [m for m in self.running if not m.is_done]
-        self._prefills = []
 
 
 class StaticScheduler(ReservingScheduler):
@@ -196,7 +207,6 @@ class StaticScheduler(ReservingScheduler):
         return now_s >= oldest + self.system.static_batch_timeout_s
 
     def schedule(self, now_s: float) -> StepPlan:
-        self._prefills = []
         if not self.running:
             if not len(self.waiting) or not self._ready_to_form(now_s):
                 return StepPlan.build(())
@@ -211,8 +221,9 @@ class StaticScheduler(ReservingScheduler):
         return StepPlan.build(work)
 
     def _form_batch(self, now_s: float) -> StepPlan:
+        batch: list[Member] = []
         num_seqs = 0
-        while len(self.waiting) and len(self._prefills) < self.system.static_batch_size:
+        while len(self.waiting) and len(batch) < self.system.static_batch_size:
             request = self.waiting.peek()
             if num_seqs + request.num_seqs > self.system.max_num_seqs:
                 break
@@ -220,30 +231,31 @@ class StaticScheduler(ReservingScheduler):
             if member is None:
                 break
             self.waiting.pop()
-            self._prefills.append(member)
+            batch.append(member)
             num_seqs += request.num_seqs
-        if not self._prefills:
+        if not batch:
             return StepPlan.build(())
-        self._padded_prompt = max(m.request.prompt_len for m in self._prefills)
+        self._padded_prompt = max(m.request.prompt_len for m in batch)
         self._num_steps_in_batch = 0
         pad = self._padded_prompt
-        work = [SeqWork(m.request.request_id, m.seq_ids[0], pad, pad, True) for m in self._prefills]
+        work = [SeqWork(m.request.request_id, m.seq_ids[0], pad, pad, True) for m in batch]
         return StepPlan.build(work)
 
     def complete(self, plan: StepPlan, now_s: float) -> None:
-        if self._prefills:
-            for member in self._prefills:
+        planned = self._planned(plan)
+        if plan.num_prefill_seqs:  # a new batch's prompts
+            for member, _ in planned:
                 self._advance(member, member.request.prompt_len, now_s, is_prefill=True)
-            self.running = self._prefills
-            self._prefills = []
-        else:
-            for member in self.running:
+            self.running = [member for member, _ in planned]
+        else:  # the batch decodes; members already done are padding
+            for member, _ in planned:
                 if not member.is_done:
                     self._advance(member, 1, now_s, is_prefill=False)
         if all(m.is_done for m in self.running):
             for member in self.running:
                 self._release(member)
-                self._finish(member.request, now_s)  # the batch returns all its answers now
+                # The batch returns all its answers now.
+                member.request.transition(RequestStatus.FINISHED, now_s)
             self.running = []
 
 

@@ -1,0 +1,69 @@
+"""What the engine and the recorder ask of a batching policy: the engine-facing protocol.
+
+A scheduler is a plain object (no SimPy). The engine calls `add_request` on arrivals, then per
+iteration `schedule(now)` -> StepPlan, prices the plan, advances time, and calls
+`complete(plan, now)`, which acts on what the plan says. Implementations live in
+`simulator.policies`.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from pagesim.simulator.core.memory import MemoryBreakdown
+from pagesim.simulator.core.plan import StepPlan
+from pagesim.simulator.core.request import Request
+
+
+class Scheduler(Protocol):
+    arrivals_done: bool
+
+    def add_request(self, request: Request, now_s: float) -> None:
+        """A request arrived: it waits, or is rejected with a reason at once."""
+        ...
+
+    def schedule(self, now_s: float) -> StepPlan:
+        """Decide the next iteration. An empty plan means: nothing to do until something changes."""
+        ...
+
+    def complete(self, plan: StepPlan, now_s: float) -> None:
+        """`plan` finished at `now_s`: advance tokens, finish requests, free memory."""
+        ...
+
+    @property
+    def has_pending(self) -> bool:
+        """Some request is waiting, running or swapped."""
+        ...
+
+    def queue_lengths(self) -> tuple[int, int, int]:
+        """(running, waiting, swapped) request counts."""
+        ...
+
+    def memory_breakdown(self) -> MemoryBreakdown: ...
+
+    def check_invariants(self) -> None:
+        """Raise AssertionError if the policy's or the KV cache's bookkeeping is inconsistent;
+        changes nothing (tests call it after every step)."""
+        ...
+
+    @property
+    def kv_capacity_slots(self) -> int: ...
+
+    @property
+    def batch_capacity(self) -> int:
+        """Batch slots for slot utilization: the most sequences one iteration may hold."""
+        ...
+
+    def useful_slots(self, plan: StepPlan) -> int:
+        """Slots of `plan` doing useful work (padding is not)."""
+        ...
+
+    def next_wakeup_s(self, now_s: float) -> float | None:
+        """A time to re-plan although nothing arrives (static batching's fill timeout)."""
+        ...
+
+    def mark_arrivals_done(self) -> None: ...
+
+    def prefix_hit_rate(self) -> float | None:
+        """Share of prompt tokens served from the prefix cache; None without a prefix cache."""
+        ...

@@ -1,0 +1,50 @@
+"""What every execution model shares: the protocol the engine prices plans through, and the
+pricing of KV moves (swap over the host link, copy-on-write copies in HBM)."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from pagesim.simulator.core.plan import StepCost, StepPlan
+
+
+class ExecutionModel(Protocol):
+    """Prices a StepPlan. Implementations: roofline (analytic) and profile (measured)."""
+
+    name: str
+
+    def price(self, plan: StepPlan) -> StepCost: ...
+
+    def describe(self) -> dict[str, object]:
+        """Provenance for reports: kind, device, date, efficiency factors, extrapolation notes."""
+        ...
+
+
+class TransferPricer:
+    """Prices a plan's KV moves, which every execution model prices alike: swapped blocks queue
+    on the host link; a copy-on-write copy reads its source block and writes the copy in HBM at
+    `copy_bps`."""
+
+    __slots__ = ("block_bytes", "copy_bytes_per_copy", "copy_s_per_copy", "host_link_bps")
+
+    def __init__(self, block_bytes: int, host_link_bps: float, copy_bps: float) -> None:
+        self.block_bytes = block_bytes
+        self.host_link_bps = host_link_bps
+        self.copy_bytes_per_copy = 2 * block_bytes
+        self.copy_s_per_copy = self.copy_bytes_per_copy / copy_bps
+
+    def price(self, plan: StepPlan) -> tuple[float, float, float]:
+        """(swap_s, copy_s, copy_bytes) of `plan`; zeros at once for the common step that moves
+        no block."""
+        num_copies = len(plan.copies)
+        num_swap_blocks = plan.num_swap_in_blocks + plan.num_swap_out_blocks
+        if not (num_copies or num_swap_blocks):
+            return _NO_TRANSFER
+        return (
+            num_swap_blocks * self.block_bytes / self.host_link_bps,
+            num_copies * self.copy_s_per_copy,
+            float(num_copies * self.copy_bytes_per_copy),
+        )
+
+
+_NO_TRANSFER = (0.0, 0.0, 0.0)

@@ -1,0 +1,183 @@
+"""The paged policies' engine-facing scheduler: one `PagedScheduler`, composed of the shared
+state and mechanics (`PagedState`) and a step policy that decides each iteration (vLLM V0's or
+V1's, `vllm_v0.py` / `vllm_v1.py`).
+
+`complete(plan)` acts on what the plan lists: each listed group computed its entries' tokens (and
+a grouped plan's decode group one token per member). Whether a token appears follows the one rule
+of `Request.produce_token`.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from pagesim.simulator.core.config import SystemConfig
+from pagesim.simulator.core.memory import MemoryBreakdown
+from pagesim.simulator.core.plan import StepPlan
+from pagesim.simulator.core.request import GENERATED_SEGMENT, Request, SamplingKind
+from pagesim.simulator.policies.base import PolicyBase
+from pagesim.simulator.policies.decode_group import DecodeGroup, GroupedStepPlan
+from pagesim.simulator.policies.paged_state import PagedState
+from pagesim.simulator.policies.seq_group import SeqGroup, StepBuilder, blocks_for
+
+
+class StepPolicy(Protocol):
+    """How a paged policy decides one iteration over the shared state."""
+
+    groups_decodes: bool  # whether its running phase can take the decode fast path
+
+    def schedule(self, state: PagedState, step: StepBuilder, now_s: float) -> None: ...
+
+
+class PagedScheduler(PolicyBase):
+    """vLLM-style paged scheduling: `policy` decides, `state` remembers and acts."""
+
+    def __init__(
+        self,
+        system: SystemConfig,
+        max_seq_len: int,
+        num_blocks: int,
+        num_cpu_blocks: int,
+        policy: StepPolicy,
+    ) -> None:
+        super().__init__(system, max_seq_len)
+        self.state = PagedState(system, max_seq_len, num_blocks, num_cpu_blocks)
+        self.kv = self.state.kv  # read by the fidelity executor and tests
+        self.policy = policy
+
+    def enable_fast_path(self) -> bool:
+        """Advance lone decoding sequences as a group (simulator.policies.decode_group): same
+        results, no per-sequence work between their block boundaries. Not with a prefix cache
+        (members' hashes would need extending every step). Returns whether it is on."""
+        if self.system.enable_prefix_cache or not self.policy.groups_decodes:
+            return False
+        self.state.decode_group = DecodeGroup(self.kv)
+        return True
+
+    # -- engine API -------------------------------------------------------------------------
+    def add_request(self, request: Request, now_s: float) -> None:
+        reason = self.too_long_reason(request) or self._capacity_reason(request)
+        if reason is not None:
+            request.reject(reason, now_s)
+            return
+        self.state.waiting.push(self.state.new_group(request))
+
+    def schedule(self, now_s: float) -> StepPlan:
+        step = StepBuilder()
+        state = self.state
+        self.policy.schedule(state, step, now_s)
+        if step.is_grouped:
+            assert state.decode_group is not None
+            return state.decode_group.plan(step, state.running)
+        return step.plan()
+
+    def complete(self, plan: StepPlan, now_s: float) -> None:
+        state = self.state
+        groups = state.groups
+        commit_one = state.kv.commit_one
+        decode_group = state.decode_group
+        finished: list[SeqGroup] = []
+        joining: list[SeqGroup] = []  # lone decoders that join the decode group after the step
+        last_rid = None
+        for rid, _, num_new, _, is_prefill in plan.listed_work:
+            if rid == last_rid:
+                continue  # a multi-sequence group's further entries: handled with the first
+            last_rid = rid
+            group = groups[rid]
+            request = group.request
+            group.num_computed += num_new
+            is_lone = num_new == 1 and len(group.seq_ids) == 1 and group.hashers is None
+            if is_lone:
+                commit_one(group.seq_ids[0])  # a lone decode (or a one-token chunk)
+            else:
+                state.commit(group)
+            if is_prefill and group.num_computed < group.target:
+                continue  # a chunk of the prompt: no token yet
+            if request.produce_token(now_s):
+                finished.append(group)
+                continue
+            if not is_lone or is_prefill:  # a lone decode has no hashes to extend, nothing to fork
+                if group.hashers is not None:
+                    for seq_id, hasher in zip(group.seq_ids, group.hashers, strict=True):
+                        hasher.extend((GENERATED_SEGMENT, seq_id), 1)
+                if is_prefill and request.num_seqs > len(group.seq_ids):
+                    state.fork(group)
+                elif len(group.seq_ids) > 1 and request.sampling is SamplingKind.BEAM:
+                    state.refork_beam(group)
+            if decode_group is not None and len(group.seq_ids) == 1 and group.hashers is None:
+                joining.append(group)
+        if decode_group is not None:
+            if type(plan) is GroupedStepPlan:
+                for group in decode_group.advance():  # members whose last token appeared now
+                    group.request.last_token_s = now_s
+                    finished.append(group)
+            for group in joining:
+                decode_group.join(group)
+        if finished:
+            state.finish(finished, now_s)
+
+    @property
+    def has_pending(self) -> bool:
+        state = self.state
+        return bool(state.running or state.swapped or len(state.waiting))
+
+    def queue_lengths(self) -> tuple[int, int, int]:
+        state = self.state
+        return len(state.running), len(state.waiting), len(state.swapped)
+
+    def memory_breakdown(self) -> MemoryBreakdown:
+        state = self.state
+        decode_group = state.decode_group
+        if decode_group is None or not decode_group.bases:
+            return self.kv.memory_breakdown()
+        # Members in closed form (DecodeGroup), the others' tails walked by the KV cache.
+        running = state.running
+        others = decode_group.others(running)
+        return self.kv.memory_breakdown(
+            [s for i in others for s in running[i].seq_ids] if others else (),
+            num_uncommitted=decode_group.num_deferred_computed,
+            num_reserved_elsewhere=decode_group.num_reserved_slots,
+        )
+
+    def check_invariants(self) -> None:
+        """The state's and the KV cache's invariants, and the memory breakdown against a walk of
+        every block; with decode-group members, also the group's own sums, its closed-form
+        breakdown checked by that walk with the members' true progress. Changes nothing."""
+        state = self.state
+        state.check_invariants()
+        decode_group = state.decode_group
+        true_computed = {}
+        if decode_group is not None and decode_group.bases:
+            decode_group.check_invariants()
+            true_computed = decode_group.num_computed_of_members()
+        walked = self.kv.walk_memory_breakdown(true_computed)
+        assert self.memory_breakdown() == walked, (self.memory_breakdown(), walked)
+
+    @property
+    def kv_capacity_slots(self) -> int:
+        return self.kv.num_blocks * self.state.block_size
+
+    def prefix_hit_rate(self) -> float | None:
+        if not self.system.enable_prefix_cache:
+            return None
+        queried = self.kv.num_prefix_query_tokens
+        return self.kv.num_prefix_hit_tokens / queried if queried else 0.0
+
+    # -- admission checks -------------------------------------------------------------------
+    def _capacity_reason(self, request: Request) -> str | None:
+        """A request that could not finish even alone on the GPU is rejected up front."""
+        block_size = self.state.block_size
+        num_blocks = self.kv.num_blocks
+        prompt_blocks = blocks_for(request.prompt_len, block_size)
+        needed = blocks_for(request.total_len - 1, block_size)
+        # Forked sequences share only the prompt's full blocks: each holds its own copy of the
+        # partly filled prompt block and its own output blocks (counting only blocks_for(output)
+        # per extra sequence admitted requests that could never come back from swap).
+        per_seq_own = needed - request.prompt_len // block_size
+        needed += (request.num_seqs - 1) * per_seq_own
+        if needed > num_blocks or prompt_blocks > num_blocks:
+            return (
+                f"needs {needed} KV blocks of {block_size} tokens at full length; "
+                f"the cache holds {num_blocks}"
+            )
+        return self.too_many_seqs_reason(request)

@@ -1,0 +1,105 @@
+"""A request on the paged KV cache, and the step a policy is building.
+
+`SeqGroup` is the one record of a request's scheduling state: its sequences (ids into the KV
+cache, which owns their blocks), how many KV tokens each has computed, how many it must compute
+before its next token appears, and its prefix hashes. The `Request` keeps identity, lifecycle and
+metrics; the KV cache keeps block tables.
+
+`StepBuilder` collects what one `schedule()` call decides, in visiting order, and freezes it
+into the StepPlan that `complete()` later acts on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pagesim.simulator.core.plan import BlockCopy, Preemption, SeqWork, StepPlan, seq_work_of
+from pagesim.simulator.core.request import Request
+from pagesim.simulator.kv.prefix_hash import SequenceHasher
+
+
+@dataclass(eq=False, slots=True)
+class SeqGroup:
+    """A request's sequences and progress on the paged KV cache."""
+
+    request: Request
+    seq_ids: list[int]
+    target: int  # KV tokens to compute before the next token appears (prompt, or on recompute
+    #              prompt + generated tokens)
+    num_computed: int = 0  # KV tokens computed per sequence
+    hashers: list[SequenceHasher] | None = None  # per sequence, only with prefix caching
+    num_dropped: int = 0  # KV tokens (all sequences') dropped at the last recompute preemption
+
+    @property
+    def is_prefilling(self) -> bool:
+        return self.num_computed < self.target
+
+    @property
+    def num_seqs(self) -> int:
+        return len(self.seq_ids)
+
+    @property
+    def final_len(self) -> int:
+        """KV tokens each sequence holds when the request finishes: its last token's KV is never
+        computed."""
+        return self.request.total_len - 1
+
+
+def blocks_for(num_tokens: int, block_size: int) -> int:
+    return -(-num_tokens // block_size)
+
+
+class StepBuilder:
+    """The step being decided: work in visiting order, its counts, and the moves it makes."""
+
+    __slots__ = (
+        "copies",
+        "is_grouped",
+        "num_decode_tokens",
+        "num_prefill_seqs",
+        "num_prefill_tokens",
+        "preemptions",
+        "swap_in",
+        "swap_out",
+        "work",
+    )
+
+    def __init__(self) -> None:
+        self.work: list[SeqWork] = []
+        self.num_prefill_tokens = 0
+        self.num_prefill_seqs = 0
+        self.num_decode_tokens = 0
+        self.preemptions: list[Preemption] = []
+        self.copies: list[BlockCopy] = []
+        self.swap_out = 0  # blocks
+        self.swap_in = 0  # blocks
+        self.is_grouped = False  # a decode group's members decode too (summed, not listed)
+
+    def add(self, group: SeqGroup, num_new: int, is_prefill: bool) -> None:
+        """`group` computes `num_new` tokens per sequence this step. Its entries carry contexts
+        as of now: nothing changes a scheduled group before the plan is built."""
+        rid = group.request.request_id
+        context = group.num_computed + num_new
+        seq_ids = group.seq_ids
+        append = self.work.append
+        for seq_id in seq_ids:
+            append(seq_work_of((rid, seq_id, num_new, context, is_prefill)))
+        if is_prefill:
+            self.num_prefill_tokens += num_new * len(seq_ids)
+            self.num_prefill_seqs += len(seq_ids)
+        else:
+            self.num_decode_tokens += num_new * len(seq_ids)
+
+    def plan(self) -> StepPlan:
+        work = self.work
+        return StepPlan(
+            tuple(work),
+            tuple(self.preemptions),
+            self.swap_out,
+            self.swap_in,
+            tuple(self.copies),
+            self.num_prefill_tokens,
+            self.num_decode_tokens,
+            self.num_prefill_seqs,
+            len(work) - self.num_prefill_seqs,
+        )

@@ -1,0 +1,119 @@
+"""vLLM's V1 scheduler (`vllm/v1/core/sched/scheduler.py`, reference v0.11.0), as pagesim models
+it (FACTS.md):
+
+One token budget per step. Running requests first (decode = 1 token per sequence, an unfinished
+prompt = its next chunk), preempting when blocks run out; then, unless this step preempted,
+swapped-out requests come back and, once none is left swapped out, waiting requests are
+admitted, each chunked into what is left of the budget (Sarathi-Serve's stall-free batching).
+vLLM's V1 only recomputes; swap under V1 is pagesim's extension, with V0's rule for swapped
+requests.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from pagesim.simulator.policies.decode_group import Demand
+from pagesim.simulator.policies.paged_state import PagedState
+from pagesim.simulator.policies.seq_group import SeqGroup, StepBuilder
+
+
+class VllmV1:
+    """The V1 step: one token budget shared by decodes and prompt chunks."""
+
+    groups_decodes = True  # lone decoders may advance as a decode group (the fast path)
+
+    def schedule(self, state: PagedState, step: StepBuilder, now_s: float) -> None:
+        system = state.system
+        budget = system.max_num_batched_tokens
+        chunk_cap = system.max_prefill_chunk or budget
+
+        def demand(group: SeqGroup, available: int) -> tuple[int, int, bool] | None:
+            return running_demand(group, available, chunk_cap)
+
+        decode_group = state.decode_group
+        left = (
+            None
+            if decode_group is None
+            else decode_group.schedule_running(state.running, step, budget, demand)
+        )
+        if left is None:
+            left = schedule_running(state, step, budget, demand, now_s)
+        if step.preemptions:
+            return  # V1 admits nothing in a step that preempted
+        if state.swapped:
+            left = resume_swapped(state, step, left, now_s)
+        # As in V0, swapped-out requests go first: admitting new ones past them would starve
+        # them and fill the CPU swap space.
+        if not state.swapped and len(state.waiting):
+            admit_chunks(state, step, left, chunk_cap, now_s)
+
+
+def running_demand(group: SeqGroup, budget: int, chunk_cap: int) -> tuple[int, int, bool] | None:
+    """What a running group asks of a step with `budget` tokens left: (tokens per sequence,
+    tokens of the budget, is_prefill), or None when its decode does not fit this step (it keeps
+    its blocks and waits)."""
+    if group.num_computed < group.target:
+        num_new = min(group.target - group.num_computed, budget, chunk_cap)
+        return num_new, num_new, True
+    tokens = len(group.seq_ids)
+    if tokens > budget:
+        return None
+    return 1, tokens, False
+
+
+def schedule_running(
+    state: PagedState,
+    step: StepBuilder,
+    budget: int,
+    demand: Demand,
+    now_s: float,
+) -> int:
+    """Running requests first, in order, while the budget lasts; returns the budget left."""
+    remaining: deque[SeqGroup] = deque(state.running)
+    kept: list[SeqGroup] = []
+    allocate_slots = state.kv.allocate_slots
+    while remaining and budget > 0:  # so a lone decode (1 token) always fits the budget
+        group = remaining.popleft()
+        asked = demand(group, budget)
+        if asked is None:
+            kept.append(group)  # no room this step; it keeps its blocks
+            continue
+        num_new, tokens, is_prefill = asked
+        copies = allocate_slots(group.seq_ids, num_new)
+        if copies is not None:
+            if copies:
+                step.copies.extend(copies)
+            step.add(group, num_new, is_prefill)
+        elif not state.grow(group, num_new, is_prefill, remaining, step, now_s):
+            continue  # preempted itself
+        kept.append(group)
+        budget -= tokens
+    state.running = kept + list(remaining)
+    return budget
+
+
+def resume_swapped(state: PagedState, step: StepBuilder, budget: int, now_s: float) -> int:
+    while state.swapped:
+        num_seqs = state.swapped[0].num_seqs
+        if num_seqs > budget or not state.swap_back_one(step, now_s):
+            break
+        budget -= num_seqs
+    return budget
+
+
+def admit_chunks(
+    state: PagedState, step: StepBuilder, budget: int, chunk_cap: int, now_s: float
+) -> None:
+    """Waiting requests in order, each its first chunk, until the budget or the blocks run out."""
+    waiting = state.waiting
+    max_num_seqs = state.system.max_num_seqs
+    while len(waiting) and budget > 0:
+        group = waiting.peek()
+        if state.num_running_seqs + group.request.num_seqs > max_num_seqs:
+            break
+        scheduled = state.admit(group, min(budget, chunk_cap), step, now_s)
+        if not scheduled:
+            break
+        waiting.pop()
+        budget -= scheduled
