@@ -8,14 +8,17 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from pagesim.fidelity_cli import validate_fidelity
 from pagesim.simulator.core.errors import InputError, PagesimError
+
+if TYPE_CHECKING:
+    from pagesim.simulator.studies.bench_compare import Comparison
+    from pagesim.simulator.studies.timing import BenchSpec, TimedRun
 
 app = typer.Typer(
     name="pagesim",
@@ -404,45 +407,33 @@ def bench_sim(
     --against REV, the same for git revision REV and this tree, and their ratio.
     Example: pagesim bench sim --synthetic 100000 --rate 8 --against HEAD~5
     """
-    from pagesim.simulator.studies.bench import sharegpt_scenario, trace_replay_scenario
+    from pagesim.simulator.studies.timing import BenchSpec
 
-    if synthetic is not None:
-        scenario = sharegpt_scenario(synthetic, rate, policy)
-        label = f"sharegpt-like x {synthetic} at {rate} req/s"
+    spec = BenchSpec(policy, trace, requests, synthetic, rate)
+    if against is None:
+        from pagesim.simulator.studies.bench import bench_sim
+
+        _echo_speed(spec, bench_sim(spec))
     else:
-        scenario = trace_replay_scenario(trace, requests, policy)
-        label = trace
-    if against is not None:
-        trace_arg = str(Path(trace).resolve()) if Path(trace).is_file() else trace
-        args = {"synthetic": synthetic, "rate": rate, "policy": policy}
-        _bench_against(label, against, args | {"trace": trace_arg, "requests": requests}, repeat)
-        return
-    import resource
+        from pagesim.simulator.studies.bench_compare import compare_revisions
 
-    from pagesim.simulator.engine import simulate
+        _echo_comparison(compare_revisions(against, spec, repeat))
 
-    start = time.perf_counter()
-    result = simulate(scenario)
-    wall_s = time.perf_counter() - start
-    peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    summary = result.summary
-    num_requests = int(summary["num_requests"])  # type: ignore[arg-type]
-    tokens = float(result.requests["output_len"].sum() + result.requests["prompt_len"].sum())
-    steps = int(summary["num_steps"])  # type: ignore[arg-type]
+
+def _echo_speed(spec: BenchSpec, run: TimedRun) -> None:
+    n, steps, wall_s = run.num_requests, run.num_steps, run.wall_s
     typer.echo(
-        f"{label}, {policy}: {num_requests} requests, simulated {summary['duration_s']:.0f} s "
-        f"in {wall_s:.2f} s wall; {num_requests / wall_s:,.0f} requests/s, "
-        f"{tokens / wall_s:,.0f} tokens/s, {steps:,} steps ({steps / wall_s:,.0f} steps/s); "
-        f"peak RSS {peak_mib:,.0f} MiB"
+        f"{spec.label}, {spec.policy}: {n} requests, simulated {run.summary['duration_s']:.0f} s "
+        f"in {wall_s:.2f} s wall; {n / wall_s:,.0f} requests/s, "
+        f"{run.num_tokens / wall_s:,.0f} tokens/s, {steps:,} steps ({steps / wall_s:,.0f} "
+        f"steps/s); peak RSS {run.peak_rss_mib:,.0f} MiB"
     )
 
 
-def _bench_against(label: str, revision: str, args: dict[str, object], repeat: int) -> None:
-    from pagesim.simulator.studies.bench_compare import compare_revisions
-
-    comparison = compare_revisions(revision, args, repeat)
+def _echo_comparison(comparison: Comparison) -> None:
+    spec, repeat = comparison.spec, comparison.num_repeats
     typer.echo(
-        f"{label}, {args['policy']}: {revision} (before) vs this tree (after), "
+        f"{spec.label}, {spec.policy}: {comparison.revision} (before) vs this tree (after), "
         f"best of {repeat} alternating runs each, one process per run"
     )
     rows = []
