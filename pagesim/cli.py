@@ -9,16 +9,13 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
+from pagesim import console
 from pagesim.fidelity_cli import validate_fidelity
 from pagesim.simulator.core.errors import InputError, PagesimError
-
-if TYPE_CHECKING:
-    from pagesim.simulator.studies.bench_compare import Comparison
-    from pagesim.simulator.studies.timing import BenchSpec, TimedRun
 
 app = typer.Typer(
     name="pagesim",
@@ -41,40 +38,6 @@ app.add_typer(bench_app, name="bench")
 SetOption = Annotated[
     list[str] | None,
     typer.Option("--set", help="Override a scenario key: --set workload.arrival.rate_per_s=4"),
-]
-
-
-def _echo_table(rows: list[dict[str, object]], columns: list[tuple[str, str, str]]) -> None:
-    """Print rows as an aligned table; columns are (key, header, format)."""
-    cells = [[header for _, header, _ in columns]]
-    for row in rows:
-        line = []
-        for key, _, fmt in columns:
-            value = row.get(key)
-            line.append("-" if value is None else format(value, fmt) if fmt else str(value))
-        cells.append(line)
-    widths = [max(len(r[i]) for r in cells) for i in range(len(columns))]
-    for r in cells:
-        typer.echo(
-            "  ".join(
-                c.rjust(w) if i else c.ljust(w)
-                for i, (c, w) in enumerate(zip(r, widths, strict=True))
-            )
-        )
-
-
-SUMMARY_COLUMNS = [
-    ("system", "system", ""),
-    ("num_finished", "done", "d"),
-    ("num_rejected", "rej", "d"),
-    ("throughput_req_s", "req/s", ".3f"),
-    ("throughput_tok_s", "tok/s", ".1f"),
-    ("ttft_p50_s", "TTFT p50 s", ".3f"),
-    ("tpot_p50_s", "TPOT p50 s", ".4f"),
-    ("e2e_p99_s", "E2E p99 s", ".2f"),
-    ("kv_waste_share", "KV waste", ".1%"),
-    ("slot_utilization", "slots", ".1%"),
-    ("num_preemptions", "preempt", "d"),
 ]
 
 
@@ -107,7 +70,7 @@ def run(
     overrides = list(set_ or []) + ([f"seed={seed}"] if seed is not None else [])
     loaded = load_scenario(path, overrides)
     results = _run_scenario(loaded, out, f"simulating {loaded.name}")
-    _echo_table([{"system": r.system} | r.summary for r in results], SUMMARY_COLUMNS)
+    console.echo_summaries(results)
     out.mkdir(parents=True, exist_ok=True)
     (out / "scenario.toml").write_text(path.read_text())
     (out / "overrides.json").write_text(json.dumps(overrides))
@@ -226,7 +189,9 @@ def sweep(
     table = done.table
     rows = table.to_dict("records")
     axes = list(points[0].axes)
-    _echo_table(rows, [(k, k.rsplit(".", 1)[-1], "") for k in axes] + SUMMARY_COLUMNS)
+    console.echo_table(
+        rows, [(k, k.rsplit(".", 1)[-1], "") for k in axes] + console.SUMMARY_COLUMNS
+    )
     ran = done.points
     typer.echo(
         f"{len(points)} points: {ran.num_computed} simulated, {ran.num_cached} from the cache, "
@@ -413,61 +378,11 @@ def bench_sim(
     if against is None:
         from pagesim.simulator.studies.bench import bench_sim
 
-        _echo_speed(spec, bench_sim(spec))
+        console.echo_speed(spec, bench_sim(spec))
     else:
         from pagesim.simulator.studies.bench_compare import compare_revisions
 
-        _echo_comparison(compare_revisions(against, spec, repeat))
-
-
-def _echo_speed(spec: BenchSpec, run: TimedRun) -> None:
-    n, steps, wall_s = run.num_requests, run.num_steps, run.wall_s
-    typer.echo(
-        f"{spec.label}, {spec.policy}: {n} requests, simulated {run.summary['duration_s']:.0f} s "
-        f"in {wall_s:.2f} s wall; {n / wall_s:,.0f} requests/s, "
-        f"{run.num_tokens / wall_s:,.0f} tokens/s, {steps:,} steps ({steps / wall_s:,.0f} "
-        f"steps/s); peak RSS {run.peak_rss_mib:,.0f} MiB"
-    )
-
-
-def _echo_comparison(comparison: Comparison) -> None:
-    spec, repeat = comparison.spec, comparison.num_repeats
-    typer.echo(
-        f"{spec.label}, {spec.policy}: {comparison.revision} (before) vs this tree (after), "
-        f"best of {repeat} alternating runs each, one process per run"
-    )
-    rows = []
-    for name, run in (("before", comparison.before), ("after", comparison.after)):
-        rows.append(
-            {
-                "side": name,
-                "wall": run.wall_s,
-                "req": run.num_requests / run.wall_s,
-                "tok": run.num_tokens / run.wall_s,
-                "steps": run.num_steps / run.wall_s,
-                "rss": run.peak_rss_mib,
-            }
-        )
-    _echo_table(
-        rows,
-        [
-            ("side", "", ""),
-            ("wall", "wall s", ".2f"),
-            ("req", "requests/s", ",.0f"),
-            ("tok", "tokens/s", ",.0f"),
-            ("steps", "steps/s", ",.0f"),
-            ("rss", "peak RSS MiB", ",.0f"),
-        ],
-    )
-    differences = comparison.summary_differences()
-    typer.echo(
-        f"after/before: {comparison.speedup:.2f}x faster, peak RSS x{comparison.memory_ratio:.2f}; "
-        + (
-            "summaries agree (rel 1e-9)"
-            if not differences
-            else f"summaries differ in {len(differences)} keys: " + "; ".join(differences[:5])
-        )
-    )
+        console.echo_comparison(compare_revisions(against, spec, repeat))
 
 
 @bench_app.command("kernel")
@@ -484,21 +399,9 @@ def bench_kernel(
         import pandas as pd
 
         pd.DataFrame(rows).to_csv(out, index=False)
-    if rows:
-        keys = list(rows[0])
-        _echo_table(rows, [(k, k, "") for k in keys])
+    console.echo_rows(rows)
 
 
-CAPACITY_COLUMNS = [
-    ("config", "configuration", ""),
-    ("num_gpus", "GPUs", "d"),
-    ("max_rate_per_s", "max req/s", ".3g"),
-    ("failed_rate_per_s", "fails at", ".3g"),
-    ("slo_share", "SLO met", ".1%"),
-    ("queue_delay_p99_s", "queue p99 s", ".3g"),
-    ("goodput_per_gpu", "goodput/GPU", ".3g"),
-    ("num_evaluations", "runs", "d"),
-]
 REPORTED_CONFIGS = 4  # the best ones get the full per-system report at their max rate
 
 
@@ -581,7 +484,7 @@ def capacity(
         framed = run_points(points, pool, cache=cache, frames_for=[p.key for p in points])
     finally:
         pool.close()
-    _echo_table(ranking.to_dict("records"), CAPACITY_COLUMNS)
+    console.echo_table(ranking.to_dict("records"), console.CAPACITY_COLUMNS)
     typer.echo(
         f"{len(configs)} configurations, {done.num_computed} runs simulated, "
         f"{done.num_cached} from the cache"
