@@ -7,7 +7,6 @@ for input a person gave.
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -39,95 +38,6 @@ SetOption = Annotated[
     list[str] | None,
     typer.Option("--set", help="Override a scenario key: --set workload.arrival.rate_per_s=4"),
 ]
-
-
-def _run_scenario(scenario, out: Path | None, label: str):  # type: ignore[no-untyped-def]
-    from pagesim.simulator.engine import simulate
-
-    results = []
-    with typer.progressbar(length=len(scenario.systems), label=label, file=sys.stderr) as progress:
-        for system in scenario.systems:
-            results.append(simulate(scenario, system))
-            progress.update(1)
-    return results
-
-
-@app.command()
-def run(
-    scenario: Annotated[str, typer.Argument(help="A scenario TOML file or a built-in name.")],
-    out: Annotated[Path, typer.Option(help="Folder for the report and data.")] = Path("runs/last"),
-    seed: Annotated[int | None, typer.Option(help="Override the scenario's seed.")] = None,
-    set_: SetOption = None,
-    report: Annotated[bool, typer.Option(help="Write the HTML/PNG report.")] = True,
-) -> None:
-    """Run every system of a scenario side by side and write a report.
-
-    Example: pagesim run swap_vs_recompute --out runs/swap --set workload.num_requests=100
-    """
-    from pagesim.simulator.scenario.load import describe_scenario, load_scenario, resolve_scenario
-
-    path = resolve_scenario(scenario)
-    overrides = list(set_ or []) + ([f"seed={seed}"] if seed is not None else [])
-    loaded = load_scenario(path, overrides)
-    results = _run_scenario(loaded, out, f"simulating {loaded.name}")
-    console.echo_summaries(results)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "scenario.toml").write_text(path.read_text())
-    (out / "overrides.json").write_text(json.dumps(overrides))
-    if report:
-        from pagesim.reports.render import write_report
-
-        html = write_report(
-            results,
-            out,
-            title=f"pagesim: {loaded.name}",
-            scenario_text=describe_scenario(loaded),
-            provenance=_provenance(results, overrides),
-            calibration=_calibration_curves(loaded),
-        )
-        typer.echo(f"report: {html}")
-    else:
-        from pagesim.reports.frames import unique_slugs
-
-        names = unique_slugs([r.system for r in results], reserved={"plots"})
-        for result, name in zip(results, names, strict=True):
-            result.write(out / name)
-        typer.echo(f"data: {out}")
-
-
-def _calibration_curves(scenario) -> dict | None:  # type: ignore[no-untyped-def]
-    """The profile's measured vs fitted curves, when the scenario is priced by a profile."""
-    from pagesim.simulator.core.config import ExecutionKind
-
-    path = scenario.execution.profile_path
-    if scenario.execution.kind is not ExecutionKind.PROFILE or path is None:
-        return None
-    from pagesim.calibration.profile import calibration_panels
-
-    return calibration_panels(Path(path))
-
-
-def _provenance(results, overrides: list[str]) -> dict[str, object]:  # type: ignore[no-untyped-def]
-    from pagesim import __version__
-
-    first = results[0].provenance if results else {}
-    execution = dict(first.get("execution_model") or {})
-    kind = str(execution.get("kind", "roofline"))
-    provenance: dict[str, object] = {
-        "execution_model": kind,
-        "pagesim_version": __version__,
-        "seed": first.get("seed"),
-        "model": first.get("model"),
-        "gpu": first.get("gpu"),
-        "overrides": overrides,
-        "execution_details": execution,
-    }
-    if kind == "profile":
-        provenance["profile_device"] = execution.get("device")
-        provenance["profile_date"] = execution.get("date")
-    return provenance
-
-
 JobsOption = Annotated[
     int | None,
     typer.Option(help="Worker processes (or Ray CPUs); default: this machine's CPU count."),
@@ -145,9 +55,26 @@ NoCacheOption = Annotated[
 ]
 
 
-def _point_progress(total: int, label: str):  # type: ignore[no-untyped-def]
-    """A progress bar counting sweep points (cached ones count at once) on stderr."""
-    return typer.progressbar(length=total, label=label, file=sys.stderr)
+@app.command()
+def run(
+    scenario: Annotated[str, typer.Argument(help="A scenario TOML file or a built-in name.")],
+    out: Annotated[Path, typer.Option(help="Folder for the report and data.")] = Path("runs/last"),
+    seed: Annotated[int | None, typer.Option(help="Override the scenario's seed.")] = None,
+    set_: SetOption = None,
+    report: Annotated[bool, typer.Option(help="Write the HTML/PNG report.")] = True,
+) -> None:
+    """Run every system of a scenario side by side and write a report.
+
+    Example: pagesim run swap_vs_recompute --out runs/swap --set workload.num_requests=100
+    """
+    from pagesim.reports.folders import write_run
+    from pagesim.simulator.studies.runs import run_scenario
+
+    overrides = list(set_ or []) + ([f"seed={seed}"] if seed is not None else [])
+    done = run_scenario(scenario, overrides, progress=console.progress_bar)
+    console.echo_summaries(done.results)
+    written = write_run(done, out, report=report)
+    typer.echo(f"report: {written}" if report else f"data: {written}")
 
 
 @app.command()
@@ -173,40 +100,22 @@ def sweep(
 
     Example: pagesim sweep latency_vs_rate_sharegpt --param workload.arrival.rate_per_s=1,2,4
     """
-    from pagesim.simulator.scenario.load import describe_scenario, resolve_scenario
-    from pagesim.simulator.studies.sweep import make_executor, plan_sweep, run_sweep
+    from pagesim.reports.folders import write_sweep
+    from pagesim.simulator.studies.runs import sweep_scenario
 
-    path = resolve_scenario(scenario)
-    points = plan_sweep(path, list(set_ or []), list(param or []))
-    pool = make_executor(executor, jobs, address)
-    try:
-        with _point_progress(len(points), f"sweeping {points[0].scenario.name}") as progress:
-            done = run_sweep(
-                points, out, pool, use_cache=not no_cache, on_record=lambda _: progress.update(1)
-            )
-    finally:
-        pool.close()
-    table = done.table
-    rows = table.to_dict("records")
-    axes = list(points[0].axes)
-    console.echo_table(
-        rows, [(k, k.rsplit(".", 1)[-1], "") for k in axes] + console.SUMMARY_COLUMNS
-    )
-    ran = done.points
-    typer.echo(
-        f"{len(points)} points: {ran.num_computed} simulated, {ran.num_cached} from the cache, "
-        f"in {ran.wall_s:.1f} s"
-    )
-    from pagesim.reports.render import write_report
-
-    html = write_report(
-        done.last_results,
+    done = sweep_scenario(
+        scenario,
         out,
-        title=f"pagesim sweep: {done.first_scenario.name}",
-        scenario_text=describe_scenario(done.last_scenario),
-        provenance=_provenance(done.last_results, list(set_ or [])),
-        sweep=table,
+        list(set_ or []),
+        list(param or []),
+        executor=executor,
+        jobs=jobs,
+        address=address,
+        use_cache=not no_cache,
+        progress=console.progress_bar,
     )
+    console.echo_sweep(done)
+    html = write_sweep(done, out, list(set_ or []))
     typer.echo(f"sweep table: {out / 'sweep.csv'}\nreport: {html}")
 
 
@@ -270,18 +179,9 @@ def validate(
     set_: SetOption = None,
 ) -> None:
     """Check a scenario file without running it."""
-    from pagesim.simulator.kv.capacity import kv_capacity
-    from pagesim.simulator.scenario.load import load_scenario, resolve_scenario
+    from pagesim.simulator.studies.runs import check_scenario
 
-    path = resolve_scenario(scenario)
-    loaded = load_scenario(path, list(set_ or []))
-    for system in loaded.systems:
-        capacity = kv_capacity(loaded, system)
-        typer.echo(
-            f"{system.name}: {system.policy.value}, {capacity.num_gpu_blocks:,} KV blocks of "
-            f"{capacity.block_size} tokens"
-        )
-    typer.echo(f"{path}: valid ({len(loaded.systems)} systems)")
+    console.echo_checked(check_scenario(scenario, list(set_ or [])))
 
 
 @app.command()
@@ -451,6 +351,7 @@ def capacity(
     from dataclasses import replace
 
     from pagesim.reports.capacity import write_capacity_page
+    from pagesim.reports.folders import provenance
     from pagesim.simulator.scenario.load import describe_scenario, resolve_scenario
     from pagesim.simulator.studies.capacity_search import (
         RATE_PATH,
@@ -517,7 +418,7 @@ def capacity(
             out,
             title=f"pagesim capacity: {configs[0].scenario.name}",
             scenario_text=describe_scenario(configs[0].scenario),
-            provenance=_provenance(results, list(set_ or [])),
+            provenance=provenance(results, list(set_ or [])),
             sweep=curves,
         )
         report_name = html.name

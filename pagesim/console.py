@@ -1,5 +1,5 @@
-"""How the `pagesim` commands print: aligned tables, and the few results whose terminal form is
-more than a table. Only typer's public API; no simulation, no files.
+"""How the `pagesim` commands print: aligned tables, progress bars, and the few results whose
+terminal form is more than a table. Only typer's public API; no simulation, no files.
 
 Results arrive typed from the library (simulator.studies); importing this module imports typer
 only, so `pagesim --help` stays fast.
@@ -7,7 +7,9 @@ only, so `pagesim --help` stays fast.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import sys
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 import typer
@@ -15,6 +17,8 @@ import typer
 if TYPE_CHECKING:
     from pagesim.simulator.metrics.result import RunResult
     from pagesim.simulator.studies.bench_compare import Comparison
+    from pagesim.simulator.studies.runs import CheckedScenario
+    from pagesim.simulator.studies.sweep import SweepRun
     from pagesim.simulator.studies.timing import BenchSpec, TimedRun
 
 Column = tuple[str, str, str]  # (row key, header, format spec; "" prints str(value))
@@ -81,6 +85,35 @@ def echo_rows(rows: Sequence[Mapping[str, object]]) -> None:
 def echo_summaries(results: Sequence[RunResult]) -> None:
     """One row per system: the headline figures of its summary."""
     echo_table([{"system": r.system, **r.summary} for r in results], SUMMARY_COLUMNS)
+
+
+def echo_checked(checked: CheckedScenario) -> None:
+    """`pagesim validate`: each system's policy and KV blocks, then the verdict."""
+    for system, capacity in checked.capacities:
+        typer.echo(
+            f"{system.name}: {system.policy.value}, {capacity.num_gpu_blocks:,} KV blocks of "
+            f"{capacity.block_size} tokens"
+        )
+    typer.echo(f"{checked.path}: valid ({len(checked.capacities)} systems)")
+
+
+def echo_sweep(done: SweepRun) -> None:
+    """`pagesim sweep`: one row per point (its axis values, then the summary), and the counts."""
+    axes = list(done.points.records[0].point.axes)
+    rows = done.table.to_dict("records")
+    echo_table(rows, [(k, k.rsplit(".", 1)[-1], "") for k in axes] + SUMMARY_COLUMNS)
+    ran = done.points
+    typer.echo(
+        f"{len(ran.records)} points: {ran.num_computed} simulated, {ran.num_cached} from the "
+        f"cache, in {ran.wall_s:.1f} s"
+    )
+
+
+@contextmanager
+def progress_bar(total: int, label: str) -> Iterator[Callable[[int], None]]:
+    """A `simulator.studies.runs.Progress`: a bar of `total` steps on stderr."""
+    with typer.progressbar(length=total, label=label, file=sys.stderr) as bar:
+        yield bar.update
 
 
 def echo_speed(spec: BenchSpec, run: TimedRun) -> None:
