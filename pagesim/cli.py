@@ -302,9 +302,6 @@ def bench_kernel(
     console.echo_rows(rows)
 
 
-REPORTED_CONFIGS = 4  # the best ones get the full per-system report at their max rate
-
-
 @app.command()
 def capacity(
     scenario: Annotated[str, typer.Argument(help="A scenario TOML file or a built-in name.")],
@@ -348,88 +345,28 @@ def capacity(
     Example: pagesim capacity latency_vs_rate_alpaca --set slo.ttft_s=1 --set slo.tpot_s=0.1
     --param systems.max_num_seqs=16,64,256
     """
-    from dataclasses import replace
+    from pagesim.reports.folders import write_capacity
+    from pagesim.simulator.studies.runs import study_capacity
 
-    from pagesim.reports.capacity import write_capacity_page
-    from pagesim.reports.folders import provenance
-    from pagesim.simulator.scenario.load import describe_scenario, resolve_scenario
-    from pagesim.simulator.studies.capacity_search import (
-        RATE_PATH,
-        Criteria,
-        configurations,
-        search_capacity,
-    )
-    from pagesim.simulator.studies.sweep import CACHE_DIR, PointCache, make_executor, run_points
-
-    path = resolve_scenario(scenario)
-    configs = configurations(path, list(set_ or []), list(param or []))
-    criteria = Criteria(slo_share, max_queue_delay_s)
-    cache = PointCache(out / CACHE_DIR)
-    pool = make_executor(executor, jobs, address)
-    try:
-        done = search_capacity(
-            configs,
-            pool,
-            criteria=criteria,
-            cache=cache,
-            use_cache=not no_cache,
-            min_rate=min_rate,
-            max_rate=max_rate,
-            rel_tol=rel_tol,
-            window_s=window_s,
-            on_round=lambda n, size: typer.echo(f"round {n}: {size} rate(s)", err=True),
-        )
-        ranking = done.ranking()
-        best = done.best(REPORTED_CONFIGS)
-        points = [config.at_rate(rate, window_s) for config, rate in best]
-        framed = run_points(points, pool, cache=cache, frames_for=[p.key for p in points])
-    finally:
-        pool.close()
-    console.echo_table(ranking.to_dict("records"), console.CAPACITY_COLUMNS)
-    typer.echo(
-        f"{len(configs)} configurations, {done.num_computed} runs simulated, "
-        f"{done.num_cached} from the cache"
-    )
-    out.mkdir(parents=True, exist_ok=True)
-    ranking.to_csv(out / "capacity.csv", index=False)
-    evaluations = done.evaluation_table(criteria)
-    evaluations.to_csv(out / "evaluations.csv", index=False)
-    criteria_text = (
-        f"A rate is sustained when at least {criteria.min_slo_share:.0%} of the requests offered "
-        f"(after warm-up) finish meeting the SLO and the p99 wait from arrival to admission is at "
-        f"most {criteria.max_queue_delay_s:g} s, with requests arriving for at least "
-        f"{window_s:g} s at each rate. Goodput per GPU = sustained rate x share "
-        "meeting the SLO / tensor-parallel GPUs."
-    )
-    report_name = None
-    if points:
-        from pagesim.reports.render import write_report
-
-        results = [
-            replace(framed.frames[p.key], system=config.label)
-            for p, (config, _) in zip(points, best, strict=True)
-        ]
-        keep = ["system", RATE_PATH, "sustained"]
-        curves = evaluations[
-            keep + [c for c in evaluations.columns if c not in keep and "." not in c]
-        ]
-        html = write_report(
-            results,
-            out,
-            title=f"pagesim capacity: {configs[0].scenario.name}",
-            scenario_text=describe_scenario(configs[0].scenario),
-            provenance=provenance(results, list(set_ or [])),
-            sweep=curves,
-        )
-        report_name = html.name
-    page = write_capacity_page(
-        ranking,
+    done = study_capacity(
+        scenario,
         out,
-        title=f"pagesim capacity: {configs[0].scenario.name}",
-        criteria_text=criteria_text,
-        scenario_text=describe_scenario(configs[0].scenario),
-        report_name=report_name,
+        list(set_ or []),
+        list(param or []),
+        slo_share=slo_share,
+        max_queue_delay_s=max_queue_delay_s,
+        rel_tol=rel_tol,
+        window_s=window_s,
+        min_rate=min_rate,
+        max_rate=max_rate,
+        executor=executor,
+        jobs=jobs,
+        address=address,
+        use_cache=not no_cache,
+        on_round=lambda n, size: typer.echo(f"round {n}: {size} rate(s)", err=True),
     )
+    console.echo_capacity(done)
+    page = write_capacity(done, out, list(set_ or []))
     typer.echo(f"ranking: {out / 'capacity.csv'}\ncapacity page: {page}")
 
 

@@ -17,7 +17,7 @@ import typer
 if TYPE_CHECKING:
     from pagesim.simulator.metrics.result import RunResult
     from pagesim.simulator.studies.bench_compare import Comparison
-    from pagesim.simulator.studies.runs import CheckedScenario
+    from pagesim.simulator.studies.runs import CapacityStudy, CheckedScenario
     from pagesim.simulator.studies.sweep import SweepRun
     from pagesim.simulator.studies.timing import BenchSpec, TimedRun
 
@@ -106,6 +106,15 @@ def echo_sweep(done: SweepRun) -> None:
     typer.echo(
         f"{len(ran.records)} points: {ran.num_computed} simulated, {ran.num_cached} from the "
         f"cache, in {ran.wall_s:.1f} s"
+    )
+
+
+def echo_capacity(done: CapacityStudy) -> None:
+    """`pagesim capacity`: the ranking, and how many runs it took."""
+    echo_table(done.ranking.to_dict("records"), CAPACITY_COLUMNS)
+    typer.echo(
+        f"{len(done.configs)} configurations, {done.search.num_computed} runs simulated, "
+        f"{done.search.num_cached} from the cache"
     )
 
 

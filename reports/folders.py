@@ -1,9 +1,11 @@
-"""The folders `pagesim run` and `sweep` write, each from its study's typed result
+"""The folders `pagesim run`, `sweep` and `capacity` write, each from its study's typed result
 (simulator.studies.runs): the report (reports.render), the data behind it, and what reproduces it.
 
 run:       scenario.toml and overrides.json as given, then report.html and its data
            (or, without a report, each system's data only)
 sweep:     report.html with sweep.csv (the cache under cache/ is the sweep's own)
+capacity:  capacity.csv (the ranking), evaluations.csv (every rate tried), report.html of the
+           best configurations at their highest sustained rate, and capacity.html
 """
 
 from __future__ import annotations
@@ -14,14 +16,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pagesim import __version__
+from pagesim.reports.capacity import write_capacity_page
 from pagesim.reports.frames import unique_slugs
 from pagesim.reports.render import PLOTS_DIR, write_report
 from pagesim.simulator.core.config import ExecutionKind, Scenario
 from pagesim.simulator.metrics.result import RunResult
 from pagesim.simulator.scenario.load import describe_scenario
+from pagesim.simulator.studies.capacity_search import RATE_PATH
 
 if TYPE_CHECKING:
-    from pagesim.simulator.studies.runs import ScenarioRun
+    from pagesim.simulator.studies.runs import CapacityStudy, ScenarioRun
     from pagesim.simulator.studies.sweep import SweepRun
 
 
@@ -86,4 +90,48 @@ def write_sweep(done: SweepRun, out: Path, overrides: Sequence[str]) -> Path:
         scenario_text=describe_scenario(done.last_scenario),
         provenance=provenance(done.last_results, overrides),
         sweep=done.table,
+    )
+
+
+def criteria_text(study: CapacityStudy) -> str:
+    """What 'sustained' meant in this search, in one paragraph."""
+    criteria = study.criteria
+    return (
+        f"A rate is sustained when at least {criteria.min_slo_share:.0%} of the requests offered "
+        f"(after warm-up) finish meeting the SLO and the p99 wait from arrival to admission is at "
+        f"most {criteria.max_queue_delay_s:g} s, with requests arriving for at least "
+        f"{study.window_s:g} s at each rate. Goodput per GPU = sustained rate x share "
+        "meeting the SLO / tensor-parallel GPUs."
+    )
+
+
+def write_capacity(study: CapacityStudy, out: Path, overrides: Sequence[str]) -> Path:
+    """A `pagesim capacity` folder (see the module docstring); returns capacity.html."""
+    out.mkdir(parents=True, exist_ok=True)
+    study.ranking.to_csv(out / "capacity.csv", index=False)
+    evaluations = study.evaluations
+    evaluations.to_csv(out / "evaluations.csv", index=False)
+    scenario = study.configs[0].scenario
+    report_name = None
+    if study.best:
+        keep = ["system", RATE_PATH, "sustained"]
+        curves = evaluations[
+            keep + [c for c in evaluations.columns if c not in keep and "." not in c]
+        ]
+        html = write_report(
+            study.best,
+            out,
+            title=f"pagesim capacity: {scenario.name}",
+            scenario_text=describe_scenario(scenario),
+            provenance=provenance(study.best, overrides),
+            sweep=curves,
+        )
+        report_name = html.name
+    return write_capacity_page(
+        study.ranking,
+        out,
+        title=f"pagesim capacity: {scenario.name}",
+        criteria_text=criteria_text(study),
+        scenario_text=describe_scenario(scenario),
+        report_name=report_name,
     )

@@ -1,4 +1,4 @@
-"""What `pagesim run`, `validate` and `sweep` compute: one call each, one typed result.
+"""What `pagesim run`, `validate`, `sweep` and `capacity` compute: one call each, one typed result.
 
 The CLI parses options, calls one of these and prints; `reports.folders` writes the result's
 folder. Progress goes through a `Progress` the caller gives (the CLI's draws a bar on stderr):
@@ -11,14 +11,31 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+
+import pandas as pd
 
 from pagesim.simulator.core.config import Scenario, SystemConfig
 from pagesim.simulator.kv.capacity import Capacity, kv_capacity
 from pagesim.simulator.metrics.result import RunResult
 from pagesim.simulator.scenario.load import load_scenario, resolve_scenario
-from pagesim.simulator.studies.sweep import SweepRun, make_executor, plan_sweep, run_sweep
+from pagesim.simulator.studies.capacity_search import (
+    CapacityRun,
+    Config,
+    Criteria,
+    configurations,
+    search_capacity,
+)
+from pagesim.simulator.studies.sweep import (
+    CACHE_DIR,
+    PointCache,
+    SweepRun,
+    make_executor,
+    plan_sweep,
+    run_points,
+    run_sweep,
+)
 
 Advance = Callable[[int], None]
 Progress = Callable[[int, str], AbstractContextManager[Advance]]
@@ -94,3 +111,76 @@ def sweep_scenario(
             return run_sweep(points, out, pool, use_cache=use_cache, on_record=lambda _: advance(1))
     finally:
         pool.close()
+
+
+REPORTED_CONFIGS = 4  # the best ones get their per-request and per-step frames for the report
+
+
+@dataclass(frozen=True)
+class CapacityStudy:
+    """A finished capacity search, with the frames of the best configurations at their max."""
+
+    configs: list[Config]
+    search: CapacityRun
+    criteria: Criteria
+    window_s: float
+    ranking: pd.DataFrame  # one row per configuration, best goodput per GPU first
+    evaluations: pd.DataFrame  # every simulated (configuration, rate)
+    best: list[RunResult]  # up to REPORTED_CONFIGS, ranked, each named by its config label
+
+
+def study_capacity(
+    name: str | Path,
+    out: Path,
+    overrides: Sequence[str] = (),
+    params: Sequence[str] = (),
+    *,
+    slo_share: float = 0.9,
+    max_queue_delay_s: float = 5.0,
+    rel_tol: float = 0.02,
+    window_s: float = 60.0,
+    min_rate: float = 0.01,
+    max_rate: float = 1e4,
+    executor: str = "local",
+    jobs: int | None = None,
+    address: str | None = None,
+    use_cache: bool = True,
+    on_round: Callable[[int, int], None] | None = None,
+) -> CapacityStudy:
+    """Search every configuration's highest sustainable rate (cached under `out/cache`), then
+    rerun the best ones at that rate for their frames; see `capacity_search`."""
+    configs = configurations(resolve_scenario(name), list(overrides), list(params))
+    criteria = Criteria(slo_share, max_queue_delay_s)
+    cache = PointCache(out / CACHE_DIR)
+    pool = make_executor(executor, jobs, address)
+    try:
+        search = search_capacity(
+            configs,
+            pool,
+            criteria=criteria,
+            cache=cache,
+            use_cache=use_cache,
+            min_rate=min_rate,
+            max_rate=max_rate,
+            rel_tol=rel_tol,
+            window_s=window_s,
+            on_round=on_round,
+        )
+        best = search.best(REPORTED_CONFIGS)
+        points = [config.at_rate(rate, window_s) for config, rate in best]
+        framed = run_points(points, pool, cache=cache, frames_for=[p.key for p in points])
+    finally:
+        pool.close()
+    results = [
+        replace(framed.frames[p.key], system=config.label)
+        for p, (config, _) in zip(points, best, strict=True)
+    ]
+    return CapacityStudy(
+        configs,
+        search,
+        criteria,
+        window_s,
+        search.ranking(),
+        search.evaluation_table(criteria),
+        results,
+    )
