@@ -226,22 +226,12 @@ def scenarios_golden(
     ] = False,
 ) -> None:
     """Rerun every built-in scenario and compare with (or --update) its golden summary."""
-    from pagesim.simulator.scenario.load import list_builtin, resolve_scenario
-    from pagesim.simulator.studies.golden import compare_golden, write_golden
+    from pagesim.simulator.studies.golden import check_builtins, update_builtins
 
-    problems = []
-    for name, _ in list_builtin():
-        path = resolve_scenario(name)
-        if update:
-            typer.echo(f"wrote {write_golden(path)}")
-        else:
-            found = compare_golden(path)
-            problems += found
-            typer.echo(f"{name}: {'differs' if found else 'matches'}")
-    for line in problems:
-        typer.echo(line, err=True)
-    if problems:
-        raise typer.Exit(1)
+    if update:
+        update_builtins(on_written=lambda path: typer.echo(f"wrote {path}"))
+    else:
+        check_builtins(on_checked=console.echo_golden)
 
 
 @bench_app.command("sim")

@@ -97,6 +97,11 @@ def echo_checked(checked: CheckedScenario) -> None:
     typer.echo(f"{checked.path}: valid ({len(checked.capacities)} systems)")
 
 
+def echo_golden(name: str, problems: Sequence[str]) -> None:
+    """`pagesim scenarios golden`: whether one built-in scenario matches its golden summary."""
+    typer.echo(f"{name}: {'differs' if problems else 'matches'}")
+
+
 def echo_sweep(done: SweepRun) -> None:
     """`pagesim sweep`: one row per point (its axis values, then the summary), and the counts."""
     axes = list(done.points.records[0].point.axes)
