@@ -1,7 +1,9 @@
-"""The `pagesim` command: each command parses, calls the library, prints.
+"""The `pagesim` command: each command parses its options, calls the library, prints.
 
-Errors map to exit codes in one place (`main`): bad input 2, a failed run 1, never a traceback
-for input a person gave.
+The work is in the library (simulator.studies.runs, reports.folders, calibration.fidelity...);
+how results look on a terminal is in pagesim.console. Errors map to exit codes in one place
+(`main`): bad input 2, a failed run 1, never a traceback for input a person gave. Library
+imports stay inside the commands, so `pagesim --help` loads typer only.
 """
 
 from __future__ import annotations
@@ -13,7 +15,6 @@ from typing import Annotated
 import typer
 
 from pagesim import console
-from pagesim.fidelity_cli import validate_fidelity
 from pagesim.simulator.core.errors import InputError, PagesimError
 
 app = typer.Typer(
@@ -358,7 +359,51 @@ def capacity(
     typer.echo(f"ranking: {out / 'capacity.csv'}\ncapacity page: {page}")
 
 
-app.command("validate-fidelity")(validate_fidelity)
+@app.command("validate-fidelity")
+def validate_fidelity(
+    scenario: Annotated[str, typer.Argument(help="A scenario TOML file or a built-in name.")],
+    out: Annotated[Path, typer.Option(help="Folder for the CSV, JSON, PNG and HTML.")] = Path(
+        "runs/fidelity"
+    ),
+    profile: Annotated[
+        Path | None, typer.Option(help="Profile JSON that predicts (default: the scenario's).")
+    ] = None,
+    calibrate_quick: Annotated[
+        bool, typer.Option(help="Calibrate a quick profile on --backend first and predict with it.")
+    ] = False,
+    layers: Annotated[
+        int | None, typer.Option(help="Layers to execute (time scaled by all/this; default all).")
+    ] = None,
+    requests: Annotated[int | None, typer.Option(help="Override the number of requests.")] = None,
+    backend: Annotated[str, typer.Option(help="numpy (CPU) or cupy (GPU).")] = "numpy",
+    system: Annotated[
+        str | None, typer.Option(help="System to check (default: the first paged one).")
+    ] = None,
+    set_: Annotated[
+        list[str] | None,
+        typer.Option("--set", help="Override a scenario key: --set systems.0.num_kv_blocks=512"),
+    ] = None,
+) -> None:
+    """Simulate a scenario and execute the same schedule for real; report step and request error.
+
+    Example: pagesim validate-fidelity my_small_model.toml --calibrate-quick --requests 200
+    """
+    from pagesim.calibration.fidelity import check_fidelity
+    from pagesim.reports.fidelity import write_fidelity_report
+
+    result = check_fidelity(
+        scenario,
+        list(set_ or []),
+        out=out,
+        profile=profile,
+        calibrate_quick=calibrate_quick,
+        backend=backend,
+        num_layers=layers,
+        num_requests=requests,
+        system_name=system,
+        progress=lambda line: typer.echo(line, err=True),
+    )
+    console.echo_fidelity(result, write_fidelity_report(result, out))
 
 
 def main() -> None:

@@ -1,8 +1,8 @@
 """How the `pagesim` commands print: aligned tables, progress bars, and the few results whose
 terminal form is more than a table. Only typer's public API; no simulation, no files.
 
-Results arrive typed from the library (simulator.studies); importing this module imports typer
-only, so `pagesim --help` stays fast.
+Results arrive typed from the library (simulator.studies, calibration.fidelity); importing this
+module imports typer only, so `pagesim --help` stays fast.
 """
 
 from __future__ import annotations
@@ -15,6 +15,9 @@ from typing import TYPE_CHECKING
 import typer
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
+    from pagesim.calibration.fidelity import FidelityResult
     from pagesim.simulator.metrics.result import RunResult
     from pagesim.simulator.studies.bench_compare import Comparison
     from pagesim.simulator.studies.runs import CapacityStudy, CheckedScenario
@@ -170,3 +173,26 @@ def echo_comparison(comparison: Comparison) -> None:
             else f"summaries differ in {len(differences)} keys: " + "; ".join(differences[:5])
         )
     )
+
+
+def echo_fidelity(result: FidelityResult, html: Path) -> None:
+    """`pagesim validate-fidelity`: where it ran, the step-time error, the request-level errors,
+    and where the files are (the report has the rest)."""
+    e = result.step_error
+    where = "CPU/NumPy" if result.backend == "numpy" else f"{result.device}"
+    typer.echo(
+        f"{result.scenario} / {result.system} on {where} ({result.layer_subset}), predicted by "
+        f"{result.held_out.predictor}"
+    )
+    typer.echo(
+        f"step time, {e.num_steps} steps: median |err| {e.median_abs_pct:.1f}%, "
+        f"p90 |err| {e.p90_abs_pct:.1f}%, bias {e.bias_pct:+.1f}%"
+    )
+    for metric in ("ttft", "tpot", "e2e"):
+        p50 = result.request_error(metric, "p50").pct_error
+        p95 = result.request_error(metric, "p95").pct_error
+        typer.echo(f"{metric.upper():5s} error: p50 {p50:+.1f}%  p95 {p95:+.1f}%")
+    inside = result.held_out.fraction_inside_range
+    if inside is not None:
+        typer.echo(f"steps inside the profile's measured range: {inside:.1%}")
+    typer.echo(f"steps: {result.files.get('steps_csv')}\nreport: {html}")
