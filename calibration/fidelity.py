@@ -24,7 +24,8 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -42,8 +43,11 @@ from pagesim.simulator.core.config import ExecutionKind, Policy, Scenario, Syste
 from pagesim.simulator.core.errors import InputError
 from pagesim.simulator.engine import simulate
 from pagesim.simulator.execution.factory import make_execution_model
+from pagesim.simulator.execution.profile import ProfileExtrapolationWarning
 from pagesim.simulator.metrics.result import RunResult
+from pagesim.simulator.scenario.load import load_scenario, resolve_scenario
 
+BACKENDS = ("numpy", "cupy")
 PAGED = (Policy.VLLM_V0, Policy.VLLM_V1)
 REQUEST_METRICS = ("ttft", "tpot", "e2e")
 QUANTILES = (("p50", 0.5), ("p95", 0.95))
@@ -141,6 +145,44 @@ def pick_system(scenario: Scenario, name: str | None) -> SystemConfig:
 def with_profile(scenario: Scenario, profile: Path) -> Scenario:
     execution = replace(scenario.execution, kind=ExecutionKind.PROFILE, profile_path=profile)
     return replace(scenario, execution=execution)
+
+
+def check_fidelity(
+    scenario: str | Path,
+    overrides: Sequence[str] = (),
+    *,
+    out: Path,
+    profile: Path | None = None,
+    calibrate_quick: bool = False,
+    backend: str = "numpy",
+    num_layers: int | None = None,
+    num_requests: int | None = None,
+    system_name: str | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> FidelityResult:
+    """`pagesim validate-fidelity`: check the options, load the scenario (a file or a built-in
+    name) and `run_fidelity`, the profile's extrapolation warnings silenced (the result counts
+    the steps outside its measured range)."""
+    if backend not in BACKENDS:
+        raise InputError(f"--backend: unknown backend {backend!r}; valid: {', '.join(BACKENDS)}")
+    if profile is not None and calibrate_quick:
+        raise InputError("give either --profile or --calibrate-quick, not both")
+    if profile is not None and not profile.is_file():
+        raise InputError(f"--profile: no such file {profile}")
+    loaded = load_scenario(resolve_scenario(scenario), list(overrides))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ProfileExtrapolationWarning)
+        return run_fidelity(
+            loaded,
+            system_name,
+            profile=profile,
+            calibrate_quick=calibrate_quick,
+            backend=backend,
+            num_layers=num_layers,
+            num_requests=num_requests,
+            out=out,
+            progress=progress,
+        )
 
 
 def run_fidelity(

@@ -1,20 +1,20 @@
-"""The `pagesim` command: each command parses, calls the library, prints.
+"""The `pagesim` command: each command parses its options, calls the library, prints.
 
-Errors map to exit codes in one place (`main`): bad input 2, a failed run 1, never a traceback
-for input a person gave.
+The work is in the library (simulator.studies.runs, reports.folders, calibration.fidelity...);
+how results look on a terminal is in pagesim.console. Errors map to exit codes in one place
+(`main`): bad input 2, a failed run 1, never a traceback for input a person gave. Library
+imports stay inside the commands, so `pagesim --help` loads typer only.
 """
 
 from __future__ import annotations
 
 import json
-import sys
-import time
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from pagesim.fidelity_cli import validate_fidelity
+from pagesim import console
 from pagesim.simulator.core.errors import InputError, PagesimError
 
 app = typer.Typer(
@@ -39,129 +39,6 @@ SetOption = Annotated[
     list[str] | None,
     typer.Option("--set", help="Override a scenario key: --set workload.arrival.rate_per_s=4"),
 ]
-
-
-def _echo_table(rows: list[dict[str, object]], columns: list[tuple[str, str, str]]) -> None:
-    """Print rows as an aligned table; columns are (key, header, format)."""
-    cells = [[header for _, header, _ in columns]]
-    for row in rows:
-        line = []
-        for key, _, fmt in columns:
-            value = row.get(key)
-            line.append("-" if value is None else format(value, fmt) if fmt else str(value))
-        cells.append(line)
-    widths = [max(len(r[i]) for r in cells) for i in range(len(columns))]
-    for r in cells:
-        typer.echo(
-            "  ".join(
-                c.rjust(w) if i else c.ljust(w)
-                for i, (c, w) in enumerate(zip(r, widths, strict=True))
-            )
-        )
-
-
-SUMMARY_COLUMNS = [
-    ("system", "system", ""),
-    ("num_finished", "done", "d"),
-    ("num_rejected", "rej", "d"),
-    ("throughput_req_s", "req/s", ".3f"),
-    ("throughput_tok_s", "tok/s", ".1f"),
-    ("ttft_p50_s", "TTFT p50 s", ".3f"),
-    ("tpot_p50_s", "TPOT p50 s", ".4f"),
-    ("e2e_p99_s", "E2E p99 s", ".2f"),
-    ("kv_waste_share", "KV waste", ".1%"),
-    ("slot_utilization", "slots", ".1%"),
-    ("num_preemptions", "preempt", "d"),
-]
-
-
-def _run_scenario(scenario, out: Path | None, label: str):  # type: ignore[no-untyped-def]
-    from pagesim.simulator.engine import simulate
-
-    results = []
-    with typer.progressbar(length=len(scenario.systems), label=label, file=sys.stderr) as progress:
-        for system in scenario.systems:
-            results.append(simulate(scenario, system))
-            progress.update(1)
-    return results
-
-
-@app.command()
-def run(
-    scenario: Annotated[str, typer.Argument(help="A scenario TOML file or a built-in name.")],
-    out: Annotated[Path, typer.Option(help="Folder for the report and data.")] = Path("runs/last"),
-    seed: Annotated[int | None, typer.Option(help="Override the scenario's seed.")] = None,
-    set_: SetOption = None,
-    report: Annotated[bool, typer.Option(help="Write the HTML/PNG report.")] = True,
-) -> None:
-    """Run every system of a scenario side by side and write a report.
-
-    Example: pagesim run swap_vs_recompute --out runs/swap --set workload.num_requests=100
-    """
-    from pagesim.simulator.scenario.load import describe_scenario, load_scenario, resolve_scenario
-
-    path = resolve_scenario(scenario)
-    overrides = list(set_ or []) + ([f"seed={seed}"] if seed is not None else [])
-    loaded = load_scenario(path, overrides)
-    results = _run_scenario(loaded, out, f"simulating {loaded.name}")
-    _echo_table([{"system": r.system} | r.summary for r in results], SUMMARY_COLUMNS)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "scenario.toml").write_text(path.read_text())
-    (out / "overrides.json").write_text(json.dumps(overrides))
-    if report:
-        from pagesim.reports.render import write_report
-
-        html = write_report(
-            results,
-            out,
-            title=f"pagesim: {loaded.name}",
-            scenario_text=describe_scenario(loaded),
-            provenance=_provenance(results, overrides),
-            calibration=_calibration_curves(loaded),
-        )
-        typer.echo(f"report: {html}")
-    else:
-        from pagesim.reports.frames import unique_slugs
-
-        names = unique_slugs([r.system for r in results], reserved={"plots"})
-        for result, name in zip(results, names, strict=True):
-            result.write(out / name)
-        typer.echo(f"data: {out}")
-
-
-def _calibration_curves(scenario) -> dict | None:  # type: ignore[no-untyped-def]
-    """The profile's measured vs fitted curves, when the scenario is priced by a profile."""
-    from pagesim.simulator.core.config import ExecutionKind
-
-    path = scenario.execution.profile_path
-    if scenario.execution.kind is not ExecutionKind.PROFILE or path is None:
-        return None
-    from pagesim.calibration.profile import calibration_panels
-
-    return calibration_panels(Path(path))
-
-
-def _provenance(results, overrides: list[str]) -> dict[str, object]:  # type: ignore[no-untyped-def]
-    from pagesim import __version__
-
-    first = results[0].provenance if results else {}
-    execution = dict(first.get("execution_model") or {})
-    kind = str(execution.get("kind", "roofline"))
-    provenance: dict[str, object] = {
-        "execution_model": kind,
-        "pagesim_version": __version__,
-        "seed": first.get("seed"),
-        "model": first.get("model"),
-        "gpu": first.get("gpu"),
-        "overrides": overrides,
-        "execution_details": execution,
-    }
-    if kind == "profile":
-        provenance["profile_device"] = execution.get("device")
-        provenance["profile_date"] = execution.get("date")
-    return provenance
-
-
 JobsOption = Annotated[
     int | None,
     typer.Option(help="Worker processes (or Ray CPUs); default: this machine's CPU count."),
@@ -179,9 +56,26 @@ NoCacheOption = Annotated[
 ]
 
 
-def _point_progress(total: int, label: str):  # type: ignore[no-untyped-def]
-    """A progress bar counting sweep points (cached ones count at once) on stderr."""
-    return typer.progressbar(length=total, label=label, file=sys.stderr)
+@app.command()
+def run(
+    scenario: Annotated[str, typer.Argument(help="A scenario TOML file or a built-in name.")],
+    out: Annotated[Path, typer.Option(help="Folder for the report and data.")] = Path("runs/last"),
+    seed: Annotated[int | None, typer.Option(help="Override the scenario's seed.")] = None,
+    set_: SetOption = None,
+    report: Annotated[bool, typer.Option(help="Write the HTML/PNG report.")] = True,
+) -> None:
+    """Run every system of a scenario side by side and write a report.
+
+    Example: pagesim run swap_vs_recompute --out runs/swap --set workload.num_requests=100
+    """
+    from pagesim.reports.folders import write_run
+    from pagesim.simulator.studies.runs import run_scenario
+
+    overrides = list(set_ or []) + ([f"seed={seed}"] if seed is not None else [])
+    done = run_scenario(scenario, overrides, progress=console.progress_bar)
+    console.echo_summaries(done.results)
+    written = write_run(done, out, report=report)
+    typer.echo(f"report: {written}" if report else f"data: {written}")
 
 
 @app.command()
@@ -207,38 +101,22 @@ def sweep(
 
     Example: pagesim sweep latency_vs_rate_sharegpt --param workload.arrival.rate_per_s=1,2,4
     """
-    from pagesim.simulator.scenario.load import describe_scenario, resolve_scenario
-    from pagesim.simulator.studies.sweep import make_executor, plan_sweep, run_sweep
+    from pagesim.reports.folders import write_sweep
+    from pagesim.simulator.studies.runs import sweep_scenario
 
-    path = resolve_scenario(scenario)
-    points = plan_sweep(path, list(set_ or []), list(param or []))
-    pool = make_executor(executor, jobs, address)
-    try:
-        with _point_progress(len(points), f"sweeping {points[0].scenario.name}") as progress:
-            done = run_sweep(
-                points, out, pool, use_cache=not no_cache, on_record=lambda _: progress.update(1)
-            )
-    finally:
-        pool.close()
-    table = done.table
-    rows = table.to_dict("records")
-    axes = list(points[0].axes)
-    _echo_table(rows, [(k, k.rsplit(".", 1)[-1], "") for k in axes] + SUMMARY_COLUMNS)
-    ran = done.points
-    typer.echo(
-        f"{len(points)} points: {ran.num_computed} simulated, {ran.num_cached} from the cache, "
-        f"in {ran.wall_s:.1f} s"
-    )
-    from pagesim.reports.render import write_report
-
-    html = write_report(
-        done.last_results,
+    done = sweep_scenario(
+        scenario,
         out,
-        title=f"pagesim sweep: {done.first_scenario.name}",
-        scenario_text=describe_scenario(done.last_scenario),
-        provenance=_provenance(done.last_results, list(set_ or [])),
-        sweep=table,
+        list(set_ or []),
+        list(param or []),
+        executor=executor,
+        jobs=jobs,
+        address=address,
+        use_cache=not no_cache,
+        progress=console.progress_bar,
     )
+    console.echo_sweep(done)
+    html = write_sweep(done, out, list(set_ or []))
     typer.echo(f"sweep table: {out / 'sweep.csv'}\nreport: {html}")
 
 
@@ -247,10 +125,8 @@ def report(
     run_dir: Annotated[Path, typer.Argument(help="A folder written by `pagesim run` or sweep.")],
 ) -> None:
     """Re-render the report of an earlier run from its saved data (after editing plots, say)."""
-    from pagesim.reports.render import INPUTS_FILE, rerender_report
+    from pagesim.reports.render import rerender_report
 
-    if not (run_dir / INPUTS_FILE).is_file():
-        raise InputError(f"{run_dir}: no {INPUTS_FILE} inside; is this a `pagesim run` folder?")
     typer.echo(f"report: {rerender_report(run_dir)}")
 
 
@@ -302,18 +178,9 @@ def validate(
     set_: SetOption = None,
 ) -> None:
     """Check a scenario file without running it."""
-    from pagesim.simulator.kv.capacity import kv_capacity
-    from pagesim.simulator.scenario.load import load_scenario, resolve_scenario
+    from pagesim.simulator.studies.runs import check_scenario
 
-    path = resolve_scenario(scenario)
-    loaded = load_scenario(path, list(set_ or []))
-    for system in loaded.systems:
-        capacity = kv_capacity(loaded, system)
-        typer.echo(
-            f"{system.name}: {system.policy.value}, {capacity.num_gpu_blocks:,} KV blocks of "
-            f"{capacity.block_size} tokens"
-        )
-    typer.echo(f"{path}: valid ({len(loaded.systems)} systems)")
+    console.echo_checked(check_scenario(scenario, list(set_ or [])))
 
 
 @app.command()
@@ -360,22 +227,12 @@ def scenarios_golden(
     ] = False,
 ) -> None:
     """Rerun every built-in scenario and compare with (or --update) its golden summary."""
-    from pagesim.simulator.scenario.load import list_builtin, resolve_scenario
-    from pagesim.simulator.studies.golden import compare_golden, write_golden
+    from pagesim.simulator.studies.golden import check_builtins, update_builtins
 
-    problems = []
-    for name, _ in list_builtin():
-        path = resolve_scenario(name)
-        if update:
-            typer.echo(f"wrote {write_golden(path)}")
-        else:
-            found = compare_golden(path)
-            problems += found
-            typer.echo(f"{name}: {'differs' if found else 'matches'}")
-    for line in problems:
-        typer.echo(line, err=True)
-    if problems:
-        raise typer.Exit(1)
+    if update:
+        update_builtins(on_written=lambda path: typer.echo(f"wrote {path}"))
+    else:
+        check_builtins(on_checked=console.echo_golden)
 
 
 @bench_app.command("sim")
@@ -404,79 +261,17 @@ def bench_sim(
     --against REV, the same for git revision REV and this tree, and their ratio.
     Example: pagesim bench sim --synthetic 100000 --rate 8 --against HEAD~5
     """
-    from pagesim.simulator.studies.bench import sharegpt_scenario, trace_replay_scenario
+    from pagesim.simulator.studies.timing import BenchSpec
 
-    if synthetic is not None:
-        scenario = sharegpt_scenario(synthetic, rate, policy)
-        label = f"sharegpt-like x {synthetic} at {rate} req/s"
+    spec = BenchSpec(policy, trace, requests, synthetic, rate)
+    if against is None:
+        from pagesim.simulator.studies.bench import bench_sim
+
+        console.echo_speed(spec, bench_sim(spec))
     else:
-        scenario = trace_replay_scenario(trace, requests, policy)
-        label = trace
-    if against is not None:
-        trace_arg = str(Path(trace).resolve()) if Path(trace).is_file() else trace
-        args = {"synthetic": synthetic, "rate": rate, "policy": policy}
-        _bench_against(label, against, args | {"trace": trace_arg, "requests": requests}, repeat)
-        return
-    import resource
+        from pagesim.simulator.studies.bench_compare import compare_revisions
 
-    from pagesim.simulator.engine import simulate
-
-    start = time.perf_counter()
-    result = simulate(scenario)
-    wall_s = time.perf_counter() - start
-    peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    summary = result.summary
-    num_requests = int(summary["num_requests"])  # type: ignore[arg-type]
-    tokens = float(result.requests["output_len"].sum() + result.requests["prompt_len"].sum())
-    steps = int(summary["num_steps"])  # type: ignore[arg-type]
-    typer.echo(
-        f"{label}, {policy}: {num_requests} requests, simulated {summary['duration_s']:.0f} s "
-        f"in {wall_s:.2f} s wall; {num_requests / wall_s:,.0f} requests/s, "
-        f"{tokens / wall_s:,.0f} tokens/s, {steps:,} steps ({steps / wall_s:,.0f} steps/s); "
-        f"peak RSS {peak_mib:,.0f} MiB"
-    )
-
-
-def _bench_against(label: str, revision: str, args: dict[str, object], repeat: int) -> None:
-    from pagesim.simulator.studies.bench_compare import compare_revisions
-
-    comparison = compare_revisions(revision, args, repeat)
-    typer.echo(
-        f"{label}, {args['policy']}: {revision} (before) vs this tree (after), "
-        f"best of {repeat} alternating runs each, one process per run"
-    )
-    rows = []
-    for name, run in (("before", comparison.before), ("after", comparison.after)):
-        rows.append(
-            {
-                "side": name,
-                "wall": run.wall_s,
-                "req": run.num_requests / run.wall_s,
-                "tok": run.num_tokens / run.wall_s,
-                "steps": run.num_steps / run.wall_s,
-                "rss": run.peak_rss_mib,
-            }
-        )
-    _echo_table(
-        rows,
-        [
-            ("side", "", ""),
-            ("wall", "wall s", ".2f"),
-            ("req", "requests/s", ",.0f"),
-            ("tok", "tokens/s", ",.0f"),
-            ("steps", "steps/s", ",.0f"),
-            ("rss", "peak RSS MiB", ",.0f"),
-        ],
-    )
-    differences = comparison.summary_differences()
-    typer.echo(
-        f"after/before: {comparison.speedup:.2f}x faster, peak RSS x{comparison.memory_ratio:.2f}; "
-        + (
-            "summaries agree (rel 1e-9)"
-            if not differences
-            else f"summaries differ in {len(differences)} keys: " + "; ".join(differences[:5])
-        )
-    )
+        console.echo_comparison(compare_revisions(against, spec, repeat))
 
 
 @bench_app.command("kernel")
@@ -493,22 +288,7 @@ def bench_kernel(
         import pandas as pd
 
         pd.DataFrame(rows).to_csv(out, index=False)
-    if rows:
-        keys = list(rows[0])
-        _echo_table(rows, [(k, k, "") for k in keys])
-
-
-CAPACITY_COLUMNS = [
-    ("config", "configuration", ""),
-    ("num_gpus", "GPUs", "d"),
-    ("max_rate_per_s", "max req/s", ".3g"),
-    ("failed_rate_per_s", "fails at", ".3g"),
-    ("slo_share", "SLO met", ".1%"),
-    ("queue_delay_p99_s", "queue p99 s", ".3g"),
-    ("goodput_per_gpu", "goodput/GPU", ".3g"),
-    ("num_evaluations", "runs", "d"),
-]
-REPORTED_CONFIGS = 4  # the best ones get the full per-system report at their max rate
+    console.echo_rows(rows)
 
 
 @app.command()
@@ -554,91 +334,76 @@ def capacity(
     Example: pagesim capacity latency_vs_rate_alpaca --set slo.ttft_s=1 --set slo.tpot_s=0.1
     --param systems.max_num_seqs=16,64,256
     """
-    from dataclasses import replace
+    from pagesim.reports.folders import write_capacity
+    from pagesim.simulator.studies.runs import study_capacity
 
-    from pagesim.reports.capacity import write_capacity_page
-    from pagesim.simulator.scenario.load import describe_scenario, resolve_scenario
-    from pagesim.simulator.studies.capacity_search import (
-        RATE_PATH,
-        Criteria,
-        configurations,
-        search_capacity,
-    )
-    from pagesim.simulator.studies.sweep import CACHE_DIR, PointCache, make_executor, run_points
-
-    path = resolve_scenario(scenario)
-    configs = configurations(path, list(set_ or []), list(param or []))
-    criteria = Criteria(slo_share, max_queue_delay_s)
-    cache = PointCache(out / CACHE_DIR)
-    pool = make_executor(executor, jobs, address)
-    try:
-        done = search_capacity(
-            configs,
-            pool,
-            criteria=criteria,
-            cache=cache,
-            use_cache=not no_cache,
-            min_rate=min_rate,
-            max_rate=max_rate,
-            rel_tol=rel_tol,
-            window_s=window_s,
-            on_round=lambda n, size: typer.echo(f"round {n}: {size} rate(s)", err=True),
-        )
-        ranking = done.ranking()
-        best = done.best(REPORTED_CONFIGS)
-        points = [config.at_rate(rate, window_s) for config, rate in best]
-        framed = run_points(points, pool, cache=cache, frames_for=[p.key for p in points])
-    finally:
-        pool.close()
-    _echo_table(ranking.to_dict("records"), CAPACITY_COLUMNS)
-    typer.echo(
-        f"{len(configs)} configurations, {done.num_computed} runs simulated, "
-        f"{done.num_cached} from the cache"
-    )
-    out.mkdir(parents=True, exist_ok=True)
-    ranking.to_csv(out / "capacity.csv", index=False)
-    evaluations = done.evaluation_table(criteria)
-    evaluations.to_csv(out / "evaluations.csv", index=False)
-    criteria_text = (
-        f"A rate is sustained when at least {criteria.min_slo_share:.0%} of the requests offered "
-        f"(after warm-up) finish meeting the SLO and the p99 wait from arrival to admission is at "
-        f"most {criteria.max_queue_delay_s:g} s, with requests arriving for at least "
-        f"{window_s:g} s at each rate. Goodput per GPU = sustained rate x share "
-        "meeting the SLO / tensor-parallel GPUs."
-    )
-    report_name = None
-    if points:
-        from pagesim.reports.render import write_report
-
-        results = [
-            replace(framed.frames[p.key], system=config.label)
-            for p, (config, _) in zip(points, best, strict=True)
-        ]
-        keep = ["system", RATE_PATH, "sustained"]
-        curves = evaluations[
-            keep + [c for c in evaluations.columns if c not in keep and "." not in c]
-        ]
-        html = write_report(
-            results,
-            out,
-            title=f"pagesim capacity: {configs[0].scenario.name}",
-            scenario_text=describe_scenario(configs[0].scenario),
-            provenance=_provenance(results, list(set_ or [])),
-            sweep=curves,
-        )
-        report_name = html.name
-    page = write_capacity_page(
-        ranking,
+    done = study_capacity(
+        scenario,
         out,
-        title=f"pagesim capacity: {configs[0].scenario.name}",
-        criteria_text=criteria_text,
-        scenario_text=describe_scenario(configs[0].scenario),
-        report_name=report_name,
+        list(set_ or []),
+        list(param or []),
+        slo_share=slo_share,
+        max_queue_delay_s=max_queue_delay_s,
+        rel_tol=rel_tol,
+        window_s=window_s,
+        min_rate=min_rate,
+        max_rate=max_rate,
+        executor=executor,
+        jobs=jobs,
+        address=address,
+        use_cache=not no_cache,
+        on_round=lambda n, size: typer.echo(f"round {n}: {size} rate(s)", err=True),
     )
+    console.echo_capacity(done)
+    page = write_capacity(done, out, list(set_ or []))
     typer.echo(f"ranking: {out / 'capacity.csv'}\ncapacity page: {page}")
 
 
-app.command("validate-fidelity")(validate_fidelity)
+@app.command("validate-fidelity")
+def validate_fidelity(
+    scenario: Annotated[str, typer.Argument(help="A scenario TOML file or a built-in name.")],
+    out: Annotated[Path, typer.Option(help="Folder for the CSV, JSON, PNG and HTML.")] = Path(
+        "runs/fidelity"
+    ),
+    profile: Annotated[
+        Path | None, typer.Option(help="Profile JSON that predicts (default: the scenario's).")
+    ] = None,
+    calibrate_quick: Annotated[
+        bool, typer.Option(help="Calibrate a quick profile on --backend first and predict with it.")
+    ] = False,
+    layers: Annotated[
+        int | None, typer.Option(help="Layers to execute (time scaled by all/this; default all).")
+    ] = None,
+    requests: Annotated[int | None, typer.Option(help="Override the number of requests.")] = None,
+    backend: Annotated[str, typer.Option(help="numpy (CPU) or cupy (GPU).")] = "numpy",
+    system: Annotated[
+        str | None, typer.Option(help="System to check (default: the first paged one).")
+    ] = None,
+    set_: Annotated[
+        list[str] | None,
+        typer.Option("--set", help="Override a scenario key: --set systems.0.num_kv_blocks=512"),
+    ] = None,
+) -> None:
+    """Simulate a scenario and execute the same schedule for real; report step and request error.
+
+    Example: pagesim validate-fidelity my_small_model.toml --calibrate-quick --requests 200
+    """
+    from pagesim.calibration.fidelity import check_fidelity
+    from pagesim.reports.fidelity import write_fidelity_report
+
+    result = check_fidelity(
+        scenario,
+        list(set_ or []),
+        out=out,
+        profile=profile,
+        calibrate_quick=calibrate_quick,
+        backend=backend,
+        num_layers=layers,
+        num_requests=requests,
+        system_name=system,
+        progress=lambda line: typer.echo(line, err=True),
+    )
+    console.echo_fidelity(result, write_fidelity_report(result, out))
 
 
 def main() -> None:

@@ -1,5 +1,6 @@
 """Reports: render `RunResult`s into PNG plots, one self-contained HTML page, CSV and JSON.
 
-`reports.render.write_report` is the entry point; `reports.plots` has one function per plot;
+`reports.render.write_report` is the entry point; `reports.folders` writes what `pagesim run`,
+`sweep` and `capacity` leave in their --out folder; `reports.plots` has one function per plot;
 `reports.glossary` documents every metric shown. Reports render data; they never re-simulate.
 """

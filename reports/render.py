@@ -35,6 +35,7 @@ from pagesim.reports.html import (
     summary_table,
     sweep_table,
 )
+from pagesim.simulator.core.errors import InputError
 from pagesim.simulator.metrics.result import RunResult
 
 PLOTS_DIR = "plots"
@@ -242,7 +243,10 @@ def write_report(
 
 
 def rerender_report(run_dir: Path, out_dir: Path | None = None) -> Path:
-    """Re-render a report folder written by `write_report` from its CSV/JSON files."""
+    """Re-render a report folder written by `write_report` from its CSV/JSON files (InputError
+    when `run_dir` has none)."""
+    if not (run_dir / INPUTS_FILE).is_file():
+        raise InputError(f"{run_dir}: no {INPUTS_FILE} inside; is this a `pagesim run` folder?")
     inputs = json.loads((run_dir / INPUTS_FILE).read_text())
     results = [RunResult.read(run_dir / folder) for folder in inputs["folders"]]
     sweep_path = run_dir / "sweep.csv"

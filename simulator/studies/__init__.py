@@ -1,5 +1,6 @@
-"""Studies built on many simulations: parallel resumable sweeps, the capacity search, golden
-summaries and the simulator benchmark.
+"""Studies built on simulations: parallel resumable sweeps, the capacity search, golden
+summaries, the simulator benchmark, and `runs`: what each `pagesim` command computes, one call
+and one typed result each.
 
 The top layer of the simulator: may import the engine, scenarios and everything below.
 """

@@ -1,7 +1,14 @@
-"""Scenarios the benchmark commands replay (built in code: the benchmark must not depend on files
-a user may have edited)."""
+"""`pagesim bench sim` in this process, and the scenarios it replays (built in code: the benchmark
+must not depend on files a user may have edited).
+
+Every revision with `pagesim bench sim` has `sharegpt_scenario` and `trace_replay_scenario` with
+these signatures: `--against` builds another revision's scenario with them (simulator.studies.
+timing), so keep them.
+"""
 
 from __future__ import annotations
+
+import sys
 
 from pagesim.simulator.core.catalog import get_gpu, get_model
 from pagesim.simulator.core.config import (
@@ -15,6 +22,7 @@ from pagesim.simulator.core.config import (
     WorkloadConfig,
 )
 from pagesim.simulator.core.errors import InputError, choices_text
+from pagesim.simulator.studies.timing import BenchSpec, TimedRun, time_simulation
 
 
 def _policy(policy: str) -> Policy:
@@ -66,3 +74,10 @@ def trace_replay_scenario(trace: str, num_requests: int | None, policy: str) -> 
         workload=workload,
         systems=(SystemConfig(name=policy, policy=chosen),),
     )
+
+
+def bench_sim(spec: BenchSpec) -> TimedRun:
+    """Time `spec` with this tree's simulator, in this process (peak RSS counts its imports)."""
+    from pagesim.simulator.engine import simulate
+
+    return time_simulation(simulate, spec.scenario(sys.modules[__name__]))

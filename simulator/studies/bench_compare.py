@@ -15,63 +15,16 @@ import site
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from pagesim.simulator.core.errors import InputError
+from pagesim.simulator.studies import bench, timing
 from pagesim.simulator.studies.golden import same_value
+from pagesim.simulator.studies.timing import BenchSpec, TimedRun
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-
-# Runs in a fresh interpreter with one revision's tree first on sys.path. It uses only the API
-# every revision with `pagesim bench sim` has: the bench scenarios and `simulate`.
-_TIMED_RUN = """
-import json, resource, sys, time
-import importlib
-import pagesim
-pagesim.__path__.append(sys.path[0])  # the tree's top-level folders as pagesim's subpackages
-for bench_name, engine_name in (
-    ("pagesim.simulator.studies.bench", "pagesim.simulator.engine"),  # subpackage layout
-    ("pagesim.simulator.bench", "pagesim.simulator.engine"),  # one namespace, flat simulator
-    ("simulator.bench", "simulator.engine"),  # simulator/ as a top-level package
-):
-    try:
-        bench = importlib.import_module(bench_name)
-        simulate = importlib.import_module(engine_name).simulate
-        break
-    except ImportError:
-        continue
-sharegpt_scenario, trace_replay_scenario = bench.sharegpt_scenario, bench.trace_replay_scenario
-a = json.loads(sys.argv[1])
-if a["synthetic"] is not None:
-    scenario = sharegpt_scenario(a["synthetic"], a["rate"], a["policy"])
-else:
-    scenario = trace_replay_scenario(a["trace"], a["requests"], a["policy"])
-start = time.perf_counter()
-result = simulate(scenario)
-wall_s = time.perf_counter() - start
-requests = result.requests
-print(json.dumps({
-    "wall_s": wall_s,
-    "num_requests": int(result.summary["num_requests"]),
-    "num_tokens": float(requests["output_len"].sum() + requests["prompt_len"].sum()),
-    "num_steps": int(result.summary["num_steps"]),
-    "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-    "summary": result.summary,
-}))
-"""
-
-
-@dataclass(frozen=True)
-class TimedRun:
-    """One benchmark run in its own process."""
-
-    wall_s: float
-    num_requests: int
-    num_tokens: float
-    num_steps: int
-    peak_rss_mib: float
-    summary: dict[str, object]
+TIMING_SCRIPT = Path(timing.__file__).resolve()  # run by path in each child: see its docstring
 
 
 @dataclass(frozen=True)
@@ -80,6 +33,7 @@ class Comparison:
     after: TimedRun  # best run of this tree
     revision: str
     num_repeats: int
+    spec: BenchSpec  # as asked (a trace file by the path given)
 
     @property
     def speedup(self) -> float:
@@ -102,15 +56,16 @@ class Comparison:
         return out
 
 
-def timed_run(root: Path, args: dict[str, object]) -> TimedRun:
-    """Run the benchmark described by `args` with the simulator found under `root`."""
+def timed_run(root: Path, spec: BenchSpec) -> TimedRun:
+    """Time `spec` in a fresh interpreter with the simulator of the tree at `root`."""
     # `-S`: no site processing, so no installed pagesim (an editable install's import hook
     # would serve this tree's modules to the other revision); the dependencies come from the
-    # site-packages folders named after the revision's tree, which wins.
+    # site-packages folders named after the revision's tree, which wins. PYTHONSAFEPATH keeps
+    # the script's own folder (this tree's simulator/studies) off sys.path.
     path = os.pathsep.join([str(root), *site.getsitepackages()])
     env = os.environ | {"PYTHONPATH": path, "PYTHONSAFEPATH": "1"}
     done = subprocess.run(
-        [sys.executable, "-S", "-c", _TIMED_RUN, json.dumps(args)],
+        [sys.executable, "-S", str(TIMING_SCRIPT), str(root), json.dumps(asdict(spec))],
         cwd=root,
         env=env,
         capture_output=True,
@@ -123,18 +78,22 @@ def timed_run(root: Path, args: dict[str, object]) -> TimedRun:
     return TimedRun(**json.loads(done.stdout.strip().splitlines()[-1]))
 
 
-def compare_revisions(revision: str, args: dict[str, object], num_repeats: int) -> Comparison:
-    """Time `args` at git `revision` (before) and in this tree (after), alternating."""
+def compare_revisions(revision: str, spec: BenchSpec, num_repeats: int) -> Comparison:
+    """Time `spec` at git `revision` (before) and in this tree (after), alternating."""
+    spec.scenario(bench)  # a bad --policy, --requests or --synthetic is said before git runs
     if num_repeats < 1:
         raise InputError(f"--repeat must be at least 1, got {num_repeats}")
+    timed = spec
+    if Path(spec.trace).is_file():  # each run's folder is its own tree's root
+        timed = replace(spec, trace=str(Path(spec.trace).resolve()))
     with tempfile.TemporaryDirectory(prefix="pagesim-bench-") as folder:
         worktree = Path(folder) / "before"
         _git("worktree", "add", "--detach", str(worktree), revision)
         try:
             runs: dict[str, list[TimedRun]] = {"before": [], "after": []}
             for _ in range(num_repeats):
-                runs["before"].append(timed_run(worktree, args))
-                runs["after"].append(timed_run(REPO_ROOT, args))
+                runs["before"].append(timed_run(worktree, timed))
+                runs["after"].append(timed_run(REPO_ROOT, timed))
         finally:
             _git("worktree", "remove", "--force", str(worktree))
     return Comparison(
@@ -142,6 +101,7 @@ def compare_revisions(revision: str, args: dict[str, object], num_repeats: int) 
         after=min(runs["after"], key=lambda r: r.wall_s),
         revision=revision,
         num_repeats=num_repeats,
+        spec=spec,
     )
 
 

@@ -9,10 +9,17 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
 
+from pagesim.simulator.core.errors import PagesimError
 from pagesim.simulator.engine import simulate
-from pagesim.simulator.scenario.load import BUILTIN_DIR, load_scenario
+from pagesim.simulator.scenario.load import (
+    BUILTIN_DIR,
+    list_builtin,
+    load_scenario,
+    resolve_scenario,
+)
 
 GOLDEN_DIR = Path(BUILTIN_DIR) / "golden"
 REL_TOL = 1e-9  # same code, same seed: only floating-point noise across platforms
@@ -54,6 +61,32 @@ def compare_golden(scenario_path: Path) -> list[str]:
                     f"{scenario_path.stem}/{system}/{key}: golden {want!r}, got {got!r}"
                 )
     return problems
+
+
+class GoldenMismatch(PagesimError):
+    """Reruns differ from their golden summaries: a failed check (exit 1), one line each."""
+
+
+def check_builtins(on_checked: Callable[[str, list[str]], None] | None = None) -> None:
+    """Rerun every built-in scenario against its golden file; `on_checked(name, problems)` hears
+    each as it is done. Raises GoldenMismatch listing every problem when any differs."""
+    problems = []
+    for name, _ in list_builtin():
+        found = compare_golden(resolve_scenario(name))
+        problems += found
+        if on_checked is not None:
+            on_checked(name, found)
+    if problems:
+        raise GoldenMismatch("\n".join(problems))
+
+
+def update_builtins(on_written: Callable[[Path], None] | None = None) -> None:
+    """Rewrite every built-in scenario's golden file (review the diff); `on_written(path)` hears
+    each file as it is written."""
+    for name, _ in list_builtin():
+        path = write_golden(resolve_scenario(name))
+        if on_written is not None:
+            on_written(path)
 
 
 def same_value(want: object, got: object) -> bool:

@@ -1,0 +1,198 @@
+"""How the `pagesim` commands print: aligned tables, progress bars, and the few results whose
+terminal form is more than a table. Only typer's public API; no simulation, no files.
+
+Results arrive typed from the library (simulator.studies, calibration.fidelity); importing this
+module imports typer only, so `pagesim --help` stays fast.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
+import typer
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from pagesim.calibration.fidelity import FidelityResult
+    from pagesim.simulator.metrics.result import RunResult
+    from pagesim.simulator.studies.bench_compare import Comparison
+    from pagesim.simulator.studies.runs import CapacityStudy, CheckedScenario
+    from pagesim.simulator.studies.sweep import SweepRun
+    from pagesim.simulator.studies.timing import BenchSpec, TimedRun
+
+Column = tuple[str, str, str]  # (row key, header, format spec; "" prints str(value))
+
+SUMMARY_COLUMNS: list[Column] = [
+    ("system", "system", ""),
+    ("num_finished", "done", "d"),
+    ("num_rejected", "rej", "d"),
+    ("throughput_req_s", "req/s", ".3f"),
+    ("throughput_tok_s", "tok/s", ".1f"),
+    ("ttft_p50_s", "TTFT p50 s", ".3f"),
+    ("tpot_p50_s", "TPOT p50 s", ".4f"),
+    ("e2e_p99_s", "E2E p99 s", ".2f"),
+    ("kv_waste_share", "KV waste", ".1%"),
+    ("slot_utilization", "slots", ".1%"),
+    ("num_preemptions", "preempt", "d"),
+]
+CAPACITY_COLUMNS: list[Column] = [
+    ("config", "configuration", ""),
+    ("num_gpus", "GPUs", "d"),
+    ("max_rate_per_s", "max req/s", ".3g"),
+    ("failed_rate_per_s", "fails at", ".3g"),
+    ("slo_share", "SLO met", ".1%"),
+    ("queue_delay_p99_s", "queue p99 s", ".3g"),
+    ("goodput_per_gpu", "goodput/GPU", ".3g"),
+    ("num_evaluations", "runs", "d"),
+]
+BENCH_COLUMNS: list[Column] = [
+    ("side", "", ""),
+    ("wall", "wall s", ".2f"),
+    ("req", "requests/s", ",.0f"),
+    ("tok", "tokens/s", ",.0f"),
+    ("steps", "steps/s", ",.0f"),
+    ("rss", "peak RSS MiB", ",.0f"),
+]
+
+
+def echo_table(rows: Sequence[Mapping[str, object]], columns: Sequence[Column]) -> None:
+    """Print rows as an aligned table: the first column left-aligned, the others right; a
+    missing value prints as '-'."""
+    cells = [[header for _, header, _ in columns]]
+    for row in rows:
+        line = []
+        for key, _, fmt in columns:
+            value = row.get(key)
+            line.append("-" if value is None else format(value, fmt) if fmt else str(value))
+        cells.append(line)
+    widths = [max(len(r[i]) for r in cells) for i in range(len(columns))]
+    for r in cells:
+        typer.echo(
+            "  ".join(
+                c.rjust(w) if i else c.ljust(w)
+                for i, (c, w) in enumerate(zip(r, widths, strict=True))
+            )
+        )
+
+
+def echo_rows(rows: Sequence[Mapping[str, object]]) -> None:
+    """Rows as a table with every key of the first row as a column (nothing for no rows)."""
+    if rows:
+        echo_table(rows, [(k, k, "") for k in rows[0]])
+
+
+def echo_summaries(results: Sequence[RunResult]) -> None:
+    """One row per system: the headline figures of its summary."""
+    echo_table([{"system": r.system, **r.summary} for r in results], SUMMARY_COLUMNS)
+
+
+def echo_checked(checked: CheckedScenario) -> None:
+    """`pagesim validate`: each system's policy and KV blocks, then the verdict."""
+    for system, capacity in checked.capacities:
+        typer.echo(
+            f"{system.name}: {system.policy.value}, {capacity.num_gpu_blocks:,} KV blocks of "
+            f"{capacity.block_size} tokens"
+        )
+    typer.echo(f"{checked.path}: valid ({len(checked.capacities)} systems)")
+
+
+def echo_golden(name: str, problems: Sequence[str]) -> None:
+    """`pagesim scenarios golden`: whether one built-in scenario matches its golden summary."""
+    typer.echo(f"{name}: {'differs' if problems else 'matches'}")
+
+
+def echo_sweep(done: SweepRun) -> None:
+    """`pagesim sweep`: one row per point (its axis values, then the summary), and the counts."""
+    axes = list(done.points.records[0].point.axes)
+    rows = done.table.to_dict("records")
+    echo_table(rows, [(k, k.rsplit(".", 1)[-1], "") for k in axes] + SUMMARY_COLUMNS)
+    ran = done.points
+    typer.echo(
+        f"{len(ran.records)} points: {ran.num_computed} simulated, {ran.num_cached} from the "
+        f"cache, in {ran.wall_s:.1f} s"
+    )
+
+
+def echo_capacity(done: CapacityStudy) -> None:
+    """`pagesim capacity`: the ranking, and how many runs it took."""
+    echo_table(done.ranking.to_dict("records"), CAPACITY_COLUMNS)
+    typer.echo(
+        f"{len(done.configs)} configurations, {done.search.num_computed} runs simulated, "
+        f"{done.search.num_cached} from the cache"
+    )
+
+
+@contextmanager
+def progress_bar(total: int, label: str) -> Iterator[Callable[[int], None]]:
+    """A `simulator.studies.runs.Progress`: a bar of `total` steps on stderr."""
+    with typer.progressbar(length=total, label=label, file=sys.stderr) as bar:
+        yield bar.update
+
+
+def echo_speed(spec: BenchSpec, run: TimedRun) -> None:
+    """`pagesim bench sim`: what was simulated, how fast, and the peak memory, on one line."""
+    n, steps, wall_s = run.num_requests, run.num_steps, run.wall_s
+    typer.echo(
+        f"{spec.label}, {spec.policy}: {n} requests, simulated {run.summary['duration_s']:.0f} s "
+        f"in {wall_s:.2f} s wall; {n / wall_s:,.0f} requests/s, "
+        f"{run.num_tokens / wall_s:,.0f} tokens/s, {steps:,} steps ({steps / wall_s:,.0f} "
+        f"steps/s); peak RSS {run.peak_rss_mib:,.0f} MiB"
+    )
+
+
+def echo_comparison(comparison: Comparison) -> None:
+    """`pagesim bench sim --against`: both sides' speed and memory, their ratios, and whether
+    their summaries agree."""
+    spec, repeat = comparison.spec, comparison.num_repeats
+    typer.echo(
+        f"{spec.label}, {spec.policy}: {comparison.revision} (before) vs this tree (after), "
+        f"best of {repeat} alternating runs each, one process per run"
+    )
+    rows = [
+        {
+            "side": name,
+            "wall": run.wall_s,
+            "req": run.num_requests / run.wall_s,
+            "tok": run.num_tokens / run.wall_s,
+            "steps": run.num_steps / run.wall_s,
+            "rss": run.peak_rss_mib,
+        }
+        for name, run in (("before", comparison.before), ("after", comparison.after))
+    ]
+    echo_table(rows, BENCH_COLUMNS)
+    differences = comparison.summary_differences()
+    typer.echo(
+        f"after/before: {comparison.speedup:.2f}x faster, peak RSS x{comparison.memory_ratio:.2f}; "
+        + (
+            "summaries agree (rel 1e-9)"
+            if not differences
+            else f"summaries differ in {len(differences)} keys: " + "; ".join(differences[:5])
+        )
+    )
+
+
+def echo_fidelity(result: FidelityResult, html: Path) -> None:
+    """`pagesim validate-fidelity`: where it ran, the step-time error, the request-level errors,
+    and where the files are (the report has the rest)."""
+    e = result.step_error
+    where = "CPU/NumPy" if result.backend == "numpy" else f"{result.device}"
+    typer.echo(
+        f"{result.scenario} / {result.system} on {where} ({result.layer_subset}), predicted by "
+        f"{result.held_out.predictor}"
+    )
+    typer.echo(
+        f"step time, {e.num_steps} steps: median |err| {e.median_abs_pct:.1f}%, "
+        f"p90 |err| {e.p90_abs_pct:.1f}%, bias {e.bias_pct:+.1f}%"
+    )
+    for metric in ("ttft", "tpot", "e2e"):
+        p50 = result.request_error(metric, "p50").pct_error
+        p95 = result.request_error(metric, "p95").pct_error
+        typer.echo(f"{metric.upper():5s} error: p50 {p50:+.1f}%  p95 {p95:+.1f}%")
+    inside = result.held_out.fraction_inside_range
+    if inside is not None:
+        typer.echo(f"steps inside the profile's measured range: {inside:.1%}")
+    typer.echo(f"steps: {result.files.get('steps_csv')}\nreport: {html}")

@@ -1,0 +1,186 @@
+"""What `pagesim run`, `validate`, `sweep` and `capacity` compute: one call each, one typed result.
+
+The CLI parses options, calls one of these and prints; `reports.folders` writes the result's
+folder. Progress goes through a `Progress` the caller gives (the CLI's draws a bar on stderr):
+called once with the number of steps and a label, it returns a context manager that yields
+`advance(num_steps_done)`. Executors are made here from `--executor`, `--jobs` and `--address`
+and closed however the study ends.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import pandas as pd
+
+from pagesim.simulator.core.config import Scenario, SystemConfig
+from pagesim.simulator.kv.capacity import Capacity, kv_capacity
+from pagesim.simulator.metrics.result import RunResult
+from pagesim.simulator.scenario.load import load_scenario, resolve_scenario
+from pagesim.simulator.studies.capacity_search import (
+    CapacityRun,
+    Config,
+    Criteria,
+    configurations,
+    search_capacity,
+)
+from pagesim.simulator.studies.sweep import (
+    CACHE_DIR,
+    PointCache,
+    SweepRun,
+    make_executor,
+    plan_sweep,
+    run_points,
+    run_sweep,
+)
+
+Advance = Callable[[int], None]
+Progress = Callable[[int, str], AbstractContextManager[Advance]]
+
+
+@contextmanager
+def no_progress(total: int, label: str) -> Iterator[Advance]:
+    """A `Progress` that shows nothing."""
+    yield lambda _: None
+
+
+@dataclass(frozen=True)
+class ScenarioRun:
+    """Every system of one scenario, simulated side by side."""
+
+    path: Path  # the scenario file
+    scenario: Scenario
+    overrides: list[str]  # as given, --seed last
+    results: list[RunResult]  # one per system, in the file's order
+
+
+def run_scenario(
+    name: str | Path, overrides: Sequence[str] = (), progress: Progress = no_progress
+) -> ScenarioRun:
+    """Load a scenario (a file or a built-in name) with `overrides` and simulate every system."""
+    from pagesim.simulator.engine import simulate
+
+    path = resolve_scenario(name)
+    scenario = load_scenario(path, list(overrides))
+    results = []
+    with progress(len(scenario.systems), f"simulating {scenario.name}") as advance:
+        for system in scenario.systems:
+            results.append(simulate(scenario, system))
+            advance(1)
+    return ScenarioRun(path, scenario, list(overrides), results)
+
+
+@dataclass(frozen=True)
+class CheckedScenario:
+    """A scenario that loads, with the KV capacity each system gets."""
+
+    path: Path
+    scenario: Scenario
+    capacities: list[tuple[SystemConfig, Capacity]]
+
+
+def check_scenario(name: str | Path, overrides: Sequence[str] = ()) -> CheckedScenario:
+    """Load and check a scenario without running it (InputError saying what is wrong)."""
+    path = resolve_scenario(name)
+    scenario = load_scenario(path, list(overrides))
+    capacities = [(system, kv_capacity(scenario, system)) for system in scenario.systems]
+    return CheckedScenario(path, scenario, capacities)
+
+
+def sweep_scenario(
+    name: str | Path,
+    out: Path,
+    overrides: Sequence[str] = (),
+    params: Sequence[str] = (),
+    *,
+    executor: str = "local",
+    jobs: int | None = None,
+    address: str | None = None,
+    use_cache: bool = True,
+    progress: Progress = no_progress,
+) -> SweepRun:
+    """Plan a sweep (the file's [sweep] unless `params` are given) and run it on `executor`,
+    cached under `out/cache`; the executor is closed however the sweep ends."""
+    points = plan_sweep(resolve_scenario(name), list(overrides), list(params))
+    pool = make_executor(executor, jobs, address)
+    try:
+        with progress(len(points), f"sweeping {points[0].scenario.name}") as advance:
+            return run_sweep(points, out, pool, use_cache=use_cache, on_record=lambda _: advance(1))
+    finally:
+        pool.close()
+
+
+REPORTED_CONFIGS = 4  # the best ones get their per-request and per-step frames for the report
+
+
+@dataclass(frozen=True)
+class CapacityStudy:
+    """A finished capacity search, with the frames of the best configurations at their max."""
+
+    configs: list[Config]
+    search: CapacityRun
+    criteria: Criteria
+    window_s: float
+    ranking: pd.DataFrame  # one row per configuration, best goodput per GPU first
+    evaluations: pd.DataFrame  # every simulated (configuration, rate)
+    best: list[RunResult]  # up to REPORTED_CONFIGS, ranked, each named by its config label
+
+
+def study_capacity(
+    name: str | Path,
+    out: Path,
+    overrides: Sequence[str] = (),
+    params: Sequence[str] = (),
+    *,
+    slo_share: float = 0.9,
+    max_queue_delay_s: float = 5.0,
+    rel_tol: float = 0.02,
+    window_s: float = 60.0,
+    min_rate: float = 0.01,
+    max_rate: float = 1e4,
+    executor: str = "local",
+    jobs: int | None = None,
+    address: str | None = None,
+    use_cache: bool = True,
+    on_round: Callable[[int, int], None] | None = None,
+) -> CapacityStudy:
+    """Search every configuration's highest sustainable rate (cached under `out/cache`), then
+    rerun the best ones at that rate for their frames; see `capacity_search`."""
+    configs = configurations(resolve_scenario(name), list(overrides), list(params))
+    criteria = Criteria(slo_share, max_queue_delay_s)
+    cache = PointCache(out / CACHE_DIR)
+    pool = make_executor(executor, jobs, address)
+    try:
+        search = search_capacity(
+            configs,
+            pool,
+            criteria=criteria,
+            cache=cache,
+            use_cache=use_cache,
+            min_rate=min_rate,
+            max_rate=max_rate,
+            rel_tol=rel_tol,
+            window_s=window_s,
+            on_round=on_round,
+        )
+        best = search.best(REPORTED_CONFIGS)
+        points = [config.at_rate(rate, window_s) for config, rate in best]
+        framed = run_points(points, pool, cache=cache, frames_for=[p.key for p in points])
+    finally:
+        pool.close()
+    results = [
+        replace(framed.frames[p.key], system=config.label)
+        for p, (config, _) in zip(points, best, strict=True)
+    ]
+    return CapacityStudy(
+        configs,
+        search,
+        criteria,
+        window_s,
+        search.ranking(),
+        search.evaluation_table(criteria),
+        results,
+    )

@@ -1,0 +1,110 @@
+"""One timed simulator run, shared by `pagesim bench sim` and each child of `--against`.
+
+In process, `time_simulation(simulate, scenario)` times this tree's simulator. For `--against`,
+this file is also run *by path* in a fresh interpreter whose sys.path starts with another git
+revision's tree (see `bench_compare.timed_run`): `python -S timing.py TREE '<spec as JSON>'`
+imports whichever layout that revision has, builds the same benchmark scenario with that
+revision's own code, times it with the function below and prints one JSON line. So this module
+imports only the standard library at the top: run as a script it must not pull in this tree's
+pagesim.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import resource
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from types import ModuleType
+from typing import Any
+
+# (bench module, engine module) of every layout a revision with `pagesim bench sim` has had,
+# newest first.
+LAYOUTS = (
+    ("pagesim.simulator.studies.bench", "pagesim.simulator.engine"),  # simulator subpackages
+    ("pagesim.simulator.bench", "pagesim.simulator.engine"),  # one namespace, flat simulator
+    ("simulator.bench", "simulator.engine"),  # simulator/ as a top-level package
+)
+
+
+@dataclass(frozen=True)
+class BenchSpec:
+    """What to time: `synthetic` ShareGPT-like requests at `rate` req/s, or else `requests`
+    rows (None: all) of `trace`; on Llama-2-7B / A100-80GB with `policy`."""
+
+    policy: str = "vllm-v1"
+    trace: str = "azure-conv"
+    requests: int | None = None
+    synthetic: int | None = None
+    rate: float = 8.0
+
+    @property
+    def label(self) -> str:
+        if self.synthetic is not None:
+            return f"sharegpt-like x {self.synthetic} at {self.rate} req/s"
+        return self.trace
+
+    def scenario(self, bench: Any) -> Any:
+        """The scenario, built by `bench` (a revision's bench module: each has these two)."""
+        if self.synthetic is not None:
+            return bench.sharegpt_scenario(self.synthetic, self.rate, self.policy)
+        return bench.trace_replay_scenario(self.trace, self.requests, self.policy)
+
+
+@dataclass(frozen=True)
+class TimedRun:
+    """One timed simulation: wall time, what it simulated, and its process's peak memory."""
+
+    wall_s: float
+    num_requests: int
+    num_tokens: float  # prompt + output tokens of every request
+    num_steps: int
+    peak_rss_mib: float  # of the whole process, imports included
+    summary: dict[str, Any]
+
+
+def time_simulation(simulate: Callable[[Any], Any], scenario: Any) -> TimedRun:
+    """Time `simulate(scenario)` (any revision's `simulate`: only its summary's num_requests,
+    num_steps and its requests' token columns are read)."""
+    start = time.perf_counter()
+    result = simulate(scenario)
+    wall_s = time.perf_counter() - start
+    requests, summary = result.requests, result.summary
+    return TimedRun(
+        wall_s=wall_s,
+        num_requests=int(summary["num_requests"]),
+        num_tokens=float(requests["output_len"].sum() + requests["prompt_len"].sum()),
+        num_steps=int(summary["num_steps"]),
+        peak_rss_mib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        summary=dict(summary),
+    )
+
+
+def import_layout(root: str) -> tuple[ModuleType, Callable[[Any], Any]]:
+    """The bench module and `simulate` of the tree at `root` (first on sys.path), whatever its
+    layout; `pagesim` is that tree's own package (its CLI), given the tree's top-level folders
+    as subpackages the way an install maps them."""
+    import pagesim
+
+    pagesim.__path__.append(root)
+    for bench_name, engine_name in LAYOUTS:
+        try:
+            bench = importlib.import_module(bench_name)
+            return bench, importlib.import_module(engine_name).simulate
+        except ImportError:
+            continue
+    raise ImportError(f"{root}: no bench module; tried {', '.join(b for b, _ in LAYOUTS)}")
+
+
+def _run_child(root: str, spec_json: str) -> None:
+    """Time the benchmark `spec_json` describes with the tree at `root`; print it as JSON."""
+    bench, simulate = import_layout(root)
+    run = time_simulation(simulate, BenchSpec(**json.loads(spec_json)).scenario(bench))
+    print(json.dumps(asdict(run)))
+
+
+if __name__ == "__main__":
+    _run_child(sys.argv[1], sys.argv[2])
