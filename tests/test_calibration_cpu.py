@@ -45,10 +45,13 @@ def test_samples_summaries() -> None:
 
 
 def test_l2_flush_buffer_is_at_least_twice_the_l2() -> None:
-    fake = types.SimpleNamespace(empty=lambda n, dtype: bytearray(0), uint8=np.uint8)
+    fake = types.SimpleNamespace(zeros=lambda n, dtype: bytearray(0), uint8=np.uint8)
     assert CudaEventTimer(fake, 60 * 2**20).flush_bytes >= 120 * 2**20
     assert CudaEventTimer(fake, 50_000_001).flush_bytes >= 100_000_002
     assert CudaEventTimer(fake, 0).flush_bytes == 64 * 2**20
+    assert CudaEventTimer(fake, 0).flush_mode == "read"  # reading leaves no dirty lines
+    with pytest.raises(ValueError, match="flush"):
+        CudaEventTimer(fake, 0, flush="evaporate")
 
 
 @pytest.mark.parametrize("num_seqs", [1, 2, 5, 64])
@@ -155,7 +158,7 @@ def test_numpy_calibration_csv_holds_every_sample(cpu_profile: Path) -> None:
         rows = list(csv.DictReader(handle))
     repeats = data["provenance"]["repeats"]
     kinds = {row["kind"] for row in rows}
-    assert kinds == {"copy", "empty_step", "decode", "gemm", "lm_head", "prefill"}
+    assert kinds == {"copy", "launches", "minimal_step", "decode", "gemm", "lm_head", "prefill"}
     decode_rows = [r for r in rows if r["kind"] == "decode"]
     assert len(decode_rows) == repeats * len(data["grid"]["decode"])
     assert all(float(r["time_s"]) > 0 for r in decode_rows)
@@ -187,3 +190,72 @@ def test_profile_renders_as_calibration_panels(cpu_profile: Path) -> None:
     assert len(decode.x) == len(json.loads(cpu_profile.read_text())["grid"]["decode"])
     assert (decode.measured_p10_s <= decode.measured_s).all()
     assert (decode.measured_s <= decode.measured_p90_s).all()
+
+
+def test_the_floor_is_the_executors_minimal_step(cpu_profile: Path) -> None:
+    overhead = json.loads(cpu_profile.read_text())["overhead"]
+    assert overhead["mode"] == "eager" and overhead["empty_step_s"] == overhead["eager_step_s"] > 0
+    assert overhead["graph_step_s"] is None  # CUDA graphs are measured on a GPU only
+    assert overhead["bare_launches"]["num_launches"] == 2 * 10 + 2
+    assert "minimal step" in overhead["what"]
+
+
+def test_the_gemm_curve_prices_the_layers_elementwise_work(cpu_profile: Path) -> None:
+    gemm = json.loads(cpu_profile.read_text())["gemm"]
+    assert set(gemm["parts"]) == {"qkv", "out", "gate_up", "down", "elementwise"}
+    for i, total in enumerate(gemm["measured_median_s"]):
+        assert total == pytest.approx(sum(part[i] for part in gemm["parts"].values()))
+
+
+def test_a_profile_rewritten_for_another_floor_mode(cpu_profile: Path, tmp_path: Path) -> None:
+    from pagesim.calibration.profile import with_floor_mode
+
+    data = json.loads(cpu_profile.read_text())
+    with pytest.raises(InputError, match="no cuda-graph floor"):
+        with_floor_mode(cpu_profile, "cuda-graph", tmp_path / "graph.json")
+    data["overhead"]["graph_step_s"] = 1e-3
+    source = tmp_path / "measured.json"
+    source.write_text(json.dumps(data))
+    (tmp_path / data["samples_csv"]).write_bytes(
+        cpu_profile.with_name(data["samples_csv"]).read_bytes()
+    )
+    out = with_floor_mode(source, "cuda-graph", tmp_path / "graph.json")
+    rewritten = json.loads(out.read_text())
+    assert rewritten["overhead"]["empty_step_s"] == 1e-3
+    assert rewritten["overhead"]["mode"] == "cuda-graph"
+    assert (tmp_path / rewritten["samples_csv"]).is_file()
+    with pytest.raises(InputError, match="floor mode"):
+        with_floor_mode(source, "lazy", tmp_path / "x.json")
+
+
+def test_calibrate_rejects_an_unknown_floor_mode_or_flush(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="floor mode"):
+        calibrate(tiny_model(), "numpy", True, tmp_path / "p.json", floor_mode="lazy")
+    with pytest.raises(InputError, match="flush"):
+        calibrate(tiny_model(), "numpy", True, tmp_path / "p.json", flush="dust")
+
+
+def test_bench_shapes_parse_or_say_what_is_wrong() -> None:
+    from pagesim.calibration.bench import FIDELITY_SHAPES, LONG_SHAPES, parse_shapes
+
+    assert (
+        parse_shapes("fidelity") == FIDELITY_SHAPES and parse_shapes("ALL")[-1] == LONG_SHAPES[-1]
+    )
+    assert parse_shapes("2x200, 8X600") == ((2, 200), (8, 600))
+    for bad in ("8x", "0x100", "eight", "2x200,,"):
+        with pytest.raises(InputError, match="--shapes"):
+            parse_shapes(bad)
+    totals = {n * c for n, c in LONG_SHAPES}
+    assert {2048, 16384, 65536} <= totals
+    assert all(2 <= n <= 24 and 200 <= c <= 600 for n, c in FIDELITY_SHAPES)
+
+
+def test_bench_rejects_unknown_dtypes_and_flushes_before_looking_for_a_gpu() -> None:
+    from pagesim.calibration.bench import bench_kernel
+
+    with pytest.raises(InputError, match="KV dtypes"):
+        bench_kernel(tiny_model(), kv_dtypes=("fp8",))
+    with pytest.raises(InputError, match="flushes"):
+        bench_kernel(tiny_model(), flushes=("steam",))
+    with pytest.raises(InputError, match="multiples of 128"):
+        bench_kernel(tiny_model(), partition_sweep=(100,))

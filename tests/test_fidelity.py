@@ -94,6 +94,9 @@ def test_every_error_figure_is_computed(fidelity: tuple[FidelityResult, Path]) -
     }
     for error in result.request_errors:
         assert math.isfinite(error.pct_error) and error.measured_s > 0, error
+    eager = result.host_timing["eager"]
+    assert eager["num_steps"] == len(result.steps)  # type: ignore[index]
+    assert 0 <= eager["share_host_bound"] <= 1 and eager["median_host_s"] > 0  # type: ignore[index]
 
 
 def test_per_step_table_has_both_columns(fidelity: tuple[FidelityResult, Path]) -> None:
