@@ -9,8 +9,9 @@ reading the weights); it is measured eagerly and, on the GPU, replayed from a CU
 the profile records both (calibrate's `cuda_graphs` picks which one prices steps).
 
 One layer's weights serve every layer here (ExecutorConfig.share_layer_weights): the launches
-and the bytes each layer reads are those of distinct weights (a layer of a 7B model, ~400 MB,
-is many times an H200's 60 MB of L2, so nothing is served from the cache), in 1/L of the memory.
+and the bytes each layer reads are those of distinct weights (a Llama-2-7B layer's 202 M fp16
+weights are ~400 MB, many times the 60 MB of L2 an H200 reports (device tool notes, KINDS.md),
+so nothing is served from the cache), in 1/L of the memory.
 """
 
 from __future__ import annotations
