@@ -140,7 +140,10 @@ def _device(cupy: Any, min_free_gib: float) -> dict[str, object]:
     props = runtime.getDeviceProperties(0)
     name = props.get("name", b"?")
     free, total = runtime.memGetInfo()
-    nvrtc = cupy.cuda.nvrtc.getVersion()
+    try:
+        nvrtc: tuple[int, ...] | tuple[str] = tuple(cupy.cuda.nvrtc.getVersion())
+    except Exception as exc:  # the kernel checks below say whether NVRTC works at all
+        nvrtc = (f"unknown ({type(exc).__name__})",)
     info: dict[str, object] = {
         "count": count,
         "name": name.decode() if isinstance(name, bytes) else str(name),

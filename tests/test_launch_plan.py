@@ -13,9 +13,9 @@ import hashlib
 import math
 import re
 import sys
-import types
 from pathlib import Path
 
+import fake_cupy as fake_cupy_module
 import numpy as np
 import pytest
 
@@ -23,7 +23,6 @@ from pagesim.calibration import kernel, partitions
 from pagesim.calibration.decode_inputs import check_decode_inputs
 from pagesim.calibration.reference import (
     bf16_bits_to_float,
-    float_to_bf16_bits,
     make_paged_case,
     reference_decode_attention,
 )
@@ -174,107 +173,12 @@ def test_without_cupy_the_gpu_paths_say_a_gpu_is_needed(monkeypatch) -> None:
 # ---------------------------------------------------------------- fake CuPy: the launch contract
 
 
-def _emulate_decode(name: str, grid, block, args) -> None:
-    """What pagesim::decode_attention writes, computed per CTA in NumPy (log2-domain softmax)."""
-    dtype, head_dim, block_size, heads, paged = (
-        int(v) if v.isdigit() else v == "true"
-        for v in re.findall(r"<(\d+), (\d+), (\d+), (\d+), (\w+)>", name)[0]
-    )
-    assert block == (partitions.NUM_THREADS, 1, 1)
-    out, part_acc, part_max, part_sum, q, k_cache, v_cache, tables, lens = args[:9]
-    scalars = args[9:]
-    assert [type(s) for s in scalars] == [np.int32] * 5 + [np.float32], "exact C types"
-    row_stride, num_heads, num_kv_heads, partition_size, num_partitions = map(int, scalars[:5])
-    scale_log2 = float(scalars[5])
-    group = num_heads // num_kv_heads
-    tiles = group // heads
-    assert grid == (num_kv_heads * tiles, q.shape[0], num_partitions)
-    to32 = bf16_bits_to_float if dtype == 1 else (lambda a: a.astype(np.float32))
-    for x in range(grid[0]):
-        kv_head, head0 = x // tiles, (x // tiles) * group + (x % tiles) * heads
-        for seq in range(grid[1]):
-            length = int(lens[seq])
-            for part in range(grid[2]):
-                start = part * partition_size
-                if part > 0 and start >= length:
-                    continue
-                t = np.arange(start, min(length, start + partition_size))
-                if paged:
-                    blocks = tables.reshape(-1)[seq * row_stride + t // block_size]
-                    k = to32(k_cache[blocks, kv_head, t % block_size])
-                    v = to32(v_cache[blocks, kv_head, t % block_size])
-                else:
-                    k, v = to32(k_cache[seq, kv_head, t]), to32(v_cache[seq, kv_head, t])
-                for h in range(head0, head0 + heads):
-                    s = (to32(q[seq, h]) * scale_log2) @ k.T
-                    m = s.max() if len(t) else -np.inf
-                    p = np.exp2(s - (m if len(t) else 0.0))
-                    acc, total = p @ v if len(t) else np.zeros(head_dim), p.sum()
-                    if num_partitions == 1:
-                        res = acc / total if total > 0 else np.zeros(head_dim)
-                        out[seq, h] = float_to_bf16_bits(res) if dtype == 1 else res
-                    else:
-                        i = (seq * num_heads + h) * num_partitions + part
-                        part_acc[i * head_dim : (i + 1) * head_dim] = acc
-                        part_max[i], part_sum[i] = m, total
-
-
-def _emulate_reduce(name: str, grid, block, args) -> None:
-    dtype, head_dim = (int(v) for v in re.findall(r"<(\d+), (\d+)>", name)[0])
-    out, part_acc, part_max, part_sum, lens, num_heads, partition_size, num_partitions = args
-    assert [type(a) for a in args[5:]] == [np.int32] * 3
-    assert grid == (int(num_heads), out.shape[0], 1) and block == (head_dim, 1, 1)
-    parts = int(num_partitions)
-    for seq in range(grid[1]):
-        live = max(1, min(parts, math.ceil(int(lens[seq]) / int(partition_size))))
-        for h in range(grid[0]):
-            base = (seq * int(num_heads) + h) * parts
-            m = part_max[base : base + live]
-            top = m.max() if np.isfinite(m).any() else 0.0
-            w = np.exp2(m - top)
-            acc = part_acc[base * head_dim : (base + live) * head_dim].reshape(live, head_dim)
-            total = float(part_sum[base : base + live] @ w)
-            res = (w @ acc) / total if total > 0 else np.zeros(head_dim)
-            out[seq, h] = float_to_bf16_bits(res) if dtype == 1 else res
-
-
-def _fake_cupy() -> types.ModuleType:
-    fake = types.ModuleType("cupy")
-    fake.float32 = np.float32
-    fake.empty = np.empty
-    fake.asnumpy = np.asarray
-
-    class Device:
-        def __init__(self, device_id: int = 0) -> None:
-            self.id = device_id
-            self.attributes = {"MultiProcessorCount": 132}
-
-    class RawModule:
-        def __init__(self, code: str, options: tuple, name_expressions: list[str]) -> None:
-            assert "decode_attention" in code and options == kernel.NVRTC_OPTIONS
-            self.names = name_expressions
-
-        def get_function(self, name: str):
-            assert name in self.names
-            emulate = _emulate_reduce if "reduce" in name else _emulate_decode
-            return lambda grid, block, args: emulate(name, grid, block, args)
-
-    fake.RawModule = RawModule
-    fake.cuda = types.SimpleNamespace(
-        Device=Device, runtime=types.SimpleNamespace(getDeviceCount=lambda: 1)
-    )
-    return fake
-
-
 @pytest.fixture
 def fake_cupy(monkeypatch):
-    monkeypatch.setitem(sys.modules, "cupy", _fake_cupy())
-    caches = (kernel.compiled_functions, kernel._num_sms, kernel.resident_ctas_per_sm)
-    for cached in caches:
-        cached.cache_clear()
+    monkeypatch.setitem(sys.modules, "cupy", fake_cupy_module.make())
+    fake_cupy_module.clear_caches()
     yield
-    for cached in caches:
-        cached.cache_clear()
+    fake_cupy_module.clear_caches()
 
 
 @pytest.mark.parametrize("kv_dtype", ["fp16", "bf16"])
