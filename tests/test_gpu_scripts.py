@@ -327,3 +327,17 @@ def test_the_gpu_extra_names_cupy_for_cuda_13() -> None:
     extras = extras["optional-dependencies"]
     assert any(d.startswith("cupy-cuda13x") for d in extras["gpu"])
     assert any(d.startswith("cupy-cuda12x") for d in extras["gpu-cuda12"])
+
+
+def test_the_fidelity_scenarios_in_the_script_load(tmp_path: Path) -> None:
+    from pagesim.simulator.scenario.load import load_scenario
+
+    text = SCRIPTS["fidelity_check"].read_text()
+    found = re.findall(r"cat > \"\$SCENARIOS/(\w+)\.toml\" <<'EOF'\n(.*?)\nEOF\n", text, re.S)
+    assert [name for name, _ in found] == ["sharegpt", "azure"]
+    for name, body in found:
+        path = tmp_path / f"{name}.toml"
+        path.write_text(body)
+        scenario = load_scenario(path)
+        assert scenario.model.name == "llama-2-7b"
+        assert scenario.systems[0].gpu_memory_utilization == 0.75
