@@ -1,7 +1,12 @@
 """Calibration: launch the paged-attention kernel, time it soundly, fit a profile for the simulator.
 
-`kernel` loads kernels/*.cu into CuPy (imported lazily: nothing here needs a GPU to import),
-`reference` holds the NumPy reference and the CPU backend's kernels, `harness` the timers,
-`backends` the per-device operations, `measure` the grids, `fit` the fits, `profile` the file
-format, `run.calibrate` and `bench.bench_kernel` the entry points.
+`kernel` loads kernels/*.cu into CuPy (imported lazily: nothing here needs a GPU to import) and
+plans its launches (`decode_inputs` checks the arrays, `partitions` sizes split-K from the
+compiled variant's occupancy); `reference` holds the NumPy reference and the CPU backend's
+kernels; `harness` the timers; `backends` the per-device operations (`elementwise` a layer's
+work between its GEMMs); `measure` the grids; `floor` the executor's minimal step; `fit` the
+fits; `profile` the file format; `run.calibrate` and `bench.bench_kernel` the entry points.
+The real executor: `executor` (the ExecutionModel), `step_inputs`, `forward` (NumPy) and
+`forward_gpu` (CuPy), `layer_ops`; `fidelity` compares it with a simulation. The GPU scripts
+(gpu_check.sh, fidelity_check.sh, gpu_common.sh) run `preflight` and `gpu_stages`.
 """

@@ -193,6 +193,12 @@ class NumpyBackend:
             *prefill_cost(shapes, num_seqs, prompt_len),
         )
 
+    def prepare_elementwise(self, shapes: LayerShapes, tokens: int, block_size: int) -> Prepared:
+        """A layer's norms, activation, K/V write and query gather at `tokens` tokens."""
+        from pagesim.calibration.elementwise import numpy_elementwise
+
+        return numpy_elementwise(shapes, tokens, block_size, self._rng)
+
     def empty_step(self, num_launches: int, warmup: int, repeats: int) -> Samples:
         """A step that launches nothing: `num_launches` empty calls (NumPy work is synchronous)."""
 
@@ -215,13 +221,14 @@ class CupyBackend:
 
     name = "cupy"
 
-    def __init__(self) -> None:
-        from pagesim.calibration.kernel import device_int, import_cupy
+    def __init__(self, flush: str = "read") -> None:
+        from pagesim.calibration.kernel import _num_sms, device_int, import_cupy
 
         self.cupy = import_cupy()
         device_id = self.cupy.cuda.Device().id
         self.l2_bytes = device_int(self.cupy, "l2CacheSize", "L2CacheSize", device_id) or 0
-        self.timer: Timer = CudaEventTimer(self.cupy, self.l2_bytes)
+        self.num_sms = _num_sms(device_id)
+        self.timer: Timer = CudaEventTimer(self.cupy, self.l2_bytes, flush, self.num_sms)
         self._rng = np.random.default_rng(0)
         self.kv_pool: tuple[Any, Any] | None = None
         self._weights: dict[tuple[int, int], Any] = {}
@@ -239,6 +246,7 @@ class CupyBackend:
     def provenance(self) -> dict[str, object]:
         info = gpu_provenance(self.cupy)
         info["l2_flush_bytes"] = self.timer.flush_bytes  # type: ignore[attr-defined]
+        info["l2_flush_mode"] = self.timer.flush_mode  # type: ignore[attr-defined]
         info["prefill_impl"] = self.prefill_impl
         return info
 
@@ -333,6 +341,12 @@ class CupyBackend:
 
         return Prepared(naive, *cost)
 
+    def prepare_elementwise(self, shapes: LayerShapes, tokens: int, block_size: int) -> Prepared:
+        """The executor's fused norm, activation and K/V-write kernels and its query gather."""
+        from pagesim.calibration.elementwise import cupy_elementwise
+
+        return cupy_elementwise(self.cupy, shapes, tokens, block_size, self._rng)
+
     def empty_step(self, num_launches: int, warmup: int, repeats: int) -> Samples:
         """Host wall time to launch `num_launches` empty kernels and synchronise."""
         from pagesim.calibration.kernel import noop_kernel
@@ -354,11 +368,12 @@ class CupyBackend:
             self.torch.cuda.empty_cache()
 
 
-def make_backend(name: str) -> NumpyBackend | CupyBackend:
+def make_backend(name: str, flush: str = "read") -> NumpyBackend | CupyBackend:
+    """The backend called `name`; `flush` is the GPU timer's L2 flush ("read" or "memset")."""
     from pagesim.simulator.core.errors import InputError
 
     if name == "numpy":
         return NumpyBackend()
     if name == "cupy":
-        return CupyBackend()
+        return CupyBackend(flush)
     raise InputError(f"unknown calibration backend {name!r}; valid: numpy, cupy")

@@ -1,113 +1,172 @@
 """`bench_kernel`: the paged decode kernel against the copy ceiling, a contiguous layout and torch.
 
-Per shape (num_seqs x context, uniform lengths, one layer of the model's attention):
+Per shape (num_seqs x context, uniform lengths, one layer of the model's attention) and KV dtype,
+one row:
 
 - time (median, p10, p90 over L2-flushed CUDA-event samples) and achieved bytes/s, counting the
-  fewest bytes the call must move (each K/V row once, q read, out written);
-- % of the device-to-device copy bandwidth measured in the same run (bytes read + written);
-- paged_over_contiguous: time of the paged kernel / the same kernel over a contiguous
-  [num_seqs, kv_heads, context, head_dim] cache holding the same K/V (outputs must be identical);
-- paged_over_torch: time of the paged kernel / torch gathering K/V through the block table into
-  a dense tensor and calling scaled_dot_product_attention (the no-paged-kernel way), with the
-  relative difference of their outputs.
+  fewest bytes the call must move (each K/V row once, q read, out written), and % of the
+  device-to-device copy bandwidth measured in the same run (bytes read + written);
+- the same time with the other L2 flush (`read` leaves clean lines, `memset` dirty ones that may
+  be written back during the timed kernel): the difference says whether the flush biases;
+- the split-K plan chosen (partitions, partition size, the occupancy it was sized for) and a
+  sweep of forced partition sizes (128 ... the whole context): the fastest one, and all times;
+- fp16 only: paged_over_contiguous, the same kernel over a contiguous [S, Hkv, context, D] cache
+  holding the same K/V (outputs must be identical); torch's scaled_dot_product_attention on that
+  dense K/V (`sdpa_dense`: what the attention costs with no paging at all) and on K/V gathered
+  through the block table first (`sdpa_gather`: the no-paged-kernel way, which moves ~5x the
+  bytes), with their relative differences from the kernel's output.
 
-    python -m pagesim.calibration.bench --model llama-2-7b --model llama-3-8b --out bench.csv
-
-GPU only: on a machine without CuPy and a GPU it raises a PagesimError saying so.
+Shapes: the fidelity checks' regime (2-24 sequences x 200-600 tokens) and long ones at 2k, 16k
+and 64k KV tokens in total (`FIDELITY_SHAPES`, `LONG_SHAPES`). GPU only: without CuPy and a GPU
+it raises a PagesimError saying so.
 """
 
 from __future__ import annotations
 
-import argparse
 import csv
 import math
-import sys
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from pagesim.calibration.backends import LayerShapes, table_for
-from pagesim.calibration.kernel import PARTITION_QUANTUM, kernel_sha256
-from pagesim.simulator.core.catalog import ModelSpec, resolve_model
-from pagesim.simulator.core.errors import PagesimError
+from pagesim.calibration.harness import FLUSH_MODES, CudaEventTimer
+from pagesim.calibration.kernel import kernel_sha256
+from pagesim.calibration.partitions import PARTITION_QUANTUM
+from pagesim.simulator.core.catalog import ModelSpec
+from pagesim.simulator.core.errors import InputError, PagesimError
 
-# (num_seqs, context): all >= 16k KV tokens per call; few long sequences exercise split-K.
-DEFAULT_SHAPES = (
+# (num_seqs, context). The fidelity scenarios' decode steps: 2-24 sequences of 200-600 tokens.
+FIDELITY_SHAPES = ((2, 200), (2, 600), (8, 200), (8, 400), (8, 600), (24, 200), (24, 600))
+# 2k, 16k and 64k KV tokens per call, from one long sequence to many short ones (split-K).
+LONG_SHAPES = (
+    (1, 2048),
+    (8, 256),
     (1, 16384),
-    (2, 8192),
-    (4, 4096),
     (16, 1024),
     (64, 256),
+    (1, 65536),
     (16, 4096),
-    (64, 1024),
     (256, 256),
 )
+SHAPE_SETS = {
+    "fidelity": FIDELITY_SHAPES,
+    "long": LONG_SHAPES,
+    "all": FIDELITY_SHAPES + LONG_SHAPES,
+}
+DEFAULT_SHAPES = FIDELITY_SHAPES + LONG_SHAPES
+PARTITION_SWEEP = (128, 256, 512, 1024, 2048)  # tokens; the whole context is always added
+KV_DTYPES = ("fp16", "bf16")
 
 
-def _torch_gather_sdpa(
-    q: Any, k_cache: Any, v_cache: Any, table: Any, context: int
-) -> Callable[[], Any] | None:
-    """torch: gather K/V through the block table into dense tensors, then SDPA (None: no torch)."""
+def parse_shapes(text: str) -> tuple[tuple[int, int], ...]:
+    """A shape set's name (fidelity, long, all) or `SxCTX` pairs: "2x200,8x600". InputError
+    (one line, naming the bad part) otherwise."""
+    text = text.strip().lower()
+    if text in SHAPE_SETS:
+        return SHAPE_SETS[text]
+    shapes = []
+    for part in text.split(","):
+        match = re.fullmatch(r"\s*(\d+)\s*x\s*(\d+)\s*", part)
+        if match is None or int(match[1]) < 1 or int(match[2]) < 1:
+            raise InputError(
+                f"--shapes: {part.strip()!r} is not SEQSxCONTEXT (e.g. 8x600) with both >= 1; "
+                f"or use one of {', '.join(SHAPE_SETS)}"
+            )
+        shapes.append((int(match[1]), int(match[2])))
+    return tuple(shapes)
+
+
+def _torch() -> Any | None:
     try:
         import torch
-        import torch.nn.functional as functional
     except ImportError:
         return None
-    if not torch.cuda.is_available():
-        return None
+    return torch if torch.cuda.is_available() else None
+
+
+def _sdpa(torch: Any, q: Any, k: Any, v: Any, group: int) -> Any:
+    """SDPA of one query token per sequence over dense K/V [S, Hkv, T, D]; GQA by enable_gqa
+    (torch >= 2.5) or by repeating the KV heads (older torch: part of its cost)."""
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    if group == 1:
+        return sdpa(q, k, v)
+    try:
+        return sdpa(q, k, v, enable_gqa=True)
+    except TypeError:
+        return sdpa(q, k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1))
+
+
+def _torch_baselines(
+    q: Any, k_cache: Any, v_cache: Any, table: Any, k_dense: Any, v_dense: Any, context: int
+) -> dict[str, Callable[[], Any]]:
+    """{"sdpa_dense": SDPA on the dense K/V, "sdpa_gather": gather through the table, then SDPA}."""
+    torch = _torch()
+    if torch is None:
+        return {}
     num_seqs, num_heads, head_dim = q.shape
     num_kv_heads = k_cache.shape[1]
     group = num_heads // num_kv_heads
-    kt, vt = torch.from_dlpack(k_cache), torch.from_dlpack(v_cache)
     qt = torch.from_dlpack(q).view(num_seqs, num_heads, 1, head_dim)
+    kt, vt = torch.from_dlpack(k_cache), torch.from_dlpack(v_cache)
+    kd, vd = torch.from_dlpack(k_dense), torch.from_dlpack(v_dense)
     tables = torch.from_dlpack(table).long()
 
-    def dense(cache: Any) -> Any:
-        gathered = cache[tables]  # [S, blocks, Hkv, B, D]
-        gathered = gathered.permute(0, 2, 1, 3, 4).reshape(num_seqs, num_kv_heads, -1, head_dim)
-        return gathered[:, :, :context]
+    def gathered(cache: Any) -> Any:
+        blocks = cache[tables]  # [S, blocks, Hkv, B, D]
+        blocks = blocks.permute(0, 2, 1, 3, 4).reshape(num_seqs, num_kv_heads, -1, head_dim)
+        return blocks[:, :, :context]
 
-    # enable_gqa needs torch >= 2.5; older torch repeats the KV heads (part of its cost).
-    use_enable_gqa = group > 1
-    if use_enable_gqa:
-        try:
-            functional.scaled_dot_product_attention(qt, dense(kt), dense(vt), enable_gqa=True)
-        except TypeError:
-            use_enable_gqa = False
+    return {
+        "sdpa_dense": lambda: _sdpa(torch, qt, kd, vd, group),
+        "sdpa_gather": lambda: _sdpa(torch, qt, gathered(kt), gathered(vt), group),
+    }
 
-    def run() -> Any:
-        k, v = dense(kt), dense(vt)
-        if use_enable_gqa:
-            return functional.scaled_dot_product_attention(qt, k, v, enable_gqa=True)
-        if group > 1:
-            k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
-        return functional.scaled_dot_product_attention(qt, k, v)
 
-    return run
+def _rel_err(cp: Any, got: Any, ref: Any) -> float:
+    got32, ref32 = got.astype(cp.float32), ref.astype(cp.float32)
+    return float(cp.linalg.norm(got32 - ref32) / cp.linalg.norm(ref32))
 
 
 def bench_kernel(
     model: ModelSpec,
     *,
     block_size: int = 16,
-    shapes: tuple[tuple[int, int], ...] | list[tuple[int, int]] = DEFAULT_SHAPES,
+    shapes: Sequence[tuple[int, int]] = DEFAULT_SHAPES,
     tensor_parallel: int = 1,
     warmup: int = 5,
     repeats: int = 30,
+    kv_dtypes: Sequence[str] = KV_DTYPES,
+    flushes: Sequence[str] = FLUSH_MODES,
+    partition_sweep: Sequence[int] = PARTITION_SWEEP,
     progress: Callable[[str], None] | None = None,
 ) -> list[dict[str, object]]:
-    """One row per (num_seqs, context) shape; see the module docstring for the columns."""
+    """One row per (shape, KV dtype); see the module docstring for the columns. The first of
+    `flushes` times every column; the others time the paged kernel again."""
     from pagesim.calibration.backends import CupyBackend
-    from pagesim.calibration.kernel import plan_decode_attention
 
+    bad = [d for d in kv_dtypes if d not in KV_DTYPES] + [
+        f for f in flushes if f not in FLUSH_MODES
+    ]
+    if bad or not kv_dtypes or not flushes:
+        raise InputError(
+            f"bench kernel: KV dtypes must be among {', '.join(KV_DTYPES)} and flushes among "
+            f"{', '.join(FLUSH_MODES)} (at least one of each); got {', '.join(bad) or 'none'}"
+        )
+    if any(s % PARTITION_QUANTUM or s <= 0 for s in partition_sweep):
+        raise InputError(f"bench kernel: partition sizes must be multiples of {PARTITION_QUANTUM}")
     try:
-        backend = CupyBackend()
+        backend = CupyBackend(flush=flushes[0])
     except PagesimError as exc:
         raise PagesimError(f"`bench kernel` needs a CUDA GPU: {exc}") from None
     say = progress or (lambda _: None)
     cp = backend.cupy
+    timers = {flushes[0]: backend.timer}
+    for flush in flushes[1:]:
+        timers[flush] = CudaEventTimer(cp, backend.l2_bytes, flush, backend.num_sms)
     layer = LayerShapes.from_model(model, tensor_parallel)
     provenance = backend.provenance()
     copy_bps, _ = backend.copy_bandwidth(1 << 30, warmup, repeats)
@@ -115,132 +174,192 @@ def bench_kernel(
     rng = np.random.default_rng(0)
     rows: list[dict[str, object]] = []
     for num_seqs, context in shapes:
-        lens = [context] * num_seqs
-        blocks_per_seq = math.ceil(context / block_size)
-        num_blocks = num_seqs * blocks_per_seq + 1
-        backend.reserve_kv(layer, num_blocks, block_size)
-        assert backend.kv_pool is not None
-        k_cache, v_cache = backend.kv_pool
-        table = cp.asarray(table_for(rng, lens, block_size, num_blocks))
-        lens_dev = cp.asarray(np.asarray(lens, dtype=np.int32))
-        q = backend.random_fp16((num_seqs, layer.num_heads, layer.head_dim))
-        paged = plan_decode_attention(q, k_cache, v_cache, lens_dev, table)
-        # The same K/V, laid out contiguously: [S, Hkv, context, D].
-        k_dense = (
-            k_cache[table]
-            .transpose(0, 2, 1, 3, 4)
-            .reshape(num_seqs, layer.num_kv_heads, -1, layer.head_dim)[:, :, :context]
-        )
-        v_dense = (
-            v_cache[table]
-            .transpose(0, 2, 1, 3, 4)
-            .reshape(num_seqs, layer.num_kv_heads, -1, layer.head_dim)[:, :, :context]
-        )
-        k_dense, v_dense = cp.ascontiguousarray(k_dense), cp.ascontiguousarray(v_dense)
-        contiguous = plan_decode_attention(q, k_dense, v_dense, lens_dev, None)
-        out_paged = paged.run().copy()
-        out_contig = contiguous.run().copy()
-        same = bool(cp.array_equal(out_paged, out_contig))
-
-        t_paged = backend.timer.sample(paged.run, warmup=warmup, repeats=repeats)
-        t_contig = backend.timer.sample(contiguous.run, warmup=warmup, repeats=repeats)
-        # Forced partition sizes, to tune choose_partitions from data (tokens: median seconds).
-        sweep = {}
-        for size in sorted({256, 512, 1024, 2048, PARTITION_QUANTUM * -(-context // 128)}):
-            if size > 2 * context:
-                continue
-            forced = plan_decode_attention(
-                q, k_cache, v_cache, lens_dev, table, partition_size=size, validate=False
+        for kv_dtype in kv_dtypes:
+            row = _bench_shape(
+                backend,
+                timers,
+                layer,
+                model,
+                num_seqs,
+                context,
+                block_size,
+                kv_dtype,
+                rng,
+                warmup=warmup,
+                repeats=repeats,
+                sweep=partition_sweep,
+                copy_bps=copy_bps,
+                device=str(provenance["device"]),
             )
-            sweep[size] = backend.timer.sample(forced.run, warmup=2, repeats=repeats).median_s
-        best = min(sweep, key=sweep.__getitem__)
-        torch_fn = _torch_gather_sdpa(q, k_cache, v_cache, table, context)
-        t_torch = torch_err = None
-        if torch_fn is not None:
-            t_torch = backend.timer.sample(torch_fn, warmup=warmup, repeats=repeats)
-            reference = cp.from_dlpack(torch_fn().contiguous()).reshape(q.shape)
-            ref32, out32 = reference.astype(cp.float32), out_paged.astype(cp.float32)
-            torch_err = float(cp.linalg.norm(out32 - ref32) / cp.linalg.norm(ref32))
-        bps = paged.min_bytes / t_paged.median_s
-        row: dict[str, object] = {
-            "model": model.name,
-            "device": provenance["device"],
-            "num_heads": layer.num_heads,
-            "num_kv_heads": layer.num_kv_heads,
-            "head_dim": layer.head_dim,
-            "block_size": block_size,
-            "num_seqs": num_seqs,
-            "context_len": context,
-            "kv_tokens": num_seqs * context,
-            "partitions": paged.num_partitions,
-            "partition_size": paged.partition_size,
-            "best_forced_partition_size": best,
-            "best_forced_time_s": sweep[best],
-            "partition_sweep": " ".join(f"{k}:{v:.3e}" for k, v in sweep.items()),
-            "bytes": paged.min_bytes,
-            "time_s": t_paged.median_s,
-            "p10_s": t_paged.p10_s,
-            "p90_s": t_paged.p90_s,
-            "gbps": bps / 1e9,
-            "pct_of_copy_bw": 100 * bps / copy_bps,
-            "copy_bw_gbps": copy_bps / 1e9,
-            "contiguous_time_s": t_contig.median_s,
-            "paged_over_contiguous": t_paged.median_s / t_contig.median_s,
-            "same_output_as_contiguous": same,
-            "torch_time_s": t_torch.median_s if t_torch else None,
-            "paged_over_torch": t_paged.median_s / t_torch.median_s if t_torch else None,
-            "rel_err_vs_torch": torch_err,
-            "kernel_sha256": kernel_sha256()[:16],
-        }
-        rows.append(row)
-        say(format_row(row))
-        del paged, contiguous, k_dense, v_dense, torch_fn
-        backend.release()
+            rows.append(row)
+            say(format_row(row))
+            backend.release()
     return rows
 
 
+def _bench_shape(
+    backend: Any,
+    timers: dict[str, Any],
+    layer: LayerShapes,
+    model: ModelSpec,
+    num_seqs: int,
+    context: int,
+    block_size: int,
+    kv_dtype: str,
+    rng: np.random.Generator,
+    *,
+    warmup: int,
+    repeats: int,
+    sweep: Sequence[int],
+    copy_bps: float,
+    device: str,
+) -> dict[str, object]:
+    from pagesim.calibration.kernel import kernel_resources, plan_decode_attention
+
+    cp = backend.cupy
+    first = next(iter(timers))
+    timer = timers[first]
+    lens = [context] * num_seqs
+    num_blocks = num_seqs * math.ceil(context / block_size) + 1
+    backend.reserve_kv(layer, num_blocks, block_size)
+    k_cache, v_cache = backend.kv_pool
+    q = backend.random_fp16((num_seqs, layer.num_heads, layer.head_dim))
+    if kv_dtype == "bf16":  # the same random values, as bfloat16 bits (the upper half of fp32)
+        k_cache, v_cache, q = (_to_bf16_bits(cp, a) for a in (k_cache, v_cache, q))
+    table = cp.asarray(table_for(rng, lens, block_size, num_blocks))
+    lens_dev = cp.asarray(np.asarray(lens, dtype=np.int32))
+    paged = plan_decode_attention(q, k_cache, v_cache, lens_dev, table, kv_dtype=kv_dtype)
+
+    def sample(fn: Callable[[], object], which: Any = timer, rounds: int = warmup) -> Any:
+        return which.sample(fn, warmup=rounds, repeats=repeats)
+
+    t_paged = sample(paged.run)
+    bps = paged.min_bytes / t_paged.median_s
+    decode = paged.launches[0][0]
+    row: dict[str, object] = {
+        "model": model.name,
+        "device": device,
+        "kv_dtype": kv_dtype,
+        "num_heads": layer.num_heads,
+        "num_kv_heads": layer.num_kv_heads,
+        "head_dim": layer.head_dim,
+        "block_size": block_size,
+        "num_seqs": num_seqs,
+        "context_len": context,
+        "kv_tokens": num_seqs * context,
+        "partitions": paged.num_partitions,
+        "partition_size": paged.partition_size,
+        "ctas_per_sm": paged.ctas_per_sm,
+        **{f"kernel_{k}": v for k, v in kernel_resources(decode).items()},
+        "bytes": paged.min_bytes,
+        "flush": first,
+        "time_s": t_paged.median_s,
+        "p10_s": t_paged.p10_s,
+        "p90_s": t_paged.p90_s,
+        "gbps": bps / 1e9,
+        "pct_of_copy_bw": 100 * bps / copy_bps,
+        "copy_bw_gbps": copy_bps / 1e9,
+    }
+    for flush, other in timers.items():
+        if flush != first:
+            row[f"time_{flush}_flush_s"] = sample(paged.run, other).median_s
+    forced = {}
+    for size in sorted({*sweep, PARTITION_QUANTUM * -(-context // PARTITION_QUANTUM)}):
+        if size > 2 * context and size > PARTITION_QUANTUM:
+            continue
+        plan = plan_decode_attention(
+            q,
+            k_cache,
+            v_cache,
+            lens_dev,
+            table,
+            kv_dtype=kv_dtype,
+            partition_size=size,
+            validate=False,
+        )
+        forced[size] = sample(plan.run, rounds=2).median_s
+    best = min(forced, key=forced.__getitem__)
+    row["best_forced_partition_size"] = best
+    row["best_forced_time_s"] = forced[best]
+    row["partition_sweep"] = " ".join(f"{k}:{v:.3e}" for k, v in forced.items())
+    if kv_dtype == "fp16":
+        row.update(
+            _baselines(backend, paged, t_paged.median_s, q, table, lens_dev, context, sample)
+        )
+    row["kernel_sha256"] = kernel_sha256()[:16]
+    return row
+
+
+def _to_bf16_bits(cp: Any, array: Any) -> Any:
+    """fp16 values -> bfloat16 bits (uint16), truncating the float32's low half."""
+    return (array.astype(cp.float32).view(cp.uint32) >> 16).astype(cp.uint16)
+
+
+def _baselines(
+    backend: Any,
+    paged: Any,
+    t_paged: float,
+    q: Any,
+    table: Any,
+    lens_dev: Any,
+    context: int,
+    sample: Callable[..., Any],
+) -> dict[str, object]:
+    """The contiguous layout and torch's SDPA (dense, and gathered through the table)."""
+    from pagesim.calibration.kernel import plan_decode_attention
+
+    cp = backend.cupy
+    k_cache, v_cache = backend.kv_pool
+    num_seqs, _, head_dim = q.shape
+    num_kv_heads = k_cache.shape[1]
+
+    def dense(cache: Any) -> Any:  # [S, Hkv, context, D], the same K/V
+        rows = cache[table].transpose(0, 2, 1, 3, 4).reshape(num_seqs, num_kv_heads, -1, head_dim)
+        return cp.ascontiguousarray(rows[:, :, :context])
+
+    k_dense, v_dense = dense(k_cache), dense(v_cache)
+    contiguous = plan_decode_attention(q, k_dense, v_dense, lens_dev, None)
+    out_paged = paged.run().copy()
+    out_contig = contiguous.run().copy()
+    t_contig = sample(contiguous.run).median_s
+    row: dict[str, object] = {
+        "contiguous_time_s": t_contig,
+        "paged_over_contiguous": t_paged / t_contig,
+        "same_output_as_contiguous": bool(cp.array_equal(out_paged, out_contig)),
+    }
+    for name, run in _torch_baselines(
+        q, k_cache, v_cache, table, k_dense, v_dense, context
+    ).items():
+        reference = cp.from_dlpack(run().contiguous()).reshape(q.shape)
+        t = sample(run).median_s
+        row[f"{name}_time_s"] = t
+        row[f"paged_over_{name}"] = t_paged / t
+        row[f"rel_err_vs_{name}"] = _rel_err(cp, out_paged, reference)
+    return row
+
+
 def format_row(row: dict[str, object]) -> str:
-    torch_ratio = row["paged_over_torch"]
-    vs_torch = f"{torch_ratio:.2f}" if isinstance(torch_ratio, float) else "n/a"
+    def ratio(key: str) -> str:
+        value = row.get(key)
+        return f"{value:.2f}" if isinstance(value, float) else "n/a"
+
     return (
-        f"{row['model']:>12} S={row['num_seqs']:<4} ctx={row['context_len']:<6} "
-        f"parts={row['partitions']:<3} {row['time_s'] * 1e6:9.1f} us  {row['gbps']:7.0f} GB/s  "
-        f"{row['pct_of_copy_bw']:5.1f}% copy  paged/contig {row['paged_over_contiguous']:.2f}  "
-        f"paged/torch {vs_torch}"
+        f"{row['model']:>12} {row['kv_dtype']} S={row['num_seqs']:<4} ctx={row['context_len']:<6} "
+        f"parts={row['partitions']:<3} {float(row['time_s']) * 1e6:9.1f} us  "  # type: ignore[arg-type]
+        f"{row['gbps']:7.0f} GB/s  {row['pct_of_copy_bw']:5.1f}% copy  "
+        f"best forced {row['best_forced_partition_size']}  paged/contig "
+        f"{ratio('paged_over_contiguous')}  paged/sdpa-dense {ratio('paged_over_sdpa_dense')}  "
+        f"paged/sdpa-gather {ratio('paged_over_sdpa_gather')}"
     )
 
 
 def write_rows_csv(rows: list[dict[str, object]], path: Path) -> None:
+    """Every row's columns (bf16 rows lack the fp16 baselines: blank there)."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    columns: list[str] = []
+    for row in rows:
+        columns += [k for k in row if k not in columns]
     with path.open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer = csv.DictWriter(handle, fieldnames=columns)
         writer.writeheader()
         writer.writerows(rows)
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Benchmark the paged decode-attention kernel")
-    parser.add_argument("--model", action="append", required=True, help="preset or config.json")
-    parser.add_argument("--block-size", type=int, default=16)
-    parser.add_argument("--repeats", type=int, default=30)
-    parser.add_argument("--out", type=Path, default=None, help="CSV of every row")
-    args = parser.parse_args(argv)
-    rows: list[dict[str, object]] = []
-    try:
-        for name in args.model:
-            rows += bench_kernel(
-                resolve_model(name),
-                block_size=args.block_size,
-                repeats=args.repeats,
-                progress=lambda line: print(line, flush=True),
-            )
-    except PagesimError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return exc.exit_code
-    if args.out is not None and rows:
-        write_rows_csv(rows, args.out)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

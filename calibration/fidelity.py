@@ -104,6 +104,7 @@ class FidelityResult:
     executor: dict[str, object]  # the executor's describe()
     wall_s: float
     files: dict[str, str] = field(default_factory=dict)
+    host_timing: dict[str, object] = field(default_factory=dict)  # see `host_timing`
 
     def request_error(self, metric: str, quantile: str) -> RequestError:
         return next(e for e in self.request_errors if e.metric == metric and e.quantile == quantile)
@@ -122,6 +123,7 @@ class FidelityResult:
             "executor": self.executor,
             "wall_s": self.wall_s,
             "files": self.files,
+            "host_timing": self.host_timing,
         }
 
 
@@ -197,9 +199,14 @@ def run_fidelity(
     out: Path | None = None,
     executor_config: ExecutorConfig | None = None,
     progress: Callable[[str], None] | None = None,
+    cuda_graphs: bool = False,
 ) -> FidelityResult:
     """Simulate and execute `scenario` (one system) on the same seed; compare step and request
-    times. Writes `fidelity_steps.csv` and `fidelity.json` (and the calibrated profile) to `out`."""
+    times. Writes `fidelity_steps.csv` and `fidelity.json` (and the calibrated profile) to `out`.
+
+    `cuda_graphs` replays decode-only steps from CUDA graphs (ignored when `executor_config` is
+    given: its own `cuda_graphs` holds); a profile calibrated here then takes its per-step floor
+    from the same mode. `progress` also gets the executor's running figures every 500 steps."""
     say = progress or (lambda _: None)
     started = time.perf_counter()
     if profile is not None and calibrate_quick:
@@ -215,7 +222,9 @@ def run_fidelity(
         if num_requests < 1:
             raise InputError(f"--requests must be >= 1, got {num_requests}")
         scenario = replace(scenario, workload=replace(scenario.workload, num_requests=num_requests))
-    config = executor_config or ExecutorConfig(backend=backend, num_layers=num_layers)
+    config = executor_config or ExecutorConfig(
+        backend=backend, num_layers=num_layers, cuda_graphs=cuda_graphs
+    )
     calibration = "the scenario's own execution model"
     if calibrate_quick:
         from pagesim.calibration.run import calibrate
@@ -231,6 +240,7 @@ def run_fidelity(
                 out=folder / "profile.json",
                 block_size=system.block_size,
                 progress=say,
+                floor_mode="cuda-graph" if config.cuda_graphs else "eager",
             )
         calibration = f"calibrate --quick ({config.backend}), made for this check"
     elif profile is not None:
@@ -241,10 +251,10 @@ def run_fidelity(
     say(f"simulating {scenario.name} / {system.name}")
     simulated = simulate(scenario, system)
     sink: list[PlanExecutor] = []
-    say(f"executing {scenario.name} / {system.name} on {config.backend}")
-    measured = simulate(
-        scenario, system, execution_factory=measured_factory(config, make_execution_model, sink)
-    )
+    mode = "CUDA graphs for decode steps" if config.cuda_graphs else "eager"
+    say(f"executing {scenario.name} / {system.name} on {config.backend} ({mode})")
+    factory = measured_factory(config, make_execution_model, sink, progress=say)
+    measured = simulate(scenario, system, execution_factory=factory)
     (executor,) = sink
     steps = steps_frame(executor)
     predictor = str(simulated.provenance["execution_model"].get("kind"))  # type: ignore[union-attr]
@@ -264,6 +274,7 @@ def run_fidelity(
         measured=measured,
         executor={k: v for k, v in described.items() if k != "device_provenance"},
         wall_s=round(time.perf_counter() - started, 2),
+        host_timing=host_timing(steps),
     )
     if out is not None:
         result = write_fidelity(result, out)
@@ -279,6 +290,29 @@ def steps_frame(executor: PlanExecutor) -> pd.DataFrame:
     predicted = frame["predicted_compute_s"].astype(float)
     frame["pct_error"] = (predicted - measured) / measured * 100.0
     return frame
+
+
+HOST_BOUND_SHARE = 0.8  # a step whose host issue time is >= 80% of its event time
+
+
+def host_timing(steps: pd.DataFrame) -> dict[str, object]:
+    """The host's view of the executed steps: medians of the event time, the host's issue time
+    and wall time, and the share of steps whose host issue took >= 80% of the event time (the
+    GPU was mostly waiting for Python), per mode (eager / graph)."""
+    if steps.empty or "host_s" not in steps:
+        return {}
+    figures: dict[str, object] = {}
+    for mode, group in steps.groupby("mode"):
+        measured = group["measured_compute_s"].to_numpy(dtype=float)
+        host = group["host_s"].to_numpy(dtype=float)
+        figures[str(mode)] = {
+            "num_steps": len(group),
+            "median_measured_s": float(np.median(measured)),
+            "median_host_s": float(np.median(host)),
+            "median_wall_s": float(np.median(group["wall_s"].to_numpy(dtype=float))),
+            "share_host_bound": float(np.mean(host >= HOST_BOUND_SHARE * measured)),
+        }
+    return figures
 
 
 def step_error(steps: pd.DataFrame) -> StepError:

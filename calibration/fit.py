@@ -3,8 +3,9 @@
 - decode attention, per layer:  t = a + b·kv_tokens + c·num_seqs   (kv_tokens = Σ context lengths;
   the num_seqs term is what separates a skewed mix from a uniform one of the same total);
 - prefill attention, per layer: t = a + b·Σ prompt_len² + c·Σ prompt_len;
-- GEMMs (per layer, the sum of QKV, output, gate+up, down) and the LM head: piecewise-linear in
-  tokens over the measured medians, exactly as the simulator interpolates them.
+- GEMMs (per layer, the sum of QKV, output, gate+up, down, and the layer's elementwise work) and
+  the LM head: piecewise-linear in tokens over the measured medians, exactly as the simulator
+  interpolates them.
 
 Linear fits minimise the squared *relative* error (times span four orders of magnitude, and an
 absolute fit would ignore the small points) with non-negative coefficients (a negative per-token
@@ -185,12 +186,25 @@ def fit_tokens(points: list[Point], kind: str) -> dict:
     }
 
 
-def fit_overhead(points: list[Point]) -> dict:
-    (step,) = [p for p in points if p.kind == "empty_step"]
+def fit_overhead(points: list[Point], mode: str = "eager", graph_error: str | None = None) -> dict:
+    """The per-step floor: the executor's minimal step in `mode` ("eager" or "cuda-graph"; the
+    eager one where no graph was measured), with both modes and the bare launches recorded."""
+    (eager,) = [p for p in points if p.kind == "minimal_step"]
+    graphs = [p for p in points if p.kind == "minimal_step_graph"]
+    (launches,) = [p for p in points if p.kind == "launches"]
+    graph = graphs[0] if graphs else None
+    used = "cuda-graph" if mode == "cuda-graph" and graph is not None else "eager"
+    floor = graph if used == "cuda-graph" and graph is not None else eager
     return {
-        "what": "host time to launch an empty step's kernels (layers x 5 + 1) and synchronise",
-        "num_launches": step.tokens,
-        "empty_step_s": step.samples.median_s,
+        "what": "the executor's minimal step (1 sequence, 1 token over a 1-token context, every "
+        "layer and the LM head): host time from the first launch to its results, median",
+        "mode": used,
+        "mode_asked": mode,
+        "empty_step_s": floor.samples.median_s,
+        "eager_step_s": eager.samples.median_s,
+        "graph_step_s": None if graph is None else graph.samples.median_s,
+        "graph_error": graph_error,
+        "bare_launches": {"num_launches": launches.tokens, "time_s": launches.samples.median_s},
         "pricing": "compute_s = max(sum of fitted kernel times, empty_step_s)",
     }
 

@@ -1,110 +1,75 @@
 #!/usr/bin/env bash
-# One device call: versions, the GPU tests, the kernel benchmark (Llama-2-7B MHA and Llama-3-8B
-# GQA head configurations, every shape >= 16k KV tokens) and a quick Llama-2-7B calibration.
-# Everything lands flat under $OUT (8 files):
-#   versions.txt  gpu_tests.log  bench.log  bench.csv  calibrate.log  llama-2-7b-<gpu>.json/.csv/.png
+# One device call: install, preflight, the GPU tests, the kernel benchmark and a quick
+# Llama-2-7B calibration. Each stage writes its results into $OUT as it ends (gpu_common.sh).
 #
-# How to run it (from the repository root, with the device tool):
-#   run(command="bash calibration/gpu_check.sh", carry=[".whl"], timeout_s=600)
-# Expected: about 5 minutes on an H200 (tests ~2 min including NVRTC compiles, benchmark ~1 min,
-# calibration ~1-2 min); each stage has its own timeout (20+45 + 180+120+180+30 s), so the call
-# ends before ~9.6 minutes even if every stage hangs; use timeout_s=600. A stage that fails or
-# times out leaves its log, and the next stage still runs (each is its own process, so a CUDA
-# error that poisons one process's context does not reach the next). The summary prints last.
-#
-# The device image has CuPy, torch, numpy and pytest but not simpy. The calibration, the
-# benchmark and tests/test_gpu_kernel.py never import simpy; to run `pytest -m gpu` over all of
-# tests/, carry a simpy wheel (pure Python) in .whl/ — prepare it once, here:
+# How to run it, from the repository root, with the device tool (one H200):
+#   run(command="bash calibration/gpu_check.sh", carry=[".whl"], timeout_s=400)
+# .whl holds a simpy wheel: the image has CuPy (cupy-cuda13x), torch, numpy, pandas, typer,
+# matplotlib, pytest(-xdist), setuptools and wheel, but not simpy, and reaches no registry.
+# Prepare it once, here (simpy is pure Python, so any platform's pip fetches the right wheel):
 #   echo /.whl/ >> .git/info/exclude
 #   python3 -m pip download --no-deps --only-binary=:all: -d .whl simpy==4.1.1
-# Without it the script runs the GPU tests of tests/test_gpu_kernel.py only, and says so.
+# Offline install (the install stage does it): python3 -m pip install --no-index --no-deps
+#   --no-build-isolation .whl/*.whl, then the same with -e . (the image's setuptools builds it;
+#   should that fail, symlinks under /tmp mirror the package layout, with PYTHONSAFEPATH=1).
+# Without a GPU machine: the `gpu` extra (pip install -e '.[gpu]') is CuPy for CUDA 13 and torch;
+# '.[gpu-cuda12]' for CUDA 12.
 #
-# Fetch the profile afterwards and commit it with its CSV under calibration/profiles/.
-# The fidelity check of issue 7 (Llama-2-7B executed for real vs simulated) does not fit this
-# call's budget: it has its own, calibration/fidelity_check.sh (about 5 minutes).
+# Budget (seconds; each stage is killed at its budget, the next still runs):
+#   stage            expected   budget
+#   install_wheels      ~3        15    (only with .whl/)
+#   install             ~10       30    (failing, links to the checkout are tried: install_check)
+#   install_check       ~1        15    (only then; a failure stops the script)
+#   nvidia-smi          ~1         6
+#   preflight           ~15       30    (a failure stops the script: one line says why)
+#   gpu_tests           ~60       90    (pytest -m gpu, 4 workers when pytest-xdist is there)
+#   bench               ~45       65    (Llama-2-7B, Llama-3-8B, Llama-2-70B: see gpu_stages.bench)
+#   calibrate           ~40       75    (quick, Llama-2-7B, block size 16)
+#   after each of 7 stages: packing $OUT/all.tar.gz (<1 s, at most 4) and 2 s of kill grace
+#   worst case: 15+30+15+6+30+90+65+75 + 7x(4+2) = 368 s (6.1 min); expected about 3 min.
+# With a machine start of 1-2 minutes, a 15-minute device budget holds this call and one full
+# rerun (2 + 6.1 + 6.1 = 14.2 min); PAGESIM_ONLY="bench calibrate" reruns only those stages
+# (install and preflight always run). Use timeout_s=400.
+#
+# $OUT afterwards (7 files at most, flat): summary.txt (every stage's start, end, status and key
+# figures, written as they come), preflight.txt, gpu_tests.log, bench.csv,
+# llama-2-7b-<gpu>.json and .csv (the profile: commit both under calibration/profiles/),
+# all.tar.gz (every log and file of every stage, re-packed after each stage).
 set -uo pipefail
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+cd "$HERE/.." || exit 2  # the repository root: the install, the tests and .whl/ are there
+# shellcheck source=calibration/gpu_common.sh
+source "$HERE/gpu_common.sh"
 
-OUT="${OUT:-$PWD/gpu_out}"
-mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-PY=python3
-started=$(date +%s)
-stage() { echo "=== $1 ($(( $(date +%s) - started )) s)"; }
+install_stage
+preflight_stage False 40
 
-if compgen -G ".whl/*.whl" > /dev/null; then
-  $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-      --target /tmp/site .whl/*.whl && export PYTHONPATH="$PYTHONPATH:/tmp/site"
-fi
+GPU=$(gpu_name)
+PROFILE="$WORK/calibrate/llama-2-7b-$GPU.json"
 
-stage "versions"
-{
-  date -u +%Y-%m-%dT%H:%M:%SZ
-  timeout 20 nvidia-smi \
-      --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,clocks.mem \
-      --format=csv 2>&1
-  nvcc --version 2>&1 | tail -1
-  timeout 45 $PY - <<'EOF'
-import platform
-print("python", platform.python_version())
-for name in ("numpy", "cupy", "torch", "simpy", "pytest"):
-    try:
-        module = __import__(name)
-        print(name, getattr(module, "__version__", "?"))
-    except Exception as exc:  # report, do not stop
-        print(name, "absent:", type(exc).__name__)
-try:
-    import cupy
-    print("cuda runtime", cupy.cuda.runtime.runtimeGetVersion(), "driver",
-          cupy.cuda.runtime.driverGetVersion())
-except Exception as exc:
-    print("cupy runtime:", exc)
-from calibration.kernel import kernel_sha256
-print("kernel sha256", kernel_sha256())
-EOF
-} > "$OUT/versions.txt" 2>&1
-cat "$OUT/versions.txt"
-
-GPU_NAME=$(timeout 20 nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 \
-  | tr '[:upper:]' '[:lower:]' | sed -e 's/nvidia //' -e 's/[^a-z0-9]\+/-/g' -e 's/-$//')
-GPU_NAME=${GPU_NAME:-gpu}
-
-stage "GPU tests"
-if $PY -c "import simpy" 2> /dev/null; then
+if wanted gpu_tests; then
+  PARALLEL=()
+  "$PY" -c "import xdist" 2> /dev/null && PARALLEL=(-n 4 --dist loadfile)
   TESTS=(tests/)
-else
-  echo "simpy is not installed: running the GPU tests of tests/test_gpu_kernel.py only"
-  TESTS=(tests/test_gpu_kernel.py)
+  if ! "$PY" -c "import simpy" 2> /dev/null; then  # most test modules import the engine
+    note "## simpy is absent (no .whl/): only the kernel's and the executor's GPU tests run"
+    TESTS=(tests/test_gpu_kernel.py tests/test_gpu_executor.py)
+  fi
+  run_stage gpu_tests 90 "$PY" -m pytest -m gpu -q -p no:cacheprovider --durations=10 \
+    "${PARALLEL[@]}" "${TESTS[@]}"
+  cp -f "$WORK/logs/gpu_tests.log" "$OUT/gpu_tests.log"
 fi
-timeout 180 $PY -m pytest -m gpu -q -p no:cacheprovider --durations=12 "${TESTS[@]}" 2>&1 \
-  | tee "$OUT/gpu_tests.log"
-echo "pytest exit: ${PIPESTATUS[0]}" | tee -a "$OUT/gpu_tests.log"
 
-stage "kernel benchmark"
-timeout 120 $PY -m pagesim.calibration.bench --model llama-2-7b --model llama-3-8b \
-    --out "$OUT/bench.csv" 2>&1 | tee "$OUT/bench.log"
-echo "bench exit: ${PIPESTATUS[0]}" | tee -a "$OUT/bench.log"
+if wanted bench; then
+  run_stage bench 65 "$PY" -c \
+    "from pagesim.calibration.gpu_stages import bench; bench('$WORK/bench')"
+  keep "$WORK/bench/bench.csv"
+fi
 
-stage "quick calibration (llama-2-7b)"
-timeout 180 $PY -m pagesim.calibration.run --model llama-2-7b --backend cupy --quick \
-    --out "$OUT/llama-2-7b-$GPU_NAME.json" 2>&1 | tee "$OUT/calibrate.log"
-echo "calibrate exit: ${PIPESTATUS[0]}" | tee -a "$OUT/calibrate.log"
+if wanted calibrate; then
+  run_stage calibrate 75 "$PY" -c \
+    "from pagesim.calibration.gpu_stages import calibrate; calibrate('llama-2-7b', '$PROFILE')"
+  keep "$PROFILE" "${PROFILE%.json}.csv"
+fi
 
-stage "calibration plot"
-MPLBACKEND=Agg timeout 30 $PY - "$OUT/llama-2-7b-$GPU_NAME.json" <<'EOF' || echo "no plot"
-import sys
-from pathlib import Path
-
-from calibration.profile import calibration_panels
-from reports.curves import plot_calibration
-
-path = Path(sys.argv[1])
-print(plot_calibration(calibration_panels(path), path.with_suffix(".png")))
-EOF
-
-stage "done"
-ls -la "$OUT"
-echo "=== summary"
-grep -E "passed|failed|skipped|error|pytest exit" "$OUT/gpu_tests.log" | tail -4
-grep -E "copy bandwidth| S=|bench exit|error" "$OUT/bench.log"
-tail -3 "$OUT/calibrate.log"
+finish

@@ -6,10 +6,13 @@ median, p10 and p90; bandwidth is judged against a device-to-device copy measure
 
 Two timers share one interface:
 
-- `CudaEventTimer` queues, per sample, an L2 flush (a memset of a buffer at least twice the L2),
-  a start event, the callable's launches and an end event; it synchronises once after all
-  samples and reads each start-to-end time. The flush runs before the start event, so it is not
-  timed, and its length keeps the GPU busy while the host queues the launches.
+- `CudaEventTimer` queues, per sample, an L2 flush over a buffer at least twice the L2, a start
+  event, the callable's launches and an end event; it synchronises once after all samples and
+  reads each start-to-end time. The flush runs before the start event, so it is not timed, and
+  its length keeps the GPU busy while the host queues the launches. Two flushes: "read" (the
+  default) reads the buffer with kernels/timing.cu's pagesim_l2_flush_read and leaves the L2
+  full of clean lines; "memset" overwrites it, leaving dirty lines that the timed kernel's reads
+  may have to write back to HBM first (the bench measures both, so the difference is known).
 - `PerfCounterTimer` (NumPy backend) wraps each call in `time.perf_counter_ns`. NumPy calls are
   synchronous, so no event is needed. CPU caches are not flushed: there is no portable way to,
   and the CPU profile exists to run the pipeline, not to predict a GPU.
@@ -72,27 +75,51 @@ class PerfCounterTimer:
         return Samples(tuple(samples))
 
 
+FLUSH_MODES = ("read", "memset")
+
+
 class CudaEventTimer:
     """CUDA-event timer on CuPy's current stream, with an L2 flush before each sample."""
 
     name = "cuda-events"
     flushes_l2 = True
 
-    def __init__(self, cupy: Any, l2_bytes: int) -> None:
+    def __init__(self, cupy: Any, l2_bytes: int, flush: str = "read", num_sms: int = 1) -> None:
+        if flush not in FLUSH_MODES:
+            raise ValueError(f"flush must be one of {FLUSH_MODES}, got {flush!r}")
         self._cupy = cupy
+        self.flush_mode = flush
         # At least 2x the L2 and never under 64 MiB, rounded up to whole MiB.
         mib = 1 << 20
         self.flush_bytes = -(-max(2 * l2_bytes, 64 * mib) // mib) * mib
-        self._flush_buffer = cupy.empty(self.flush_bytes, dtype=cupy.uint8)
+        self._flush_buffer = cupy.zeros(self.flush_bytes, dtype=cupy.uint8)  # pages mapped now
         self._flush_value = 0
+        self._num_sms = max(1, num_sms)
+        self._read_flush: Any = None
+        self._sink: Any = None
 
     def flush(self) -> None:
-        """Overwrite the flush buffer: evicts whatever an earlier sample left in the L2."""
+        """Evict whatever an earlier sample left in the L2 (read or overwrite the buffer)."""
+        if self.flush_mode == "read":
+            self._flush_by_reading()
+            return
         self._flush_value = (self._flush_value + 1) & 0xFF
         stream = self._cupy.cuda.get_current_stream()
         self._cupy.cuda.runtime.memsetAsync(
             self._flush_buffer.data.ptr, self._flush_value, self.flush_bytes, stream.ptr
         )
+
+    def _flush_by_reading(self) -> None:
+        if self._read_flush is None:
+            from pagesim.calibration.kernel import l2_flush_read_kernel
+
+            self._read_flush = l2_flush_read_kernel()
+            self._sink = self._cupy.zeros(1, dtype=self._cupy.uint32)
+        vectors = self.flush_bytes // 16
+        grid = (4 * self._num_sms, 1, 1)  # a few CTAs per SM, each striding over the buffer
+        never = np.uint32(0x9E3779B9)  # stored only if the xor of every word equals it
+        args = (self._flush_buffer, np.uint64(vectors), never, self._sink)
+        self._read_flush(grid, (256, 1, 1), args)
 
     def sample(self, fn: Callable[[], object], *, warmup: int, repeats: int) -> Samples:
         cuda = self._cupy.cuda

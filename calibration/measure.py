@@ -8,7 +8,11 @@ Per layer (then scaled by layers in the simulator):
 - the linear layers as GEMMs over token counts: QKV, output projection, MLP gate+up (or up), down;
   and the LM head (once per step) over the number of sequences that sample;
 - prefill attention over (number of prompts x prompt length), causal, whole prompts;
-- a fixed per-step cost: the host time to launch an empty step's kernels and synchronise;
+- the layer's elementwise work at each GEMM token count (two residual-add + RMSNorm, the
+  activation, the new tokens' K/V write, the query gather: what the executor runs between its
+  GEMMs), added to the per-layer token curve as its "elementwise" part;
+- the bare launch cost of a step (as many empty kernels as the GPU executor launches, then a
+  synchronise); the per-step floor itself is the executor's minimal step (floor.py);
 - the device's copy bandwidth (bytes read + written per second), the ceiling for "% of copy".
 
 Every grid point whose size exceeds the backend's budget is dropped (so the NumPy backend stays
@@ -32,7 +36,9 @@ from pagesim.calibration.backends import (
 from pagesim.calibration.harness import Samples
 
 MIXES = ("uniform", "skewed")
-LAUNCHES_PER_LAYER = 5  # QKV, attention, output projection, gate+up, down (what is priced)
+# Kernels the GPU executor launches per decode layer (forward_gpu.py): QKV GEMM, K/V write, query
+# gather, attention, output GEMM, add+norm, gate+up GEMM, SiLU-and-mul, down GEMM, add+norm.
+LAUNCHES_PER_LAYER = 10
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,14 +58,14 @@ class Grid:
     gemm_tokens: tuple[int, ...]  # fitted
     gemm_held_out: tuple[int, ...]  # interpolated, to report the error
     prefill: tuple[tuple[int, int, bool], ...]  # (num_seqs, prompt_len, is_held_out)
-    num_launches: int  # kernels an empty step launches
+    num_launches: int  # kernels the bare-launch measurement launches per step
 
 
 @dataclass(frozen=True, slots=True)
 class Point:
     """One measured configuration with all its samples (one CSV row per sample)."""
 
-    kind: str  # decode | gemm | lm_head | prefill | copy | empty_step
+    kind: str  # decode | gemm | lm_head | prefill | copy | launches | minimal_step[_graph]
     label: str
     is_held_out: bool
     num_seqs: int
@@ -215,7 +221,7 @@ def make_grid(shapes: LayerShapes, num_layers: int, backend: str, quick: bool) -
         gemm_tokens,
         gemm_held,
         tuple(prefill),
-        num_layers * LAUNCHES_PER_LAYER + 1,
+        num_layers * LAUNCHES_PER_LAYER + 2,  # + the first norm and the LM head
     )
 
 
@@ -267,8 +273,9 @@ def measure(
 
     steps = backend.empty_step(grid.num_launches, warmup, repeats)
     empty = Prepared(lambda: None, 0, 0)
-    points.append(_point("empty_step", "empty step", False, empty, steps, tokens=grid.num_launches))
-    progress(f"empty step ({grid.num_launches} launches + sync) {steps.median_s * 1e6:.1f} us")
+    label = f"{grid.num_launches} empty launches"
+    points.append(_point("launches", label, False, empty, steps, tokens=grid.num_launches))
+    progress(f"bare launches ({grid.num_launches} + sync) {steps.median_s * 1e6:.1f} us")
 
     mixes = [context_mix(p.num_seqs, p.mean_context, p.mix) for p in grid.decode]
     blocks = max((sum(-(-n // block_size) for n in lens) for lens in mixes), default=0)
@@ -299,6 +306,11 @@ def measure(
             points.append(
                 _point("gemm", label, tokens in held, prepared, sample(prepared.fn), tokens=tokens)
             )
+        prepared = backend.prepare_elementwise(shapes, tokens, block_size)
+        label = f"elementwise t={tokens}"
+        points.append(
+            _point("gemm", label, tokens in held, prepared, sample(prepared.fn), tokens=tokens)
+        )
         k, n = shapes.lm_head
         prepared = backend.prepare_gemm(tokens, k, n)
         points.append(

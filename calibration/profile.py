@@ -6,16 +6,19 @@ simulator/execution/profile.py):
     schema, schema_version
     provenance        backend, device ("cpu" for the NumPy backend, else the GPU's name),
                       device_kind, driver/CUDA/CuPy/torch/NumPy/Python versions, clocks, L2 flush
-                      bytes, timer, warmup, repeats, quick, kernel file + sha256, date
+                      bytes and mode, timer, warmup, repeats, quick, kernel file + sha256, date
     model             the ModelSpec measured (shape fields must match the simulated model)
     measured          tensor_parallel, block_size (tokens), kv_dtype, per-GPU layer shapes
     grid              every measured configuration (decode points, GEMM tokens, prefill points)
     copy_bandwidth    median bytes read + written per second of a device-to-device copy
-    overhead          empty_step_s: launch + synchronise of an empty step
+    overhead          empty_step_s: the per-step floor, the executor's minimal step in `mode`
+                      (eager | cuda-graph); eager_step_s, graph_step_s, graph_error, and the
+                      bare launch cost of a step (bare_launches)
     decode_attention  coef {a_s, b_s_per_kv_token, c_s_per_seq}, range, fit_error, held_out,
                       bandwidth (achieved share of the copy bandwidth)
     prefill_attention coef {a_s, b_s_per_token_sq, c_s_per_token}, range, fit_error, held_out
-    gemm, lm_head     tokens, time_s (medians; GEMMs summed over a layer), parts, range, held_out
+    gemm, lm_head     tokens, time_s (medians; GEMMs and the elementwise work summed over a
+                      layer), parts, range, held_out
     samples_csv       file name of the CSV beside the JSON
 
 CSV columns: kind, label, is_held_out, num_seqs, kv_tokens, tokens, prefill_sq, bytes, flops,
@@ -31,8 +34,10 @@ from pathlib import Path
 
 import numpy as np
 
+from pagesim.calibration.floor import FLOOR_MODES
 from pagesim.calibration.measure import Grid, Point, context_mix
 from pagesim.simulator.core.catalog import ModelSpec
+from pagesim.simulator.core.errors import InputError
 from pagesim.simulator.execution.profile import PROFILE_SCHEMA, PROFILE_SCHEMA_VERSION
 
 CSV_COLUMNS = (
@@ -115,6 +120,31 @@ def write_profile(profile: dict[str, object], points: list[Point], json_path: Pa
     write_samples_csv(points, csv_path)
     json_path.write_text(json.dumps(profile, indent=1, sort_keys=False) + "\n")
     return json_path
+
+
+def with_floor_mode(json_path: Path, mode: str, out: Path) -> Path:
+    """A copy of the profile at `json_path` whose per-step floor is the executor's minimal step
+    in `mode` ("eager" | "cuda-graph"), written to `out` (the samples CSV is copied beside it).
+    An InputError if the profile did not measure that mode."""
+    if mode not in FLOOR_MODES:
+        raise InputError(f"floor mode must be one of {', '.join(FLOOR_MODES)}, got {mode!r}")
+    profile = json.loads(Path(json_path).read_text())
+    overhead = profile.get("overhead", {})
+    key = "graph_step_s" if mode == "cuda-graph" else "eager_step_s"
+    value = overhead.get(key)
+    if not isinstance(value, int | float):
+        why = overhead.get("graph_error") or "not measured"
+        raise InputError(f"{json_path}: no {mode} floor in this profile ({why})")
+    profile["overhead"] = {**overhead, "mode": mode, "empty_step_s": float(value)}
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    samples = Path(json_path).with_name(profile["samples_csv"])
+    target = out.with_suffix(".csv")
+    if samples.resolve() != target.resolve():
+        target.write_bytes(samples.read_bytes())
+    profile["samples_csv"] = target.name
+    out.write_text(json.dumps(profile, indent=1, sort_keys=False) + "\n")
+    return out
 
 
 def _samples_by_label(csv_path: Path) -> dict[tuple[str, str], list[float]]:

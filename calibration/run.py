@@ -1,27 +1,25 @@
 """`calibrate`: measure a model's per-layer kernels on one device and write a profile.
 
-    python -m pagesim.calibration.run --model llama-2-7b --backend cupy --quick --out profile.json
-
-(`pagesim calibrate` calls `calibrate` the same way.) Writes the profile JSON and the CSV of raw
-samples beside it; returns the JSON path.
+`pagesim calibrate --model llama-2-7b --backend cupy --quick --out profile.json` calls it. Writes
+the profile JSON and the CSV of raw samples beside it; returns the JSON path.
 """
 
 from __future__ import annotations
 
-import argparse
-import sys
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 from pagesim.calibration import fit
 from pagesim.calibration.backends import LayerShapes, make_backend
-from pagesim.calibration.harness import iso_now
+from pagesim.calibration.floor import FLOOR_MODES, measure_floor
+from pagesim.calibration.harness import FLUSH_MODES, iso_now
 from pagesim.calibration.kernel import KERNEL_FILE, kernel_sha256
-from pagesim.calibration.measure import make_grid, measure
+from pagesim.calibration.measure import Grid, Point, make_grid, measure
 from pagesim.calibration.profile import build_profile, profile_paths, write_profile
-from pagesim.simulator.core.catalog import ModelSpec, resolve_model
-from pagesim.simulator.core.errors import InputError, PagesimError
+from pagesim.simulator.core.catalog import ModelSpec
+from pagesim.simulator.core.errors import InputError
 
 BACKENDS = ("numpy", "cupy")
 
@@ -35,15 +33,24 @@ def calibrate(
     block_size: int = 16,
     tensor_parallel: int = 1,
     progress: Callable[[str], None] | None = None,
+    floor_mode: str = "eager",
+    flush: str = "read",
 ) -> Path:
     """Measure `model`'s per-GPU layer shapes on `backend` ("numpy" | "cupy"); write the profile.
 
     `out`: a .json path (the CSV goes beside it with the same stem) or a folder (profile.json +
     profile.csv inside); default ./profile-<model>-<backend>.json. `quick` trims the grids (NumPy:
-    seconds; GPU: under ~3 minutes). Returns the JSON path.
+    seconds; GPU: about a minute). The per-step floor is the executor's minimal step, measured
+    eagerly and, on a GPU, from a CUDA graph; `floor_mode` ("eager" | "cuda-graph") picks the one
+    that prices steps (profile.with_floor_mode rewrites it later). `flush` is the GPU timer's L2
+    flush ("read" | "memset"). Returns the JSON path.
     """
     if backend not in BACKENDS:
         raise InputError(f"unknown calibration backend {backend!r}; valid: {', '.join(BACKENDS)}")
+    if floor_mode not in FLOOR_MODES:
+        raise InputError(f"floor mode must be one of {', '.join(FLOOR_MODES)}, got {floor_mode!r}")
+    if flush not in FLUSH_MODES:
+        raise InputError(f"flush must be one of {', '.join(FLUSH_MODES)}, got {flush!r}")
     if block_size not in (8, 16, 32):
         raise InputError(f"block_size must be 8, 16 or 32 tokens, got {block_size}")
     if tensor_parallel < 1 or model.num_heads % tensor_parallel:
@@ -60,17 +67,18 @@ def calibrate(
     json_path, csv_path = profile_paths(Path(out))
 
     started = time.perf_counter()
-    device = make_backend(backend)
+    device = make_backend(backend, flush)
     shapes = LayerShapes.from_model(model, tensor_parallel)
     grid = make_grid(shapes, model.num_layers, backend, quick)
     say(f"calibrating {model.name} on {backend} ({'quick' if quick else 'full'} grid)")
     provenance = {"backend": backend, **device.provenance()}
     points = measure(device, shapes, grid, block_size, say)
+    graph_error = _measure_floor(points, model, shapes, backend, block_size, grid, say)
 
     copy = fit.copy_bandwidth(points)
     sections = {
         "copy_bandwidth": copy,
-        "overhead": fit.fit_overhead(points),
+        "overhead": fit.fit_overhead(points, floor_mode, graph_error),
         "decode_attention": fit.fit_decode(points, copy["median_bps"]),
         "prefill_attention": fit.fit_prefill(points),
         "gemm": fit.fit_tokens(points, "gemm"),
@@ -119,31 +127,38 @@ def calibrate(
     return json_path
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", required=True, help="preset name or config.json path")
-    parser.add_argument("--backend", choices=BACKENDS, default="numpy")
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--out", type=Path, default=None)
-    parser.add_argument("--block-size", type=int, default=16)
-    parser.add_argument("--tensor-parallel", type=int, default=1)
-    args = parser.parse_args(argv)
-    try:
-        path = calibrate(
-            resolve_model(args.model),
-            args.backend,
-            args.quick,
-            args.out,
-            block_size=args.block_size,
-            tensor_parallel=args.tensor_parallel,
-            progress=lambda line: print(line, flush=True),
-        )
-    except PagesimError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return exc.exit_code
-    print(path)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+def _measure_floor(
+    points: list[Point],
+    model: ModelSpec,
+    shapes: LayerShapes,
+    backend: str,
+    block_size: int,
+    grid: Grid,
+    say: Callable[[str], None],
+) -> str | None:
+    """Append the executor's minimal step (eager, and from a CUDA graph on a GPU) to `points`;
+    returns why the graph one was not measured, if it was not. Under tensor parallelism the
+    executor runs one GPU's shard (its heads, MLP and vocabulary; no all-reduce)."""
+    shard = replace(
+        model,
+        num_heads=shapes.num_heads,
+        num_kv_heads=shapes.num_kv_heads,
+        intermediate_size=shapes.intermediate_size,
+        vocab_size=shapes.vocab_size,
+    )
+    on_gpu = backend == "cupy"
+    floor = measure_floor(
+        shard,
+        backend,
+        block_size,
+        warmup=grid.warmup if on_gpu else 1,
+        repeats=grid.repeats if on_gpu else min(5, grid.repeats),  # a CPU step of 7B: seconds
+        with_graphs=on_gpu,
+        progress=say,
+    )
+    found = [("minimal_step", "minimal step eager", floor.eager)]
+    if floor.graph is not None:
+        found.append(("minimal_step_graph", "minimal step cuda-graph", floor.graph))
+    for kind, label, samples in found:
+        points.append(Point(kind, label, False, 1, 1, 1, 0, 0, 0, samples))
+    return floor.graph_error

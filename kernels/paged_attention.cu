@@ -127,10 +127,31 @@ struct Unroll {
   static constexpr int value = HEADS <= 2 ? 8 : (HEADS <= 4 ? 4 : 2);
 };
 
+// CTAs of kNumThreads that must fit on one SM at once: the second argument of __launch_bounds__,
+// so ptxas caps registers at 65536 / (kNumThreads x this) per thread (128 for 4, 168 for 3; SMs
+// of sm_80 and sm_90 have 64K registers). Without it ptxas picks freely, and under CuPy's
+// -ftz=true the GQA-4 variant took 157 registers on sm_90: 3 CTAs per SM instead of 4. The values
+// are the most that compile with no spill and no stack frame (ptxas of CUDA 13.0, with and
+// without -ftz; tests/test_kernel_compile.py checks every catalog variant): more heads per CTA
+// hold more softmax state per lane, and sm_8x's ptxas needs a few more registers at 2, 4 and 7
+// heads. calibration/partitions.py mirrors this table (static_asserts in the compile test keep
+// the two equal); the launch plan sizes split-K from the occupancy that results.
+template <int HEADS, int HEAD_DIM>
+struct MinCtasPerSm {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+  static constexpr int value = (HEADS == 1 || HEADS == 3) ? 4 : (HEADS <= 6 ? 3 : 2);
+#else
+  // head_dim 256 with 2 heads spills 4 bytes at 4 CTAs (UNROLL 8 and a whole warp per token).
+  static constexpr int value =
+      HEADS <= 4 ? ((HEADS == 2 && HEAD_DIM == 256) ? 3 : 4) : (HEADS <= 7 ? 3 : 2);
+#endif
+};
+
 // grid = (num_kv_heads * (num_heads / num_kv_heads / HEADS), num_seqs, num_partitions)
 // block = kNumThreads
 template <int DT, int HEAD_DIM, int BLOCK_SIZE, int HEADS, bool PAGED>
-__global__ void __launch_bounds__(kNumThreads) decode_attention(
+__global__ void __launch_bounds__(kNumThreads, (MinCtasPerSm<HEADS, HEAD_DIM>::value))
+    decode_attention(
     u16* __restrict__ out,             // [num_seqs, num_heads, HEAD_DIM]      (num_partitions == 1)
     float* __restrict__ part_acc,      // [num_seqs, num_heads, num_partitions, HEAD_DIM]
     float* __restrict__ part_max,      // [num_seqs, num_heads, num_partitions] (log2 domain)
@@ -364,9 +385,6 @@ __global__ void __launch_bounds__(HEAD_DIM) decode_attention_reduce(
 
 }  // namespace pagesim
 
-// An empty kernel: the calibration times launch + synchronize of an empty step with it.
-extern "C" __global__ void pagesim_noop() {}
-
 // Explicit instantiations for offline compilation checks (nvcc -c -DPAGESIM_INSTANTIATE_GRID);
 // at run time NVRTC instantiates exactly the variants asked for through name expressions.
 #define PAGESIM_DECODE(DT, D, B, H, P)                                                       \
@@ -390,6 +408,7 @@ PAGESIM_DECODE(0, 64, 8, 1, true)
 PAGESIM_DECODE(1, 64, 32, 3, true)
 PAGESIM_DECODE(0, 256, 8, 1, true)
 PAGESIM_DECODE(1, 256, 16, 8, true)
+PAGESIM_DECODE(0, 256, 16, 2, true)   // the one layout that needs 3 CTAs per SM at <= 4 heads
 PAGESIM_REDUCE(0, 64)
 PAGESIM_REDUCE(0, 128)
 PAGESIM_REDUCE(1, 128)

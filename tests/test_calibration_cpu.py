@@ -1,20 +1,14 @@
-"""Calibration on the CPU: launch-wrapper checks, harness, grids, fits, calibrate --quick (NumPy).
+"""Calibration on the CPU: harness, grids, fits, calibrate --quick (NumPy).
 
-The launch wrapper is also driven against a fake CuPy whose "kernels" follow the .cu's launch
-contract (grid, argument order and C types, split-K partial layout) in NumPy: that checks the
-Python side of every launch, and the split-K arithmetic, without a GPU. The real kernel is
-checked against the reference by the GPU tests (tests/test_gpu_kernel.py).
+The launch plan is tested in tests/test_launch_plan.py, the kernel's index math in
+tests/test_kernel_emulation.py, the real kernel against the reference in tests/test_gpu_kernel.py.
 """
 
 from __future__ import annotations
 
 import csv
-import hashlib
 import itertools
 import json
-import math
-import re
-import sys
 import types
 from pathlib import Path
 
@@ -25,293 +19,14 @@ from pagesim.calibration import fit, kernel
 from pagesim.calibration.backends import LayerShapes, NumpyBackend, table_for
 from pagesim.calibration.harness import CudaEventTimer, PerfCounterTimer, Samples
 from pagesim.calibration.measure import Point, context_mix, make_grid
-from pagesim.calibration.reference import (
-    bf16_bits_to_float,
-    float_to_bf16_bits,
-    make_paged_case,
-    reference_decode_attention,
-)
 from pagesim.calibration.run import calibrate
 from pagesim.simulator.core.catalog import ModelSpec, count_params, get_model
-from pagesim.simulator.core.errors import InputError, PagesimError
+from pagesim.simulator.core.errors import InputError
 
 
 def tiny_model(name: str = "tiny-llama") -> ModelSpec:
     params = count_params(2, 4, 2, 64, 256, 512, 1000, True)
     return ModelSpec(name, 2, 4, 2, 64, 256, 512, 1000, True, 2048, params)
-
-
-# ---------------------------------------------------------------- launch-wrapper checks
-
-
-def _arrays(**overrides):
-    base = {
-        "q": np.zeros((3, 8, 128), np.float16),
-        "k_cache": np.zeros((10, 2, 16, 128), np.float16),
-        "v_cache": np.zeros((10, 2, 16, 128), np.float16),
-        "context_lens": np.array([5, 16, 40], np.int32),
-        "block_tables": np.zeros((3, 3), np.int32),
-    }
-    base.update(overrides)
-    return base
-
-
-def test_check_accepts_paged_contiguous_and_bf16() -> None:
-    shape = kernel.check_decode_inputs(**_arrays())
-    assert (shape.num_heads, shape.num_kv_heads, shape.block_size, shape.max_context) == (
-        8,
-        2,
-        16,
-        48,
-    )
-    contiguous = kernel.check_decode_inputs(
-        **_arrays(
-            k_cache=np.zeros((3, 2, 64, 128), np.float16),
-            v_cache=np.zeros((3, 2, 64, 128), np.float16),
-            block_tables=None,
-        )
-    )
-    assert contiguous.block_size is None and contiguous.max_context == 64
-    bf16 = kernel.check_decode_inputs(
-        **_arrays(
-            q=np.zeros((3, 8, 128), np.uint16),
-            k_cache=np.zeros((10, 2, 16, 128), np.uint16),
-            v_cache=np.zeros((10, 2, 16, 128), np.uint16),
-        ),
-        kv_dtype="bf16",
-    )
-    assert bf16.kv_dtype == "bf16"
-
-
-@pytest.mark.parametrize(
-    ("overrides", "message"),
-    [
-        ({"q": np.zeros((3, 8, 128), np.float32)}, "q must be float16"),
-        ({"q": np.zeros((3, 8, 96), np.float16)}, "head_dim must be one of"),
-        ({"q": np.zeros((3, 7, 128), np.float16)}, "multiple of num_kv_heads"),
-        ({"k_cache": np.zeros((10, 2, 12, 128), np.float16)}, "v_cache shape"),
-        (
-            {
-                "k_cache": np.zeros((10, 2, 12, 128), np.float16),
-                "v_cache": np.zeros((10, 2, 12, 128), np.float16),
-            },
-            "block_size must be one of",
-        ),
-        ({"context_lens": np.array([5, 16, 40], np.int64)}, "context_lens must be int32"),
-        ({"block_tables": np.zeros((3, 3), np.int64)}, "block_tables must be int32"),
-        ({"block_tables": np.zeros((3, 6), np.int32)[:, ::2]}, "block_tables must be C-contig"),
-        ({"v_cache": np.zeros((10, 2, 128, 16), np.float16).swapaxes(2, 3)}, "C-contiguous"),
-    ],
-)
-def test_check_rejects_bad_inputs(overrides: dict, message: str) -> None:
-    with pytest.raises(ValueError, match=re.escape(message)):
-        kernel.check_decode_inputs(**_arrays(**overrides))
-
-
-@pytest.mark.parametrize(
-    ("group", "expected"), [(1, 1), (4, 4), (7, 7), (8, 8), (16, 8), (12, 6), (11, 1)]
-)
-def test_heads_per_cta_divides_the_group(group: int, expected: int) -> None:
-    assert kernel.heads_per_cta(group) == expected
-
-
-@pytest.mark.parametrize(
-    ("ctas", "max_context"), [(1024, 4096), (32, 16384), (32, 300), (1, 100_000), (64, 1000)]
-)
-def test_partitions_cover_the_context_and_fill_the_gpu(ctas: int, max_context: int) -> None:
-    size, parts = kernel.choose_partitions(ctas, max_context, num_sms=132)
-    assert size % kernel.PARTITION_QUANTUM == 0
-    assert (parts - 1) * size < max_context <= parts * size
-    if ctas >= kernel.CTAS_PER_SM_TARGET * 132 or max_context <= 2 * kernel.MIN_PARTITION:
-        assert parts == 1
-    else:
-        assert parts > 1 and size >= kernel.MIN_PARTITION - kernel.PARTITION_QUANTUM
-
-
-def test_kernel_source_hash_and_location() -> None:
-    path = kernel.kernel_path()
-    assert path.name == "paged_attention.cu" and path.parent.name == "kernels"
-    assert kernel.kernel_sha256() == hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def test_without_cupy_the_gpu_paths_say_a_gpu_is_needed(monkeypatch) -> None:
-    monkeypatch.setitem(sys.modules, "cupy", None)  # import cupy -> ImportError
-    with pytest.raises(PagesimError, match="CuPy and a CUDA GPU"):
-        kernel.import_cupy()
-    from pagesim.calibration.bench import bench_kernel
-
-    with pytest.raises(PagesimError, match="needs a CUDA GPU"):
-        bench_kernel(get_model("llama-2-7b"))
-    with pytest.raises(PagesimError, match="CuPy"):
-        calibrate(tiny_model(), "cupy", True, Path("unused.json"))
-
-
-# ---------------------------------------------------------------- fake CuPy: the launch contract
-
-
-def _emulate_decode(name: str, grid, block, args) -> None:
-    """What pagesim::decode_attention writes, computed per CTA in NumPy (log2-domain softmax)."""
-    dtype, head_dim, block_size, heads, paged = (
-        int(v) if v.isdigit() else v == "true"
-        for v in re.findall(r"<(\d+), (\d+), (\d+), (\d+), (\w+)>", name)[0]
-    )
-    assert block == (kernel.NUM_THREADS, 1, 1)
-    out, part_acc, part_max, part_sum, q, k_cache, v_cache, tables, lens = args[:9]
-    scalars = args[9:]
-    assert [type(s) for s in scalars] == [np.int32] * 5 + [np.float32], "exact C types"
-    row_stride, num_heads, num_kv_heads, partition_size, num_partitions = map(int, scalars[:5])
-    scale_log2 = float(scalars[5])
-    group = num_heads // num_kv_heads
-    tiles = group // heads
-    assert grid == (num_kv_heads * tiles, q.shape[0], num_partitions)
-    to32 = bf16_bits_to_float if dtype == 1 else (lambda a: a.astype(np.float32))
-    for x in range(grid[0]):
-        kv_head, head0 = x // tiles, (x // tiles) * group + (x % tiles) * heads
-        for seq in range(grid[1]):
-            length = int(lens[seq])
-            for part in range(grid[2]):
-                start = part * partition_size
-                if part > 0 and start >= length:
-                    continue
-                t = np.arange(start, min(length, start + partition_size))
-                if paged:
-                    blocks = tables.reshape(-1)[seq * row_stride + t // block_size]
-                    k = to32(k_cache[blocks, kv_head, t % block_size])
-                    v = to32(v_cache[blocks, kv_head, t % block_size])
-                else:
-                    k, v = to32(k_cache[seq, kv_head, t]), to32(v_cache[seq, kv_head, t])
-                for h in range(head0, head0 + heads):
-                    s = (to32(q[seq, h]) * scale_log2) @ k.T
-                    m = s.max() if len(t) else -np.inf
-                    p = np.exp2(s - (m if len(t) else 0.0))
-                    acc, total = p @ v if len(t) else np.zeros(head_dim), p.sum()
-                    if num_partitions == 1:
-                        res = acc / total if total > 0 else np.zeros(head_dim)
-                        out[seq, h] = float_to_bf16_bits(res) if dtype == 1 else res
-                    else:
-                        i = (seq * num_heads + h) * num_partitions + part
-                        part_acc[i * head_dim : (i + 1) * head_dim] = acc
-                        part_max[i], part_sum[i] = m, total
-
-
-def _emulate_reduce(name: str, grid, block, args) -> None:
-    dtype, head_dim = (int(v) for v in re.findall(r"<(\d+), (\d+)>", name)[0])
-    out, part_acc, part_max, part_sum, lens, num_heads, partition_size, num_partitions = args
-    assert [type(a) for a in args[5:]] == [np.int32] * 3
-    assert grid == (int(num_heads), out.shape[0], 1) and block == (head_dim, 1, 1)
-    parts = int(num_partitions)
-    for seq in range(grid[1]):
-        live = max(1, min(parts, math.ceil(int(lens[seq]) / int(partition_size))))
-        for h in range(grid[0]):
-            base = (seq * int(num_heads) + h) * parts
-            m = part_max[base : base + live]
-            top = m.max() if np.isfinite(m).any() else 0.0
-            w = np.exp2(m - top)
-            acc = part_acc[base * head_dim : (base + live) * head_dim].reshape(live, head_dim)
-            total = float(part_sum[base : base + live] @ w)
-            res = (w @ acc) / total if total > 0 else np.zeros(head_dim)
-            out[seq, h] = float_to_bf16_bits(res) if dtype == 1 else res
-
-
-def _fake_cupy() -> types.ModuleType:
-    fake = types.ModuleType("cupy")
-    fake.float32 = np.float32
-    fake.empty = np.empty
-    fake.asnumpy = np.asarray
-
-    class Device:
-        def __init__(self, device_id: int = 0) -> None:
-            self.id = device_id
-            self.attributes = {"MultiProcessorCount": 132}
-
-    class RawModule:
-        def __init__(self, code: str, options: tuple, name_expressions: list[str]) -> None:
-            assert "decode_attention" in code and options == kernel.NVRTC_OPTIONS
-            self.names = name_expressions
-
-        def get_function(self, name: str):
-            assert name in self.names
-            emulate = _emulate_reduce if "reduce" in name else _emulate_decode
-            return lambda grid, block, args: emulate(name, grid, block, args)
-
-    fake.RawModule = RawModule
-    fake.cuda = types.SimpleNamespace(
-        Device=Device, runtime=types.SimpleNamespace(getDeviceCount=lambda: 1)
-    )
-    return fake
-
-
-@pytest.fixture
-def fake_cupy(monkeypatch):
-    monkeypatch.setitem(sys.modules, "cupy", _fake_cupy())
-    kernel._functions.cache_clear()
-    kernel._num_sms.cache_clear()
-    yield
-    kernel._functions.cache_clear()
-    kernel._num_sms.cache_clear()
-
-
-@pytest.mark.parametrize("kv_dtype", ["fp16", "bf16"])
-@pytest.mark.parametrize(
-    ("num_heads", "num_kv_heads", "partition_size"),
-    [(4, 4, None), (8, 2, 128), (16, 1, 256), (12, 1, None)],
-)
-def test_launch_contract_split_k_matches_reference(
-    fake_cupy, kv_dtype: str, num_heads: int, num_kv_heads: int, partition_size: int | None
-) -> None:
-    rng = np.random.default_rng(num_heads)
-    lens = [1, 15, 16, 600, 300, 0, 129]
-    case = make_paged_case(rng, lens, num_heads, num_kv_heads, 64, 16, kv_dtype=kv_dtype)
-    plan = kernel.plan_decode_attention(
-        case.q,
-        case.k_cache,
-        case.v_cache,
-        case.context_lens,
-        case.block_tables,
-        kv_dtype=kv_dtype,
-        partition_size=partition_size,
-    )
-    if partition_size:
-        assert plan.num_partitions == math.ceil(600 / partition_size) and len(plan.launches) == 2
-    out = plan.run()
-    got = bf16_bits_to_float(out) if kv_dtype == "bf16" else out.astype(np.float32)
-    ref = reference_decode_attention(
-        case.q, case.k_cache, case.v_cache, case.block_tables, case.context_lens
-    )
-    assert np.isfinite(got).all()
-    tol = 1e-2 if kv_dtype == "bf16" else 2e-3
-    assert np.linalg.norm(got - ref) / np.linalg.norm(ref) < tol
-    assert (
-        plan.min_bytes == 2 * sum(lens) * num_kv_heads * 64 * 2 + 2 * len(lens) * num_heads * 64 * 2
-    )
-
-
-def test_skewed_batch_with_enough_ctas_still_splits_its_longest_sequence(fake_cupy) -> None:
-    """40 sequences x 8 KV heads = 320 CTAs fill 132 SMs, but one 2000-token sequence among
-    16-token ones would run alone long after the rest: it is split, and the result is exact."""
-    assert kernel.choose_partitions(320, 2000, 132) == (2048, 1)  # without the mean: no split
-    assert kernel.choose_partitions(320, 2000, 132, mean_context=2000.0) == (2048, 1)  # uniform
-    rng = np.random.default_rng(3)
-    lens = [16] * 39 + [2000]
-    rng.shuffle(lens)
-    case = make_paged_case(rng, lens, 8, 8, 64, 16)
-    plan = kernel.plan_decode_attention(
-        case.q, case.k_cache, case.v_cache, case.context_lens, case.block_tables
-    )
-    assert plan.num_partitions > 1 and plan.partition_size >= kernel.MIN_PARTITION
-    got = plan.run().astype(np.float32)
-    ref = reference_decode_attention(
-        case.q, case.k_cache, case.v_cache, case.block_tables, case.context_lens
-    )
-    assert np.isfinite(got).all() and np.linalg.norm(got - ref) / np.linalg.norm(ref) < 2e-3
-
-
-def test_plan_rejects_a_table_entry_outside_the_pool(fake_cupy) -> None:
-    case = make_paged_case(np.random.default_rng(1), [20, 3], 4, 2, 64, 16)
-    tables = case.block_tables.copy()
-    tables[0, 1] = case.k_cache.shape[0]
-    with pytest.raises(ValueError, match="outside"):
-        kernel.plan_decode_attention(case.q, case.k_cache, case.v_cache, case.context_lens, tables)
 
 
 # ---------------------------------------------------------------- harness, grid, fits
@@ -330,10 +45,13 @@ def test_samples_summaries() -> None:
 
 
 def test_l2_flush_buffer_is_at_least_twice_the_l2() -> None:
-    fake = types.SimpleNamespace(empty=lambda n, dtype: bytearray(0), uint8=np.uint8)
+    fake = types.SimpleNamespace(zeros=lambda n, dtype: bytearray(0), uint8=np.uint8)
     assert CudaEventTimer(fake, 60 * 2**20).flush_bytes >= 120 * 2**20
     assert CudaEventTimer(fake, 50_000_001).flush_bytes >= 100_000_002
     assert CudaEventTimer(fake, 0).flush_bytes == 64 * 2**20
+    assert CudaEventTimer(fake, 0).flush_mode == "read"  # reading leaves no dirty lines
+    with pytest.raises(ValueError, match="flush"):
+        CudaEventTimer(fake, 0, flush="evaporate")
 
 
 @pytest.mark.parametrize("num_seqs", [1, 2, 5, 64])
@@ -440,7 +158,7 @@ def test_numpy_calibration_csv_holds_every_sample(cpu_profile: Path) -> None:
         rows = list(csv.DictReader(handle))
     repeats = data["provenance"]["repeats"]
     kinds = {row["kind"] for row in rows}
-    assert kinds == {"copy", "empty_step", "decode", "gemm", "lm_head", "prefill"}
+    assert kinds == {"copy", "launches", "minimal_step", "decode", "gemm", "lm_head", "prefill"}
     decode_rows = [r for r in rows if r["kind"] == "decode"]
     assert len(decode_rows) == repeats * len(data["grid"]["decode"])
     assert all(float(r["time_s"]) > 0 for r in decode_rows)
@@ -472,3 +190,72 @@ def test_profile_renders_as_calibration_panels(cpu_profile: Path) -> None:
     assert len(decode.x) == len(json.loads(cpu_profile.read_text())["grid"]["decode"])
     assert (decode.measured_p10_s <= decode.measured_s).all()
     assert (decode.measured_s <= decode.measured_p90_s).all()
+
+
+def test_the_floor_is_the_executors_minimal_step(cpu_profile: Path) -> None:
+    overhead = json.loads(cpu_profile.read_text())["overhead"]
+    assert overhead["mode"] == "eager" and overhead["empty_step_s"] == overhead["eager_step_s"] > 0
+    assert overhead["graph_step_s"] is None  # CUDA graphs are measured on a GPU only
+    assert overhead["bare_launches"]["num_launches"] == 2 * 10 + 2
+    assert "minimal step" in overhead["what"]
+
+
+def test_the_gemm_curve_prices_the_layers_elementwise_work(cpu_profile: Path) -> None:
+    gemm = json.loads(cpu_profile.read_text())["gemm"]
+    assert set(gemm["parts"]) == {"qkv", "out", "gate_up", "down", "elementwise"}
+    for i, total in enumerate(gemm["measured_median_s"]):
+        assert total == pytest.approx(sum(part[i] for part in gemm["parts"].values()))
+
+
+def test_a_profile_rewritten_for_another_floor_mode(cpu_profile: Path, tmp_path: Path) -> None:
+    from pagesim.calibration.profile import with_floor_mode
+
+    data = json.loads(cpu_profile.read_text())
+    with pytest.raises(InputError, match="no cuda-graph floor"):
+        with_floor_mode(cpu_profile, "cuda-graph", tmp_path / "graph.json")
+    data["overhead"]["graph_step_s"] = 1e-3
+    source = tmp_path / "measured.json"
+    source.write_text(json.dumps(data))
+    (tmp_path / data["samples_csv"]).write_bytes(
+        cpu_profile.with_name(data["samples_csv"]).read_bytes()
+    )
+    out = with_floor_mode(source, "cuda-graph", tmp_path / "graph.json")
+    rewritten = json.loads(out.read_text())
+    assert rewritten["overhead"]["empty_step_s"] == 1e-3
+    assert rewritten["overhead"]["mode"] == "cuda-graph"
+    assert (tmp_path / rewritten["samples_csv"]).is_file()
+    with pytest.raises(InputError, match="floor mode"):
+        with_floor_mode(source, "lazy", tmp_path / "x.json")
+
+
+def test_calibrate_rejects_an_unknown_floor_mode_or_flush(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="floor mode"):
+        calibrate(tiny_model(), "numpy", True, tmp_path / "p.json", floor_mode="lazy")
+    with pytest.raises(InputError, match="flush"):
+        calibrate(tiny_model(), "numpy", True, tmp_path / "p.json", flush="dust")
+
+
+def test_bench_shapes_parse_or_say_what_is_wrong() -> None:
+    from pagesim.calibration.bench import FIDELITY_SHAPES, LONG_SHAPES, parse_shapes
+
+    assert (
+        parse_shapes("fidelity") == FIDELITY_SHAPES and parse_shapes("ALL")[-1] == LONG_SHAPES[-1]
+    )
+    assert parse_shapes("2x200, 8X600") == ((2, 200), (8, 600))
+    for bad in ("8x", "0x100", "eight", "2x200,,"):
+        with pytest.raises(InputError, match="--shapes"):
+            parse_shapes(bad)
+    totals = {n * c for n, c in LONG_SHAPES}
+    assert {2048, 16384, 65536} <= totals
+    assert all(2 <= n <= 24 and 200 <= c <= 600 for n, c in FIDELITY_SHAPES)
+
+
+def test_bench_rejects_unknown_dtypes_and_flushes_before_looking_for_a_gpu() -> None:
+    from pagesim.calibration.bench import bench_kernel
+
+    with pytest.raises(InputError, match="KV dtypes"):
+        bench_kernel(tiny_model(), kv_dtypes=("fp8",))
+    with pytest.raises(InputError, match="flushes"):
+        bench_kernel(tiny_model(), flushes=("steam",))
+    with pytest.raises(InputError, match="multiples of 128"):
+        bench_kernel(tiny_model(), partition_sweep=(100,))

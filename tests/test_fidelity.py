@@ -94,6 +94,9 @@ def test_every_error_figure_is_computed(fidelity: tuple[FidelityResult, Path]) -
     }
     for error in result.request_errors:
         assert math.isfinite(error.pct_error) and error.measured_s > 0, error
+    eager = result.host_timing["eager"]
+    assert eager["num_steps"] == len(result.steps)  # type: ignore[index]
+    assert 0 <= eager["share_host_bound"] <= 1 and eager["median_host_s"] > 0  # type: ignore[index]
 
 
 def test_per_step_table_has_both_columns(fidelity: tuple[FidelityResult, Path]) -> None:
@@ -237,7 +240,7 @@ def test_chunk_attention_is_the_tail_of_causal_attention() -> None:
     causal attention (GQA: 4 query heads over 2 KV heads)."""
     import numpy as np
 
-    from pagesim.calibration.executor import _Device
+    from pagesim.calibration.forward import HostForward
     from pagesim.calibration.reference import numpy_prefill_attention
 
     rng = np.random.default_rng(1)
@@ -245,8 +248,9 @@ def test_chunk_attention_is_the_tail_of_causal_attention() -> None:
     q = rng.standard_normal((c, heads, dim), dtype=np.float32)
     k = rng.standard_normal((c, kv_heads, dim), dtype=np.float32)
     v = rng.standard_normal((c, kv_heads, dim), dtype=np.float32)
-    device = _Device.__new__(_Device)  # only the attention math: no arrays allocated
-    device.xp, device.heads, device.kv_heads, device.head_dim = np, heads, kv_heads, dim
+    device = HostForward.__new__(HostForward)  # only the attention math: no arrays allocated
+    device.config = ExecutorConfig()
+    device.heads, device.kv_heads, device.head_dim = heads, kv_heads, dim
     device.scale = 1.0 / math.sqrt(dim)
     whole = numpy_prefill_attention(q[None], k[None], v[None])[0]
     chunk = device._prefill(q[-n:], k, v)
@@ -348,6 +352,22 @@ def test_gpu_executor_reads_exactly_the_mapped_blocks(tmp_path: Path) -> None:
     assert executor.num_poisoned_blocks > 0 and result.summary["num_finished"] == 60
     described = executor.describe()
     assert described["timer"] == "cuda-events" and described["device"] != "cpu"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(GPU_REASON is not None, reason=GPU_REASON or "")
+def test_gpu_executor_in_graph_mode_reads_exactly_the_mapped_blocks(tmp_path: Path) -> None:
+    """CUDA-graph replays of decode steps, with unmapped blocks poisoned before every step."""
+    scenario = tiny_scenario(tmp_path, 60, preemption=PreemptionPolicy.SWAP, num_kv_blocks=48)
+    executors: list[PlanExecutor] = []
+    config = ExecutorConfig(backend="cupy", poison_unmapped=True, warmup_steps=2, cuda_graphs=True)
+    result = simulate(scenario, execution_factory=measured_factory(config, sink=executors))
+    (executor,) = executors
+    described = executor.describe()
+    assert described["graph_error"] is None and described["num_graph_steps"] > 0
+    assert result.summary["num_finished"] == 60
+    graph_steps = [r for r in executor.records if r.mode == "graph"]
+    assert all(r.measured_compute_s > 0 and r.wall_s >= r.host_s for r in graph_steps)
 
 
 @pytest.mark.gpu

@@ -235,6 +235,9 @@ def test_event_timer_flushes_the_l2_and_keeps_samples() -> None:
 
     backend = CupyBackend()
     assert backend.timer.flush_bytes >= 2 * backend.l2_bytes > 0
+    assert backend.timer.flush_mode == "read" and backend.provenance()["l2_flush_mode"] == "read"
+    memset = CupyBackend(flush="memset")
+    assert memset.copy_bandwidth(64 << 20, warmup=1, repeats=3)[0] > 100e9
     bandwidth, samples = backend.copy_bandwidth(256 << 20, warmup=2, repeats=10)
     assert len(samples.samples_s) == 10 and samples.p10_s <= samples.median_s <= samples.p90_s
     assert bandwidth > 100e9, "a device-to-device copy under 100 GB/s: something is wrong"
@@ -256,6 +259,10 @@ def test_quick_gpu_calibration_of_a_small_model(tmp_path: Path) -> None:
     data = json.loads(path.read_text())
     assert data["provenance"]["device_kind"] == "gpu" and data["provenance"]["device"] != "cpu"
     assert data["provenance"]["l2_flush"] is True and data["provenance"]["timer"] == "cuda-events"
+    overhead = data["overhead"]
+    assert overhead["graph_error"] is None, overhead["graph_error"]
+    assert overhead["graph_step_s"] > 0 and 0 < overhead["eager_step_s"] == overhead["empty_step_s"]
+    assert "elementwise" in data["gemm"]["parts"]
     config = ExecutionConfig(kind=ExecutionKind.PROFILE, profile_path=path)
     priced = ProfileModel(model, get_gpu("h200-sxm"), config)
     plan = StepPlan.build([SeqWork(i, i, 1, 1000, False) for i in range(32)])
@@ -265,9 +272,18 @@ def test_quick_gpu_calibration_of_a_small_model(tmp_path: Path) -> None:
 def test_bench_kernel_rows() -> None:
     from pagesim.calibration.bench import bench_kernel
 
-    rows = bench_kernel(get_model("llama-3-8b"), shapes=[(4, 4096)], warmup=2, repeats=5)
-    (row,) = rows
-    assert row["kv_tokens"] == 16384 and row["same_output_as_contiguous"] is True
-    assert 0 < row["pct_of_copy_bw"] < 150
-    if row["rel_err_vs_torch"] is not None:
-        assert row["rel_err_vs_torch"] < 5e-3
+    rows = bench_kernel(get_model("llama-3-8b"), shapes=[(4, 4096), (8, 600)], warmup=2, repeats=5)
+    assert [(r["num_seqs"], r["kv_dtype"]) for r in rows] == [
+        (4, "fp16"), (4, "bf16"), (8, "fp16"), (8, "bf16")
+    ]  # fmt: skip
+    for row in rows:
+        assert 0 < row["pct_of_copy_bw"] < 150 and row["time_memset_flush_s"] > 0
+        assert row["ctas_per_sm"] >= 4 and row["kernel_local_size_bytes"] == 0
+        sweep = dict(item.split(":") for item in str(row["partition_sweep"]).split())
+        assert "128" in sweep and str(row["best_forced_partition_size"]) in sweep
+    fp16 = [r for r in rows if r["kv_dtype"] == "fp16"]
+    assert fp16[0]["kv_tokens"] == 16384 and all(r["same_output_as_contiguous"] for r in fp16)
+    assert fp16[1]["partitions"] > 1, "8 sequences x 8 KV heads do not fill an H200 unsplit"
+    for row in fp16:
+        if row.get("rel_err_vs_sdpa_dense") is not None:
+            assert row["rel_err_vs_sdpa_dense"] < 5e-3 and row["rel_err_vs_sdpa_gather"] < 5e-3
