@@ -32,10 +32,11 @@ from typing import Any
 
 import numpy as np
 
-from pagesim.calibration.backends import LayerShapes, table_for
+from pagesim.calibration.backends import table_for
 from pagesim.calibration.harness import FLUSH_MODES, CudaEventTimer
 from pagesim.calibration.kernel import kernel_sha256
 from pagesim.calibration.partitions import PARTITION_QUANTUM
+from pagesim.calibration.shapes import LayerShapes
 from pagesim.simulator.core.catalog import ModelSpec
 from pagesim.simulator.core.errors import InputError, PagesimError
 

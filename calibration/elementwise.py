@@ -16,7 +16,7 @@ import numpy as np
 from pagesim.calibration import layer_ops
 
 if TYPE_CHECKING:
-    from pagesim.calibration.backends import LayerShapes, Prepared
+    from pagesim.calibration.shapes import LayerShapes, Prepared
 
 FP16_BYTES = 2
 
@@ -46,7 +46,7 @@ def numpy_elementwise(
     shapes: LayerShapes, tokens: int, block_size: int, rng: np.random.Generator
 ) -> Prepared:
     """The NumPy executor's float32 versions (calibration/layer_ops.py)."""
-    from pagesim.calibration.backends import Prepared
+    from pagesim.calibration.shapes import Prepared
 
     hidden, width = shapes.hidden_size, (2 if shapes.is_gated_mlp else 1) * shapes.intermediate_size
     q_out, kv_out = shapes.num_heads * shapes.head_dim, shapes.num_kv_heads * shapes.head_dim
@@ -77,8 +77,8 @@ def cupy_elementwise(
     cupy: Any, shapes: LayerShapes, tokens: int, block_size: int, rng: np.random.Generator
 ) -> Prepared:
     """The GPU executor's fused kernels (kernels/layer_ops.cu) and its query gather."""
-    from pagesim.calibration.backends import Prepared
     from pagesim.calibration.kernel import _num_sms
+    from pagesim.calibration.shapes import Prepared
 
     cp = cupy
     hidden, width = shapes.hidden_size, (2 if shapes.is_gated_mlp else 1) * shapes.intermediate_size

@@ -12,12 +12,13 @@ from dataclasses import replace
 from pathlib import Path
 
 from pagesim.calibration import fit
-from pagesim.calibration.backends import LayerShapes, make_backend
+from pagesim.calibration.backends import make_backend
 from pagesim.calibration.floor import FLOOR_MODES, measure_floor
 from pagesim.calibration.harness import FLUSH_MODES, iso_now
 from pagesim.calibration.kernel import KERNEL_FILE, kernel_sha256
 from pagesim.calibration.measure import Grid, Point, make_grid, measure
 from pagesim.calibration.profile import build_profile, profile_paths, write_profile
+from pagesim.calibration.shapes import LayerShapes
 from pagesim.simulator.core.catalog import ModelSpec
 from pagesim.simulator.core.errors import InputError
 

@@ -16,10 +16,11 @@ import numpy as np
 import pytest
 
 from pagesim.calibration import fit, kernel
-from pagesim.calibration.backends import LayerShapes, NumpyBackend, table_for
+from pagesim.calibration.backends import NumpyBackend, table_for
 from pagesim.calibration.harness import CudaEventTimer, PerfCounterTimer, Samples
 from pagesim.calibration.measure import Point, context_mix, make_grid
 from pagesim.calibration.run import calibrate
+from pagesim.calibration.shapes import LayerShapes
 from pagesim.simulator.core.catalog import ModelSpec, count_params, get_model
 from pagesim.simulator.core.errors import InputError
 
