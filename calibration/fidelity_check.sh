@@ -27,7 +27,7 @@
 #   install_check       ~1        15    (only then; a failure stops the script)
 #   nvidia-smi          ~1         6
 #   preflight           ~15       30    (needs simpy and 110 GiB free; a failure stops the script)
-#   executor_tests      ~15       25    (tests/test_gpu_executor.py: GPU vs CPU forward, graphs)
+#   executor_tests      ~15       25    (tests/calibration/test_gpu_executor.py: GPU vs CPU forward, graphs)
 #   calibrate           ~40       70    (quick, Llama-2-7B; both floors, eager and CUDA graph)
 #   sharegpt_eager      ~25       45
 #   sharegpt_graphs     ~20       45
@@ -113,7 +113,7 @@ EOF
 
 if wanted executor_tests; then
   run_stage executor_tests 25 "$PY" -m pytest -m gpu -q -p no:cacheprovider \
-    tests/test_gpu_executor.py
+    tests/calibration/test_gpu_executor.py
 fi
 
 if wanted calibrate; then

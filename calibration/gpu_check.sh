@@ -53,7 +53,7 @@ if wanted gpu_tests; then
   TESTS=(tests/)
   if ! "$PY" -c "import simpy" 2> /dev/null; then  # most test modules import the engine
     note "## simpy is absent (no .whl/): only the kernel's and the executor's GPU tests run"
-    TESTS=(tests/test_gpu_kernel.py tests/test_gpu_executor.py)
+    TESTS=(tests/calibration/test_gpu_kernel.py tests/calibration/test_gpu_executor.py)
   fi
   run_stage gpu_tests 90 "$PY" -m pytest -m gpu -q -p no:cacheprovider --durations=10 \
     "${PARALLEL[@]}" "${TESTS[@]}"

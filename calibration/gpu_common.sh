@@ -13,7 +13,7 @@
 # scripts write 7 at most, flat), PAGESIM_PYTHON (default python3), PAGESIM_ONLY (run only these
 # stages, space-separated; install and preflight always run: for a rerun that must be short),
 # PAGESIM_BUDGET_SCALE (multiplies every stage's budget, not the fixed pack and kill-grace
-# seconds: the CPU dry-run test, tests/test_gpu_scripts.py, shrinks them; 1 on a GPU).
+# seconds: the CPU dry-run test, tests/calibration/test_gpu_scripts.py, shrinks them; 1 on a GPU).
 
 set -uo pipefail
 export PYTHONUNBUFFERED=1

@@ -6,7 +6,7 @@ NumPy twins in calibration/layer_ops.py; the timing kernels do nothing); events 
 clock; a CUDA graph is emulated by the tests that need one. What this checks: that every launch
 gets its arguments in the order and C types the kernels declare, that the Python around the
 launches (plans, uploads, static buffers, bookkeeping) is right. What it cannot check: the
-kernels themselves (tests/test_gpu_*.py do, on a GPU) or CuPy's real behaviour.
+kernels themselves (tests/calibration/test_gpu_*.py do, on a GPU) or CuPy's real behaviour.
 """
 
 from __future__ import annotations

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
+from pathlib import Path
 
-from pagesim.simulator.core.catalog import get_gpu, get_model
+from pagesim.simulator.core.catalog import get_gpu, get_model, load_hf_config
 from pagesim.simulator.core.config import (
     ArrivalKind,
     ArrivalProcess,
@@ -77,3 +79,37 @@ def scenario(
 
 def system(policy: Policy, name: str | None = None, **knobs: object) -> SystemConfig:
     return replace(SystemConfig(name or policy.value, policy), **knobs)  # type: ignore[arg-type]
+
+
+TINY_CONFIG = {  # a 2-layer Llama-like model: GQA (2 query heads, 1 KV head), gated MLP
+    "model_type": "llama",
+    "num_hidden_layers": 2,
+    "hidden_size": 128,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+    "head_dim": 64,
+    "intermediate_size": 256,
+    "vocab_size": 512,
+    "max_position_embeddings": 1024,
+    "hidden_act": "silu",
+}
+
+
+def write_tiny_config(folder: Path) -> Path:
+    path = folder / "config.json"
+    path.write_text(json.dumps(TINY_CONFIG))
+    return path
+
+
+def tiny_scenario(folder: Path, num_requests: int = 200, **knobs: object) -> Scenario:
+    """A few hundred short requests on the tiny model; a small pool (128 blocks) and swap space."""
+    sys_knobs = {"num_kv_blocks": 128, "max_num_batched_tokens": 64, "swap_space_gib": 0.01}
+    sys_knobs.update(knobs)
+    return Scenario(
+        name="tiny_fidelity",
+        model=load_hf_config(write_tiny_config(folder)),
+        gpu=get_gpu("a100-80gb"),
+        workload=poisson_workload(num_requests, 400.0, 48, 24),
+        systems=(system(Policy.VLLM_V1, "v1", **sys_knobs),),
+        seed=0,
+    )

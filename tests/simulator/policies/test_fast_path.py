@@ -71,8 +71,9 @@ def _case(seed: int) -> Scenario:
     sampling = SamplingKind.SINGLE
     if num_seqs > 1:
         sampling = SamplingKind(rng.choice(["parallel", "beam"]))
-    # (Block size 1 is left to tests/test_speed_groups.py: each step's invariant check here
-    # walks every block of every table, which at one token a block costs seconds a case.)
+    # (Block size 1 is left to tests/simulator/policies/test_decode_group_cases.py: each step's
+    # invariant check here walks every block of every table, which at one token a block costs
+    # seconds a case.)
     block_size = int(rng.choice([2, 4, 4, 16]))
     kv_tokens = int(rng.choice([600, 2000, 8000]))  # small pools preempt, large ones do not
     workload = poisson_workload(

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = {"gpu_check": ROOT / "calibration" / "gpu_check.sh"}
 SCRIPTS["fidelity_check"] = ROOT / "calibration" / "fidelity_check.sh"
 STAGES = {

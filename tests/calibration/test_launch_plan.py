@@ -3,8 +3,8 @@
 The launch wrapper is driven against a fake CuPy whose "kernels" follow the .cu's launch
 contract (grid, argument order and C types, split-K partial layout) in NumPy: that checks the
 Python side of every launch, and the split-K arithmetic, without a GPU. The kernel's own index
-math is emulated lane by lane in tests/test_kernel_emulation.py; the real kernel is checked
-against the reference by the GPU tests (tests/test_gpu_kernel.py).
+math is emulated lane by lane in tests/kernels/test_kernel_emulation.py; the real kernel is checked
+against the reference by the GPU tests (tests/calibration/test_gpu_kernel.py).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The real executor's forward pass on the CPU: finite at depth, host time per step, graph mode.
 
-The GPU executor runs the same layer structure (tests/test_gpu_executor.py compares it with this
-one); here NumPy runs it, with fp16 activations where the GPU's numerics matter.
+The GPU executor runs the same layer structure (tests/calibration/test_gpu_executor.py compares it
+with this one); here NumPy runs it, with fp16 activations where the GPU's numerics matter.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_fidelity import tiny_scenario
+from sim_helpers import tiny_scenario
 
 from pagesim.calibration.executor import (
     ExecutorConfig,

@@ -2,7 +2,7 @@
 the CPU against tests/fake_cupy.py, a NumPy stand-in for CuPy whose kernels follow the .cu
 launch contracts. The first GPU call is rare and short: this catches a wrong argument, a typo or
 a missing attribute here instead of there. The kernels themselves are checked on a GPU by
-tests/test_gpu_*.py.
+tests/calibration/test_gpu_*.py.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import typer
 from gpu_helpers import gpu_skip_reason
-from sim_helpers import poisson_workload, system
+from sim_helpers import poisson_workload, system, tiny_scenario, write_tiny_config
 from typer.testing import CliRunner
 
 from pagesim.calibration.executor import (
@@ -27,7 +27,6 @@ from pagesim.calibration.executor import (
 from pagesim.calibration.fidelity import FidelityResult, pick_system, run_fidelity
 from pagesim.cli import validate_fidelity
 from pagesim.reports.fidelity import write_fidelity_report
-from pagesim.simulator.core.catalog import get_gpu, load_hf_config
 from pagesim.simulator.core.config import (
     Policy,
     PreemptionPolicy,
@@ -39,39 +38,6 @@ from pagesim.simulator.core.request import SamplingKind
 from pagesim.simulator.engine import simulate
 from pagesim.simulator.execution.profile import ProfileExtrapolationWarning
 from pagesim.simulator.metrics.result import RunResult
-
-TINY_CONFIG = {  # a 2-layer Llama-like model: GQA (2 query heads, 1 KV head), gated MLP
-    "model_type": "llama",
-    "num_hidden_layers": 2,
-    "hidden_size": 128,
-    "num_attention_heads": 2,
-    "num_key_value_heads": 1,
-    "head_dim": 64,
-    "intermediate_size": 256,
-    "vocab_size": 512,
-    "max_position_embeddings": 1024,
-    "hidden_act": "silu",
-}
-
-
-def _write_config(folder: Path) -> Path:
-    path = folder / "config.json"
-    path.write_text(json.dumps(TINY_CONFIG))
-    return path
-
-
-def tiny_scenario(folder: Path, num_requests: int = 200, **knobs: object) -> Scenario:
-    """A few hundred short requests on the tiny model; a small pool (128 blocks) and swap space."""
-    sys_knobs = {"num_kv_blocks": 128, "max_num_batched_tokens": 64, "swap_space_gib": 0.01}
-    sys_knobs.update(knobs)
-    return Scenario(
-        name="tiny_fidelity",
-        model=load_hf_config(_write_config(folder)),
-        gpu=get_gpu("a100-80gb"),
-        workload=poisson_workload(num_requests, 400.0, 48, 24),
-        systems=(system(Policy.VLLM_V1, "v1", **sys_knobs),),
-        seed=0,
-    )
 
 
 @pytest.fixture(scope="module")
@@ -298,7 +264,7 @@ def _cli() -> typer.Typer:
 
 
 def test_cli_validate_fidelity(tmp_path: Path) -> None:
-    _write_config(tmp_path)
+    write_tiny_config(tmp_path)
     path = tmp_path / "tiny.toml"
     path.write_text(SCENARIO_TOML)
     out = tmp_path / "out"
@@ -323,7 +289,7 @@ def test_cli_validate_fidelity(tmp_path: Path) -> None:
     ],
 )
 def test_cli_errors_are_input_errors(tmp_path: Path, extra: list[str], message: str) -> None:
-    _write_config(tmp_path)
+    write_tiny_config(tmp_path)
     path = tmp_path / "tiny.toml"
     path.write_text(SCENARIO_TOML)
     (tmp_path / "p.json").write_text("{}")

@@ -1,7 +1,8 @@
 """Calibration on the CPU: harness, grids, fits, calibrate --quick (NumPy).
 
-The launch plan is tested in tests/test_launch_plan.py, the kernel's index math in
-tests/test_kernel_emulation.py, the real kernel against the reference in tests/test_gpu_kernel.py.
+The launch plan is tested in tests/calibration/test_launch_plan.py, the kernel's index math in
+tests/kernels/test_kernel_emulation.py, the real kernel against the reference in
+tests/calibration/test_gpu_kernel.py.
 """
 
 from __future__ import annotations
