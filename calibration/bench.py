@@ -63,6 +63,40 @@ PARTITION_SWEEP = (128, 256, 512, 1024, 2048)  # tokens; the whole context is al
 KV_DTYPES = ("fp16", "bf16")
 
 
+def parse_sizes(text: str, option: str) -> tuple[int, ...]:
+    """A comma-separated list of positive integers ("128,256"); InputError naming the bad part."""
+    sizes = []
+    for part in text.split(","):
+        if not part.strip().isdigit() or int(part) < 1:
+            raise InputError(f"{option}: {part.strip()!r} is not a positive integer (e.g. 128,256)")
+        sizes.append(int(part))
+    return tuple(sizes)
+
+
+def bench_models(
+    models: Sequence[ModelSpec],
+    *,
+    shapes: str = "all",
+    partition_sweep: str = ",".join(map(str, PARTITION_SWEEP)),
+    out: Path | None = None,
+    progress: Callable[[str], None] | None = None,
+    **options: Any,
+) -> list[dict[str, object]]:
+    """`pagesim bench kernel`: the shapes and partition sweep parsed from their option text,
+    `bench_kernel` for each model in turn (`options` passed through), the rows written to `out`
+    as CSV when given."""
+    parsed = parse_shapes(shapes)
+    sweep = parse_sizes(partition_sweep, "--partition-sweep")
+    rows: list[dict[str, object]] = []
+    for model in models:
+        rows += bench_kernel(
+            model, shapes=parsed, partition_sweep=sweep, progress=progress, **options
+        )
+    if out is not None:
+        write_rows_csv(rows, out)
+    return rows
+
+
 def parse_shapes(text: str) -> tuple[tuple[int, int], ...]:
     """A shape set's name (fidelity, long, all) or `SxCTX` pairs: "2x200,8x600". InputError
     (one line, naming the bad part) otherwise."""

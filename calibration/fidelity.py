@@ -160,6 +160,7 @@ def check_fidelity(
     num_layers: int | None = None,
     num_requests: int | None = None,
     system_name: str | None = None,
+    cuda_graphs: bool = False,
     progress: Callable[[str], None] | None = None,
 ) -> FidelityResult:
     """`pagesim validate-fidelity`: check the options, load the scenario (a file or a built-in
@@ -184,6 +185,7 @@ def check_fidelity(
             num_requests=num_requests,
             out=out,
             progress=progress,
+            cuda_graphs=cuda_graphs,
         )
 
 

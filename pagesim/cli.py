@@ -1,7 +1,8 @@
 """The `pagesim` command: each command parses its options, calls the library, prints.
 
-The work is in the library (simulator.studies.runs, reports.folders, calibration.fidelity...);
-how results look on a terminal is in pagesim.console. Errors map to exit codes in one place
+The work is in the library (simulator.studies.runs, reports.folders, ...); how results look on
+a terminal is in pagesim.console; the GPU-side commands (calibrate, bench kernel,
+validate-fidelity) are in pagesim.cli_calibration. Errors map to exit codes in one place
 (`main`): bad input 2, a failed run 1, never a traceback for input a person gave. Library
 imports stay inside the commands, so `pagesim --help` loads typer only.
 """
@@ -15,45 +16,17 @@ from typing import Annotated
 import typer
 
 from pagesim import console
-from pagesim.simulator.core.errors import InputError, PagesimError
-
-app = typer.Typer(
-    name="pagesim",
-    help=(
-        "Simulate LLM serving with a paged KV cache: latency, throughput, utilization and KV "
-        "memory waste of static, Orca and vLLM-style batching on your model and GPU.\n\n"
-        "Example: pagesim run scenarios/textbook_static_vs_continuous.toml --out runs/textbook"
-    ),
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
+from pagesim.app import (
+    AddressOption,
+    ExecutorOption,
+    JobsOption,
+    NoCacheOption,
+    SetOption,
+    app,
+    bench_app,
+    scenarios_app,
 )
-scenarios_app = typer.Typer(help="List and show the built-in scenarios.", no_args_is_help=True)
-bench_app = typer.Typer(
-    help="Benchmarks: the simulator's speed, the kernel's.", no_args_is_help=True
-)
-app.add_typer(scenarios_app, name="scenarios")
-app.add_typer(bench_app, name="bench")
-
-SetOption = Annotated[
-    list[str] | None,
-    typer.Option("--set", help="Override a scenario key: --set workload.arrival.rate_per_s=4"),
-]
-JobsOption = Annotated[
-    int | None,
-    typer.Option(help="Worker processes (or Ray CPUs); default: this machine's CPU count."),
-]
-ExecutorOption = Annotated[
-    str, typer.Option(help="local (a process pool) or ray (a Ray cluster; see --address).")
-]
-AddressOption = Annotated[
-    str | None,
-    typer.Option(help="With --executor ray: the cluster to join (default: start a local Ray)."),
-]
-NoCacheOption = Annotated[
-    bool,
-    typer.Option("--no-cache", help="Simulate every point again (the cache is rewritten)."),
-]
+from pagesim.simulator.core.errors import PagesimError
 
 
 @app.command()
@@ -183,26 +156,6 @@ def validate(
     console.echo_checked(check_scenario(scenario, list(set_ or [])))
 
 
-@app.command()
-def calibrate(
-    model: Annotated[str, typer.Option(help="Preset name or path to a config.json.")],
-    out: Annotated[Path, typer.Option(help="Profile JSON to write (a CSV of samples beside it).")],
-    backend: Annotated[str, typer.Option(help="cupy (GPU) or numpy (CPU).")] = "numpy",
-    quick: Annotated[bool, typer.Option(help="A small grid (minutes on a GPU).")] = False,
-) -> None:
-    """Measure step costs (kernel, GEMMs, prefill, overhead) and write a profile.
-
-    Example: pagesim calibrate --model llama-2-7b --backend cupy --quick --out h200.json
-    """
-    from pagesim.calibration.run import calibrate as run_calibration
-    from pagesim.simulator.core.catalog import resolve_model
-
-    if backend not in ("numpy", "cupy"):
-        raise InputError(f"--backend: unknown backend {backend!r}; valid: numpy, cupy")
-    path = run_calibration(resolve_model(model), backend=backend, quick=quick, out=out)
-    typer.echo(f"profile: {path}")
-
-
 @scenarios_app.command("list")
 def scenarios_list() -> None:
     """The built-in scenarios, one line each."""
@@ -274,23 +227,6 @@ def bench_sim(
         console.echo_comparison(compare_revisions(against, spec, repeat))
 
 
-@bench_app.command("kernel")
-def bench_kernel(
-    model: Annotated[str, typer.Option(help="Preset name or config.json.")] = "llama-2-7b",
-    out: Annotated[Path | None, typer.Option(help="CSV of the rows.")] = None,
-) -> None:
-    """Time the paged-attention kernel per shape (GPU): GB/s, % of copy bandwidth, ratios."""
-    from pagesim.calibration.bench import bench_kernel as run_bench
-    from pagesim.simulator.core.catalog import resolve_model
-
-    rows = run_bench(resolve_model(model))
-    if out is not None:
-        import pandas as pd
-
-        pd.DataFrame(rows).to_csv(out, index=False)
-    console.echo_rows(rows)
-
-
 @app.command()
 def capacity(
     scenario: Annotated[str, typer.Argument(help="A scenario TOML file or a built-in name.")],
@@ -359,51 +295,8 @@ def capacity(
     typer.echo(f"ranking: {out / 'capacity.csv'}\ncapacity page: {page}")
 
 
-@app.command("validate-fidelity")
-def validate_fidelity(
-    scenario: Annotated[str, typer.Argument(help="A scenario TOML file or a built-in name.")],
-    out: Annotated[Path, typer.Option(help="Folder for the CSV, JSON, PNG and HTML.")] = Path(
-        "runs/fidelity"
-    ),
-    profile: Annotated[
-        Path | None, typer.Option(help="Profile JSON that predicts (default: the scenario's).")
-    ] = None,
-    calibrate_quick: Annotated[
-        bool, typer.Option(help="Calibrate a quick profile on --backend first and predict with it.")
-    ] = False,
-    layers: Annotated[
-        int | None, typer.Option(help="Layers to execute (time scaled by all/this; default all).")
-    ] = None,
-    requests: Annotated[int | None, typer.Option(help="Override the number of requests.")] = None,
-    backend: Annotated[str, typer.Option(help="numpy (CPU) or cupy (GPU).")] = "numpy",
-    system: Annotated[
-        str | None, typer.Option(help="System to check (default: the first paged one).")
-    ] = None,
-    set_: Annotated[
-        list[str] | None,
-        typer.Option("--set", help="Override a scenario key: --set systems.0.num_kv_blocks=512"),
-    ] = None,
-) -> None:
-    """Simulate a scenario and execute the same schedule for real; report step and request error.
-
-    Example: pagesim validate-fidelity my_small_model.toml --calibrate-quick --requests 200
-    """
-    from pagesim.calibration.fidelity import check_fidelity
-    from pagesim.reports.fidelity import write_fidelity_report
-
-    result = check_fidelity(
-        scenario,
-        list(set_ or []),
-        out=out,
-        profile=profile,
-        calibrate_quick=calibrate_quick,
-        backend=backend,
-        num_layers=layers,
-        num_requests=requests,
-        system_name=system,
-        progress=lambda line: typer.echo(line, err=True),
-    )
-    console.echo_fidelity(result, write_fidelity_report(result, out))
+# The GPU-side commands register on the same apps.
+from pagesim import cli_calibration  # noqa: E402, F401
 
 
 def main() -> None:

@@ -25,7 +25,7 @@ from pagesim.calibration.executor import (
     measured_factory,
 )
 from pagesim.calibration.fidelity import FidelityResult, pick_system, run_fidelity
-from pagesim.cli import validate_fidelity
+from pagesim.cli_calibration import validate_fidelity
 from pagesim.reports.fidelity import write_fidelity_report
 from pagesim.simulator.core.config import (
     Policy,

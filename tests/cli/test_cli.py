@@ -232,3 +232,27 @@ policy = "vllm-v1"
     summary = json.loads((out / "v1" / "summary.json").read_text())
     assert summary["summary"]["num_finished"] == 20
     assert summary["provenance"]["execution_model"]["kind"] == "profile"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["bench", "kernel", "--shapes", "2xq"], "--shapes: '2xq' is not SEQSxCONTEXT"),
+        (["bench", "kernel", "--partition-sweep", "128,x"], "--partition-sweep: 'x'"),
+        (["bench", "kernel", "--dtype", "fp8"], "KV dtypes must be among fp16, bf16"),
+        (
+            ["calibrate", "--model", "llama-2-7b", "--out", "x.json", "--floor-mode", "lazy"],
+            "floor mode must be one of eager, cuda-graph",
+        ),
+        (
+            ["calibrate", "--model", "llama-2-7b", "--out", "x.json", "--flush", "none"],
+            "flush",
+        ),
+    ],
+)
+def test_gpu_command_options_are_checked_before_any_gpu_is_needed(
+    capsys: pytest.CaptureFixture[str], args: list[str], message: str
+) -> None:
+    result = run_cli(capsys, *args)
+    assert result.exit_code == 2, result.err
+    assert message in result.err and "Traceback" not in result.err
