@@ -79,12 +79,6 @@ def echo_table(rows: Sequence[Mapping[str, object]], columns: Sequence[Column]) 
         )
 
 
-def echo_rows(rows: Sequence[Mapping[str, object]]) -> None:
-    """Rows as a table with every key of the first row as a column (nothing for no rows)."""
-    if rows:
-        echo_table(rows, [(k, k, "") for k in rows[0]])
-
-
 def echo_summaries(results: Sequence[RunResult]) -> None:
     """One row per system: the headline figures of its summary."""
     echo_table([{"system": r.system, **r.summary} for r in results], SUMMARY_COLUMNS)

@@ -102,22 +102,6 @@ def activity_means(
     return out
 
 
-def event_rates(
-    steps: pd.DataFrame, columns: Sequence[str], edges: np.ndarray
-) -> dict[str, np.ndarray]:
-    """Per-step counts (preemptions, swapped blocks) summed per bucket, divided by its width: /s."""
-    if steps.empty or len(edges) < 2:
-        return {c: np.empty(0) for c in columns}
-    start = numeric(steps, "start_s")
-    width = np.diff(edges)
-    out = {}
-    for c in columns:
-        counts, _ = np.histogram(start, bins=edges, weights=np.nan_to_num(numeric(steps, c)))
-        with np.errstate(invalid="ignore", divide="ignore"):
-            out[c] = np.where(width > 0, counts / width, 0.0)
-    return out
-
-
 def cumulative_counts(
     steps: pd.DataFrame, columns: Sequence[str], edges: np.ndarray
 ) -> dict[str, np.ndarray]:
@@ -184,10 +168,6 @@ def as_number(value: object) -> float | None:
         number = float(value)
         return number if math.isfinite(number) else None
     return None
-
-
-def is_number(value: object) -> bool:
-    return as_number(value) is not None
 
 
 _UNSAFE = re.compile(r"[^a-z0-9._-]+")

@@ -7,7 +7,7 @@ Datasheet numbers are leads: a measured profile (calibration/) always wins over 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
@@ -271,7 +271,3 @@ def custom_gpu(
         fp16_tflops * 1e12,
         host_link_gbps * GB,
     )
-
-
-def with_memory(gpu: GPUSpec, memory_gib: float) -> GPUSpec:
-    return replace(gpu, memory_bytes=int(memory_gib * GIB))

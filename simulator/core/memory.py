@@ -33,8 +33,3 @@ class MemoryBreakdown:
             + self.external_frag_slots
             + self.free_slots
         )
-
-    @property
-    def waste_slots(self) -> int:
-        """Slots held or stranded without holding a computed token's KV."""
-        return self.reserved_slots + self.internal_frag_slots + self.external_frag_slots

@@ -11,8 +11,6 @@ here is built from ints only.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from pagesim.simulator.core.errors import KVCacheError
 
 # The parent hash of block 0. Any fixed int works; it only has to be the same everywhere.
@@ -24,18 +22,6 @@ SegmentKey = tuple[int, ...]
 def _check_block_size(block_size: int) -> None:
     if block_size < 1:
         raise KVCacheError(f"block_size must be >= 1 token, got {block_size}")
-
-
-def hash_token_blocks(token_ids: Sequence[int], block_size: int) -> list[int]:
-    """Chained hashes of the full blocks of `token_ids` (a trailing partial block is skipped)."""
-    _check_block_size(block_size)
-    hashes: list[int] = []
-    parent = ROOT_HASH
-    for start in range(0, len(token_ids) - block_size + 1, block_size):
-        block = tuple(int(t) for t in token_ids[start : start + block_size])
-        parent = hash((parent, block))
-        hashes.append(parent)
-    return hashes
 
 
 class SequenceHasher:

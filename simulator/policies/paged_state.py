@@ -133,13 +133,6 @@ class PagedState:
         step.add(group, num_new, is_prefill)
         return True
 
-    def num_blocks_to_grow(self, group: SeqGroup, num_new: int) -> int:
-        """New GPU blocks `grow` takes (copy-on-write copies counted per sequence)."""
-        seq_ids = group.seq_ids
-        if len(seq_ids) == 1:
-            return self.kv.num_blocks_needed(seq_ids[0], num_new)
-        return sum(self.kv.num_blocks_needed(s, num_new) for s in seq_ids)
-
     # -- preemption and swap ------------------------------------------------------------------
     def preempt(self, group: SeqGroup, step: StepBuilder, now_s: float) -> None:
         """Take `group` off the GPU by the configured mode. Swap falls back to recompute when the

@@ -127,21 +127,6 @@ class RateSearch:
             self.bad_rate = rate if self.bad_rate is None else min(self.bad_rate, rate)
 
 
-def bisect_max_rate(
-    is_sustained: Callable[[float], bool],
-    start: float,
-    *,
-    min_rate: float = 0.01,
-    max_rate: float = 1e4,
-    rel_tol: float = 0.02,
-) -> tuple[float | None, float | None]:
-    """(highest sustained rate, lowest failed rate) found by `RateSearch` with one predicate."""
-    search = RateSearch(start, min_rate=min_rate, max_rate=max_rate, rel_tol=rel_tol)
-    while (rate := search.next_rate()) is not None:
-        search.record(rate, is_sustained(rate))
-    return search.ok_rate, search.bad_rate
-
-
 # --- configurations ------------------------------------------------------------------------
 
 

@@ -259,12 +259,3 @@ def iter_requests(
     if stats is not None:
         plan.stats = stats
     return _stream(plan, max_seq_len, rng)
-
-
-def generate_requests(
-    workload: WorkloadConfig,
-    max_seq_len: int,
-    rng: np.random.Generator,
-    stats: WorkloadStats | None = None,
-) -> list[Request]:
-    return list(iter_requests(workload, max_seq_len, rng, stats))

@@ -20,8 +20,7 @@ from pathlib import Path
 import matplotlib.image as mpimg
 import numpy as np
 import pytest
-
-from pagesim.reports.synthetic import write_synthetic_report
+from report_helpers import write_synthetic_report
 
 CHROMIUM = Path("/usr/bin/chromium")
 pytestmark = pytest.mark.skipif(

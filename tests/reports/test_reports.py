@@ -17,6 +17,15 @@ import matplotlib.image as mpimg
 import numpy as np
 import pandas as pd
 import pytest
+from report_helpers import (
+    HOSTILE_SYSTEM,
+    empty_result,
+    synthetic_calibration,
+    synthetic_report_results,
+    synthetic_results,
+    synthetic_sweep,
+    write_synthetic_report,
+)
 
 from pagesim.reports import plots, render
 from pagesim.reports.curves import other_axis, sweep_column
@@ -33,15 +42,6 @@ from pagesim.reports.frames import (
 )
 from pagesim.reports.glossary import SUMMARY_METRICS, glossary_sections
 from pagesim.reports.render import rerender_report, sweep_plots, write_report
-from pagesim.reports.synthetic import (
-    HOSTILE_SYSTEM,
-    empty_result,
-    synthetic_calibration,
-    synthetic_report_results,
-    synthetic_results,
-    synthetic_sweep,
-    write_synthetic_report,
-)
 from pagesim.simulator.metrics.result import REQUEST_COLUMNS, STEP_COLUMNS, RunResult
 
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import pytest
+from kv_helpers import hash_token_blocks
 
 from pagesim.simulator.core.errors import KVCacheError
 from pagesim.simulator.core.memory import MemoryBreakdown
 from pagesim.simulator.core.plan import BlockCopy
 from pagesim.simulator.kv.paged_cache import PagedKVCache
-from pagesim.simulator.kv.prefix_hash import hash_token_blocks
 
 
 def _run_step(

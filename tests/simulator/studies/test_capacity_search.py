@@ -3,6 +3,7 @@ sides, the ranking by goodput per GPU, bad input, and the `pagesim capacity` com
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
@@ -14,7 +15,6 @@ from pagesim.simulator.studies.capacity_search import (
     RATE_PATH,
     Criteria,
     RateSearch,
-    bisect_max_rate,
     configurations,
     search_capacity,
 )
@@ -38,6 +38,21 @@ def test_bisection_finds_a_known_threshold_exactly(start: float) -> None:
     assert ok <= 6.0 < bad and bad - ok <= 1e-9 * bad
     assert ok == pytest.approx(6.0, rel=1e-9)
     assert len(tried) < 60
+
+
+def bisect_max_rate(
+    is_sustained: Callable[[float], bool],
+    start: float,
+    *,
+    min_rate: float = 0.01,
+    max_rate: float = 1e4,
+    rel_tol: float = 0.02,
+) -> tuple[float | None, float | None]:
+    """(highest sustained rate, lowest failed rate) found by `RateSearch` with one predicate."""
+    search = RateSearch(start, min_rate=min_rate, max_rate=max_rate, rel_tol=rel_tol)
+    while (rate := search.next_rate()) is not None:
+        search.record(rate, is_sustained(rate))
+    return search.ok_rate, search.bad_rate
 
 
 def test_bisection_reports_exact_thresholds_on_a_grid() -> None:

@@ -26,11 +26,20 @@ from pagesim.simulator.core.errors import InputError
 from pagesim.simulator.core.request import Request, SamplingKind, prompt_segments
 from pagesim.simulator.workload.stream import (
     WorkloadStats,
-    generate_requests,
     iter_requests,
 )
 from pagesim.simulator.workload.trace_files import BUILTIN_TRACES
 from pagesim.simulator.workload.traces import load_trace, resolve_trace
+
+
+def generate_requests(
+    workload: WorkloadConfig,
+    max_seq_len: int,
+    rng: np.random.Generator,
+    stats: WorkloadStats | None = None,
+) -> list[Request]:
+    return list(iter_requests(workload, max_seq_len, rng, stats))
+
 
 FIXED_10 = LengthDist(LengthKind.FIXED, value=10)
 TRACE_LEN = LengthDist(LengthKind.TRACE)
