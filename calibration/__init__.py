@@ -7,6 +7,7 @@ kernels; `harness` the timers; `backends` the per-device operations (`elementwis
 work between its GEMMs); `measure` the grids; `floor` the executor's minimal step; `fit` the
 fits; `profile` the file format; `run.calibrate` and `bench.bench_kernel` the entry points.
 The real executor: `executor` (the ExecutionModel), `step_inputs`, `forward` (NumPy) and
-`forward_gpu` (CuPy), `layer_ops`; `fidelity` compares it with a simulation. The GPU scripts
+`forward_gpu` (CuPy), `graphs` (CUDA-graph mode), `layer_ops`; `fidelity` compares it with a
+simulation (`fidelity_errors`, `held_out`: the figures). The GPU scripts
 (gpu_check.sh, fidelity_check.sh, gpu_common.sh) run `preflight` and `gpu_stages`.
 """

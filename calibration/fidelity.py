@@ -17,20 +17,20 @@ Held-out honesty: the profile that predicts is calibrated on its own synthetic g
 skewed decode mixes, token counts, whole prompts), never on the scenario's steps. The result names
 the grid, the share of executed steps inside its measured range, and the share that coincide
 with a grid point.
+
+This module runs the check and writes its files; the figures are computed in `fidelity_errors`
+and `held_out`.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import time
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from pagesim.calibration.executor import (
@@ -39,6 +39,14 @@ from pagesim.calibration.executor import (
     blas_threads,
     measured_factory,
 )
+from pagesim.calibration.fidelity_errors import (
+    RequestError,
+    StepError,
+    host_timing,
+    request_errors,
+    step_error,
+)
+from pagesim.calibration.held_out import HeldOut, held_out_of
 from pagesim.simulator.core.config import ExecutionKind, Policy, Scenario, SystemConfig
 from pagesim.simulator.core.errors import InputError
 from pagesim.simulator.engine import simulate
@@ -49,43 +57,8 @@ from pagesim.simulator.scenario.load import load_scenario, resolve_scenario
 
 BACKENDS = ("numpy", "cupy")
 PAGED = (Policy.VLLM_V0, Policy.VLLM_V1)
-REQUEST_METRICS = ("ttft", "tpot", "e2e")
-QUANTILES = (("p50", 0.5), ("p95", 0.95))
 STEP_CSV = "fidelity_steps.csv"
 RESULT_JSON = "fidelity.json"
-
-
-@dataclass(frozen=True, slots=True)
-class StepError:
-    """Step-time error of the predicting model on the executed plans, in percent."""
-
-    num_steps: int
-    median_abs_pct: float
-    p90_abs_pct: float
-    bias_pct: float  # mean of (predicted - measured) / measured: > 0 over-predicts
-    median_bias_pct: float
-
-
-@dataclass(frozen=True, slots=True)
-class RequestError:
-    metric: str  # ttft | tpot | e2e
-    quantile: str  # p50 | p95
-    simulated_s: float
-    measured_s: float
-    pct_error: float  # (simulated - measured) / measured x 100
-
-
-@dataclass(frozen=True, slots=True)
-class HeldOut:
-    """Where the prediction came from, and how the scenario's steps sit against its grid."""
-
-    predictor: str  # "profile" | "roofline"
-    profile_path: str | None
-    calibration: str  # how the profile was made ("calibrate --quick (numpy)", "given", ...)
-    grid: dict[str, object]  # the calibration grid's axes (profile only)
-    fraction_inside_range: float | None  # executed steps the profile priced without extrapolating
-    fraction_on_grid_points: float | None  # executed steps equal to a calibration grid point
-    scenario: str  # the scenario run (name, workload, requests)
 
 
 @dataclass(frozen=True)
@@ -260,7 +233,7 @@ def run_fidelity(
     (executor,) = sink
     steps = steps_frame(executor)
     predictor = str(simulated.provenance["execution_model"].get("kind"))  # type: ignore[union-attr]
-    held_out = _held_out(scenario, predictor, profile, calibration, steps, measured)
+    held_out = held_out_of(scenario, predictor, profile, calibration, steps, measured)
     described = executor.describe()
     result = FidelityResult(
         scenario=scenario.name,
@@ -292,143 +265,6 @@ def steps_frame(executor: PlanExecutor) -> pd.DataFrame:
     predicted = frame["predicted_compute_s"].astype(float)
     frame["pct_error"] = (predicted - measured) / measured * 100.0
     return frame
-
-
-HOST_BOUND_SHARE = 0.8  # a step whose host issue time is >= 80% of its event time
-
-
-def host_timing(steps: pd.DataFrame) -> dict[str, object]:
-    """The host's view of the executed steps: medians of the event time, the host's issue time
-    and wall time, and the share of steps whose host issue took >= 80% of the event time (the
-    GPU was mostly waiting for Python), per mode (eager / graph)."""
-    if steps.empty or "host_s" not in steps:
-        return {}
-    figures: dict[str, object] = {}
-    for mode, group in steps.groupby("mode"):
-        measured = group["measured_compute_s"].to_numpy(dtype=float)
-        host = group["host_s"].to_numpy(dtype=float)
-        figures[str(mode)] = {
-            "num_steps": len(group),
-            "median_measured_s": float(np.median(measured)),
-            "median_host_s": float(np.median(host)),
-            "median_wall_s": float(np.median(group["wall_s"].to_numpy(dtype=float))),
-            "share_host_bound": float(np.mean(host >= HOST_BOUND_SHARE * measured)),
-        }
-    return figures
-
-
-def step_error(steps: pd.DataFrame) -> StepError:
-    if steps.empty:
-        nan = math.nan
-        return StepError(0, nan, nan, nan, nan)
-    errors = steps["pct_error"].to_numpy(dtype=float)
-    errors = errors[np.isfinite(errors)]
-    if not len(errors):
-        return StepError(0, math.nan, math.nan, math.nan, math.nan)
-    absolute = np.abs(errors)
-    return StepError(
-        len(errors),
-        float(np.median(absolute)),
-        float(np.percentile(absolute, 90)),
-        float(errors.mean()),
-        float(np.median(errors)),
-    )
-
-
-def _finished(result: RunResult) -> pd.DataFrame:
-    requests = result.requests
-    return requests[(requests["status"] == "finished") & requests["in_window"].astype(bool)]
-
-
-def request_errors(simulated: RunResult, measured: RunResult) -> tuple[RequestError, ...]:
-    sim, real = _finished(simulated), _finished(measured)
-    errors = []
-    for metric in REQUEST_METRICS:
-        column = f"{metric}_s"
-        sim_values = sim[column].to_numpy(dtype=float)
-        real_values = real[column].to_numpy(dtype=float)
-        for name, q in QUANTILES:
-            s = _quantile(sim_values, q)
-            m = _quantile(real_values, q)
-            pct = (s - m) / m * 100.0 if m > 0 else math.nan
-            errors.append(RequestError(metric, name, s, m, pct))
-    return tuple(errors)
-
-
-def _quantile(values: np.ndarray, q: float) -> float:
-    finite = values[np.isfinite(values)]
-    return float(np.quantile(finite, q)) if len(finite) else math.nan
-
-
-def _held_out(
-    scenario: Scenario,
-    predictor: str,
-    profile: Path | None,
-    calibration: str,
-    steps: pd.DataFrame,
-    measured: RunResult,
-) -> HeldOut:
-    workload = scenario.workload
-    source = workload.trace_name or f"{workload.prompt.kind.value} prompts"
-    text = (
-        f"{scenario.name}: {source}, {int(measured.summary.get('num_requests') or 0)} requests, "
-        f"{len(steps)} executed steps, seed {scenario.seed}"
-    )
-    if predictor != "profile" or profile is None:
-        return HeldOut(predictor, None, calibration, {}, None, None, text)
-    data = json.loads(Path(profile).read_text())
-    grid = _grid_axes(data.get("grid", {}))
-    inside = steps["is_inside_range"].dropna() if not steps.empty else pd.Series([], dtype=bool)
-    fraction_inside = float(inside.astype(bool).mean()) if len(inside) else None
-    on_grid = [_on_grid(row, grid) for row in steps.itertuples(index=False)]
-    fraction_on = float(np.mean(on_grid)) if on_grid else None
-    return HeldOut(predictor, str(profile), calibration, grid, fraction_inside, fraction_on, text)
-
-
-def _grid_axes(grid: dict[str, Any]) -> dict[str, object]:
-    decode = grid.get("decode", [])
-    prefill = grid.get("prefill", [])
-    return {
-        "decode_num_seqs": sorted({p["num_seqs"] for p in decode}),
-        "decode_mean_context": sorted({p["mean_context"] for p in decode}),
-        "decode_mixes": sorted({p["mix"] for p in decode}),
-        "gemm_tokens": sorted(
-            set(grid.get("gemm_tokens", [])) | set(grid.get("gemm_held_out", []))
-        ),
-        "prefill_seqs_x_len": sorted({(p[0], p[1]) for p in _prefill_points(prefill)}),
-    }
-
-
-def _prefill_points(prefill: list[Any]) -> list[tuple[int, int]]:
-    points = []
-    for p in prefill:
-        if isinstance(p, dict):
-            points.append((int(p["num_seqs"]), int(p["prompt_len"])))
-        else:
-            points.append((int(p[0]), int(p[1])))
-    return points
-
-
-def _on_grid(row: Any, grid: dict[str, Any]) -> bool:
-    """The step equals a calibration point: its token count is a GEMM grid point, its decode
-    batch a uniform (num_seqs, context) point, its prefill a (prompts, length) point."""
-    tokens = row.num_prefill_tokens + row.num_decode_tokens
-    if tokens not in grid["gemm_tokens"]:
-        return False
-    if row.num_decode_seqs:
-        n = row.num_decode_seqs
-        if n not in grid["decode_num_seqs"] or row.decode_kv_tokens % n:
-            return False
-        if row.decode_kv_tokens // n not in grid["decode_mean_context"]:
-            return False
-    if row.num_prefill_seqs:
-        n = row.num_prefill_seqs
-        if row.num_prefill_tokens % n:
-            return False
-        length = row.num_prefill_tokens // n
-        if (n, length) not in grid["prefill_seqs_x_len"] or row.prefill_sq != n * length**2:
-            return False
-    return True
 
 
 def write_fidelity(result: FidelityResult, out: Path) -> FidelityResult:

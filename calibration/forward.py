@@ -22,15 +22,13 @@ numerics), timed with perf_counter. `forward_gpu.GpuForward` runs the same steps
 the paged kernel and kernels/layer_ops.cu. Both support CUDA-graph mode (`cuda_graphs`):
 decode-only steps run from static buffers, captured once per (sequences, context bucket) and
 replayed, as vLLM runs decode steps; on the CPU the same static-buffer path is replayed eagerly,
-so its bookkeeping is tested without a GPU.
+so its bookkeeping (`graphs`) is tested without a GPU.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -43,29 +41,12 @@ from pagesim.calibration.executor_config import (
     ExecutorReadError,
     StepTiming,
 )
-from pagesim.calibration.partitions import PARTITION_QUANTUM
+from pagesim.calibration.graphs import GraphEntry, graph_context
 from pagesim.calibration.reference import numpy_decode_attention
-from pagesim.calibration.step_inputs import StepInputs, warmup_inputs
+from pagesim.calibration.step_inputs import StepInputs, static_decode_inputs, warmup_inputs
 from pagesim.simulator.core.errors import InputError
 
 GIB = 1 << 30
-
-
-@dataclass(slots=True)
-class GraphEntry:
-    """A captured decode step: its static inputs, the two replays (layers, then LM head), and
-    the arrays they leave their results in."""
-
-    static: StepInputs
-    replay_layers: Callable[[], None]
-    replay_lm_head: Callable[[], None]
-    outputs: list[Any]  # [hidden states [T, hidden], logits [S, vocab]]
-    keep: list[Any] = field(default_factory=list)  # what must outlive the graph (pools, graphs)
-
-
-def graph_context(max_context: int) -> int:
-    """The context a decode graph is made for: the next power of two, at least one quantum."""
-    return max(PARTITION_QUANTUM, 1 << max(0, max_context - 1).bit_length())
 
 
 class HostForward:
@@ -327,19 +308,7 @@ class HostForward:
     # -- graph mode (the CPU replays the static-buffer path eagerly) -------------------------
     def _static_inputs(self, num_seqs: int, context: int) -> StepInputs:
         """Buffers a decode graph of `num_seqs` sequences up to `context` tokens reads."""
-        width = -(-context // self.block_size)
-        rows = np.arange(num_seqs, dtype=np.int64)
-        return StepInputs(
-            num_seqs,
-            np.zeros(num_seqs, dtype=np.int64),
-            np.zeros(num_seqs, dtype=np.int64),
-            rows,
-            np.zeros((num_seqs, width), dtype=np.int32),
-            np.ones(num_seqs, dtype=np.int32),
-            [],
-            rows.copy(),
-            {"context": context},
-        )
+        return static_decode_inputs(num_seqs, context, self.block_size)
 
     def _load(self, static: StepInputs, inputs: StepInputs) -> None:
         """Copy a decode step's inputs into a graph's static buffers (untimed)."""

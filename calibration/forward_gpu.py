@@ -10,7 +10,7 @@ When host_s approaches the event time the step is host-bound, as an eager engine
 batch; CUDA-graph mode removes most of that.
 
 Graph mode (`ExecutorConfig.cuda_graphs`): a decode-only step of S sequences whose longest
-context rounds up to C tokens (`forward.graph_context`) is captured once into two CUDA graphs
+context rounds up to C tokens (`graphs.graph_context`) is captured once into two CUDA graphs
 (layers; LM head) on a side stream, with a private memory pool that only that graph uses (CuPy's
 relaxed capture mode lets the pool grow while capturing; a warm-up run on the same stream first
 compiles kernels and sets up cuBLAS). Its inputs are static device buffers that each step
@@ -30,7 +30,8 @@ import numpy as np
 
 from pagesim.calibration import layer_ops
 from pagesim.calibration.executor_config import ExecutorConfig, StepTiming
-from pagesim.calibration.forward import GraphEntry, HostForward
+from pagesim.calibration.forward import HostForward
+from pagesim.calibration.graphs import GraphEntry
 from pagesim.calibration.step_inputs import StepInputs
 
 

@@ -38,7 +38,7 @@ from pagesim.calibration.floor import FLOOR_MODES
 from pagesim.calibration.measure import Grid, Point, context_mix
 from pagesim.simulator.core.catalog import ModelSpec
 from pagesim.simulator.core.errors import InputError
-from pagesim.simulator.execution.profile import PROFILE_SCHEMA, PROFILE_SCHEMA_VERSION
+from pagesim.simulator.execution.profile_file import PROFILE_SCHEMA, PROFILE_SCHEMA_VERSION
 
 CSV_COLUMNS = (
     "kind",

@@ -141,3 +141,21 @@ def warmup_inputs(block_size: int) -> StepInputs:
         [PrefillChunk(0, n, n, None, None)],
         np.asarray([n - 1, n], dtype=np.int64),
     )
+
+
+def static_decode_inputs(num_seqs: int, context: int, block_size: int) -> StepInputs:
+    """The static buffers a decode graph of `num_seqs` sequences up to `context` tokens reads
+    (`graphs`): zeroed slots and tables wide enough for `context`, lengths of one."""
+    width = -(-context // block_size)
+    rows = np.arange(num_seqs, dtype=np.int64)
+    return StepInputs(
+        num_seqs,
+        np.zeros(num_seqs, dtype=np.int64),
+        np.zeros(num_seqs, dtype=np.int64),
+        rows,
+        np.zeros((num_seqs, width), dtype=np.int32),
+        np.ones(num_seqs, dtype=np.int32),
+        [],
+        rows.copy(),
+        {"context": context},
+    )

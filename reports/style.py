@@ -40,6 +40,7 @@ KV_COLORS = {  # token states strong, reservation light, waste warm, free pale
 }
 NO_DATA_COLOR = "#718096"
 LINE_STYLES = ("-", "--", "-.", ":")  # with colors, so that overlapping curves stay apart
+TIME_LABEL = "simulated time (s)"  # the x-axis of plots over a run
 
 plt.rcParams.update(
     {

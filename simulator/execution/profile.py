@@ -20,40 +20,26 @@ roofline model's analytic counts, so MFU/MBU mean the same under both models.
 Inside the measured ranges the fits interpolate. A step above a measured maximum (tokens,
 sequences, KV tokens, Σ prompt_len²) is priced by extrapolating the fit (GEMMs: the last measured
 slope); such steps are counted, reported by `describe()`, and the first one warns once.
+
+The file is read, and checked against the scenario's model, by `profile_file`.
 """
 
 from __future__ import annotations
 
 import bisect
-import json
-import math
 import warnings
 from collections.abc import Sequence
-from itertools import compress, pairwise
+from itertools import compress
 from operator import itemgetter
 from pathlib import Path
-from typing import Any
 
 from pagesim.simulator.core.catalog import GPUSpec, KVDtype, ModelSpec
 from pagesim.simulator.core.config import ExecutionConfig
 from pagesim.simulator.core.errors import InputError
 from pagesim.simulator.core.plan import StepCost, StepPlan
 from pagesim.simulator.execution.model import TransferPricer
+from pagesim.simulator.execution.profile_file import ProfileReader, check_shapes, load_profile
 from pagesim.simulator.execution.roofline import RooflineModel
-
-PROFILE_SCHEMA = "pagesim-profile"
-PROFILE_SCHEMA_VERSION = 1
-# ModelSpec fields a profile must match (name, max_seq_len and num_params do not change timings).
-SHAPE_FIELDS = (
-    "num_layers",
-    "num_heads",
-    "num_kv_heads",
-    "head_dim",
-    "hidden_size",
-    "intermediate_size",
-    "vocab_size",
-    "is_gated_mlp",
-)
 
 _CONTEXT_LEN = itemgetter(3)  # SeqWork.context_len
 _IS_PREFILL = itemgetter(4)  # SeqWork.is_prefill
@@ -82,75 +68,6 @@ def piecewise_linear(xs: Sequence[float], ys: Sequence[float], x: float) -> floa
     return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
 
 
-class _Reader:
-    """Typed access to a profile's JSON with one-line InputErrors naming file and key."""
-
-    def __init__(self, path: Path, data: dict[str, Any]) -> None:
-        self.path = path
-        self.data = data
-
-    def fail(self, problem: str) -> InputError:
-        return InputError(f"{self.path}: {problem}")
-
-    def get(self, dotted: str) -> Any:
-        node: Any = self.data
-        for key in dotted.split("."):
-            if isinstance(node, list) and key.isdigit() and int(key) < len(node):
-                node = node[int(key)]
-            elif isinstance(node, dict) and key in node:
-                node = node[key]
-            else:
-                raise self.fail(f"missing field {dotted!r}")
-        return node
-
-    def number(self, dotted: str, minimum: float = 0.0) -> float:
-        value = self.get(dotted)
-        if (
-            isinstance(value, bool)
-            or not isinstance(value, int | float)
-            or not math.isfinite(value)
-        ):
-            raise self.fail(f"field {dotted!r} must be a number, got {value!r}")
-        if value < minimum:
-            raise self.fail(f"field {dotted!r} must be >= {minimum}, got {value!r}")
-        return float(value)
-
-    def series(self, dotted_x: str, dotted_y: str) -> tuple[list[float], list[float]]:
-        xs, ys = self.get(dotted_x), self.get(dotted_y)
-        if not isinstance(xs, list) or not isinstance(ys, list) or not xs or len(xs) != len(ys):
-            raise self.fail(f"{dotted_x!r} and {dotted_y!r} must be non-empty lists of one length")
-        for name, values in ((dotted_x, xs), (dotted_y, ys)):
-            if not all(isinstance(v, int | float) and math.isfinite(v) and v >= 0 for v in values):
-                raise self.fail(f"{name!r} must hold non-negative numbers")
-        if any(b <= a for a, b in pairwise(xs)):
-            raise self.fail(f"{dotted_x!r} must be strictly increasing")
-        return [float(x) for x in xs], [float(y) for y in ys]
-
-
-def load_profile(path: str | Path) -> dict[str, Any]:
-    """The profile JSON as a dict, or an InputError saying what is wrong with the file."""
-    path = Path(path)
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise InputError(
-            f"{path}: no such profile file (make one with `pagesim calibrate`)"
-        ) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"{path}: cannot read profile: {exc}") from None
-    except json.JSONDecodeError as exc:
-        raise InputError(f"{path}: not valid JSON (line {exc.lineno}): {exc.msg}") from None
-    if not isinstance(data, dict) or data.get("schema") != PROFILE_SCHEMA:
-        raise InputError(f'{path}: not a pagesim profile (no "schema": "{PROFILE_SCHEMA}")')
-    version = data.get("schema_version")
-    if version != PROFILE_SCHEMA_VERSION:
-        raise InputError(
-            f"{path}: profile schema version {version!r}, this pagesim reads version "
-            f"{PROFILE_SCHEMA_VERSION}; re-run `pagesim calibrate`"
-        )
-    return data
-
-
 class ProfileModel:
     """Measured `ExecutionModel`: prices a `StepPlan` from a calibration profile."""
 
@@ -171,14 +88,14 @@ class ProfileModel:
             )
         path = Path(config.profile_path)
         data = load_profile(path)
-        r = _Reader(path, data)
+        r = ProfileReader(path, data)
         self.path = path
         self.model = model
         self.gpu = gpu
         self.kv_dtype = kv_dtype
         self.tensor_parallel = tensor_parallel
         self.block_size = block_size
-        self._check_shapes(r, model, tensor_parallel, kv_dtype)
+        check_shapes(r, model, tensor_parallel, kv_dtype)
 
         measured_block = data.get("measured", {}).get("block_size")
         self._measured_block_size = measured_block
@@ -234,34 +151,6 @@ class ProfileModel:
         self._lm_cache: dict[int, float] = {}
         self.num_steps_priced = 0
         self.num_steps_extrapolated = 0
-
-    @staticmethod
-    def _check_shapes(
-        r: _Reader, model: ModelSpec, tensor_parallel: int, kv_dtype: KVDtype
-    ) -> None:
-        measured = r.get("model")
-        if not isinstance(measured, dict):
-            raise r.fail("field 'model' must be an object of model shapes")
-        different = [
-            f"{f} {measured.get(f)!r} (model has {getattr(model, f)!r})"
-            for f in SHAPE_FIELDS
-            if measured.get(f) != getattr(model, f)
-        ]
-        if different:
-            raise r.fail(
-                f"measured for {measured.get('name')!r} with other shapes than {model.name!r}: "
-                + "; ".join(different)
-            )
-        measured_tp = r.get("measured.tensor_parallel")
-        if measured_tp != tensor_parallel:
-            raise r.fail(
-                f"measured at tensor_parallel {measured_tp!r}, the scenario uses {tensor_parallel}"
-            )
-        if kv_dtype.num_bytes != 2:
-            raise r.fail(
-                f"measured with a 16-bit KV cache; {kv_dtype.value} KV was not measured "
-                "(use the roofline model)"
-            )
 
     def _gemm_s(self, tokens: int) -> float:
         cached = self._gemm_cache.get(tokens)

@@ -33,18 +33,14 @@ hashes to extend).
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from itertools import compress
 from operator import not_
 from typing import Any
 
 from pagesim.simulator.core.plan import BlockCopy, Preemption, SeqWork, StepPlan, seq_work_of
 from pagesim.simulator.kv.paged_cache import PagedKVCache
-from pagesim.simulator.policies.seq_group import SeqGroup, StepBuilder
-
-# A policy's running-phase rule: (group, budget left) -> (tokens per sequence, budget tokens,
-# is_prefill), or None when the group sits this step out.
-Demand = Callable[[SeqGroup, int], tuple[int, int, bool] | None]
+from pagesim.simulator.policies.seq_group import Demand, SeqGroup, StepBuilder
 
 
 class _Member:
@@ -302,10 +298,9 @@ class DecodeGroup:
         assert self._sum_base == sum(self.bases.values())
         assert self._sum_join == sum(m.j for m in members.values())
         assert self._sum_cap == sum(m.cap for m in members.values())
-        bs = self.block_size
         for seq_id, member in members.items():
             base = self.bases[member.group]
-            assert seq_id in self._crossing_at[-base % bs]
+            assert seq_id in self._crossing_at[-base % self.block_size]
             assert member.group.seq_ids == [seq_id]
             held = base + self.step
             assert member.synced <= held <= member.final_len

@@ -11,6 +11,7 @@ into the StepPlan that `complete()` later acts on.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from pagesim.simulator.core.plan import BlockCopy, Preemption, SeqWork, StepPlan, seq_work_of
@@ -103,3 +104,8 @@ class StepBuilder:
             self.num_prefill_seqs,
             len(work) - self.num_prefill_seqs,
         )
+
+
+# A policy's running-phase rule: (group, budget left) -> (tokens per sequence, budget tokens,
+# is_prefill), or None when the group sits this step out (`DecodeGroup.schedule_running`).
+Demand = Callable[[SeqGroup, int], tuple[int, int, bool] | None]

@@ -13,9 +13,8 @@ from __future__ import annotations
 
 from collections import deque
 
-from pagesim.simulator.policies.decode_group import Demand
 from pagesim.simulator.policies.paged_state import PagedState
-from pagesim.simulator.policies.seq_group import SeqGroup, StepBuilder
+from pagesim.simulator.policies.seq_group import Demand, SeqGroup, StepBuilder
 
 
 class VllmV1:

@@ -33,34 +33,25 @@ An override or sweep axis path is a dotted key into that schema: `systems.block_
 key in every system, `systems[0].block_size` in one. Override values are TOML values when they
 parse as one (`2`, `2.5`, `true`, `"x"`, `[1, 2]`, `{ kind = "burst" }`), else bare strings.
 
-This module reads the small sections and holds the file-level API; the rest lives beside it:
-scenario_schema (the valid keys and limits), scenario_table (`Table`, `ScenarioError`, values in
-messages), scenario_workload and scenario_systems (the two big sections), scenario_traces (trace
-CSV checks), scenario_overrides (paths, `--set`, `--param`), scenario_toml (`describe_scenario`).
+This module reads [execution], [slo] and [stop], puts the sections together and holds the
+file-level API (`load_scenario`, `expand_sweep`); the rest lives beside it: `schema` (the valid
+keys and limits), `table` (`Table`, `ScenarioError`, values in messages), `hardware` ([model],
+[gpu]), `workload` and `systems` (the two big sections), `traces` (trace CSV checks),
+`overrides` (paths, `--set`, `--param`, [sweep]), `files` (finding and reading scenario files),
+`toml_writer` (`describe_scenario`).
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-import tomllib
 from collections.abc import Sequence
 from dataclasses import replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from pagesim.simulator.core.catalog import (
-    GPUS,
-    MODELS,
-    GPUSpec,
-    KVDtype,
-    ModelSpec,
-    custom_gpu,
-    get_gpu,
-    get_model,
-    load_hf_config,
-)
+from pagesim.simulator.core.catalog import KVDtype
 from pagesim.simulator.core.config import (
     SLO,
     ExecutionConfig,
@@ -69,21 +60,25 @@ from pagesim.simulator.core.config import (
     StopConfig,
     SweepAxis,
 )
-from pagesim.simulator.core.errors import InputError, choices_text
+from pagesim.simulator.core.errors import choices_text
+from pagesim.simulator.scenario.files import (
+    BUILTIN_DIR,
+    list_builtin,
+    read_toml,
+    resolve_scenario,
+    scenario_to_toml_text,
+)
+from pagesim.simulator.scenario.hardware import read_gpu, read_model
 from pagesim.simulator.scenario.overrides import (
     apply_overrides,
     blame,
     check_path,
     parse_param,
     parse_value,
+    read_sweep,
     with_value,
 )
-from pagesim.simulator.scenario.schema import (
-    GPU_FIGURES,
-    MAX_AXES,
-    MAX_SWEEP_POINTS,
-    SCHEMA,
-)
+from pagesim.simulator.scenario.schema import MAX_AXES, MAX_SWEEP_POINTS, SCHEMA
 from pagesim.simulator.scenario.systems import read_systems
 from pagesim.simulator.scenario.table import (
     Ctx,
@@ -117,69 +112,11 @@ __all__ = [
     "scenario_to_toml_text",
 ]
 
-# The scenario library and the measured profiles found by bare file name (package data).
-BUILTIN_DIR = Path(str(resources.files("pagesim.scenarios")))
+# The measured profiles found by bare file name (package data).
 PROFILE_DIR = Path(str(resources.files("pagesim.calibration"))) / "profiles"
-
-MAX_FILE_BYTES = 16 * 2**20  # a scenario file
 
 
 # --- the sections --------------------------------------------------------------------------
-
-
-def _model(t: Table) -> ModelSpec:
-    if t.has("preset") == t.has("config"):
-        t.ctx.fail(
-            t.key,
-            "give exactly one of 'preset' (a catalog model: "
-            f"{choices_text(MODELS)}) or 'config' (a path to a Hugging Face config.json)",
-        )
-    if t.has("preset"):
-        name = t.text("preset")
-        try:
-            return get_model(name)
-        except InputError as exc:
-            t.fail("preset", str(exc))
-    path = t.ctx.resolve(t.text("config"))
-    if not is_file(path):
-        t.fail("config", f"no such model config file {display(path)!r}")
-    try:
-        spec = load_hf_config(display(path))  # the catalog's messages name the path given
-    except InputError as exc:
-        t.fail("config", str(exc))
-    except (RecursionError, ValueError, TypeError, OverflowError, AttributeError) as exc:
-        t.fail("config", f"{display(path)}: unusable config.json ({type(exc).__name__}: {exc})")
-    if min(spec.num_layers, spec.num_heads, spec.head_dim, spec.hidden_size, spec.num_params) < 1:
-        t.fail("config", f"{display(path)}: the shapes give a layer, head or size of 0")
-    return spec
-
-
-def _gpu(t: Table) -> GPUSpec:
-    figures = {
-        key: t.number(key, None, hi=hi, lo_open=True) for key, (hi, _, _) in GPU_FIGURES.items()
-    }
-    if not t.has("preset"):
-        missing = [k for k in ("name", *list(GPU_FIGURES)[:3]) if not t.has(k)]
-        if missing:
-            t.ctx.fail(
-                t.key,
-                f"give 'preset' (one of: {choices_text(GPUS)}) or a custom GPU's name, "
-                f"memory_gib, mem_bandwidth_gbps and fp16_tflops (missing: "
-                f"{choices_text(missing)}; host_link_gbps defaults to 25)",
-            )
-        numbers = [figures[k] for k in GPU_FIGURES]
-        return custom_gpu(t.text("name"), *numbers[:3], numbers[3] or 25.0)
-    name = t.text("preset")
-    try:
-        gpu = get_gpu(name)
-    except InputError as exc:
-        t.fail("preset", str(exc))
-    changes: dict[str, Any] = {"name": t.text("name", gpu.name)}
-    for key, value in figures.items():
-        if value is not None:  # a preset's datasheet figure replaced, e.g. a 141 GiB H200 as 144
-            _, field, unit = GPU_FIGURES[key]
-            changes[field] = int(value * unit) if field == "memory_bytes" else value * unit
-    return replace(gpu, **changes)
 
 
 def _profile_path(t: Table) -> Path:
@@ -221,35 +158,6 @@ def _execution(t: Table) -> ExecutionConfig:
     )
 
 
-def _sweep(t: Table) -> tuple[SweepAxis, ...]:
-    axes_raw = t.data.get("axes", [])
-    if not isinstance(axes_raw, list):
-        t.fail("axes", f"expected an array of {{ path, values }} tables, got {described(axes_raw)}")
-    if len(axes_raw) > MAX_AXES:
-        t.fail("axes", f"at most {MAX_AXES} axes, got {len(axes_raw)}")
-    axes: list[SweepAxis] = []
-    schema = {"path": None, "values": None}
-    for i, item in enumerate(axes_raw):
-        a = Table(t.ctx, f"{t.path('axes')}[{i}]", item, schema)
-        path = a.text("path")
-        try:
-            check_path(path)
-        except InputError as exc:
-            a.fail("path", str(exc))
-        if path.split(".")[0].split("[")[0] == "sweep":
-            a.fail("path", "a sweep axis cannot change [sweep] itself")
-        values = a.data.get("values")
-        if not isinstance(values, list) or not values:
-            got = "nothing" if values is None else described(values)
-            a.fail("values", f"expected a non-empty array of values, got {got}")
-        if len(values) > MAX_SWEEP_POINTS:
-            a.fail("values", f"at most {MAX_SWEEP_POINTS} values, got {len(values)}")
-        if any(path == other.path for other in axes):
-            a.fail("path", f"{path!r} is already an axis")
-        axes.append(SweepAxis(path, tuple(values)))
-    return tuple(axes)
-
-
 def parse_scenario(raw: dict[str, Any], source: Path | None = None) -> Scenario:
     """Validate a scenario's TOML table (as `tomllib` returns it) into a frozen `Scenario`.
 
@@ -266,7 +174,7 @@ def _parse(raw: object, source: Path | None, check_sweep: bool) -> Scenario:
         ctx.fail("", f"a scenario must be a TOML table, got {described(raw)}")
     top = Table(ctx, "", raw, SCHEMA)
     model_t = top.table("model", required=True)
-    model = _model(model_t)
+    model = read_model(model_t)
     tp = model_t.integer("tensor_parallel", 1, hi=1024)
     if model.num_heads % tp:
         model_t.fail(
@@ -282,7 +190,7 @@ def _parse(raw: object, source: Path | None, check_sweep: bool) -> Scenario:
     scenario = Scenario(
         name=top.text("name", source.stem if source is not None else "scenario"),
         model=model,
-        gpu=_gpu(top.table("gpu", required=True)),
+        gpu=read_gpu(top.table("gpu", required=True)),
         workload=read_workload(top.table("workload", required=True), model.max_seq_len),
         systems=(),  # read below, against everything else
         description=top.text("description", "", allow_empty=True),
@@ -295,7 +203,7 @@ def _parse(raw: object, source: Path | None, check_sweep: bool) -> Scenario:
             tpot_s=slo_t.number("tpot_s", None, hi=1e6, lo_open=True),
         ),
         stop=stop,
-        sweep=_sweep(top.table("sweep")),
+        sweep=read_sweep(top.table("sweep")),
         source=source,
     )
     scenario = replace(scenario, systems=read_systems(top, scenario))
@@ -311,62 +219,13 @@ def _parse(raw: object, source: Path | None, check_sweep: bool) -> Scenario:
     return scenario
 
 
-# --- files ---------------------------------------------------------------------------------
-
-
-def _read_toml(path: Path) -> dict[str, Any]:
-    ctx = Ctx(display(path), path.parent)
-    try:
-        if path.stat().st_size > MAX_FILE_BYTES:
-            ctx.fail("", f"larger than {MAX_FILE_BYTES >> 20} MiB: not a scenario file")
-        data = path.read_bytes()
-    except OSError as exc:
-        ctx.fail("", f"cannot read: {exc.strerror or exc}")
-    try:
-        return tomllib.loads(data.decode("utf-8"))
-    except UnicodeDecodeError as exc:
-        line = data[: exc.start].count(b"\n") + 1
-        ctx.fail("", f"not UTF-8 text (byte 0x{data[exc.start]:02x} at line {line})")
-    except tomllib.TOMLDecodeError as exc:
-        ctx.fail("", f"not valid TOML: {exc}")
-    except ValueError as exc:  # e.g. an integer beyond Python's digit limit
-        ctx.fail("", f"not valid TOML: {str(exc).split(';')[0]}")
-    except RecursionError:
-        ctx.fail("", "not valid TOML: arrays or tables nested too deeply")
-
-
-def resolve_scenario(name_or_path: str | Path) -> Path:
-    """A scenario file: an existing path, or the name of a built-in (with or without .toml)."""
-    path = Path(name_or_path)
-    if is_file(path):
-        return path
-    stem = str(name_or_path).removesuffix(".toml")
-    builtin = BUILTIN_DIR / f"{stem}.toml"
-    if "/" not in stem and "\\" not in stem and is_file(builtin):
-        return builtin
-    names = choices_text(name for name, _ in list_builtin())
-    raise InputError(
-        f"{str(name_or_path)!r}: no such scenario file or built-in; built-ins: {names}"
-    )
-
-
-def list_builtin() -> list[tuple[str, str]]:
-    """(name, first line of its description) of every built-in scenario, sorted by name."""
-    found = []
-    for path in sorted(BUILTIN_DIR.glob("*.toml")):
-        try:
-            description = tomllib.loads(path.read_text("utf-8")).get("description", "")
-        except (OSError, ValueError):
-            description = ""
-        lines = str(description).strip().splitlines()
-        found.append((path.stem, lines[0].strip() if lines else ""))
-    return found
+# --- loading -------------------------------------------------------------------------------
 
 
 def load_scenario(path: Path | str, overrides: Sequence[str] = ()) -> Scenario:
     """Read, override and validate a scenario file (or a built-in by name)."""
     path = resolve_scenario(path)
-    raw = _read_toml(path)
+    raw = read_toml(path)
     raw, applied = apply_overrides(raw, overrides, Ctx(display(path), path.parent))
     try:
         return _parse(raw, path, check_sweep=True)
@@ -390,7 +249,7 @@ def expand_sweep(
         axes = [*(axes or ()), *(parse_param(text) for text in params)]
     path = resolve_scenario(path)
     ctx = Ctx(display(path), path.parent)
-    raw, applied = apply_overrides(_read_toml(path), overrides, ctx)
+    raw, applied = apply_overrides(read_toml(path), overrides, ctx)
     try:
         base = _parse(raw, path, check_sweep=axes is None)
     except ScenarioError as exc:
@@ -418,13 +277,3 @@ def expand_sweep(
                 exc.label, exc.key, f"{blame(exc, applied).problem} (at sweep point {where})"
             ) from None
     return points
-
-
-def scenario_to_toml_text(path: Path | str, overrides: Sequence[str] = ()) -> str:
-    """The scenario file's text as run: the overrides applied on top, as leading comments."""
-    path = resolve_scenario(path)
-    text = path.read_bytes().decode("utf-8", errors="replace")
-    if not overrides:
-        return text
-    header = "".join(f"#   {o}\n" for o in overrides)
-    return f"# pagesim: overrides applied on top of this file:\n{header}\n{text}"

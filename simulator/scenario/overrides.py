@@ -3,7 +3,7 @@
 A path is a dotted key into the schema: `systems.block_size` names the key in every [[systems]]
 entry, `systems[0].block_size` in one. `check_path` checks one against the schema; `with_value`
 and `apply_overrides` set values in a raw TOML table before it is parsed, and `blame` adds to a
-`ScenarioError` which override set the key it is about.
+`ScenarioError` which override set the key it is about. `read_sweep` reads a file's [sweep] axes.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from typing import Any
 
 from pagesim.simulator.core.config import SweepAxis
 from pagesim.simulator.core.errors import InputError, choices_text
-from pagesim.simulator.scenario.schema import SCHEMA
-from pagesim.simulator.scenario.table import Ctx, ScenarioError, described, suggest
+from pagesim.simulator.scenario.schema import MAX_AXES, MAX_SWEEP_POINTS, SCHEMA
+from pagesim.simulator.scenario.table import Ctx, ScenarioError, Table, described, suggest
 
 _SEGMENT = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(?:\[(\d{1,6})\])?")
 
@@ -165,3 +165,32 @@ def blame(exc: ScenarioError, applied: Sequence[tuple[str, list[str]]]) -> Scena
                     exc.label, exc.key, f"{exc.problem} (set by override {text!r})"
                 )
     return exc
+
+
+def read_sweep(t: Table) -> tuple[SweepAxis, ...]:
+    axes_raw = t.data.get("axes", [])
+    if not isinstance(axes_raw, list):
+        t.fail("axes", f"expected an array of {{ path, values }} tables, got {described(axes_raw)}")
+    if len(axes_raw) > MAX_AXES:
+        t.fail("axes", f"at most {MAX_AXES} axes, got {len(axes_raw)}")
+    axes: list[SweepAxis] = []
+    schema = {"path": None, "values": None}
+    for i, item in enumerate(axes_raw):
+        a = Table(t.ctx, f"{t.path('axes')}[{i}]", item, schema)
+        path = a.text("path")
+        try:
+            check_path(path)
+        except InputError as exc:
+            a.fail("path", str(exc))
+        if path.split(".")[0].split("[")[0] == "sweep":
+            a.fail("path", "a sweep axis cannot change [sweep] itself")
+        values = a.data.get("values")
+        if not isinstance(values, list) or not values:
+            got = "nothing" if values is None else described(values)
+            a.fail("values", f"expected a non-empty array of values, got {got}")
+        if len(values) > MAX_SWEEP_POINTS:
+            a.fail("values", f"at most {MAX_SWEEP_POINTS} values, got {len(values)}")
+        if any(path == other.path for other in axes):
+            a.fail("path", f"{path!r} is already an axis")
+        axes.append(SweepAxis(path, tuple(values)))
+    return tuple(axes)

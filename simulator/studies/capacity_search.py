@@ -25,7 +25,7 @@ starts at the scenario's rate, doubles or halves until one rate is sustained and
 then bisects until the two are within `rel_tol` of each other. It reports both rates: the
 highest sustained and the lowest failed, each one simulated. Configurations search in lockstep,
 one round of points at a time, so a round runs on every worker at once and every point lands in
-the sweep cache (simulator.studies.sweep): a rerun, or a wider search, resumes.
+the sweep cache (simulator.studies.point_cache): a rerun, or a wider search, resumes.
 
 Configurations are ranked by goodput per GPU at their highest sustained rate r: the requests per
 second that meet the SLO in steady state, r x SLO share, divided by the replica's tensor-parallel
@@ -47,14 +47,10 @@ import pandas as pd
 from pagesim.simulator.core.config import ArrivalKind, Scenario, SystemConfig
 from pagesim.simulator.core.errors import InputError
 from pagesim.simulator.scenario.load import expand_sweep, load_scenario, parse_param
-from pagesim.simulator.studies.sweep import (
-    Point,
-    PointCache,
-    PointExecutor,
-    PointRecord,
-    point_key,
-    run_points,
-)
+from pagesim.simulator.studies.executors import PointExecutor
+from pagesim.simulator.studies.point_cache import PointCache
+from pagesim.simulator.studies.points import Point, point_key
+from pagesim.simulator.studies.sweep import PointRecord, run_points
 
 RATE_PATH = "workload.arrival.rate_per_s"
 _RATED = (ArrivalKind.POISSON, ArrivalKind.GAMMA, ArrivalKind.CONSTANT)

@@ -27,15 +27,9 @@ from pagesim.simulator.studies.capacity_search import (
     configurations,
     search_capacity,
 )
-from pagesim.simulator.studies.sweep import (
-    CACHE_DIR,
-    PointCache,
-    SweepRun,
-    make_executor,
-    plan_sweep,
-    run_points,
-    run_sweep,
-)
+from pagesim.simulator.studies.executors import make_executor
+from pagesim.simulator.studies.point_cache import CACHE_DIR, PointCache
+from pagesim.simulator.studies.sweep import SweepRun, plan_sweep, run_points, run_sweep
 
 Advance = Callable[[int], None]
 Progress = Callable[[int, str], AbstractContextManager[Advance]]

@@ -18,7 +18,8 @@ from pagesim.calibration.executor import (
     measured_factory,
     running_figures,
 )
-from pagesim.calibration.forward import HostForward, graph_context
+from pagesim.calibration.forward import HostForward
+from pagesim.calibration.graphs import graph_context
 from pagesim.calibration.step_inputs import StepInputs, decode_inputs
 from pagesim.simulator.core.catalog import ModelSpec, get_model
 from pagesim.simulator.engine import simulate

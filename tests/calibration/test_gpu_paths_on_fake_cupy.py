@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 from pagesim.calibration.executor_config import ExecutorConfig
-from pagesim.calibration.forward import HostForward, graph_context
+from pagesim.calibration.forward import HostForward
+from pagesim.calibration.graphs import graph_context
 from pagesim.calibration.harness import Samples
 from pagesim.calibration.step_inputs import StepInputs, build_step_inputs, decode_inputs
 from pagesim.simulator.core.catalog import ModelSpec

@@ -18,7 +18,9 @@ from pagesim.simulator.studies.capacity_search import (
     configurations,
     search_capacity,
 )
-from pagesim.simulator.studies.sweep import PointCache, ProcessExecutor, SerialExecutor, run_points
+from pagesim.simulator.studies.executors import ProcessExecutor, SerialExecutor
+from pagesim.simulator.studies.point_cache import PointCache
+from pagesim.simulator.studies.sweep import run_points
 
 ABLATION = "block_size_ablation"  # one vLLM system, OPT-13B / A100-40GB, lognormal ShareGPT
 SMALL = ["workload.num_requests=40", "slo.ttft_s=2", "slo.tpot_s=0.05"]

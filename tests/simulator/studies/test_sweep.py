@@ -16,23 +16,22 @@ import pytest
 
 from pagesim.simulator.core.errors import InputError
 from pagesim.simulator.scenario.load import BUILTIN_DIR, expand_sweep, load_scenario
-from pagesim.simulator.studies.sweep import (
-    CACHE_DIR,
-    PointCache,
-    PointOutcome,
-    PointTask,
+from pagesim.simulator.studies.executors import (
     ProcessExecutor,
     SerialExecutor,
     SweepError,
+    make_executor,
+)
+from pagesim.simulator.studies.point_cache import CACHE_DIR, PointCache
+from pagesim.simulator.studies.points import (
+    PointOutcome,
+    PointTask,
     _code_digest,
     evaluate_point,
-    make_executor,
     make_points,
-    plan_sweep,
     point_key,
-    run_points,
-    run_sweep,
 )
+from pagesim.simulator.studies.sweep import plan_sweep, run_points, run_sweep
 
 ABLATION = "block_size_ablation"  # one system; tiny with 8 requests (~0.1 s a point)
 TINY = ["workload.num_requests=8"]

@@ -1,0 +1,35 @@
+"""One sequence's record in the paged KV cache: its block table and the counts of its slots.
+
+A block table maps a sequence's logical block i (its tokens i·block_size .. (i+1)·block_size − 1)
+to a physical block: a GPU block, or a CPU one while the sequence is swapped out. Plain data: the
+cache (`paged_slots`, `paged_cache`) and its audits (`paged_audit`) read and change it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+
+@dataclass(slots=True)
+class BlockTable:
+    block_table: list[int]  # logical block i -> physical block (GPU, or CPU while swapped)
+    num_tokens: int  # slots appended
+    num_computed_tokens: int  # leading slots whose KV is written
+    num_registered_blocks: int  # leading blocks already offered to the prefix cache
+    final_len: int | None  # slots it will hold when finished (memory accounting only)
+    is_swapped: bool = False
+
+
+def unique_blocks(seqs: Iterable[BlockTable]) -> dict[int, int]:
+    """Each block the sequences reference (first-seen order) -> references among them."""
+    counts: dict[int, int] = {}
+    for seq in seqs:
+        for block in seq.block_table:
+            counts[block] = counts.get(block, 0) + 1
+    return counts
+
+
+def clamp_fill(num_tokens: int, block_index: int, block_size: int) -> int:
+    """How many of block `block_index`'s slots lie below position `num_tokens`."""
+    return min(block_size, max(0, num_tokens - block_index * block_size))
