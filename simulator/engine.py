@@ -19,6 +19,13 @@ import simpy
 
 from pagesim import __version__
 from pagesim.simulator.core.config import Scenario, SystemConfig
+from pagesim.simulator.core.defaults import (
+    ERA,
+    resolve_system,
+    system_knobs,
+    v0_token_cap_reason,
+)
+from pagesim.simulator.core.errors import InputError
 from pagesim.simulator.core.scheduler import Scheduler
 from pagesim.simulator.execution.factory import make_execution_model
 from pagesim.simulator.execution.model import ExecutionModel
@@ -56,7 +63,13 @@ def simulate(
     read the block tables every step), and the roofline prices the steps. `True` turns it on
     also under `check_invariants`, which then checks it (tests do).
     """
-    system = system or scenario.systems[0]
+    resolved = resolve_system(
+        system or scenario.systems[0], scenario.model, scenario.gpu, scenario.tensor_parallel
+    )
+    system = resolved.system
+    refusal = v0_token_cap_reason(system, scenario.model.max_seq_len)
+    if refusal is not None:
+        raise InputError(f"system {system.name!r}: max_num_batched_tokens {refusal}")
     capacity = kv_capacity(scenario, system)
     scheduler = make_scheduler(system, scenario.model.max_seq_len, capacity)
     if execution_factory is None:
@@ -128,6 +141,9 @@ def simulate(
         "pagesim_version": __version__,
         "seed": scenario.seed,
         "policy": system.policy.value,
+        "era": ERA[system.policy],
+        "system": system_knobs(system),
+        "defaults_from": dict(resolved.sources),
         "model": scenario.model.name,
         "gpu": scenario.gpu.name,
         "tensor_parallel": scenario.tensor_parallel,

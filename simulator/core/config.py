@@ -130,28 +130,40 @@ class WorkloadConfig:
     explicit: tuple[ExplicitRequest, ...] = ()  # when given, replaces every generator above
 
 
+class DefaultsMode(Enum):
+    """Which of vLLM V1's default sets: `vllm serve` (server) or the offline `LLM` class."""
+
+    SERVER = "server"
+    OFFLINE = "offline"
+
+
 @dataclass(frozen=True, slots=True)
 class SystemConfig:
-    """One serving system to simulate: a batching policy and its knobs."""
+    """One serving system to simulate: a batching policy and its knobs.
+
+    A knob left None takes its era's default when the run starts (core.defaults.resolve_system:
+    by policy, GPU and model, each with its source); the others are the same for every era.
+    """
 
     name: str
     policy: Policy
     block_size: int = 16  # tokens per KV block (paged policies)
-    max_num_seqs: int = 256
-    max_num_batched_tokens: int = 2048  # V1 token budget per step; V0 prefill token cap
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None  # V1 token budget per step; V0 prefill token cap
     max_prefill_chunk: int | None = None  # V1: cap on one request's chunk (None: the budget)
     reservation: Reservation = Reservation.MAX  # static, orca
-    preemption: PreemptionPolicy = PreemptionPolicy.RECOMPUTE
+    preemption: PreemptionPolicy | None = None
     victim: VictimPolicy = VictimPolicy.LAST_ARRIVED
     admission: AdmissionOrder = AdmissionOrder.FCFS
-    enable_prefix_cache: bool = False
-    watermark: float = 0.01  # V0: share of blocks kept free when admitting
+    enable_prefix_cache: bool | None = None
+    watermark: float | None = None  # share of blocks kept free when admitting
     gpu_memory_utilization: float = 0.9
-    activation_reserve_gib: float = 1.0  # activation peak and other non-KV memory
+    activation_reserve_gib: float | None = None  # activation peak and other non-KV memory
     swap_space_gib: float = 4.0
     static_batch_size: int = 8  # static: requests per batch
     static_batch_timeout_s: float = 0.0  # static: wait up to this long to fill a batch
     num_kv_blocks: int | None = None  # override the capacity computed from GPU memory
+    defaults: DefaultsMode = DefaultsMode.SERVER  # vLLM V1's server or offline defaults
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,8 +26,10 @@ when it is exactly what the per-step path would do (everyone decodes, nothing ne
 `tests/simulator/policies/test_fast_path.py` runs both paths on random scenarios with invariants
 checked after every step and counts the steps that took this one.
 
-Valid only without a prefix cache (members' blocks are never shared, and there are no block
-hashes to extend).
+With a prefix cache, a member's generated tokens extend its block hashes and its full blocks are
+registered when it leaves, not block by block: those hashes name its own generated tokens, which
+no other sequence holds, so nothing can hit them meanwhile, and its blocks stay referenced (hence
+neither free nor evictable) until it leaves.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from operator import not_
 from typing import Any
 
 from pagesim.simulator.core.plan import BlockCopy, Preemption, SeqWork, StepPlan, seq_work_of
+from pagesim.simulator.core.request import GENERATED_SEGMENT
 from pagesim.simulator.kv.paged_cache import PagedKVCache
 from pagesim.simulator.policies.seq_group import Demand, SeqGroup, StepBuilder
 
@@ -140,7 +143,14 @@ class DecodeGroup:
         kv = self.kv
         if kv.allocate_slots(seq_ids, num_tokens - member.synced) is None:  # within its blocks
             raise AssertionError(f"seq {seq_ids[0]}: its skipped slots left its blocks")
-        kv.commit(seq_ids[0], num_tokens)
+        hashers = group.hashers
+        if hashers is None:
+            kv.commit(seq_ids[0], num_tokens)
+            return
+        # One generated token a step (the last one's extension is never read: a member leaving
+        # finished is freed next, and only blocks up to `num_tokens` are registered).
+        hashers[0].extend((GENERATED_SEGMENT, seq_ids[0]), num_steps)
+        kv.commit(seq_ids[0], num_tokens, hashers[0].block_hashes())
 
     # -- a step -----------------------------------------------------------------------------
     def others(self, running: Sequence[SeqGroup]) -> list[int]:
@@ -225,7 +235,8 @@ class DecodeGroup:
             self.release_all()
             return None
         # Now exactly the per-sequence path's operations, in the same order but for block ids:
-        # the crossing members take theirs first (with no prefix cache an id is never observed).
+        # the crossing members take theirs first (which changes only which block each holds:
+        # the runs are the same up to a relabelling of block ids, which nothing reads).
         self.grow(crossing)
         for group, num_new, is_prefill in visits:
             copies = kv.allocate_slots(group.seq_ids, num_new)

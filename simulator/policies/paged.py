@@ -47,9 +47,9 @@ class PagedScheduler(PolicyBase):
 
     def enable_fast_path(self) -> bool:
         """Advance lone decoding sequences as a group (simulator.policies.decode_group): same
-        results, no per-sequence work between their block boundaries. Not with a prefix cache
-        (members' hashes would need extending every step). Returns whether it is on."""
-        if self.system.enable_prefix_cache or not self.policy.groups_decodes:
+        results, no per-sequence work between their block boundaries. Returns whether it is on
+        (the step policy must have a grouped running phase)."""
+        if not self.policy.groups_decodes:
             return False
         self.state.decode_group = DecodeGroup(self.kv)
         return True
@@ -104,7 +104,7 @@ class PagedScheduler(PolicyBase):
                     state.fork(group)
                 elif len(group.seq_ids) > 1 and request.sampling is SamplingKind.BEAM:
                     state.refork_beam(group)
-            if decode_group is not None and len(group.seq_ids) == 1 and group.hashers is None:
+            if decode_group is not None and len(group.seq_ids) == 1:
                 joining.append(group)
         if decode_group is not None:
             if type(plan) is GroupedStepPlan:

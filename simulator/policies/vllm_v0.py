@@ -34,8 +34,10 @@ class VllmV0:
 def admit_prompts(state: PagedState, step: StepBuilder, now_s: float) -> None:
     """Whole prompts, FCFS, until one does not fit (its sequences, its tokens or its blocks)."""
     system = state.system
-    # V0 needs a whole prompt in one step, so its token cap is at least the model length.
-    budget = max(system.max_num_batched_tokens, state.max_seq_len)
+    # V0 needs a whole prompt in one step: a cap below the model's length is refused at start
+    # (core.defaults.v0_token_cap_reason), as vLLM V0 refuses it.
+    budget = system.max_num_batched_tokens
+    assert budget is not None and system.max_num_seqs is not None
     waiting = state.waiting
     while len(waiting):
         group = waiting.peek()

@@ -38,6 +38,7 @@ SYSTEM_KEYS = (
     "static_batch_size",
     "static_batch_timeout_s",
     "num_kv_blocks",
+    "defaults",
 )
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from pagesim.simulator.core.config import (
     AdmissionOrder,
+    DefaultsMode,
     Policy,
     PreemptionPolicy,
     Reservation,
@@ -19,6 +20,7 @@ from pagesim.simulator.core.config import (
     SystemConfig,
     VictimPolicy,
 )
+from pagesim.simulator.core.defaults import resolve_system, v0_token_cap_reason
 from pagesim.simulator.core.errors import choices_text
 from pagesim.simulator.kv.capacity import no_kv_memory_reason
 from pagesim.simulator.scenario.schema import SYSTEM_KEYS
@@ -45,6 +47,7 @@ SYSTEM_READERS: dict[str, Callable[[Table, str], Any]] = {
     "static_batch_size": lambda t, k: t.integer(k, hi=1 << 20),
     "static_batch_timeout_s": lambda t, k: t.number(k, hi=1e9),
     "num_kv_blocks": lambda t, k: t.integer(k),
+    "defaults": lambda t, k: t.choice(k, DefaultsMode),
 }
 assert tuple(SYSTEM_READERS) == SYSTEM_KEYS
 
@@ -82,6 +85,11 @@ def _check_system(
 
     def at(field: str) -> str:
         return where.get(field, f"{key}.{field}")
+
+    s = resolve_system(s, scenario.model, scenario.gpu, scenario.tensor_parallel).system
+    refusal = v0_token_cap_reason(s, scenario.model.max_seq_len)
+    if refusal is not None:
+        ctx.fail(at("max_num_batched_tokens"), refusal)
 
     if s.enable_prefix_cache and s.policy not in _PAGED:
         ctx.fail(

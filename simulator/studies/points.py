@@ -31,6 +31,7 @@ import numpy as np
 
 from pagesim import __version__
 from pagesim.simulator.core.config import Scenario, SystemConfig
+from pagesim.simulator.core.defaults import resolve_system
 from pagesim.simulator.core.errors import InputError
 from pagesim.simulator.metrics.result import RunResult
 from pagesim.simulator.scenario.load import describe_scenario
@@ -81,7 +82,8 @@ def _code_digest() -> str:
 
 def point_key(scenario: Scenario, system: SystemConfig) -> str:
     """SHA-256 (hex) of the resolved point: see the module docstring for what it covers."""
-    alone = replace(scenario, systems=(system,), sweep=(), source=None)
+    resolved = resolve_system(system, scenario.model, scenario.gpu, scenario.tensor_parallel)
+    alone = replace(scenario, systems=(resolved.system,), sweep=(), source=None)
     digest = hashlib.sha256(f"pagesim {__version__} {_code_digest()}\n".encode())
     digest.update(describe_scenario(alone).encode())
     for path in _input_files(scenario):

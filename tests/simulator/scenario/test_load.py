@@ -21,6 +21,7 @@ from pagesim.simulator.core.config import (
     Scenario,
     SweepAxis,
 )
+from pagesim.simulator.core.defaults import resolve_system
 from pagesim.simulator.core.errors import InputError
 from pagesim.simulator.core.request import SamplingKind
 from pagesim.simulator.scenario import load as sc
@@ -165,7 +166,11 @@ def test_defaults_apply_unless_a_system_sets_the_key(mini: Path) -> None:
         8,
         Reservation.POW2,
     )
-    assert a.max_num_seqs == 256  # config.py's default where neither says
+    # Where neither says, the knob stays unset in the scenario and takes its era's default when
+    # the run starts: vLLM V0's max_num_seqs is 256 (vllm/config.py SchedulerConfig, 0.5.4).
+    assert a.max_num_seqs is None
+    scenario = load_scenario(mini)
+    assert resolve_system(a, scenario.model, scenario.gpu).system.max_num_seqs == 256
 
 
 def test_values_are_parsed_into_the_config_types(mini: Path) -> None:
@@ -192,10 +197,7 @@ def test_overrides_global_and_per_system(mini: Path) -> None:
         ],
     )
     assert [s.max_num_seqs for s in scenario.systems] == [64, 64]
-    assert [s.preemption for s in scenario.systems] == [
-        PreemptionPolicy.RECOMPUTE,
-        PreemptionPolicy.SWAP,
-    ]
+    assert [s.preemption for s in scenario.systems] == [None, PreemptionPolicy.SWAP]
     assert scenario.workload.arrival.rate_per_s == 4.0
     assert scenario.stop.max_time_s == 30.5
     assert (scenario.seed, scenario.name) == (7, "renamed")
@@ -382,7 +384,7 @@ BAD_FILES = [
         "valid keys here: name, policy, block_size, max_num_seqs, max_num_batched_tokens, "
         "max_prefill_chunk, reservation, preemption, victim, admission, enable_prefix_cache, "
         "watermark, gpu_memory_utilization, activation_reserve_gib, swap_space_gib, "
-        "static_batch_size, static_batch_timeout_s, num_kv_blocks",
+        "static_batch_size, static_batch_timeout_s, num_kv_blocks, defaults",
     ),
     (
         replaced('policy = "orca"', 'policy = "vlm-v1"'),
@@ -500,8 +502,8 @@ BAD_FILES = [
     (
         replaced('preset = "llama-2-7b"', 'preset = "llama-2-70b"'),
         "s.toml: systems[0].gpu_memory_utilization: no memory left for the KV cache: "
-        "llama-2-70b weights take 128.5 GiB per GPU and a100-80gb x 0.9 less 1 GiB of "
-        "activations is 72.0 GiB; use a bigger GPU, more tensor_parallel, or set num_kv_blocks",
+        "llama-2-70b weights take 128.5 GiB per GPU and a100-80gb x 0.9 less 1.28 GiB of "
+        "activations is 71.3 GiB; use a bigger GPU, more tensor_parallel, or set num_kv_blocks",
     ),
     (
         'name = "x"\nseed = 1 2\n',
