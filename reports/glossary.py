@@ -256,7 +256,16 @@ SUMMARY_METRICS: tuple[SummaryMetric, ...] = (
         "Prefix-cache hit rate",
         Unit.SHARE,
         "Preemption and caching",
-        "Prompt tokens served from the prefix cache / prompt tokens.",
+        "Prompt tokens served from the prefix cache / prompt tokens looked up, once per request's "
+        "first admission.",
+    ),
+    SummaryMetric(
+        "prefix_readmit_hit_rate",
+        "Prefix-cache hit rate on re-admission",
+        Unit.SHARE,
+        "Preemption and caching",
+        "The same over re-admissions after recompute preemption, which mostly find the "
+        "request's own blocks (none when no request was recomputed).",
     ),
     SummaryMetric(
         "num_cow_copies",

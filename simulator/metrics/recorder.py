@@ -83,6 +83,8 @@ class Recorder:
         summary["kv_capacity_tokens"] = scheduler.kv_capacity_slots
         hit_rate = scheduler.prefix_hit_rate()
         summary["prefix_hit_rate"] = None if hit_rate is None else float(hit_rate)
+        readmit = scheduler.prefix_readmit_hit_rate()
+        summary["prefix_readmit_hit_rate"] = None if readmit is None else float(readmit)
         provenance = provenance | {"step_table_row_steps": self.steps.row_steps}
         return RunResult(scenario, system, requests, steps, summary, provenance)
 

@@ -36,6 +36,10 @@ class PolicyBase:
         """Share of prompt tokens served from the prefix cache; None without a prefix cache."""
         return None
 
+    def prefix_readmit_hit_rate(self) -> float | None:
+        """The same over re-admissions after recompute preemption; None without any."""
+        return None
+
     def too_long_reason(self, request: Request) -> str | None:
         if request.prompt_len >= self.max_seq_len:
             return (

@@ -43,7 +43,7 @@ from typing import Any
 from pagesim.simulator.core.plan import BlockCopy, Preemption, SeqWork, StepPlan, seq_work_of
 from pagesim.simulator.core.request import GENERATED_SEGMENT
 from pagesim.simulator.kv.paged_cache import PagedKVCache
-from pagesim.simulator.policies.seq_group import Demand, SeqGroup, StepBuilder
+from pagesim.simulator.policies.seq_group import AddToStep, Demand, SeqGroup, StepBuilder
 
 
 class _Member:
@@ -202,7 +202,12 @@ class DecodeGroup:
         return due
 
     def schedule_running(
-        self, running: list[SeqGroup], step: StepBuilder, budget: int, demand: Demand
+        self,
+        running: list[SeqGroup],
+        step: StepBuilder,
+        budget: int,
+        demand: Demand,
+        add_to_step: AddToStep,
     ) -> int | None:
         """The running requests' part of a step with the members summed, if it is exactly what
         the policy's per-sequence loop would do with `demand`: every member decodes (the
@@ -241,9 +246,7 @@ class DecodeGroup:
         for group, num_new, is_prefill in visits:
             copies = kv.allocate_slots(group.seq_ids, num_new)
             assert copies is not None, "counted as fitting above"
-            if copies:
-                step.copies.extend(copies)
-            step.add(group, num_new, is_prefill)
+            add_to_step(step, group, num_new, is_prefill, copies)
         step.num_decode_tokens += len(members)
         step.is_grouped = True
         return left

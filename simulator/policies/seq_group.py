@@ -109,3 +109,5 @@ class StepBuilder:
 # A policy's running-phase rule: (group, budget left) -> (tokens per sequence, budget tokens,
 # is_prefill), or None when the group sits this step out (`DecodeGroup.schedule_running`).
 Demand = Callable[[SeqGroup, int], tuple[int, int, bool] | None]
+# The state's way to put a group and its allocation into the step (PagedState.add_to_step).
+AddToStep = Callable[["StepBuilder", SeqGroup, int, bool, tuple[BlockCopy, ...]], None]

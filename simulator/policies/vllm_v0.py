@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from collections import deque
 
+from pagesim.simulator.core.config import SystemConfig
 from pagesim.simulator.policies.paged_state import PagedState
+from pagesim.simulator.policies.pieces import PagedPieces, paged_pieces
 from pagesim.simulator.policies.seq_group import SeqGroup, StepBuilder
 
 
@@ -19,6 +21,9 @@ class VllmV0:
     """The V0 step: prefill-only or decode-only."""
 
     groups_decodes = False  # no decode fast path for V0 (yet): every step visits each request
+
+    def pieces(self, system: SystemConfig) -> PagedPieces:
+        return paged_pieces(system, is_v1=False)
 
     def schedule(self, state: PagedState, step: StepBuilder, now_s: float) -> None:
         if not state.swapped:
@@ -53,19 +58,24 @@ def admit_prompts(state: PagedState, step: StepBuilder, now_s: float) -> None:
 
 
 def grow_running(state: PagedState, step: StepBuilder, now_s: float) -> None:
-    """Every running request decodes one token per sequence, making room (preempting from the
-    tail) when its blocks do not fit."""
+    """Every running request decodes one token per sequence. As vLLM V0 decides it
+    (core/scheduler.py _schedule_running, core/block_manager_v1.py can_append_slots), a group
+    goes ahead only while at least one block per sequence is free, whether or not its token
+    needs one; until then the tail of the running queue is preempted."""
     remaining: deque[SeqGroup] = deque(state.running)
     kept: list[SeqGroup] = []
-    allocate_slots = state.kv.allocate_slots
+    kv = state.kv
     while remaining:
         group = remaining.popleft()
-        copies = allocate_slots(group.seq_ids, 1)
-        if copies is not None:  # the usual decode: its slots fit
-            if copies:
-                step.copies.extend(copies)
-            step.add(group, 1, False)
-            kept.append(group)
-        elif state.grow(group, 1, False, remaining, step, now_s):
-            kept.append(group)
+        is_kept = True
+        while kv.num_free_blocks < len(group.seq_ids):
+            if not state.preempt_for(group, remaining, step, now_s):
+                is_kept = False
+                break
+        if not is_kept:
+            continue
+        copies = kv.allocate_slots(group.seq_ids, 1)
+        assert copies is not None, "one free block per sequence covers a decode token"
+        state.add_to_step(step, group, 1, False, copies)
+        kept.append(group)
     state.running = kept

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 from collections import deque
 
+from pagesim.simulator.core.config import SystemConfig
 from pagesim.simulator.policies.paged_state import PagedState
+from pagesim.simulator.policies.pieces import PagedPieces, paged_pieces
 from pagesim.simulator.policies.seq_group import Demand, SeqGroup, StepBuilder
 
 
@@ -21,6 +23,9 @@ class VllmV1:
     """The V1 step: one token budget shared by decodes and prompt chunks."""
 
     groups_decodes = True  # lone decoders may advance as a decode group (the fast path)
+
+    def pieces(self, system: SystemConfig) -> PagedPieces:
+        return paged_pieces(system, is_v1=True)
 
     def schedule(self, state: PagedState, step: StepBuilder, now_s: float) -> None:
         system = state.system
@@ -34,7 +39,9 @@ class VllmV1:
         left = (
             None
             if decode_group is None
-            else decode_group.schedule_running(state.running, step, budget, demand)
+            else decode_group.schedule_running(
+                state.running, step, budget, demand, state.add_to_step
+            )
         )
         if left is None:
             left = schedule_running(state, step, budget, demand, now_s)
@@ -81,9 +88,7 @@ def schedule_running(
         num_new, tokens, is_prefill = asked
         copies = allocate_slots(group.seq_ids, num_new)
         if copies is not None:
-            if copies:
-                step.copies.extend(copies)
-            step.add(group, num_new, is_prefill)
+            state.add_to_step(step, group, num_new, is_prefill, copies)
         elif not state.grow(group, num_new, is_prefill, remaining, step, now_s):
             continue  # preempted itself
         kept.append(group)
