@@ -27,6 +27,7 @@ SYSTEM_KEYS = (
     "max_num_batched_tokens",
     "max_prefill_chunk",
     "reservation",
+    "contiguous_allocator",
     "preemption",
     "victim",
     "admission",
