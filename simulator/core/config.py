@@ -83,6 +83,13 @@ class LengthKind(Enum):
     TRACE = "trace"  # the trace's own column, row by row
 
 
+class EmpiricalPairing(Enum):
+    """How `empirical` prompt and output lengths read from one file are drawn together."""
+
+    ROWS = "rows"  # a whole row at a time: each prompt keeps the output it came with
+    INDEPENDENT = "independent"  # each column resampled on its own (the pairing is lost)
+
+
 class ExecutionKind(Enum):
     ROOFLINE = "roofline"
     PROFILE = "profile"
@@ -140,6 +147,9 @@ class WorkloadConfig:
     sampling: SamplingKind = SamplingKind.SINGLE
     num_seqs: int = 1  # parallel samples n or beam width
     explicit: tuple[ExplicitRequest, ...] = ()  # when given, replaces every generator above
+    # Prompt and output both `empirical`: None draws whole rows when they read the same file
+    # (else each column on its own); ROWS insists on rows, INDEPENDENT breaks the pairing.
+    empirical_pairing: EmpiricalPairing | None = None
 
 
 @dataclass(frozen=True, slots=True)

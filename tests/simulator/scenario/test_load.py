@@ -504,6 +504,21 @@ BAD_FILES = [
         "(static, orca); the policy is 'vllm-v0', which allocates blocks",
     ),
     (
+        replaced("num_requests = 10", 'num_requests = 10\nempirical_pairing = "rows"'),
+        "s.toml: workload.empirical_pairing: only used when [workload.prompt] and "
+        '[workload.output] both have kind = "empirical"',
+    ),
+    (
+        replaced("num_requests = 10", 'num_requests = 10\nempirical_pairing = "rows"')
+        .replace('kind = "fixed"\nvalue = 64', 'kind = "empirical"\ntrace = "azure-conv"')
+        .replace(
+            'kind = "uniform"\nlow = 8\nhigh = 32', 'kind = "empirical"\ntrace = "azure-code"'
+        ),
+        's.toml: workload.empirical_pairing: "rows" draws both lengths from one row of one '
+        "file, but the prompt reads 'azure-conv' and the output 'azure-code'; read one file, "
+        'or set "independent"',
+    ),
+    (
         replaced('reservation = "pow2"', 'preemption = "swap"\nswap_space_gib = 0'),
         "s.toml: systems[1].swap_space_gib: must be > 0: preemption 'swap' swaps",
     ),
