@@ -46,7 +46,7 @@ def block_order(num_slots: int) -> int:
     """The k of the smallest block 2^k that holds `num_slots` slots."""
     if num_slots < 1:
         raise KVCacheError(f"a reservation needs num_slots >= 1, got {num_slots}")
-    return (num_slots - 1).bit_length()
+    return (int(num_slots) - 1).bit_length()  # int(): NumPy integers have no bit_length
 
 
 class BuddyKVCache(RegionCache):

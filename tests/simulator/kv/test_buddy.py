@@ -5,6 +5,7 @@ splitting, coalescing with buddies, power-of-two rounding and how it is counted 
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -19,6 +20,7 @@ def test_block_order_is_the_smallest_power_of_two_that_holds() -> None:
     assert [block_order(n) for n in (1, 2, 3, 4, 5, 8, 9, 2048, 2049)] == [
         0, 1, 2, 2, 3, 3, 4, 11, 12
     ]  # fmt: skip
+    assert block_order(np.int64(2049)) == 12  # sizes computed with NumPy work too
     with pytest.raises(KVCacheError, match="num_slots >= 1"):
         block_order(0)
 
