@@ -160,7 +160,8 @@ SUMMARY_METRICS: tuple[SummaryMetric, ...] = (
         Unit.SHARE,
         "KV memory",
         f"{_SHARE_OF_KV} that is free but cannot serve the next waiting request because it is "
-        "not contiguous (contiguous allocators only).",
+        "not contiguous, plus a buddy allocator's rounding of each region up to a power of two, "
+        "as the vLLM paper counts it (contiguous allocators only).",
     ),
     SummaryMetric(
         "kv_free_share", "KV: free", Unit.SHARE, "KV memory", f"{_SHARE_OF_KV} that is free."

@@ -34,7 +34,7 @@ from pagesim.simulator.kv.capacity import kv_capacity
 from pagesim.simulator.metrics.recorder import Recorder
 from pagesim.simulator.metrics.result import RunResult
 from pagesim.simulator.policies.factory import make_scheduler
-from pagesim.simulator.workload.stream import iter_requests
+from pagesim.simulator.workload.stream import WorkloadStats, iter_requests
 
 ExecutionFactory = Callable[[Scenario, SystemConfig, Scheduler], ExecutionModel]
 
@@ -92,9 +92,11 @@ def simulate(
     env = simpy.Environment()
     max_time = scenario.stop.max_time_s
     wakeup: list[simpy.Event] = [env.event()]
+    workload_stats = WorkloadStats()
 
     def arrivals() -> Generator[simpy.Event, None, None]:
-        for request in iter_requests(scenario.workload, scenario.model.max_seq_len, rng):
+        max_seq_len = scenario.model.max_seq_len
+        for request in iter_requests(scenario.workload, max_seq_len, rng, workload_stats):
             if max_time is not None and request.arrival_s > max_time:
                 break
             if request.arrival_s > env.now:
@@ -153,6 +155,7 @@ def simulate(
         "block_size": capacity.block_size,
         "block_bytes": capacity.block_bytes,
         "execution_model": execution.describe(),
+        "workload": workload_stats.provenance(),  # where lengths came from; rows clipped
     }
     result = recorder.result(scenario.name, system.name, env.now, scheduler, provenance)
     result.summary["num_kv_blocks"] = capacity.num_gpu_blocks

@@ -24,12 +24,24 @@ class Policy(Enum):
     VLLM_V1 = "vllm-v1"  # paged; one token budget per step; chunked prefill (Sarathi-Serve)
 
 
+CONTIGUOUS_POLICIES = (Policy.STATIC, Policy.ORCA)  # one contiguous KV region per sequence
+
+
 class Reservation(Enum):
     """How contiguous allocators (static, orca) size a request's KV region."""
 
     MAX = "max"  # the model's maximum sequence length
     POW2 = "pow2"  # prompt + output rounded up to a power of two (over-reserves up to 2x)
     ORACLE = "oracle"  # exactly prompt + true output length
+
+
+class ContiguousAllocator(Enum):
+    """Where contiguous allocators (static, orca) place a reservation in the address space."""
+
+    # Power-of-two blocks, split and merged with their buddies: the vLLM paper's Orca (§6.1,
+    # "We assume Orca uses the buddy allocation algorithm"); simulator/kv/buddy.py.
+    BUDDY = "buddy"
+    FIRST_FIT = "first-fit"  # exact-size regions at the lowest hole that fits; holes merge
 
 
 class PreemptionPolicy(Enum):
@@ -69,6 +81,13 @@ class LengthKind(Enum):
     LOGNORMAL = "lognormal"  # given mean and coefficient of variation
     EMPIRICAL = "empirical"  # resampled from a CSV column
     TRACE = "trace"  # the trace's own column, row by row
+
+
+class EmpiricalPairing(Enum):
+    """How `empirical` prompt and output lengths read from one file are drawn together."""
+
+    ROWS = "rows"  # a whole row at a time: each prompt keeps the output it came with
+    INDEPENDENT = "independent"  # each column resampled on its own (the pairing is lost)
 
 
 class ExecutionKind(Enum):
@@ -128,6 +147,9 @@ class WorkloadConfig:
     sampling: SamplingKind = SamplingKind.SINGLE
     num_seqs: int = 1  # parallel samples n or beam width
     explicit: tuple[ExplicitRequest, ...] = ()  # when given, replaces every generator above
+    # Prompt and output both `empirical`: None draws whole rows when they read the same file
+    # (else each column on its own); ROWS insists on rows, INDEPENDENT breaks the pairing.
+    empirical_pairing: EmpiricalPairing | None = None
 
 
 class DefaultsMode(Enum):
@@ -152,6 +174,8 @@ class SystemConfig:
     max_num_batched_tokens: int | None = None  # V1 token budget per step; V0 prefill token cap
     max_prefill_chunk: int | None = None  # V1: cap on one request's chunk (None: the budget)
     reservation: Reservation = Reservation.MAX  # static, orca
+    # static, orca; None: the policy's own (orca: buddy, static: first-fit; core.defaults).
+    contiguous_allocator: ContiguousAllocator | None = None
     preemption: PreemptionPolicy | None = None
     victim: VictimPolicy = VictimPolicy.LAST_ARRIVED
     admission: AdmissionOrder = AdmissionOrder.FCFS
@@ -164,6 +188,22 @@ class SystemConfig:
     static_batch_timeout_s: float = 0.0  # static: wait up to this long to fill a batch
     num_kv_blocks: int | None = None  # override the capacity computed from GPU memory
     defaults: DefaultsMode = DefaultsMode.SERVER  # vLLM V1's server or offline defaults
+
+    def __post_init__(self) -> None:
+        # The allocator in force, resolved once: orca places its reservations with a buddy
+        # allocator as the vLLM paper's Orca baselines do (§6.1); static batching
+        # (FasterTransformer) keeps one max-length slot per batch member, exact-size, so first
+        # fit. Paged policies allocate blocks and have none.
+        allocator = self.contiguous_allocator
+        if self.policy not in CONTIGUOUS_POLICIES:
+            allocator = None
+        elif allocator is None:
+            allocator = (
+                ContiguousAllocator.BUDDY
+                if self.policy is Policy.ORCA
+                else ContiguousAllocator.FIRST_FIT
+            )
+        object.__setattr__(self, "contiguous_allocator", allocator)
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,6 +27,7 @@ SYSTEM_KEYS = (
     "max_num_batched_tokens",
     "max_prefill_chunk",
     "reservation",
+    "contiguous_allocator",
     "preemption",
     "victim",
     "admission",
@@ -57,7 +58,7 @@ SCHEMA: Schema = {
         "step_overhead_s allreduce_bw_gbps"
     ),
     "workload": {
-        **_keys("num_requests trace trace_offset time_scale sampling num_seqs"),
+        **_keys("num_requests trace trace_offset time_scale sampling num_seqs empirical_pairing"),
         "arrival": _keys("kind rate_per_s cv"),
         "prompt": _LENGTH_KEYS,
         "output": _LENGTH_KEYS,

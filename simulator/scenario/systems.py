@@ -11,7 +11,9 @@ from collections.abc import Callable
 from typing import Any
 
 from pagesim.simulator.core.config import (
+    CONTIGUOUS_POLICIES,
     AdmissionOrder,
+    ContiguousAllocator,
     DefaultsMode,
     Policy,
     PreemptionPolicy,
@@ -36,6 +38,7 @@ SYSTEM_READERS: dict[str, Callable[[Table, str], Any]] = {
     "max_num_batched_tokens": lambda t, k: t.integer(k),
     "max_prefill_chunk": lambda t, k: t.integer(k),
     "reservation": lambda t, k: t.choice(k, Reservation),
+    "contiguous_allocator": lambda t, k: t.choice(k, ContiguousAllocator),
     "preemption": lambda t, k: t.choice(k, PreemptionPolicy),
     "victim": lambda t, k: t.choice(k, VictimPolicy),
     "admission": lambda t, k: t.choice(k, AdmissionOrder),
@@ -96,6 +99,15 @@ def _check_system(
             at("enable_prefix_cache"),
             f"prefix caching needs a paged policy (vllm-v0, vllm-v1); the policy is "
             f"{s.policy.value!r}",
+        )
+    # Set on a paged system itself, it would silently do nothing; from [defaults] it is meant
+    # for the contiguous systems beside it.
+    own = f"{key}.contiguous_allocator"
+    if s.policy not in CONTIGUOUS_POLICIES and where.get("contiguous_allocator") == own:
+        ctx.fail(
+            own,
+            f"only used by the contiguous policies (static, orca); the policy is "
+            f"{s.policy.value!r}, which allocates blocks",
         )
     if s.policy is Policy.STATIC and s.static_batch_size > s.max_num_seqs:
         ctx.fail(

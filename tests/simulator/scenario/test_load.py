@@ -13,6 +13,7 @@ import pytest
 from pagesim.simulator.core.catalog import GIB, get_gpu, get_model
 from pagesim.simulator.core.config import (
     ArrivalKind,
+    ContiguousAllocator,
     ExecutionKind,
     LengthKind,
     Policy,
@@ -20,6 +21,7 @@ from pagesim.simulator.core.config import (
     Reservation,
     Scenario,
     SweepAxis,
+    SystemConfig,
 )
 from pagesim.simulator.core.defaults import resolve_system
 from pagesim.simulator.core.errors import InputError
@@ -171,6 +173,22 @@ def test_defaults_apply_unless_a_system_sets_the_key(mini: Path) -> None:
     assert a.max_num_seqs is None
     scenario = load_scenario(mini)
     assert resolve_system(a, scenario.model, scenario.gpu).system.max_num_seqs == 256
+
+
+def test_contiguous_allocator_defaults_by_policy_and_is_read_from_defaults(mini: Path) -> None:
+    # orca: buddy, as the vLLM paper's Orca baselines (§6.1); static: first fit; paged: none.
+    a, b = load_scenario(mini).systems
+    assert (a.contiguous_allocator, b.contiguous_allocator) == (None, ContiguousAllocator.BUDDY)
+    static = SystemConfig("s", Policy.STATIC)
+    assert static.contiguous_allocator is ContiguousAllocator.FIRST_FIT
+    text = mini.read_text().replace(
+        "block_size = 32\n", 'block_size = 32\ncontiguous_allocator = "first-fit"\n'
+    )
+    a, b = load_scenario(write(mini.parent, text, "ff.toml")).systems
+    assert (a.contiguous_allocator, b.contiguous_allocator) == (
+        None,  # [defaults] serve the contiguous systems; a paged one has no such allocator
+        ContiguousAllocator.FIRST_FIT,
+    )
 
 
 def test_values_are_parsed_into_the_config_types(mini: Path) -> None:
@@ -382,9 +400,9 @@ BAD_FILES = [
         replaced('name = "b"', 'name = "b"\nblok_size = 4'),
         "s.toml: systems[1].blok_size: unknown key 'blok_size' (did you mean 'block_size'?); "
         "valid keys here: name, policy, block_size, max_num_seqs, max_num_batched_tokens, "
-        "max_prefill_chunk, reservation, preemption, victim, admission, enable_prefix_cache, "
-        "watermark, gpu_memory_utilization, activation_reserve_gib, swap_space_gib, "
-        "static_batch_size, static_batch_timeout_s, num_kv_blocks, defaults",
+        "max_prefill_chunk, reservation, contiguous_allocator, preemption, victim, admission, "
+        "enable_prefix_cache, watermark, gpu_memory_utilization, activation_reserve_gib, "
+        "swap_space_gib, static_batch_size, static_batch_timeout_s, num_kv_blocks, defaults",
     ),
     (
         replaced('policy = "orca"', 'policy = "vlm-v1"'),
@@ -476,6 +494,31 @@ BAD_FILES = [
         replaced('reservation = "pow2"', "enable_prefix_cache = true"),
         "s.toml: systems[1].enable_prefix_cache: prefix caching needs a paged policy "
         "(vllm-v0, vllm-v1); the policy is 'orca'",
+    ),
+    (
+        replaced('reservation = "pow2"', 'contiguous_allocator = "slab"'),
+        "s.toml: systems[1].contiguous_allocator: unknown contiguous allocator 'slab'; "
+        "valid: buddy, first-fit",
+    ),
+    (
+        replaced('name = "a"', 'name = "a"\ncontiguous_allocator = "buddy"'),
+        "s.toml: systems[0].contiguous_allocator: only used by the contiguous policies "
+        "(static, orca); the policy is 'vllm-v0', which allocates blocks",
+    ),
+    (
+        replaced("num_requests = 10", 'num_requests = 10\nempirical_pairing = "rows"'),
+        "s.toml: workload.empirical_pairing: only used when [workload.prompt] and "
+        '[workload.output] both have kind = "empirical"',
+    ),
+    (
+        replaced("num_requests = 10", 'num_requests = 10\nempirical_pairing = "rows"')
+        .replace('kind = "fixed"\nvalue = 64', 'kind = "empirical"\ntrace = "azure-conv"')
+        .replace(
+            'kind = "uniform"\nlow = 8\nhigh = 32', 'kind = "empirical"\ntrace = "azure-code"'
+        ),
+        's.toml: workload.empirical_pairing: "rows" draws both lengths from one row of one '
+        "file, but the prompt reads 'azure-conv' and the output 'azure-code'; read one file, "
+        'or set "independent"',
     ),
     (
         replaced('reservation = "pow2"', 'preemption = "swap"\nswap_space_gib = 0'),
