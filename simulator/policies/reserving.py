@@ -151,15 +151,15 @@ class OrcaScheduler(ReservingScheduler):
                 break
             if request.prompt_len > budget:
                 break
-            member = self._try_reserve(request, now_s)
-            if member is None:
+            admitted = self._try_reserve(request, now_s)
+            if admitted is None:
                 break  # FCFS: the head blocks the queue
             self.waiting.pop()
             num_seqs += request.num_seqs
             budget -= request.prompt_len
             work.extend(
                 SeqWork(request.request_id, s, request.prompt_len, request.prompt_len, True)
-                for s in member.seq_ids[:1]
+                for s in admitted.seq_ids[:1]
             )
         return StepPlan.build(work)
 
