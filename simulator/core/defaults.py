@@ -46,6 +46,27 @@ class ResolvedSystem:
     sources: dict[str, str]  # knob -> source, for the knobs that were left unset
 
 
+@dataclass(frozen=True, slots=True)
+class Knobs:
+    """The era-dependent knobs a policy reads, every one set (`knobs_of` a resolved system)."""
+
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    enable_prefix_cache: bool
+    watermark: float
+    preemption: PreemptionPolicy
+
+
+def knobs_of(system: SystemConfig) -> Knobs:
+    """The knobs of a system `resolve_system` has resolved; a ValueError names any still unset
+    (a policy built from an unresolved system: a bug, never input)."""
+    values = {name: getattr(system, name) for name in Knobs.__dataclass_fields__}
+    unset = [name for name, value in values.items() if value is None]
+    if unset:
+        raise ValueError(f"system {system.name!r}: {', '.join(unset)} unset; resolve_system first")
+    return Knobs(**values)
+
+
 def driver_memory_bytes(gpu: GPUSpec) -> int:
     """Total device memory as the driver reports it (what vLLM's utilization applies to)."""
     reported = DRIVER_MEMORY_GIB.get(gpu.name)

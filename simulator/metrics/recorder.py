@@ -92,7 +92,7 @@ class Recorder:
 def _stats(prefix: str, values: np.ndarray) -> dict[str, float | None]:
     clean = values[~np.isnan(values)]
     if clean.size == 0:
-        return {f"{prefix}_mean_s": None} | {f"{prefix}_p{p}_s": None for p in PERCENTILES}
+        return {f"{prefix}_{stat}": None for stat in ("mean_s", *(f"p{p}_s" for p in PERCENTILES))}
     out: dict[str, float | None] = {f"{prefix}_mean_s": float(clean.mean())}
     for p, value in zip(PERCENTILES, np.percentile(clean, PERCENTILES), strict=True):
         out[f"{prefix}_p{p}_s"] = float(value)
@@ -134,17 +134,16 @@ def summarize(
         "kv_free_share": "kv_free_slots",
     }
     total_slots = steps.total_kv_slots
-    for key, column in shares.items():
-        summary[key] = steps.time_average(column) / total_slots if total_slots else None
     if total_slots:
+        kv = {key: steps.time_average(column) / total_slots for key, column in shares.items()}
+        summary |= kv
         summary["peak_kv_used_share"] = steps.peak_kv_used_slots / total_slots
-        held = summary["kv_reserved_share"] + summary["kv_internal_frag_share"]  # type: ignore[operator]
-        summary["kv_waste_share"] = held + summary["kv_external_frag_share"]  # type: ignore[operator]
-        used_share = 1.0 - summary["kv_free_share"]  # type: ignore[operator]
-        summary["kv_waste_of_used_share"] = (
-            summary["kv_waste_share"] / used_share if used_share > 0 else 0.0  # type: ignore[operator]
-        )
+        held = kv["kv_reserved_share"] + kv["kv_internal_frag_share"]
+        summary["kv_waste_share"] = waste = held + kv["kv_external_frag_share"]
+        used_share = 1.0 - kv["kv_free_share"]
+        summary["kv_waste_of_used_share"] = waste / used_share if used_share > 0 else 0.0
     else:
+        summary |= dict.fromkeys(shares)
         summary["peak_kv_used_share"] = summary["kv_waste_share"] = None
         summary["kv_waste_of_used_share"] = None
     for key in ("slot_utilization", "mfu", "mbu"):
@@ -162,7 +161,11 @@ def summarize(
 
 
 def _add_rates(
-    summary: dict, requests: pd.DataFrame, window: np.ndarray, finished: np.ndarray, end_s: float
+    summary: dict[str, float | int | str | None],
+    requests: pd.DataFrame,
+    window: np.ndarray,
+    finished: np.ndarray,
+    end_s: float,
 ) -> None:
     """Throughput and goodput per second from the first in-window arrival to the end (`window`
     and `finished` are masks of the requests)."""

@@ -376,7 +376,7 @@ class GroupedStepPlan(StepPlan):
         set_field(self, "_num_context_tokens", num_context_tokens)
         set_field(self, "_work", None)
 
-    @property  # type: ignore[override]
+    @property
     def work(self) -> tuple[SeqWork, ...]:
         work = self._work
         if work is None:

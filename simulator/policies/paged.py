@@ -167,13 +167,13 @@ class PagedScheduler(PolicyBase):
     def prefix_hit_rate(self) -> float | None:
         """Prompt tokens served from the prefix cache over those looked up, once per successful
         first admission (re-admissions after preemption: `prefix_readmit_hit_rate`)."""
-        if not self.system.enable_prefix_cache:
+        if not self.knobs.enable_prefix_cache:
             return None
         return self.state.prefix_stats.hit_rate
 
     def prefix_readmit_hit_rate(self) -> float | None:
         """The same over preempted requests' re-admissions; None when there were none."""
-        if not self.system.enable_prefix_cache:
+        if not self.knobs.enable_prefix_cache:
             return None
         return self.state.prefix_stats.readmit_hit_rate
 

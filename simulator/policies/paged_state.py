@@ -19,6 +19,7 @@ from collections import deque
 from collections.abc import Sequence
 
 from pagesim.simulator.core.config import SystemConfig
+from pagesim.simulator.core.defaults import knobs_of
 from pagesim.simulator.core.plan import BlockCopy, Preemption, PreemptionMode
 from pagesim.simulator.core.request import (
     GENERATED_SEGMENT,
@@ -50,21 +51,20 @@ class PagedState:
         pieces: PagedPieces,
     ) -> None:
         self.system = system
+        self.knobs = knobs = knobs_of(system)
         self.max_seq_len = max_seq_len
         self.pieces = pieces
         self.kv = PagedKVCache(
             num_blocks,
             system.block_size,
             num_cpu_blocks=num_cpu_blocks,
-            enable_prefix_cache=bool(system.enable_prefix_cache),
+            enable_prefix_cache=knobs.enable_prefix_cache,
             eviction=pieces.eviction,
             allow_duplicate_hashes=pieces.duplicate_hashes,
         )
-        self._caches_at_allocation = pieces.caches_at_allocation and bool(
-            system.enable_prefix_cache
-        )
+        self._caches_at_allocation = pieces.caches_at_allocation and knobs.enable_prefix_cache
         self.block_size = system.block_size
-        self.watermark_blocks = int(system.watermark * num_blocks)
+        self.watermark_blocks = int(knobs.watermark * num_blocks)
         self.waiting = waiting_queue(system, _request_of)
         self.running: list[SeqGroup] = []
         self.swapped: deque[SeqGroup] = deque()
@@ -78,7 +78,7 @@ class PagedState:
     # -- requests -------------------------------------------------------------------------------
     def new_group(self, request: Request) -> SeqGroup:
         group = SeqGroup(request, [self.new_seq_id()], target=request.prompt_len)
-        if self.system.enable_prefix_cache:
+        if self.knobs.enable_prefix_cache:
             group.hashers = [prompt_hasher(request, self.block_size)]
         self.groups[request.request_id] = group
         return group
@@ -187,7 +187,7 @@ class PagedState:
         """Take `group` off the GPU by the configured mode. Swap falls back to recompute when the
         CPU swap space is full."""
         request = group.request
-        mode = self.system.preemption.mode_for(request.num_seqs)
+        mode = self.knobs.preemption.mode_for(request.num_seqs)
         self.num_running_seqs -= group.num_seqs
         if mode is PreemptionMode.SWAP and self.kv.can_swap_out(group.seq_ids):
             step.swap_out += self.kv.swap_out(group.seq_ids)
@@ -218,7 +218,7 @@ class PagedState:
         or the next prompt token of a group swapped out mid-prefill, which must not produce an
         output token yet); False if it cannot come back now."""
         group = self.swapped[0]
-        if self.num_running_seqs + group.num_seqs > self.system.max_num_seqs:
+        if self.num_running_seqs + group.num_seqs > self.knobs.max_num_seqs:
             return False
         # Swapping in must leave room for this step's token of every sequence, and keeps at
         # least one block spare, as it always did for a lone sequence. (One block per sequence,

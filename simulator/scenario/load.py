@@ -121,7 +121,7 @@ PROFILE_DIR = Path(str(resources.files("pagesim.calibration"))) / "profiles"
 
 
 def _profile_path(t: Table) -> Path:
-    text = t.text("profile")
+    text: str = t.text("profile")
     path = t.ctx.resolve(text)
     if is_file(path):
         return path

@@ -22,7 +22,7 @@ from pagesim.simulator.core.config import (
     SystemConfig,
     VictimPolicy,
 )
-from pagesim.simulator.core.defaults import resolve_system, v0_token_cap_reason
+from pagesim.simulator.core.defaults import knobs_of, resolve_system, v0_token_cap_reason
 from pagesim.simulator.core.errors import choices_text
 from pagesim.simulator.kv.capacity import no_kv_memory_reason
 from pagesim.simulator.scenario.schema import SYSTEM_KEYS
@@ -90,11 +90,12 @@ def _check_system(
         return where.get(field, f"{key}.{field}")
 
     s = resolve_system(s, scenario.model, scenario.gpu, scenario.tensor_parallel).system
+    knobs = knobs_of(s)
     refusal = v0_token_cap_reason(s, scenario.model.max_seq_len)
     if refusal is not None:
         ctx.fail(at("max_num_batched_tokens"), refusal)
 
-    if s.enable_prefix_cache and s.policy not in _PAGED:
+    if knobs.enable_prefix_cache and s.policy not in _PAGED:
         ctx.fail(
             at("enable_prefix_cache"),
             f"prefix caching needs a paged policy (vllm-v0, vllm-v1); the policy is "
@@ -109,23 +110,23 @@ def _check_system(
             f"only used by the contiguous policies (static, orca); the policy is "
             f"{s.policy.value!r}, which allocates blocks",
         )
-    if s.policy is Policy.STATIC and s.static_batch_size > s.max_num_seqs:
+    if s.policy is Policy.STATIC and s.static_batch_size > knobs.max_num_seqs:
         ctx.fail(
             at("static_batch_size"),
-            f"{s.static_batch_size} exceeds max_num_seqs {s.max_num_seqs}",
+            f"{s.static_batch_size} exceeds max_num_seqs {knobs.max_num_seqs}",
         )
     workload = scenario.workload
-    if workload.num_seqs > s.max_num_seqs:
+    if workload.num_seqs > knobs.max_num_seqs:
         ctx.fail(
             at("max_num_seqs"),
-            f"{s.max_num_seqs} is below workload.num_seqs {workload.num_seqs}: "
+            f"{knobs.max_num_seqs} is below workload.num_seqs {workload.num_seqs}: "
             "no request could ever run",
         )
-    swaps = s.preemption is PreemptionPolicy.SWAP or (
-        s.preemption is PreemptionPolicy.AUTO and workload.num_seqs > 1
+    swaps = knobs.preemption is PreemptionPolicy.SWAP or (
+        knobs.preemption is PreemptionPolicy.AUTO and workload.num_seqs > 1
     )
     if swaps and s.swap_space_gib == 0:
-        ctx.fail(at("swap_space_gib"), f"must be > 0: preemption {s.preemption.value!r} swaps")
+        ctx.fail(at("swap_space_gib"), f"must be > 0: preemption {knobs.preemption.value!r} swaps")
     reason = no_kv_memory_reason(scenario, s)
     if reason is not None:
         ctx.fail(at("gpu_memory_utilization"), reason)

@@ -25,6 +25,7 @@ from pagesim.calibration.executor import (
     measured_factory,
 )
 from pagesim.calibration.fidelity import FidelityResult, pick_system, run_fidelity
+from pagesim.calibration.step_inputs import StepInputs
 from pagesim.cli_calibration import validate_fidelity
 from pagesim.reports.fidelity import write_fidelity_report
 from pagesim.simulator.core.config import (
@@ -32,9 +33,12 @@ from pagesim.simulator.core.config import (
     PreemptionPolicy,
     PrefixGroup,
     Scenario,
+    SystemConfig,
 )
 from pagesim.simulator.core.errors import InputError
+from pagesim.simulator.core.plan import StepPlan
 from pagesim.simulator.core.request import SamplingKind
+from pagesim.simulator.core.scheduler import Scheduler
 from pagesim.simulator.engine import simulate
 from pagesim.simulator.execution.profile import ProfileExtrapolationWarning
 from pagesim.simulator.metrics.result import RunResult
@@ -109,12 +113,12 @@ def _run_poisoned(scenario: Scenario, shift_reads: bool = False) -> tuple[PlanEx
     executors: list[PlanExecutor] = []
     make = measured_factory(ExecutorConfig(poison_unmapped=True, warmup_steps=1), sink=executors)
 
-    def factory(sc, sy, scheduler):  # type: ignore[no-untyped-def]
+    def factory(sc: Scenario, sy: SystemConfig, scheduler: Scheduler) -> PlanExecutor:
         executor = make(sc, sy, scheduler)
         if shift_reads:  # decode attention reads each table one block off: outside the tables
             build = executor._inputs
 
-            def shifted(plan):  # type: ignore[no-untyped-def]
+            def shifted(plan: StepPlan) -> StepInputs:
                 inputs = build(plan)
                 inputs.decode_tables = (inputs.decode_tables + 1) % executor.kv.num_blocks
                 return inputs

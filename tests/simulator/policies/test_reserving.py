@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from sim_helpers import explicit_workload, scenario, system
+from sim_helpers import explicit_workload, resolved, scenario, system
 
 from pagesim.simulator.core.config import ContiguousAllocator, Policy, Reservation
 from pagesim.simulator.core.memory import MemoryBreakdown
@@ -36,12 +36,14 @@ def test_orca_oracle_places_reservations_with_a_buddy_allocator() -> None:
         Request(1, 0.0, prompt_len=3, output_len=2),  # asks 5 -> 8
         Request(2, 0.0, prompt_len=10, output_len=7),  # asks 17 -> 32: the whole cache
     ]
-    buddy = OrcaScheduler(system(Policy.ORCA, reservation=Reservation.ORACLE), 64, 32)
+    buddy = OrcaScheduler(resolved(system(Policy.ORCA, reservation=Reservation.ORACLE)), 64, 32)
     first_fit = OrcaScheduler(
-        system(
-            Policy.ORCA,
-            reservation=Reservation.ORACLE,
-            contiguous_allocator=ContiguousAllocator.FIRST_FIT,
+        resolved(
+            system(
+                Policy.ORCA,
+                reservation=Reservation.ORACLE,
+                contiguous_allocator=ContiguousAllocator.FIRST_FIT,
+            )
         ),
         64,
         32,
@@ -67,7 +69,7 @@ def test_orca_oracle_places_reservations_with_a_buddy_allocator() -> None:
 
 
 def test_a_reservation_the_buddy_allocator_can_never_place_is_rejected() -> None:
-    orca = OrcaScheduler(system(Policy.ORCA, reservation=Reservation.ORACLE), 64, 48)
+    orca = OrcaScheduler(resolved(system(Policy.ORCA, reservation=Reservation.ORACLE)), 64, 48)
     request = Request(0, 0.0, prompt_len=20, output_len=13)  # asks 33 -> 64 > the 32 piece
     orca.add_request(request, 0.0)
     assert request.rejection_reason == (
