@@ -156,6 +156,7 @@ def _execution(t: Table) -> ExecutionConfig:
         allreduce_bw_gbps=t.number(
             "allreduce_bw_gbps", base.allreduce_bw_gbps, hi=1e5, lo_open=True
         ),
+        swap_copy_latency_s=t.number("swap_copy_latency_s", base.swap_copy_latency_s, hi=1.0),
     )
 
 
