@@ -21,6 +21,7 @@ from pagesim import __version__
 from pagesim.simulator.core.config import Scenario, SystemConfig
 from pagesim.simulator.core.defaults import (
     ERA,
+    beam_search_reason,
     resolve_system,
     system_knobs,
     v0_token_cap_reason,
@@ -70,6 +71,9 @@ def simulate(
     refusal = v0_token_cap_reason(system, scenario.model.max_seq_len)
     if refusal is not None:
         raise InputError(f"system {system.name!r}: max_num_batched_tokens {refusal}")
+    refusal = beam_search_reason(system, scenario.workload.sampling)
+    if refusal is not None:
+        raise InputError(f"system {system.name!r}: {refusal}")
     capacity = kv_capacity(scenario, system)
     scheduler = make_scheduler(system, scenario.model.max_seq_len, capacity)
     if execution_factory is None:

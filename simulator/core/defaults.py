@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 
 from pagesim.simulator.core.catalog import GIB, GPUSpec, ModelSpec
 from pagesim.simulator.core.config import DefaultsMode, Policy, PreemptionPolicy, SystemConfig
+from pagesim.simulator.core.request import SamplingKind
 
 ERA = {
     Policy.VLLM_V0: "vLLM V0 engine (vLLM 0.5-0.6, vllm/core/), without chunked prefill",
@@ -178,6 +179,19 @@ def v0_token_cap_reason(system: SystemConfig, max_model_len: int) -> str | None:
         f"{cap} is below the model's maximum length {max_model_len}: vLLM V0 without chunked "
         f"prefill refuses to start (SchedulerConfig._verify_args); set it to at least "
         f"{max_model_len}, or use vllm-v1 (chunked prefill)"
+    )
+
+
+def beam_search_reason(system: SystemConfig, sampling: SamplingKind) -> str | None:
+    """Beam search left vLLM's engine in v0.6.3: V1 runs it as a front-end loop issuing
+    one-token requests (LLM.beam_search), which pagesim does not model; its forked beams are V0's
+    (core/scheduler.py with copy-on-write)."""
+    if system.policy is not Policy.VLLM_V1 or sampling is not SamplingKind.BEAM:
+        return None
+    return (
+        "vllm-v1 has no beam search in its engine (it left in vLLM v0.6.3; V1 runs it as a "
+        "front-end loop of one-token requests, LLM.beam_search, which pagesim does not model): "
+        'use policy "vllm-v0" for engine beam search, or sampling = "parallel"'
     )
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Sequence
+from dataclasses import replace
 
 from pagesim.simulator.core.config import SystemConfig
 from pagesim.simulator.core.defaults import knobs_of
@@ -25,13 +26,16 @@ from pagesim.simulator.core.request import (
     GENERATED_SEGMENT,
     Request,
     RequestStatus,
+    SamplingKind,
     prompt_segments,
 )
 from pagesim.simulator.kv.paged_cache import PagedKVCache
 from pagesim.simulator.kv.prefix_hash import SequenceHasher
 from pagesim.simulator.policies.decode_group import DecodeGroup
 from pagesim.simulator.policies.pieces import PagedPieces, PrefixStats, VictimKey, waiting_queue
-from pagesim.simulator.policies.seq_group import SeqGroup, StepBuilder, blocks_for
+from pagesim.simulator.policies.seq_group import FanOut, SeqGroup, StepBuilder, blocks_for
+
+CHILD_ID_BASE = 1 << 48  # ids of V1's child requests (n > 1), above any workload's
 
 
 class PagedState:
@@ -74,14 +78,35 @@ class PagedState:
         self.num_running_seqs = 0
         self.decode_group: DecodeGroup | None = None
         self._next_seq_id = 0
+        self._next_child_id = 0
 
     # -- requests -------------------------------------------------------------------------------
-    def new_group(self, request: Request) -> SeqGroup:
-        group = SeqGroup(request, [self.new_seq_id()], target=request.prompt_len)
+    def new_group(self, request: Request, fan_out: FanOut | None = None) -> SeqGroup:
+        group = SeqGroup(request, [self.new_seq_id()], target=request.prompt_len, fan_out=fan_out)
         if self.knobs.enable_prefix_cache:
             group.hashers = [prompt_hasher(request, self.block_size)]
         self.groups[request.request_id] = group
         return group
+
+    def fan_out(self, request: Request) -> list[SeqGroup]:
+        """vLLM V1's n > 1 (v1/engine/parallel_sampling.py): one group per sample, each a child
+        request of the parent's prompt and output length (`FanOut`). Children's ids are counted
+        from CHILD_ID_BASE, far above any workload's request ids."""
+        children = []
+        for _ in range(request.num_seqs):
+            self._next_child_id += 1
+            children.append(
+                replace(
+                    request,
+                    request_id=CHILD_ID_BASE + self._next_child_id,
+                    sampling=SamplingKind.SINGLE,
+                    num_seqs=1,
+                    history=[],
+                    prompt_of=request.request_id,
+                )
+            )
+        fan_out = FanOut(request, children)
+        return [self.new_group(child, fan_out) for child in children]
 
     def new_seq_id(self) -> int:
         self._next_seq_id += 1
@@ -124,6 +149,8 @@ class PagedState:
         request.num_recomputed_tokens += max(0, group.num_dropped - num_hit)
         group.num_dropped = 0
         request.transition(RequestStatus.RUNNING, now_s)
+        if group.fan_out is not None:
+            group.fan_out.child_admitted(now_s)
         self.running.append(group)
         self.num_running_seqs += group.num_seqs
         self.add_to_step(step, group, num_new, True, copies)
@@ -306,6 +333,8 @@ class PagedState:
             self.num_running_seqs -= group.num_seqs
             del self.groups[group.request.request_id]
             group.request.transition(RequestStatus.FINISHED, now_s)
+            if group.fan_out is not None:
+                group.fan_out.child_finished(now_s)
         running = self.running
         for group in finished:  # a few of hundreds: each removal is one C-level scan
             running.remove(group)

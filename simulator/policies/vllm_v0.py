@@ -20,6 +20,7 @@ from pagesim.simulator.policies.seq_group import SeqGroup, StepBuilder
 class VllmV0:
     """The V0 step: prefill-only or decode-only."""
 
+    fans_out = False  # n > 1: forks sharing blocks copy-on-write
     groups_decodes = False  # no decode fast path for V0 (yet): every step visits each request
 
     def pieces(self, system: SystemConfig) -> PagedPieces:

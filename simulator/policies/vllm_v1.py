@@ -22,6 +22,7 @@ from pagesim.simulator.policies.seq_group import Demand, SeqGroup, StepBuilder
 class VllmV1:
     """The V1 step: one token budget shared by decodes and prompt chunks."""
 
+    fans_out = True  # n > 1: child requests (v1/engine/parallel_sampling.py)
     groups_decodes = True  # lone decoders may advance as a decode group (the fast path)
 
     def pieces(self, system: SystemConfig) -> PagedPieces:

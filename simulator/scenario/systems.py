@@ -22,7 +22,12 @@ from pagesim.simulator.core.config import (
     SystemConfig,
     VictimPolicy,
 )
-from pagesim.simulator.core.defaults import knobs_of, resolve_system, v0_token_cap_reason
+from pagesim.simulator.core.defaults import (
+    beam_search_reason,
+    knobs_of,
+    resolve_system,
+    v0_token_cap_reason,
+)
 from pagesim.simulator.core.errors import choices_text
 from pagesim.simulator.kv.capacity import no_kv_memory_reason
 from pagesim.simulator.scenario.schema import SYSTEM_KEYS
@@ -94,6 +99,9 @@ def _check_system(
     refusal = v0_token_cap_reason(s, scenario.model.max_seq_len)
     if refusal is not None:
         ctx.fail(at("max_num_batched_tokens"), refusal)
+    refusal = beam_search_reason(s, scenario.workload.sampling)
+    if refusal is not None:
+        ctx.fail(at("policy"), refusal)
 
     if knobs.enable_prefix_cache and s.policy not in _PAGED:
         ctx.fail(
