@@ -98,6 +98,9 @@ def simulate(
     wakeup: list[simpy.Event] = [env.event()]
     workload_stats = WorkloadStats()
 
+    warmup_s = scenario.stop.warmup_s
+    window_open = [False]
+
     def arrivals() -> Generator[simpy.Event, None, None]:
         max_seq_len = scenario.model.max_seq_len
         for request in iter_requests(scenario.workload, max_seq_len, rng, workload_stats):
@@ -105,11 +108,15 @@ def simulate(
                 break
             if request.arrival_s > env.now:
                 yield env.timeout(request.arrival_s - env.now)
+            if window_open[0] is False and request.arrival_s >= warmup_s:
+                window_open[0] = True  # the first in-window arrival opens the arrival window
+                recorder.mark_window_edge(0, scheduler.num_output_tokens)
             recorder.add_request(request)
             scheduler.add_request(request, env.now)
             if not wakeup[0].triggered:
                 wakeup[0].succeed()
         scheduler.mark_arrivals_done()
+        recorder.mark_window_edge(1, scheduler.num_output_tokens)  # the last arrival closes it
         if not wakeup[0].triggered:
             wakeup[0].succeed()
 
