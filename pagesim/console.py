@@ -112,6 +112,8 @@ def echo_resolved(path: Path, systems: Sequence[ResolvedSystem]) -> None:
             f"# KV cache: {capacity.num_gpu_blocks:,} blocks of {capacity.block_size} tokens "
             f"({capacity.num_token_slots:,} tokens), {capacity.num_cpu_blocks:,} CPU blocks"
         )
+        for note in system.notes:
+            typer.echo(f"# note: {note}")
 
 
 def echo_golden(name: str, problems: Sequence[str]) -> None:

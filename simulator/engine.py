@@ -22,6 +22,7 @@ from pagesim.simulator.core.config import Scenario, SystemConfig
 from pagesim.simulator.core.defaults import (
     ERA,
     beam_search_reason,
+    era_notes,
     resolve_system,
     system_knobs,
     v0_token_cap_reason,
@@ -157,6 +158,7 @@ def simulate(
         "era": ERA[system.policy],
         "system": system_knobs(system),
         "defaults_from": dict(resolved.sources),
+        "era_notes": era_notes(system, scenario.workload.sampling),
         "model": scenario.model.name,
         "gpu": scenario.gpu.name,
         "tensor_parallel": scenario.tensor_parallel,

@@ -17,7 +17,7 @@ from pathlib import Path
 import pandas as pd
 
 from pagesim.simulator.core.config import Scenario, SystemConfig
-from pagesim.simulator.core.defaults import ERA, resolve_system, system_knobs
+from pagesim.simulator.core.defaults import ERA, era_notes, resolve_system, system_knobs
 from pagesim.simulator.kv.capacity import Capacity, kv_capacity
 from pagesim.simulator.metrics.result import RunResult
 from pagesim.simulator.scenario.load import load_scenario, resolve_scenario
@@ -102,6 +102,7 @@ class ResolvedSystem:
     era: str
     knobs: list[ResolvedKnob]
     capacity: Capacity
+    notes: list[str]  # what today's vLLM no longer has: historical, or a pagesim extension
 
 
 def resolve_scenario_systems(
@@ -128,7 +129,14 @@ def resolve_scenario_systems(
             knobs.append(ResolvedKnob(knob, value, source))
         capacity = kv_capacity(scenario, system)
         out.append(
-            ResolvedSystem(system.name, system.policy.value, ERA[system.policy], knobs, capacity)
+            ResolvedSystem(
+                system.name,
+                system.policy.value,
+                ERA[system.policy],
+                knobs,
+                capacity,
+                era_notes(resolved.system, scenario.workload.sampling),
+            )
         )
     return path, out
 
