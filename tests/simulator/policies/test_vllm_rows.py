@@ -8,7 +8,6 @@ A work item reads (request, seq, new tokens, context after the step, is prefill)
 
 from __future__ import annotations
 
-import pytest
 from sim_helpers import explicit_workload, paged_scheduler, request, scenario, system
 
 from pagesim.simulator.core.catalog import get_gpu, get_model
@@ -194,12 +193,6 @@ def test_metric_slot_utilization_is_the_policys_own_batch_not_gpu_utilization() 
     assert list(v1["slot_utilization"]) == [6 / 256] * 6 + [4 / 256] * 6
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="static batching's useful_slots (policies/reserving.py StaticScheduler) is read after "
-    "complete(): a request making its last token in a step is already done and counts as "
-    "padding (step 5 reads 0.5, step 11 reads 0.0), the undercount item 6 fixed for batch size",
-)
 def test_metric_static_slot_utilization_counts_the_requests_that_made_a_token() -> None:
     """Metric "slot utilization" under static batching: 6 of 8 slots make a token in steps 0-5
     (the 2 short requests' 6th token in step 5), 4 of 8 in steps 6-11 (the long ones' 12th in
