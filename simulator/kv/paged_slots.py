@@ -29,7 +29,6 @@ aliases and integer arithmetic, with helpers inlined where the comments say so.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from itertools import islice
 
 from pagesim.simulator.core.errors import KVCacheError
 from pagesim.simulator.core.memory import MemoryBreakdown
@@ -137,10 +136,12 @@ class PagedSlots:
                 raise KVCacheError(f"{len(counts)} token counts for {len(seq_ids)} sequences")
         # Several sequences: count every one's blocks first (all or nothing), inline while no
         # copy-on-write is involved (a decode group's members crossing into new blocks).
+        # (The counts match the ids: checked above, or made from them.)
         needed = 0
-        grown: list[tuple[BlockTable, int]] = []
-        for seq_id, count in zip(seq_ids, counts, strict=True):
-            seq = seqs.get(seq_id)
+        grown: list[tuple[BlockTable, int, int]] = []  # (sequence, new blocks, tokens after)
+        get = seqs.get
+        for seq_id, count in zip(seq_ids, counts):  # noqa: B905
+            seq = get(seq_id)
             if seq is None or seq.is_swapped or count < 0:
                 break
             num_tokens = seq.num_tokens
@@ -149,15 +150,20 @@ class PagedSlots:
                 break
             num_new_blocks = (num_tokens + count + bs - 1) // bs - len(table)
             needed += num_new_blocks
-            grown.append((seq, num_new_blocks))
+            grown.append((seq, num_new_blocks, num_tokens + count))
         else:
             if gpu.num_free_blocks - needed < reserve_blocks:
                 return None
-            blocks = iter(gpu.allocate_many(needed))
-            for (seq, num_new_blocks), count in zip(grown, counts, strict=True):
-                seq.num_tokens += count
-                if num_new_blocks:
-                    seq.block_table.extend(islice(blocks, num_new_blocks))
+            blocks = gpu.allocate_many(needed) if needed else ()
+            at = 0
+            for seq, num_new_blocks, num_tokens in grown:
+                seq.num_tokens = num_tokens
+                if num_new_blocks == 1:
+                    seq.block_table.append(blocks[at])
+                    at += 1
+                elif num_new_blocks:
+                    seq.block_table.extend(blocks[at : at + num_new_blocks])
+                    at += num_new_blocks
             return _NO_COPIES
         # The general path: validated, copy-on-write copies made in order.
         needed = sum(map(self.num_blocks_needed, seq_ids, counts))  # raises on a bad sequence

@@ -172,18 +172,21 @@ class DecodeGroup:
         KV cache gets its skipped slots and this step's one."""
         if not crossing:
             return
-        members = self._members
         step_tokens = self.step + 1  # each holds base + step tokens, all in full blocks
-        counts = [self.bases[members[s].group] + step_tokens - members[s].synced for s in crossing]
+        bases = self.bases
+        grown = list(map(self._members.__getitem__, crossing))
+        counts = [bases[member.group] + step_tokens - member.synced for member in grown]
         if self.kv.allocate_slots(crossing, counts) is None:
             raise AssertionError("crossing members' blocks were counted as free")
         bs = self.block_size
         gained = 0
-        for seq_id, count in zip(crossing, counts, strict=True):
-            member = members[seq_id]
+        for member, count in zip(grown, counts):  # noqa: B905 (one count a member)
             member.synced += count
-            new_cap = min(member.final_len, member.cap + bs)
-            gained += new_cap - member.cap
+            cap = member.cap
+            new_cap = cap + bs
+            if new_cap > member.final_len:
+                new_cap = member.final_len
+            gained += new_cap - cap
             member.cap = new_cap
         self._sum_cap += gained
 
