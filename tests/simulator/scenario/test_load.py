@@ -91,7 +91,7 @@ def mini(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return write(tmp_path, MINIMAL)
 
 
-def test_the_library_holds_the_nine_scenarios_of_the_issue() -> None:
+def test_the_library_holds_the_built_in_scenarios() -> None:
     assert BUILTINS == [
         "azure_conv_v0_vs_chunked",
         "block_size_ablation",
@@ -102,6 +102,7 @@ def test_the_library_holds_the_nine_scenarios_of_the_issue() -> None:
         "shared_system_prompt",
         "swap_vs_recompute",
         "textbook_static_vs_continuous",
+        "vllm_v1_on_h200",
     ]
     assert all(description for _, description in list_builtin())
 
