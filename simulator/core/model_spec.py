@@ -17,7 +17,7 @@ before these kinds existed.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import Enum, StrEnum
 from fractions import Fraction
 
 from pagesim.simulator.core.errors import InputError, choices_text
@@ -43,8 +43,9 @@ def parse_kv_dtype(value: str, where: str = "kv dtype") -> KVDtype:
         raise InputError(f"{where}: unknown KV dtype {value!r}; valid: {valid}") from None
 
 
-class WeightDtype(Enum):
+class WeightDtype(StrEnum):
     """Storage of the decoder layers' linear weights (embeddings and LM head stay 16-bit).
+    (String enums, like QuantScope and LayerKind, so a ModelSpec's asdict() is plain JSON.)
 
     Bits per weight include the block scales each format stores:
     - fp8 (W8A8, e4m3): 8 bits; DeepSeek-V3's one fp32 scale per 128 x 128 block adds 0.002 bit
@@ -92,14 +93,14 @@ def parse_weight_dtype(value: str, where: str = "weight dtype") -> WeightDtype:
         raise InputError(f"{where}: unknown weight dtype {value!r}; valid: {valid}") from None
 
 
-class QuantScope(Enum):
+class QuantScope(StrEnum):
     """Which weights a quantized checkpoint stores in its weight dtype."""
 
     LINEAR = "linear"  # every linear layer of the decoder layers (fp8, AWQ, GPTQ)
     EXPERTS = "experts"  # routed experts only (gpt-oss: attention and router stay bf16)
 
 
-class LayerKind(Enum):
+class LayerKind(StrEnum):
     """What one decoder layer keeps per sequence (Hugging Face `layer_types` names)."""
 
     FULL = "full_attention"
