@@ -199,7 +199,7 @@ def format_report(report: KVReport) -> str:
             f"  KV                {format_bytes(seq.bytes_per_seq)}",
         ]
         if seq.kept_bytes != seq.bytes_per_seq:
-            lines.append(f"  kept (windows)    {format_bytes(seq.kept_bytes)}")
+            lines.append(f"  kept (win/state)  {format_bytes(seq.kept_bytes)}")
         lines += [
             f"  paged             {seq.num_blocks:,} blocks = {format_bytes(seq.paged_bytes)}"
             f"  (waste {format_bytes(seq.paged_waste_bytes)})",

@@ -4,8 +4,8 @@ frees them.
 
 vLLM V1 keeps one block table per request per KV-cache group of layers. For a sliding-window
 group, before each allocation `SlidingWindowManager.remove_skipped_blocks(request_id,
-num_computed_tokens)` (vllm/v1/core/single_type_kv_cache_manager.py, v0.9 through v0.11)
-computes
+num_computed_tokens)` (vllm/v1/core/single_type_kv_cache_manager.py, as read at
+vllm-project/vllm commit 002f349) computes
 
     last_useful_token = num_computed_tokens - sliding_window + 1
     last_useful_block = last_useful_token // block_size
