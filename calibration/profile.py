@@ -93,7 +93,7 @@ def build_profile(
         "schema": PROFILE_SCHEMA,
         "schema_version": PROFILE_SCHEMA_VERSION,
         "provenance": provenance,
-        "model": asdict(model),
+        "model": model.dense_shape(),
         "measured": measured,
         "grid": {
             "decode": [asdict(p) for p in grid.decode],

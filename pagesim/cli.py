@@ -108,13 +108,18 @@ def kv(
     model: Annotated[str, typer.Option(help="Preset name or path to a config.json.")],
     seq_len: Annotated[list[int], typer.Option(help="Sequence length(s) in tokens.")],
     kv_dtype: Annotated[str, typer.Option(help="fp16, bf16 or fp8.")] = "fp16",
+    weight_dtype: Annotated[
+        str | None,
+        typer.Option(help="bf16, fp16, fp8, int4, mxfp4 or nvfp4 (default: the model's own)."),
+    ] = None,
     block_size: Annotated[int, typer.Option(help="Tokens per KV block.")] = 16,
     gpu: Annotated[str | None, typer.Option(help="GPU preset (see: pagesim kv --help).")] = None,
     memory_utilization: Annotated[float, typer.Option(help="Share of GPU memory used.")] = 1.0,
     batch_size: Annotated[int, typer.Option(help="Sequences in the batch.")] = 1,
     tp: Annotated[int, typer.Option(help="Tensor-parallel degree.")] = 1,
     weights_gib: Annotated[
-        float | None, typer.Option(help="Weight memory per GPU in GiB (default: params x 2 B).")
+        float | None,
+        typer.Option(help="Weight memory per GPU in GiB (default: from params and dtype)."),
     ] = None,
     activation_reserve_gib: Annotated[
         float, typer.Option(help="Non-KV memory kept for activations, GiB (a run's default: 1).")
@@ -126,10 +131,20 @@ def kv(
     Example: pagesim kv --model llama-2-13b --seq-len 4096 --gpu a100-80gb --batch-size 10
     --weights-gib 26
     """
-    from pagesim.simulator.core.catalog import GIB, get_gpu, parse_kv_dtype, resolve_model
+    from dataclasses import replace
+
+    from pagesim.simulator.core.catalog import (
+        GIB,
+        get_gpu,
+        parse_kv_dtype,
+        parse_weight_dtype,
+        resolve_model,
+    )
     from pagesim.simulator.kv.sizing import format_report, kv_report
 
     spec = resolve_model(model)
+    if weight_dtype is not None:
+        spec = replace(spec, weight_dtype=parse_weight_dtype(weight_dtype, "--weight-dtype"))
     result = kv_report(
         spec,
         seq_len,

@@ -6,74 +6,41 @@ Datasheet numbers are leads: a measured profile (calibration/) always wins over 
 
 from __future__ import annotations
 
-import json
-from collections.abc import Mapping
 from dataclasses import dataclass
-from enum import Enum
 from pathlib import Path
 
 from pagesim.simulator.core.errors import InputError, choices_text
+from pagesim.simulator.core.hf_config import load_hf_config
+from pagesim.simulator.core.model_presets import MODERN_MODELS
+from pagesim.simulator.core.model_spec import (
+    KVDtype,
+    ModelSpec,
+    WeightDtype,
+    parse_kv_dtype,
+    parse_weight_dtype,
+)
+
+__all__ = [
+    "CLASSIC_MODELS",
+    "GB",
+    "GIB",
+    "GPUS",
+    "MODELS",
+    "GPUSpec",
+    "KVDtype",
+    "ModelSpec",
+    "WeightDtype",
+    "count_params",
+    "custom_gpu",
+    "get_gpu",
+    "get_model",
+    "load_hf_config",
+    "parse_kv_dtype",
+    "parse_weight_dtype",
+    "resolve_model",
+]
 
 GIB = 2**30
-
-
-class KVDtype(Enum):
-    """Element type of the KV cache; sets bytes per element."""
-
-    FP16 = "fp16"
-    BF16 = "bf16"
-    FP8 = "fp8"
-
-    @property
-    def num_bytes(self) -> int:
-        return 1 if self is KVDtype.FP8 else 2
-
-
-def parse_kv_dtype(value: str, where: str = "kv dtype") -> KVDtype:
-    try:
-        return KVDtype(value.lower())
-    except ValueError:
-        valid = choices_text(d.value for d in KVDtype)
-        raise InputError(f"{where}: unknown KV dtype {value!r}; valid: {valid}") from None
-
-
-@dataclass(frozen=True, slots=True)
-class ModelSpec:
-    """Shapes of a decoder-only transformer, as its Hugging Face config.json gives them."""
-
-    name: str
-    num_layers: int
-    num_heads: int
-    num_kv_heads: int
-    head_dim: int
-    hidden_size: int
-    intermediate_size: int
-    vocab_size: int
-    is_gated_mlp: bool
-    max_seq_len: int
-    num_params: int  # parameters, for weight bytes; computed from shapes when not published
-
-    def kv_heads_per_gpu(self, tensor_parallel: int = 1) -> int:
-        """KV heads each GPU stores: max(1, kv_heads / t) (MQA/GQA heads are replicated)."""
-        return max(1, self.num_kv_heads // tensor_parallel)
-
-    def kv_bytes_per_token(self, dtype: KVDtype = KVDtype.FP16, tensor_parallel: int = 1) -> int:
-        """2 (K and V) × layers × kv heads × head dim × bytes per element, per GPU."""
-        kv_heads = self.kv_heads_per_gpu(tensor_parallel)
-        return 2 * self.num_layers * kv_heads * self.head_dim * dtype.num_bytes
-
-    def weight_bytes(self, bytes_per_param: int = 2, tensor_parallel: int = 1) -> int:
-        """Weight bytes each GPU holds (weights split evenly under tensor parallelism)."""
-        return self.num_params * bytes_per_param // tensor_parallel
-
-    @property
-    def params_per_layer(self) -> int:
-        """Linear-layer parameters of one decoder layer (attention projections + MLP)."""
-        q_out = self.num_heads * self.head_dim
-        kv_out = self.num_kv_heads * self.head_dim
-        attention = self.hidden_size * (q_out + 2 * kv_out) + q_out * self.hidden_size
-        mlp_matrices = 3 if self.is_gated_mlp else 2
-        return attention + mlp_matrices * self.hidden_size * self.intermediate_size
 
 
 def count_params(
@@ -87,7 +54,8 @@ def count_params(
     is_gated_mlp: bool,
     tied_embeddings: bool = False,
 ) -> int:
-    """Parameters from shapes: layers' linear weights plus embedding (and LM head unless tied)."""
+    """Parameters of a dense model from shapes: layers' linear weights plus embedding (and LM
+    head unless tied). MoE, MLA and hybrid models count with `ModelSpec.count_params`."""
     probe = ModelSpec(
         "probe",
         num_layers,
@@ -100,9 +68,9 @@ def count_params(
         is_gated_mlp,
         1,
         0,
+        tied_embeddings=tied_embeddings,
     )
-    embeddings = vocab_size * hidden_size * (1 if tied_embeddings else 2)
-    return num_layers * probe.params_per_layer + embeddings
+    return probe.count_params()
 
 
 def _preset(
@@ -126,7 +94,7 @@ def _preset(
 
 
 # Published parameter counts (FACTS.md) where given; others are counted from the shapes.
-MODELS: dict[str, ModelSpec] = {
+CLASSIC_MODELS: dict[str, ModelSpec] = {
     m.name: m
     for m in (
         _preset("llama-2-7b", 32, 32, 32, 4096, 11008, 32000, True, 4096, 6_740_000_000),
@@ -143,6 +111,10 @@ MODELS: dict[str, ModelSpec] = {
     )
 }
 
+# The dense 16-bit models of FACTS.md (the paged-attention kernel's catalog), then the models
+# served in 2025-26: MoE, MLA, sliding-window and hybrid, each from its published config.json.
+MODELS: dict[str, ModelSpec] = {**CLASSIC_MODELS, **MODERN_MODELS}
+
 
 def get_model(name: str) -> ModelSpec:
     """A preset by name (case-insensitive), or an InputError listing the known ones."""
@@ -150,62 +122,6 @@ def get_model(name: str) -> ModelSpec:
     if model is None:
         raise InputError(f"unknown model {name!r}; known models: {choices_text(MODELS)}")
     return model
-
-
-def _config_int(
-    config: Mapping[str, object], path: Path, *keys: str, default: int | None = None
-) -> int:
-    for key in keys:
-        if key in config:
-            value = config[key]
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise InputError(f"{path}: field {key!r} must be a positive integer, got {value!r}")
-            return value
-    if default is not None:
-        return default
-    raise InputError(f"{path}: missing field {' or '.join(repr(k) for k in keys)}")
-
-
-def load_hf_config(path: str | Path) -> ModelSpec:
-    """A ModelSpec from a Hugging Face config.json (Llama/Mistral/Qwen or OPT field names)."""
-    path = Path(path)
-    try:
-        config = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such model config file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"{path}: cannot read model config: {exc}") from None
-    except json.JSONDecodeError as exc:
-        raise InputError(f"{path}: not valid JSON (line {exc.lineno}): {exc.msg}") from None
-    if not isinstance(config, dict):
-        raise InputError(f"{path}: a config.json must hold a JSON object")
-    is_opt = config.get("model_type") == "opt"
-    layers = _config_int(config, path, "num_hidden_layers", "n_layer")
-    hidden = _config_int(config, path, "hidden_size", "n_embd")
-    heads = _config_int(config, path, "num_attention_heads", "n_head")
-    kv_heads = _config_int(config, path, "num_key_value_heads", default=heads)
-    if heads % kv_heads:
-        raise InputError(
-            f"{path}: num_attention_heads ({heads}) is not a multiple of "
-            f"num_key_value_heads ({kv_heads})"
-        )
-    head_dim = _config_int(config, path, "head_dim", default=hidden // heads)
-    intermediate = _config_int(config, path, "intermediate_size", "ffn_dim", "n_inner")
-    vocab = _config_int(config, path, "vocab_size")
-    max_len = _config_int(config, path, "max_position_embeddings", "n_positions", default=2048)
-    gated = not is_opt and config.get("hidden_act", "silu") in (
-        "silu",
-        "swiglu",
-        "gelu_pytorch_tanh",
-    )
-    tied = bool(config.get("tie_word_embeddings", is_opt))
-    params = count_params(
-        layers, heads, kv_heads, head_dim, hidden, intermediate, vocab, gated, tied
-    )
-    name = str(config.get("_name_or_path") or path.parent.name or path.stem)
-    return ModelSpec(
-        name, layers, heads, kv_heads, head_dim, hidden, intermediate, vocab, gated, max_len, params
-    )
 
 
 def resolve_model(name_or_path: str) -> ModelSpec:

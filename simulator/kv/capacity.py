@@ -31,7 +31,10 @@ def kv_budget_bytes(
 
 
 def weight_bytes_per_gpu(model: ModelSpec, tensor_parallel: int) -> int:
-    """16-bit weights split over the tensor-parallel group."""
+    """Weights split over the tensor-parallel group: 16-bit, or the decoder layers' linear
+    weights (or a checkpoint's experts) in the model's weight dtype (`ModelSpec.weight_bytes`).
+    Expert parallelism places experts differently but holds the same bytes per GPU when it
+    spans the same GPUs."""
     return model.weight_bytes(2, tensor_parallel)
 
 

@@ -9,13 +9,16 @@ from dataclasses import asdict, dataclass
 
 from pagesim.simulator.core.catalog import GIB, GPUSpec, KVDtype, ModelSpec
 from pagesim.simulator.core.errors import InputError
+from pagesim.simulator.core.model_spec import LayerKind
 from pagesim.simulator.kv.capacity import kv_budget_bytes, weight_bytes_per_gpu
 
 
 @dataclass(frozen=True, slots=True)
 class SequenceFootprint:
     seq_len: int
-    bytes_per_seq: int  # exact KV bytes of seq_len tokens
+    bytes_per_seq: int  # exact KV bytes of seq_len tokens, every KV layer keeping every token
+    kept_bytes: int  # what the sequence really keeps: window layers at most their window,
+    # plus the fixed state of state layers (= bytes_per_seq for an all-full-attention model)
     num_blocks: int  # blocks a paged cache allocates for it
     paged_bytes: int  # bytes of those blocks (the last block's unused tail included)
     paged_waste_bytes: int  # the unused tail of the last block
@@ -36,6 +39,13 @@ class KVReport:
     block_size: int
     bytes_per_token: int
     bytes_per_block: int
+    weight_dtype: str
+    bytes_per_token_per_layer: int  # one attention layer (MLA: the latent row)
+    num_full_layers: int
+    num_sliding_layers: int
+    sliding_window: int | None
+    num_state_layers: int
+    state_bytes_per_seq: int
     gpu: str | None
     gpu_memory_bytes: int | None
     memory_utilization: float
@@ -105,6 +115,7 @@ def kv_report(
             SequenceFootprint(
                 seq_len=seq_len,
                 bytes_per_seq=exact,
+                kept_bytes=model.kv_bytes_for_sequence(seq_len, kv_dtype, tensor_parallel),
                 num_blocks=num_blocks,
                 paged_bytes=num_blocks * per_block,
                 paged_waste_bytes=num_blocks * per_block - exact,
@@ -124,6 +135,13 @@ def kv_report(
         block_size=block_size,
         bytes_per_token=per_token,
         bytes_per_block=per_block,
+        weight_dtype=model.weight_dtype.value,
+        bytes_per_token_per_layer=model.kv_bytes_per_token_per_layer(kv_dtype, tensor_parallel),
+        num_full_layers=model.num_layers_of(LayerKind.FULL),
+        num_sliding_layers=model.num_layers_of(LayerKind.SLIDING),
+        sliding_window=model.sliding_window,
+        num_state_layers=model.num_layers_of(LayerKind.STATE),
+        state_bytes_per_seq=model.state_bytes_per_seq(kv_dtype, tensor_parallel),
         gpu=None if gpu is None else gpu.name,
         gpu_memory_bytes=None if gpu is None else gpu.memory_bytes,
         memory_utilization=memory_utilization,
@@ -152,8 +170,16 @@ def format_report(report: KVReport) -> str:
         f"tensor parallel {report.tensor_parallel}  block size {report.block_size} tokens",
         f"  KV per token      {format_bytes(report.bytes_per_token)}",
         f"  KV per block      {format_bytes(report.bytes_per_block)}",
-        f"  weights per GPU   {format_bytes(report.weight_bytes)}",
+        f"  weights per GPU   {format_bytes(report.weight_bytes)} ({report.weight_dtype})",
     ]
+    if report.num_sliding_layers or report.num_state_layers:
+        lines.append(
+            f"  layers            {report.num_full_layers} full + {report.num_sliding_layers} "
+            f"sliding (window {report.sliding_window}) x "
+            f"{format_bytes(report.bytes_per_token_per_layer)} per token; "
+            f"{report.num_state_layers} state layers "
+            f"{format_bytes(report.state_bytes_per_seq)} per sequence"
+        )
     if report.gpu is not None:
         assert report.gpu_memory_bytes is not None and report.kv_budget_bytes is not None
         lines += [
@@ -171,6 +197,10 @@ def format_report(report: KVReport) -> str:
         lines += [
             f"sequence of {seq.seq_len:,} tokens",
             f"  KV                {format_bytes(seq.bytes_per_seq)}",
+        ]
+        if seq.kept_bytes != seq.bytes_per_seq:
+            lines.append(f"  kept (win/state)  {format_bytes(seq.kept_bytes)}")
+        lines += [
             f"  paged             {seq.num_blocks:,} blocks = {format_bytes(seq.paged_bytes)}"
             f"  (waste {format_bytes(seq.paged_waste_bytes)})",
             f"  max-length prealloc {format_bytes(seq.max_len_bytes)}"

@@ -29,7 +29,7 @@ from pagesim.calibration.kernel import (
     kernel_path,
 )
 from pagesim.calibration.partitions import heads_per_cta, max_registers, min_ctas_per_sm, unroll
-from pagesim.simulator.core.catalog import MODELS
+from pagesim.simulator.core.catalog import CLASSIC_MODELS as MODELS
 
 NVCC = shutil.which("nvcc") or next(
     (p for p in ("/usr/local/cuda/bin/nvcc", "/usr/local/bin/nvcc") if Path(p).exists()), None

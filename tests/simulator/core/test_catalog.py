@@ -9,6 +9,7 @@ import pytest
 from cli_helpers import run_cli
 
 from pagesim.simulator.core.catalog import (
+    CLASSIC_MODELS,
     GIB,
     GPUS,
     MODELS,
@@ -43,7 +44,8 @@ def test_kv_bytes_per_token_matches_facts(name: str, expected: int) -> None:
 
 
 def test_every_facts_model_and_gpu_is_a_preset() -> None:
-    assert set(MODELS) == set(FACTS_KV_BYTES)
+    assert set(CLASSIC_MODELS) == set(FACTS_KV_BYTES)
+    assert set(CLASSIC_MODELS) <= set(MODELS)
     assert set(GPUS) == {"a100-40gb", "a100-80gb", "h100-sxm", "h200-sxm", "l40s", "l4", "rtx-4090"}
 
 

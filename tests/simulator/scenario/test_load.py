@@ -456,7 +456,9 @@ BAD_FILES = [
         replaced('preset = "llama-2-7b"', 'preset = "llama-9"'),
         "s.toml: model.preset: unknown model 'llama-9'; known models: llama-2-7b, llama-2-13b, "
         "llama-2-70b, llama-3-8b, llama-3-70b, mistral-7b-v0.1, qwen2.5-7b, qwen2.5-72b, "
-        "opt-13b, opt-66b, opt-175b",
+        "opt-13b, opt-66b, opt-175b, llama-3.1-8b, llama-3.1-70b, llama-3.1-405b, mixtral-8x7b, "
+        "qwen3-30b-a3b, qwen3-235b-a22b, deepseek-v3, gpt-oss-20b, gpt-oss-120b, gemma-3-27b, "
+        "qwen3-next-80b-a3b",
     ),
     (
         replaced('preset = "a100-80gb"', 'preset = "h300"'),
