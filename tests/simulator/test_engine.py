@@ -12,6 +12,7 @@ from pagesim.simulator.core.catalog import GIB
 from pagesim.simulator.core.config import Policy, PreemptionPolicy, PrefixGroup
 from pagesim.simulator.core.plan import SeqWork, StepPlan
 from pagesim.simulator.engine import simulate
+from pagesim.simulator.execution.overhead import era_of
 from pagesim.simulator.execution.roofline import RooflineModel
 from pagesim.simulator.kv.capacity import kv_capacity
 
@@ -20,7 +21,8 @@ ALL_POLICIES = (Policy.STATIC, Policy.ORCA, Policy.VLLM_V0, Policy.VLLM_V1)
 
 
 def roofline_for(s, block_size: int = 16) -> RooflineModel:  # type: ignore[no-untyped-def]
-    return RooflineModel(s.model, s.gpu, s.execution, s.kv_dtype, block_size=block_size)
+    era = era_of(s.systems[0].policy)  # the engine prices a system's steps with its era's overhead
+    return RooflineModel(s.model, s.gpu, s.execution, s.kv_dtype, block_size=block_size, era=era)
 
 
 @pytest.mark.parametrize("policy", ALL_POLICIES)
