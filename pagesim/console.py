@@ -80,8 +80,13 @@ def echo_table(rows: Sequence[Mapping[str, object]], columns: Sequence[Column]) 
 
 
 def echo_summaries(results: Sequence[RunResult]) -> None:
-    """One row per system: the headline figures of its summary."""
+    """One row per system: the headline figures of its summary; then, on stderr, each warning
+    about how its steps were priced (a profile of another GPU, utilizations above 100%)."""
     echo_table([{"system": r.system, **r.summary} for r in results], SUMMARY_COLUMNS)
+    for r in results:
+        found = r.provenance.get("warnings")
+        for text in found if isinstance(found, list) else ():
+            typer.echo(f"warning: {r.system}: {text}", err=True)
 
 
 def echo_checked(checked: CheckedScenario) -> None:

@@ -20,6 +20,7 @@ import simpy
 from pagesim import __version__
 from pagesim.simulator.core.config import Scenario, SystemConfig
 from pagesim.simulator.core.scheduler import Scheduler
+from pagesim.simulator.execution.checks import utilization_warnings
 from pagesim.simulator.execution.factory import make_execution_model
 from pagesim.simulator.execution.model import ExecutionModel
 from pagesim.simulator.execution.roofline import RooflineModel
@@ -139,6 +140,9 @@ def simulate(
         "execution_model": execution.describe(),
     }
     result = recorder.result(scenario.name, system.name, env.now, scheduler, provenance)
+    described = provenance["execution_model"]
+    priced = described.get("warnings", []) if isinstance(described, dict) else []
+    result.provenance["warnings"] = [*priced, *utilization_warnings(result.summary)]
     result.summary["num_kv_blocks"] = capacity.num_gpu_blocks
     result.summary["block_size"] = capacity.block_size
     return result

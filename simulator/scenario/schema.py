@@ -38,6 +38,7 @@ SYSTEM_KEYS = (
     "static_batch_size",
     "static_batch_timeout_s",
     "num_kv_blocks",
+    "execution",
 )
 
 
@@ -53,7 +54,8 @@ SCHEMA: Schema = {
     "gpu": _keys("preset name memory_gib mem_bandwidth_gbps fp16_tflops host_link_gbps"),
     "execution": _keys(
         "kind profile gemm_efficiency attention_bw_efficiency weight_bw_efficiency "
-        "step_overhead_s allreduce_bw_gbps"
+        "step_overhead_s step_overhead_s_per_seq async_scheduling allreduce_bw_gbps "
+        "allreduce_latency_us"
     ),
     "workload": {
         **_keys("num_requests trace trace_offset time_scale sampling num_seqs"),

@@ -12,6 +12,7 @@ from typing import Any
 
 from pagesim.simulator.core.config import (
     AdmissionOrder,
+    ExecutionKind,
     Policy,
     PreemptionPolicy,
     Reservation,
@@ -45,6 +46,7 @@ SYSTEM_READERS: dict[str, Callable[[Table, str], Any]] = {
     "static_batch_size": lambda t, k: t.integer(k, hi=1 << 20),
     "static_batch_timeout_s": lambda t, k: t.number(k, hi=1e9),
     "num_kv_blocks": lambda t, k: t.integer(k),
+    "execution": lambda t, k: t.choice(k, ExecutionKind),
 }
 assert tuple(SYSTEM_READERS) == SYSTEM_KEYS
 
