@@ -98,6 +98,7 @@ def test_a_faster_gpus_profile_runs_with_warnings_on_stderr_and_in_the_report(
     assert len(summary["provenance"]["warnings"]) == 3
     page = (out / "report.html").read_text()
     assert "Warning (v0): the profile was measured on" in page
+    assert "step_cost_sources" in page and "pagesim kernel profile" in page
 
 
 def test_the_same_gpus_profile_runs_without_warnings(

@@ -259,3 +259,22 @@ def test_cpu_pipeline_prices_plans_sanely(cpu_profile: Path) -> None:
         for n in (100, 200, 400):
             assert model.price(decode_plan(n, 512)).compute_s > decode[-1]
     assert len(seen) == 1 and model.describe()["num_steps_extrapolated"] == 3
+
+
+def test_priced_at_another_block_size_the_roofline_block_term_difference_is_added(
+    tmp_path: Path,
+) -> None:
+    """Measured at block 16, priced at 8: twice the block lookups of the paged kernel, priced as
+    the roofline prices them (an estimate, said in the notes)."""
+    at_16 = make_model(tmp_path, block_size=16)
+    at_8 = make_model(tmp_path, block_size=8)
+    roof_16 = RooflineModel(MODEL, GPU, ExecutionConfig(), block_size=16)
+    roof_8 = RooflineModel(MODEL, GPU, ExecutionConfig(), block_size=8)
+    plan = decode_plan(8, 500)
+    expected = (roof_8.block_s_per_context - roof_16.block_s_per_context) * 8 * 500 + (
+        roof_8.block_s_per_seq - roof_16.block_s_per_seq
+    ) * 8
+    assert expected > 0
+    delta = at_8.price(plan).compute_s - at_16.price(plan).compute_s
+    assert delta == pytest.approx(expected, rel=1e-9)
+    assert "block term" in " ".join(at_8.describe()["notes"])  # type: ignore[arg-type]
