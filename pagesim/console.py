@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -59,7 +59,7 @@ BENCH_COLUMNS: list[Column] = [
 ]
 
 
-def echo_table(rows: Sequence[Mapping[str, object]], columns: Sequence[Column]) -> None:
+def echo_table(rows: Sequence[Mapping[Any, object]], columns: Sequence[Column]) -> None:
     """Print rows as an aligned table: the first column left-aligned, the others right; a
     missing value prints as '-'."""
     cells = [[header for _, header, _ in columns]]

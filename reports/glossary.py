@@ -78,7 +78,7 @@ def _latency_metrics() -> list[SummaryMetric]:
     return metrics
 
 
-_SHARE_OF_KV = "time-weighted average share of the KV-cache capacity"
+_SHARE_OF_KV = "time-weighted average (over busy time after warm-up) share of the KV-cache capacity"
 
 SUMMARY_METRICS: tuple[SummaryMetric, ...] = (
     SummaryMetric("num_requests", "Requests", Unit.COUNT, "Requests", "Requests in the run."),
@@ -115,21 +115,52 @@ SUMMARY_METRICS: tuple[SummaryMetric, ...] = (
         "Throughput",
         Unit.REQ_PER_S,
         "Throughput",
-        "Completed requests per second of simulated time.",
+        "Requests completed per second over the arrival window (first arrival after warm-up to "
+        "the last arrival): the offered rate when the system keeps up, what it completed when "
+        "it does not. A burst's window runs to the end of the run.",
     ),
     SummaryMetric(
         "throughput_tok_s",
         "Token throughput",
         Unit.TOK_PER_S,
         "Throughput",
-        "Output tokens of completed requests per second of simulated time.",
+        "Output tokens of the requests completed over the arrival window, per second of it.",
     ),
     SummaryMetric(
         "goodput_req_s",
         "Goodput",
         Unit.REQ_PER_S,
         "Throughput",
-        "Completed requests per second that met the scenario's SLO (TTFT and TPOT bounds).",
+        "Requests completed over the arrival window that met the scenario's SLO (TTFT and TPOT "
+        "bounds), per second of it.",
+    ),
+    SummaryMetric(
+        "drain_s",
+        "Drain",
+        Unit.SECONDS,
+        "Throughput",
+        "Simulated time from the last arrival to the end of the run (the backlog's drain).",
+    ),
+    SummaryMetric(
+        "throughput_req_s_with_drain",
+        "Throughput with drain",
+        Unit.REQ_PER_S,
+        "Throughput",
+        "Completed requests per second from the first arrival to the end, the drain included.",
+    ),
+    SummaryMetric(
+        "throughput_tok_s_with_drain",
+        "Token throughput with drain",
+        Unit.TOK_PER_S,
+        "Throughput",
+        "Output tokens of completed requests per second, the drain included.",
+    ),
+    SummaryMetric(
+        "goodput_req_s_with_drain",
+        "Goodput with drain",
+        Unit.REQ_PER_S,
+        "Throughput",
+        "Requests that met the SLO per second, the drain included.",
     ),
     *_latency_metrics(),
     SummaryMetric(
@@ -160,7 +191,8 @@ SUMMARY_METRICS: tuple[SummaryMetric, ...] = (
         Unit.SHARE,
         "KV memory",
         f"{_SHARE_OF_KV} that is free but cannot serve the next waiting request because it is "
-        "not contiguous (contiguous allocators only).",
+        "not contiguous, plus a buddy allocator's rounding of each region up to a power of two, "
+        "as the vLLM paper counts it (contiguous allocators only).",
     ),
     SummaryMetric(
         "kv_free_share", "KV: free", Unit.SHARE, "KV memory", f"{_SHARE_OF_KV} that is free."
@@ -192,8 +224,25 @@ SUMMARY_METRICS: tuple[SummaryMetric, ...] = (
         "Slot utilization",
         Unit.SHARE,
         "Utilization",
-        "Useful batch slots / batch capacity, time-weighted (the textbook 'GPU utilization' "
-        "of static batching).",
+        "Useful batch slots / the policy's own batch capacity (static: its batch size; the "
+        "others: max_num_seqs), time-weighted after warm-up: how full its batches are (the "
+        "textbook view of static batching's idle slots). Not comparable across policies, and "
+        "not GPU utilization: that is MFU and MBU.",
+    ),
+    SummaryMetric(
+        "mean_batch_requests",
+        "Batch size (requests)",
+        Unit.COUNT,
+        "Utilization",
+        "Requests computed per step (the batch that ran, finished ones included), time-weighted "
+        "after warm-up.",
+    ),
+    SummaryMetric(
+        "mean_batch_seqs",
+        "Batch size (sequences)",
+        Unit.COUNT,
+        "Utilization",
+        "Sequences computed per step, time-weighted after warm-up.",
     ),
     SummaryMetric(
         "mfu",
@@ -256,7 +305,16 @@ SUMMARY_METRICS: tuple[SummaryMetric, ...] = (
         "Prefix-cache hit rate",
         Unit.SHARE,
         "Preemption and caching",
-        "Prompt tokens served from the prefix cache / prompt tokens.",
+        "Prompt tokens served from the prefix cache / prompt tokens looked up, once per request's "
+        "first admission.",
+    ),
+    SummaryMetric(
+        "prefix_readmit_hit_rate",
+        "Prefix-cache hit rate on re-admission",
+        Unit.SHARE,
+        "Preemption and caching",
+        "The same over re-admissions after recompute preemption, which mostly find the "
+        "request's own blocks (none when no request was recomputed).",
     ),
     SummaryMetric(
         "num_cow_copies",

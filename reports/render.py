@@ -185,7 +185,7 @@ def write_report(
     provenance: dict[str, object],
     findings: list[str] | None = None,
     sweep: pd.DataFrame | None = None,
-    calibration: dict | None = None,
+    calibration: Mapping[str, object] | None = None,
 ) -> Path:
     """Write the report folder (see the module docstring) and return the path of report.html.
 

@@ -19,6 +19,15 @@ import simpy
 
 from pagesim import __version__
 from pagesim.simulator.core.config import Scenario, SystemConfig
+from pagesim.simulator.core.defaults import (
+    ERA,
+    HOST_OVERHEAD_KEY,
+    beam_search_reason,
+    resolve_system,
+    system_knobs,
+    v0_token_cap_reason,
+)
+from pagesim.simulator.core.errors import InputError
 from pagesim.simulator.core.scheduler import Scheduler
 from pagesim.simulator.execution.checks import utilization_warnings
 from pagesim.simulator.execution.factory import make_execution_model
@@ -28,7 +37,7 @@ from pagesim.simulator.kv.capacity import kv_capacity
 from pagesim.simulator.metrics.recorder import Recorder
 from pagesim.simulator.metrics.result import RunResult
 from pagesim.simulator.policies.factory import make_scheduler
-from pagesim.simulator.workload.stream import iter_requests
+from pagesim.simulator.workload.stream import WorkloadStats, iter_requests
 
 ExecutionFactory = Callable[[Scenario, SystemConfig, Scheduler], ExecutionModel]
 
@@ -57,7 +66,16 @@ def simulate(
     read the block tables every step), and the roofline prices the steps. `True` turns it on
     also under `check_invariants`, which then checks it (tests do).
     """
-    system = system or scenario.systems[0]
+    resolved = resolve_system(
+        system or scenario.systems[0], scenario.model, scenario.gpu, scenario.tensor_parallel
+    )
+    system = resolved.system
+    refusal = v0_token_cap_reason(system, scenario.model.max_seq_len)
+    if refusal is not None:
+        raise InputError(f"system {system.name!r}: max_num_batched_tokens {refusal}")
+    refusal = beam_search_reason(system, scenario.workload.sampling)
+    if refusal is not None:
+        raise InputError(f"system {system.name!r}: {refusal}")
     capacity = kv_capacity(scenario, system)
     scheduler = make_scheduler(system, scenario.model.max_seq_len, capacity)
     if execution_factory is None:
@@ -80,9 +98,11 @@ def simulate(
     env = simpy.Environment()
     max_time = scenario.stop.max_time_s
     wakeup: list[simpy.Event] = [env.event()]
+    workload_stats = WorkloadStats()
 
     def arrivals() -> Generator[simpy.Event, None, None]:
-        for request in iter_requests(scenario.workload, scenario.model.max_seq_len, rng):
+        max_seq_len = scenario.model.max_seq_len
+        for request in iter_requests(scenario.workload, max_seq_len, rng, workload_stats):
             if max_time is not None and request.arrival_s > max_time:
                 break
             if request.arrival_s > env.now:
@@ -129,6 +149,9 @@ def simulate(
         "pagesim_version": __version__,
         "seed": scenario.seed,
         "policy": system.policy.value,
+        "era": ERA[system.policy],
+        "system": system_knobs(system),
+        "defaults_from": _defaults_from(resolved.sources, execution),
         "model": scenario.model.name,
         "gpu": scenario.gpu.name,
         "tensor_parallel": scenario.tensor_parallel,
@@ -138,6 +161,7 @@ def simulate(
         "block_size": capacity.block_size,
         "block_bytes": capacity.block_bytes,
         "execution_model": execution.describe(),
+        "workload": workload_stats.provenance(),  # where lengths came from; rows clipped
     }
     result = recorder.result(scenario.name, system.name, env.now, scheduler, provenance)
     described = provenance["execution_model"]
@@ -146,6 +170,16 @@ def simulate(
     result.summary["num_kv_blocks"] = capacity.num_gpu_blocks
     result.summary["block_size"] = capacity.block_size
     return result
+
+
+def _defaults_from(sources: dict[str, str], execution: ExecutionModel) -> dict[str, str]:
+    """The era defaults' sources (core.defaults) and the host overhead's (execution/overhead.py),
+    which the execution model applies; a model without one (a fidelity executor) adds none."""
+    found = dict(sources)
+    host = execution.describe().get("host_overhead_source")
+    if isinstance(host, str):
+        found[HOST_OVERHEAD_KEY] = host
+    return found
 
 
 def _stall_message(scheduler: Scheduler, now_s: float) -> str:

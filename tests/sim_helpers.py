@@ -19,7 +19,11 @@ from pagesim.simulator.core.config import (
     SystemConfig,
     WorkloadConfig,
 )
-from pagesim.simulator.core.request import SamplingKind
+from pagesim.simulator.core.defaults import resolve_system
+from pagesim.simulator.core.request import Request, SamplingKind
+from pagesim.simulator.policies.paged import PagedScheduler
+from pagesim.simulator.policies.vllm_v0 import VllmV0
+from pagesim.simulator.policies.vllm_v1 import VllmV1
 
 
 def explicit_workload(
@@ -113,3 +117,44 @@ def tiny_scenario(folder: Path, num_requests: int = 200, **knobs: object) -> Sce
         systems=(system(Policy.VLLM_V1, "v1", **sys_knobs),),
         seed=0,
     )
+
+
+def paged_scheduler(
+    policy: Policy, num_blocks: int, block_size: int = 4, **knobs: object
+) -> PagedScheduler:
+    """A vLLM-style scheduler over `num_blocks` blocks, driven step by step by a test; knobs not
+    given take their era's defaults (for Llama-2-7B on an A100-80GB)."""
+    resolved = resolve_system(
+        system(policy, block_size=block_size, **knobs),
+        get_model("llama-2-7b"),
+        get_gpu("a100-80gb"),
+    ).system
+    step = VllmV1() if policy is Policy.VLLM_V1 else VllmV0()
+    return PagedScheduler(resolved, 4096, num_blocks, 16, step)
+
+
+def request(
+    request_id: int,
+    prompt_len: int,
+    output_len: int,
+    *,
+    prefix_len: int = 0,
+    priority: int = 0,
+    arrival_s: float = 0.0,
+) -> Request:
+    """A single-sequence request; `prefix_len` tokens shared with every other such request."""
+    return Request(
+        request_id,
+        arrival_s,
+        prompt_len,
+        output_len,
+        prefix_group=0 if prefix_len else None,
+        prefix_len=prefix_len,
+        priority=priority,
+    )
+
+
+def resolved(config: SystemConfig) -> SystemConfig:
+    """`config` with its era's defaults filled in (for Llama-2-7B on an A100-80GB), as the engine
+    resolves a system before building its scheduler."""
+    return resolve_system(config, get_model("llama-2-7b"), get_gpu("a100-80gb")).system

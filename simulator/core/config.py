@@ -24,12 +24,24 @@ class Policy(Enum):
     VLLM_V1 = "vllm-v1"  # paged; one token budget per step; chunked prefill (Sarathi-Serve)
 
 
+CONTIGUOUS_POLICIES = (Policy.STATIC, Policy.ORCA)  # one contiguous KV region per sequence
+
+
 class Reservation(Enum):
     """How contiguous allocators (static, orca) size a request's KV region."""
 
     MAX = "max"  # the model's maximum sequence length
     POW2 = "pow2"  # prompt + output rounded up to a power of two (over-reserves up to 2x)
     ORACLE = "oracle"  # exactly prompt + true output length
+
+
+class ContiguousAllocator(Enum):
+    """Where contiguous allocators (static, orca) place a reservation in the address space."""
+
+    # Power-of-two blocks, split and merged with their buddies: the vLLM paper's Orca (§6.1,
+    # "We assume Orca uses the buddy allocation algorithm"); simulator/kv/buddy.py.
+    BUDDY = "buddy"
+    FIRST_FIT = "first-fit"  # exact-size regions at the lowest hole that fits; holes merge
 
 
 class PreemptionPolicy(Enum):
@@ -69,6 +81,13 @@ class LengthKind(Enum):
     LOGNORMAL = "lognormal"  # given mean and coefficient of variation
     EMPIRICAL = "empirical"  # resampled from a CSV column
     TRACE = "trace"  # the trace's own column, row by row
+
+
+class EmpiricalPairing(Enum):
+    """How `empirical` prompt and output lengths read from one file are drawn together."""
+
+    ROWS = "rows"  # a whole row at a time: each prompt keeps the output it came with
+    INDEPENDENT = "independent"  # each column resampled on its own (the pairing is lost)
 
 
 class ExecutionKind(Enum):
@@ -128,32 +147,65 @@ class WorkloadConfig:
     sampling: SamplingKind = SamplingKind.SINGLE
     num_seqs: int = 1  # parallel samples n or beam width
     explicit: tuple[ExplicitRequest, ...] = ()  # when given, replaces every generator above
+    # Prompt and output both `empirical`: None draws whole rows when they read the same file
+    # (else each column on its own); ROWS insists on rows, INDEPENDENT breaks the pairing.
+    empirical_pairing: EmpiricalPairing | None = None
+
+
+class DefaultsMode(Enum):
+    """Which of vLLM V1's default sets: `vllm serve` (server) or the offline `LLM` class."""
+
+    SERVER = "server"
+    OFFLINE = "offline"
 
 
 @dataclass(frozen=True, slots=True)
 class SystemConfig:
-    """One serving system to simulate: a batching policy and its knobs."""
+    """One serving system to simulate: a batching policy and its knobs.
+
+    A knob left None takes its era's default when the run starts (core.defaults.resolve_system:
+    by policy, GPU and model, each with its source); the others are the same for every era.
+    """
 
     name: str
     policy: Policy
     block_size: int = 16  # tokens per KV block (paged policies)
-    max_num_seqs: int = 256
-    max_num_batched_tokens: int = 2048  # V1 token budget per step; V0 prefill token cap
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None  # V1 token budget per step; V0 prefill token cap
     max_prefill_chunk: int | None = None  # V1: cap on one request's chunk (None: the budget)
     reservation: Reservation = Reservation.MAX  # static, orca
-    preemption: PreemptionPolicy = PreemptionPolicy.RECOMPUTE
+    # static, orca; None: the policy's own (orca: buddy, static: first-fit; core.defaults).
+    contiguous_allocator: ContiguousAllocator | None = None
+    preemption: PreemptionPolicy | None = None
     victim: VictimPolicy = VictimPolicy.LAST_ARRIVED
     admission: AdmissionOrder = AdmissionOrder.FCFS
-    enable_prefix_cache: bool = False
-    watermark: float = 0.01  # V0: share of blocks kept free when admitting
+    enable_prefix_cache: bool | None = None
+    watermark: float | None = None  # share of blocks kept free when admitting
     gpu_memory_utilization: float = 0.9
-    activation_reserve_gib: float = 1.0  # activation peak and other non-KV memory
+    activation_reserve_gib: float | None = None  # activation peak and other non-KV memory
     swap_space_gib: float = 4.0
     static_batch_size: int = 8  # static: requests per batch
     static_batch_timeout_s: float = 0.0  # static: wait up to this long to fill a batch
     num_kv_blocks: int | None = None  # override the capacity computed from GPU memory
     execution: ExecutionKind | None = None  # price this system by roofline or profile (None: the
     # scenario's [execution] kind), so one scenario can show both side by side
+    defaults: DefaultsMode = DefaultsMode.SERVER  # vLLM V1's server or offline defaults
+
+    def __post_init__(self) -> None:
+        # The allocator in force, resolved once: orca places its reservations with a buddy
+        # allocator as the vLLM paper's Orca baselines do (§6.1); static batching
+        # (FasterTransformer) keeps one max-length slot per batch member, exact-size, so first
+        # fit. Paged policies allocate blocks and have none.
+        allocator = self.contiguous_allocator
+        if self.policy not in CONTIGUOUS_POLICIES:
+            allocator = None
+        elif allocator is None:
+            allocator = (
+                ContiguousAllocator.BUDDY
+                if self.policy is Policy.ORCA
+                else ContiguousAllocator.FIRST_FIT
+            )
+        object.__setattr__(self, "contiguous_allocator", allocator)
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,6 +240,10 @@ class ExecutionConfig:
     # Tensor-parallel all-reduce per call: latency + ring bytes / bandwidth (None: the GPU's link).
     allreduce_bw_gbps: float | None = None
     allreduce_latency_us: float | None = None
+    # Swapping a block copies it once per layer for K and once for V (vLLM V0 swap_blocks, one
+    # cudaMemcpyAsync per block per layer); each copy pays this fixed cost beside its bytes.
+    # An estimate (a small host-to-device cudaMemcpyAsync's launch and latency), not measured.
+    swap_copy_latency_s: float = 3e-6
 
 
 @dataclass(frozen=True, slots=True)

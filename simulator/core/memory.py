@@ -13,8 +13,9 @@ class MemoryBreakdown:
     reserved_slots: held for tokens a request will still produce (or scheduled, not yet computed).
     internal_frag_slots: held but never to be used (past a request's final length, the unused tail
         of its last block, over-reservation of contiguous allocators).
-    external_frag_slots: free but unusable by the next waiting request because not contiguous
-        (contiguous allocators only; always 0 for paging).
+    external_frag_slots: free but unusable by the next waiting request because not contiguous,
+        and a buddy allocator's power-of-two rounding of a region past what its reservation
+        asked for, as the vLLM paper counts it (contiguous allocators only; always 0 for paging).
     free_slots: the rest (cached-but-unreferenced prefix blocks count as free: they are reusable).
     """
 

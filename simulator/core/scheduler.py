@@ -65,5 +65,10 @@ class Scheduler(Protocol):
     def mark_arrivals_done(self) -> None: ...
 
     def prefix_hit_rate(self) -> float | None:
-        """Share of prompt tokens served from the prefix cache; None without a prefix cache."""
+        """Share of prompt tokens served from the prefix cache, once per first admission; None
+        without a prefix cache."""
+        ...
+
+    def prefix_readmit_hit_rate(self) -> float | None:
+        """The same over re-admissions after recompute preemption; None without any."""
         ...

@@ -145,7 +145,13 @@ class ProfileModel:
             self._block_s_per_context = roof.block_s_per_context - at_measured.block_s_per_context
             self._block_s_per_seq = roof.block_s_per_seq - at_measured.block_s_per_seq
         self._host = roof.host if terms.adds_host_overhead else None
-        self._transfers = TransferPricer(self.block_bytes, gpu.host_link_bps, terms.copy_bps)
+        self._transfers = TransferPricer(
+            self.block_bytes,
+            gpu.host_link_bps,
+            terms.copy_bps,
+            num_layers=model.num_layers,
+            copy_latency_s=config.swap_copy_latency_s,
+        )
         self._gemm_cache: dict[int, float] = {}
         self._lm_cache: dict[int, float] = {}
         self._allreduce_cache: dict[int, float] = {}

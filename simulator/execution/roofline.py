@@ -170,7 +170,13 @@ class RooflineModel:
         self._host_per_seq = self.host.per_seq_s
         self._host_overlapped = self.host.is_overlapped
         self._weight_bytes = self.linear_weight_bytes + self.lm_head_weight_bytes
-        self._transfers = TransferPricer(self.block_bytes, gpu.host_link_bps, kv_bps)
+        self._transfers = TransferPricer(
+            self.block_bytes,
+            gpu.host_link_bps,
+            kv_bps,
+            num_layers=model.num_layers,
+            copy_latency_s=config.swap_copy_latency_s,
+        )
 
     def price(self, plan: StepPlan) -> StepCost:
         """Seconds, FLOPs and HBM bytes of one step (see the module docstring for the model)."""

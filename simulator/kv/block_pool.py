@@ -1,41 +1,80 @@
-"""Physical KV blocks of one device: reference counts, a FIFO free list, a content-hash cache.
+"""Physical KV blocks of one device: reference counts, free blocks in eviction order, a content-hash
+cache.
 
 A block is in exactly one of three states:
 
     used       ref_count > 0; may also hold a content hash (cached and in use)
-    free       ref_count == 0, no hash: in the FIFO free list
-    evictable  ref_count == 0, holds a hash: in the LRU queue; can still be hit by `lookup`
+    free       ref_count == 0, no hash
+    evictable  ref_count == 0, holds a hash: can still be hit by `lookup` until reused
 
-    allocate():  free head ──▶ used           (else evictable LRU head, its hash dropped)
-    decref → 0:  used ──▶ free tail            (no hash)
-                 used ──▶ evictable tail       (hash kept: a later request may still hit it)
-    touch():     evictable ──▶ used            (a prefix-cache hit)
+Which free block `allocate` takes is the eviction order, chosen per engine era:
 
-Plain blocks are reused before cached ones so that cached prefixes survive as long as possible;
-among cached blocks the least recently freed goes first. Every operation is O(1): a deque for the
-free list, an OrderedDict (O(1) removal from the middle, on a hit) for the LRU queue.
+    PLAIN_FIRST (vLLM V0's evictor)  plain free blocks first, FIFO; then cached ones, least
+                                     recently freed first: cached prefixes live as long as
+                                     possible
+    LRU (vLLM V1, v1/core/block_pool.py FreeKVCacheBlockQueue)  one queue of every free block,
+                                     cached or not, least recently freed first; a cached block
+                                     taken loses its hash
+
+    allocate():  head of the order ──▶ used   (a cached block's hash is dropped)
+    decref → 0:  used ──▶ tail of the order   (its hash, if any, kept: it can still be hit)
+    touch():     evictable ──▶ used           (a prefix-cache hit)
+
+Duplicate content: V1 caches a block under its hash even when another block already holds that
+hash (`allow_duplicates`; v1/core/block_pool.py cache_full_blocks, BlockHashToBlockMap), and a
+lookup finds the oldest; V0 keeps the first and leaves the copy uncached. Every operation is O(1):
+deques and insertion-ordered dicts.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict, deque
+from enum import Enum
 
 from pagesim.simulator.core.errors import KVCacheError
+
+
+class EvictionOrder(Enum):
+    PLAIN_FIRST = "plain-first"  # vLLM V0
+    LRU = "lru"  # vLLM V1
 
 
 class BlockPool:
     """Blocks 0..num_blocks-1 with reference counts and a hash -> block prefix cache."""
 
-    __slots__ = ("_block_of_hash", "_evictable", "_free", "_hashes", "_num_used", "_ref_counts")
+    __slots__ = (
+        "_allow_duplicates",
+        "_blocks_of_hash",
+        "_evictable",
+        "_free",
+        "_hashes",
+        "_is_lru",
+        "_num_used",
+        "_ref_counts",
+    )
 
-    def __init__(self, num_blocks: int) -> None:
+    def __init__(
+        self,
+        num_blocks: int,
+        *,
+        eviction: EvictionOrder = EvictionOrder.PLAIN_FIRST,
+        allow_duplicates: bool = False,
+    ) -> None:
         if num_blocks < 0:
             raise KVCacheError(f"a block pool needs num_blocks >= 0, got {num_blocks}")
         self._ref_counts = [0] * num_blocks
         self._hashes: list[int | None] = [None] * num_blocks
-        self._free: deque[int] = deque(range(num_blocks))  # uncached, ref 0; lowest ids first
-        self._evictable: OrderedDict[int, None] = OrderedDict()  # cached, ref 0; LRU first
-        self._block_of_hash: dict[int, int] = {}
+        self._is_lru = eviction is EvictionOrder.LRU
+        self._allow_duplicates = allow_duplicates
+        # PLAIN_FIRST: `_free` holds the uncached free blocks (FIFO, lowest ids first at the
+        # start), `_evictable` the cached ones (LRU first). LRU: `_evictable` holds every free
+        # block, cached or not, in one order, and `_free` stays empty.
+        self._free: deque[int] = deque() if self._is_lru else deque(range(num_blocks))
+        self._evictable: OrderedDict[int, None] = (
+            OrderedDict.fromkeys(range(num_blocks)) if self._is_lru else OrderedDict()
+        )
+        # hash -> the blocks cached under it, oldest first (one unless duplicates are allowed)
+        self._blocks_of_hash: dict[int, dict[int, None]] = {}
         self._num_used = 0
 
     # -- queries -------------------------------------------------------------------------------
@@ -56,11 +95,14 @@ class BlockPool:
     @property
     def num_cached_blocks(self) -> int:
         """Blocks holding a hash, referenced or evictable."""
-        return len(self._block_of_hash)
+        return self.num_blocks - self._hashes.count(None) if self._blocks_of_hash else 0
 
     @property
     def num_evictable_blocks(self) -> int:
-        return len(self._evictable)
+        """Free blocks that hold a hash."""
+        if not self._is_lru:
+            return len(self._evictable)
+        return sum(self._hashes[b] is not None for b in self._evictable)
 
     def ref_count(self, block: int) -> int:
         self._check_block(block)
@@ -77,18 +119,20 @@ class BlockPool:
         return self._hashes[block]
 
     def lookup(self, block_hash: int) -> int | None:
-        """The block cached under `block_hash`, if any (referenced or evictable)."""
-        return self._block_of_hash.get(block_hash)
+        """The oldest block cached under `block_hash`, if any (referenced or evictable)."""
+        blocks = self._blocks_of_hash.get(block_hash)
+        return None if blocks is None else next(iter(blocks))
 
     # -- mutators ------------------------------------------------------------------------------
 
     def allocate(self) -> int:
-        """A block with ref_count 1: a plain free one if any, else evict the LRU cached one."""
+        """A block with ref_count 1, from the head of the eviction order (its hash dropped)."""
         if self._free:
             block = self._free.popleft()
         elif self._evictable:
             block, _ = self._evictable.popitem(last=False)
-            self._drop_hash(block)
+            if self._hashes[block] is not None:
+                self._drop_hash(block)
         else:
             raise KVCacheError(f"no free block: all {self.num_blocks} blocks are referenced")
         self._ref_counts[block] = 1
@@ -97,12 +141,26 @@ class BlockPool:
 
     def allocate_many(self, num_blocks: int) -> list[int]:
         """`num_blocks` calls of `allocate`, in order: a prompt chunk takes many blocks at once."""
+        ref_counts = self._ref_counts
+        blocks: list[int] = []
+        if self._is_lru:  # one queue of every free block, cached or not
+            queue = self._evictable
+            if len(queue) < num_blocks:
+                raise KVCacheError(f"no free block: all {self.num_blocks} blocks are referenced")
+            hashes = self._hashes
+            popitem = queue.popitem
+            for _ in range(num_blocks):
+                block = popitem(last=False)[0]
+                if hashes[block] is not None:
+                    self._drop_hash(block)
+                ref_counts[block] = 1
+                blocks.append(block)
+            self._num_used += num_blocks
+            return blocks
         free = self._free
         if len(free) < num_blocks:
             return [self.allocate() for _ in range(num_blocks)]
         popleft = free.popleft
-        ref_counts = self._ref_counts
-        blocks: list[int] = []
         for _ in range(num_blocks):
             block = popleft()
             ref_counts[block] = 1
@@ -111,21 +169,28 @@ class BlockPool:
         return blocks
 
     def free_unshared(self, blocks: list[int]) -> bool:
-        """`decref` of each of `blocks` in order, done at once, if each holds one reference and
-        no hash (a finished sequence without sharing or prefix cache: the usual case); then
-        True. Otherwise nothing changes and False: the caller decrefs them one by one."""
+        """`decref` of each of `blocks` in order, done at once, if each holds one reference (a
+        finished sequence that shares nothing: the usual case); then True. Otherwise nothing
+        changes and False: the caller decrefs them one by one."""
         if not blocks:
             return True
         ref_counts = self._ref_counts
         if set(map(ref_counts.__getitem__, blocks)) != {1}:
             return False  # shared: decref one by one (a table never lists a block twice)
-        # With no cached block anywhere (no prefix cache: always) no hash needs looking at.
-        if self._block_of_hash and set(map(self._hashes.__getitem__, blocks)) != {None}:
-            return False
         for block in blocks:
             ref_counts[block] = 0
         self._num_used -= len(blocks)
-        self._free.extend(blocks)
+        if self._is_lru:
+            self._evictable.update(dict.fromkeys(blocks))
+        elif not self._blocks_of_hash or set(map(self._hashes.__getitem__, blocks)) == {None}:
+            self._free.extend(blocks)  # no prefix cache: never a hash to look at
+        else:
+            hashes, free, evictable = self._hashes, self._free, self._evictable
+            for block in blocks:
+                if hashes[block] is None:
+                    free.append(block)
+                else:
+                    evictable[block] = None
         return True
 
     def incref(self, block: int) -> None:
@@ -136,7 +201,7 @@ class BlockPool:
         self._ref_counts[block] += 1
 
     def decref(self, block: int) -> int:
-        """Drop one reference; at 0 the block becomes free (or evictable if cached).
+        """Drop one reference; at 0 the block goes to the tail of the eviction order.
 
         Returns the new ref_count.
         """
@@ -148,10 +213,10 @@ class BlockPool:
         self._ref_counts[block] = ref_count
         if ref_count == 0:
             self._num_used -= 1
-            if self._hashes[block] is None:
+            if self._hashes[block] is None and not self._is_lru:
                 self._free.append(block)
             else:
-                self._evictable[block] = None  # tail: evicted after everything freed earlier
+                self._evictable[block] = None  # tail: reused after everything freed earlier
         return ref_count
 
     def touch(self, block: int) -> None:
@@ -165,12 +230,13 @@ class BlockPool:
         self._ref_counts[block] += 1
 
     def cache_block(self, block: int, block_hash: int) -> bool:
-        """Register a referenced, fully written block under its content hash.
+        """Register a referenced, fully written (or, in V1, fully scheduled) block under its
+        content hash.
 
-        If another block already holds `block_hash`, that mapping stays and this block stays
-        uncached (two copies of one content: only one is findable). Returns whether `block` is
-        cached under `block_hash` afterwards. A block holds at most one hash: registering a
-        different hash for an already cached block is a bug (its content cannot change).
+        If another block already holds `block_hash`, this one joins it as a duplicate when
+        duplicates are allowed (V1), else stays uncached (V0: only one copy is findable).
+        Returns whether `block` is cached under `block_hash` afterwards. A block holds at most
+        one hash: registering a different hash for a cached block is a bug.
         """
         self._check_block(block)
         if self._ref_counts[block] == 0:
@@ -183,19 +249,25 @@ class BlockPool:
                     "a block's content cannot change while it is referenced"
                 )
             return True
-        if block_hash in self._block_of_hash:
+        holders = self._blocks_of_hash.get(block_hash)
+        if holders is None:
+            self._blocks_of_hash[block_hash] = {block: None}
+        elif self._allow_duplicates:
+            holders[block] = None
+        else:
             return False
-        self._block_of_hash[block_hash] = block
         self._hashes[block] = block_hash
         return True
 
     def evict_one(self) -> int | None:
-        """Drop the hash of the LRU evictable block, making it a plain free block (tail)."""
-        if not self._evictable:
+        """Drop the hash of the least recently freed cached block, making it plain free."""
+        block = next((b for b in self._evictable if self._hashes[b] is not None), None)
+        if block is None:
             return None
-        block, _ = self._evictable.popitem(last=False)
         self._drop_hash(block)
-        self._free.append(block)
+        if not self._is_lru:
+            del self._evictable[block]
+            self._free.append(block)
         return block
 
     # -- checks --------------------------------------------------------------------------------
@@ -217,13 +289,22 @@ class BlockPool:
         if sum(map(refs.__getitem__, free)) or set(map(hashes.__getitem__, free)) - {None}:
             block = next(b for b in free if refs[b] or hashes[b] is not None)
             raise AssertionError(f"free block {block} is referenced or holds a hash")
-        for block in self._evictable:
-            invariant(refs[block] == 0, f"evictable block {block} is referenced")
-            invariant(hashes[block] is not None, f"evictable block {block} has no hash")
-        for block_hash, block in self._block_of_hash.items():
-            invariant(hashes[block] == block_hash, f"hash {block_hash} -> block {block}")
+        evictable = self._evictable
+        if sum(map(refs.__getitem__, evictable)):
+            block = next(b for b in evictable if refs[b])
+            raise AssertionError(f"evictable block {block} is referenced")
+        if not self._is_lru:
+            for block in evictable:
+                invariant(hashes[block] is not None, f"evictable block {block} has no hash")
+        num_mapped = 0
+        for block_hash, blocks in self._blocks_of_hash.items():
+            invariant(bool(blocks), f"hash {block_hash} maps no block")
+            invariant(self._allow_duplicates or len(blocks) == 1, f"hash {block_hash}: copies")
+            for block in blocks:
+                invariant(hashes[block] == block_hash, f"hash {block_hash} -> block {block}")
+            num_mapped += len(blocks)
         num_hashed = num_blocks - hashes.count(None)
-        invariant(num_hashed == len(self._block_of_hash), "a block holds a hash not in the map")
+        invariant(num_hashed == num_mapped, "a block holds a hash not in the map")
 
     # -- internals -----------------------------------------------------------------------------
 
@@ -234,7 +315,10 @@ class BlockPool:
     def _drop_hash(self, block: int) -> None:
         block_hash = self._hashes[block]
         assert block_hash is not None
-        del self._block_of_hash[block_hash]
+        holders = self._blocks_of_hash[block_hash]
+        del holders[block]
+        if not holders:
+            del self._blocks_of_hash[block_hash]
         self._hashes[block] = None
 
 

@@ -1,7 +1,8 @@
 """How many KV blocks a system gets on its GPU: the one rule the engine, the scenario checks and
 `pagesim kv` all use.
 
-    KV budget = GPU memory x utilization - weights per GPU - activation reserve
+    KV budget = GPU memory (as the driver reports it) x utilization - weights per GPU
+                - activation reserve (an estimate of vLLM's profiled peak unless given)
     blocks    = floor(KV budget / bytes per block)
 
 with bytes per block = KV bytes per token (per GPU under tensor parallelism) x block size.
@@ -13,6 +14,7 @@ from dataclasses import dataclass
 
 from pagesim.simulator.core.catalog import GIB, GPUSpec, ModelSpec
 from pagesim.simulator.core.config import Scenario, SystemConfig
+from pagesim.simulator.core.defaults import driver_memory_bytes, resolve_system
 from pagesim.simulator.core.errors import InputError
 
 
@@ -22,8 +24,10 @@ def kv_budget_bytes(
     weight_bytes: int,
     activation_reserve_bytes: float = 0.0,
 ) -> float:
-    """Bytes left for the KV cache on one GPU (negative when the weights do not fit)."""
-    return gpu.memory_bytes * memory_utilization - weight_bytes - activation_reserve_bytes
+    """Bytes left for the KV cache on one GPU (negative when the weights do not fit): the
+    utilization applies to the memory the driver reports, as vLLM's does (v1/worker/
+    gpu_worker.py determine_available_memory), not to the marketed size."""
+    return driver_memory_bytes(gpu) * memory_utilization - weight_bytes - activation_reserve_bytes
 
 
 def weight_bytes_per_gpu(model: ModelSpec, tensor_parallel: int) -> int:
@@ -51,6 +55,8 @@ def no_kv_memory_reason(scenario: Scenario, system: SystemConfig) -> str | None:
     if system.num_kv_blocks is not None:
         return None
     model, gpu, tp = scenario.model, scenario.gpu, scenario.tensor_parallel
+    system = resolve_system(system, model, gpu, tp).system
+    assert system.activation_reserve_gib is not None
     weights = weight_bytes_per_gpu(model, tp)
     reserve = system.activation_reserve_gib * GIB
     available = kv_budget_bytes(gpu, system.gpu_memory_utilization, weights, reserve)
@@ -60,8 +66,8 @@ def no_kv_memory_reason(scenario: Scenario, system: SystemConfig) -> str | None:
     return (
         f"no memory left for the KV cache: {model.name} weights take "
         f"{weights / GIB:.1f} GiB per GPU and {gpu.name} x {system.gpu_memory_utilization:g} "
-        f"less {system.activation_reserve_gib:g} GiB of activations is "
-        f"{gpu.memory_bytes * system.gpu_memory_utilization / GIB:.1f} GiB; "
+        f"less {system.activation_reserve_gib:.2f} GiB of activations is "
+        f"{driver_memory_bytes(gpu) * system.gpu_memory_utilization / GIB:.1f} GiB; "
         "use a bigger GPU, more tensor_parallel, or set num_kv_blocks"
     )
 
@@ -78,6 +84,8 @@ def kv_capacity(scenario: Scenario, system: SystemConfig) -> Capacity:
     reason = no_kv_memory_reason(scenario, system)
     if reason is not None:
         raise InputError(f"system {system.name!r}: {reason}")
+    system = resolve_system(system, model, scenario.gpu, tp).system
+    assert system.activation_reserve_gib is not None
     available = kv_budget_bytes(
         scenario.gpu,
         system.gpu_memory_utilization,

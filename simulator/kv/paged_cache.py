@@ -24,6 +24,7 @@ from itertools import islice
 
 from pagesim.simulator.core.errors import KVCacheError
 from pagesim.simulator.core.memory import MemoryBreakdown
+from pagesim.simulator.kv.block_pool import EvictionOrder
 from pagesim.simulator.kv.block_table import BlockTable, clamp_fill, unique_blocks
 from pagesim.simulator.kv.paged_audit import check_paged_invariants, walk_memory_breakdown
 from pagesim.simulator.kv.paged_slots import PagedSlots
@@ -39,12 +40,16 @@ class PagedKVCache(PagedSlots):
         *,
         num_cpu_blocks: int = 0,
         enable_prefix_cache: bool = False,
+        eviction: EvictionOrder = EvictionOrder.PLAIN_FIRST,
+        allow_duplicate_hashes: bool = False,
     ) -> None:
         super().__init__(
             num_blocks,
             block_size,
             num_cpu_blocks=num_cpu_blocks,
             enable_prefix_cache=enable_prefix_cache,
+            eviction=eviction,
+            allow_duplicate_hashes=allow_duplicate_hashes,
         )
         self._num_prefix_query_tokens = 0
         self._num_prefix_hit_tokens = 0

@@ -34,7 +34,7 @@ from itertools import islice
 from pagesim.simulator.core.errors import KVCacheError
 from pagesim.simulator.core.memory import MemoryBreakdown
 from pagesim.simulator.core.plan import BlockCopy
-from pagesim.simulator.kv.block_pool import BlockPool
+from pagesim.simulator.kv.block_pool import BlockPool, EvictionOrder
 from pagesim.simulator.kv.block_table import BlockTable, clamp_fill
 from pagesim.simulator.kv.swap_space import SwapSpace
 
@@ -52,6 +52,8 @@ class PagedSlots:
         *,
         num_cpu_blocks: int = 0,
         enable_prefix_cache: bool = False,
+        eviction: EvictionOrder = EvictionOrder.PLAIN_FIRST,
+        allow_duplicate_hashes: bool = False,
     ) -> None:
         if num_blocks < 1 or block_size < 1 or num_cpu_blocks < 0:
             raise KVCacheError(
@@ -60,7 +62,9 @@ class PagedSlots:
             )
         self._block_size = block_size
         self._enable_prefix_cache = enable_prefix_cache
-        self._gpu = BlockPool(num_blocks)
+        self._gpu = BlockPool(
+            num_blocks, eviction=eviction, allow_duplicates=allow_duplicate_hashes
+        )
         self._gpu_refs = self._gpu.ref_counts  # read-only view for the hot paths
         self._swap_space = SwapSpace(num_cpu_blocks)  # the CPU pool
         self._seqs: dict[int, BlockTable] = {}
@@ -75,7 +79,7 @@ class PagedSlots:
         """New GPU blocks `append_slots` would take, a copy-on-write copy included."""
         seq = self._seqs.get(seq_id)
         if seq is None or seq.is_swapped:
-            self._gpu_seq(seq_id)  # raises, naming the problem
+            seq = self._gpu_seq(seq_id)  # raises, naming the problem
         if num_new_tokens <= 0:
             if num_new_tokens < 0:
                 raise KVCacheError(f"seq {seq_id}: cannot append {num_new_tokens} tokens")
@@ -207,6 +211,25 @@ class PagedSlots:
             for i in range(seq.num_registered_blocks, num_full):
                 self._gpu.cache_block(table[i], block_hashes[i])
             seq.num_registered_blocks = max(seq.num_registered_blocks, num_full)
+
+    def cache_blocks(self, seq_id: int, num_tokens: int, block_hashes: Sequence[int]) -> None:
+        """Register the sequence's full blocks among its first `num_tokens` slots under
+        `block_hashes` now, before their KV is computed: vLLM V1 caches the blocks a step will
+        fill when it allocates them (v1/core/kv_cache_manager.py allocate_slots ->
+        cache_blocks), so a request admitted later in the same step can hit them. `commit`
+        registers nothing twice."""
+        if not self._enable_prefix_cache:
+            return
+        seq = self._gpu_seq(seq_id)
+        if num_tokens > seq.num_tokens:
+            raise KVCacheError(
+                f"seq {seq_id}: cannot cache {num_tokens} tokens, {seq.num_tokens} are allocated"
+            )
+        num_full = min(num_tokens // self._block_size, len(block_hashes))
+        table = seq.block_table
+        for i in range(seq.num_registered_blocks, num_full):
+            self._gpu.cache_block(table[i], block_hashes[i])
+        seq.num_registered_blocks = max(seq.num_registered_blocks, num_full)
 
     def commit_one(self, seq_id: int) -> None:
         """`commit(seq_id, computed + 1)` with no block hashes: a decode step wrote one slot.

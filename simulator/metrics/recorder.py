@@ -28,7 +28,7 @@ class Recorder:
         self._gpu = gpu
         self._block_bytes = block_bytes
         self.requests = RequestLog(slo, warmup_s)
-        self.steps = StepLog()
+        self.steps = StepLog(window_start_s=warmup_s)
 
     def add_request(self, request: Request) -> None:
         self.requests.add(request)
@@ -49,6 +49,7 @@ class Recorder:
                 waiting,
                 swapped,
                 plan.num_seqs,
+                plan.num_requests,
                 plan.num_prefill_tokens,
                 plan.num_decode_tokens,
                 len(plan.preemptions),
@@ -83,6 +84,8 @@ class Recorder:
         summary["kv_capacity_tokens"] = scheduler.kv_capacity_slots
         hit_rate = scheduler.prefix_hit_rate()
         summary["prefix_hit_rate"] = None if hit_rate is None else float(hit_rate)
+        readmit = scheduler.prefix_readmit_hit_rate()
+        summary["prefix_readmit_hit_rate"] = None if readmit is None else float(readmit)
         provenance = provenance | {"step_table_row_steps": self.steps.row_steps}
         return RunResult(scenario, system, requests, steps, summary, provenance)
 
@@ -90,7 +93,7 @@ class Recorder:
 def _stats(prefix: str, values: np.ndarray) -> dict[str, float | None]:
     clean = values[~np.isnan(values)]
     if clean.size == 0:
-        return {f"{prefix}_mean_s": None} | {f"{prefix}_p{p}_s": None for p in PERCENTILES}
+        return {f"{prefix}_{stat}": None for stat in ("mean_s", *(f"p{p}_s" for p in PERCENTILES))}
     out: dict[str, float | None] = {f"{prefix}_mean_s": float(clean.mean())}
     for p, value in zip(PERCENTILES, np.percentile(clean, PERCENTILES), strict=True):
         out[f"{prefix}_p{p}_s"] = float(value)
@@ -132,21 +135,27 @@ def summarize(
         "kv_free_share": "kv_free_slots",
     }
     total_slots = steps.total_kv_slots
-    for key, column in shares.items():
-        summary[key] = steps.time_average(column) / total_slots if total_slots else None
     if total_slots:
+        kv = {key: steps.time_average(column) / total_slots for key, column in shares.items()}
+        summary |= kv
         summary["peak_kv_used_share"] = steps.peak_kv_used_slots / total_slots
-        held = summary["kv_reserved_share"] + summary["kv_internal_frag_share"]  # type: ignore[operator]
-        summary["kv_waste_share"] = held + summary["kv_external_frag_share"]  # type: ignore[operator]
-        used_share = 1.0 - summary["kv_free_share"]  # type: ignore[operator]
-        summary["kv_waste_of_used_share"] = (
-            summary["kv_waste_share"] / used_share if used_share > 0 else 0.0  # type: ignore[operator]
-        )
+        held = kv["kv_reserved_share"] + kv["kv_internal_frag_share"]
+        summary["kv_waste_share"] = waste = held + kv["kv_external_frag_share"]
+        used_share = 1.0 - kv["kv_free_share"]
+        summary["kv_waste_of_used_share"] = waste / used_share if used_share > 0 else 0.0
     else:
+        summary |= dict.fromkeys(shares)
         summary["peak_kv_used_share"] = summary["kv_waste_share"] = None
         summary["kv_waste_of_used_share"] = None
+    has_window = steps.window_steps > 0
     for key in ("slot_utilization", "mfu", "mbu"):
-        summary[key] = steps.time_average(key) if busy_s else None
+        summary[key] = steps.time_average(key) if has_window else None
+    # The batch that ran, time-averaged over busy time after warm-up: requests computed in a
+    # step, finished ones included (not the queue left after it).
+    summary["mean_batch_requests"] = (
+        steps.time_average("num_batch_requests") if has_window else None
+    )
+    summary["mean_batch_seqs"] = steps.time_average("num_seqs") if has_window else None
     summary["num_preemptions"] = int(requests["num_preemptions"].sum())
     summary["num_swaps"] = int(requests["num_swaps"].sum())
     summary["swapped_blocks"] = steps.num_swapped_blocks
@@ -160,20 +169,35 @@ def summarize(
 
 
 def _add_rates(
-    summary: dict, requests: pd.DataFrame, window: np.ndarray, finished: np.ndarray, end_s: float
+    summary: dict[str, float | int | str | None],
+    requests: pd.DataFrame,
+    window: np.ndarray,
+    finished: np.ndarray,
+    end_s: float,
 ) -> None:
-    """Throughput and goodput per second from the first in-window arrival to the end (`window`
-    and `finished` are masks of the requests)."""
-    arrivals = requests["arrival_s"].to_numpy(dtype=float)[window]
-    span = end_s - (float(arrivals.min()) if len(arrivals) else 0.0)
+    """Throughput and goodput per second over the arrival window (`window` and `finished` are
+    masks of the requests).
+
+    The arrival window runs from the first in-window arrival to the last arrival; a rate counts
+    the requests (and their output tokens) finished within it, so a system that keeps up reads
+    the offered rate and one that does not reads what it completed. The drain after the last
+    arrival is reported apart (`drain_s`, and the rates over the whole run, `*_with_drain`).
+    A burst (every request at one instant) has no window: its rates run to the end of the run.
+    """
+    arrivals = requests["arrival_s"].to_numpy(dtype=float)
+    start = float(arrivals[window].min()) if window.any() else 0.0
+    last = float(arrivals.max()) if len(arrivals) else 0.0
+    whole = end_s - start
+    span = last - start
+    finish = requests["finish_s"].to_numpy(dtype=float)
+    in_span = finished & (finish <= last) if span > 0 else finished
     if span <= 0:
-        span = end_s
-    lengths = (
-        requests["output_len"].to_numpy()[finished] * requests["num_seqs"].to_numpy()[finished]
-    )
-    output_tokens = float(lengths.sum())
-    num_finished = int(finished.sum())
-    summary["throughput_req_s"] = num_finished / span if span > 0 else None
-    summary["throughput_tok_s"] = output_tokens / span if span > 0 else None
-    meets = requests["meets_slo"].to_numpy(dtype=bool)[finished]
-    summary["goodput_req_s"] = int(meets.sum()) / span if span > 0 else None
+        span = whole
+    lengths = requests["output_len"].to_numpy() * requests["num_seqs"].to_numpy()
+    meets = requests["meets_slo"].to_numpy(dtype=bool)
+    for suffix, mask, length in (("", in_span, span), ("_with_drain", finished, whole)):
+        ok = length > 0
+        summary[f"throughput_req_s{suffix}"] = int(mask.sum()) / length if ok else None
+        summary[f"throughput_tok_s{suffix}"] = float(lengths[mask].sum()) / length if ok else None
+        summary[f"goodput_req_s{suffix}"] = int((meets & mask).sum()) / length if ok else None
+    summary["drain_s"] = max(0.0, end_s - last)

@@ -46,6 +46,8 @@ STEP_COLUMNS: dict[str, str] = {
     "num_waiting": "requests waiting for admission (including recompute-preempted)",
     "num_swapped": "requests swapped out to CPU memory",
     "num_seqs": "sequences computed in the step",
+    "num_batch_requests": "requests computed in the step: the batch that ran (finished ones "
+    "included)",
     "num_prefill_tokens": "prompt (or recompute) tokens computed",
     "num_decode_tokens": "decode tokens computed",
     "num_preemptions": "preemptions decided in the step",
@@ -57,7 +59,9 @@ STEP_COLUMNS: dict[str, str] = {
     "kv_internal_frag_slots": "KV slots held that will never be used",
     "kv_external_frag_slots": "free KV slots unusable by the next request (not contiguous)",
     "kv_free_slots": "free KV slots",
-    "slot_utilization": "useful batch slots / batch capacity",
+    "slot_utilization": "useful batch slots / the policy's own batch capacity (static: its batch "
+    "size; the others: max_num_seqs): how full its batches are, not comparable across policies "
+    "and not GPU utilization (that is MFU and MBU)",
     "mfu": "model FLOPs / (peak FLOP/s x duration)",
     "mbu": "HBM bytes / (peak bandwidth x duration)",
     "row_steps": "engine steps the row stands for: 1, unless a long run's table was compacted "

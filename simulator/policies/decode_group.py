@@ -26,8 +26,10 @@ when it is exactly what the per-step path would do (everyone decodes, nothing ne
 `tests/simulator/policies/test_fast_path.py` runs both paths on random scenarios with invariants
 checked after every step and counts the steps that took this one.
 
-Valid only without a prefix cache (members' blocks are never shared, and there are no block
-hashes to extend).
+With a prefix cache, a member's generated tokens extend its block hashes and its full blocks are
+registered when it leaves, not block by block: those hashes name its own generated tokens, which
+no other sequence holds, so nothing can hit them meanwhile, and its blocks stay referenced (hence
+neither free nor evictable) until it leaves.
 """
 
 from __future__ import annotations
@@ -39,8 +41,9 @@ from operator import not_
 from typing import Any
 
 from pagesim.simulator.core.plan import BlockCopy, Preemption, SeqWork, StepPlan, seq_work_of
+from pagesim.simulator.core.request import GENERATED_SEGMENT
 from pagesim.simulator.kv.paged_cache import PagedKVCache
-from pagesim.simulator.policies.seq_group import Demand, SeqGroup, StepBuilder
+from pagesim.simulator.policies.seq_group import AddToStep, Demand, SeqGroup, StepBuilder
 
 
 class _Member:
@@ -140,7 +143,14 @@ class DecodeGroup:
         kv = self.kv
         if kv.allocate_slots(seq_ids, num_tokens - member.synced) is None:  # within its blocks
             raise AssertionError(f"seq {seq_ids[0]}: its skipped slots left its blocks")
-        kv.commit(seq_ids[0], num_tokens)
+        hashers = group.hashers
+        if hashers is None:
+            kv.commit(seq_ids[0], num_tokens)
+            return
+        # One generated token a step (the last one's extension is never read: a member leaving
+        # finished is freed next, and only blocks up to `num_tokens` are registered).
+        hashers[0].extend((GENERATED_SEGMENT, seq_ids[0]), num_steps)
+        kv.commit(seq_ids[0], num_tokens, hashers[0].block_hashes())
 
     # -- a step -----------------------------------------------------------------------------
     def others(self, running: Sequence[SeqGroup]) -> list[int]:
@@ -192,7 +202,12 @@ class DecodeGroup:
         return due
 
     def schedule_running(
-        self, running: list[SeqGroup], step: StepBuilder, budget: int, demand: Demand
+        self,
+        running: list[SeqGroup],
+        step: StepBuilder,
+        budget: int,
+        demand: Demand,
+        add_to_step: AddToStep,
     ) -> int | None:
         """The running requests' part of a step with the members summed, if it is exactly what
         the policy's per-sequence loop would do with `demand`: every member decodes (the
@@ -225,14 +240,13 @@ class DecodeGroup:
             self.release_all()
             return None
         # Now exactly the per-sequence path's operations, in the same order but for block ids:
-        # the crossing members take theirs first (with no prefix cache an id is never observed).
+        # the crossing members take theirs first (which changes only which block each holds:
+        # the runs are the same up to a relabelling of block ids, which nothing reads).
         self.grow(crossing)
         for group, num_new, is_prefill in visits:
             copies = kv.allocate_slots(group.seq_ids, num_new)
             assert copies is not None, "counted as fitting above"
-            if copies:
-                step.copies.extend(copies)
-            step.add(group, num_new, is_prefill)
+            add_to_step(step, group, num_new, is_prefill, copies)
         step.num_decode_tokens += len(members)
         step.is_grouped = True
         return left
@@ -256,6 +270,7 @@ class DecodeGroup:
             num_decode_tokens=step.num_decode_tokens,
             num_prefill_seqs=step.num_prefill_seqs,
             num_decode_seqs=len(listed) - step.num_prefill_seqs + len(self.bases),
+            num_requests=step.num_requests + len(self.bases),
         )
 
     def _own_bases(self) -> dict[SeqGroup, int]:
@@ -343,6 +358,7 @@ class GroupedStepPlan(StepPlan):
         num_decode_tokens: int,
         num_prefill_seqs: int,
         num_decode_seqs: int,
+        num_requests: int,
     ) -> None:
         # The base is a frozen dataclass whose `work` slot this class replaces by a property.
         # One plan per engine step: the fields are set one by one, without a loop or a dict.
@@ -355,6 +371,7 @@ class GroupedStepPlan(StepPlan):
         set_field(self, "num_decode_tokens", num_decode_tokens)
         set_field(self, "num_prefill_seqs", num_prefill_seqs)
         set_field(self, "num_decode_seqs", num_decode_seqs)
+        set_field(self, "num_requests", num_requests)
         set_field(self, "_listed", listed)
         set_field(self, "_running", running)
         set_field(self, "_bases", bases)
@@ -362,7 +379,7 @@ class GroupedStepPlan(StepPlan):
         set_field(self, "_num_context_tokens", num_context_tokens)
         set_field(self, "_work", None)
 
-    @property  # type: ignore[override]
+    @property
     def work(self) -> tuple[SeqWork, ...]:
         work = self._work
         if work is None:

@@ -18,6 +18,7 @@ from pagesim.simulator.core.request import GENERATED_SEGMENT, Request, SamplingK
 from pagesim.simulator.policies.base import PolicyBase
 from pagesim.simulator.policies.decode_group import DecodeGroup, GroupedStepPlan
 from pagesim.simulator.policies.paged_state import PagedState
+from pagesim.simulator.policies.pieces import PagedPieces
 from pagesim.simulator.policies.seq_group import SeqGroup, StepBuilder, blocks_for
 
 
@@ -25,6 +26,11 @@ class StepPolicy(Protocol):
     """How a paged policy decides one iteration over the shared state."""
 
     groups_decodes: bool  # whether its running phase can take the decode fast path
+    fans_out: bool  # n > 1 runs as n child requests (V1), not as forked sequences (V0)
+
+    def pieces(self, system: SystemConfig) -> PagedPieces:
+        """Its era's victim key, eviction order and prefix-cache behaviour."""
+        ...
 
     def schedule(self, state: PagedState, step: StepBuilder, now_s: float) -> None: ...
 
@@ -41,15 +47,17 @@ class PagedScheduler(PolicyBase):
         policy: StepPolicy,
     ) -> None:
         super().__init__(system, max_seq_len)
-        self.state = PagedState(system, max_seq_len, num_blocks, num_cpu_blocks)
+        self.state = PagedState(
+            system, max_seq_len, num_blocks, num_cpu_blocks, policy.pieces(system)
+        )
         self.kv = self.state.kv  # read by the fidelity executor and tests
         self.policy = policy
 
     def enable_fast_path(self) -> bool:
         """Advance lone decoding sequences as a group (simulator.policies.decode_group): same
-        results, no per-sequence work between their block boundaries. Not with a prefix cache
-        (members' hashes would need extending every step). Returns whether it is on."""
-        if self.system.enable_prefix_cache or not self.policy.groups_decodes:
+        results, no per-sequence work between their block boundaries. Returns whether it is on
+        (the step policy must have a grouped running phase)."""
+        if not self.policy.groups_decodes:
             return False
         self.state.decode_group = DecodeGroup(self.kv)
         return True
@@ -60,7 +68,12 @@ class PagedScheduler(PolicyBase):
         if reason is not None:
             request.reject(reason, now_s)
             return
-        self.state.waiting.push(self.state.new_group(request))
+        state = self.state
+        if request.num_seqs > 1 and self.policy.fans_out:
+            for child in state.fan_out(request):
+                state.waiting.push(child)
+            return
+        state.waiting.push(state.new_group(request))
 
     def schedule(self, now_s: float) -> StepPlan:
         step = StepBuilder()
@@ -104,7 +117,7 @@ class PagedScheduler(PolicyBase):
                     state.fork(group)
                 elif len(group.seq_ids) > 1 and request.sampling is SamplingKind.BEAM:
                     state.refork_beam(group)
-            if decode_group is not None and len(group.seq_ids) == 1 and group.hashers is None:
+            if decode_group is not None and len(group.seq_ids) == 1:
                 joining.append(group)
         if decode_group is not None:
             if type(plan) is GroupedStepPlan:
@@ -158,10 +171,17 @@ class PagedScheduler(PolicyBase):
         return self.kv.num_blocks * self.state.block_size
 
     def prefix_hit_rate(self) -> float | None:
-        if not self.system.enable_prefix_cache:
+        """Prompt tokens served from the prefix cache over those looked up, once per successful
+        first admission (re-admissions after preemption: `prefix_readmit_hit_rate`)."""
+        if not self.knobs.enable_prefix_cache:
             return None
-        queried = self.kv.num_prefix_query_tokens
-        return self.kv.num_prefix_hit_tokens / queried if queried else 0.0
+        return self.state.prefix_stats.hit_rate
+
+    def prefix_readmit_hit_rate(self) -> float | None:
+        """The same over preempted requests' re-admissions; None when there were none."""
+        if not self.knobs.enable_prefix_cache:
+            return None
+        return self.state.prefix_stats.readmit_hit_rate
 
     # -- admission checks -------------------------------------------------------------------
     def _capacity_reason(self, request: Request) -> str | None:
@@ -169,15 +189,30 @@ class PagedScheduler(PolicyBase):
         block_size = self.state.block_size
         num_blocks = self.kv.num_blocks
         prompt_blocks = blocks_for(request.prompt_len, block_size)
-        needed = blocks_for(request.total_len - 1, block_size)
-        # Forked sequences share only the prompt's full blocks: each holds its own copy of the
-        # partly filled prompt block and its own output blocks (counting only blocks_for(output)
-        # per extra sequence admitted requests that could never come back from swap).
-        per_seq_own = needed - request.prompt_len // block_size
-        needed += (request.num_seqs - 1) * per_seq_own
+        num_seqs = 1 if self.policy.fans_out else request.num_seqs  # V1: each child alone
+        needed = _blocks_at(request, request.total_len - 1, block_size, num_seqs)
+        if self.state.pieces.decode_keeps_block_per_seq and request.output_len >= 2:
+            # vLLM V0 decodes a group only while one block per sequence is free
+            # (core/block_manager_v1.py can_append_slots): before its last decode step the
+            # request holds its blocks of total_len - 2 tokens and needs num_seqs more free.
+            needed = max(
+                needed,
+                _blocks_at(request, request.total_len - 2, block_size, num_seqs) + num_seqs,
+            )
         if needed > num_blocks or prompt_blocks > num_blocks:
             return (
                 f"needs {needed} KV blocks of {block_size} tokens at full length; "
                 f"the cache holds {num_blocks}"
             )
-        return self.too_many_seqs_reason(request)
+        # V1's children run one at a time if need be; V0's forks must run together.
+        return None if self.policy.fans_out else self.too_many_seqs_reason(request)
+
+
+def _blocks_at(request: Request, num_tokens: int, block_size: int, num_seqs: int) -> int:
+    """Blocks a request's sequences hold with `num_tokens` tokens each. Forked sequences share
+    only the prompt's full blocks: each holds its own copy of the partly filled prompt block and
+    its own output blocks (counting only blocks_for(output) per extra sequence admitted
+    requests that could never come back from swap)."""
+    needed = blocks_for(num_tokens, block_size)
+    per_seq_own = needed - request.prompt_len // block_size
+    return needed + (num_seqs - 1) * per_seq_own

@@ -17,20 +17,25 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Sequence
+from dataclasses import replace
 
 from pagesim.simulator.core.config import SystemConfig
-from pagesim.simulator.core.plan import Preemption, PreemptionMode
+from pagesim.simulator.core.defaults import knobs_of
+from pagesim.simulator.core.plan import BlockCopy, Preemption, PreemptionMode
 from pagesim.simulator.core.request import (
     GENERATED_SEGMENT,
     Request,
     RequestStatus,
+    SamplingKind,
     prompt_segments,
 )
 from pagesim.simulator.kv.paged_cache import PagedKVCache
 from pagesim.simulator.kv.prefix_hash import SequenceHasher
 from pagesim.simulator.policies.decode_group import DecodeGroup
-from pagesim.simulator.policies.pieces import VictimKey, victim_key, waiting_queue
-from pagesim.simulator.policies.seq_group import SeqGroup, StepBuilder
+from pagesim.simulator.policies.pieces import PagedPieces, PrefixStats, VictimKey, waiting_queue
+from pagesim.simulator.policies.seq_group import FanOut, SeqGroup, StepBuilder, blocks_for
+
+CHILD_ID_BASE = 1 << 48  # ids of V1's child requests (n > 1), above any workload's
 
 
 class PagedState:
@@ -42,34 +47,66 @@ class PagedState:
     """
 
     def __init__(
-        self, system: SystemConfig, max_seq_len: int, num_blocks: int, num_cpu_blocks: int
+        self,
+        system: SystemConfig,
+        max_seq_len: int,
+        num_blocks: int,
+        num_cpu_blocks: int,
+        pieces: PagedPieces,
     ) -> None:
         self.system = system
+        self.knobs = knobs = knobs_of(system)
         self.max_seq_len = max_seq_len
+        self.pieces = pieces
         self.kv = PagedKVCache(
             num_blocks,
             system.block_size,
             num_cpu_blocks=num_cpu_blocks,
-            enable_prefix_cache=system.enable_prefix_cache,
+            enable_prefix_cache=knobs.enable_prefix_cache,
+            eviction=pieces.eviction,
+            allow_duplicate_hashes=pieces.duplicate_hashes,
         )
+        self._caches_at_allocation = pieces.caches_at_allocation and knobs.enable_prefix_cache
         self.block_size = system.block_size
-        self.watermark_blocks = int(system.watermark * num_blocks)
+        self.watermark_blocks = int(knobs.watermark * num_blocks)
         self.waiting = waiting_queue(system, _request_of)
         self.running: list[SeqGroup] = []
         self.swapped: deque[SeqGroup] = deque()
         self.groups: dict[int, SeqGroup] = {}  # request id -> its group, until it finishes
-        self.victim_key: VictimKey = victim_key(system.victim)
+        self.victim_key: VictimKey = pieces.victim_key
+        self.prefix_stats = PrefixStats()
         self.num_running_seqs = 0
         self.decode_group: DecodeGroup | None = None
         self._next_seq_id = 0
+        self._next_child_id = 0
 
     # -- requests -------------------------------------------------------------------------------
-    def new_group(self, request: Request) -> SeqGroup:
-        group = SeqGroup(request, [self.new_seq_id()], target=request.prompt_len)
-        if self.system.enable_prefix_cache:
+    def new_group(self, request: Request, fan_out: FanOut | None = None) -> SeqGroup:
+        group = SeqGroup(request, [self.new_seq_id()], target=request.prompt_len, fan_out=fan_out)
+        if self.knobs.enable_prefix_cache:
             group.hashers = [prompt_hasher(request, self.block_size)]
         self.groups[request.request_id] = group
         return group
+
+    def fan_out(self, request: Request) -> list[SeqGroup]:
+        """vLLM V1's n > 1 (v1/engine/parallel_sampling.py): one group per sample, each a child
+        request of the parent's prompt and output length (`FanOut`). Children's ids are counted
+        from CHILD_ID_BASE, far above any workload's request ids."""
+        children = []
+        for _ in range(request.num_seqs):
+            self._next_child_id += 1
+            children.append(
+                replace(
+                    request,
+                    request_id=CHILD_ID_BASE + self._next_child_id,
+                    sampling=SamplingKind.SINGLE,
+                    num_seqs=1,
+                    history=[],
+                    prompt_of=request.request_id,
+                )
+            )
+        fan_out = FanOut(request, children)
+        return [self.new_group(child, fan_out) for child in children]
 
     def new_seq_id(self) -> int:
         self._next_seq_id += 1
@@ -87,23 +124,57 @@ class PagedState:
         """
         seq_id = group.seq_ids[0]
         hashes = group.hashers[0].block_hashes() if group.hashers is not None else ()
-        num_hit = self.kv.add_seq(
+        kv = self.kv
+        # vLLM V0 with prefix caching (core/block_manager_v1.py can_allocate): every prompt block
+        # counts against the free blocks, the cached ones too.
+        if (
+            self.pieces.admission_counts_cached_blocks
+            and hashes
+            and kv.num_free_blocks - blocks_for(group.target, self.block_size) < self.reserve()
+        ):
+            return 0
+        num_hit = kv.add_seq(
             seq_id, hashes, num_prompt_tokens=group.target, final_len=group.final_len
         )
         num_new = min(group.target - num_hit, max_new_tokens)
-        if num_new <= 0 or self.kv.allocate_slots(group.seq_ids, num_new, self.reserve()) is None:
-            self.kv.free(seq_id)
+        copies = None if num_new <= 0 else kv.allocate_slots(group.seq_ids, num_new, self.reserve())
+        if copies is None:
+            kv.free(seq_id)
             return 0
         request = group.request
+        if group.hashers is not None:
+            self.prefix_stats.record(request, group.target, num_hit)
         group.num_computed = num_hit
         request.num_cached_tokens += num_hit
         request.num_recomputed_tokens += max(0, group.num_dropped - num_hit)
         group.num_dropped = 0
         request.transition(RequestStatus.RUNNING, now_s)
+        if group.fan_out is not None:
+            group.fan_out.child_admitted(now_s)
         self.running.append(group)
         self.num_running_seqs += group.num_seqs
-        step.add(group, num_new, True)
+        self.add_to_step(step, group, num_new, True, copies)
         return num_new
+
+    def add_to_step(
+        self,
+        step: StepBuilder,
+        group: SeqGroup,
+        num_new: int,
+        is_prefill: bool,
+        copies: tuple[BlockCopy, ...],
+    ) -> None:
+        """`group` computes `num_new` tokens per sequence this step, its slots allocated (with
+        these copy-on-write copies). Under V1 its blocks this step fills are cached now."""
+        if copies:
+            step.copies.extend(copies)
+        if self._caches_at_allocation:
+            hashers = group.hashers
+            assert hashers is not None
+            num_tokens = group.num_computed + num_new
+            for seq_id, hasher in zip(group.seq_ids, hashers, strict=True):
+                self.kv.cache_blocks(seq_id, num_tokens, hasher.block_hashes())
+        step.add(group, num_new, is_prefill)
 
     def grow(
         self,
@@ -120,25 +191,30 @@ class PagedState:
         allocate_slots = self.kv.allocate_slots
         seq_ids = group.seq_ids
         while (copies := allocate_slots(seq_ids, num_new)) is None:
-            if remaining:
-                victim = max(remaining, key=lambda g: self.victim_key(g.request))
-                remaining.remove(victim)
-            else:
-                victim = group
-            self.preempt(victim, step, now_s)
-            if victim is group:
+            if not self.preempt_for(group, remaining, step, now_s):
                 return False
-        if copies:
-            step.copies.extend(copies)
-        step.add(group, num_new, is_prefill)
+        self.add_to_step(step, group, num_new, is_prefill, copies)
         return True
+
+    def preempt_for(
+        self, group: SeqGroup, remaining: deque[SeqGroup], step: StepBuilder, now_s: float
+    ) -> bool:
+        """Preempt the victim policy's choice among the not-yet-scheduled `remaining` (or
+        `group` itself when none is left) to make room for `group`; False if `group` went."""
+        if remaining:
+            victim = max(remaining, key=lambda g: self.victim_key(g.request))
+            remaining.remove(victim)
+        else:
+            victim = group
+        self.preempt(victim, step, now_s)
+        return victim is not group
 
     # -- preemption and swap ------------------------------------------------------------------
     def preempt(self, group: SeqGroup, step: StepBuilder, now_s: float) -> None:
         """Take `group` off the GPU by the configured mode. Swap falls back to recompute when the
         CPU swap space is full."""
         request = group.request
-        mode = self.system.preemption.mode_for(request.num_seqs)
+        mode = self.knobs.preemption.mode_for(request.num_seqs)
         self.num_running_seqs -= group.num_seqs
         if mode is PreemptionMode.SWAP and self.kv.can_swap_out(group.seq_ids):
             step.swap_out += self.kv.swap_out(group.seq_ids)
@@ -169,7 +245,7 @@ class PagedState:
         or the next prompt token of a group swapped out mid-prefill, which must not produce an
         output token yet); False if it cannot come back now."""
         group = self.swapped[0]
-        if self.num_running_seqs + group.num_seqs > self.system.max_num_seqs:
+        if self.num_running_seqs + group.num_seqs > self.knobs.max_num_seqs:
             return False
         # Swapping in must leave room for this step's token of every sequence, and keeps at
         # least one block spare, as it always did for a lone sequence. (One block per sequence,
@@ -183,12 +259,12 @@ class PagedState:
         group.request.transition(RequestStatus.RUNNING, now_s)
         self.running.append(group)
         self.num_running_seqs += group.num_seqs
+        made: list[BlockCopy] = []
         for seq_id in group.seq_ids:  # one by one: the last holder of a shared block writes in it
             copies = self.kv.allocate_slots((seq_id,), 1)
             assert copies is not None, "swap-in kept room for this step's tokens"
-            if copies:
-                step.copies.extend(copies)
-        step.add(group, 1, group.is_prefilling)
+            made.extend(copies)
+        self.add_to_step(step, group, 1, group.is_prefilling, tuple(made))
         return True
 
     def num_blocks_to_resume(self, group: SeqGroup) -> int:
@@ -257,6 +333,8 @@ class PagedState:
             self.num_running_seqs -= group.num_seqs
             del self.groups[group.request.request_id]
             group.request.transition(RequestStatus.FINISHED, now_s)
+            if group.fan_out is not None:
+                group.fan_out.child_finished(now_s)
         running = self.running
         for group in finished:  # a few of hundreds: each removal is one C-level scan
             running.remove(group)

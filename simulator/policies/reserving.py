@@ -1,9 +1,10 @@
 """The baselines that reserve KV contiguously per request: static batching and Orca.
 
-Both lay every sequence's KV out as one contiguous region of the address space (first-fit), sized
-by a reservation policy (the model's max length, a power of two, or the oracle's true length), so
-internal and external fragmentation are real. Nothing is shared and nothing is preempted: a
-reservation, once made, holds the sequence's whole future.
+Both lay every sequence's KV out as one contiguous region of the address space, sized by a
+reservation policy (the model's max length, a power of two, or the oracle's true length) and
+placed by the system's `contiguous_allocator` (orca: a buddy allocator, as the vLLM paper's Orca;
+static: first fit), so internal and external fragmentation are real. Nothing is shared and
+nothing is preempted: a reservation, once made, holds the sequence's whole future.
 
 static (FasterTransformer): wait for up to `static_batch_size` requests (or the fill timeout),
 prefill them together with prompts padded to the longest, then decode until the last member
@@ -18,11 +19,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from pagesim.simulator.core.config import SystemConfig
+from pagesim.simulator.core.config import ContiguousAllocator, SystemConfig
 from pagesim.simulator.core.memory import MemoryBreakdown
 from pagesim.simulator.core.plan import SeqWork, StepPlan
 from pagesim.simulator.core.request import Request, RequestStatus
-from pagesim.simulator.kv.contiguous import ContiguousKVCache, reservation_slots
+from pagesim.simulator.kv.buddy import BuddyKVCache, block_order
+from pagesim.simulator.kv.contiguous import ContiguousKVCache, RegionCache, reservation_slots
 from pagesim.simulator.policies.base import PolicyBase
 from pagesim.simulator.policies.pieces import WaitingQueue, waiting_queue
 
@@ -44,7 +46,11 @@ class ReservingScheduler(PolicyBase):
 
     def __init__(self, system: SystemConfig, max_seq_len: int, num_slots: int) -> None:
         super().__init__(system, max_seq_len)
-        self.kv = ContiguousKVCache(num_slots)
+        self.kv: RegionCache
+        if system.contiguous_allocator is ContiguousAllocator.BUDDY:
+            self.kv = BuddyKVCache(num_slots)
+        else:
+            self.kv = ContiguousKVCache(num_slots)
         self.waiting: WaitingQueue[Request] = waiting_queue(system, _same)
         self.running: list[Member] = []
         self.members: dict[int, Member] = {}  # request id -> its member, while it holds regions
@@ -58,18 +64,29 @@ class ReservingScheduler(PolicyBase):
 
     def add_request(self, request: Request, now_s: float) -> None:
         reason = self.too_long_reason(request)
-        need = self._region_slots(request) * request.num_seqs
-        if reason is None and need > self.kv.num_slots:
-            reason = (
-                f"reserves {need} contiguous KV slots ({self.system.reservation.value} "
-                f"reservation); the cache holds {self.kv.num_slots}"
-            )
+        slots = self._region_slots(request)
+        if reason is None and not self.kv.can_ever_hold(slots, request.num_seqs):
+            reason = self._never_fits_reason(slots, request.num_seqs)
         # Else it would wait forever: no batch may hold its sequences.
         reason = reason or self.too_many_seqs_reason(request)
         if reason is not None:
             request.reject(reason, now_s)
             return
         self.waiting.push(request)
+
+    def _never_fits_reason(self, slots: int, num_seqs: int) -> str:
+        reservation = self.system.reservation.value
+        if isinstance(self.kv, BuddyKVCache):
+            block = 1 << block_order(slots)
+            return (
+                f"reserves {num_seqs} x {block} contiguous KV slots ({reservation} reservation "
+                f"of {slots} slots, rounded up to a power of two by the buddy allocator); the "
+                f"cache of {self.kv.num_slots} slots cannot hold them"
+            )
+        return (
+            f"reserves {slots * num_seqs} contiguous KV slots ({reservation} "
+            f"reservation); the cache holds {self.kv.num_slots}"
+        )
 
     def _try_reserve(self, request: Request, now_s: float) -> Member | None:
         """Reserve one region per sequence, all or nothing."""
@@ -144,22 +161,22 @@ class OrcaScheduler(ReservingScheduler):
             rid = member.request.request_id
             work.extend(SeqWork(rid, s, 1, context, False) for s in member.seq_ids)
         num_seqs = sum(len(m.seq_ids) for m in self.running)
-        budget = max(self.system.max_num_batched_tokens, self.max_seq_len)
+        budget = max(self.knobs.max_num_batched_tokens, self.max_seq_len)
         while len(self.waiting):
             request = self.waiting.peek()
-            if num_seqs + request.num_seqs > self.system.max_num_seqs:
+            if num_seqs + request.num_seqs > self.knobs.max_num_seqs:
                 break
             if request.prompt_len > budget:
                 break
-            member = self._try_reserve(request, now_s)
-            if member is None:
+            admitted = self._try_reserve(request, now_s)
+            if admitted is None:
                 break  # FCFS: the head blocks the queue
             self.waiting.pop()
             num_seqs += request.num_seqs
             budget -= request.prompt_len
             work.extend(
                 SeqWork(request.request_id, s, request.prompt_len, request.prompt_len, True)
-                for s in member.seq_ids[:1]
+                for s in admitted.seq_ids[:1]
             )
         return StepPlan.build(work)
 
@@ -225,7 +242,7 @@ class StaticScheduler(ReservingScheduler):
         num_seqs = 0
         while len(self.waiting) and len(batch) < self.system.static_batch_size:
             request = self.waiting.peek()
-            if num_seqs + request.num_seqs > self.system.max_num_seqs:
+            if num_seqs + request.num_seqs > self.knobs.max_num_seqs:
                 break
             member = self._try_reserve(request, now_s)
             if member is None:

@@ -13,19 +13,25 @@ from __future__ import annotations
 
 from collections import deque
 
+from pagesim.simulator.core.config import SystemConfig
 from pagesim.simulator.policies.paged_state import PagedState
+from pagesim.simulator.policies.pieces import PagedPieces, paged_pieces
 from pagesim.simulator.policies.seq_group import Demand, SeqGroup, StepBuilder
 
 
 class VllmV1:
     """The V1 step: one token budget shared by decodes and prompt chunks."""
 
+    fans_out = True  # n > 1: child requests (v1/engine/parallel_sampling.py)
     groups_decodes = True  # lone decoders may advance as a decode group (the fast path)
 
+    def pieces(self, system: SystemConfig) -> PagedPieces:
+        return paged_pieces(system, is_v1=True)
+
     def schedule(self, state: PagedState, step: StepBuilder, now_s: float) -> None:
-        system = state.system
-        budget = system.max_num_batched_tokens
-        chunk_cap = system.max_prefill_chunk or budget
+        knobs = state.knobs
+        budget = knobs.max_num_batched_tokens
+        chunk_cap = state.system.max_prefill_chunk or budget
 
         def demand(group: SeqGroup, available: int) -> tuple[int, int, bool] | None:
             return running_demand(group, available, chunk_cap)
@@ -34,7 +40,9 @@ class VllmV1:
         left = (
             None
             if decode_group is None
-            else decode_group.schedule_running(state.running, step, budget, demand)
+            else decode_group.schedule_running(
+                state.running, step, budget, demand, state.add_to_step
+            )
         )
         if left is None:
             left = schedule_running(state, step, budget, demand, now_s)
@@ -81,9 +89,7 @@ def schedule_running(
         num_new, tokens, is_prefill = asked
         copies = allocate_slots(group.seq_ids, num_new)
         if copies is not None:
-            if copies:
-                step.copies.extend(copies)
-            step.add(group, num_new, is_prefill)
+            state.add_to_step(step, group, num_new, is_prefill, copies)
         elif not state.grow(group, num_new, is_prefill, remaining, step, now_s):
             continue  # preempted itself
         kept.append(group)
@@ -106,7 +112,7 @@ def admit_chunks(
 ) -> None:
     """Waiting requests in order, each its first chunk, until the budget or the blocks run out."""
     waiting = state.waiting
-    max_num_seqs = state.system.max_num_seqs
+    max_num_seqs = state.knobs.max_num_seqs
     while len(waiting) and budget > 0:
         group = waiting.peek()
         if state.num_running_seqs + group.request.num_seqs > max_num_seqs:

@@ -19,7 +19,8 @@ scenarios/README.md; keys are simulator/core/config.py field names):
                  async_scheduling; allreduce_bw_gbps, allreduce_latency_us (default: the GPU's
                  interconnect)
     [workload]   num_requests, trace ("azure-conv", "azure-code", "arxiv-summarization" or a CSV
-                 path), trace_offset, time_scale, sampling = "single"|"parallel"|"beam", num_seqs
+                 path), trace_offset, time_scale, sampling = "single"|"parallel"|"beam", num_seqs,
+                 empirical_pairing = "rows"|"independent" (two empirical lengths)
       [workload.arrival]           kind = poisson|gamma|constant|burst|trace, rate_per_s, cv
       [workload.prompt], [workload.output]
                                    kind = fixed (value) | uniform (low, high) | lognormal (mean, cv)
@@ -133,7 +134,7 @@ def builtin_profiles() -> list[str]:
 
 
 def _profile_path(t: Table) -> Path:
-    text = t.text("profile")
+    text: str = t.text("profile")
     if text.startswith(BUILTIN_PREFIX):
         name = text[len(BUILTIN_PREFIX) :]
         path = PROFILE_DIR / f"{name}.json"
@@ -179,6 +180,9 @@ def _execution(t: Table) -> ExecutionConfig:
         async_scheduling=t.flag("async_scheduling", False),
         allreduce_bw_gbps=t.number("allreduce_bw_gbps", None, hi=1e5, lo_open=True),
         allreduce_latency_us=t.number("allreduce_latency_us", None, hi=1e6),
+        swap_copy_latency_s=t.number(
+            "swap_copy_latency_s", ExecutionConfig().swap_copy_latency_s, hi=1.0
+        ),
     )
 
 

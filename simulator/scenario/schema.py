@@ -27,6 +27,7 @@ SYSTEM_KEYS = (
     "max_num_batched_tokens",
     "max_prefill_chunk",
     "reservation",
+    "contiguous_allocator",
     "preemption",
     "victim",
     "admission",
@@ -39,6 +40,7 @@ SYSTEM_KEYS = (
     "static_batch_timeout_s",
     "num_kv_blocks",
     "execution",
+    "defaults",
 )
 
 
@@ -55,10 +57,10 @@ SCHEMA: Schema = {
     "execution": _keys(
         "kind profile gemm_efficiency attention_bw_efficiency weight_bw_efficiency "
         "step_overhead_s step_overhead_s_per_seq async_scheduling allreduce_bw_gbps "
-        "allreduce_latency_us"
+        "allreduce_latency_us swap_copy_latency_s"
     ),
     "workload": {
-        **_keys("num_requests trace trace_offset time_scale sampling num_seqs"),
+        **_keys("num_requests trace trace_offset time_scale sampling num_seqs empirical_pairing"),
         "arrival": _keys("kind rate_per_s cv"),
         "prompt": _LENGTH_KEYS,
         "output": _LENGTH_KEYS,

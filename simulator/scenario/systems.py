@@ -11,7 +11,10 @@ from collections.abc import Callable
 from typing import Any
 
 from pagesim.simulator.core.config import (
+    CONTIGUOUS_POLICIES,
     AdmissionOrder,
+    ContiguousAllocator,
+    DefaultsMode,
     ExecutionKind,
     Policy,
     PreemptionPolicy,
@@ -19,6 +22,12 @@ from pagesim.simulator.core.config import (
     Scenario,
     SystemConfig,
     VictimPolicy,
+)
+from pagesim.simulator.core.defaults import (
+    beam_search_reason,
+    knobs_of,
+    resolve_system,
+    v0_token_cap_reason,
 )
 from pagesim.simulator.core.errors import choices_text
 from pagesim.simulator.kv.capacity import no_kv_memory_reason
@@ -35,6 +44,7 @@ SYSTEM_READERS: dict[str, Callable[[Table, str], Any]] = {
     "max_num_batched_tokens": lambda t, k: t.integer(k),
     "max_prefill_chunk": lambda t, k: t.integer(k),
     "reservation": lambda t, k: t.choice(k, Reservation),
+    "contiguous_allocator": lambda t, k: t.choice(k, ContiguousAllocator),
     "preemption": lambda t, k: t.choice(k, PreemptionPolicy),
     "victim": lambda t, k: t.choice(k, VictimPolicy),
     "admission": lambda t, k: t.choice(k, AdmissionOrder),
@@ -47,6 +57,7 @@ SYSTEM_READERS: dict[str, Callable[[Table, str], Any]] = {
     "static_batch_timeout_s": lambda t, k: t.number(k, hi=1e9),
     "num_kv_blocks": lambda t, k: t.integer(k),
     "execution": lambda t, k: t.choice(k, ExecutionKind),
+    "defaults": lambda t, k: t.choice(k, DefaultsMode),
 }
 assert tuple(SYSTEM_READERS) == SYSTEM_KEYS
 
@@ -85,29 +96,47 @@ def _check_system(
     def at(field: str) -> str:
         return where.get(field, f"{key}.{field}")
 
-    if s.enable_prefix_cache and s.policy not in _PAGED:
+    s = resolve_system(s, scenario.model, scenario.gpu, scenario.tensor_parallel).system
+    knobs = knobs_of(s)
+    refusal = v0_token_cap_reason(s, scenario.model.max_seq_len)
+    if refusal is not None:
+        ctx.fail(at("max_num_batched_tokens"), refusal)
+    refusal = beam_search_reason(s, scenario.workload.sampling)
+    if refusal is not None:
+        ctx.fail(at("policy"), refusal)
+
+    if knobs.enable_prefix_cache and s.policy not in _PAGED:
         ctx.fail(
             at("enable_prefix_cache"),
             f"prefix caching needs a paged policy (vllm-v0, vllm-v1); the policy is "
             f"{s.policy.value!r}",
         )
-    if s.policy is Policy.STATIC and s.static_batch_size > s.max_num_seqs:
+    # Set on a paged system itself, it would silently do nothing; from [defaults] it is meant
+    # for the contiguous systems beside it.
+    own = f"{key}.contiguous_allocator"
+    if s.policy not in CONTIGUOUS_POLICIES and where.get("contiguous_allocator") == own:
+        ctx.fail(
+            own,
+            f"only used by the contiguous policies (static, orca); the policy is "
+            f"{s.policy.value!r}, which allocates blocks",
+        )
+    if s.policy is Policy.STATIC and s.static_batch_size > knobs.max_num_seqs:
         ctx.fail(
             at("static_batch_size"),
-            f"{s.static_batch_size} exceeds max_num_seqs {s.max_num_seqs}",
+            f"{s.static_batch_size} exceeds max_num_seqs {knobs.max_num_seqs}",
         )
     workload = scenario.workload
-    if workload.num_seqs > s.max_num_seqs:
+    if workload.num_seqs > knobs.max_num_seqs:
         ctx.fail(
             at("max_num_seqs"),
-            f"{s.max_num_seqs} is below workload.num_seqs {workload.num_seqs}: "
+            f"{knobs.max_num_seqs} is below workload.num_seqs {workload.num_seqs}: "
             "no request could ever run",
         )
-    swaps = s.preemption is PreemptionPolicy.SWAP or (
-        s.preemption is PreemptionPolicy.AUTO and workload.num_seqs > 1
+    swaps = knobs.preemption is PreemptionPolicy.SWAP or (
+        knobs.preemption is PreemptionPolicy.AUTO and workload.num_seqs > 1
     )
     if swaps and s.swap_space_gib == 0:
-        ctx.fail(at("swap_space_gib"), f"must be > 0: preemption {s.preemption.value!r} swaps")
+        ctx.fail(at("swap_space_gib"), f"must be > 0: preemption {knobs.preemption.value!r} swaps")
     reason = no_kv_memory_reason(scenario, s)
     if reason is not None:
         ctx.fail(at("gpu_memory_utilization"), reason)

@@ -117,6 +117,8 @@ def describe_scenario(scenario: Scenario, overrides: Sequence[str] = ()) -> str:
         fields |= {"trace": w.trace_name or w.trace_path, "trace_offset": w.trace_offset}
         if w.arrival.kind is ArrivalKind.TRACE:
             fields["time_scale"] = w.time_scale
+    if w.empirical_pairing is not None:
+        fields["empirical_pairing"] = w.empirical_pairing
     out += _lines("[workload]", fields)
     if w.explicit:
         for r in w.explicit:

@@ -12,6 +12,7 @@ from pathlib import Path
 from pagesim.simulator.core.config import (
     ArrivalKind,
     ArrivalProcess,
+    EmpiricalPairing,
     ExplicitRequest,
     LengthDist,
     LengthKind,
@@ -139,6 +140,7 @@ def read_workload(t: Table, max_seq_len: int) -> WorkloadConfig:
         lengths.append(_length(sub, column, trace_path, t.key))
     if trace_path is not None:
         _check_trace_use(t, trace_path, offset, num_requests, arrival, *lengths)
+    pairing = _pairing(t, *lengths)
     groups = tuple(
         PrefixGroup(g.integer("num_tokens", hi=max_seq_len), g.fraction("fraction"))
         for g in t.tables("prefix_groups")
@@ -157,7 +159,31 @@ def read_workload(t: Table, max_seq_len: int) -> WorkloadConfig:
         prefix_groups=groups,
         sampling=sampling,
         num_seqs=num_seqs,
+        empirical_pairing=pairing,
     )
+
+
+def _pairing(t: Table, prompt: LengthDist, output: LengthDist) -> EmpiricalPairing | None:
+    """`empirical_pairing`: only with two empirical lengths; "rows" only from one file."""
+    chosen = t.choice("empirical_pairing", EmpiricalPairing, None)
+    if chosen is None:
+        return None
+    pairing = EmpiricalPairing(chosen)
+    if prompt.kind is not LengthKind.EMPIRICAL or output.kind is not LengthKind.EMPIRICAL:
+        t.fail(
+            "empirical_pairing",
+            'only used when [workload.prompt] and [workload.output] both have kind = "empirical"',
+        )
+    assert prompt.path is not None and output.path is not None  # _length sets it for empirical
+    if pairing is EmpiricalPairing.ROWS and prompt.path.resolve() != output.path.resolve():
+        t.fail(
+            "empirical_pairing",
+            f'"rows" draws both lengths from one row of one file, but the prompt reads '
+            f"{prompt.trace_name or display(prompt.path)!r} and the output "
+            f"{output.trace_name or display(output.path)!r}; read one file, "
+            'or set "independent"',
+        )
+    return pairing
 
 
 def _check_trace_use(

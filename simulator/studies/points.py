@@ -31,6 +31,7 @@ import numpy as np
 
 from pagesim import __version__
 from pagesim.simulator.core.config import Scenario, SystemConfig
+from pagesim.simulator.core.defaults import resolve_system
 from pagesim.simulator.core.errors import InputError
 from pagesim.simulator.metrics.result import RunResult
 from pagesim.simulator.scenario.load import describe_scenario
@@ -81,7 +82,8 @@ def _code_digest() -> str:
 
 def point_key(scenario: Scenario, system: SystemConfig) -> str:
     """SHA-256 (hex) of the resolved point: see the module docstring for what it covers."""
-    alone = replace(scenario, systems=(system,), sweep=(), source=None)
+    resolved = resolve_system(system, scenario.model, scenario.gpu, scenario.tensor_parallel)
+    alone = replace(scenario, systems=(resolved.system,), sweep=(), source=None)
     digest = hashlib.sha256(f"pagesim {__version__} {_code_digest()}\n".encode())
     digest.update(describe_scenario(alone).encode())
     for path in _input_files(scenario):
@@ -142,10 +144,12 @@ def extra_metrics(result: RunResult) -> dict[str, float | int]:
     waits = (window["admitted_s"] - window["arrival_s"]).to_numpy(dtype=float)
     waits = np.where(np.isnan(waits), math.inf, waits)
     p99 = float(np.percentile(waits, 99, method="higher")) if offered else 0.0
+    num_gpus = result.provenance.get("tensor_parallel", 1)
+    assert isinstance(num_gpus, int), "the engine records tensor_parallel as an int"
     return {
         "slo_share": met / offered if offered else 0.0,
         "queue_delay_p99_s": p99,
-        "num_gpus": int(result.provenance.get("tensor_parallel", 1)),  # type: ignore[call-overload]
+        "num_gpus": num_gpus,
     }
 
 

@@ -6,19 +6,31 @@ lognormal, resampled and gamma ones, prefix groups); the rest (fixed, trace rows
 draw nothing, so which sampler a config picks decides which numbers the generator hands out; the
 order the columns are asked for is fixed by simulator/workload/stream.py. `length_sampler` and
 `arrival_sampler` check a length distribution or arrival process and pick its sampler.
+
+Prompt and output lengths come in pairs (`LengthPairs`): drawn each on its own (`Independent`,
+prompt first), or a whole row of a file at a time (`ResampledRows`), so that a trace's long
+prompts keep their short answers; `lengths_sampler` picks one and says which (`LengthSource`).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
 from typing import Protocol
 
 import numpy as np
 import pandas as pd
 
-from pagesim.simulator.core.config import ArrivalKind, ArrivalProcess, LengthDist, LengthKind
+from pagesim.simulator.core.config import (
+    ArrivalKind,
+    ArrivalProcess,
+    EmpiricalPairing,
+    LengthDist,
+    LengthKind,
+    WorkloadConfig,
+)
 from pagesim.simulator.core.errors import InputError, choices_text
 from pagesim.simulator.workload.checks import positive_float, positive_int
 from pagesim.simulator.workload.trace_files import ARRIVAL_COLUMN, BUILTIN_TRACES
@@ -120,6 +132,96 @@ class PrefixGroups:
         return np.searchsorted(self.cumulative, rng.random(n), side="right")
 
 
+class LengthPairs(Protocol):
+    def take(self, n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]: ...
+
+
+@dataclass(slots=True)
+class Independent:
+    """Prompt lengths [n], then output lengths [n], each from its own sampler."""
+
+    prompt: Sampler
+    output: Sampler
+
+    def take(self, n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        return self.prompt.take(n, rng), self.output.take(n, rng)
+
+
+@dataclass(slots=True)
+class ResampledRows:
+    """Whole rows drawn with replacement (one draw per request): prompt and output [num_rows]."""
+
+    prompt: np.ndarray
+    output: np.ndarray
+
+    def take(self, n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        rows = rng.integers(0, len(self.prompt), size=n)
+        return self.prompt[rows], self.output[rows]
+
+
+class LengthSource(Enum):
+    """Where a request's prompt and output lengths came from, as a report says it."""
+
+    TRACE_ROWS = "trace rows"  # both from the workload trace, row by row, in order
+    RESAMPLED_ROWS = "resampled rows"  # both from one random row of one file
+    INDEPENDENT = "independent"  # each drawn on its own
+    EXPLICIT = "explicit requests"  # written out in the scenario
+
+    @property
+    def is_row(self) -> bool:
+        """Whether each request's two lengths are one row of a file (and clip as one)."""
+        return self in (LengthSource.TRACE_ROWS, LengthSource.RESAMPLED_ROWS)
+
+
+def lengths_sampler(
+    workload: WorkloadConfig, trace: pd.DataFrame | None
+) -> tuple[LengthPairs, LengthSource]:
+    """The prompt and output lengths of `workload`, and where they come from.
+
+    Two `empirical` lengths read from one file are drawn a whole row at a time unless
+    `empirical_pairing` is INDEPENDENT: resampling each column on its own would give the code
+    trace's long prompts the conversation-length answers of other rows.
+    """
+    prompt, output = workload.prompt, workload.output
+    pairing = workload.empirical_pairing
+    both_empirical = prompt.kind is LengthKind.EMPIRICAL and output.kind is LengthKind.EMPIRICAL
+    if pairing is not None and not both_empirical:
+        raise InputError(
+            "workload.empirical_pairing: only used when prompt and output are both "
+            f'kind = "empirical" (they are {prompt.kind.value!r} and {output.kind.value!r})'
+        )
+    each = Independent(
+        length_sampler(prompt, "prompt", trace), length_sampler(output, "output", trace)
+    )
+    if prompt.kind is LengthKind.TRACE and output.kind is LengthKind.TRACE:
+        return each, LengthSource.TRACE_ROWS
+    if not both_empirical or pairing is EmpiricalPairing.INDEPENDENT:
+        return each, LengthSource.INDEPENDENT
+    prompt_path = _empirical_path(prompt, "workload.prompt")
+    output_path = _empirical_path(output, "workload.output")
+    if prompt_path.resolve() != output_path.resolve():
+        if pairing is EmpiricalPairing.ROWS:
+            raise InputError(
+                'workload.empirical_pairing: "rows" draws both lengths from one row of one '
+                f"file, but the prompt reads {prompt_path} and the output {output_path}; read "
+                'one file, or set "independent"'
+            )
+        return each, LengthSource.INDEPENDENT
+    assert isinstance(each.prompt, Resample) and isinstance(each.output, Resample)
+    return ResampledRows(each.prompt.values, each.output.values), LengthSource.RESAMPLED_ROWS
+
+
+def _empirical_path(dist: LengthDist, where: str) -> Path:
+    if dist.path is not None:
+        return resolve_trace(dist.path, f"{where}.path")
+    if dist.trace_name is not None:
+        return resolve_trace(dist.trace_name, f"{where}.trace_name")
+    raise InputError(
+        f"{where}: kind = empirical needs path (a CSV file) or trace_name "
+        f"(built-in: {choices_text(BUILTIN_TRACES)})"
+    )
+
+
 def length_sampler(dist: LengthDist, part: str, trace: pd.DataFrame | None) -> Sampler:
     where = f"workload.{part}"
     kind = dist.kind
@@ -137,15 +239,7 @@ def length_sampler(dist: LengthDist, part: str, trace: pd.DataFrame | None) -> S
         sigma2 = math.log1p(cv * cv)
         return Lognormal(mu=math.log(mean) - sigma2 / 2, sigma=math.sqrt(sigma2))
     if kind is LengthKind.EMPIRICAL:
-        if dist.path is not None:
-            path = resolve_trace(dist.path, f"{where}.path")
-        elif dist.trace_name is not None:
-            path = resolve_trace(dist.trace_name, f"{where}.trace_name")
-        else:
-            raise InputError(
-                f"{where}: kind = empirical needs path (a CSV file) or trace_name "
-                f"(built-in: {choices_text(BUILTIN_TRACES)})"
-            )
+        path = _empirical_path(dist, where)
         column = dist.column or TRACE_COLUMNS[part]  # default: the trace's own column
         values = token_column(read_csv(path, where), column, path, f"{where}.column")
         if len(values) == 0:

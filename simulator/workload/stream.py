@@ -11,13 +11,20 @@ Conventions (the ones a reader of a report needs to know):
   divided by `time_scale`, so a trace slice always starts at 0.
 - Shared prefixes. A request joins prefix group g with probability `fraction_g` (at most one
   group); its system prompt precedes the user's prompt, so `prompt_len = prefix_len + sampled`.
-- Maximum length. A prompt that already reaches `max_seq_len` is kept as is: the scheduler rejects
-  it with a reason (nothing is dropped here). Otherwise the output is capped so that
-  prompt + output <= max_seq_len, as a server's max-tokens cap does; `WorkloadStats` counts both.
+- Lengths. A prompt and its output come from one row of a file when both are `trace` (the
+  workload trace, row by row) or both `empirical` from one file (a random row; `empirical_pairing
+  = "independent"` resamples each column on its own instead). Otherwise each is drawn on its own.
+- Maximum length. A row longer than `max_seq_len` is clipped as Vidur's trace generators clip
+  it: its prompt is cut by the excess (the shared prefix kept, at least one prompt token left), so
+  the real answer length survives and nothing is rejected. Lengths drawn on their own are limited
+  as a server limits them: a prompt that already reaches `max_seq_len` is kept as is, for the
+  scheduler to reject with a reason (nothing is dropped here); otherwise the output is capped so
+  that prompt + output <= max_seq_len, as a server's max-tokens cap does. `WorkloadStats` counts
+  each case.
 - Randomness. Only the `numpy.random.Generator` passed in is used; numbers are drawn in chunks of
-  `CHUNK_SIZE` requests, in a fixed order per chunk (arrival gaps, prompt lengths, output lengths,
-  prefix-group draws), so the same seed gives the same requests and a million requests never sit
-  in memory at once.
+  `CHUNK_SIZE` requests, in a fixed order per chunk (arrival gaps, prompt lengths, output lengths
+  or the rows that give both, prefix-group draws), so the same seed gives the same requests and a
+  million requests never sit in memory at once.
 """
 
 from __future__ import annotations
@@ -34,11 +41,14 @@ from pagesim.simulator.core.request import Request, SamplingKind
 from pagesim.simulator.workload.checks import bad_int, positive_float, positive_int
 from pagesim.simulator.workload.samplers import (
     Fixed,
+    Independent,
+    LengthPairs,
+    LengthSource,
     PrefixGroups,
     Rows,
     Sampler,
     arrival_sampler,
-    length_sampler,
+    lengths_sampler,
 )
 from pagesim.simulator.workload.trace_files import BUILTIN_TRACES
 from pagesim.simulator.workload.traces import load_trace, read_csv, resolve_trace
@@ -48,12 +58,32 @@ CHUNK_SIZE = 4096  # requests whose random numbers are drawn together
 
 @dataclass(slots=True)
 class WorkloadStats:
-    """Counts filled in while requests are yielded, for reports."""
+    """How the requests were made, for reports: counted for each request a consumer takes (a
+    request drawn but dropped, as the engine drops the first one past `stop.max_time_s`, is not)."""
 
     num_requests: int = 0
+    num_prompt_clipped: int = 0  # rows whose prompt was cut to fit max_seq_len (Vidur's rule)
     num_output_capped: int = 0  # outputs shortened so that prompt + output <= max_seq_len
     num_prompt_too_long: int = 0  # prompts >= max_seq_len, kept for the scheduler to reject
     num_with_prefix: int = 0  # requests that start with a shared system prompt
+    length_source: LengthSource | None = None  # set when the stream starts
+
+    def provenance(self) -> dict[str, object]:
+        """The counts, and in words where lengths came from and how they were fit to the model."""
+        source = self.length_source
+        if source is not None and source.is_row:
+            limit = "a row longer than max_seq_len has its prompt cut by the excess (Vidur)"
+        else:
+            limit = "outputs capped at max_seq_len - prompt; prompts >= max_seq_len rejected"
+        return {
+            "lengths": None if source is None else source.value,
+            "max_seq_len_rule": limit,
+            "num_requests": self.num_requests,
+            "num_prompt_clipped": self.num_prompt_clipped,
+            "num_output_capped": self.num_output_capped,
+            "num_prompt_too_long": self.num_prompt_too_long,
+            "num_with_prefix": self.num_with_prefix,
+        }
 
 
 # ------------------------------------------------------------------------------------ planning
@@ -63,8 +93,8 @@ class WorkloadStats:
 class _Plan:
     num_requests: int
     arrivals: Sampler
-    prompt: Sampler
-    output: Sampler
+    lengths: LengthPairs  # prompt (without a shared prefix) and output lengths
+    source: LengthSource
     priority: Sampler
     groups: PrefixGroups
     group_tokens: np.ndarray  # [num_groups + 1] prefix tokens per group index; 0 for "none"
@@ -156,11 +186,12 @@ def _plan(workload: WorkloadConfig, max_seq_len: int) -> _Plan:
             f"workload.prefix_groups: fractions sum to {fractions.sum():g} (> 1); a request "
             "joins at most one group, so they must sum to at most 1"
         )
+    lengths, source = lengths_sampler(workload, trace)
     return _Plan(
         num_requests=num_requests,
         arrivals=arrival_sampler(workload.arrival, trace, path, time_scale),
-        prompt=length_sampler(workload.prompt, "prompt", trace),
-        output=length_sampler(workload.output, "output", trace),
+        lengths=lengths,
+        source=source,
         priority=Fixed(0),
         groups=PrefixGroups(np.cumsum(fractions)),
         group_tokens=np.array([group.num_tokens for group in groups] + [0], dtype=np.int64),
@@ -185,8 +216,8 @@ def _explicit_plan(workload: WorkloadConfig, num_seqs: int) -> _Plan:
     return _Plan(
         num_requests=len(order),
         arrivals=Rows(arrival_s[order]),
-        prompt=rows("prompt_len"),
-        output=rows("output_len"),
+        lengths=Independent(rows("prompt_len"), rows("output_len")),
+        source=LengthSource.EXPLICIT,
         priority=rows("priority"),
         groups=PrefixGroups(np.zeros(0)),
         group_tokens=np.zeros(1, dtype=np.int64),
@@ -205,11 +236,22 @@ def _stream(plan: _Plan, max_seq_len: int, rng: np.random.Generator) -> Iterator
     while next_id < plan.num_requests:
         n = min(CHUNK_SIZE, plan.num_requests - next_id)
         arrival_s = plan.arrivals.take(n, rng)
-        user_len = plan.prompt.take(n, rng)
-        output_len = plan.output.take(n, rng)
+        user_len, output_len = plan.lengths.take(n, rng)
         group = plan.groups.take(n, rng)
         priority = plan.priority.take(n, rng)
         prefix_len = plan.group_tokens[group]
+        cut = np.zeros(n, dtype=np.int64)
+        if plan.source.is_row:
+            # A row longer than the model's maximum loses prompt tokens, as many as it is too
+            # long, and keeps its output: Vidur's trace replay does the same
+            # (vidur/request_generator/trace_replay_request_generator.py, microsoft/vidur at
+            # 7d47513: `num_prefill_tokens - diff_tokens`; its trace_request_length_generator.py
+            # splits the excess between prompt and output instead). Unlike Vidur, the shared
+            # prefix and one prompt token stay; an output that alone leaves no room is capped
+            # below. The answer lengths a trace measured survive, and no row is rejected.
+            excess = prefix_len + user_len + output_len - max_seq_len
+            cut = np.clip(excess, 0, np.maximum(user_len - 1, 0))
+            user_len = user_len - cut
         prompt_len = prefix_len + user_len
         room = max_seq_len - prompt_len  # <= 0: prompt too long, kept for the scheduler
         is_capped = (room > 0) & (output_len > room)
@@ -221,15 +263,12 @@ def _stream(plan: _Plan, max_seq_len: int, rng: np.random.Generator) -> Iterator
             group.tolist(),
             prefix_len.tolist(),
             priority.tolist(),
+            (cut > 0).tolist(),
             is_capped.tolist(),
             (room <= 0).tolist(),
             strict=True,
         )
-        for arrival, prompt, output, g, prefix, prio, capped, too_long in columns:
-            stats.num_requests += 1
-            stats.num_output_capped += capped
-            stats.num_prompt_too_long += too_long
-            stats.num_with_prefix += g != no_group
+        for arrival, prompt, output, g, prefix, prio, clipped, capped, too_long in columns:
             yield Request(
                 request_id=next_id,
                 arrival_s=arrival,
@@ -241,7 +280,14 @@ def _stream(plan: _Plan, max_seq_len: int, rng: np.random.Generator) -> Iterator
                 num_seqs=plan.num_seqs,
                 priority=prio,
             )
+            # Counted once the consumer comes back for the next one: a request it dropped
+            # (stopping early) is not in the counts.
             next_id += 1
+            stats.num_requests += 1
+            stats.num_prompt_clipped += clipped
+            stats.num_output_capped += capped
+            stats.num_prompt_too_long += too_long
+            stats.num_with_prefix += g != no_group
 
 
 def iter_requests(
@@ -253,9 +299,10 @@ def iter_requests(
     """Requests in non-decreasing arrival order, ids 0, 1, 2, ..., generated lazily.
 
     The configuration is validated now (InputError here, not at the first `next`). `stats`, when
-    given, is updated as each request is yielded.
+    given, says now where the lengths come from, and counts each request the consumer takes.
     """
     plan = _plan(workload, max_seq_len)
     if stats is not None:
         plan.stats = stats
+    plan.stats.length_source = plan.source
     return _stream(plan, max_seq_len, rng)

@@ -9,7 +9,7 @@ import pytest
 from sim_helpers import explicit_workload, poisson_workload, scenario, system
 
 from pagesim.simulator.core.catalog import GIB
-from pagesim.simulator.core.config import Policy, PreemptionPolicy, PrefixGroup
+from pagesim.simulator.core.config import Policy, PreemptionPolicy, PrefixGroup, Scenario
 from pagesim.simulator.core.plan import SeqWork, StepPlan
 from pagesim.simulator.engine import simulate
 from pagesim.simulator.execution.overhead import era_of
@@ -20,7 +20,7 @@ PAGED = (Policy.VLLM_V0, Policy.VLLM_V1)
 ALL_POLICIES = (Policy.STATIC, Policy.ORCA, Policy.VLLM_V0, Policy.VLLM_V1)
 
 
-def roofline_for(s, block_size: int = 16) -> RooflineModel:  # type: ignore[no-untyped-def]
+def roofline_for(s: Scenario, block_size: int = 16) -> RooflineModel:
     era = era_of(s.systems[0].policy)  # the engine prices a system's steps with its era's overhead
     return RooflineModel(s.model, s.gpu, s.execution, s.kv_dtype, block_size=block_size, era=era)
 
@@ -89,7 +89,7 @@ def test_shared_system_prompt_is_stored_once() -> None:
             10, 20.0, prompt_mean=16, output_mean=400, prefix_groups=(PrefixGroup(2000, 1.0),)
         ),
         system(Policy.VLLM_V1, "cache on", enable_prefix_cache=True),
-        system(Policy.VLLM_V1, "cache off"),
+        system(Policy.VLLM_V1, "cache off", enable_prefix_cache=False),
         model="llama-2-13b",
     )
     on = simulate(s_on, s_on.systems[0], check_invariants=False)
@@ -213,10 +213,18 @@ def test_stop_time_leaves_unfinished_requests_accounted() -> None:
 
 
 def test_capacity_from_gpu_memory() -> None:
+    """vLLM's rule (v1/worker/gpu_worker.py determine_available_memory): utilization x the
+    memory the driver reports, less the weights, less the activation peak of a profiling run at
+    max_num_batched_tokens (pagesim's estimate, core.defaults.activation_reserve_bytes)."""
     s = scenario(poisson_workload(1, 1.0), system(Policy.VLLM_V0))
     cap = kv_capacity(s, s.systems[0])
     block_bytes = 16 * 524_288
-    expected = (80 * GIB * 0.9 - 6.74e9 * 2 - 1 * GIB) // block_bytes
+    driver = 80 * GIB * 79.2 / 80  # A100-80GB: ~99% of 80 GiB, as the H100's 79.2 GiB (FACTS)
+    tokens = 4096  # V0's default cap: max(max_model_len 4096, 2048)
+    activations = tokens * 2 * (4096 + 3 * 11008)  # hidden + gate/up/act, 16-bit
+    logits = 2 * 4 * 32000 * 256  # fp32 logits and probabilities for max_num_seqs 256 rows
+    reserve = activations + logits + 0.5 * GIB
+    expected = (driver * 0.9 - 6.74e9 * 2 - reserve) // block_bytes
     assert cap.num_gpu_blocks == expected
     assert cap.num_cpu_blocks == 4 * GIB // block_bytes
     assert math.isclose(cap.block_bytes, block_bytes)
@@ -279,3 +287,18 @@ def test_builtin_textbook_scenario_shows_the_textbook_gap() -> None:
     rows = static.requests.set_index("output_len")
     assert rows.loc[50, "finish_s"] == rows.loc[100, "finish_s"]
     assert rows.loc[50, "last_token_s"] < rows.loc[50, "finish_s"]
+
+
+@pytest.mark.parametrize(
+    ("policy", "words"), [(Policy.VLLM_V0, "Vidur"), (Policy.VLLM_V1, "estimate")]
+)
+def test_the_host_overhead_is_among_the_era_defaults_a_run_names(
+    policy: Policy, words: str
+) -> None:
+    """core.defaults' knobs and the execution model's host overhead (overhead.py, by era) are
+    listed side by side, each with its source: one rule for the host overhead, named once."""
+    from pagesim.simulator.core.defaults import HOST_OVERHEAD_KEY
+
+    s = scenario(explicit_workload([(30, 3, 0.0)]), system(policy))
+    found = simulate(s).provenance["defaults_from"]
+    assert "max_num_seqs" in found and words in found[HOST_OVERHEAD_KEY]

@@ -97,15 +97,17 @@ def test_bulk_block_operations_match_one_by_one() -> None:
     assert bulk.num_used_blocks == single.num_used_blocks == 10
 
 
-def test_free_unshared_leaves_shared_or_cached_blocks_to_decref() -> None:
+def test_free_unshared_leaves_shared_blocks_to_decref_and_keeps_cached_ones_findable() -> None:
     from pagesim.simulator.kv.block_pool import BlockPool
 
     pool = BlockPool(4)
     a, b = pool.allocate_many(2)
     pool.incref(b)
-    assert not pool.free_unshared([b, a])
+    assert not pool.free_unshared([b, a])  # b is shared: nothing changes
+    assert pool.num_used_blocks == 2
     pool.decref(b)
     pool.cache_block(a, 99)
-    assert not pool.free_unshared([b, a])
-    assert pool.free_unshared([b]) and pool.num_used_blocks == 1
+    assert pool.free_unshared([b, a])  # a cached block goes to the evictable queue, findable
+    assert pool.num_used_blocks == 0 and pool.lookup(99) == a
+    assert pool.num_evictable_blocks == 1
     pool.check_invariants()

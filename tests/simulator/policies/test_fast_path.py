@@ -6,9 +6,9 @@ bit for bit. With the fast path on, `check_invariants` also checks the group's r
 its closed-form memory breakdown against a walk of every block with the members' true progress,
 so the fast path is checked while it is active, not only by its results.
 
-The fast path exists for vLLM V1 without a prefix cache; other policies run the same path both
-times. A case counts as a test of the fast path only if it took grouped steps: the cases are
-drawn so that most of them do, and the test says how many did.
+The fast path exists for vLLM V1 (with or without a prefix cache); other policies run the same
+path both times. A case counts as a test of the fast path only if it took grouped steps: the cases
+are drawn so that most of them do, and the test says how many did.
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ class PlanCounter:
 
 def _case(seed: int) -> Scenario:
     rng = np.random.default_rng(seed)
-    # Three quarters of the cases are the fast path's own: V1 without a prefix cache.
+    # Three quarters of the cases are the fast path's own: V1.
     others = [p.value for p in Policy]
     policy = Policy.VLLM_V1 if rng.random() < 0.75 else Policy(rng.choice(others))
     paged = policy in (Policy.VLLM_V0, Policy.VLLM_V1)
@@ -71,6 +71,8 @@ def _case(seed: int) -> Scenario:
     sampling = SamplingKind.SINGLE
     if num_seqs > 1:
         sampling = SamplingKind(rng.choice(["parallel", "beam"]))
+        if policy is Policy.VLLM_V1:  # V1 has no engine beam search (core.defaults)
+            sampling = SamplingKind.PARALLEL
     # (Block size 1 is left to tests/simulator/policies/test_decode_group_cases.py: each step's
     # invariant check here walks every block of every table, which at one token a block costs
     # seconds a case.)
@@ -93,10 +95,12 @@ def _case(seed: int) -> Scenario:
         preemption=PreemptionPolicy(rng.choice([p.value for p in PreemptionPolicy])),
         victim=VictimPolicy(rng.choice([v.value for v in VictimPolicy])),
         admission=AdmissionOrder(rng.choice([a.value for a in AdmissionOrder])),
-        enable_prefix_cache=paged and policy is not Policy.VLLM_V1 and bool(rng.random() < 0.5),
+        enable_prefix_cache=paged and bool(rng.random() < 0.5),
     )
     if rng.random() < 0.3:
         knobs["max_prefill_chunk"] = int(rng.choice([8, 32]))
+    if policy is Policy.VLLM_V0:  # V0 refuses a token cap below the model's length
+        del knobs["max_num_batched_tokens"]
     chosen: SystemConfig = system(policy, **knobs)
     return scenario(workload, chosen, seed=seed)
 
@@ -126,7 +130,7 @@ def test_fast_path_gives_the_per_sequence_results_with_invariants_checked(seed: 
     assert exact_count.num_grouped == 0
     FAST_STEPS[seed] = fast_count.num_grouped
     if fast_count.num_grouped:  # only where the fast path exists
-        assert s.systems[0].policy is Policy.VLLM_V1 and not s.systems[0].enable_prefix_cache
+        assert s.systems[0].policy is Policy.VLLM_V1
 
 
 def test_most_cases_took_the_fast_path() -> None:

@@ -14,6 +14,7 @@ from profile_helpers import synthetic_profile
 from pagesim.simulator.core.catalog import GIB, get_gpu, get_model, load_hf_config
 from pagesim.simulator.core.config import (
     ArrivalKind,
+    ContiguousAllocator,
     ExecutionKind,
     LengthKind,
     Policy,
@@ -21,7 +22,9 @@ from pagesim.simulator.core.config import (
     Reservation,
     Scenario,
     SweepAxis,
+    SystemConfig,
 )
+from pagesim.simulator.core.defaults import resolve_system
 from pagesim.simulator.core.errors import InputError
 from pagesim.simulator.core.request import SamplingKind
 from pagesim.simulator.scenario import load as sc
@@ -167,7 +170,27 @@ def test_defaults_apply_unless_a_system_sets_the_key(mini: Path) -> None:
         8,
         Reservation.POW2,
     )
-    assert a.max_num_seqs == 256  # config.py's default where neither says
+    # Where neither says, the knob stays unset in the scenario and takes its era's default when
+    # the run starts: vLLM V0's max_num_seqs is 256 (vllm/config.py SchedulerConfig, 0.5.4).
+    assert a.max_num_seqs is None
+    scenario = load_scenario(mini)
+    assert resolve_system(a, scenario.model, scenario.gpu).system.max_num_seqs == 256
+
+
+def test_contiguous_allocator_defaults_by_policy_and_is_read_from_defaults(mini: Path) -> None:
+    # orca: buddy, as the vLLM paper's Orca baselines (§6.1); static: first fit; paged: none.
+    a, b = load_scenario(mini).systems
+    assert (a.contiguous_allocator, b.contiguous_allocator) == (None, ContiguousAllocator.BUDDY)
+    static = SystemConfig("s", Policy.STATIC)
+    assert static.contiguous_allocator is ContiguousAllocator.FIRST_FIT
+    text = mini.read_text().replace(
+        "block_size = 32\n", 'block_size = 32\ncontiguous_allocator = "first-fit"\n'
+    )
+    a, b = load_scenario(write(mini.parent, text, "ff.toml")).systems
+    assert (a.contiguous_allocator, b.contiguous_allocator) == (
+        None,  # [defaults] serve the contiguous systems; a paged one has no such allocator
+        ContiguousAllocator.FIRST_FIT,
+    )
 
 
 def test_values_are_parsed_into_the_config_types(mini: Path) -> None:
@@ -194,10 +217,7 @@ def test_overrides_global_and_per_system(mini: Path) -> None:
         ],
     )
     assert [s.max_num_seqs for s in scenario.systems] == [64, 64]
-    assert [s.preemption for s in scenario.systems] == [
-        PreemptionPolicy.RECOMPUTE,
-        PreemptionPolicy.SWAP,
-    ]
+    assert [s.preemption for s in scenario.systems] == [None, PreemptionPolicy.SWAP]
     assert scenario.workload.arrival.rate_per_s == 4.0
     assert scenario.stop.max_time_s == 30.5
     assert (scenario.seed, scenario.name) == (7, "renamed")
@@ -383,9 +403,10 @@ BAD_FILES = [
         replaced('name = "b"', 'name = "b"\nblok_size = 4'),
         "s.toml: systems[1].blok_size: unknown key 'blok_size' (did you mean 'block_size'?); "
         "valid keys here: name, policy, block_size, max_num_seqs, max_num_batched_tokens, "
-        "max_prefill_chunk, reservation, preemption, victim, admission, enable_prefix_cache, "
-        "watermark, gpu_memory_utilization, activation_reserve_gib, swap_space_gib, "
-        "static_batch_size, static_batch_timeout_s, num_kv_blocks, execution",
+        "max_prefill_chunk, reservation, contiguous_allocator, preemption, victim, admission, "
+        "enable_prefix_cache, watermark, gpu_memory_utilization, activation_reserve_gib, "
+        "swap_space_gib, static_batch_size, static_batch_timeout_s, num_kv_blocks, execution, "
+        "defaults",
     ),
     (
         replaced('policy = "orca"', 'policy = "vlm-v1"'),
@@ -479,6 +500,31 @@ BAD_FILES = [
         "(vllm-v0, vllm-v1); the policy is 'orca'",
     ),
     (
+        replaced('reservation = "pow2"', 'contiguous_allocator = "slab"'),
+        "s.toml: systems[1].contiguous_allocator: unknown contiguous allocator 'slab'; "
+        "valid: buddy, first-fit",
+    ),
+    (
+        replaced('name = "a"', 'name = "a"\ncontiguous_allocator = "buddy"'),
+        "s.toml: systems[0].contiguous_allocator: only used by the contiguous policies "
+        "(static, orca); the policy is 'vllm-v0', which allocates blocks",
+    ),
+    (
+        replaced("num_requests = 10", 'num_requests = 10\nempirical_pairing = "rows"'),
+        "s.toml: workload.empirical_pairing: only used when [workload.prompt] and "
+        '[workload.output] both have kind = "empirical"',
+    ),
+    (
+        replaced("num_requests = 10", 'num_requests = 10\nempirical_pairing = "rows"')
+        .replace('kind = "fixed"\nvalue = 64', 'kind = "empirical"\ntrace = "azure-conv"')
+        .replace(
+            'kind = "uniform"\nlow = 8\nhigh = 32', 'kind = "empirical"\ntrace = "azure-code"'
+        ),
+        's.toml: workload.empirical_pairing: "rows" draws both lengths from one row of one '
+        "file, but the prompt reads 'azure-conv' and the output 'azure-code'; read one file, "
+        'or set "independent"',
+    ),
+    (
         replaced('reservation = "pow2"', 'preemption = "swap"\nswap_space_gib = 0'),
         "s.toml: systems[1].swap_space_gib: must be > 0: preemption 'swap' swaps",
     ),
@@ -503,8 +549,8 @@ BAD_FILES = [
     (
         replaced('preset = "llama-2-7b"', 'preset = "llama-2-70b"'),
         "s.toml: systems[0].gpu_memory_utilization: no memory left for the KV cache: "
-        "llama-2-70b weights take 128.5 GiB per GPU and a100-80gb x 0.9 less 1 GiB of "
-        "activations is 72.0 GiB; use a bigger GPU, more tensor_parallel, or set num_kv_blocks",
+        "llama-2-70b weights take 128.5 GiB per GPU and a100-80gb x 0.9 less 1.28 GiB of "
+        "activations is 71.3 GiB; use a bigger GPU, more tensor_parallel, or set num_kv_blocks",
     ),
     (
         'name = "x"\nseed = 1 2\n',

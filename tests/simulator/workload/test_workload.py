@@ -24,6 +24,7 @@ from pagesim.simulator.core.config import (
 )
 from pagesim.simulator.core.errors import InputError
 from pagesim.simulator.core.request import Request, SamplingKind, prompt_segments
+from pagesim.simulator.workload.samplers import LengthSource
 from pagesim.simulator.workload.stream import (
     WorkloadStats,
     iter_requests,
@@ -201,7 +202,11 @@ def test_output_is_capped_to_max_seq_len_and_too_long_prompts_are_kept() -> None
         (150, 5),
     ]
     assert stats == WorkloadStats(
-        num_requests=4, num_output_capped=1, num_prompt_too_long=2, num_with_prefix=0
+        num_requests=4,
+        num_output_capped=1,
+        num_prompt_too_long=2,
+        num_with_prefix=0,
+        length_source=LengthSource.EXPLICIT,
     )
 
 

@@ -1,0 +1,212 @@
+"""Defaults that depend on the engine era, the GPU and the model, each with where it comes from.
+
+A `SystemConfig` knob left unset (None) takes the value of its rule here when a run starts
+(`resolve_system`); the run's provenance and `pagesim scenarios show --resolved` list every value
+in force with its source. The eras pagesim models (FACTS.md, "vLLM behaviour by version"):
+
+    vllm-v0   the V0 engine of vLLM 0.5-0.6 (`vllm/core/`), without chunked prefill
+    vllm-v1   the V1 engine (`vllm/v1/`), reference v0.11.0 (Oct 2025); where v0.33.0 (Nov 2026)
+              differs, the rule says so
+    static, orca   the textbook baselines of the vLLM paper (not vLLM): pagesim's own defaults
+
+One era-dependent default is not here: the host's work per step (scheduling, input preparation,
+sampling, output processing). It prices steps, so the execution model owns it; its one rule, its
+figures and their sources (vllm-v0, static, orca: fitted to Vidur's measured CPU overheads; vllm-v1:
+an estimate) are in simulator/execution/overhead.py (`host_overhead`), and a run's provenance
+lists its value and source under `execution_model` and in `defaults_from` (HOST_OVERHEAD_KEY).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from pagesim.simulator.core.catalog import GIB, GPUSpec, ModelSpec
+from pagesim.simulator.core.config import DefaultsMode, Policy, PreemptionPolicy, SystemConfig
+from pagesim.simulator.core.request import SamplingKind
+
+ERA = {
+    Policy.VLLM_V0: "vLLM V0 engine (vLLM 0.5-0.6, vllm/core/), without chunked prefill",
+    Policy.VLLM_V1: "vLLM V1 engine (vllm/v1/), reference v0.11.0; notes where v0.33.0 differs",
+    Policy.STATIC: "static batching (FasterTransformer-style), as the vLLM paper's baseline",
+    Policy.ORCA: "Orca iteration-level scheduling, as the vLLM paper models it (§6.1)",
+}
+
+# What the CUDA driver reports as the device's total memory, which vLLM multiplies by
+# gpu_memory_utilization (v1/worker/gpu_worker.py determine_available_memory). H100 and H200
+# per FACTS.md; the others are an estimate: about 99% of the marketed GiB, as on those two.
+DRIVER_MEMORY_GIB = {
+    "h100-sxm": 79.2,  # FACTS.md
+    "h200-sxm": 140.0,  # FACTS.md (the H200 lent to this project's GPU checks reports ~139)
+}
+DRIVER_MEMORY_SHARE = 79.2 / 80  # estimate for presets without a reported figure
+NON_TORCH_BYTES = 0.5 * GIB  # estimate: CUDA context and NCCL buffers vLLM counts as non-torch
+
+# The `defaults_from` key under which a run's provenance names the host overhead's source (the rule
+# itself: simulator/execution/overhead.py, by era).
+HOST_OVERHEAD_KEY = "execution.step_overhead_s"
+
+_V1_REF = "vLLM v0.11.0 vllm/engine/arg_utils.py EngineArgs defaults"
+_V0_REF = "vLLM 0.5.4 vllm/config.py SchedulerConfig"
+
+
+@dataclass(frozen=True, slots=True)
+class ResolvedSystem:
+    """A system with every knob set, and where each defaulted knob's value came from."""
+
+    system: SystemConfig
+    sources: dict[str, str]  # knob -> source, for the knobs that were left unset
+
+
+@dataclass(frozen=True, slots=True)
+class Knobs:
+    """The era-dependent knobs a policy reads, every one set (`knobs_of` a resolved system)."""
+
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    enable_prefix_cache: bool
+    watermark: float
+    preemption: PreemptionPolicy
+
+
+def knobs_of(system: SystemConfig) -> Knobs:
+    """The knobs of a system `resolve_system` has resolved; a ValueError names any still unset
+    (a policy built from an unresolved system: a bug, never input)."""
+    values = {name: getattr(system, name) for name in Knobs.__dataclass_fields__}
+    unset = [name for name, value in values.items() if value is None]
+    if unset:
+        raise ValueError(f"system {system.name!r}: {', '.join(unset)} unset; resolve_system first")
+    return Knobs(**values)
+
+
+def driver_memory_bytes(gpu: GPUSpec) -> int:
+    """Total device memory as the driver reports it (what vLLM's utilization applies to)."""
+    reported = DRIVER_MEMORY_GIB.get(gpu.name)
+    if reported is not None and gpu.memory_bytes == _marketed_bytes(gpu.name):
+        return int(reported * GIB)
+    return int(gpu.memory_bytes * DRIVER_MEMORY_SHARE)
+
+
+def is_big_non_a100(gpu: GPUSpec) -> bool:
+    """vLLM V1's test for its larger defaults: >= 70 GiB of device memory and not an A100."""
+    return driver_memory_bytes(gpu) >= 70 * GIB and "a100" not in gpu.name.lower()
+
+
+def activation_reserve_bytes(model: ModelSpec, tensor_parallel: int, system: SystemConfig) -> int:
+    """Non-KV memory vLLM sets aside (estimate): the activation peak of its profiling run, a
+    forward pass of `max_num_batched_tokens` tokens (v1/worker/gpu_worker.py
+    determine_available_memory), plus the sampler's logits for `max_num_seqs` rows, plus
+    NON_TORCH_BYTES.
+
+    Peak within a layer, per token: the MLP's input, its gate/up output and the activation
+    (hidden + 3 x intermediate per GPU, or + 2 x for a plain MLP) in 16 bits; logits in fp32,
+    twice (logits and probabilities). An estimate of a measured quantity: it grows with the
+    token budget and the vocabulary as vLLM's does, not to the byte."""
+    assert system.max_num_batched_tokens is not None and system.max_num_seqs is not None
+    t = tensor_parallel
+    inner = (3 if model.is_gated_mlp else 2) * max(1, model.intermediate_size // t)
+    per_token = 2 * (model.hidden_size + inner)
+    logits = 2 * 4 * model.vocab_size * system.max_num_seqs
+    return int(system.max_num_batched_tokens * per_token + logits + NON_TORCH_BYTES)
+
+
+def resolve_system(
+    system: SystemConfig, model: ModelSpec, gpu: GPUSpec, tensor_parallel: int = 1
+) -> ResolvedSystem:
+    """Every unset knob of `system` by the rules of its era (see the module docstring)."""
+    policy = system.policy
+    sources: dict[str, str] = {}
+    values: dict[str, object] = {}
+
+    def default(knob: str, value: object, source: str) -> None:
+        if getattr(system, knob) is None:
+            values[knob] = value
+            sources[knob] = source
+
+    if policy is Policy.VLLM_V1:
+        big = is_big_non_a100(gpu)
+        offline = system.defaults is DefaultsMode.OFFLINE
+        which = "LLM class (offline)" if offline else "vllm serve (server)"
+        gpu_rule = ">= 70 GiB, not A100" if big else "< 70 GiB or A100"
+        tokens = (16384 if offline else 8192) if big else (8192 if offline else 2048)
+        # v0.33.0 adds 16384 / 1024 for GPUs of >= 160 GiB (B200) in server mode.
+        default("max_num_batched_tokens", tokens, f"{_V1_REF}, {which}, GPU {gpu_rule}")
+        default("max_num_seqs", 1024 if big else 256, f"{_V1_REF}, GPU {gpu_rule}")
+        default("enable_prefix_cache", True, "vLLM V1: prefix caching on by default (v0.11.0)")
+        default("watermark", 0.0, "vLLM V1: no admission watermark (v0.33.0 adds one, default 0)")
+        default("preemption", PreemptionPolicy.RECOMPUTE, "vLLM V1 preempts by recompute only")
+    elif policy is Policy.VLLM_V0:
+        default(
+            "max_num_batched_tokens",
+            max(model.max_seq_len, 2048),
+            f"{_V0_REF}: max(max_model_len, 2048) without chunked prefill",
+        )
+        default("max_num_seqs", 256, f"{_V0_REF}: max_num_seqs 256")
+        default("enable_prefix_cache", False, "vLLM V0: prefix caching off by default")
+        default("watermark", 0.01, "vLLM V0 core/block_manager: watermark 0.01 of the blocks")
+        default(
+            "preemption",
+            PreemptionPolicy.AUTO,
+            "vLLM V0 core/scheduler.py: recompute single sequences, swap multi-sequence groups",
+        )
+    else:
+        era = f"pagesim's {policy.value} baseline"
+        default("max_num_batched_tokens", max(model.max_seq_len, 2048), f"{era}: as vLLM V0")
+        default("max_num_seqs", 256, f"{era}: as vLLM V0")
+        default("enable_prefix_cache", False, f"{era}: no prefix cache")
+        default("watermark", 0.0, f"{era}: no watermark")
+        default("preemption", PreemptionPolicy.RECOMPUTE, f"{era}: never preempts")
+    resolved = replace(system, **values)  # type: ignore[arg-type]  # knob names checked above
+    if system.activation_reserve_gib is None:
+        reserve = activation_reserve_bytes(model, tensor_parallel, resolved) / GIB
+        resolved = replace(resolved, activation_reserve_gib=reserve)
+        sources["activation_reserve_gib"] = (
+            "estimate of vLLM's profiled activation peak at max_num_batched_tokens, the "
+            "sampler's logits at max_num_seqs and 0.5 GiB of non-torch memory"
+        )
+    return ResolvedSystem(resolved, sources)
+
+
+def system_knobs(system: SystemConfig) -> dict[str, object]:
+    """Every knob in force, as plain values (Enums by their names in scenario files)."""
+    return {
+        name: getattr(value, "value", value)
+        for name in system.__dataclass_fields__
+        if (value := getattr(system, name)) is not None or name in _OPTIONAL
+    }
+
+
+_OPTIONAL = ("max_prefill_chunk", "num_kv_blocks")
+
+
+def v0_token_cap_reason(system: SystemConfig, max_model_len: int) -> str | None:
+    """vLLM V0 without chunked prefill refuses to start when its token cap cannot hold one
+    whole prompt of the model's maximum length (vLLM 0.5.4 vllm/config.py
+    SchedulerConfig._verify_args); pagesim refuses the same system, naming the fix."""
+    cap = system.max_num_batched_tokens
+    if system.policy is not Policy.VLLM_V0 or cap is None or cap >= max_model_len:
+        return None
+    return (
+        f"{cap} is below the model's maximum length {max_model_len}: vLLM V0 without chunked "
+        f"prefill refuses to start (SchedulerConfig._verify_args); set it to at least "
+        f"{max_model_len}, or use vllm-v1 (chunked prefill)"
+    )
+
+
+def beam_search_reason(system: SystemConfig, sampling: SamplingKind) -> str | None:
+    """Beam search left vLLM's engine in v0.6.3: V1 runs it as a front-end loop issuing
+    one-token requests (LLM.beam_search), which pagesim does not model; its forked beams are V0's
+    (core/scheduler.py with copy-on-write)."""
+    if system.policy is not Policy.VLLM_V1 or sampling is not SamplingKind.BEAM:
+        return None
+    return (
+        "vllm-v1 has no beam search in its engine (it left in vLLM v0.6.3; V1 runs it as a "
+        "front-end loop of one-token requests, LLM.beam_search, which pagesim does not model): "
+        'use policy "vllm-v0" for engine beam search, or sampling = "parallel"'
+    )
+
+
+def _marketed_bytes(name: str) -> int | None:
+    from pagesim.simulator.core.catalog import GPUS
+
+    preset = GPUS.get(name)
+    return None if preset is None else preset.memory_bytes

@@ -1,0 +1,169 @@
+"""vLLM V1 as V1 is, step by step with exact block ids (reference v0.11.0; FACTS.md).
+
+Each story cites the vLLM file and function it mirrors. Block size 4 throughout; a request's
+`prefix_len` tokens are shared with every other request that has them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from sim_helpers import paged_scheduler, poisson_workload, request, scenario, system
+
+from pagesim.simulator.core.config import AdmissionOrder, Policy
+from pagesim.simulator.core.errors import InputError
+from pagesim.simulator.core.plan import StepPlan
+from pagesim.simulator.core.request import RequestStatus, SamplingKind
+from pagesim.simulator.engine import simulate
+from pagesim.simulator.kv.block_pool import EvictionOrder
+from pagesim.simulator.kv.paged_cache import PagedKVCache
+from pagesim.simulator.policies.paged import PagedScheduler
+from pagesim.simulator.policies.paged_state import CHILD_ID_BASE
+
+
+def _step(sched: PagedScheduler, now_s: float) -> StepPlan:
+    plan = sched.schedule(now_s)
+    sched.complete(plan, now_s + 0.01)
+    sched.check_invariants()
+    return plan
+
+
+def _work(plan: StepPlan) -> list[tuple[int, int, int, int, bool]]:
+    return [tuple(item) for item in plan.work]  # (request, seq, new tokens, context, prefill)
+
+
+def test_a_prompt_block_is_cached_when_allocated_so_the_same_step_can_hit_it() -> None:
+    """v1/core/kv_cache_manager.py allocate_slots -> cache_blocks: the blocks a step will fill
+    are cached when allocated, so a request admitted later in the same step hits them. V0
+    caches a block once computed (after the step): its second request misses."""
+    v1 = paged_scheduler(Policy.VLLM_V1, num_blocks=16)
+    for rid in (0, 1):
+        v1.add_request(request(rid, 9, 4, prefix_len=8), 0.0)
+    plan = _step(v1, 0.0)
+    assert _work(plan) == [(0, 0, 9, 9, True), (1, 1, 1, 9, True)]
+    assert v1.kv.block_table(0) == (0, 1, 2) and v1.kv.block_table(1) == (0, 1, 3)
+    assert v1.prefix_hit_rate() == 8 / 18
+
+    v0 = paged_scheduler(Policy.VLLM_V0, num_blocks=16, enable_prefix_cache=True)
+    for rid in (0, 1):
+        v0.add_request(request(rid, 9, 4, prefix_len=8), 0.0)
+    plan = _step(v0, 0.0)
+    assert _work(plan) == [(0, 0, 9, 9, True), (1, 1, 9, 9, True)]
+    assert v0.kv.block_table(1) == (3, 4, 5)
+    assert v0.prefix_hit_rate() == 0.0
+
+
+def test_a_recomputed_last_block_is_cached_again_as_a_duplicate() -> None:
+    """The hit is capped so the last prompt token is computed: a prompt of 2 full cached blocks
+    hits 1 and recomputes the second into a new block, which V1 caches under the same hash as
+    a duplicate (v1/core/block_pool.py cache_full_blocks, BlockHashToBlockMap); a lookup still
+    finds the older copy. V0 leaves the copy uncached."""
+    sched = paged_scheduler(Policy.VLLM_V1, num_blocks=16)
+    sched.add_request(request(0, 8, 1, prefix_len=8), 0.0)
+    _step(sched, 0.0)  # 8 tokens in blocks 0, 1; its only output token: finished, freed
+    sched.add_request(request(1, 8, 4, prefix_len=8), 1.0)
+    plan = _step(sched, 1.0)
+    assert _work(plan) == [(1, 1, 4, 8, True)]  # block 0 hit, block 1's tokens recomputed
+    table = sched.kv.block_table(1)
+    assert table[0] == 0 and table[1] != 1
+    assert sched.kv.block_hash(table[1]) == sched.kv.block_hash(1) is not None
+    assert sched.kv.num_cached_blocks == 3  # 0, 1 and the duplicate
+
+
+def test_one_lru_queue_of_free_blocks_cached_or_not() -> None:
+    """v1/core/block_pool.py FreeKVCacheBlockQueue: every free block, cached or not, in one
+    queue, least recently freed first; taking a cached block drops its hash. V0's evictor
+    reuses plain blocks before cached ones."""
+    hashes = [11, 12]
+    taken = {}
+    for order in EvictionOrder:
+        kv = PagedKVCache(4, 4, enable_prefix_cache=True, eviction=order)
+        kv.add_seq(0, final_len=8)
+        kv.allocate_slots([0], 8)
+        kv.commit(0, 8, hashes)  # blocks 0, 1 cached
+        kv.add_seq(1, final_len=3)
+        kv.allocate_slots([1], 3)  # block 2, partly filled: never cached
+        kv.commit(1, 3)
+        kv.free(0)  # blocks 1, 0 to the free side, tail first
+        kv.free(1)  # then block 2
+        kv.add_seq(2, final_len=8)
+        kv.allocate_slots([2], 8)
+        taken[order] = kv.block_table(2)
+        kv.check_invariants()
+    assert taken[EvictionOrder.LRU] == (3, 1)  # 3 never used, then the least recently freed
+    assert taken[EvictionOrder.PLAIN_FIRST] == (3, 2)  # plain blocks first: 0 and 1 stay cached
+
+
+def test_the_victim_under_priority_scheduling_is_the_least_urgent() -> None:
+    """v1/core/sched/scheduler.py schedule(): with the priority policy the victim is
+    max(running, key=(priority, arrival)), not the last arrived."""
+    sched = paged_scheduler(Policy.VLLM_V1, num_blocks=6, admission=AdmissionOrder.PRIORITY)
+    for rid, priority in ((0, 0), (1, 2), (2, 1)):
+        sched.add_request(request(rid, 4, 10, priority=priority, arrival_s=rid / 10), 0.3)
+    now = 0.3
+    preempted: list[int] = []
+    while not preempted:
+        plan = _step(sched, now)
+        preempted = [p.request_id for p in plan.preemptions]
+        now += 0.01
+    assert preempted == [1]  # priority 2; request 2 (priority 1) arrived last
+
+
+def test_the_hit_rate_counts_first_admissions_only() -> None:
+    """No two requests share a token: the hit rate is 0, though recompute-preempted requests
+    find their own blocks again on re-admission (reported apart)."""
+    s = scenario(
+        poisson_workload(40, 50.0, prompt_mean=200, output_mean=200),
+        system(Policy.VLLM_V1, num_kv_blocks=120, block_size=16),
+    )
+    result = simulate(s)
+    assert result.summary["num_preemptions"] > 0
+    assert result.summary["prefix_hit_rate"] == 0.0
+    assert result.summary["prefix_readmit_hit_rate"] > 0.5
+
+
+def test_no_watermark() -> None:
+    """V1 keeps no free blocks back at admission (v0.11.0; v0.33.0's optional watermark defaults
+    to 0); V0 keeps 1% (core/block_manager_v1.py watermark 0.01): here 1 of 100 blocks."""
+    admitted = {}
+    for policy in (Policy.VLLM_V1, Policy.VLLM_V0):
+        sched = paged_scheduler(policy, num_blocks=100)
+        sched.add_request(request(0, 4, 50), 0.0)
+        sched.add_request(request(1, 396, 2), 0.0)  # 99 blocks: everything left
+        admitted[policy] = [item.request_id for item in _step(sched, 0.0).work]
+    assert admitted[Policy.VLLM_V1] == [0, 1]
+    assert admitted[Policy.VLLM_V0] == [0]
+
+
+def test_n_samples_fan_out_into_child_requests_sharing_the_prompt_through_the_cache() -> None:
+    """v1/engine/parallel_sampling.py ParentRequest: n > 1 becomes n child requests. Each
+    computes the prompt's uncached tail itself (no copy-on-write), counts toward max_num_seqs
+    and is preempted on its own; the parent finishes with its last child."""
+    sched = paged_scheduler(Policy.VLLM_V1, num_blocks=16)
+    parent = replace(request(0, 9, 3), sampling=SamplingKind.PARALLEL, num_seqs=2)
+    sched.add_request(parent, 0.0)
+    plan = _step(sched, 0.0)
+    first, second = (CHILD_ID_BASE + 1, CHILD_ID_BASE + 2)
+    assert _work(plan) == [(first, 0, 9, 9, True), (second, 1, 1, 9, True)]
+    assert sched.kv.block_table(0) == (0, 1, 2) and sched.kv.block_table(1) == (0, 1, 3)
+    assert not plan.copies  # no copy-on-write: V1 has none
+    assert sched.state.num_running_seqs == 2
+    assert parent.status is RequestStatus.RUNNING and parent.first_token_s is None
+    now = 0.1
+    while not parent.is_done:
+        _step(sched, now)
+        now += 0.1
+    assert parent.status is RequestStatus.FINISHED
+    assert parent.first_token_s == 0.01 and parent.num_generated == 3
+    assert not sched.has_pending
+
+
+def test_beam_search_under_v1_is_refused_with_a_way_out() -> None:
+    """Beam search left vLLM's engine in v0.6.3 (V1: a front-end loop, LLM.beam_search)."""
+    s = scenario(
+        poisson_workload(4, 1.0, sampling=SamplingKind.BEAM, num_seqs=2),
+        system(Policy.VLLM_V1),
+    )
+    with pytest.raises(InputError, match=r'vllm-v1 has no beam search in its engine.*"vllm-v0"'):
+        simulate(s)
