@@ -166,11 +166,28 @@ def scenarios_list() -> None:
 
 
 @scenarios_app.command("show")
-def scenarios_show(name: Annotated[str, typer.Argument(help="Built-in name or path.")]) -> None:
-    """Print a scenario file."""
-    from pagesim.simulator.scenario.load import resolve_scenario
+def scenarios_show(
+    name: Annotated[str, typer.Argument(help="Built-in name or path.")],
+    resolved: Annotated[
+        bool,
+        typer.Option(
+            "--resolved",
+            help="Instead of the file: every system's knobs in force after the era defaults, "
+            "each with its source, and the KV capacity it gets.",
+        ),
+    ] = False,
+    set_: SetOption = None,
+) -> None:
+    """Print a scenario file, or (--resolved) the values a run would use and where they come
+    from."""
+    if not resolved:
+        from pagesim.simulator.scenario.load import resolve_scenario
 
-    typer.echo(resolve_scenario(name).read_text())
+        typer.echo(resolve_scenario(name).read_text())
+        return
+    from pagesim.simulator.studies.runs import resolve_scenario_systems
+
+    console.echo_resolved(*resolve_scenario_systems(name, list(set_ or [])))
 
 
 @scenarios_app.command("golden")

@@ -124,7 +124,9 @@ SUMMARY_METRICS: tuple[SummaryMetric, ...] = (
         "Token throughput",
         Unit.TOK_PER_S,
         "Throughput",
-        "Output tokens of the requests completed over the arrival window, per second of it.",
+        "Output tokens produced over the arrival window, per second of it: every token "
+        "generated in it, requests still running included (one per sequence), so a saturated "
+        "system reads its generation rate.",
     ),
     SummaryMetric(
         "goodput_req_s",
@@ -146,7 +148,8 @@ SUMMARY_METRICS: tuple[SummaryMetric, ...] = (
         "Throughput with drain",
         Unit.REQ_PER_S,
         "Throughput",
-        "Completed requests per second from the first arrival to the end, the drain included.",
+        "Requests completed per second from the first arrival after warm-up to the end of the "
+        "run, the drain included.",
     ),
     SummaryMetric(
         "throughput_tok_s_with_drain",

@@ -23,6 +23,7 @@ from pagesim.simulator.core.defaults import (
     ERA,
     HOST_OVERHEAD_KEY,
     beam_search_reason,
+    era_notes,
     resolve_system,
     system_knobs,
     v0_token_cap_reason,
@@ -100,6 +101,9 @@ def simulate(
     wakeup: list[simpy.Event] = [env.event()]
     workload_stats = WorkloadStats()
 
+    warmup_s = scenario.stop.warmup_s
+    window_open = [False]
+
     def arrivals() -> Generator[simpy.Event, None, None]:
         max_seq_len = scenario.model.max_seq_len
         for request in iter_requests(scenario.workload, max_seq_len, rng, workload_stats):
@@ -107,11 +111,15 @@ def simulate(
                 break
             if request.arrival_s > env.now:
                 yield env.timeout(request.arrival_s - env.now)
+            if window_open[0] is False and request.arrival_s >= warmup_s:
+                window_open[0] = True  # the first in-window arrival opens the arrival window
+                recorder.mark_window_edge(0, scheduler.num_output_tokens)
             recorder.add_request(request)
             scheduler.add_request(request, env.now)
             if not wakeup[0].triggered:
                 wakeup[0].succeed()
         scheduler.mark_arrivals_done()
+        recorder.mark_window_edge(1, scheduler.num_output_tokens)  # the last arrival closes it
         if not wakeup[0].triggered:
             wakeup[0].succeed()
 
@@ -152,6 +160,7 @@ def simulate(
         "era": ERA[system.policy],
         "system": system_knobs(system),
         "defaults_from": _defaults_from(resolved.sources, execution),
+        "era_notes": era_notes(system, scenario.workload.sampling),
         "model": scenario.model.name,
         "gpu": scenario.gpu.name,
         "tensor_parallel": scenario.tensor_parallel,

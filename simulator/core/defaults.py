@@ -205,6 +205,34 @@ def beam_search_reason(system: SystemConfig, sampling: SamplingKind) -> str | No
     )
 
 
+def era_notes(system: SystemConfig, sampling: SamplingKind) -> list[str]:
+    """What a resolved system runs that today's vLLM (V1) no longer has, labelled for the user:
+    historical (vLLM V0 had it) or a pagesim extension (no vLLM engine had it this way)."""
+    notes = []
+    swaps = system.preemption in (PreemptionPolicy.SWAP, PreemptionPolicy.AUTO)
+    if system.policy is Policy.VLLM_V1:
+        if swaps:
+            notes.append(
+                "pagesim extension: swap preemption under vllm-v1 (V1 preempts by recompute "
+                "only, vllm/v1/core/sched/scheduler.py)"
+            )
+        if system.watermark:
+            notes.append(
+                "watermark under vllm-v1: an option from vLLM v0.33.0 (default 0); v0.11.0 has none"
+            )
+    elif system.policy is Policy.VLLM_V0:
+        if swaps:
+            notes.append("historical: swap preemption (vLLM V0; V1 preempts by recompute only)")
+        if sampling is not SamplingKind.SINGLE:
+            notes.append(
+                "historical: copy-on-write forks of a sequence group (vLLM V0; V1 fans n out "
+                "into child requests, and beam search left the engine in v0.6.3)"
+            )
+        if system.watermark:
+            notes.append("historical: the admission watermark (vLLM V0; V1 has none by default)")
+    return notes
+
+
 def _marketed_bytes(name: str) -> int | None:
     from pagesim.simulator.core.catalog import GPUS
 

@@ -29,6 +29,13 @@ class Recorder:
         self._block_bytes = block_bytes
         self.requests = RequestLog(slo, warmup_s)
         self.steps = StepLog(window_start_s=warmup_s)
+        # The scheduler's output-token count at the first in-window arrival and at the last
+        # arrival: the tokens produced over the arrival window (None until seen).
+        self.window_tokens: list[int | None] = [None, None]
+
+    def mark_window_edge(self, edge: int, num_output_tokens: int) -> None:
+        """The arrival window starts (edge 0) or ends (edge 1) now; tokens produced so far."""
+        self.window_tokens[edge] = num_output_tokens
 
     def add_request(self, request: Request) -> None:
         self.requests.add(request)
@@ -80,7 +87,9 @@ class Recorder:
     ) -> RunResult:
         requests = self.requests.frame()
         steps = self.steps.frame()
-        summary = summarize(requests, self.steps.totals, self._block_bytes, end_s)
+        start, last = self.window_tokens
+        window_tokens = None if start is None or last is None else last - start
+        summary = summarize(requests, self.steps.totals, self._block_bytes, end_s, window_tokens)
         summary["kv_capacity_tokens"] = scheduler.kv_capacity_slots
         hit_rate = scheduler.prefix_hit_rate()
         summary["prefix_hit_rate"] = None if hit_rate is None else float(hit_rate)
@@ -101,7 +110,11 @@ def _stats(prefix: str, values: np.ndarray) -> dict[str, float | None]:
 
 
 def summarize(
-    requests: pd.DataFrame, steps: StepTotals, block_bytes: int, end_s: float
+    requests: pd.DataFrame,
+    steps: StepTotals,
+    block_bytes: int,
+    end_s: float,
+    window_tokens: int | None = None,
 ) -> dict[str, float | int | str | None]:
     """Scalars of a run that ended at `end_s`. Latency statistics and rates over finished requests
     that arrived after warm-up; time averages (memory shares, utilizations) weighted by step
@@ -164,7 +177,7 @@ def summarize(
     summary["num_recomputed_tokens"] = int(requests["num_recomputed_tokens"].sum())
     summary["num_cow_copies"] = steps.num_cow_copies
     summary["duration_s"] = end_s
-    _add_rates(summary, requests, window, finished, end_s)
+    _add_rates(summary, requests, window, finished, end_s, window_tokens)
     return summary
 
 
@@ -174,15 +187,20 @@ def _add_rates(
     window: np.ndarray,
     finished: np.ndarray,
     end_s: float,
+    window_tokens: int | None = None,
 ) -> None:
     """Throughput and goodput per second over the arrival window (`window` and `finished` are
     masks of the requests).
 
-    The arrival window runs from the first in-window arrival to the last arrival; a rate counts
-    the requests (and their output tokens) finished within it, so a system that keeps up reads
-    the offered rate and one that does not reads what it completed. The drain after the last
-    arrival is reported apart (`drain_s`, and the rates over the whole run, `*_with_drain`).
-    A burst (every request at one instant) has no window: its rates run to the end of the run.
+    The arrival window runs from the first in-window arrival to the last arrival. Request rates
+    count the requests finished within it, so a system that keeps up reads the offered rate and
+    one that does not reads what it completed. The token rate counts the output tokens produced
+    within it (`window_tokens`, from the scheduler's count at both edges), requests still
+    running included: a saturated system reads its decode rate, not only the tokens of the
+    requests that happened to finish. The drain after the last arrival is reported apart
+    (`drain_s`, and the rates from the window's start to the end of the run, `*_with_drain`,
+    which count every request finished after the window opened). A burst (every request at one
+    instant) has no window: its rates run to the end of the run.
     """
     arrivals = requests["arrival_s"].to_numpy(dtype=float)
     start = float(arrivals[window].min()) if window.any() else 0.0
@@ -190,14 +208,22 @@ def _add_rates(
     whole = end_s - start
     span = last - start
     finish = requests["finish_s"].to_numpy(dtype=float)
-    in_span = finished & (finish <= last) if span > 0 else finished
+    after_start = finished & (finish >= start)
+    in_span = after_start & (finish <= last) if span > 0 else after_start
+    lengths = requests["output_len"].to_numpy() * requests["num_seqs"].to_numpy()
+    tokens = float(lengths[in_span].sum())
+    if span > 0 and window_tokens is not None:
+        tokens = float(window_tokens)
     if span <= 0:
         span = whole
-    lengths = requests["output_len"].to_numpy() * requests["num_seqs"].to_numpy()
     meets = requests["meets_slo"].to_numpy(dtype=bool)
-    for suffix, mask, length in (("", in_span, span), ("_with_drain", finished, whole)):
+    rows = (
+        ("", in_span, span, tokens),
+        ("_with_drain", after_start, whole, float(lengths[after_start].sum())),
+    )
+    for suffix, mask, length, num_tokens in rows:
         ok = length > 0
         summary[f"throughput_req_s{suffix}"] = int(mask.sum()) / length if ok else None
-        summary[f"throughput_tok_s{suffix}"] = float(lengths[mask].sum()) / length if ok else None
+        summary[f"throughput_tok_s{suffix}"] = num_tokens / length if ok else None
         summary[f"goodput_req_s{suffix}"] = int((meets & mask).sum()) / length if ok else None
     summary["drain_s"] = max(0.0, end_s - last)

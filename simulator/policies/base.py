@@ -17,6 +17,7 @@ class PolicyBase:
         self.knobs = knobs_of(system)
         self.max_seq_len = max_seq_len
         self.arrivals_done = False
+        self.num_output_tokens = 0  # tokens produced, one per sequence: counted in `complete`
 
     @property
     def batch_capacity(self) -> int:

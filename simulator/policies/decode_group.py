@@ -392,6 +392,11 @@ class GroupedStepPlan(StepPlan):
         return self._listed
 
     @property
+    def num_grouped_members(self) -> int:
+        """Members decoding in the step, summed rather than listed: one sequence each."""
+        return len(self._bases)
+
+    @property
     def num_context_tokens(self) -> int:
         return self._num_context_tokens
 

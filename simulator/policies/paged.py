@@ -106,6 +106,10 @@ class PagedScheduler(PolicyBase):
                 state.commit(group)
             if is_prefill and group.num_computed < group.target:
                 continue  # a chunk of the prompt: no token yet
+            # One token per sequence: a prompt's first token for all its samples (V0 forks
+            # right after), later ones for each sequence the group decodes.
+            num_seqs = len(group.seq_ids)
+            self.num_output_tokens += request.num_seqs if is_prefill and num_seqs == 1 else num_seqs
             if request.produce_token(now_s):
                 finished.append(group)
                 continue
@@ -121,6 +125,7 @@ class PagedScheduler(PolicyBase):
                 joining.append(group)
         if decode_group is not None:
             if type(plan) is GroupedStepPlan:
+                self.num_output_tokens += plan.num_grouped_members  # one token each
                 for group in decode_group.advance():  # members whose last token appeared now
                     group.request.last_token_s = now_s
                     finished.append(group)

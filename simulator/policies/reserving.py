@@ -113,6 +113,7 @@ class ReservingScheduler(PolicyBase):
             self.kv.set_computed(seq_id, member.num_computed)
         if is_prefill and member.num_computed < member.request.prompt_len:
             return
+        self.num_output_tokens += len(member.seq_ids)  # one token per sequence
         if member.request.produce_token(now_s):
             member.is_done = True
             if not self.returns_batch_together:
