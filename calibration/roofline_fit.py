@@ -82,16 +82,22 @@ def read_gpu_measurements(root: Path, gpu_name: str) -> GpuMeasurements:
     return GpuMeasurements(gpu, operators, attention, all_reduce)
 
 
-def measured_allreduce_s(table: CollectiveTable, num_workers: int, size_bytes: float) -> float:
-    """The measured median at `size_bytes`: the median of the medians within a factor 1.5 of it
-    (the files are noisy at small sizes: a neighbourhood, not one row)."""
+def nearby_allreduce_s(table: CollectiveTable, num_workers: int, size_bytes: float) -> np.ndarray:
+    """The measured medians (seconds) within a factor 1.5 of `size_bytes`, or the 5 nearest where
+    fewer than 3 lie so close (the files are noisy at small sizes: a neighbourhood, not one row)."""
     sizes, times = table.single_node(num_workers)
     if not len(sizes):
-        return math.nan
+        return np.empty(0)
     near = np.flatnonzero((sizes >= size_bytes / 1.5) & (sizes <= size_bytes * 1.5))
     if len(near) < 3:
         near = np.argsort(np.abs(np.log(sizes / size_bytes)), kind="stable")[:5]
-    return float(np.median(times[near]))
+    return np.asarray(times[near], dtype=float)
+
+
+def measured_allreduce_s(table: CollectiveTable, num_workers: int, size_bytes: float) -> float:
+    """The measured median at `size_bytes`: the median of the nearby medians."""
+    near = nearby_allreduce_s(table, num_workers, size_bytes)
+    return float(np.median(near)) if len(near) else math.nan
 
 
 @dataclass(frozen=True)

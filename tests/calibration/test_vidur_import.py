@@ -257,3 +257,19 @@ def test_the_fit_meets_its_targets_where_the_table_says() -> None:
         rows = step_errors(read_gpu_measurements(SHARED, gpu))
         errors = np.abs([r.after_err for r in rows])
         assert np.median(errors) <= 0.10 and errors.max() <= worst, gpu
+
+
+def test_an_all_reduce_miss_is_called_noisy_only_where_the_measurements_disagree() -> None:
+    """Two clusters near one size (as Vidur's 4-GPU A100 file has at 128 KiB) make a size noisy;
+    a tight neighbourhood does not, however far the fitted curve is from it."""
+    from pagesim.calibration.allreduce_errors import AllReducePoint
+
+    def point(nearby_us: list[float], after_us: float) -> AllReducePoint:
+        return AllReducePoint(
+            "a100_dgx", 4, 131072, 8, 8192, np.array(nearby_us) * 1e-6, after_us * 1e-6, 0.0
+        )
+
+    two_clusters = point([20, 21, 60, 60, 61, 61], 31)
+    assert two_clusters.is_noisy and two_clusters.error == pytest.approx(31 / 60 - 1)
+    tight = point([58, 59, 60, 61, 62], 31)
+    assert not tight.is_noisy and abs(tight.error) > 0.15
