@@ -123,3 +123,16 @@ def test_an_unknown_builtin_profile_lists_the_shipped_ones(
         "execution.profile: no built-in profile 'vidur-llama-2-70b-a100-tp2'",
         "vidur-llama-2-70b-a100-80gb-tp2",
     )
+
+
+def test_a_shipped_profile_of_another_model_is_refused_naming_file_and_key(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Issue 13: a profile whose model shapes are not the scenario's model: one line, exit 2."""
+    result = run_cli(capsys, "validate", "measured_vs_roofline", "--set", "model.preset=llama-2-7b")
+    _one_error(
+        result,
+        "execution.profile",
+        "vidur-llama-2-70b-a100-80gb-tp2.json",
+        "hidden_size 8192 (model has 4096)",
+    )
