@@ -202,6 +202,7 @@ class StaticScheduler(ReservingScheduler):
     def __init__(self, system: SystemConfig, max_seq_len: int, num_slots: int) -> None:
         super().__init__(system, max_seq_len, num_slots)
         self._padded_prompt = 0  # the batch's longest prompt: every member is padded to it
+        self._useful_in_plan = 0  # sequences of the last decode plan still making tokens
         self._num_steps_in_batch = 0
 
     @property
@@ -209,9 +210,9 @@ class StaticScheduler(ReservingScheduler):
         return self.system.static_batch_size
 
     def useful_slots(self, plan: StepPlan) -> int:
-        if plan.num_prefill_seqs:
-            return plan.num_seqs
-        return sum(len(m.seq_ids) for m in self.running if not m.is_done)
+        """Sequences of `plan` that make a token: counted when it was planned (read after
+        `complete`, a member whose last token the step made would already count as padding)."""
+        return plan.num_seqs if plan.num_prefill_seqs else self._useful_in_plan
 
     def next_wakeup_s(self, now_s: float) -> float | None:
         if self.running or not len(self.waiting):
@@ -230,6 +231,7 @@ class StaticScheduler(ReservingScheduler):
                 return StepPlan.build(())
             return self._form_batch(now_s)
         self._num_steps_in_batch += 1
+        self._useful_in_plan = sum(len(m.seq_ids) for m in self.running if not m.is_done)
         context = self._padded_prompt + self._num_steps_in_batch
         work = [
             SeqWork(m.request.request_id, s, 1, context, False)

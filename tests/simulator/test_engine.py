@@ -213,9 +213,10 @@ def test_stop_time_leaves_unfinished_requests_accounted() -> None:
 
 
 def test_capacity_from_gpu_memory() -> None:
-    """vLLM's rule (v1/worker/gpu_worker.py determine_available_memory): utilization x the
-    memory the driver reports, less the weights, less the activation peak of a profiling run at
-    max_num_batched_tokens (pagesim's estimate, core.defaults.activation_reserve_bytes)."""
+    """Row 12. vLLM's rule (v0.11.0 v1/worker/gpu_worker.py determine_available_memory):
+    utilization x the memory the driver reports, less the weights, less the activation peak
+    of a profiling run at max_num_batched_tokens (pagesim's estimate,
+    core.defaults.activation_reserve_bytes)."""
     s = scenario(poisson_workload(1, 1.0), system(Policy.VLLM_V0))
     cap = kv_capacity(s, s.systems[0])
     block_bytes = 16 * 524_288

@@ -35,6 +35,9 @@ LLAMA3 = get_model("llama-3-8b")
 def test_v1_token_budget_and_sequences_follow_the_gpu(
     gpu: str, mode: DefaultsMode, tokens: int, seqs: int
 ) -> None:
+    """Row 2. vLLM v0.11.0 vllm/engine/arg_utils.py EngineArgs._set_default_args: `if
+    device_memory >= 70 * GiB_bytes and "a100" not in device_name` -> {LLM_CLASS: 16384,
+    OPENAI_API_SERVER: 8192} tokens and 1024 sequences; else {8192, 2048} and 256."""
     resolved = resolve_system(system(Policy.VLLM_V1, defaults=mode), LLAMA3, get_gpu(gpu))
     assert resolved.system.max_num_batched_tokens == tokens
     assert resolved.system.max_num_seqs == seqs
@@ -42,6 +45,11 @@ def test_v1_token_budget_and_sequences_follow_the_gpu(
 
 
 def test_v1_prefix_caching_on_no_watermark_recompute_only() -> None:
+    """Rows 3 and 4 (their step-by-step stories: tests/simulator/policies/test_vllm_rows.py and
+    test_vllm_v1.py test_no_watermark). vLLM v0.11.0 vllm/engine/arg_utils.py
+    EngineArgs._set_default_args: "V1 uses chunked prefills and prefix caching by default";
+    v1/core/kv_cache_manager.py allocate_slots has no watermark; v1/core/sched/scheduler.py
+    _preempt_request frees the victim's blocks (no swap)."""
     resolved = resolve_system(system(Policy.VLLM_V1), LLAMA3, get_gpu("h100-sxm")).system
     assert resolved.enable_prefix_cache is True
     assert resolved.watermark == 0.0
@@ -49,7 +57,7 @@ def test_v1_prefix_caching_on_no_watermark_recompute_only() -> None:
 
 
 def test_v0_defaults() -> None:
-    """vLLM 0.5.4 vllm/config.py SchedulerConfig: without chunked prefill the token cap is
+    """Row 13. vLLM v0.5.4 vllm/config.py SchedulerConfig: without chunked prefill the token cap is
     max(max_model_len, 2048); block manager watermark 0.01; preemption mode None (recompute
     single-sequence groups, swap the others); prefix caching off."""
     llama2 = resolve_system(system(Policy.VLLM_V0), get_model("llama-2-7b"), get_gpu("a100-80gb"))
@@ -74,29 +82,45 @@ def test_a_knob_set_by_the_scenario_is_kept_and_has_no_default_source() -> None:
 
 
 def test_driver_memory() -> None:
-    """vLLM applies gpu_memory_utilization to what the driver reports (FACTS.md: H100 about
-    79.2 GiB, H200 about 140 GiB); other presets: an estimate, 99% of the marketed GiB."""
+    """Row 12. vLLM v0.11.0 v1/worker/gpu_worker.py Worker.determine_available_memory applies
+    gpu_memory_utilization to the total the driver reports (torch.cuda.mem_get_info; FACTS.md:
+    H100 about 79.2 GiB, H200 about 140 GiB); other presets: an estimate, 99% of the marketed
+    GiB. The whole capacity formula: tests/simulator/test_engine.py
+    test_capacity_from_gpu_memory."""
     assert driver_memory_bytes(get_gpu("h100-sxm")) == int(79.2 * GIB)
     assert driver_memory_bytes(get_gpu("h200-sxm")) == int(140 * GIB)
     assert driver_memory_bytes(get_gpu("a100-40gb")) == int(40 * GIB * 79.2 / 80)
 
 
 def test_activation_reserve_grows_with_the_token_budget_and_the_vocabulary() -> None:
+    """Row 12. vLLM v0.11.0 v1/worker/gpu_worker.py determine_available_memory subtracts the
+    peak of a profiling run (gpu_model_runner.py profile_run: a forward pass of
+    max_num_batched_tokens tokens, then the sampler on max_num_seqs rows). pagesim's estimate
+    (core.defaults.activation_reserve_bytes), to the byte: 2 bytes x (hidden + 3 x
+    intermediate) per token, 2 x 4 bytes x vocabulary per sequence, 0.5 GiB besides."""
     h100 = get_gpu("h100-sxm")
     small = resolve_system(system(Policy.VLLM_V1, max_num_batched_tokens=2048), LLAMA3, h100)
     big = resolve_system(system(Policy.VLLM_V1, max_num_batched_tokens=8192), LLAMA3, h100)
-    assert big.system.activation_reserve_gib > small.system.activation_reserve_gib
+    per_token = 2 * (4096 + 3 * 14336)  # Llama-3-8B
+    logits = 2 * 4 * 128_256 * 1024  # max_num_seqs 1024 on an H100
+    assert big.system.activation_reserve_gib * GIB == 8192 * per_token + logits + GIB // 2
+    assert (big.system.activation_reserve_gib - small.system.activation_reserve_gib) * GIB == (
+        (8192 - 2048) * per_token
+    )
     llama2 = resolve_system(
         system(Policy.VLLM_V1, max_num_batched_tokens=8192), get_model("llama-2-7b"), h100
-    )  # same hidden size, 32,000 words of vocabulary instead of 128,256
-    assert llama2.system.activation_reserve_gib < big.system.activation_reserve_gib
+    )  # same hidden size, 32,000 words of vocabulary instead of 128,256, intermediate 11,008
+    assert llama2.system.activation_reserve_gib * GIB == (
+        8192 * 2 * (4096 + 3 * 11008) + 2 * 4 * 32_000 * 1024 + GIB // 2
+    )
 
 
 def test_v0_token_cap_below_the_model_length_is_refused_as_vllm_v0_refuses_it(
     tmp_path: Path,
 ) -> None:
-    """vLLM 0.5.4 SchedulerConfig._verify_args: max_num_batched_tokens < max_model_len without
-    chunked prefill raises at start. pagesim used to raise the cap silently (repro 15)."""
+    """Row 13. vLLM v0.5.4 vllm/config.py SchedulerConfig._verify_args: max_num_batched_tokens
+    < max_model_len without chunked prefill raises ("is smaller than max_model_len") at
+    start. pagesim used to raise the cap silently (repro 15)."""
     s = scenario(poisson_workload(3, 1.0), system(Policy.VLLM_V0, max_num_batched_tokens=8))
     with pytest.raises(InputError, match="8 is below the model's maximum length 4096"):
         simulate(s)

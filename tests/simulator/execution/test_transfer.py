@@ -1,5 +1,7 @@
-"""Swap priced per copy, as vLLM V0 swaps (core/block_manager_v1 swap_out -> cache_engine
-swap_blocks: one cudaMemcpyAsync per block per layer, for K and for V)."""
+"""Row 11: swap priced per copy, as vLLM V0 swaps (v0.5.4: core/block_manager_v1.py
+BlockSpaceManagerV1.swap_out maps the blocks; worker/cache_engine.py CacheEngine.swap_out calls
+attn_backend.swap_blocks once per layer, for the key cache and for the value cache; csrc/
+cache_kernels.cu swap_blocks issues one cudaMemcpyAsync per block): 2 x layers copies a block."""
 
 from __future__ import annotations
 

@@ -1,6 +1,13 @@
 """The summary's figures mean what their glossary entries say (issue 12, item 6): batch size is
 the requests that ran, time averages leave the warm-up out, and rates are taken over the arrival
-window with the drain apart."""
+window with the drain apart.
+
+What vLLM reports, for comparison: the batch that ran is SchedulerOutput.num_scheduled_tokens's
+requests (v0.11.0 v1/core/sched/output.py), while its vllm:num_requests_running gauge is
+len(Scheduler.running) after the step's finished requests left (the undercount this file
+rules out); `vllm bench serve` (v0.11.0 vllm/benchmarks/serve.py calculate_metrics) divides
+completed requests by the whole benchmark duration, drain included: pagesim's
+throughput_req_s_with_drain."""
 
 from __future__ import annotations
 

@@ -33,10 +33,16 @@ def _work(plan: StepPlan) -> list[tuple[int, int, int, int, bool]]:
     return [tuple(item) for item in plan.work]  # (request, seq, new tokens, context, prefill)
 
 
+def _tables(sched: PagedScheduler, *seq_ids: int) -> dict[int, tuple[int, ...]]:
+    return {s: sched.kv.block_table(s) for s in seq_ids if sched.kv.has_seq(s)}
+
+
 def test_a_prompt_block_is_cached_when_allocated_so_the_same_step_can_hit_it() -> None:
-    """v1/core/kv_cache_manager.py allocate_slots -> cache_blocks: the blocks a step will fill
-    are cached when allocated, so a request admitted later in the same step hits them. V0
-    caches a block once computed (after the step): its second request misses."""
+    """Row 5. vLLM v0.11.0 v1/core/kv_cache_manager.py allocate_slots -> coordinator
+    cache_blocks: the blocks a step will fill are cached when allocated, so a request admitted
+    later in the same step hits them. V0 (v0.5.4 core/block_manager_v1.py
+    mark_blocks_as_computed, after the step) caches a block once computed: its second request
+    misses."""
     v1 = paged_scheduler(Policy.VLLM_V1, num_blocks=16)
     for rid in (0, 1):
         v1.add_request(request(rid, 9, 4, prefix_len=8), 0.0)
@@ -49,16 +55,16 @@ def test_a_prompt_block_is_cached_when_allocated_so_the_same_step_can_hit_it() -
     for rid in (0, 1):
         v0.add_request(request(rid, 9, 4, prefix_len=8), 0.0)
     plan = _step(v0, 0.0)
-    assert _work(plan) == [(0, 0, 9, 9, True), (1, 1, 9, 9, True)]
-    assert v0.kv.block_table(1) == (3, 4, 5)
+    assert _work(plan) == [(0, 0, 9, 9, True), (1, 1, 9, 9, True)]  # both compute 9 tokens
+    # (Which blocks V0 maps request 1 to: test_vllm_v0.py, a known divergence.)
     assert v0.prefix_hit_rate() == 0.0
 
 
 def test_a_recomputed_last_block_is_cached_again_as_a_duplicate() -> None:
     """The hit is capped so the last prompt token is computed: a prompt of 2 full cached blocks
     hits 1 and recomputes the second into a new block, which V1 caches under the same hash as
-    a duplicate (v1/core/block_pool.py cache_full_blocks, BlockHashToBlockMap); a lookup still
-    finds the older copy. V0 leaves the copy uncached."""
+    a duplicate (v0.11.0 v1/core/block_pool.py cache_full_blocks, BlockHashToBlockMap); a
+    lookup still finds the older copy. V0 leaves the copy uncached."""
     sched = paged_scheduler(Policy.VLLM_V1, num_blocks=16)
     sched.add_request(request(0, 8, 1, prefix_len=8), 0.0)
     _step(sched, 0.0)  # 8 tokens in blocks 0, 1; its only output token: finished, freed
@@ -96,23 +102,31 @@ def test_one_lru_queue_of_free_blocks_cached_or_not() -> None:
 
 
 def test_the_victim_under_priority_scheduling_is_the_least_urgent() -> None:
-    """v1/core/sched/scheduler.py schedule(): with the priority policy the victim is
-    max(running, key=(priority, arrival)), not the last arrived."""
+    """Row 10. vLLM v0.11.0 v1/core/sched/scheduler.py schedule(): when allocate_slots fails
+    under SchedulingPolicy.PRIORITY the victim is max(self.running, key=lambda r: (r.priority,
+    r.arrival_time)); under FCFS, self.running.pop()."""
     sched = paged_scheduler(Policy.VLLM_V1, num_blocks=6, admission=AdmissionOrder.PRIORITY)
-    for rid, priority in ((0, 0), (1, 2), (2, 1)):
+    for rid, priority in ((0, 0), (1, 2), (2, 1)):  # arrivals 0.0, 0.1, 0.2
         sched.add_request(request(rid, 4, 10, priority=priority, arrival_s=rid / 10), 0.3)
-    now = 0.3
-    preempted: list[int] = []
-    while not preempted:
-        plan = _step(sched, now)
-        preempted = [p.request_id for p in plan.preemptions]
-        now += 0.01
-    assert preempted == [1]  # priority 2; request 2 (priority 1) arrived last
+    plans = [_step(sched, 0.3 + 0.01 * i) for i in range(7)]
+    # Waiting requests are taken in (priority, arrival) order: 0, 2, 1.
+    assert _work(plans[0]) == [(0, 0, 4, 4, True), (2, 2, 4, 4, True), (1, 1, 4, 4, True)]
+    assert [_work(p) for p in plans[1:5]] == [
+        [(0, 0, 1, c, False), (2, 2, 1, c, False), (1, 1, 1, c, False)] for c in (5, 6, 7, 8)
+    ]
+    # Step 5: every running request needs its 3rd block and none is free. Request 1 (priority 2)
+    # goes, though request 2 arrived last; its blocks 5, 2 (tail first) serve 0 and 2.
+    assert _work(plans[5]) == [(0, 0, 1, 9, False), (2, 2, 1, 9, False)]
+    assert [p.request_id for p in plans[5].preemptions] == [1]
+    assert _tables(sched, 0, 1, 2) == {0: (0, 3, 5), 2: (1, 4, 2)}
+    assert _work(plans[6]) == [(0, 0, 1, 10, False), (2, 2, 1, 10, False)]  # none admitted
 
 
 def test_the_hit_rate_counts_first_admissions_only() -> None:
-    """No two requests share a token: the hit rate is 0, though recompute-preempted requests
-    find their own blocks again on re-admission (reported apart)."""
+    """Row 8, over a whole run (the exact story: test_vllm_rows.py test_row8_*). No two
+    requests share a token: the hit rate is 0, though recompute-preempted requests find their
+    own blocks again on re-admission, reported apart as vLLM's v1/metrics/stats.py
+    PrefixCacheStats.record counts a request with num_preemptions > 0 apart."""
     s = scenario(
         poisson_workload(40, 50.0, prompt_mean=200, output_mean=200),
         system(Policy.VLLM_V1, num_kv_blocks=120, block_size=16),
@@ -124,22 +138,30 @@ def test_the_hit_rate_counts_first_admissions_only() -> None:
 
 
 def test_no_watermark() -> None:
-    """V1 keeps no free blocks back at admission (v0.11.0; v0.33.0's optional watermark defaults
-    to 0); V0 keeps 1% (core/block_manager_v1.py watermark 0.01): here 1 of 100 blocks."""
-    admitted = {}
+    """Row 4. vLLM v0.11.0 v1/core/kv_cache_manager.py allocate_slots fails only when the blocks
+    to allocate exceed block_pool.get_num_free_blocks(): no watermark (v0.33.0 adds an optional
+    one, default 0). V0's core/block_manager_v1.py can_allocate (v0.5.4) keeps watermark_blocks
+    = int(0.01 x num_gpu_blocks) free: 1 of 100 here."""
+    tables = {}
     for policy in (Policy.VLLM_V1, Policy.VLLM_V0):
         sched = paged_scheduler(policy, num_blocks=100)
         sched.add_request(request(0, 4, 50), 0.0)
         sched.add_request(request(1, 396, 2), 0.0)  # 99 blocks: everything left
-        admitted[policy] = [item.request_id for item in _step(sched, 0.0).work]
-    assert admitted[Policy.VLLM_V1] == [0, 1]
-    assert admitted[Policy.VLLM_V0] == [0]
+        plan = _step(sched, 0.0)
+        tables[policy] = (_work(plan), _tables(sched, 0, 1), sched.kv.num_free_blocks)
+    assert tables[Policy.VLLM_V1] == (
+        [(0, 0, 4, 4, True), (1, 1, 396, 396, True)],
+        {0: (0,), 1: tuple(range(1, 100))},
+        0,
+    )
+    assert tables[Policy.VLLM_V0] == ([(0, 0, 4, 4, True)], {0: (0,)}, 99)
 
 
 def test_n_samples_fan_out_into_child_requests_sharing_the_prompt_through_the_cache() -> None:
-    """v1/engine/parallel_sampling.py ParentRequest: n > 1 becomes n child requests. Each
-    computes the prompt's uncached tail itself (no copy-on-write), counts toward max_num_seqs
-    and is preempted on its own; the parent finishes with its last child."""
+    """Row 9. vLLM v0.11.0 v1/engine/parallel_sampling.py ParentRequest: n > 1 becomes n
+    child requests. Each computes the prompt's uncached tail itself (no copy-on-write),
+    counts toward max_num_seqs and is preempted on its own; the parent finishes with its last
+    child."""
     sched = paged_scheduler(Policy.VLLM_V1, num_blocks=16)
     parent = replace(request(0, 9, 3), sampling=SamplingKind.PARALLEL, num_seqs=2)
     sched.add_request(parent, 0.0)
@@ -160,7 +182,8 @@ def test_n_samples_fan_out_into_child_requests_sharing_the_prompt_through_the_ca
 
 
 def test_beam_search_under_v1_is_refused_with_a_way_out() -> None:
-    """Beam search left vLLM's engine in v0.6.3 (V1: a front-end loop, LLM.beam_search)."""
+    """Row 9. Beam search left vLLM's engine in v0.6.3 (from then on a front-end loop of
+    one-token requests: vllm/entrypoints/llm.py LLM.beam_search); V1's engine has none."""
     s = scenario(
         poisson_workload(4, 1.0, sampling=SamplingKind.BEAM, num_seqs=2),
         system(Policy.VLLM_V1),
