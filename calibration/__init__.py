@@ -10,4 +10,9 @@ The real executor: `executor` (the ExecutionModel), `step_inputs`, `forward` (Nu
 `forward_gpu` (CuPy), `graphs` (CUDA-graph mode), `layer_ops`; `fidelity` compares it with a
 simulation (`fidelity_errors`, `held_out`: the figures). The GPU scripts
 (gpu_check.sh, fidelity_check.sh, gpu_common.sh) run `preflight` and `gpu_stages`.
+
+Public measurements (no GPU needed): `vidur_csv` reads the Vidur project's profiling CSVs,
+`vidur_layout` finds them, `vidur_import` turns them into profiles (the shipped ones are in
+profiles/), `roofline_fit` fits the roofline's per-GPU factors to them (with `minimize`), and
+`step_errors` tabulates the roofline's error against them (profiles/ERRORS.md).
 """

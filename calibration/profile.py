@@ -161,7 +161,11 @@ def calibration_panels(json_path: Path) -> dict[str, object]:
     """A profile's measured points against its fits, in the input format of
     `reports.curves.plot_calibration` (device + panels: decode, GEMMs, LM head, prefill)."""
     profile = json.loads(json_path.read_text())
-    samples = _samples_by_label(json_path.with_name(profile["samples_csv"]))
+    samples_path = json_path.with_name(str(profile.get("samples_csv")))
+    if "samples_csv" not in profile or not samples_path.is_file():
+        # Imported (import-vidur: medians, no raw samples), or the CSV did not travel with it.
+        return _series_panels(profile)
+    samples = _samples_by_label(samples_path)
 
     def stats(kind: str, label: str) -> tuple[float, float, float]:
         values = samples[(kind, label)]
@@ -225,3 +229,36 @@ def calibration_panels(json_path: Path) -> dict[str, object]:
             linear_panel("prefill attention (per layer)", "sum of prompt_len^2", prefill_points),
         ],
     }
+
+
+def _series_panels(profile: dict[str, Any]) -> dict[str, object]:
+    """A profile's curves without raw samples: the per-layer GEMM (+ small operator) medians
+    against the interpolated series, and the all-reduce medians per call where measured."""
+    gemm = profile["gemm"]
+    panels: list[dict[str, object]] = [
+        {
+            "title": "linear layers + small operators (per layer)",
+            "x_label": "tokens in the step",
+            "x": gemm["tokens"],
+            "measured_s": gemm.get("measured_median_s", gemm["time_s"]),
+            "model_x": gemm["tokens"],
+            "fitted_s": gemm["time_s"],
+            "log_x": True,
+            "log_y": True,
+        }
+    ]
+    if "all_reduce" in profile:
+        series = profile["all_reduce"]
+        panels.append(
+            {
+                "title": "all-reduce (per call)",
+                "x_label": "message bytes",
+                "x": series["bytes"],
+                "measured_s": series.get("measured_median_s", series["time_s"]),
+                "model_x": series["bytes"],
+                "fitted_s": series["time_s"],
+                "log_x": True,
+                "log_y": True,
+            }
+        )
+    return {"device": profile["provenance"]["device"], "panels": panels}

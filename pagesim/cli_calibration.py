@@ -11,11 +11,23 @@ import typer
 from pagesim import console
 from pagesim.app import app, bench_app
 
+calibrate_app = typer.Typer()  # its help: the callback's docstring
+app.add_typer(calibrate_app, name="calibrate")
 
-@app.command()
+
+@calibrate_app.callback(invoke_without_command=True)
 def calibrate(
-    model: Annotated[str, typer.Option(help="Preset name or path to a config.json.")],
-    out: Annotated[Path, typer.Option(help="Profile JSON to write (a CSV of samples beside it).")],
+    ctx: typer.Context,
+    model: Annotated[
+        str | None,
+        typer.Option(help="Preset name or path to a config.json (needed without a command)."),
+    ] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            help="Profile JSON to write, a CSV of samples beside it (needed without a command)."
+        ),
+    ] = None,
     backend: Annotated[str, typer.Option(help="cupy (GPU) or numpy (CPU).")] = "numpy",
     quick: Annotated[bool, typer.Option(help="A small grid (minutes on a GPU).")] = False,
     block_size: Annotated[int, typer.Option(help="Tokens per KV block (8, 16 or 32).")] = 16,
@@ -29,10 +41,28 @@ def calibrate(
     ] = "eager",
     flush: Annotated[str, typer.Option(help="The GPU timer's L2 flush: read or memset.")] = "read",
 ) -> None:
-    """Measure step costs (kernel, GEMMs, prefill, overhead) and write a profile.
+    """Measure step costs and write a profile; or import, fit and check public measurements.
+
+    Without a command: time the kernel, GEMMs, prefill and overhead on --backend and write the
+    profile to --out. Commands: import-vidur (Vidur's public measurements as a profile),
+    fit-roofline (the roofline's per-GPU factors, fitted to them), error-table (its errors).
 
     Example: pagesim calibrate --model llama-2-7b --backend cupy --quick --out h200.json
     """
+    from pagesim.simulator.core.errors import InputError
+
+    if ctx.invoked_subcommand is not None:
+        if model is not None or out is not None:
+            raise InputError(
+                f"calibrate {ctx.invoked_subcommand}: --model and --out go after the command"
+            )
+        return
+    if model is None or out is None:
+        missing = " and ".join(n for n, v in (("--model", model), ("--out", out)) if v is None)
+        raise InputError(
+            f"calibrate needs {missing} (or a command: import-vidur, fit-roofline, error-table; "
+            "see pagesim calibrate --help)"
+        )
     from pagesim.calibration.run import calibrate as run_calibration
     from pagesim.simulator.core.catalog import resolve_model
 
@@ -48,6 +78,99 @@ def calibrate(
         progress=lambda line: typer.echo(line, err=True),
     )
     typer.echo(f"profile: {path}")
+
+
+VidurDir = Annotated[
+    Path, typer.Argument(help="A copy of Vidur's data/profiling (e.g. ../shared/vidur_profiling).")
+]
+
+
+@calibrate_app.command("import-vidur")
+def import_vidur(
+    directory: VidurDir,
+    model: Annotated[
+        str | None, typer.Option(help="llama-2-7b, llama-2-70b, llama-3-8b or llama-3-70b.")
+    ] = None,
+    gpu: Annotated[str | None, typer.Option(help="a100-80gb, h100-sxm or a40.")] = None,
+    tp: Annotated[int, typer.Option(help="Tensor-parallel degree (1, 2, 4, 8).")] = 1,
+    out: Annotated[
+        Path | None,
+        typer.Option(help="Profile JSON to write; with --all, the folder for every profile."),
+    ] = None,
+    attention_profile: Annotated[
+        Path | None,
+        typer.Option(
+            help="A profile of pagesim's own kernel (`pagesim calibrate`) for the attention, "
+            "where Vidur did not measure it (default there: the roofline's)."
+        ),
+    ] = None,
+    every: Annotated[
+        bool,
+        typer.Option(
+            "--all", help="Import every (model, GPU, TP) the data covers into --out, by name."
+        ),
+    ] = False,
+) -> None:
+    """Turn Vidur's per-operator GPU measurements into a pagesim profile (provenance included).
+
+    Example: pagesim calibrate import-vidur ../shared/vidur_profiling --model llama-2-70b
+    --gpu a100-80gb --tp 2 --out a100-70b-tp2.json
+    """
+    from pagesim.calibration.vidur_import import import_every, import_vidur, write_imported
+    from pagesim.simulator.core.catalog import get_model
+    from pagesim.simulator.core.errors import InputError
+
+    if out is None:
+        raise InputError("import-vidur needs --out (a .json file; with --all, a folder)")
+    if every:
+        for path in import_every(directory, out):
+            typer.echo(f"profile: {path}")
+        return
+    if model is None or gpu is None:
+        raise InputError("import-vidur needs --model and --gpu (or --all)")
+    profile = import_vidur(directory, get_model(model), gpu, tp, attention_profile)
+    path = write_imported(profile, out)
+    for term, source in profile["sources"].items():
+        typer.echo(f"{term}: {source}")
+    typer.echo(f"profile: {path}")
+
+
+@calibrate_app.command("fit-roofline")
+def fit_roofline(
+    directory: VidurDir,
+    out: Annotated[Path | None, typer.Option(help="Also write the factors as JSON.")] = None,
+) -> None:
+    """Fit the roofline's per-GPU factors and interconnects to Vidur's measurements; print them
+    as simulator/core/hardware.py writes them (it holds this command's output).
+
+    Example: pagesim calibrate fit-roofline ../shared/vidur_profiling
+    """
+    from pagesim.calibration.roofline_fit import constants_text, fit_all, write_fitted
+
+    fitted = fit_all(directory)
+    for found in fitted:
+        typer.echo(constants_text(found))
+    if out is not None:
+        typer.echo(f"factors: {write_fitted(fitted, out)}")
+
+
+@calibrate_app.command("error-table")
+def error_table(
+    directory: VidurDir,
+    out: Annotated[Path, typer.Option(help="Markdown page to write.")] = Path(
+        "calibration/profiles/ERRORS.md"
+    ),
+) -> None:
+    """Tabulate the roofline's error against Vidur's measurements (before and after the fit, per
+    operator and step shape) and the imported profiles' held-out error.
+
+    Example: pagesim calibrate error-table ../shared/vidur_profiling
+    """
+    from pagesim.calibration.step_errors import error_page
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(error_page(directory) + "\n")
+    typer.echo(f"error table: {out}")
 
 
 @bench_app.command("kernel")

@@ -80,8 +80,13 @@ def echo_table(rows: Sequence[Mapping[Any, object]], columns: Sequence[Column]) 
 
 
 def echo_summaries(results: Sequence[RunResult]) -> None:
-    """One row per system: the headline figures of its summary."""
+    """One row per system: the headline figures of its summary; then, on stderr, each warning
+    about how its steps were priced (a profile of another GPU, utilizations above 100%)."""
     echo_table([{"system": r.system, **r.summary} for r in results], SUMMARY_COLUMNS)
+    for r in results:
+        found = r.provenance.get("warnings")
+        for text in found if isinstance(found, list) else ():
+            typer.echo(f"warning: {r.system}: {text}", err=True)
 
 
 def echo_checked(checked: CheckedScenario) -> None:
@@ -107,6 +112,8 @@ def echo_resolved(path: Path, systems: Sequence[ResolvedSystem]) -> None:
             if isinstance(knob.value, float):
                 value = f"{knob.value:.4g}"
             typer.echo(f"{knob.name:<{width}} = {value:<10}  # {knob.source}")
+        host = system.host_overhead
+        typer.echo(f"# host overhead per step ({host.name}): {host.value}; {host.source}")
         capacity = system.capacity
         typer.echo(
             f"# KV cache: {capacity.num_gpu_blocks:,} blocks of {capacity.block_size} tokens "

@@ -111,9 +111,21 @@ def _events(results: Sequence[RunResult]) -> list[str]:
     return facts
 
 
+def _pricing_warnings(results: Sequence[RunResult]) -> list[str]:
+    """Warnings about how the steps were priced (a profile of another GPU, MFU or MBU above
+    100%): first, since they qualify every other figure."""
+    found = []
+    for r in results:
+        warnings = r.provenance.get("warnings")
+        for text in warnings if isinstance(warnings, list) else ():
+            found.append(f"Warning ({r.system}): {text}.")
+    return found
+
+
 def derive_findings(results: Sequence[RunResult]) -> list[str]:
     """A few factual sentences from the summaries (plain text; the page escapes them)."""
     candidates = [
+        *_pricing_warnings(results),
         _throughput(results),
         _lowest(results, "ttft_p99_s", "p99 time to first token"),
         _lowest(results, "normalized_latency_mean_s", "mean normalized latency", "/token"),

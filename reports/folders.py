@@ -44,6 +44,8 @@ def provenance(results: Sequence[RunResult], overrides: Sequence[str]) -> dict[s
         "gpu": first.get("gpu"),
         "overrides": list(overrides),
         "execution_details": execution,
+        # Where each term of a step's cost came from (measured, fitted, extrapolated, estimated).
+        "step_cost_sources": execution.get("sources", "not recorded"),
     }
     if kind == "profile":
         found["profile_device"] = execution.get("device")

@@ -21,6 +21,7 @@ from pagesim import __version__
 from pagesim.simulator.core.config import Scenario, SystemConfig
 from pagesim.simulator.core.defaults import (
     ERA,
+    HOST_OVERHEAD_KEY,
     beam_search_reason,
     era_notes,
     resolve_system,
@@ -30,6 +31,7 @@ from pagesim.simulator.core.defaults import (
 )
 from pagesim.simulator.core.errors import InputError
 from pagesim.simulator.core.scheduler import Scheduler
+from pagesim.simulator.execution.checks import utilization_warnings
 from pagesim.simulator.execution.factory import make_execution_model
 from pagesim.simulator.execution.model import ExecutionModel
 from pagesim.simulator.execution.roofline import RooflineModel
@@ -160,7 +162,7 @@ def simulate(
         "policy": system.policy.value,
         "era": ERA[system.policy],
         "system": system_knobs(system),
-        "defaults_from": dict(resolved.sources),
+        "defaults_from": _defaults_from(resolved.sources, execution),
         "era_notes": era_notes(system, scenario.workload.sampling),
         "model": scenario.model.name,
         "gpu": scenario.gpu.name,
@@ -174,9 +176,22 @@ def simulate(
         "workload": workload_stats.provenance(),  # where lengths came from; rows clipped
     }
     result = recorder.result(scenario.name, system.name, env.now, scheduler, provenance)
+    described = provenance["execution_model"]
+    priced = described.get("warnings", []) if isinstance(described, dict) else []
+    result.provenance["warnings"] = [*priced, *utilization_warnings(result.summary)]
     result.summary["num_kv_blocks"] = capacity.num_gpu_blocks
     result.summary["block_size"] = capacity.block_size
     return result
+
+
+def _defaults_from(sources: dict[str, str], execution: ExecutionModel) -> dict[str, str]:
+    """The era defaults' sources (core.defaults) and the host overhead's (execution/overhead.py),
+    which the execution model applies; a model without one (a fidelity executor) adds none."""
+    found = dict(sources)
+    host = execution.describe().get("host_overhead_source")
+    if isinstance(host, str):
+        found[HOST_OVERHEAD_KEY] = host
+    return found
 
 
 def _stall_message(scheduler: Scheduler, now_s: float) -> str:

@@ -39,6 +39,19 @@ __all__ = [
     "parse_weight_dtype",
     "resolve_model",
 ]
+from pagesim.simulator.core.hardware import (
+    A40,
+    A100,
+    DGX_A100,
+    DGX_H100,
+    GENERIC_FACTORS,
+    H100,
+    PCIE4,
+    PCIE4_NO_P2P,
+    Interconnect,
+    RooflineFactors,
+    extrapolated,
+)
 
 GIB = 2**30
 
@@ -133,28 +146,54 @@ def resolve_model(name_or_path: str) -> ModelSpec:
 
 @dataclass(frozen=True, slots=True)
 class GPUSpec:
-    """Datasheet ceilings of one GPU. Bandwidths in bytes/s, compute in FLOP/s."""
+    """Datasheet ceilings of one GPU (bandwidths in bytes/s, compute in FLOP/s), the roofline's
+    factors for it and the link its tensor-parallel all-reduce crosses (hardware.py)."""
 
     name: str
     memory_bytes: int
     mem_bandwidth_bps: float
     fp16_flops: float
     host_link_bps: float  # effective PCIe bandwidth for swapping KV blocks to CPU memory
+    factors: RooflineFactors = GENERIC_FACTORS
+    interconnect: Interconnect = PCIE4
 
 
 GB = 1e9
 
-# Memory as marketed ("80 GB" HBM is 80 GiB); bandwidths and FLOP/s in decimal units.
+# Memory as marketed ("80 GB" HBM is 80 GiB); bandwidths and FLOP/s in decimal units (FACTS.md;
+# the A40 from NVIDIA's A40 datasheet: 48 GB GDDR6, 696 GB/s, 149.7 TFLOP/s dense fp16 tensor).
+# Factors: fitted where Vidur measured the GPU (A100-80GB, H100-SXM, A40), else the closest
+# measured GPU's, marked extrapolated: A100-40GB <- A100-80GB (same chip); H200 <- H100 (same
+# chip, more HBM); L40S, L4, RTX 4090 (Ada, GDDR6/6X, no NVLink) <- A40 (Ampere, GDDR6, PCIe).
 GPUS: dict[str, GPUSpec] = {
     g.name: g
     for g in (
-        GPUSpec("a100-40gb", 40 * GIB, 1555 * GB, 312e12, 25 * GB),
-        GPUSpec("a100-80gb", 80 * GIB, 2039 * GB, 312e12, 25 * GB),
-        GPUSpec("h100-sxm", 80 * GIB, 3350 * GB, 989e12, 50 * GB),
-        GPUSpec("h200-sxm", 141 * GIB, 4800 * GB, 989e12, 50 * GB),
-        GPUSpec("l40s", 48 * GIB, 864 * GB, 362e12, 25 * GB),
-        GPUSpec("l4", 24 * GIB, 300 * GB, 121e12, 25 * GB),
-        GPUSpec("rtx-4090", 24 * GIB, 1008 * GB, 165e12, 25 * GB),
+        GPUSpec(
+            "a100-40gb",
+            40 * GIB,
+            1555 * GB,
+            312e12,
+            25 * GB,
+            extrapolated(A100, "a100-80gb"),
+            DGX_A100,
+        ),
+        GPUSpec("a100-80gb", 80 * GIB, 2039 * GB, 312e12, 25 * GB, A100, DGX_A100),
+        GPUSpec("h100-sxm", 80 * GIB, 3350 * GB, 989e12, 50 * GB, H100, DGX_H100),
+        GPUSpec(
+            "h200-sxm",
+            141 * GIB,
+            4800 * GB,
+            989e12,
+            50 * GB,
+            extrapolated(H100, "h100-sxm"),
+            DGX_H100,
+        ),
+        GPUSpec("l40s", 48 * GIB, 864 * GB, 362e12, 25 * GB, extrapolated(A40, "a40"), PCIE4),
+        GPUSpec("l4", 24 * GIB, 300 * GB, 121e12, 25 * GB, extrapolated(A40, "a40"), PCIE4),
+        GPUSpec(
+            "rtx-4090", 24 * GIB, 1008 * GB, 165e12, 25 * GB, extrapolated(A40, "a40"), PCIE4_NO_P2P
+        ),
+        GPUSpec("a40", 48 * GIB, 696 * GB, 149.7e12, 25 * GB, A40, PCIE4),
     )
 }
 

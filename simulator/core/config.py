@@ -197,6 +197,8 @@ class SystemConfig:
     static_batch_size: int = 8  # static: requests per batch
     static_batch_timeout_s: float = 0.0  # static: wait up to this long to fill a batch
     num_kv_blocks: int | None = None  # override the capacity computed from GPU memory
+    execution: ExecutionKind | None = None  # price this system by roofline or profile (None: the
+    # scenario's [execution] kind), so one scenario can show both side by side
     defaults: DefaultsMode = DefaultsMode.SERVER  # vLLM V1's server or offline defaults
 
     def __post_init__(self) -> None:
@@ -230,14 +232,24 @@ class StopConfig:
 
 @dataclass(frozen=True, slots=True)
 class ExecutionConfig:
+    """How a step is priced. A factor left None takes the default of the GPU preset (the
+    roofline's fitted factors and interconnect, core/hardware.py) or of the system's engine era
+    (the host overhead, execution/overhead.py); a value given replaces it for every system."""
+
     kind: ExecutionKind = ExecutionKind.ROOFLINE
     profile_path: Path | None = None
-    # Roofline efficiency factors (share of datasheet peak actually reached), named, not hidden.
-    gemm_efficiency: float = 0.7
-    attention_bw_efficiency: float = 0.8
-    weight_bw_efficiency: float = 0.85
-    step_overhead_s: float = 0.004  # scheduler, sampling and launch overhead per step
-    allreduce_bw_gbps: float = 300.0  # NVLink, per GPU, for tensor-parallel all-reduce
+    # Roofline shares of the datasheet peaks actually reached (None: the GPU's fitted default).
+    gemm_efficiency: float | None = None
+    attention_bw_efficiency: float | None = None
+    weight_bw_efficiency: float | None = None
+    # Host work per step (scheduling, input preparation, sampling, output processing):
+    # step_overhead_s + step_overhead_s_per_seq x sequences in the step (None: the era's default).
+    step_overhead_s: float | None = None
+    step_overhead_s_per_seq: float | None = None
+    async_scheduling: bool = False  # V1: host work overlaps the GPU step (vLLM v0.33's default)
+    # Tensor-parallel all-reduce per call: latency + ring bytes / bandwidth (None: the GPU's link).
+    allreduce_bw_gbps: float | None = None
+    allreduce_latency_us: float | None = None
     # Swapping a block copies it once per layer for K and once for V (vLLM V0 swap_blocks, one
     # cudaMemcpyAsync per block per layer); each copy pays this fixed cost beside its bytes.
     # An estimate (a small host-to-device cudaMemcpyAsync's launch and latency), not measured.

@@ -8,6 +8,12 @@ in force with its source. The eras pagesim models (FACTS.md, "vLLM behaviour by 
     vllm-v1   the V1 engine (`vllm/v1/`), reference v0.11.0 (Oct 2025); where v0.33.0 (Nov 2026)
               differs, the rule says so
     static, orca   the textbook baselines of the vLLM paper (not vLLM): pagesim's own defaults
+
+One era-dependent default is not here: the host's work per step (scheduling, input preparation,
+sampling, output processing). It prices steps, so the execution model owns it; its one rule, its
+figures and their sources (vllm-v0, static, orca: fitted to Vidur's measured CPU overheads; vllm-v1:
+an estimate) are in simulator/execution/overhead.py (`host_overhead`), and a run's provenance
+lists its value and source under `execution_model` and in `defaults_from` (HOST_OVERHEAD_KEY).
 """
 
 from __future__ import annotations
@@ -40,6 +46,10 @@ DRIVER_MEMORY_GIB = {
 }
 DRIVER_MEMORY_SHARE = 79.2 / 80  # estimate for presets without a reported figure
 NON_TORCH_BYTES = 0.5 * GIB  # estimate: CUDA context and NCCL buffers vLLM counts as non-torch
+
+# The `defaults_from` key under which a run's provenance names the host overhead's source (the rule
+# itself: simulator/execution/overhead.py, by era).
+HOST_OVERHEAD_KEY = "execution.step_overhead_s"
 
 _V1_REF = "vLLM v0.11.0 vllm/engine/arg_utils.py EngineArgs defaults"
 _V0_REF = "vLLM 0.5.4 vllm/config.py SchedulerConfig"

@@ -1,14 +1,19 @@
 """Reading a profile file: the schema and version it must carry, typed access to its fields with
-one-line InputErrors naming file and key, and whether it was measured for the scenario's model.
+one-line InputErrors naming file and key, whether it was measured for the scenario's model, and
+every number `ProfileModel` prices with (`ProfileTerms`), each finite and within a bound no real
+GPU step exceeds.
 
-The file itself is written by calibration/profile.py; `ProfileModel` (profile.py) prices steps
-from it.
+The file itself is written by calibration/profile.py (measured by pagesim) or
+calibration/vidur_import.py (imported); `ProfileModel` (profile.py) prices steps from it.
+`check_profile` reads and checks a profile for a scenario without building a model (`pagesim
+validate` and any scenario that names a profile call it).
 """
 
 from __future__ import annotations
 
 import json
 import math
+from dataclasses import dataclass
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
@@ -16,6 +21,10 @@ from typing import Any
 from pagesim.simulator.core.catalog import KVDtype, ModelSpec
 from pagesim.simulator.core.errors import InputError
 
+# No real step is this slow: a profile time above it is a broken file, not a measurement (it would
+# otherwise price a run to infinity). Per-layer and per-unit coefficients are bounded by 1 s.
+MAX_STEP_S = 3600.0
+MAX_COEF_S = 1.0
 PROFILE_SCHEMA = "pagesim-profile"
 PROFILE_SCHEMA_VERSION = 1
 # ModelSpec fields a profile must match (name, max_seq_len and num_params do not change timings).
@@ -52,7 +61,7 @@ class ProfileReader:
                 raise self.fail(f"missing field {dotted!r}")
         return node
 
-    def number(self, dotted: str, minimum: float = 0.0) -> float:
+    def number(self, dotted: str, minimum: float = 0.0, maximum: float | None = None) -> float:
         value = self.get(dotted)
         if (
             isinstance(value, bool)
@@ -62,15 +71,27 @@ class ProfileReader:
             raise self.fail(f"field {dotted!r} must be a number, got {value!r}")
         if value < minimum:
             raise self.fail(f"field {dotted!r} must be >= {minimum}, got {value!r}")
+        if maximum is not None and value > maximum:
+            raise self.fail(f"field {dotted!r} must be <= {maximum:g}, got {value!r}")
         return float(value)
 
-    def series(self, dotted_x: str, dotted_y: str) -> tuple[list[float], list[float]]:
+    def series(
+        self, dotted_x: str, dotted_y: str, max_y: float = MAX_STEP_S
+    ) -> tuple[list[float], list[float]]:
         xs, ys = self.get(dotted_x), self.get(dotted_y)
         if not isinstance(xs, list) or not isinstance(ys, list) or not xs or len(xs) != len(ys):
             raise self.fail(f"{dotted_x!r} and {dotted_y!r} must be non-empty lists of one length")
         for name, values in ((dotted_x, xs), (dotted_y, ys)):
-            if not all(isinstance(v, int | float) and math.isfinite(v) and v >= 0 for v in values):
+            if not all(
+                isinstance(v, int | float)
+                and not isinstance(v, bool)
+                and math.isfinite(v)
+                and v >= 0
+                for v in values
+            ):
                 raise self.fail(f"{name!r} must hold non-negative numbers")
+        if max(ys) > max_y:
+            raise self.fail(f"{dotted_y!r} must hold times <= {max_y:g} s, got {max(ys)!r}")
         if any(b <= a for a, b in pairwise(xs)):
             raise self.fail(f"{dotted_x!r} must be strictly increasing")
         return [float(x) for x in xs], [float(y) for y in ys]
@@ -128,3 +149,105 @@ def check_shapes(
             f"measured with a 16-bit KV cache; {kv_dtype.value} KV was not measured "
             "(use the roofline model)"
         )
+
+
+@dataclass(frozen=True)
+class Series:
+    """A piecewise-linear curve of the profile (x ascending) and its largest measured x."""
+
+    xs: list[float]
+    ys: list[float]
+
+    @property
+    def top(self) -> float:
+        return self.xs[-1]
+
+
+@dataclass(frozen=True)
+class ProfileTerms:
+    """Every number a profile prices with, per layer where the file says per layer, checked."""
+
+    path: Path
+    provenance: dict[str, Any]
+    sources: dict[str, str]
+    measured_block_size: int | None
+    decode: tuple[float, float, float]  # a_s, b_s_per_kv_token, c_s_per_seq (per layer)
+    # a_s, b_s_per_token_sq, c_s_per_token, d_s_per_new_token_sq (per layer; d is optional: the
+    # causal triangle's extra cost, which imported profiles fit and pagesim's calibration does not)
+    prefill: tuple[float, float, float, float]
+    gemm: Series  # per layer, over tokens
+    lm_head: Series  # per step, over sequences
+    all_reduce: Series | None  # per call, over message bytes (None: the roofline's link)
+    empty_step_s: float
+    adds_host_overhead: bool  # imported profiles: the engine era's host overhead is added
+    copy_bps: float
+    max_decode_kv: float
+    max_decode_seqs: float
+    max_prefill_sq: float
+    max_prefill_tokens: float
+    held_out: dict[str, Any]
+
+
+def read_terms(r: ProfileReader) -> ProfileTerms:
+    """The profile's numbers (InputError naming the file and field when one is unusable)."""
+    data = r.data
+    provenance = r.get("provenance")
+    if not isinstance(provenance, dict) or "device" not in provenance:
+        raise r.fail("field 'provenance' must be an object naming the 'device'")
+    sources = data.get("sources", {})
+    if not isinstance(sources, dict) or not all(isinstance(v, str) for v in sources.values()):
+        raise r.fail("field 'sources' must map terms to text")
+    block = (
+        data.get("measured", {}).get("block_size")
+        if isinstance(data.get("measured"), dict)
+        else None
+    )
+
+    def coefs(section: str, names: tuple[str, str, str]) -> tuple[float, float, float]:
+        a, b, c = (r.number(f"{section}.coef.{n}", maximum=MAX_COEF_S) for n in names)
+        return a, b, c
+
+    all_reduce = None
+    if "all_reduce" in data:
+        all_reduce = Series(*r.series("all_reduce.bytes", "all_reduce.time_s", max_y=60.0))
+    host = r.get("overhead").get("host") if isinstance(r.get("overhead"), dict) else None
+    if host not in (None, "engine"):
+        raise r.fail(f"field 'overhead.host' must be \"engine\" when given, got {host!r}")
+    return ProfileTerms(
+        path=r.path,
+        provenance=provenance,
+        sources=dict(sources),
+        measured_block_size=block
+        if isinstance(block, int) and not isinstance(block, bool)
+        else None,
+        decode=coefs("decode_attention", ("a_s", "b_s_per_kv_token", "c_s_per_seq")),
+        prefill=(
+            *coefs("prefill_attention", ("a_s", "b_s_per_token_sq", "c_s_per_token")),
+            r.number("prefill_attention.coef.d_s_per_new_token_sq", maximum=MAX_COEF_S)
+            if "d_s_per_new_token_sq" in r.get("prefill_attention.coef")
+            else 0.0,
+        ),
+        gemm=Series(*r.series("gemm.tokens", "gemm.time_s")),
+        lm_head=Series(*r.series("lm_head.tokens", "lm_head.time_s")),
+        all_reduce=all_reduce,
+        empty_step_s=r.number("overhead.empty_step_s", maximum=60.0),
+        adds_host_overhead=host == "engine",
+        copy_bps=r.number("copy_bandwidth.median_bps", minimum=1e6, maximum=1e15),
+        max_decode_kv=r.number("decode_attention.range.kv_tokens.1"),
+        max_decode_seqs=r.number("decode_attention.range.num_seqs.1"),
+        max_prefill_sq=r.number("prefill_attention.range.sum_sq.1"),
+        max_prefill_tokens=r.number("prefill_attention.range.tokens.1"),
+        held_out={
+            section: r.get(f"{section}.held_out")
+            for section in ("decode_attention", "prefill_attention", "gemm", "lm_head")
+        },
+    )
+
+
+def check_profile(
+    path: Path, model: ModelSpec, tensor_parallel: int, kv_dtype: KVDtype
+) -> ProfileTerms:
+    """Read `path` and check it for a scenario: schema, shapes, every number (InputError)."""
+    r = ProfileReader(path, load_profile(path))
+    check_shapes(r, model, tensor_parallel, kv_dtype)
+    return read_terms(r)

@@ -1,53 +1,49 @@
-"""Roofline execution model: what one `StepPlan` costs, from datasheet ceilings and model shapes.
+"""Roofline execution model: what one `StepPlan` costs, from datasheet ceilings, model shapes and
+the GPU preset's factors (fitted to public measurements where they exist: core/hardware.py).
 
 Every figure is **per GPU** under tensor parallelism t (each GPU runs the same step on its shard at
 the same time), so MFU = flops / (peak × duration) and MBU = bytes_moved / (bandwidth × duration)
-are per-GPU utilizations. Every efficiency factor is a named field of `ExecutionConfig`; none is
-hidden in this file.
+are per-GPU utilizations.
 
-Cost of one step that computes T tokens for S sequences (L layers, t-way tensor parallelism)::
+Cost of one step that computes T tokens for S sequences (D decoding, the rest prefilling), L layers
+(the per-layer terms and their shapes are in roofline_terms.py):
 
-    linear   = max(T·F_lin / (peak·gemm_eff),   (W_lin + T·A_lin) / (bw·weight_bw_eff))
-    lm_head  = max(S·F_lm  / (peak·gemm_eff),   (W_lm  + S·A_lm)  / (bw·weight_bw_eff))
-    attn     = Σ decode seqs  c·kv / (bw·attention_bw_eff)
-             + Σ prefill seqs max(pairs·F_pair / (peak·gemm_eff), c·kv / (bw·attention_bw_eff))
-    kv_write = T·kv / (bw·attention_bw_eff)
-    allreduce= T·2L·(2(t−1)/t)·hidden·2 / allreduce_bw          (t > 1 only)
-    compute_s = linear + lm_head + attn + kv_write + allreduce + step_overhead_s
-    swap_s   = (blocks in + blocks out)·block_bytes / host_link
-    copy_s   = copies·block_bytes·2 / (bw·attention_bw_eff)
+    gpu_s  = L · linear(T) + lm_head(S) + L · small_ops(T)
+           + [D > 0] L · (attention_layer_s + D · attention_seq_s) + KV read / (bw · attn_eff)
+             + block term (below)
+           + [prefills] L · attention_prefill_layer_s
+             + Σ max(L · (n · token_s + cached pairs · P / (peak · eff) + causal pairs · P /
+                     (peak · causal_eff)),  c · kv / (bw · attn_eff))
+           + T · kv / (bw · attn_eff)                                  (KV writes)
+           + [t > 1] L · 2 · (latency + 2(t−1)/t · T · hidden · 2 B / bus bw)
+    compute_s = gpu_s + host_s,  or max(gpu_s, host_s) under V1 async scheduling
+                host_s = fixed + per_seq · S      (overhead.py: by engine era)
+    swap_s = (blocks in + blocks out) · block_bytes / host_link
+    copy_s = copies · block_bytes · 2 / (bw · attn_eff)
 
-where kv = `ModelSpec.kv_bytes_per_token(dtype, t)` (all layers, one GPU), c a sequence's KV length
-after the step, n its new tokens and pairs = n(c−n) + n(n+1)/2 the causal (query, key) pairs.
+The block term (decode only) prices what the paged kernel (kernels/paged_attention.cu) does per
+KV block beyond reading its KV: each CTA — one per KV head (per tile of at most 8 of its query
+heads) per sequence — reads the block's table entry (4 B, exact) and starts a new contiguous run
+in K and in V; we price that run's start as one 32-byte DRAM sector each (an **estimate**, not
+measured: pagesim's kernel has not been timed across block sizes yet). Blocks read =
+ceil(c / B) per sequence; in O(1) as Σc / B + D · (B − 1) / (2B) (the last block's expected part,
+c mod B uniform). The kernel never reads a partial block's empty slots (it clamps to the last
+token), so the partial last block costs a lookup, not bytes.
 
-Assumptions (approximations a reader of a report must know):
+Assumptions a reader of a report must know:
 
-- Weights are 16-bit (2 bytes/param), split evenly over t GPUs (`params_per_layer / t`; GQA K/V
-  heads replicated when kv_heads < t are not added back). Activations are 16-bit whatever the KV
-  dtype.
-- Every linear layer streams its whole weight shard once per step, and each (fused) GEMM — QKV,
-  output projection, MLP gate+up (or up), MLP down — reads its input and writes its output once.
-  Norms, rotary embedding, residual adds and the activation function are not counted.
-- Linear layers are one roofline per layer: the slower of compute and memory, never their sum.
-  All layers are identical, so L × per-layer max = max of the L-layer totals.
-- The LM head is vocab-parallel under t and runs for every sequence in the plan (a prefill chunk
-  that does not finish its prompt samples nothing in reality: slightly over-counted). The
-  embedding lookup and the logits gather are neglected.
-- Decode attention is memory-bound: it reads the sequence's c tokens of K and V in every layer once;
-  its FLOPs (4·heads/t·head_dim per pair per layer) count for MFU but not for time. Reading Q and
-  writing the attention output are neglected (per new token, as many bytes as one token of KV for
-  MHA: small beside c tokens of context). A decode of n > 1 tokens (speculative) counts its causal
-  pairs for FLOPs and is still timed by its KV read.
-- Prefill attention is compute-bound on causal pairs at GEMM efficiency, but never faster than
-  reading its KV context once. Sequences are priced one after another and summed (no overlap).
-- KV-cache traffic (attention reads, writes of new tokens, copy-on-write copies) runs at
-  bandwidth × attention_bw_efficiency.
-- Tensor-parallel all-reduce: 2 per layer (after attention and after the MLP), ring algorithm,
-  bandwidth term only (no per-call latency), never overlapped with compute, and not counted in
-  `bytes_moved` (it crosses NVLink; HBM traffic of the reduction is neglected).
-- The steps' parts never overlap: compute, swap and copy times add up (`StepCost.duration_s`).
-- Swaps cross the host link one block after another (in and out share the link); they are not
-  counted in `bytes_moved`, which holds on-GPU HBM traffic only.
+- Weights are 16-bit, split evenly over t GPUs; activations 16-bit whatever the KV dtype.
+- The LM head is vocab-parallel and runs for every sequence in the plan; the embedding lookup
+  and logits gather are neglected.
+- Decode attention reads each sequence's c tokens of KV once per layer; its FLOPs count for MFU,
+  not for time. A speculative decode of n > 1 tokens counts its causal pairs for FLOPs and is
+  timed by its KV read.
+- Prefill attention is FlashAttention-like: pairs over cached context in whole tiles, the causal
+  triangle of the new tokens at its own (lower, measured) efficiency, never faster than reading
+  its KV once; sequences priced one after another.
+- The all-reduce is not overlapped with compute and not counted in `bytes_moved` (it crosses
+  NVLink or PCIe, not HBM).
+- Compute, swap and copy times add up (`StepCost.duration_s`); swaps queue on the host link.
 """
 
 from __future__ import annotations
@@ -59,12 +55,21 @@ from pagesim.simulator.core.catalog import GPUSpec, KVDtype, ModelSpec
 from pagesim.simulator.core.config import ExecutionConfig
 from pagesim.simulator.core.errors import InputError
 from pagesim.simulator.core.plan import SeqWork, StepCost, StepPlan, step_cost_of
+from pagesim.simulator.execution.factors import resolve_factors, resolve_link
 from pagesim.simulator.execution.model import TransferPricer
-
-ACTIVATION_BYTES = 2  # fp16/bf16 activations
-WEIGHT_BYTES = 2  # fp16/bf16 weights
+from pagesim.simulator.execution.overhead import EngineEra, host_overhead
+from pagesim.simulator.execution.roofline_terms import (
+    ACTIVATION_BYTES,
+    ALLREDUCES_PER_LAYER,
+    GEMMS_PER_LAYER,
+    WEIGHT_BYTES,
+    LayerShapes,
+)
 
 _IS_PREFILL = itemgetter(4)  # SeqWork.is_prefill
+BLOCK_TABLE_ENTRY_BYTES = 4  # one int32 per block per CTA (kernels/paged_attention.cu)
+BLOCK_RUN_START_BYTES = 2 * 32  # estimate: one 32-byte sector each in K and in V per block
+KERNEL_HEADS_PER_CTA = 8  # the kernel's tile of query heads sharing one KV head
 
 
 def _require_positive(name: str, value: float) -> None:
@@ -72,16 +77,8 @@ def _require_positive(name: str, value: float) -> None:
         raise InputError(f"roofline execution model: {name} must be > 0, got {value!r}")
 
 
-def _require_share(name: str, value: float) -> None:
-    if not 0 < value <= 1:
-        raise InputError(
-            f"roofline execution model: execution.{name} must be in (0, 1] "
-            f"(a share of the datasheet peak), got {value!r}"
-        )
-
-
 class RooflineModel:
-    """Analytic `ExecutionModel`: prices a `StepPlan` from datasheet peaks × named efficiencies."""
+    """Analytic `ExecutionModel`: prices a `StepPlan` from datasheet peaks × fitted factors."""
 
     name = "roofline"
 
@@ -93,91 +90,99 @@ class RooflineModel:
         kv_dtype: KVDtype = KVDtype.FP16,
         tensor_parallel: int = 1,
         block_size: int = 16,
+        era: EngineEra = EngineEra.V0,
     ) -> None:
-        for share in ("gemm_efficiency", "attention_bw_efficiency", "weight_bw_efficiency"):
-            _require_share(share, getattr(config, share))
-        if config.step_overhead_s < 0:
-            raise InputError(
-                "roofline execution model: execution.step_overhead_s must be >= 0, "
-                f"got {config.step_overhead_s!r}"
-            )
         _require_positive("tensor_parallel", tensor_parallel)
         _require_positive("block_size (tokens)", block_size)
-        if tensor_parallel > 1:
-            _require_positive("execution.allreduce_bw_gbps", config.allreduce_bw_gbps)
         for field in ("mem_bandwidth_bps", "fp16_flops", "host_link_bps"):
             _require_positive(f"GPU {gpu.name!r} {field}", getattr(gpu, field))
-
+        self.factors = f = resolve_factors(gpu.factors, config)
+        self.link = resolve_link(gpu.interconnect, config, tensor_parallel)
+        self.host = host_overhead(config, era)
         self.model = model
         self.gpu = gpu
         self.config = config
         self.kv_dtype = kv_dtype
-        self.tensor_parallel = tensor_parallel
+        self.tensor_parallel = t = tensor_parallel
         self.block_size = block_size
 
-        t = tensor_parallel
-        num_layers = model.num_layers
-        hidden = model.hidden_size
-        q_out = model.num_heads * model.head_dim
-        kv_out = model.num_kv_heads * model.head_dim
-        ffn_per_gpu = model.intermediate_size / t
-        up_matrices = 2 if model.is_gated_mlp else 1
-
-        gemm_flops_per_s = gpu.fp16_flops * config.gemm_efficiency
-        weight_bytes_per_s = gpu.mem_bandwidth_bps * config.weight_bw_efficiency
-        kv_bytes_per_s = gpu.mem_bandwidth_bps * config.attention_bw_efficiency
-
-        # Linear layers of all L layers, per GPU. Activation elements per token per layer:
-        # each fused GEMM reads its input once and writes its output once.
-        act_elems_per_token_layer = (
-            (hidden + (q_out + 2 * kv_out) / t)  # QKV (column-parallel)
-            + (q_out / t + hidden)  # output projection (row-parallel)
-            + (hidden + up_matrices * ffn_per_gpu)  # MLP gate+up, or up (column-parallel)
-            + (ffn_per_gpu + hidden)  # MLP down (row-parallel)
+        L = model.num_layers
+        shapes = LayerShapes.of(model, t)
+        peak, bw = gpu.fp16_flops, gpu.mem_bandwidth_bps
+        self.shapes = shapes
+        # Analytic counts (all layers, one GPU): MFU and MBU, and the profile model, use them.
+        self.linear_flops_per_token = L * shapes.gemm_flops_per_token
+        self.linear_weight_bytes = L * shapes.gemm_weight_bytes
+        self.linear_act_bytes_per_token = L * shapes.gemm_act_bytes_per_token
+        self.lm_head_flops_per_seq = 2 * model.vocab_size * model.hidden_size / t
+        self.lm_head_weight_bytes = model.vocab_size * model.hidden_size * WEIGHT_BYTES / t
+        self.lm_head_act_bytes_per_seq = (model.hidden_size + model.vocab_size / t) * (
+            ACTIVATION_BYTES
         )
-        self.linear_flops_per_token = num_layers * 2 * model.params_per_layer / t
-        self.linear_weight_bytes = num_layers * model.params_per_layer * WEIGHT_BYTES / t
-        self.linear_act_bytes_per_token = num_layers * act_elems_per_token_layer * ACTIVATION_BYTES
-        # LM head (vocab-parallel), per sequence that samples.
-        self.lm_head_flops_per_seq = 2 * model.vocab_size * hidden / t
-        self.lm_head_weight_bytes = model.vocab_size * hidden * WEIGHT_BYTES / t
-        self.lm_head_act_bytes_per_seq = (hidden + model.vocab_size / t) * ACTIVATION_BYTES
-        # Attention: 2 FLOPs per multiply-add, QK^T and PV each head_dim long, per (query, key).
-        self.attention_flops_per_pair = 4 * (model.num_heads / t) * model.head_dim * num_layers
+        self.attention_flops_per_pair = L * shapes.attention_flops_per_pair
         self.kv_bytes_per_token = model.kv_bytes_per_token(kv_dtype, t)
         self.block_bytes = block_size * self.kv_bytes_per_token
-        # Ring all-reduce moves 2(t−1)/t of the buffer per GPU; 2 per layer; activations 16-bit.
-        allreduce_bytes_per_token = (
-            2 * num_layers * 2 * (t - 1) / t * hidden * ACTIVATION_BYTES if t > 1 else 0.0
+        ring = 2 * (t - 1) / t
+        self.allreduce_bytes_per_token = (
+            L * ALLREDUCES_PER_LAYER * ring * shapes.allreduce_bytes_per_token
         )
-        self.allreduce_bytes_per_token = allreduce_bytes_per_token
 
-        # Seconds per unit, so `price` does only multiply-adds.
-        self._linear_s_per_token = self.linear_flops_per_token / gemm_flops_per_s
-        self._linear_weight_s = self.linear_weight_bytes / weight_bytes_per_s
-        self._linear_act_s_per_token = self.linear_act_bytes_per_token / weight_bytes_per_s
-        self._lm_head_s_per_seq = self.lm_head_flops_per_seq / gemm_flops_per_s
-        self._lm_head_weight_s = self.lm_head_weight_bytes / weight_bytes_per_s
-        self._lm_head_act_s_per_seq = self.lm_head_act_bytes_per_seq / weight_bytes_per_s
-        self._attention_s_per_pair = self.attention_flops_per_pair / gemm_flops_per_s
-        self._kv_s_per_token = self.kv_bytes_per_token / kv_bytes_per_s
-        self._allreduce_s_per_token = (
-            allreduce_bytes_per_token / (config.allreduce_bw_gbps * 1e9) if t > 1 else 0.0
+        # Seconds per unit, so that `price` does only multiply-adds.
+        gemm_flops_s = peak * f.gemm_efficiency
+        weight_bps = bw * f.weight_bw_efficiency
+        kv_bps = bw * f.attention_bw_efficiency
+        self._overlap = f.gemm_overlap
+        self._linear_c = self.linear_flops_per_token / gemm_flops_s
+        self._linear_m0 = self.linear_weight_bytes / weight_bps
+        self._linear_m1 = self.linear_act_bytes_per_token / weight_bps
+        self._lm_c = self.lm_head_flops_per_seq / gemm_flops_s
+        self._lm_m0 = self.lm_head_weight_bytes / weight_bps
+        self._lm_m1 = self.lm_head_act_bytes_per_seq / weight_bps
+        self._kv_s_per_token = self.kv_bytes_per_token / kv_bps
+        self._cached_pair_s = self.attention_flops_per_pair / (peak * f.attention_flops_efficiency)
+        self._causal_pair_s = self.attention_flops_per_pair / (peak * f.attention_causal_efficiency)
+        self._prefill_token_s = L * f.attention_token_s * model.num_heads / t
+        self._prefill_call_s = L * f.attention_prefill_layer_s
+        self._attention_call_s = L * f.attention_layer_s
+        self._attention_seq_s = L * f.attention_seq_s
+        allreduce_calls = L * ALLREDUCES_PER_LAYER if t > 1 else 0
+        # Fixed per step with work: GEMM launches (the layers' and the LM head's), the small ops'
+        # fixed cost, the all-reduce calls' latency.
+        self._fixed_s = (
+            (L * GEMMS_PER_LAYER + 1) * f.gemm_launch_s
+            + L * f.small_ops_layer_s
+            + allreduce_calls * self.link.allreduce_latency_s
         )
+        # Per token: small ops' bytes, the KV write, the all-reduce's ring bytes.
+        self._per_token_s = (
+            L * shapes.small_ops_bytes_per_token / (bw * f.small_ops_bw_efficiency)
+            + self._kv_s_per_token
+            + (self.allreduce_bytes_per_token / self.link.allreduce_bw_bps if t > 1 else 0.0)
+        )
+        # The block term: per decode context token and per decoding sequence (module docstring).
+        group = max(1, model.num_heads // model.num_kv_heads)
+        ctas = model.kv_heads_per_gpu(t) * -(-group // KERNEL_HEADS_PER_CTA)
+        block_bytes_overhead = L * ctas * (BLOCK_TABLE_ENTRY_BYTES + BLOCK_RUN_START_BYTES)
+        self.block_overhead_bytes_per_block = block_bytes_overhead
+        self.block_s_per_context = block_bytes_overhead / block_size / kv_bps
+        self.block_s_per_seq = block_bytes_overhead * (block_size - 1) / (2 * block_size) / kv_bps
+        self._host_fixed = self.host.fixed_s
+        self._host_per_seq = self.host.per_seq_s
+        self._host_overlapped = self.host.is_overlapped
         self._weight_bytes = self.linear_weight_bytes + self.lm_head_weight_bytes
         self._transfers = TransferPricer(
             self.block_bytes,
             gpu.host_link_bps,
-            kv_bytes_per_s,
+            kv_bps,
             num_layers=model.num_layers,
             copy_latency_s=config.swap_copy_latency_s,
         )
-        self._overhead_s = config.step_overhead_s
 
     def price(self, plan: StepPlan) -> StepCost:
         """Seconds, FLOPs and HBM bytes of one step (see the module docstring for the model)."""
         num_prefill_seqs = plan.num_prefill_seqs
-        num_seqs = num_prefill_seqs + plan.num_decode_seqs
+        num_decode_seqs = plan.num_decode_seqs
+        num_seqs = num_prefill_seqs + num_decode_seqs
         swap_s, copy_s, copy_bytes = self._transfers.price(plan)
         if not num_seqs:
             return StepCost(0.0, swap_s, copy_s, 0.0, copy_bytes)
@@ -188,20 +193,31 @@ class RooflineModel:
         num_context = plan.num_context_tokens  # KV tokens read by attention, all sequences
         num_prefill_context = 0
         num_prefill_pairs = 0
-        prefill_attention_s = 0.0
+        attention_s = 0.0
         if num_prefill_seqs:
             listed = plan.listed_work
-            s_per_pair = self._attention_s_per_pair
+            cached_s, causal_s, token_s = (
+                self._cached_pair_s,
+                self._causal_pair_s,
+                self._prefill_token_s,
+            )
             for _, _, num_new, context, _ in compress(listed, map(_IS_PREFILL, listed)):
-                # pairs = n(c − n) + n(n + 1)/2 = n·c − n(n − 1)/2
-                pairs = num_new * context - (num_new * (num_new - 1) >> 1)
-                num_prefill_pairs += pairs
+                cached = num_new * (context - num_new)  # pairs over cached context
+                causal = (num_new * (num_new + 1)) >> 1  # the new tokens' causal triangle
+                num_prefill_pairs += cached + causal
                 num_prefill_context += context
-                flop_s = pairs * s_per_pair
+                flop_s = cached * cached_s + causal * causal_s + num_new * token_s
                 read_s = context * kv_s_per_token
-                prefill_attention_s += flop_s if flop_s > read_s else read_s
+                attention_s += flop_s if flop_s > read_s else read_s
+            attention_s += self._prefill_call_s
         num_decode_context = num_context - num_prefill_context
-        if plan.num_decode_tokens == plan.num_decode_seqs:
+        if num_decode_seqs:
+            attention_s += (
+                self._attention_call_s
+                + num_decode_seqs * (self._attention_seq_s + self.block_s_per_seq)
+                + num_decode_context * (kv_s_per_token + self.block_s_per_context)
+            )
+        if plan.num_decode_tokens == num_decode_seqs:
             num_decode_pairs = num_decode_context  # one new token attends its c keys
         else:  # decodes of several tokens (speculative): count their pairs like a prefill's
             num_decode_pairs = sum(
@@ -210,19 +226,20 @@ class RooflineModel:
         num_pairs = num_prefill_pairs + num_decode_pairs
 
         num_tokens = plan.num_prefill_tokens + plan.num_decode_tokens
-        linear_flop_s = num_tokens * self._linear_s_per_token
-        linear_byte_s = self._linear_weight_s + num_tokens * self._linear_act_s_per_token
-        lm_flop_s = num_seqs * self._lm_head_s_per_seq
-        lm_byte_s = self._lm_head_weight_s + num_seqs * self._lm_head_act_s_per_seq
-        compute_s = (
-            (linear_flop_s if linear_flop_s > linear_byte_s else linear_byte_s)
-            + (lm_flop_s if lm_flop_s > lm_byte_s else lm_byte_s)
-            + num_decode_context * kv_s_per_token
-            + prefill_attention_s
-            + num_tokens * kv_s_per_token  # KV writes of the new tokens
-            + num_tokens * self._allreduce_s_per_token
-            + self._overhead_s
-        )
+        overlap = self._overlap
+        # Linear layers and LM head: max(c, m) + overlap · min(c, m), as roofline_terms.overlapped.
+        c = num_tokens * self._linear_c
+        m = self._linear_m0 + num_tokens * self._linear_m1
+        linear_s = (m if c < m else c) + overlap * (c if c < m else m)
+        c = num_seqs * self._lm_c
+        m = self._lm_m0 + num_seqs * self._lm_m1
+        lm_head_s = (m if c < m else c) + overlap * (c if c < m else m)
+        gpu_s = linear_s + lm_head_s + attention_s + self._fixed_s + num_tokens * self._per_token_s
+        host_s = self._host_fixed + num_seqs * self._host_per_seq
+        if self._host_overlapped:
+            compute_s = gpu_s if gpu_s > host_s else host_s
+        else:
+            compute_s = gpu_s + host_s
         flops = (
             num_tokens * self.linear_flops_per_token
             + num_seqs * self.lm_head_flops_per_seq
@@ -236,6 +253,64 @@ class RooflineModel:
             + copy_bytes
         )
         return step_cost_of((compute_s, swap_s, copy_s, flops, bytes_moved))
+
+    def breakdown(self, plan: StepPlan) -> dict[str, float]:
+        """compute_s of `plan` term by term (the error table and tests use it; `price` adds the
+        same terms inline, and a test checks that the two agree)."""
+        work = plan.work
+        num_seqs = len(work)
+        if not num_seqs:
+            return {}
+        num_tokens = plan.num_prefill_tokens + plan.num_decode_tokens
+        f, L = self.factors, self.model.num_layers
+        overlap = self._overlap
+
+        def gemm(c: float, m: float) -> float:
+            return max(c, m) + overlap * min(c, m)
+
+        prefills = [(n, c) for _, _, n, c, is_prefill in work if is_prefill]
+        decode_context = sum(c for _, _, _, c, is_prefill in work if not is_prefill)
+        num_decode = num_seqs - len(prefills)
+        prefill_s = sum(
+            max(
+                n * (c - n) * self._cached_pair_s
+                + n * (n + 1) // 2 * self._causal_pair_s
+                + n * self._prefill_token_s,
+                c * self._kv_s_per_token,
+            )
+            for n, c in prefills
+        )
+        t = self.tensor_parallel
+        parts = {
+            "linear": gemm(
+                num_tokens * self._linear_c, self._linear_m0 + num_tokens * self._linear_m1
+            )
+            + L * GEMMS_PER_LAYER * f.gemm_launch_s,
+            "lm_head": gemm(num_seqs * self._lm_c, self._lm_m0 + num_seqs * self._lm_m1)
+            + f.gemm_launch_s,
+            "small_ops": L * f.small_ops_layer_s
+            + num_tokens
+            * L
+            * self.shapes.small_ops_bytes_per_token
+            / (self.gpu.mem_bandwidth_bps * f.small_ops_bw_efficiency),
+            "decode_attention": (
+                self._attention_call_s
+                + num_decode * (self._attention_seq_s + self.block_s_per_seq)
+                + decode_context * (self._kv_s_per_token + self.block_s_per_context)
+                if num_decode
+                else 0.0
+            ),
+            "prefill_attention": prefill_s + self._prefill_call_s if prefills else 0.0,
+            "kv_write": num_tokens * self._kv_s_per_token,
+            "all_reduce": L * ALLREDUCES_PER_LAYER * self.link.allreduce_latency_s
+            + num_tokens * self.allreduce_bytes_per_token / self.link.allreduce_bw_bps
+            if t > 1
+            else 0.0,
+        }
+        gpu_s = sum(parts.values())
+        host_s = self._host_fixed + num_seqs * self._host_per_seq
+        parts["host"] = max(0.0, host_s - gpu_s) if self._host_overlapped else host_s
+        return parts
 
     def prefill_time_s(self, prompt_len: int, num_cached: int = 0) -> float:
         """compute_s of one prefill of `prompt_len` tokens, `num_cached` of them already in KV."""
@@ -253,8 +328,14 @@ class RooflineModel:
         return self._weight_bytes
 
     def describe(self) -> dict[str, object]:
-        """Provenance for reports: the shapes, peaks and efficiency factors this model uses."""
-        config = self.config
+        """Provenance for reports: the shapes, peaks and factors this model uses, and where each
+        came from."""
+        f = self.factors
+        notes = []
+        if not f.is_fitted:
+            notes.append(f"{self.gpu.name}: {f.source}")
+        if self.tensor_parallel > 1 and not self.link.is_fitted:
+            notes.append(f"all-reduce over {self.link.name}: {self.link.source}")
         return {
             "kind": self.name,
             "model": self.model.name,
@@ -265,13 +346,49 @@ class RooflineModel:
             "peak_flops": self.gpu.fp16_flops,
             "mem_bandwidth_bps": self.gpu.mem_bandwidth_bps,
             "host_link_bps": self.gpu.host_link_bps,
-            "allreduce_bw_bps": config.allreduce_bw_gbps * 1e9,
-            "gemm_efficiency": config.gemm_efficiency,
-            "attention_bw_efficiency": config.attention_bw_efficiency,
-            "weight_bw_efficiency": config.weight_bw_efficiency,
-            "step_overhead_s": config.step_overhead_s,
+            "gemm_efficiency": f.gemm_efficiency,
+            "gemm_overlap": f.gemm_overlap,
+            "gemm_launch_s": f.gemm_launch_s,
+            "weight_bw_efficiency": f.weight_bw_efficiency,
+            "small_ops_layer_s": f.small_ops_layer_s,
+            "small_ops_bw_efficiency": f.small_ops_bw_efficiency,
+            "attention_bw_efficiency": f.attention_bw_efficiency,
+            "attention_flops_efficiency": f.attention_flops_efficiency,
+            "attention_causal_efficiency": f.attention_causal_efficiency,
+            "attention_token_s": f.attention_token_s,
+            "attention_prefill_layer_s": f.attention_prefill_layer_s,
+            "attention_layer_s": f.attention_layer_s,
+            "attention_seq_s": f.attention_seq_s,
+            "factors_source": f.source,
+            "factors_extrapolated": not f.is_fitted,
+            "interconnect": self.link.name,
+            "allreduce_latency_s": self.link.allreduce_latency_s,
+            "allreduce_bw_bps": self.link.allreduce_bw_bps,
+            "interconnect_source": self.link.source,
+            **self.host.describe(),
+            "block_overhead_bytes_per_block": self.block_overhead_bytes_per_block,
             "weight_bytes_per_step": self._weight_bytes,
             "kv_bytes_per_token": self.kv_bytes_per_token,
             "block_bytes": self.block_bytes,
-            "figures": "per GPU; datasheet peaks x named efficiencies",
+            "sources": self.term_sources(),
+            "notes": notes,
+            "warnings": [],
+            "figures": "per GPU; datasheet peaks x the GPU's factors",
+        }
+
+    def term_sources(self) -> dict[str, str]:
+        """Where each term of a step's cost comes from (the report shows it)."""
+        f = self.factors
+        fitted = "fitted" if f.is_fitted else "extrapolated"
+        link = "fitted" if self.link.is_fitted else "estimate"
+        return {
+            "linear": f"roofline ({fitted} factors)",
+            "small_ops": f"roofline ({fitted} factors)",
+            "lm_head": f"roofline ({fitted} factors)",
+            "decode_attention": "roofline (factors fitted to A100 attention; block term estimated)",
+            "prefill_attention": "roofline (factors fitted to A100 attention)",
+            "all_reduce": f"roofline ({link}: {self.link.name})"
+            if self.tensor_parallel > 1
+            else "none (tensor_parallel 1)",
+            "host_overhead": self.host.source,
         }

@@ -12,9 +12,12 @@ scenarios/README.md; keys are simulator/core/config.py field names):
                  kv_dtype = "fp16" | "bf16" | "fp8";  tensor_parallel = 1
     [gpu]        preset = "a100-80gb", and/or name, memory_gib, mem_bandwidth_gbps, fp16_tflops,
                  host_link_gbps (a preset's figures can be overridden one by one)
-    [execution]  kind = "roofline" | "profile";  profile = "file.json" (relative to this file, or
-                 a bare file name in calibration/profiles/);  gemm_efficiency,
-                 attention_bw_efficiency, weight_bw_efficiency, step_overhead_s, allreduce_bw_gbps
+    [execution]  kind = "roofline" | "profile";  profile = "file.json" (relative to this file, a
+                 bare file name in calibration/profiles/, or "builtin:<name>");  gemm_efficiency,
+                 attention_bw_efficiency, weight_bw_efficiency (default: the GPU's fitted
+                 factors); step_overhead_s, step_overhead_s_per_seq (default: the engine era's),
+                 async_scheduling; allreduce_bw_gbps, allreduce_latency_us (default: the GPU's
+                 interconnect)
     [workload]   num_requests, trace ("azure-conv", "azure-code", "arxiv-summarization" or a CSV
                  path), trace_offset, time_scale, sampling = "single"|"parallel"|"beam", num_seqs,
                  empirical_pairing = "rows"|"independent" (two empirical lengths),
@@ -62,7 +65,8 @@ from pagesim.simulator.core.config import (
     StopConfig,
     SweepAxis,
 )
-from pagesim.simulator.core.errors import choices_text
+from pagesim.simulator.core.errors import InputError, choices_text
+from pagesim.simulator.execution.profile_file import check_profile
 from pagesim.simulator.scenario.files import (
     BUILTIN_DIR,
     list_builtin,
@@ -91,6 +95,7 @@ from pagesim.simulator.scenario.table import (
     is_file,
     number_text,
     show,
+    suggest,
 )
 from pagesim.simulator.scenario.toml_writer import describe_scenario
 from pagesim.simulator.scenario.workload import read_workload
@@ -121,44 +126,82 @@ PROFILE_DIR = Path(str(resources.files("pagesim.calibration"))) / "profiles"
 # --- the sections --------------------------------------------------------------------------
 
 
+BUILTIN_PREFIX = "builtin:"
+
+
+def builtin_profiles() -> list[str]:
+    """Names of the shipped profiles (`profile = "builtin:<name>"`)."""
+    return sorted(p.stem for p in PROFILE_DIR.glob("*.json")) if PROFILE_DIR.is_dir() else []
+
+
 def _profile_path(t: Table) -> Path:
     text: str = t.text("profile")
+    if text.startswith(BUILTIN_PREFIX):
+        name = text[len(BUILTIN_PREFIX) :]
+        path = PROFILE_DIR / f"{name}.json"
+        if "/" in name or "\\" in name or not is_file(path):
+            known = builtin_profiles()
+            t.fail(
+                "profile",
+                f"no built-in profile {name!r}{suggest(name, known)}; built-in: "
+                f"{choices_text(known) or 'none'}",
+            )
+        return path
     path = t.ctx.resolve(text)
     if is_file(path):
         return path
     candidates = [display(path)]
     if "/" not in text and "\\" not in text:
-        installed = PROFILE_DIR / text
+        installed: Path = PROFILE_DIR / text
         if is_file(installed):
             return installed
         candidates.append(display(installed))
     t.fail("profile", f"no such profile file {text!r} (looked for {' and '.join(candidates)})")
 
 
+def _optional_fraction(t: Table, name: str) -> float | None:
+    return t.fraction(name, None, lo_open=True) if t.has(name) else None
+
+
 def _execution(t: Table) -> ExecutionConfig:
     kind = t.choice("kind", ExecutionKind, ExecutionKind.ROOFLINE)
     if kind is ExecutionKind.PROFILE and not t.has("profile"):
         t.fail("profile", 'required key is missing: kind = "profile" needs a profile file')
-    # A profile given with kind = "roofline" is still checked, so that a sweep over
-    # execution.kind = ["roofline", "profile"] compares the two on one file.
+    # A profile given with kind = "roofline" is still checked (by `_check_profile`), so that a
+    # sweep over execution.kind = ["roofline", "profile"] compares the two on one file.
     profile = _profile_path(t) if t.has("profile") else None
-    base = ExecutionConfig()
     return ExecutionConfig(
         kind=kind,
         profile_path=profile,
-        gemm_efficiency=t.fraction("gemm_efficiency", base.gemm_efficiency, lo_open=True),
-        attention_bw_efficiency=t.fraction(
-            "attention_bw_efficiency", base.attention_bw_efficiency, lo_open=True
+        gemm_efficiency=_optional_fraction(t, "gemm_efficiency"),
+        attention_bw_efficiency=_optional_fraction(t, "attention_bw_efficiency"),
+        weight_bw_efficiency=_optional_fraction(t, "weight_bw_efficiency"),
+        step_overhead_s=t.number("step_overhead_s", None, hi=59.0),
+        step_overhead_s_per_seq=t.number("step_overhead_s_per_seq", None, hi=1.0),
+        async_scheduling=t.flag("async_scheduling", False),
+        allreduce_bw_gbps=t.number("allreduce_bw_gbps", None, hi=1e5, lo_open=True),
+        allreduce_latency_us=t.number("allreduce_latency_us", None, hi=1e6),
+        swap_copy_latency_s=t.number(
+            "swap_copy_latency_s", ExecutionConfig().swap_copy_latency_s, hi=1.0
         ),
-        weight_bw_efficiency=t.fraction(
-            "weight_bw_efficiency", base.weight_bw_efficiency, lo_open=True
-        ),
-        step_overhead_s=t.number("step_overhead_s", base.step_overhead_s, hi=60.0),
-        allreduce_bw_gbps=t.number(
-            "allreduce_bw_gbps", base.allreduce_bw_gbps, hi=1e5, lo_open=True
-        ),
-        swap_copy_latency_s=t.number("swap_copy_latency_s", base.swap_copy_latency_s, hi=1.0),
     )
+
+
+def _check_profile(top: Table, scenario: Scenario) -> None:
+    """The profile, whenever one is given, read and checked against the scenario's model."""
+    path = scenario.execution.profile_path
+    uses = scenario.execution.kind is ExecutionKind.PROFILE or any(
+        s.execution is ExecutionKind.PROFILE for s in scenario.systems
+    )
+    if path is None:
+        if uses:
+            who = next(s.name for s in scenario.systems if s.execution is ExecutionKind.PROFILE)
+            top.fail("execution", f'system {who!r} is priced by "profile": give execution.profile')
+        return
+    try:
+        check_profile(path, scenario.model, scenario.tensor_parallel, scenario.kv_dtype)
+    except InputError as exc:
+        top.table("execution").fail("profile", str(exc))
 
 
 def parse_scenario(raw: dict[str, Any], source: Path | None = None) -> Scenario:
@@ -210,6 +253,7 @@ def _parse(raw: object, source: Path | None, check_sweep: bool) -> Scenario:
         source=source,
     )
     scenario = replace(scenario, systems=read_systems(top, scenario))
+    _check_profile(top, scenario)
     for i, axis in enumerate(scenario.sweep if check_sweep else ()):
         for j, value in enumerate(axis.values):
             point = with_value(raw, axis.path, value, ctx, f"sweep.axes[{i}]")

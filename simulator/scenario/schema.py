@@ -39,6 +39,7 @@ SYSTEM_KEYS = (
     "static_batch_size",
     "static_batch_timeout_s",
     "num_kv_blocks",
+    "execution",
     "defaults",
 )
 
@@ -55,7 +56,8 @@ SCHEMA: Schema = {
     "gpu": _keys("preset name memory_gib mem_bandwidth_gbps fp16_tflops host_link_gbps"),
     "execution": _keys(
         "kind profile gemm_efficiency attention_bw_efficiency weight_bw_efficiency "
-        "step_overhead_s allreduce_bw_gbps swap_copy_latency_s"
+        "step_overhead_s step_overhead_s_per_seq async_scheduling allreduce_bw_gbps "
+        "allreduce_latency_us swap_copy_latency_s"
     ),
     "workload": {
         **_keys(

@@ -15,6 +15,7 @@ from pagesim.simulator.core.config import (
     AdmissionOrder,
     ContiguousAllocator,
     DefaultsMode,
+    ExecutionKind,
     Policy,
     PreemptionPolicy,
     Reservation,
@@ -56,6 +57,7 @@ SYSTEM_READERS: dict[str, Callable[[Table, str], Any]] = {
     "static_batch_size": lambda t, k: t.integer(k, hi=1 << 20),
     "static_batch_timeout_s": lambda t, k: t.number(k, hi=1e9),
     "num_kv_blocks": lambda t, k: t.integer(k),
+    "execution": lambda t, k: t.choice(k, ExecutionKind),
     "defaults": lambda t, k: t.choice(k, DefaultsMode),
 }
 assert tuple(SYSTEM_READERS) == SYSTEM_KEYS

@@ -17,7 +17,14 @@ from pathlib import Path
 import pandas as pd
 
 from pagesim.simulator.core.config import Scenario, SystemConfig
-from pagesim.simulator.core.defaults import ERA, era_notes, resolve_system, system_knobs
+from pagesim.simulator.core.defaults import (
+    ERA,
+    HOST_OVERHEAD_KEY,
+    era_notes,
+    resolve_system,
+    system_knobs,
+)
+from pagesim.simulator.execution.overhead import era_of, host_overhead
 from pagesim.simulator.kv.capacity import Capacity, kv_capacity
 from pagesim.simulator.metrics.result import RunResult
 from pagesim.simulator.scenario.load import load_scenario, resolve_scenario
@@ -103,6 +110,7 @@ class ResolvedSystem:
     knobs: list[ResolvedKnob]
     capacity: Capacity
     notes: list[str]  # what today's vLLM no longer has: historical, or a pagesim extension
+    host_overhead: ResolvedKnob  # an era default priced by the execution model (overhead.py)
 
 
 def resolve_scenario_systems(
@@ -136,9 +144,21 @@ def resolve_scenario_systems(
                 knobs,
                 capacity,
                 era_notes(resolved.system, scenario.workload.sampling),
+                _host_knob(scenario, system),
             )
         )
     return path, out
+
+
+def _host_knob(scenario: Scenario, system: SystemConfig) -> ResolvedKnob:
+    """The host overhead per step: an era default too, but the execution model's rule
+    (execution/overhead.py), so it is listed beside core.defaults' knobs under the key a run's
+    provenance uses. A profile measured by pagesim prices its own empty step instead."""
+    host = host_overhead(scenario.execution, era_of(system.policy))
+    value = f"{1e3 * host.fixed_s:.3g} ms + {1e3 * host.per_seq_s:.3g} ms x sequences"
+    if host.is_overlapped:
+        value += ", overlapped with the GPU step"
+    return ResolvedKnob(HOST_OVERHEAD_KEY, value, host.source)
 
 
 def sweep_scenario(

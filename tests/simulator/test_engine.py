@@ -12,6 +12,7 @@ from pagesim.simulator.core.catalog import GIB
 from pagesim.simulator.core.config import Policy, PreemptionPolicy, PrefixGroup, Scenario
 from pagesim.simulator.core.plan import SeqWork, StepPlan
 from pagesim.simulator.engine import simulate
+from pagesim.simulator.execution.overhead import era_of
 from pagesim.simulator.execution.roofline import RooflineModel
 from pagesim.simulator.kv.capacity import kv_capacity
 
@@ -20,7 +21,8 @@ ALL_POLICIES = (Policy.STATIC, Policy.ORCA, Policy.VLLM_V0, Policy.VLLM_V1)
 
 
 def roofline_for(s: Scenario, block_size: int = 16) -> RooflineModel:
-    return RooflineModel(s.model, s.gpu, s.execution, s.kv_dtype, block_size=block_size)
+    era = era_of(s.systems[0].policy)  # the engine prices a system's steps with its era's overhead
+    return RooflineModel(s.model, s.gpu, s.execution, s.kv_dtype, block_size=block_size, era=era)
 
 
 @pytest.mark.parametrize("policy", ALL_POLICIES)
@@ -286,3 +288,18 @@ def test_builtin_textbook_scenario_shows_the_textbook_gap() -> None:
     rows = static.requests.set_index("output_len")
     assert rows.loc[50, "finish_s"] == rows.loc[100, "finish_s"]
     assert rows.loc[50, "last_token_s"] < rows.loc[50, "finish_s"]
+
+
+@pytest.mark.parametrize(
+    ("policy", "words"), [(Policy.VLLM_V0, "Vidur"), (Policy.VLLM_V1, "estimate")]
+)
+def test_the_host_overhead_is_among_the_era_defaults_a_run_names(
+    policy: Policy, words: str
+) -> None:
+    """core.defaults' knobs and the execution model's host overhead (overhead.py, by era) are
+    listed side by side, each with its source: one rule for the host overhead, named once."""
+    from pagesim.simulator.core.defaults import HOST_OVERHEAD_KEY
+
+    s = scenario(explicit_workload([(30, 3, 0.0)]), system(policy))
+    found = simulate(s).provenance["defaults_from"]
+    assert "max_num_seqs" in found and words in found[HOST_OVERHEAD_KEY]

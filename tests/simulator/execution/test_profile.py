@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import json
 import warnings
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
 
+import profile_helpers
 import pytest
 
 from pagesim.calibration.run import calibrate
@@ -40,48 +41,11 @@ MODEL = ModelSpec(
     count_params(2, 4, 2, 64, 256, 512, 1000, True),
 )
 GPU = get_gpu("h100-sxm")
-DECODE = {"a_s": 1e-5, "b_s_per_kv_token": 1e-9, "c_s_per_seq": 1e-7}
-PREFILL = {"a_s": 2e-5, "b_s_per_token_sq": 1e-12, "c_s_per_token": 1e-8}
+DECODE, PREFILL = profile_helpers.DECODE, profile_helpers.PREFILL
 
 
 def synthetic_profile(model: ModelSpec = MODEL) -> dict:
-    return {
-        "schema": "pagesim-profile",
-        "schema_version": 1,
-        "provenance": {
-            "device": "synthetic-test-device",
-            "device_kind": "gpu",
-            "backend": "test",
-            "date": "2026-01-01T00:00:00+00:00",
-            "kernel_sha256": "0" * 64,
-            "cupy": "test",
-        },
-        "model": asdict(model),
-        "measured": {"tensor_parallel": 1, "block_size": 16, "kv_dtype": "fp16"},
-        "copy_bandwidth": {"median_bps": 4e12},
-        "overhead": {"empty_step_s": 1e-6},
-        "decode_attention": {
-            "coef": dict(DECODE),
-            "range": {"kv_tokens": [16, 100_000], "num_seqs": [1, 256]},
-            "held_out": {"mean_abs_rel_err": 0.03, "max_abs_rel_err": 0.05, "num_points": 4},
-        },
-        "prefill_attention": {
-            "coef": dict(PREFILL),
-            "range": {"sum_sq": [256, 1 << 26], "tokens": [16, 8192]},
-            "held_out": {"mean_abs_rel_err": 0.04, "max_abs_rel_err": 0.06, "num_points": 2},
-        },
-        "gemm": {
-            "tokens": [1, 64, 1024],
-            "time_s": [1e-4, 1.2e-4, 1e-3],
-            "held_out": {"mean_abs_rel_err": 0.02, "max_abs_rel_err": 0.03, "num_points": 2},
-        },
-        "lm_head": {
-            "tokens": [1, 64, 1024],
-            "time_s": [2e-4, 2.1e-4, 1e-3],
-            "held_out": {"mean_abs_rel_err": 0.01, "max_abs_rel_err": 0.02, "num_points": 2},
-        },
-        "samples_csv": "synthetic.csv",
-    }
+    return profile_helpers.synthetic_profile(model)
 
 
 def make_model(tmp_path: Path, profile: dict | None = None, **kwargs) -> ProfileModel:
@@ -296,3 +260,22 @@ def test_cpu_pipeline_prices_plans_sanely(cpu_profile: Path) -> None:
         for n in (100, 200, 400):
             assert model.price(decode_plan(n, 512)).compute_s > decode[-1]
     assert len(seen) == 1 and model.describe()["num_steps_extrapolated"] == 3
+
+
+def test_priced_at_another_block_size_the_roofline_block_term_difference_is_added(
+    tmp_path: Path,
+) -> None:
+    """Measured at block 16, priced at 8: twice the block lookups of the paged kernel, priced as
+    the roofline prices them (an estimate, said in the notes)."""
+    at_16 = make_model(tmp_path, block_size=16)
+    at_8 = make_model(tmp_path, block_size=8)
+    roof_16 = RooflineModel(MODEL, GPU, ExecutionConfig(), block_size=16)
+    roof_8 = RooflineModel(MODEL, GPU, ExecutionConfig(), block_size=8)
+    plan = decode_plan(8, 500)
+    expected = (roof_8.block_s_per_context - roof_16.block_s_per_context) * 8 * 500 + (
+        roof_8.block_s_per_seq - roof_16.block_s_per_seq
+    ) * 8
+    assert expected > 0
+    delta = at_8.price(plan).compute_s - at_16.price(plan).compute_s
+    assert delta == pytest.approx(expected, rel=1e-9)
+    assert "block term" in " ".join(at_8.describe()["notes"])  # type: ignore[arg-type]

@@ -157,7 +157,11 @@ def test_item1_and_2_a_run_names_its_era_and_every_value_with_its_source() -> No
         "watermark",
         "preemption",
         "activation_reserve_gib",
+        # The host overhead per step: an era default priced by the execution model (issue 13,
+        # simulator/execution/overhead.py); V1's is an estimate and says so.
+        "execution.step_overhead_s",
     }
+    assert sources["execution.step_overhead_s"].startswith("estimate")
     v0 = simulate(scenario(explicit_workload([(20, 4, 0.0)]), system(Policy.VLLM_V0)))
     assert v0.provenance["era"] == (
         "vLLM V0 engine (vLLM 0.5-0.6, vllm/core/), without chunked prefill"

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from profile_helpers import synthetic_profile
 
-from pagesim.simulator.core.catalog import GIB, get_gpu, get_model
+from pagesim.simulator.core.catalog import GIB, get_gpu, get_model, load_hf_config
 from pagesim.simulator.core.config import (
     ArrivalKind,
     ContiguousAllocator,
@@ -101,6 +102,7 @@ def test_the_library_holds_the_builtin_scenarios() -> None:
         "block_size_ablation",
         "latency_vs_rate_alpaca",
         "latency_vs_rate_sharegpt",
+        "measured_vs_roofline",  # issue 13: the roofline beside Vidur's measurements
         "memory_waste_contiguous_vs_paged",
         "parallel_sampling_beam",
         "shared_system_prompt",
@@ -347,7 +349,8 @@ def test_relative_paths_resolve_against_the_scenario_folder(
         "arrived_at,num_prefill_tokens,num_decode_tokens\n0.0,10,5\n0.5,20,6\n1.0,30,7\n"
     )
     (folder / "lengths.csv").write_text("tokens\n5\n9\n")
-    (folder / "measured.json").write_text("{}")
+    tiny = load_hf_config(folder / "model" / "config.json")
+    (folder / "measured.json").write_text(json.dumps(synthetic_profile(tiny)))
     text = MINIMAL.replace('preset = "llama-2-7b"', 'config = "model/config.json"')
     text = text.replace("num_requests = 10", 'trace = "trace.csv"\nnum_requests = 2')
     text = text.replace('kind = "poisson"\nrate_per_s = 2.0', 'kind = "trace"')
@@ -373,7 +376,7 @@ def test_a_profile_is_found_by_bare_name_in_the_installed_profiles(
 ) -> None:
     profiles = mini.parent / "installed"
     profiles.mkdir()
-    (profiles / "h200.json").write_text("{}")
+    (profiles / "h200.json").write_text(json.dumps(synthetic_profile(get_model("llama-2-7b"))))
     monkeypatch.setattr(sc, "PROFILE_DIR", profiles)
     path = write(mini.parent, MINIMAL + '[execution]\nkind = "profile"\nprofile = "h200.json"\n')
     assert load_scenario(path).execution.profile_path == profiles / "h200.json"
@@ -408,7 +411,8 @@ BAD_FILES = [
         "valid keys here: name, policy, block_size, max_num_seqs, max_num_batched_tokens, "
         "max_prefill_chunk, reservation, contiguous_allocator, preemption, victim, admission, "
         "enable_prefix_cache, watermark, gpu_memory_utilization, activation_reserve_gib, "
-        "swap_space_gib, static_batch_size, static_batch_timeout_s, num_kv_blocks, defaults",
+        "swap_space_gib, static_batch_size, static_batch_timeout_s, num_kv_blocks, execution, "
+        "defaults",
     ),
     (
         replaced('policy = "orca"', 'policy = "vlm-v1"'),
@@ -463,7 +467,7 @@ BAD_FILES = [
     (
         replaced('preset = "a100-80gb"', 'preset = "h300"'),
         "s.toml: gpu.preset: unknown GPU 'h300'; known GPUs: a100-40gb, a100-80gb, h100-sxm, "
-        "h200-sxm, l40s, l4, rtx-4090",
+        "h200-sxm, l40s, l4, rtx-4090, a40",
     ),
     (
         replaced('[gpu]\npreset = "a100-80gb"', ""),

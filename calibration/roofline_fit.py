@@ -1,0 +1,359 @@
+"""`pagesim calibrate fit-roofline`: the roofline's per-GPU factors and interconnects, fitted to
+Vidur's measurements, reproducibly (same files, same numbers).
+
+- Linear layers (gemm_efficiency, weight_bw_efficiency, gemm_overlap, gemm_launch_s): Nelder-Mead
+  on the squared log error of a layer's measured time (linear + small operators + its two
+  measured all-reduces), every model and TP of the GPU, 1 to 8192 tokens: the linear layers are
+  fitted where they matter to a step, not to microsecond GEMMs beside a slower all-reduce.
+- Small operators: `a + bytes / (bw x eff)` per layer, least squares in relative error.
+- Attention, where measured (Llama-2-70B at TP 2 on A100): decode `a + D x seq_s + KV bytes /
+  (bw x eff)`; prefill `a + FA pairs x FLOPs / (peak x eff)`, a shared with decode.
+- All-reduce per node: `latency + ring bytes / bus bw`, Nelder-Mead on the squared log error of
+  the medians of half-octave size bins, 8 KiB to 64 MiB (the messages of 1 to 4096 tokens of
+  Llama-2-7B to 70B), every worker count of the node's single-node rows.
+
+The constants in simulator/core/hardware.py are this module's output, rounded.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+from pagesim.calibration.fit import fit_nonnegative
+from pagesim.calibration.minimize import nelder_mead
+from pagesim.calibration.vidur_csv import (
+    LINEAR_OPS,
+    SMALL_OPS,
+    AttentionTable,
+    CollectiveTable,
+    OperatorTable,
+    op_sum,
+    read_all_reduce,
+    read_attention,
+    read_operators,
+)
+from pagesim.calibration.vidur_layout import VIDUR_GPUS, VIDUR_MODELS, vidur_files
+from pagesim.simulator.core.catalog import GPUSpec, ModelSpec, get_gpu, get_model
+from pagesim.simulator.core.errors import InputError
+from pagesim.simulator.core.hardware import A100, Interconnect, RooflineFactors
+from pagesim.simulator.execution.roofline_terms import (
+    GEMMS_PER_LAYER,
+    LayerShapes,
+    gemm_s,
+)
+
+MAX_FIT_TOKENS = 8192
+ALLREDUCE_SIZES = (
+    8 * 1024,
+    64 * 1024 * 1024,
+)  # bytes: 1 token of a 4096-wide model .. 4096 of 8192
+
+
+@dataclass(frozen=True)
+class GpuMeasurements:
+    """Everything Vidur measured on one GPU, read and checked."""
+
+    gpu: GPUSpec
+    operators: list[tuple[ModelSpec, OperatorTable]]
+    attention: list[tuple[ModelSpec, AttentionTable]]
+    all_reduce: CollectiveTable | None
+
+
+def read_gpu_measurements(root: Path, gpu_name: str) -> GpuMeasurements:
+    gpu = get_gpu(gpu_name)
+    operators, attention = [], []
+    all_reduce = None
+    for model_name in VIDUR_MODELS:
+        try:
+            files = vidur_files(root, gpu_name, model_name, 2)
+        except InputError:  # a model Vidur did not measure on this GPU
+            continue
+        model = get_model(model_name)
+        operators.append((model, read_operators(files.operators, model)))
+        if files.attention is not None:
+            attention.append((model, read_attention(files.attention, model, 2)))
+        if files.all_reduce is not None and all_reduce is None:
+            all_reduce = read_all_reduce(files.all_reduce)
+    return GpuMeasurements(gpu, operators, attention, all_reduce)
+
+
+def nearby_allreduce_s(table: CollectiveTable, num_workers: int, size_bytes: float) -> np.ndarray:
+    """The measured medians (seconds) within a factor 1.5 of `size_bytes`, or the 5 nearest where
+    fewer than 3 lie so close (the files are noisy at small sizes: a neighbourhood, not one row)."""
+    sizes, times = table.single_node(num_workers)
+    if not len(sizes):
+        return np.empty(0)
+    near = np.flatnonzero((sizes >= size_bytes / 1.5) & (sizes <= size_bytes * 1.5))
+    if len(near) < 3:
+        near = np.argsort(np.abs(np.log(sizes / size_bytes)), kind="stable")[:5]
+    return np.asarray(times[near], dtype=float)
+
+
+def measured_allreduce_s(table: CollectiveTable, num_workers: int, size_bytes: float) -> float:
+    """The measured median at `size_bytes`: the median of the nearby medians."""
+    near = nearby_allreduce_s(table, num_workers, size_bytes)
+    return float(np.median(near)) if len(near) else math.nan
+
+
+@dataclass(frozen=True)
+class LayerRows:
+    """One row per (model, tp, tokens) measured: the roofline's inputs and the measured times."""
+
+    model: np.ndarray  # names
+    tokens: np.ndarray
+    tensor_parallel: np.ndarray
+    flops: np.ndarray
+    bytes_: np.ndarray
+    small_bytes: np.ndarray
+    linear_s: np.ndarray
+    linear_std_s: np.ndarray
+    small_s: np.ndarray
+    allreduce_s: np.ndarray  # two measured calls (0 at t = 1 or where not measured)
+
+
+def layer_rows(data: GpuMeasurements, max_tokens: int = MAX_FIT_TOKENS) -> LayerRows:
+    parts: dict[str, list[np.ndarray]] = {k: [] for k in LayerRows.__dataclass_fields__}
+    for model, table in data.operators:
+        keep = table.tokens <= max_tokens
+        tokens, tps = table.tokens[keep], table.tensor_parallel[keep]
+        shapes = {t: LayerShapes.of(model, int(t)) for t in set(tps.tolist())}
+        parts["model"].append(np.full(len(tokens), model.name))
+        parts["tokens"].append(tokens.astype(float))
+        parts["tensor_parallel"].append(tps)
+        parts["flops"].append(np.array([shapes[t].gemm_flops_per_token for t in tps]) * tokens)
+        parts["bytes_"].append(
+            np.array(
+                [
+                    shapes[t].gemm_weight_bytes + n * shapes[t].gemm_act_bytes_per_token
+                    for t, n in zip(tps, tokens, strict=True)
+                ]
+            )
+        )
+        parts["small_bytes"].append(
+            np.array([shapes[t].small_ops_bytes_per_token for t in tps]) * tokens
+        )
+        parts["linear_s"].append(op_sum(table.median_s, LINEAR_OPS)[keep])
+        parts["linear_std_s"].append(np.sqrt(op_sum(table.std_s, LINEAR_OPS, power=2))[keep])
+        parts["small_s"].append(op_sum(table.median_s, SMALL_OPS)[keep])
+        ar = data.all_reduce
+        parts["allreduce_s"].append(
+            np.array(
+                [
+                    2 * measured_allreduce_s(ar, int(t), n * model.hidden_size * 2)
+                    if ar is not None and t > 1
+                    else 0.0
+                    for t, n in zip(tps, tokens, strict=True)
+                ]
+            )
+        )
+    joined = {k: np.concatenate(v) for k, v in parts.items()}
+    joined["allreduce_s"] = np.nan_to_num(joined["allreduce_s"])
+    return LayerRows(**joined)
+
+
+def _logit(p: float) -> float:
+    return math.log(p / (1 - p))
+
+
+def _share(x: float) -> float:
+    return 1 / (1 + math.exp(-x))
+
+
+def fit_linear(gpu: GPUSpec, rows: LayerRows) -> dict[str, float]:
+    rest = rows.small_s + rows.allreduce_s
+    measured = rows.linear_s + rest
+    # Weights stream no faster than the fastest measured stream (a step of <= 8 tokens): the
+    # overlap term would otherwise push the share to the datasheet's 100%.
+    streaming = rows.tokens <= 8
+    top = float(np.max(rows.bytes_[streaming] / rows.linear_s[streaming])) / gpu.mem_bandwidth_bps
+
+    def unpack(x: np.ndarray) -> tuple[float, float, float, float]:
+        return _share(x[0]), min(top, 1.0) * _share(x[1]), _share(x[2]), math.exp(x[3]) * 1e-6
+
+    def predicted(x: np.ndarray) -> np.ndarray:
+        eg, ew, overlap, launch = unpack(x)
+        linear = gemm_s(
+            rows.flops, rows.bytes_, gpu.fp16_flops, gpu.mem_bandwidth_bps, eg, ew, overlap
+        )
+        return np.asarray(linear + GEMMS_PER_LAYER * launch)
+
+    # Every half-octave of tokens weighs the same (per model and TP): the files measure large
+    # token counts far more densely than small ones.
+    octave = np.round(2 * np.log2(rows.tokens))
+    groups = [
+        f"{m}/{t}/{o}" for m, t, o in zip(rows.model, rows.tensor_parallel, octave, strict=True)
+    ]
+    _, inverse, counts = np.unique(groups, return_inverse=True, return_counts=True)
+    weight = 1.0 / counts[inverse]
+
+    def objective(x: np.ndarray) -> float:
+        return float(np.sum(weight * np.log((predicted(x) + rest) / measured) ** 2))
+
+    start = np.array([_logit(0.7), _logit(0.8), _logit(0.3), math.log(5.0)])
+    best, _ = nelder_mead(objective, start)
+    eg, ew, overlap, launch = unpack(best)
+    return {
+        "gemm_efficiency": eg,
+        "weight_bw_efficiency": ew,
+        "gemm_overlap": overlap,
+        "gemm_launch_s": launch,
+    }
+
+
+def fit_small_ops(gpu: GPUSpec, rows: LayerRows) -> dict[str, float]:
+    features = np.stack([np.ones_like(rows.small_bytes), rows.small_bytes], axis=1)
+    a, b = fit_nonnegative(features, rows.small_s)
+    efficiency = 1.0 if b <= 0 else min(1.0, 1 / (b * gpu.mem_bandwidth_bps))
+    return {"small_ops_layer_s": float(a), "small_ops_bw_efficiency": float(efficiency)}
+
+
+def attention_features(model: ModelSpec, table: AttentionTable) -> tuple[np.ndarray, np.ndarray]:
+    """Per layer, one GPU: decode features [1, D, KV bytes read] and prefill features
+    [1, cached-pair FLOPs, causal-pair FLOPs, new tokens]."""
+    shapes = LayerShapes.of(model, table.tensor_parallel)
+    kv_bytes_layer = model.kv_bytes_per_token(tensor_parallel=table.tensor_parallel) / (
+        model.num_layers
+    )
+    batch = table.decode_batch.astype(float)
+    decode = np.stack([np.ones_like(batch), batch, batch * table.decode_kv * kv_bytes_layer], 1)
+    n = table.prefill_chunk.astype(float)
+    flops = shapes.attention_flops_per_pair
+    prefill = np.stack(
+        [np.ones_like(n), n * table.prefill_kv * flops, n * (n + 1) / 2 * flops, n], axis=1
+    )
+    return decode, prefill
+
+
+def fit_attention(gpu: GPUSpec, model: ModelSpec, table: AttentionTable) -> dict[str, float]:
+    decode, prefill = attention_features(model, table)
+    a, per_seq, per_byte = fit_nonnegative(decode, table.decode_s)
+    a_p, per_cached, per_causal, per_token = fit_nonnegative(prefill, table.prefill_s)
+    return {
+        "attention_layer_s": float(a),
+        "attention_seq_s": float(per_seq),
+        "attention_bw_efficiency": float(min(1.0, 1 / (per_byte * gpu.mem_bandwidth_bps))),
+        "attention_flops_efficiency": float(min(1.0, 1 / (per_cached * gpu.fp16_flops))),
+        "attention_causal_efficiency": float(min(1.0, 1 / (per_causal * gpu.fp16_flops))),
+        "attention_token_s": float(per_token) / (model.num_heads / table.tensor_parallel),
+        "attention_prefill_layer_s": float(a_p),
+    }
+
+
+def allreduce_bins(table: CollectiveTable) -> list[tuple[int, float, float]]:
+    """(workers, median size, median time) of half-octave size bins in ALLREDUCE_SIZES."""
+    found = []
+    lo, hi = ALLREDUCE_SIZES
+    edges = 2.0 ** np.arange(math.log2(lo), math.log2(hi) + 0.51, 0.5)
+    for workers in sorted(set(table.num_workers.tolist())):
+        sizes, times = table.single_node(workers)
+        if not len(sizes):
+            continue
+        bins = np.digitize(sizes, edges)
+        for b in range(1, len(edges)):
+            inside = bins == b
+            if inside.any():
+                found.append(
+                    (workers, float(np.median(sizes[inside])), float(np.median(times[inside])))
+                )
+    return found
+
+
+def _fit_link(bins: list[tuple[int, float, float]]) -> tuple[float, float]:
+    """(latency s, bus bandwidth B/s) minimising the squared log error over `bins`."""
+    workers = np.array([b[0] for b in bins])
+    sizes = np.array([b[1] for b in bins])
+    times = np.array([b[2] for b in bins])
+    ring = 2 * (workers - 1) / workers
+
+    def objective(x: np.ndarray) -> float:
+        predicted = math.exp(x[0]) * 1e-6 + ring * sizes / (math.exp(x[1]) * 1e9)
+        return float(np.mean(np.log(predicted / times) ** 2))
+
+    best, _ = nelder_mead(objective, np.array([math.log(30.0), math.log(150.0)]))
+    return math.exp(best[0]) * 1e-6, math.exp(best[1]) * 1e9
+
+
+def fit_interconnect(table: CollectiveTable, name: str, source: str) -> Interconnect:
+    """One (latency, bandwidth) per GPU count measured, and one over all counts (the default)."""
+    bins = allreduce_bins(table)
+    latency, bandwidth = _fit_link(bins)
+    counts = sorted({b[0] for b in bins})
+    by_workers = tuple((n, *_fit_link([b for b in bins if b[0] == n])) for n in counts)
+    return Interconnect(name, latency, bandwidth, source, True, by_workers)
+
+
+@dataclass(frozen=True)
+class FittedGpu:
+    gpu_name: str
+    factors: RooflineFactors
+    interconnect: Interconnect | None
+    files: list[str]
+
+
+def fit_gpu(root: Path, gpu_name: str, base: RooflineFactors) -> FittedGpu:
+    """The factors of `gpu_name` fitted to the files under `root`; the attention factors stay
+    `base`'s where the GPU has no attention measurement."""
+    data = read_gpu_measurements(root, gpu_name)
+    rows = layer_rows(data)
+    found = fit_linear(data.gpu, rows) | fit_small_ops(data.gpu, rows)
+    files = [str(t.path) for _, t in data.operators]
+    for model, table in data.attention:
+        found |= fit_attention(data.gpu, model, table)
+        files.append(str(table.path))
+    link = None
+    if data.all_reduce is not None:
+        node = VIDUR_GPUS[gpu_name].node
+        link = fit_interconnect(data.all_reduce, f"{node} (fitted)", f"Vidur network/{node}")
+        files.append(str(data.all_reduce.path))
+    source = f"fitted to Vidur's {gpu_name} measurements by `pagesim calibrate fit-roofline`"
+    factors = replace(base, **found, source=source, is_fitted=True)
+    return FittedGpu(gpu_name, factors, link, files)
+
+
+def fit_all(root: Path) -> list[FittedGpu]:
+    """A100 first (its attention factors are the others'), then H100 and A40."""
+    a100 = fit_gpu(root, "a100-80gb", A100)
+    return [a100, fit_gpu(root, "h100-sxm", a100.factors), fit_gpu(root, "a40", a100.factors)]
+
+
+def constants_text(fitted: FittedGpu) -> str:
+    """The factors as simulator/core/hardware.py writes them (4 significant figures)."""
+    f = fitted.factors
+    lines = [f"# {fitted.gpu_name}"]
+    for name in RooflineFactors.__dataclass_fields__:
+        value = getattr(f, name)
+        if isinstance(value, float):
+            lines.append(f"    {name}={float(f'{value:.4g}')!r},")
+    if fitted.interconnect is not None:
+        link = fitted.interconnect
+
+        def g4(x: float) -> str:
+            return repr(float(f"{x:.4g}"))
+
+        lines.append(
+            f"# interconnect {link.name}: {g4(link.allreduce_latency_s)}, "
+            f"{g4(link.allreduce_bw_bps)}, by_workers=("
+            + ", ".join(f"({n}, {g4(a)}, {g4(b)})" for n, a, b in link.by_workers)
+            + ")"
+        )
+    return "\n".join(lines)
+
+
+def write_fitted(fitted: list[FittedGpu], out: Path) -> Path:
+    """The fitted factors and links as JSON (for a reader; hardware.py holds the constants)."""
+    payload = {
+        f.gpu_name: {
+            "factors": asdict(f.factors),
+            "interconnect": None if f.interconnect is None else asdict(f.interconnect),
+            "files": f.files,
+        }
+        for f in fitted
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(payload, indent=1) + "\n")
+    return out

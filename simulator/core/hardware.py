@@ -1,0 +1,159 @@
+"""What a GPU preset brings beyond its datasheet: the roofline's step-cost factors and the
+interconnect its tensor-parallel all-reduce crosses.
+
+Every figure says where it comes from. "Fitted" figures are the output of
+`pagesim calibrate fit-roofline` on the Vidur project's public measurements (microsoft/vidur, MIT;
+files and dates in calibration/vidur_csv.py, the fit in calibration/roofline_fit.py, its errors in
+calibration/profiles/README.md); a test reruns the fit and checks these constants. GPUs the data
+lacks take the factors of the closest measured GPU, marked `is_fitted = False` so the report says
+they are extrapolated; their datasheet peaks (catalog.py) still scale every term.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+
+@dataclass(frozen=True, slots=True)
+class RooflineFactors:
+    """Shares of datasheet peaks and fixed costs that the roofline's terms use (roofline_terms.py).
+
+    Linear layers: the slower of compute and weight streaming plus `gemm_overlap` times the
+    faster (they overlap imperfectly between the extremes), plus `gemm_launch_s` per GEMM.
+    """
+
+    gemm_efficiency: float  # share of peak FLOP/s a large GEMM reaches
+    gemm_overlap: float  # share of the faster of compute / memory that does not overlap, [0, 1]
+    gemm_launch_s: float  # fixed cost of each GEMM (launch, tail)
+    weight_bw_efficiency: float  # share of peak bandwidth streaming weights
+    small_ops_layer_s: float  # fixed cost per layer of the 2 norms, rotary, activation, add
+    small_ops_bw_efficiency: float  # their bytes' share of peak bandwidth
+    attention_bw_efficiency: float  # decode attention's KV read, KV writes and CoW copies
+    attention_layer_s: float  # fixed cost per layer of one decode attention call
+    attention_seq_s: float  # decode attention's cost per sequence per layer
+    # Prefill attention: (query, key) pairs against cached context run in whole tiles at
+    # `attention_flops_efficiency`; the causal triangle of the new tokens, half-empty tiles on the
+    # diagonal, at `attention_causal_efficiency`; plus a cost per new token and query head on the
+    # GPU, and per call.
+    attention_flops_efficiency: float
+    attention_causal_efficiency: float
+    attention_token_s: float
+    attention_prefill_layer_s: float
+    source: str
+    is_fitted: bool  # False: taken from another GPU (extrapolated)
+
+
+@dataclass(frozen=True, slots=True)
+class Interconnect:
+    """The link a tensor-parallel all-reduce crosses: per call `latency_s + ring bytes / bw`, ring
+    bytes = 2 (t - 1) / t x the message (NCCL's bus-bandwidth convention)."""
+
+    name: str
+    allreduce_latency_s: float  # for a GPU count not in `by_workers`
+    allreduce_bw_bps: float  # bus bandwidth per GPU
+    source: str
+    is_fitted: bool
+    by_workers: tuple[tuple[int, float, float], ...] = ()  # (GPUs, latency s, bus bw B/s)
+
+    def at(self, num_gpus: int) -> Interconnect:
+        """This link's figures for an all-reduce over `num_gpus` GPUs (NCCL picks other
+        algorithms and protocols at other counts: fitted one by one where measured)."""
+        for count, latency, bandwidth in self.by_workers:
+            if count == num_gpus:
+                return replace(
+                    self, allreduce_latency_s=latency, allreduce_bw_bps=bandwidth, by_workers=()
+                )
+        return replace(self, by_workers=())
+
+
+def extrapolated(factors: RooflineFactors, measured_gpu: str) -> RooflineFactors:
+    """`factors` used for a GPU nobody measured here: the report says so."""
+    return replace(
+        factors,
+        source=f"extrapolated: {measured_gpu}'s fitted factors, this GPU's datasheet peaks",
+        is_fitted=False,
+    )
+
+
+_FIT = "fitted by `pagesim calibrate fit-roofline` to Vidur's {} measurements"
+
+# A100-SXM4-80GB: Vidur compute/a100 (Llama-2-7B/70B, Llama-3-8B/70B, TP 1-8, 1-8192 tokens) and
+# the attention of Llama-2-70B at TP 2 (block 16, FlashAttention backend, Kineto timings).
+A100 = RooflineFactors(
+    gemm_efficiency=0.7509,
+    gemm_overlap=0.5015,
+    gemm_launch_s=4.6e-06,
+    weight_bw_efficiency=0.7934,
+    small_ops_layer_s=1.113e-05,
+    small_ops_bw_efficiency=0.5159,
+    attention_bw_efficiency=0.7674,
+    attention_layer_s=1.531e-05,
+    attention_seq_s=7.211e-09,
+    attention_flops_efficiency=0.4622,
+    attention_causal_efficiency=0.2164,
+    attention_token_s=2.271e-09,
+    attention_prefill_layer_s=1.669e-05,
+    source=_FIT.format("a100-80gb"),
+    is_fitted=True,
+)
+# H100-SXM: Vidur compute/h100 (Llama-2-7B/70B, TP 1-8). No attention measured: the attention
+# factors are the A100's (extrapolated; the report says so through `attention_source`).
+H100 = replace(
+    A100,
+    gemm_efficiency=0.7461,
+    gemm_overlap=0.495,
+    gemm_launch_s=4.507e-06,
+    weight_bw_efficiency=0.8895,
+    small_ops_layer_s=1.027e-05,
+    small_ops_bw_efficiency=0.5765,
+    source=_FIT.format("h100-sxm"),
+)
+# A40: Vidur compute/a40 (Llama-2-7B/70B, TP 1-8); attention as for the H100.
+A40 = replace(
+    A100,
+    gemm_efficiency=0.8164,
+    gemm_overlap=0.4765,
+    gemm_launch_s=4.682e-06,
+    weight_bw_efficiency=0.8086,
+    small_ops_layer_s=7.062e-06,
+    small_ops_bw_efficiency=0.741,
+    source=_FIT.format("a40"),
+)
+# A GPU given by its figures alone ([gpu] name = ..., no preset).
+GENERIC_FACTORS = extrapolated(A100, "a100-80gb")
+
+# All-reduce links. DGX nodes (every GPU on NVSwitch): fitted to Vidur's
+# network/<node>/all_reduce.csv.
+# Per GPU count (NCCL's algorithm and protocol change with it), and over all counts for others.
+DGX_A100 = Interconnect(
+    "nvlink3 (DGX A100)",
+    3.848e-05,
+    1.543e11,
+    _FIT.format("network/a100_dgx all-reduce"),
+    True,
+    by_workers=((2, 4.806e-05, 1.778e11), (4, 2.975e-05, 1.456e11), (8, 3.846e-05, 1.444e11)),
+)
+DGX_H100 = Interconnect(
+    "nvlink4 (DGX H100)",
+    2.95e-05,
+    3.485e11,
+    _FIT.format("network/h100_dgx all-reduce"),
+    True,
+    by_workers=((2, 2.354e-05, 2.877e11), (4, 3.71e-05, 4.147e11), (8, 2.908e-05, 3.463e11)),
+)
+# PCIe 4 x16, no NVLink (L40S, L4, A40 without its bridge): an estimate, not measured here. Bus
+# bandwidth 20 GB/s, below the link's ~25 GB/s effective (FACTS.md), inside the 10-25 GB/s of a
+# PCIe ring that issue 12 cites; latency 30 us, of the order of Vidur's NVLink all-reduce latencies
+# (above: PCIe adds host round trips, so if anything more).
+PCIE4 = Interconnect(
+    "pcie4 (estimate)", 30e-6, 20e9, "estimate: PCIe 4 x16 ~25 GB/s (FACTS.md), no NVLink", False
+)
+# RTX 4090: no peer-to-peer over PCIe (FACTS.md), so NCCL stages through host memory and every byte
+# crosses the link twice: half the bandwidth of PCIE4 (an estimate).
+PCIE4_NO_P2P = Interconnect(
+    "pcie4, no peer-to-peer (estimate)",
+    30e-6,
+    10e9,
+    "estimate: PCIe 4 x16 without peer-to-peer (FACTS.md), staged through host memory",
+    False,
+)

@@ -1,0 +1,82 @@
+"""Warnings a person must see about a profile's step prices (the CLI prints them, the report shows
+them): a profile measured on another GPU than the scenario's, and prices that would make the
+scenario's GPU exceed its datasheet (MFU or MBU above 100%), checked on probe steps when the model
+is built and on a run's averages when it ends."""
+
+from __future__ import annotations
+
+import re
+import warnings
+from collections.abc import Callable, Mapping
+
+from pagesim.simulator.core.catalog import GPUSpec
+from pagesim.simulator.core.plan import SeqWork, StepCost, StepPlan
+
+_GPU_WORD = re.compile(r"[a-z]+\d+")  # "a100", "h200", "l40", "rtx4090" -> model words
+# Steps a profile is asked to price when loaded: decode at batch 1, 64 and 256 over 1k and 4k of
+# context, a 512- and a 2048-token prefill.
+PROBES = (
+    ("decode 1 x 1024", [(1, 1024, False)]),
+    ("decode 64 x 1024", [(1, 1024, False)] * 64),
+    ("decode 256 x 4096", [(1, 4096, False)] * 256),
+    ("prefill 512", [(512, 512, True)]),
+    ("prefill 2048", [(2048, 2048, True)]),
+)
+
+
+def gpu_words(name: object) -> set[str]:
+    text = str(name).lower().replace(" ", "").replace("-", "").replace("_", "")
+    words = set(_GPU_WORD.findall(str(name).lower()))
+    return words | ({"rtx4090"} if "4090" in text else set())
+
+
+def same_gpu(device: object, gpu_name: str) -> bool:
+    """Whether a profile's device names the scenario's GPU (a100-80gb ~ "NVIDIA A100-SXM4-80GB")."""
+    return bool(gpu_words(device) & gpu_words(gpu_name))
+
+
+def profile_warnings(
+    device: object, gpu: GPUSpec, price: Callable[[StepPlan], StepCost]
+) -> list[str]:
+    """Warnings about a profile measured on `device`, priced by `price`, for a scenario on
+    `gpu`."""
+    found = []
+    if device != "cpu" and not same_gpu(device, gpu.name):
+        found.append(
+            f"the profile was measured on {device!r}, the scenario's GPU is {gpu.name!r}: "
+            "its prices are that device's, not this one's"
+        )
+    peak, bw = gpu.fp16_flops, gpu.mem_bandwidth_bps
+    worst: tuple[float, str, str] | None = None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for label, shape in PROBES:
+            plan = StepPlan.build([SeqWork(i, i, n, c, p) for i, (n, c, p) in enumerate(shape)])
+            cost = price(plan)
+            for what, share in (
+                ("MFU", cost.flops / (peak * cost.duration_s)),
+                ("MBU", cost.bytes_moved / (bw * cost.duration_s)),
+            ):
+                if share > 1 and (worst is None or share > worst[0]):
+                    worst = (share, what, label)
+    if worst is not None:
+        share, what, label = worst
+        found.append(
+            f"the profile prices a {label} step at {what} {100 * share:.0f}% of "
+            f"{gpu.name}'s datasheet: faster than this GPU can run (a profile of a faster "
+            "GPU, or a broken one)"
+        )
+    return found
+
+
+def utilization_warnings(summary: Mapping[str, object]) -> list[str]:
+    """A run whose time-averaged MFU or MBU exceeds 100% was priced faster than its GPU."""
+    found = []
+    for key, what in (("mfu", "MFU"), ("mbu", "MBU")):
+        value = summary.get(key)
+        if isinstance(value, int | float) and value > 1:
+            found.append(
+                f"{what} {100 * value:.0f}% over the run: steps were priced faster than the "
+                "GPU's datasheet allows"
+            )
+    return found

@@ -1,0 +1,112 @@
+"""The roofline's per-layer terms, written once for the simulator (floats, one step at a time) and
+for the fit to measurements (NumPy arrays, every measured row at once): only + - * / and abs, so
+both work.
+
+One decoder layer on one GPU under t-way tensor parallelism, T tokens in the step (times in s):
+
+    linear     = slower(c, m) + overlap * faster(c, m) + 4 * launch       (QKV, O, gate+up, down)
+                 c = T * F / (peak * gemm_eff),   m = (W + T * A) / (bw * weight_eff)
+    small ops  = small_ops_layer_s + T * S / (bw * small_ops_eff)     (2 norms, rotary, act, add)
+    all-reduce = 2 calls * (latency + 2 (t-1)/t * T * hidden * 2 B / bus bw)       (t > 1)
+    decode attention  = attention_layer_s + D * attention_seq_s + KV bytes read / (bw * attn_eff)
+    prefill attention = attention_prefill_layer_s + n * heads/t * attention_token_s
+                        + n (c - n) * P / (peak * attention_flops_eff)          (cached context)
+                        + n (n + 1) / 2 * P / (peak * attention_causal_eff)     (causal triangle)
+
+F, W, A, S, P (FLOPs per pair) are the shapes below; a chunk of n new tokens over c - n cached
+ones. FlashAttention runs the cached part in whole tiles and the causal part in half-empty tiles
+on the diagonal: measured, the second is about half as efficient (Vidur's A100 attention file).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pagesim.simulator.core.catalog import ModelSpec
+from pagesim.simulator.core.hardware import Interconnect
+
+WEIGHT_BYTES = 2  # fp16/bf16 weights
+ACTIVATION_BYTES = 2  # fp16/bf16 activations
+GEMMS_PER_LAYER = 4  # QKV, output projection, MLP gate+up (or up), MLP down: each fused
+ALLREDUCES_PER_LAYER = 2  # after attention and after the MLP (Megatron-style tensor parallelism)
+
+# The helpers below take and return a float or a NumPy array of floats (`Any`: either works).
+Number = Any
+
+
+@dataclass(frozen=True, slots=True)
+class LayerShapes:
+    """Per-GPU sizes of one decoder layer under t-way tensor parallelism."""
+
+    gemm_flops_per_token: float  # 2 FLOPs per multiply-add, the four GEMMs
+    gemm_weight_bytes: float  # weights each GEMM streams once per step
+    gemm_act_bytes_per_token: float  # each GEMM reads its input and writes its output once
+    small_ops_bytes_per_token: float
+    allreduce_bytes_per_token: float  # one call's message: the hidden state, 16-bit
+    attention_flops_per_pair: float  # QK^T and PV, per (query, key) pair
+    tensor_parallel: int
+
+    @classmethod
+    def of(cls, model: ModelSpec, tensor_parallel: int) -> LayerShapes:
+        t = tensor_parallel
+        hidden = model.hidden_size
+        q_out = model.num_heads * model.head_dim
+        kv_out = model.num_kv_heads * model.head_dim
+        ffn = model.intermediate_size / t
+        up = 2 if model.is_gated_mlp else 1
+        act_elems = (
+            (hidden + (q_out + 2 * kv_out) / t)  # QKV (column-parallel)
+            + (q_out / t + hidden)  # output projection (row-parallel)
+            + (hidden + up * ffn)  # MLP gate+up (column-parallel)
+            + (ffn + hidden)  # MLP down (row-parallel)
+        )
+        # Elementwise work per token: two RMSNorms (read + write the hidden state), rotary on
+        # q and k, SiLU-and-multiply (read gate and up, write one), the residual add (2 in, 1 out).
+        small_elems = 2 * 2 * hidden + 2 * (q_out + kv_out) / t + (up + 1) * ffn + 3 * hidden
+        return cls(
+            gemm_flops_per_token=2 * model.params_per_layer / t,
+            gemm_weight_bytes=model.params_per_layer * WEIGHT_BYTES / t,
+            gemm_act_bytes_per_token=act_elems * ACTIVATION_BYTES,
+            small_ops_bytes_per_token=small_elems * ACTIVATION_BYTES,
+            allreduce_bytes_per_token=hidden * ACTIVATION_BYTES,
+            attention_flops_per_pair=4 * (model.num_heads / t) * model.head_dim,
+            tensor_parallel=t,
+        )
+
+
+def overlapped(compute_s: Number, memory_s: Number, overlap: float) -> Number:
+    """max(c, m) + overlap * min(c, m): the slower of the two plus the share of the faster that
+    does not hide under it (0: a perfect roofline; 1: no overlap at all)."""
+    total = compute_s + memory_s
+    gap = abs(compute_s - memory_s)
+    return 0.5 * ((1 + overlap) * total + (1 - overlap) * gap)
+
+
+def gemm_s(
+    flops: Number,
+    bytes_: Number,
+    peak_flops: float,
+    bandwidth_bps: float,
+    gemm_efficiency: float,
+    weight_bw_efficiency: float,
+    overlap: float,
+) -> Number:
+    """One GEMM (or several of one step): compute against streaming, overlapped."""
+    compute_s = flops / (peak_flops * gemm_efficiency)
+    memory_s = bytes_ / (bandwidth_bps * weight_bw_efficiency)
+    return overlapped(compute_s, memory_s, overlap)
+
+
+def allreduce_call_s(message_bytes: Number, tensor_parallel: int, link: Interconnect) -> Number:
+    """One ring all-reduce of `message_bytes` over `tensor_parallel` GPUs (0 when t = 1)."""
+    if tensor_parallel <= 1:
+        return 0.0 * message_bytes
+    ring = 2 * (tensor_parallel - 1) / tensor_parallel
+    return link.allreduce_latency_s + ring * message_bytes / link.allreduce_bw_bps
+
+
+def prefill_pairs(num_new: Number, context: Number) -> Number:
+    """Causal (query, key) pairs of a chunk of n new tokens after c - n cached ones:
+    n (c - n) + n (n + 1) / 2."""
+    return num_new * context - num_new * (num_new - 1) / 2
