@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from pagesim import __version__
 from pagesim.reports.capacity import write_capacity_page
 from pagesim.reports.frames import unique_slugs
-from pagesim.reports.render import PLOTS_DIR, write_report
+from pagesim.reports.render import RESERVED_NAMES, write_report
 from pagesim.simulator.core.config import ExecutionKind, Scenario
 from pagesim.simulator.metrics.result import RunResult
 from pagesim.simulator.scenario.load import describe_scenario
@@ -75,7 +75,7 @@ def write_run(run: ScenarioRun, out: Path, *, report: bool = True) -> Path:
             provenance=provenance(run.results, run.overrides),
             calibration=calibration_curves(run.scenario),
         )
-    names = unique_slugs([r.system for r in run.results], reserved={PLOTS_DIR})
+    names = unique_slugs([r.system for r in run.results], reserved=RESERVED_NAMES)
     for result, name in zip(run.results, names, strict=True):
         result.write(out / name)
     return out

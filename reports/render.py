@@ -35,11 +35,29 @@ from pagesim.reports.html import (
     summary_table,
     sweep_table,
 )
+from pagesim.reports.output_folder import MANIFEST_FILE
+from pagesim.reports.saved import INPUTS_FILE, SavedReport, read_saved
 from pagesim.simulator.core.errors import InputError
 from pagesim.simulator.metrics.result import RunResult
 
 PLOTS_DIR = "plots"
-INPUTS_FILE = "report.json"
+# Names a report folder uses at its top level: a system's data folder never takes one of them.
+RESERVED_NAMES = frozenset(
+    {
+        PLOTS_DIR,
+        INPUTS_FILE,
+        MANIFEST_FILE,
+        "cache",
+        "report.html",
+        "summary.csv",
+        "sweep.csv",
+        "scenario.toml",
+        "overrides.json",
+        "capacity.csv",
+        "capacity.html",
+        "evaluations.csv",
+    }
+)
 
 # (file stem, function, title, caption) of the plots every run gets.
 _RUN_PLOTS: tuple[tuple[str, Callable[[Sequence[RunResult], Path], Path], str, str], ...] = (
@@ -198,7 +216,7 @@ def write_report(
         raise ValueError("write_report: no results to report")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    slugs = unique_slugs([r.system for r in results], reserved={PLOTS_DIR})
+    slugs = unique_slugs([r.system for r in results], reserved=RESERVED_NAMES)
     _write_data(results, slugs, out_dir, sweep)
     made = _make_plots(results, out_dir / PLOTS_DIR, sweep, calibration)
     (out_dir / INPUTS_FILE).write_text(
@@ -242,21 +260,25 @@ def write_report(
     return path
 
 
+def render_saved(saved: SavedReport, out_dir: Path) -> Path:
+    """Draw a report read back by `reports.saved.read_saved` into `out_dir`."""
+    inputs = saved.inputs
+    try:
+        return write_report(
+            saved.results,
+            out_dir,
+            title=inputs["title"],
+            scenario_text=inputs["scenario_text"],
+            provenance=inputs["provenance"],
+            findings=[str(f) for f in inputs["findings"]] if inputs["findings"] else None,
+            sweep=saved.sweep,
+            calibration=inputs["calibration"],
+        )
+    except ValueError as exc:  # a calibration input that does not parse
+        raise InputError(f"{INPUTS_FILE}: {exc}") from None
+
+
 def rerender_report(run_dir: Path, out_dir: Path | None = None) -> Path:
     """Re-render a report folder written by `write_report` from its CSV/JSON files (InputError
-    when `run_dir` has none)."""
-    if not (run_dir / INPUTS_FILE).is_file():
-        raise InputError(f"{run_dir}: no {INPUTS_FILE} inside; is this a `pagesim run` folder?")
-    inputs = json.loads((run_dir / INPUTS_FILE).read_text())
-    results = [RunResult.read(run_dir / folder) for folder in inputs["folders"]]
-    sweep_path = run_dir / "sweep.csv"
-    return write_report(
-        results,
-        out_dir or run_dir,
-        title=inputs["title"],
-        scenario_text=inputs["scenario_text"],
-        provenance=inputs["provenance"],
-        findings=inputs["findings"],
-        sweep=pd.read_csv(sweep_path) if sweep_path.exists() else None,
-        calibration=inputs["calibration"],
-    )
+    naming the file when one is missing, damaged or disagrees with the others)."""
+    return render_saved(read_saved(run_dir), out_dir or run_dir)

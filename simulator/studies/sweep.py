@@ -167,10 +167,12 @@ def run_sweep(
     their frames for the report's per-system plots."""
     last = points[-1].scenario
     last_keys = [p.key for p in points if p.scenario is last]
+    cache = PointCache(Path(out) / CACHE_DIR)
+    cache.prepare()  # a cache that cannot be written fails here, before anything is simulated
     run = run_points(
         points,
         executor,
-        cache=PointCache(Path(out) / CACHE_DIR),
+        cache=cache,
         use_cache=use_cache,
         frames_for=last_keys,
         on_record=on_record,
