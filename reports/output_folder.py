@@ -149,8 +149,9 @@ class OutputFolder:
         try:
             out.parent.mkdir(parents=True, exist_ok=True)
             if not exists:
-                out.mkdir()
-                self.created = True
+                with signals_held():  # a signal between the two would leave it unrecorded
+                    out.mkdir()
+                    self.created = True
                 _write_manifest(out, self.kind, "", complete=False)
         except FileExistsError:
             pass  # another command made it meanwhile: the lock decides below
@@ -158,9 +159,10 @@ class OutputFolder:
             raise _refuse(out, f"cannot create it: {exc.strerror or exc}") from None
         self._lock()
         try:
-            self.staging = Path(
-                tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name[:64]}.staging-")
-            )
+            with signals_held():  # made and recorded at once, so that `abandon` removes it
+                self.staging = Path(
+                    tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name[:64]}.staging-")
+                )
         except OSError as exc:
             raise _refuse(out, f"cannot write beside it: {exc.strerror or exc}") from None
 
