@@ -95,11 +95,19 @@ def sweep(
     executor: ExecutorOption = "local",
     address: AddressOption = None,
     no_cache: NoCacheOption = False,
+    detail: Annotated[
+        str | None,
+        typer.Option(
+            help="Also plot every system at one point, as a run report would: first, last, or "
+            "path=value (e.g. workload.arrival.rate_per_s=2)."
+        ),
+    ] = None,
 ) -> None:
     """Run a scenario over one or two parameter axes, in parallel, and plot the curves.
 
-    Each point is cached under OUT/cache by a hash of its resolved scenario: rerunning an
-    interrupted sweep simulates only the missing points.
+    The report leads with the sweep's findings, curves and table; --detail adds one point's
+    per-system plots. Each point is cached under OUT/cache by a hash of its resolved scenario:
+    rerunning an interrupted sweep simulates only the missing points.
 
     Example: pagesim sweep latency_vs_rate_sharegpt --param workload.arrival.rate_per_s=1,2,4
     """
@@ -107,8 +115,10 @@ def sweep(
     from pagesim.simulator.scenario.load import resolve_scenario
     from pagesim.simulator.studies.executors import check_executor
     from pagesim.simulator.studies.runs import plan_sweep, sweep_scenario
+    from pagesim.simulator.studies.sweep import select_detail
 
     points = plan_sweep(resolve_scenario(scenario), list(set_ or []), list(param or []))
+    select_detail(points, detail)  # a --detail naming no point fails before any work
     check_executor(executor, jobs, address)
     with _output(out, "sweep", keep=["cache"]) as folder:
         done = sweep_scenario(
@@ -119,6 +129,7 @@ def sweep(
             address=address,
             use_cache=not no_cache,
             progress=console.progress_bar,
+            detail=detail,
         )
         console.echo_sweep(done)
         write_sweep(done, folder.staging, list(set_ or []))

@@ -82,14 +82,16 @@ def write_run(run: ScenarioRun, out: Path, *, report: bool = True) -> Path:
 
 
 def write_sweep(done: SweepRun, out: Path, overrides: Sequence[str]) -> Path:
-    """A `pagesim sweep` report (sweep.csv beside it); returns report.html."""
+    """A `pagesim sweep` report (sweep.csv beside it; the detail point's data, if one was
+    asked for); returns report.html."""
     return write_report(
-        done.last_results,
+        done.detail_results,
         out,
         title=f"pagesim sweep: {done.first_scenario.name}",
-        scenario_text=describe_scenario(done.last_scenario),
-        provenance=provenance(done.last_results, overrides),
+        scenario_text=describe_scenario(done.detail_scenario),
+        provenance=provenance(done.detail_results, overrides),
         sweep=done.table,
+        detail=done.detail_label,
     )
 
 
@@ -125,6 +127,7 @@ def write_capacity(study: CapacityStudy, out: Path, overrides: Sequence[str]) ->
             scenario_text=describe_scenario(scenario),
             provenance=provenance(study.best, overrides),
             sweep=curves,
+            detail="each configuration's highest sustained rate",
         )
         report_name = html.name
     return write_capacity_page(

@@ -221,7 +221,7 @@ SUMMARY_METRICS: tuple[SummaryMetric, ...] = (
     ),
     SummaryMetric(
         "kv_saved_of_unshared_share",
-        "KV: sharing saving",
+        "Memory saving by sharing",
         Unit.SHARE,
         "KV memory",
         "What sharing saved as a share of what the requests would have held without it "

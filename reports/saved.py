@@ -70,8 +70,10 @@ def read_inputs(run_dir: Path) -> dict[str, Any]:
         if not isinstance(inputs[key], types):
             raise _fail(path, f"{key!r} holds {type(inputs[key]).__name__}")
     folders = inputs["folders"]
-    if not folders:
-        raise _fail(path, "'folders' is empty: no system to report")
+    if not folders and not (run_dir / "sweep.csv").is_file():
+        raise _fail(path, "'folders' is empty and there is no sweep.csv: nothing to report")
+    if not isinstance(inputs.get("detail"), str | type(None)):
+        raise _fail(path, f"'detail' holds {type(inputs['detail']).__name__}")
     for name in folders:
         plain = isinstance(name, str) and name not in ("", ".", "..") and "/" not in name
         if not plain or "\\" in name or name.startswith("."):
@@ -160,5 +162,5 @@ def read_saved(run_dir: Path) -> SavedReport:
         except (OSError, ValueError, UnicodeDecodeError) as exc:
             raise _fail(sweep_path, f"cannot be read as CSV ({str(exc)[:80]})") from None
     kind = str((manifest or {}).get("kind") or ("sweep" if sweep is not None else "run"))
-    scenario = str((manifest or {}).get("scenario") or results[0].scenario)
+    scenario = str((manifest or {}).get("scenario") or (results[0].scenario if results else ""))
     return SavedReport(inputs, results, sweep, kind, scenario)

@@ -30,7 +30,13 @@ from pagesim.simulator.studies.capacity_search import (
 from pagesim.simulator.studies.executors import check_executor, make_executor
 from pagesim.simulator.studies.point_cache import CACHE_DIR, PointCache
 from pagesim.simulator.studies.points import Point
-from pagesim.simulator.studies.sweep import SweepRun, plan_sweep, run_points, run_sweep
+from pagesim.simulator.studies.sweep import (
+    SweepRun,
+    plan_sweep,
+    run_points,
+    run_sweep,
+    select_detail,
+)
 
 Advance = Callable[[int], None]
 Progress = Callable[[int, str], AbstractContextManager[Advance]]
@@ -115,20 +121,30 @@ def sweep_scenario(
     address: str | None = None,
     use_cache: bool = True,
     progress: Progress = no_progress,
+    detail: str | None = None,
 ) -> SweepRun:
     """Plan a sweep (the file's [sweep] unless `params` are given; or take the points
-    `plan_sweep` made) and run it on `executor`, cached under `out/cache`; the executor is
-    closed however the sweep ends."""
+    `plan_sweep` made) and run it on `executor`, cached under `out/cache`, keeping the frames
+    of the point `detail` names (`sweep.select_detail`); the executor is closed however the
+    sweep ends."""
     if isinstance(name, str | Path):
         points = plan_sweep(resolve_scenario(name), list(overrides), list(params))
     else:
         points = list(name)
+    chosen = select_detail(points, detail)
     check_executor(executor, jobs, address)
     PointCache(out / CACHE_DIR).prepare()
     pool = make_executor(executor, jobs, address)
     try:
         with progress(len(points), f"sweeping {points[0].scenario.name}") as advance:
-            return run_sweep(points, out, pool, use_cache=use_cache, on_record=lambda _: advance(1))
+            return run_sweep(
+                points,
+                out,
+                pool,
+                use_cache=use_cache,
+                on_record=lambda _: advance(1),
+                detail=chosen,
+            )
     finally:
         pool.close()
 

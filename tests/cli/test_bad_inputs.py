@@ -118,8 +118,10 @@ def test_06_scenarios_show_a_binary_file(
     refused(run_cli(capsys, "scenarios", "show", str(binary)), "binary.toml", "not UTF-8 text")
 
 
-def _sweep(capsys: pytest.CaptureFixture[str], out: str) -> CliResult:
-    return run_cli(capsys, "sweep", "s.toml", "--param", "seed=1,2,3", "--jobs", "1", "--out", out)
+def _sweep(capsys: pytest.CaptureFixture[str], out: str, *more: str) -> CliResult:
+    return run_cli(
+        capsys, "sweep", "s.toml", "--param", "seed=1,2,3", "--jobs", "1", "--out", out, *more
+    )
 
 
 def _entries(out: Path) -> list[Path]:
@@ -144,10 +146,12 @@ def test_07_a_damaged_sweep_cache_is_simulated_again(
         assert result.exit_code == 0, result.err
         assert "1 simulated, 2 from the cache" in result.out
         assert (repro / "a" / "sweep.csv").read_text() == expected
+    # A point's frames are cached only for the point shown in detail.
+    assert _sweep(capsys, "a", "--detail", "last").exit_code == 0
     frames = next(p for p in (repro / "a" / "cache").iterdir() if p.is_dir())
     shutil.rmtree(frames)
     frames.write_text("a file where a point's frames belong")
-    result = _sweep(capsys, "a")
+    result = _sweep(capsys, "a", "--detail", "last")
     assert result.exit_code == 0 and "1 simulated, 2 from the cache" in result.out, result.err
     assert frames.is_dir()
     (repro / "b").mkdir()

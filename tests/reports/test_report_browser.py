@@ -37,7 +37,7 @@ FLAGS = (
     "--disable-sync",
 )
 TIMEOUT_S = 90
-NUM_PLOTS = 9  # six per-run plots, two sweep plots, calibration
+NUM_PLOTS = 10  # seven per-run plots (sharing and preemptions shown), two sweep plots, calibration
 
 CHECKER = """<script>
 window.__pagesimErrors = [];
