@@ -168,7 +168,7 @@ class CupyBackend:
         device_id = self.cupy.cuda.Device().id
         self.l2_bytes = device_int(self.cupy, "l2CacheSize", "L2CacheSize", device_id) or 0
         self.num_sms = _num_sms(device_id)
-        self.timer: Timer = CudaEventTimer(self.cupy, self.l2_bytes, flush, self.num_sms)
+        self.timer = CudaEventTimer(self.cupy, self.l2_bytes, flush, self.num_sms)
         self._rng = np.random.default_rng(0)
         self.kv_pool: tuple[Any, Any] | None = None
         self._weights: dict[tuple[int, int], Any] = {}
@@ -185,8 +185,8 @@ class CupyBackend:
 
     def provenance(self) -> dict[str, object]:
         info = gpu_provenance(self.cupy)
-        info["l2_flush_bytes"] = self.timer.flush_bytes  # type: ignore[attr-defined]
-        info["l2_flush_mode"] = self.timer.flush_mode  # type: ignore[attr-defined]
+        info["l2_flush_bytes"] = self.timer.flush_bytes
+        info["l2_flush_mode"] = self.timer.flush_mode
         info["prefill_impl"] = self.prefill_impl
         return info
 

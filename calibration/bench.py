@@ -378,9 +378,11 @@ def format_row(row: dict[str, object]) -> str:
         value = row.get(key)
         return f"{value:.2f}" if isinstance(value, float) else "n/a"
 
+    time_s = row["time_s"]
+    assert isinstance(time_s, float), "a bench row holds its median time as a float"
     return (
         f"{row['model']:>12} {row['kv_dtype']} S={row['num_seqs']:<4} ctx={row['context_len']:<6} "
-        f"parts={row['partitions']:<3} {float(row['time_s']) * 1e6:9.1f} us  "  # type: ignore[arg-type]
+        f"parts={row['partitions']:<3} {time_s * 1e6:9.1f} us  "
         f"{row['gbps']:7.0f} GB/s  {row['pct_of_copy_bw']:5.1f}% copy  "
         f"best forced {row['best_forced_partition_size']}  paged/contig "
         f"{ratio('paged_over_contiguous')}  paged/sdpa-dense {ratio('paged_over_sdpa_dense')}  "

@@ -37,7 +37,8 @@ class DecodeShape:
 
 
 def _dtype_name(array: Any) -> str:
-    return np.dtype(array.dtype).name
+    name: str = np.dtype(array.dtype).name
+    return name
 
 
 def require(condition: bool, message: str) -> None:

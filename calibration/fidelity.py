@@ -232,7 +232,9 @@ def run_fidelity(
     measured = simulate(scenario, system, execution_factory=factory)
     (executor,) = sink
     steps = steps_frame(executor)
-    predictor = str(simulated.provenance["execution_model"].get("kind"))  # type: ignore[union-attr]
+    model_info = simulated.provenance["execution_model"]
+    assert isinstance(model_info, dict), "the engine records the model's describe() as a dict"
+    predictor = str(model_info.get("kind"))
     held_out = held_out_of(scenario, predictor, profile, calibration, steps, measured)
     described = executor.describe()
     result = FidelityResult(

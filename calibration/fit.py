@@ -17,11 +17,16 @@ from __future__ import annotations
 
 import itertools
 from collections import defaultdict
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
 from pagesim.calibration.measure import Point
 from pagesim.simulator.execution.profile import piecewise_linear
+
+# A section of the profile: a JSON object (formula, coefficients, errors, points).
+Section = dict[str, Any]
 
 
 def fit_nonnegative(features: np.ndarray, times: np.ndarray) -> np.ndarray:
@@ -46,7 +51,7 @@ def fit_nonnegative(features: np.ndarray, times: np.ndarray) -> np.ndarray:
     return best[1]
 
 
-def error_report(labels: list[str], measured: list[float], predicted: list[float]) -> dict:
+def error_report(labels: list[str], measured: list[float], predicted: list[float]) -> Section:
     """Per-point and summary relative errors of predictions against measured medians."""
     rel = [(p - m) / m for m, p in zip(measured, predicted, strict=True)]
     return {
@@ -66,8 +71,12 @@ def _split(points: list[Point], kind: str) -> tuple[list[Point], list[Point]]:
 
 
 def _linear_section(
-    train: list[Point], held: list[Point], features, names: list[str], formula: str
-) -> dict:
+    train: list[Point],
+    held: list[Point],
+    features: Callable[[Point], Sequence[float]],
+    names: list[str],
+    formula: str,
+) -> Section:
     if len(train) < 2:
         raise ValueError(f"{formula}: at least two measured points are needed, got {len(train)}")
     x = np.array([features(p) for p in train], dtype=float)
@@ -88,7 +97,7 @@ def _linear_section(
     }
 
 
-def fit_decode(points: list[Point], copy_bandwidth_bps: float) -> dict:
+def fit_decode(points: list[Point], copy_bandwidth_bps: float) -> Section:
     train, held = _split(points, "decode")
     section = _linear_section(
         train,
@@ -115,7 +124,7 @@ def fit_decode(points: list[Point], copy_bandwidth_bps: float) -> dict:
     return section
 
 
-def fit_prefill(points: list[Point]) -> dict:
+def fit_prefill(points: list[Point]) -> Section:
     train, held = _split(points, "prefill")
     section = _linear_section(
         train,
@@ -147,7 +156,7 @@ def monotone(values: list[float]) -> list[float]:
     return [m for m, n in blocks for _ in range(n)]
 
 
-def fit_tokens(points: list[Point], kind: str) -> dict:
+def fit_tokens(points: list[Point], kind: str) -> Section:
     """Per-token-count medians (summed over a layer's GEMMs), made non-decreasing, and the
     held-out interpolation errors."""
     per_tokens: dict[int, float] = defaultdict(float)
@@ -186,7 +195,9 @@ def fit_tokens(points: list[Point], kind: str) -> dict:
     }
 
 
-def fit_overhead(points: list[Point], mode: str = "eager", graph_error: str | None = None) -> dict:
+def fit_overhead(
+    points: list[Point], mode: str = "eager", graph_error: str | None = None
+) -> Section:
     """The per-step floor: the executor's minimal step in `mode` ("eager" or "cuda-graph"; the
     eager one where no graph was measured), with both modes and the bare launches recorded."""
     (eager,) = [p for p in points if p.kind == "minimal_step"]
@@ -209,7 +220,7 @@ def fit_overhead(points: list[Point], mode: str = "eager", graph_error: str | No
     }
 
 
-def copy_bandwidth(points: list[Point]) -> dict:
+def copy_bandwidth(points: list[Point]) -> Section:
     (copy,) = [p for p in points if p.kind == "copy"]
     return {
         "what": "device-to-device copy; bytes read + written per second",

@@ -203,6 +203,10 @@ def kernel_resources(function: Any) -> dict[str, int | None]:
     return report
 
 
+# One kernel launch: (function, grid, block, arguments).
+Launch = tuple[Any, tuple[int, int, int], tuple[int, int, int], tuple[Any, ...]]
+
+
 @dataclass(slots=True)
 class DecodeAttentionPlan:
     """Everything decided and allocated before the timed region; `run` only launches."""
@@ -213,7 +217,7 @@ class DecodeAttentionPlan:
     num_partitions: int
     total_context: int | None  # Σ context_lens (None: planned for a maximum, lens not read)
     ctas_per_sm: int  # the occupancy split-K was sized for
-    launches: list[tuple[Any, tuple[int, int, int], tuple[int, int, int], tuple[Any, ...]]]
+    launches: list[Launch]
 
     def run(self) -> Any:
         for function, grid, block, args in self.launches:
@@ -333,7 +337,7 @@ def plan_decode_attention(
         np.float32(scale * LOG2E),
     )
     grid = (shape.num_kv_heads * tiles, shape.num_seqs, num_partitions)
-    launches = [(decode, grid, (NUM_THREADS, 1, 1), args)]
+    launches: list[Launch] = [(decode, grid, (NUM_THREADS, 1, 1), args)]
     if num_partitions > 1:
         reduce_args = (
             out,

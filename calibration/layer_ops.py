@@ -44,13 +44,15 @@ def silu_mul(gate_up: np.ndarray) -> np.ndarray:
     g = gate_up[:, :ffn].astype(np.float32)
     u = gate_up[:, ffn:].astype(np.float32)
     with np.errstate(over="ignore"):  # exp(-g) -> inf for very negative g gives silu -> -0
-        out = g / (np.float32(1) + np.exp(-g)) * u
-    return out.astype(gate_up.dtype)
+        out: np.ndarray = g / (np.float32(1) + np.exp(-g)) * u
+    result: np.ndarray = out.astype(gate_up.dtype)
+    return result
 
 
 def relu(up: np.ndarray) -> np.ndarray:
     """The plain two-matrix MLP's activation (OPT)."""
-    return np.maximum(up, 0)
+    out: np.ndarray = np.maximum(up, 0)  # ufuncs are typed as returning Any
+    return out
 
 
 def write_kv(
@@ -80,7 +82,7 @@ def chunk_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float) -
     scores = np.where(future, -np.inf, scores)
     weights = np.exp(scores - scores.max(axis=-1, keepdims=True))
     weights /= weights.sum(axis=-1, keepdims=True)
-    out = weights @ vf  # [Hkv, G, n, D]
+    out: np.ndarray = weights @ vf  # [Hkv, G, n, D]
     return out.transpose(2, 0, 1, 3).reshape(n, heads, head_dim)
 
 
@@ -134,6 +136,17 @@ def gpu_write_kv(
 
     num_tokens, width = qkv.shape
     _, num_kv_heads, block_size, head_dim = k_cache.shape
-    args = (k_cache, v_cache, qkv, slot_blocks, slot_offsets, np.int32(width), np.int32(k_col))
-    args += (np.int32(v_col), np.int32(num_kv_heads), np.int32(block_size), np.int32(head_dim))
+    args = (
+        k_cache,
+        v_cache,
+        qkv,
+        slot_blocks,
+        slot_offsets,
+        np.int32(width),
+        np.int32(k_col),
+        np.int32(v_col),
+        np.int32(num_kv_heads),
+        np.int32(block_size),
+        np.int32(head_dim),
+    )
     layer_ops_kernel("pagesim_write_kv")((num_tokens, 1, 1), (128, 1, 1), args)

@@ -25,15 +25,9 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from pagesim.calibration.backends import (
-    CupyBackend,
-    LayerShapes,
-    NumpyBackend,
-    Prepared,
-    gemm_cost,
-    prefill_cost,
-)
+from pagesim.calibration.backends import CupyBackend, NumpyBackend, gemm_cost, prefill_cost
 from pagesim.calibration.harness import Samples
+from pagesim.calibration.shapes import LayerShapes, Prepared
 
 MIXES = ("uniform", "skewed")
 # Kernels the GPU executor launches per decode layer (forward_gpu.py): QKV GEMM, K/V write, query

@@ -67,16 +67,16 @@ def run_preflight(
         say(f"preflight [{time.perf_counter() - started:5.1f} s] {text}")
 
     with _check("packages"):
-        found["packages"] = _packages(need_simpy)
-        line("packages: " + ", ".join(f"{k} {v}" for k, v in found["packages"].items()))
+        found["packages"] = packages = _packages(need_simpy)
+        line("packages: " + ", ".join(f"{k} {v}" for k, v in packages.items()))
     with _check("device"):
         cupy = importlib.import_module("cupy")
-        found["device"] = _device(cupy, min_free_gib)
-        line("device: " + ", ".join(f"{k} {v}" for k, v in found["device"].items()))
+        found["device"] = device = _device(cupy, min_free_gib)
+        line("device: " + ", ".join(f"{k} {v}" for k, v in device.items()))
     for label, (heads, kv_heads) in PREFLIGHT_LAYOUTS.items():
         with _check(f"kernel {label}"):
-            found[label] = _kernel(cupy, heads, kv_heads)
-            line(f"kernel {label}: " + ", ".join(f"{k} {v}" for k, v in found[label].items()))
+            found[label] = kernel = _kernel(cupy, heads, kv_heads)
+            line(f"kernel {label}: " + ", ".join(f"{k} {v}" for k, v in kernel.items()))
     with _check("executor kernels"):
         _layer_ops(cupy)
         line("executor kernels (add+RMSNorm, SiLU-and-mul, K/V write) and the L2 read flush: ok")
@@ -105,7 +105,8 @@ def _packages(need_simpy: bool) -> dict[str, str]:
             "pagesim.simulator is not importable: install the checkout first (the scripts' "
             f"install stage; pip install --no-deps --no-build-isolation -e .): {exc}"
         ) from None
-    versions = {"pagesim": f"{pagesim.__version__} at {simulator.__file__.rsplit('/', 2)[0]}"}
+    location = simulator.__file__ or "an unknown place"  # None only for a namespace package
+    versions = {"pagesim": f"{pagesim.__version__} at {location.rsplit('/', 2)[0]}"}
     for name in ("numpy", "cupy", "torch", "simpy"):
         try:
             versions[name] = importlib.metadata.version(
@@ -195,13 +196,13 @@ def _kernel(cupy: Any, num_heads: int, num_kv_heads: int) -> dict[str, object]:
     ref = reference_decode_attention(
         case.q, case.k_cache, case.v_cache, case.block_tables, case.context_lens
     )
-    arrays = [cupy.asarray(a) for a in (case.q, case.k_cache, case.v_cache)]
+    q, k_cache, v_cache = (cupy.asarray(a) for a in (case.q, case.k_cache, case.v_cache))
     lens_dev, tables = cupy.asarray(case.context_lens), cupy.asarray(case.block_tables)
     errors = []
     for partition_size in (None, 128, 1024):  # the plan's choice, 128-token partitions, unsplit
         out = cupy.full(case.q.shape, np.nan, dtype=cupy.float16)
         plan = plan_decode_attention(
-            *arrays, lens_dev, tables, partition_size=partition_size, out=out
+            q, k_cache, v_cache, lens_dev, tables, partition_size=partition_size, out=out
         )
         got = cupy.asnumpy(plan.run()).astype(np.float32)
         if not np.isfinite(got).all():

@@ -29,8 +29,10 @@ from __future__ import annotations
 
 import csv
 import json
+from collections.abc import Mapping
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -84,7 +86,7 @@ def build_profile(
     provenance: dict[str, object],
     measured: dict[str, object],
     grid: Grid,
-    sections: dict[str, object],
+    sections: Mapping[str, object],
     samples_csv: str,
 ) -> dict[str, object]:
     return {
@@ -171,14 +173,14 @@ def calibration_panels(json_path: Path) -> dict[str, object]:
 
     decode = profile["decode_attention"]["coef"]
     prefill = profile["prefill_attention"]["coef"]
-    decode_points = []
+    decode_points: list[tuple[float, ...]] = []
     for point in profile["grid"]["decode"]:
         lens = context_mix(point["num_seqs"], point["mean_context"], point["mix"])
         label = f"decode n={point['num_seqs']} ctx={point['mean_context']} {point['mix']}"
         fitted = decode["a_s"] + decode["b_s_per_kv_token"] * sum(lens)
         fitted += decode["c_s_per_seq"] * len(lens)
         decode_points.append((sum(lens), *stats("decode", label), fitted))
-    prefill_points = []
+    prefill_points: list[tuple[float, ...]] = []
     for point in profile["grid"]["prefill"]:
         n, length = point["num_seqs"], point["prompt_len"]
         fitted = prefill["a_s"] + prefill["b_s_per_token_sq"] * n * length * length
@@ -187,7 +189,7 @@ def calibration_panels(json_path: Path) -> dict[str, object]:
             (n * length * length, *stats("prefill", f"prefill n={n} len={length}"), fitted)
         )
 
-    def linear_panel(title: str, x_label: str, points: list[tuple[float, ...]]) -> dict:
+    def linear_panel(title: str, x_label: str, points: list[tuple[float, ...]]) -> dict[str, Any]:
         points.sort()
         return {
             "title": title,
@@ -201,7 +203,7 @@ def calibration_panels(json_path: Path) -> dict[str, object]:
             "log_y": True,
         }
 
-    def token_panel(section: str, title: str, x_label: str) -> dict:
+    def token_panel(section: str, title: str, x_label: str) -> dict[str, Any]:
         fit = profile[section]
         return {
             "title": title,

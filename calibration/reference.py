@@ -106,7 +106,8 @@ def dense_attention(
     scores = np.einsum("hd,thd->ht", np.asarray(q, np.float64), k64) * scale
     weights = np.exp(scores - scores.max(axis=1, keepdims=True))
     weights /= weights.sum(axis=1, keepdims=True)
-    return np.einsum("ht,thd->hd", weights, v64)
+    out: np.ndarray = np.einsum("ht,thd->hd", weights, v64)
+    return out
 
 
 def numpy_decode_attention(
@@ -145,7 +146,7 @@ def numpy_decode_attention(
     top = np.where(np.isfinite(top), top, np.float32(0))
     weights = np.exp(scores - top)
     total = weights.sum(axis=-1, keepdims=True)
-    out = (weights @ v) / np.where(total > 0, total, np.float32(1))
+    out: np.ndarray = (weights @ v) / np.where(total > 0, total, np.float32(1))
     return out.reshape(num_seqs, num_heads, head_dim).astype(np.float32)
 
 
@@ -169,7 +170,7 @@ def numpy_prefill_attention(
     scores = np.where(future, -np.inf, scores)
     weights = np.exp(scores - scores.max(axis=-1, keepdims=True))
     weights /= weights.sum(axis=-1, keepdims=True)
-    out = weights @ vf  # [S, Hkv, G, L, D]
+    out: np.ndarray = weights @ vf  # [S, Hkv, G, L, D]
     return out.transpose(0, 3, 1, 2, 4).reshape(num_seqs, length, num_heads, head_dim)
 
 

@@ -123,7 +123,7 @@ def calibrate(
     decode = sections["decode_attention"]
     say(
         f"wrote {json_path} and {csv_path.name} in {provenance['calibration_s']} s; decode "
-        f"held-out mean |err| {decode['held_out']['mean_abs_rel_err']}"  # type: ignore[index]
+        f"held-out mean |err| {decode['held_out']['mean_abs_rel_err']}"
     )
     return json_path
 

@@ -114,8 +114,8 @@ def sweep(
     from pagesim.reports.folders import write_sweep
     from pagesim.simulator.scenario.load import resolve_scenario
     from pagesim.simulator.studies.executors import check_executor
-    from pagesim.simulator.studies.runs import plan_sweep, sweep_scenario
-    from pagesim.simulator.studies.sweep import select_detail
+    from pagesim.simulator.studies.runs import sweep_scenario
+    from pagesim.simulator.studies.sweep import plan_sweep, select_detail
 
     points = plan_sweep(resolve_scenario(scenario), list(set_ or []), list(param or []))
     select_detail(points, detail)  # a --detail naming no point fails before any work
@@ -230,12 +230,29 @@ def scenarios_list() -> None:
 
 
 @scenarios_app.command("show")
-def scenarios_show(name: Annotated[str, typer.Argument(help="Built-in name or path.")]) -> None:
-    """Print a scenario file."""
-    from pagesim.simulator.scenario.files import scenario_text
+def scenarios_show(
+    name: Annotated[str, typer.Argument(help="Built-in name or path.")],
+    resolved: Annotated[
+        bool,
+        typer.Option(
+            "--resolved",
+            help="Instead of the file: every system's knobs in force after the era defaults, "
+            "each with its source, and the KV capacity it gets.",
+        ),
+    ] = False,
+    set_: SetOption = None,
+) -> None:
+    """Print a scenario file, or (--resolved) the values a run would use and where they come
+    from."""
+    if not resolved:
+        from pagesim.simulator.scenario.files import scenario_text
 
-    text = scenario_text(name)
-    typer.echo(text, nl=not text.endswith("\n"))
+        text = scenario_text(name)  # a file that is not text is refused (reproducer 06)
+        typer.echo(text, nl=not text.endswith("\n"))
+        return
+    from pagesim.simulator.studies.runs import resolve_scenario_systems
+
+    console.echo_resolved(*resolve_scenario_systems(name, list(set_ or [])))
 
 
 @scenarios_app.command("golden")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from pagesim.reports.output_folder import OutputFolder
     from pagesim.simulator.metrics.result import RunResult
     from pagesim.simulator.studies.bench_compare import Comparison
-    from pagesim.simulator.studies.runs import CapacityStudy, CheckedScenario
+    from pagesim.simulator.studies.runs import CapacityStudy, CheckedScenario, ResolvedSystem
     from pagesim.simulator.studies.sweep import SweepRun
     from pagesim.simulator.studies.timing import BenchSpec, TimedRun
 
@@ -60,7 +60,7 @@ BENCH_COLUMNS: list[Column] = [
 ]
 
 
-def echo_table(rows: Sequence[Mapping[str, object]], columns: Sequence[Column]) -> None:
+def echo_table(rows: Sequence[Mapping[Any, object]], columns: Sequence[Column]) -> None:
     """Print rows as an aligned table: the first column left-aligned, the others right; a
     missing value prints as '-'."""
     cells = [[header for _, header, _ in columns]]
@@ -157,6 +157,28 @@ def echo_checked(checked: CheckedScenario) -> None:
             f"{capacity.block_size} tokens"
         )
     typer.echo(f"{checked.path}: valid ({len(checked.capacities)} systems)")
+
+
+def echo_resolved(path: Path, systems: Sequence[ResolvedSystem]) -> None:
+    """`pagesim scenarios show --resolved`: per system, its era, knobs with sources, capacity."""
+    typer.echo(f"# {path}: the values a run uses")
+    for system in systems:
+        typer.echo(f"\n[{system.name}]  # {system.era}")
+        knobs = [knob for knob in system.knobs if knob.name not in ("name", "policy")]
+        typer.echo(f"policy = {system.policy!r}")
+        width = max(len(knob.name) for knob in knobs)
+        for knob in knobs:
+            value = "unset" if knob.value is None else repr(knob.value)
+            if isinstance(knob.value, float):
+                value = f"{knob.value:.4g}"
+            typer.echo(f"{knob.name:<{width}} = {value:<10}  # {knob.source}")
+        capacity = system.capacity
+        typer.echo(
+            f"# KV cache: {capacity.num_gpu_blocks:,} blocks of {capacity.block_size} tokens "
+            f"({capacity.num_token_slots:,} tokens), {capacity.num_cpu_blocks:,} CPU blocks"
+        )
+        for note in system.notes:
+            typer.echo(f"# note: {note}")
 
 
 def echo_golden(name: str, problems: Sequence[str]) -> None:

@@ -58,7 +58,8 @@ def plot_max_rate(ranking: pd.DataFrame, path: Path) -> Path:
             ax.text(after + 0.015 * top, yi, text, va="center", fontsize=8)
         ax.set_yticks(y, [label(c, 40) for c in shown["config"]])
         ax.set_xlim(0, top * 1.35)
-        legend_below(fig, *ax.get_legend_handles_labels(), 2)
+        handles, names = ax.get_legend_handles_labels()
+        legend_below(fig, handles, names, 2)
         fig.suptitle("Highest sustainable request rate per configuration (ranked by goodput/GPU)")
         return save(fig, path)
 

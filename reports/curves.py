@@ -78,7 +78,8 @@ def _usable(table: pd.DataFrame, columns: Sequence[str | None]) -> pd.DataFrame:
         return table.iloc[0:0]
     values = table[list(columns)].apply(pd.to_numeric, errors="coerce")
     usable = np.isfinite(values.to_numpy(dtype=float)).all(axis=1)
-    return table.assign(**{str(c): values[c] for c in columns})[usable]
+    rows: pd.DataFrame = table.assign(**{str(c): values[c] for c in columns})[usable]
+    return rows
 
 
 def _log_if_wide(ax: Axes, values: np.ndarray, ratio: float = 30.0) -> None:

@@ -198,7 +198,7 @@ def held_out_html(result: FidelityResult) -> str:
 
 
 def execution_html(result: FidelityResult) -> str:
-    rows = [("backend", result.backend), ("device", result.device)]
+    rows: list[tuple[str, object]] = [("backend", result.backend), ("device", result.device)]
     rows += [(k, v) for k, v in result.executor.items() if k not in ("backend", "device")]
     rows.append(("wall time of the check", f"{result.wall_s} s"))
     return (

@@ -54,7 +54,8 @@ def _integral_at(a: np.ndarray, b: np.ndarray, v: np.ndarray, x: np.ndarray) -> 
     xp[0::2], xp[1::2] = a, b
     fp[0::2], fp[1::2] = cum - v * (b - a), cum
     xp = np.maximum.accumulate(xp)  # guards against float noise where steps touch
-    return np.interp(x, xp, fp, left=0.0, right=float(cum[-1]))
+    steps: np.ndarray = np.interp(x, xp, fp, left=0.0, right=float(cum[-1]))
+    return steps
 
 
 def _sorted_steps(steps: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

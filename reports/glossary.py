@@ -78,7 +78,7 @@ def _latency_metrics() -> list[SummaryMetric]:
     return metrics
 
 
-_SHARE_OF_KV = "time-weighted average share of the KV-cache capacity"
+_SHARE_OF_KV = "time-weighted average (over busy time after warm-up) share of the KV-cache capacity"
 
 SUMMARY_METRICS: tuple[SummaryMetric, ...] = (
     SummaryMetric("num_requests", "Requests", Unit.COUNT, "Requests", "Requests in the run."),
@@ -115,21 +115,55 @@ SUMMARY_METRICS: tuple[SummaryMetric, ...] = (
         "Throughput",
         Unit.REQ_PER_S,
         "Throughput",
-        "Completed requests per second of simulated time.",
+        "Requests completed per second over the arrival window (first arrival after warm-up to "
+        "the last arrival): the offered rate when the system keeps up, what it completed when "
+        "it does not. A burst's window runs to the end of the run.",
     ),
     SummaryMetric(
         "throughput_tok_s",
         "Token throughput",
         Unit.TOK_PER_S,
         "Throughput",
-        "Output tokens of completed requests per second of simulated time.",
+        "Output tokens produced over the arrival window, per second of it: every token "
+        "generated in it, requests still running included (one per sequence), so a saturated "
+        "system reads its generation rate.",
     ),
     SummaryMetric(
         "goodput_req_s",
         "Goodput",
         Unit.REQ_PER_S,
         "Throughput",
-        "Completed requests per second that met the scenario's SLO (TTFT and TPOT bounds).",
+        "Requests completed over the arrival window that met the scenario's SLO (TTFT and TPOT "
+        "bounds), per second of it.",
+    ),
+    SummaryMetric(
+        "drain_s",
+        "Drain",
+        Unit.SECONDS,
+        "Throughput",
+        "Simulated time from the last arrival to the end of the run (the backlog's drain).",
+    ),
+    SummaryMetric(
+        "throughput_req_s_with_drain",
+        "Throughput with drain",
+        Unit.REQ_PER_S,
+        "Throughput",
+        "Requests completed per second from the first arrival after warm-up to the end of the "
+        "run, the drain included.",
+    ),
+    SummaryMetric(
+        "throughput_tok_s_with_drain",
+        "Token throughput with drain",
+        Unit.TOK_PER_S,
+        "Throughput",
+        "Output tokens of completed requests per second, the drain included.",
+    ),
+    SummaryMetric(
+        "goodput_req_s_with_drain",
+        "Goodput with drain",
+        Unit.REQ_PER_S,
+        "Throughput",
+        "Requests that met the SLO per second, the drain included.",
     ),
     *_latency_metrics(),
     SummaryMetric(
@@ -232,8 +266,25 @@ SUMMARY_METRICS: tuple[SummaryMetric, ...] = (
         "Slot utilization",
         Unit.SHARE,
         "Utilization",
-        "Useful batch slots / batch capacity, time-weighted (the textbook 'GPU utilization' "
-        "of static batching).",
+        "Useful batch slots / the policy's own batch capacity (static: its batch size; the "
+        "others: max_num_seqs), time-weighted after warm-up: how full its batches are (the "
+        "textbook view of static batching's idle slots). Not comparable across policies, and "
+        "not GPU utilization: that is MFU and MBU.",
+    ),
+    SummaryMetric(
+        "mean_batch_requests",
+        "Batch size (requests)",
+        Unit.COUNT,
+        "Utilization",
+        "Requests computed per step (the batch that ran, finished ones included), time-weighted "
+        "after warm-up.",
+    ),
+    SummaryMetric(
+        "mean_batch_seqs",
+        "Batch size (sequences)",
+        Unit.COUNT,
+        "Utilization",
+        "Sequences computed per step, time-weighted after warm-up.",
     ),
     SummaryMetric(
         "mfu",

@@ -25,6 +25,7 @@ import json
 import os
 import shutil
 import signal
+import sys
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
@@ -42,10 +43,8 @@ _LEGACY_MARKS = ("report.json", "summary.csv", "sweep.csv", "capacity.csv", "cac
 _SIGNALS = {signal.SIGINT, signal.SIGTERM}
 ALL = ("*",)  # `keep`: every entry the new output lacks (re-rendering a report in place)
 
-try:
+if sys.platform != "win32":  # Windows: no advisory locks; concurrent writers go undetected
     import fcntl
-except ImportError:  # Windows: no advisory locks; concurrent writers are not detected there
-    fcntl = None  # type: ignore[assignment]
 
 
 def read_manifest(folder: Path) -> dict[str, object] | None:
@@ -167,7 +166,7 @@ class OutputFolder:
             raise _refuse(out, f"cannot write beside it: {exc.strerror or exc}") from None
 
     def _lock(self) -> None:
-        if fcntl is None:
+        if sys.platform == "win32":
             return
         try:
             fd = os.open(self.final, os.O_RDONLY)

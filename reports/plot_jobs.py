@@ -181,13 +181,17 @@ def sweep_plot_jobs(sweep: pd.DataFrame) -> list[PlotJob]:
                 f"The key metrics at each value of {axis}"
                 + (f", a line per value of {group}" if group else "")
                 + " (and per system).",
-                lambda path, axis=axis, group=group: plots.plot_sweep_curves(
-                    sweep, path, x=axis, group=group, metrics=metrics
-                ),
+                _curves(sweep, axis, group, metrics),
                 1.2,
             )
         )
     return jobs
+
+
+def _curves(
+    sweep: pd.DataFrame, axis: str, group: str | None, metrics: list[str]
+) -> Callable[[Path], Path]:
+    return lambda path: plots.plot_sweep_curves(sweep, path, x=axis, group=group, metrics=metrics)
 
 
 def _numeric_axes(sweep: pd.DataFrame) -> list[str]:

@@ -127,7 +127,7 @@ def write_report(
     provenance: dict[str, object],
     findings: list[str] | None = None,
     sweep: pd.DataFrame | None = None,
-    calibration: dict | None = None,
+    calibration: Mapping[str, object] | None = None,
     detail: str | None = None,
     num_workers: int | None = None,
 ) -> Path:

@@ -85,7 +85,8 @@ def read_inputs(run_dir: Path) -> dict[str, Any]:
 
 def _read_csv(path: Path, **kwargs: Any) -> pd.DataFrame:
     try:
-        return pd.read_csv(path, **kwargs)
+        frame: pd.DataFrame = pd.read_csv(path, **kwargs)
+        return frame
     except FileNotFoundError:
         raise _fail(path, "missing") from None
     except pd.errors.EmptyDataError:
@@ -106,7 +107,7 @@ def read_result(folder: Path) -> RunResult:
         requests=_read_csv(folder / "requests.csv", keep_default_na=False, na_values=[""]),
         steps=_read_csv(folder / "steps.csv"),
         summary=payload["summary"],
-        provenance=payload.get("provenance") if isinstance(payload.get("provenance"), dict) else {},
+        provenance=provenance if isinstance(provenance := payload.get("provenance"), dict) else {},
     )
     for name, frame in (("requests.csv", result.requests), ("steps.csv", result.steps)):
         missing = [c for c in _REQUIRED_COLUMNS[name] if c not in frame]

@@ -14,6 +14,7 @@ matplotlib.use("Agg")  # before pyplot: plots are files, never windows
 
 import matplotlib.pyplot as plt
 from matplotlib.axes import Axes
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogFormatter
 from PIL import Image
@@ -120,7 +121,8 @@ def save(fig: Figure, path: Path) -> Path:
     pixels encoded directly: `savefig` with a layout engine draws twice, once only to lay out,
     which made it the report's largest cost; the pixels are the same."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    canvas = fig.canvas
+    assert isinstance(fig.canvas, FigureCanvasAgg)  # reports draw with Agg (matplotlib.use)
+    canvas: Any = fig.canvas  # FigureCanvasAgg's draw and buffer_rgba are untyped
     canvas.draw()
     width, height = canvas.get_width_height(physical=True)
     pixels = Image.frombuffer("RGBA", (width, height), canvas.buffer_rgba(), "raw", "RGBA", 0, 1)

@@ -47,7 +47,7 @@ def _groups(sweep: pd.DataFrame, axes: Sequence[str]) -> list[tuple[str, pd.Data
         return [("all runs", sweep)]
     out = []
     for values, rows in sweep.groupby(keys, sort=False):
-        parts = values if isinstance(values, tuple) else (values,)
+        parts = tuple(values)  # grouped by a list of keys: always a tuple
         many = "system" in sweep and sweep["system"].nunique() > 1
         named = [str(parts[0])] if many else []
         start = 1 if "system" in sweep else 0

@@ -21,6 +21,8 @@ from pagesim import __version__
 from pagesim.simulator.core.config import Scenario, SystemConfig
 from pagesim.simulator.core.defaults import (
     ERA,
+    beam_search_reason,
+    era_notes,
     resolve_system,
     system_knobs,
     v0_token_cap_reason,
@@ -70,6 +72,9 @@ def simulate(
     refusal = v0_token_cap_reason(system, scenario.model.max_seq_len)
     if refusal is not None:
         raise InputError(f"system {system.name!r}: max_num_batched_tokens {refusal}")
+    refusal = beam_search_reason(system, scenario.workload.sampling)
+    if refusal is not None:
+        raise InputError(f"system {system.name!r}: {refusal}")
     capacity = kv_capacity(scenario, system)
     scheduler = make_scheduler(system, scenario.model.max_seq_len, capacity)
     if execution_factory is None:
@@ -94,6 +99,9 @@ def simulate(
     wakeup: list[simpy.Event] = [env.event()]
     workload_stats = WorkloadStats()
 
+    warmup_s = scenario.stop.warmup_s
+    window_open = [False]
+
     def arrivals() -> Generator[simpy.Event, None, None]:
         max_seq_len = scenario.model.max_seq_len
         for request in iter_requests(scenario.workload, max_seq_len, rng, workload_stats):
@@ -101,11 +109,15 @@ def simulate(
                 break
             if request.arrival_s > env.now:
                 yield env.timeout(request.arrival_s - env.now)
+            if window_open[0] is False and request.arrival_s >= warmup_s:
+                window_open[0] = True  # the first in-window arrival opens the arrival window
+                recorder.mark_window_edge(0, scheduler.num_output_tokens)
             recorder.add_request(request)
             scheduler.add_request(request, env.now)
             if not wakeup[0].triggered:
                 wakeup[0].succeed()
         scheduler.mark_arrivals_done()
+        recorder.mark_window_edge(1, scheduler.num_output_tokens)  # the last arrival closes it
         if not wakeup[0].triggered:
             wakeup[0].succeed()
 
@@ -146,6 +158,7 @@ def simulate(
         "era": ERA[system.policy],
         "system": system_knobs(system),
         "defaults_from": dict(resolved.sources),
+        "era_notes": era_notes(system, scenario.workload.sampling),
         "model": scenario.model.name,
         "gpu": scenario.gpu.name,
         "tensor_parallel": scenario.tensor_parallel,

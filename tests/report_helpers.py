@@ -143,6 +143,7 @@ def _steps(
             "num_waiting": rng.poisson(2, num_steps),
             "num_swapped": np.minimum(np.cumsum(preempt) % 4, num_running),
             "num_seqs": num_running,
+            "num_batch_requests": num_running,
             "num_prefill_tokens": rng.poisson(30, num_steps),
             "num_decode_tokens": num_running,
             "num_preemptions": preempt,

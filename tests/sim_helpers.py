@@ -152,3 +152,9 @@ def request(
         prefix_len=prefix_len,
         priority=priority,
     )
+
+
+def resolved(config: SystemConfig) -> SystemConfig:
+    """`config` with its era's defaults filled in (for Llama-2-7B on an A100-80GB), as the engine
+    resolves a system before building its scheduler."""
+    return resolve_system(config, get_model("llama-2-7b"), get_gpu("a100-80gb")).system

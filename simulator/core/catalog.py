@@ -7,6 +7,7 @@ Datasheet numbers are leads: a measured profile (calibration/) always wins over 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -156,7 +157,9 @@ def get_model(name: str) -> ModelSpec:
 MAX_CONFIG_INT = 10**9
 
 
-def _config_int(config: dict, path: Path, *keys: str, default: int | None = None) -> int:
+def _config_int(
+    config: Mapping[str, object], path: Path, *keys: str, default: int | None = None
+) -> int:
     for key in keys:
         if key in config:
             value = config[key]

@@ -228,6 +228,10 @@ class ExecutionConfig:
     weight_bw_efficiency: float = 0.85
     step_overhead_s: float = 0.004  # scheduler, sampling and launch overhead per step
     allreduce_bw_gbps: float = 300.0  # NVLink, per GPU, for tensor-parallel all-reduce
+    # Swapping a block copies it once per layer for K and once for V (vLLM V0 swap_blocks, one
+    # cudaMemcpyAsync per block per layer); each copy pays this fixed cost beside its bytes.
+    # An estimate (a small host-to-device cudaMemcpyAsync's launch and latency), not measured.
+    swap_copy_latency_s: float = 3e-6
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 
 from pagesim.simulator.core.catalog import GIB, GPUSpec, ModelSpec
 from pagesim.simulator.core.config import DefaultsMode, Policy, PreemptionPolicy, SystemConfig
+from pagesim.simulator.core.request import SamplingKind
 
 ERA = {
     Policy.VLLM_V0: "vLLM V0 engine (vLLM 0.5-0.6, vllm/core/), without chunked prefill",
@@ -44,6 +45,27 @@ class ResolvedSystem:
 
     system: SystemConfig
     sources: dict[str, str]  # knob -> source, for the knobs that were left unset
+
+
+@dataclass(frozen=True, slots=True)
+class Knobs:
+    """The era-dependent knobs a policy reads, every one set (`knobs_of` a resolved system)."""
+
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    enable_prefix_cache: bool
+    watermark: float
+    preemption: PreemptionPolicy
+
+
+def knobs_of(system: SystemConfig) -> Knobs:
+    """The knobs of a system `resolve_system` has resolved; a ValueError names any still unset
+    (a policy built from an unresolved system: a bug, never input)."""
+    values = {name: getattr(system, name) for name in Knobs.__dataclass_fields__}
+    unset = [name for name, value in values.items() if value is None]
+    if unset:
+        raise ValueError(f"system {system.name!r}: {', '.join(unset)} unset; resolve_system first")
+    return Knobs(**values)
 
 
 def driver_memory_bytes(gpu: GPUSpec) -> int:
@@ -158,6 +180,47 @@ def v0_token_cap_reason(system: SystemConfig, max_model_len: int) -> str | None:
         f"prefill refuses to start (SchedulerConfig._verify_args); set it to at least "
         f"{max_model_len}, or use vllm-v1 (chunked prefill)"
     )
+
+
+def beam_search_reason(system: SystemConfig, sampling: SamplingKind) -> str | None:
+    """Beam search left vLLM's engine in v0.6.3: V1 runs it as a front-end loop issuing
+    one-token requests (LLM.beam_search), which pagesim does not model; its forked beams are V0's
+    (core/scheduler.py with copy-on-write)."""
+    if system.policy is not Policy.VLLM_V1 or sampling is not SamplingKind.BEAM:
+        return None
+    return (
+        "vllm-v1 has no beam search in its engine (it left in vLLM v0.6.3; V1 runs it as a "
+        "front-end loop of one-token requests, LLM.beam_search, which pagesim does not model): "
+        'use policy "vllm-v0" for engine beam search, or sampling = "parallel"'
+    )
+
+
+def era_notes(system: SystemConfig, sampling: SamplingKind) -> list[str]:
+    """What a resolved system runs that today's vLLM (V1) no longer has, labelled for the user:
+    historical (vLLM V0 had it) or a pagesim extension (no vLLM engine had it this way)."""
+    notes = []
+    swaps = system.preemption in (PreemptionPolicy.SWAP, PreemptionPolicy.AUTO)
+    if system.policy is Policy.VLLM_V1:
+        if swaps:
+            notes.append(
+                "pagesim extension: swap preemption under vllm-v1 (V1 preempts by recompute "
+                "only, vllm/v1/core/sched/scheduler.py)"
+            )
+        if system.watermark:
+            notes.append(
+                "watermark under vllm-v1: an option from vLLM v0.33.0 (default 0); v0.11.0 has none"
+            )
+    elif system.policy is Policy.VLLM_V0:
+        if swaps:
+            notes.append("historical: swap preemption (vLLM V0; V1 preempts by recompute only)")
+        if sampling is not SamplingKind.SINGLE:
+            notes.append(
+                "historical: copy-on-write forks of a sequence group (vLLM V0; V1 fans n out "
+                "into child requests, and beam search left the engine in v0.6.3)"
+            )
+        if system.watermark:
+            notes.append("historical: the admission watermark (vLLM V0; V1 has none by default)")
+    return notes
 
 
 def _marketed_bytes(name: str) -> int | None:

@@ -5,6 +5,10 @@ message on one line and exits 2. `KVCacheError` is misuse of the KV-cache mechan
 never silently ignored.
 """
 
+from __future__ import annotations
+
+from collections.abc import Iterable
+
 
 class PagesimError(Exception):
     """Base of the errors pagesim raises deliberately."""
@@ -22,6 +26,6 @@ class KVCacheError(PagesimError):
     """The KV-cache mechanism was misused (double free, unknown block, nothing free...)."""
 
 
-def choices_text(choices: object) -> str:
+def choices_text(choices: Iterable[object]) -> str:
     """'a, b, c' for an error message listing the valid choices."""
-    return ", ".join(str(c) for c in choices)  # type: ignore[attr-defined]
+    return ", ".join(str(c) for c in choices)

@@ -60,6 +60,7 @@ class StepPlan:
     num_decode_tokens: int
     num_prefill_seqs: int
     num_decode_seqs: int
+    num_requests: int  # requests computing in the step: the batch that ran
 
     @classmethod
     def build(
@@ -87,6 +88,7 @@ class StepPlan:
             decode_tokens,
             prefill_seqs,
             len(work) - prefill_seqs,
+            len({item.request_id for item in work}),
         )
 
     @property

@@ -58,6 +58,7 @@ class Request:
     sampling: SamplingKind = SamplingKind.SINGLE
     num_seqs: int = 1  # parallel samples n, or beam width
     priority: int = 0  # lower is served first under priority admission
+    prompt_of: int | None = None  # the request whose prompt this one repeats (V1's n > 1 child)
 
     status: RequestStatus = RequestStatus.WAITING
     history: list[tuple[RequestStatus, float]] = field(default_factory=list)
@@ -135,5 +136,6 @@ def prompt_segments(request: Request) -> list[tuple[tuple[int, ...], int]]:
         segments.append(((PREFIX_SEGMENT, request.prefix_group), request.prefix_len))
     unique_len = request.prompt_len - (request.prefix_len if segments else 0)
     if unique_len > 0:
-        segments.append(((UNIQUE_SEGMENT, request.request_id), unique_len))
+        owner = request.request_id if request.prompt_of is None else request.prompt_of
+        segments.append(((UNIQUE_SEGMENT, owner), unique_len))
     return segments

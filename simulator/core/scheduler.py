@@ -17,6 +17,9 @@ from pagesim.simulator.core.request import Request
 
 class Scheduler(Protocol):
     arrivals_done: bool
+    # Output tokens produced so far, one per sequence per token (what `output_len x num_seqs`
+    # counts at the end): read at the edges of the arrival window for throughput.
+    num_output_tokens: int
 
     def add_request(self, request: Request, now_s: float) -> None:
         """A request arrived: it waits, or is rejected with a reason at once."""

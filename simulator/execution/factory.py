@@ -8,10 +8,17 @@ from pagesim.simulator.execution.roofline import RooflineModel
 
 
 def make_execution_model(scenario: Scenario, system: SystemConfig) -> ExecutionModel:
-    args = (scenario.model, scenario.gpu, scenario.execution, scenario.kv_dtype)
-    kwargs = {"tensor_parallel": scenario.tensor_parallel, "block_size": system.block_size}
+    # Both models take (model, gpu, config, kv_dtype, tensor_parallel, block_size).
+    args = (
+        scenario.model,
+        scenario.gpu,
+        scenario.execution,
+        scenario.kv_dtype,
+        scenario.tensor_parallel,
+        system.block_size,
+    )
     if scenario.execution.kind is ExecutionKind.PROFILE:
         from pagesim.simulator.execution.profile import ProfileModel
 
-        return ProfileModel(*args, **kwargs)
-    return RooflineModel(*args, **kwargs)
+        return ProfileModel(*args)
+    return RooflineModel(*args)

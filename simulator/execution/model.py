@@ -21,15 +21,28 @@ class ExecutionModel(Protocol):
 
 
 class TransferPricer:
-    """Prices a plan's KV moves, which every execution model prices alike: swapped blocks queue
-    on the host link; a copy-on-write copy reads its source block and writes the copy in HBM at
-    `copy_bps`."""
+    """Prices a plan's KV moves, which every execution model prices alike.
 
-    __slots__ = ("block_bytes", "copy_bytes_per_copy", "copy_s_per_copy", "host_link_bps")
+    Swapped blocks queue on the host link, each as 2 x layers copies (K and V of every layer:
+    vLLM V0 `swap_blocks` issues one cudaMemcpyAsync per block per layer for each), which pay
+    `copy_latency_s` each beside their bytes: at block size 16 that is about 1.3-1.6x the
+    bytes' time on PCIe 4, at block size 1 about 10x, which moves the vLLM paper's §7
+    swap-vs-recompute crossover. A copy-on-write copy reads its source block and writes the
+    copy in HBM at `copy_bps`."""
 
-    def __init__(self, block_bytes: int, host_link_bps: float, copy_bps: float) -> None:
+    __slots__ = ("block_bytes", "copy_bytes_per_copy", "copy_s_per_copy", "swap_s_per_block")
+
+    def __init__(
+        self,
+        block_bytes: int,
+        host_link_bps: float,
+        copy_bps: float,
+        *,
+        num_layers: int = 1,
+        copy_latency_s: float = 0.0,
+    ) -> None:
         self.block_bytes = block_bytes
-        self.host_link_bps = host_link_bps
+        self.swap_s_per_block = block_bytes / host_link_bps + 2 * num_layers * copy_latency_s
         self.copy_bytes_per_copy = 2 * block_bytes
         self.copy_s_per_copy = self.copy_bytes_per_copy / copy_bps
 
@@ -41,7 +54,7 @@ class TransferPricer:
         if not (num_copies or num_swap_blocks):
             return _NO_TRANSFER
         return (
-            num_swap_blocks * self.block_bytes / self.host_link_bps,
+            num_swap_blocks * self.swap_s_per_block,
             num_copies * self.copy_s_per_copy,
             float(num_copies * self.copy_bytes_per_copy),
         )

@@ -146,7 +146,13 @@ class ProfileModel:
             if tensor_parallel > 1
             else 0.0
         )
-        self._transfers = TransferPricer(self.block_bytes, gpu.host_link_bps, self._copy_bps)
+        self._transfers = TransferPricer(
+            self.block_bytes,
+            gpu.host_link_bps,
+            self._copy_bps,
+            num_layers=model.num_layers,
+            copy_latency_s=config.swap_copy_latency_s,
+        )
         self._gemm_cache: dict[int, float] = {}
         self._lm_cache: dict[int, float] = {}
         self.num_steps_priced = 0

@@ -165,7 +165,13 @@ class RooflineModel:
             allreduce_bytes_per_token / (config.allreduce_bw_gbps * 1e9) if t > 1 else 0.0
         )
         self._weight_bytes = self.linear_weight_bytes + self.lm_head_weight_bytes
-        self._transfers = TransferPricer(self.block_bytes, gpu.host_link_bps, kv_bytes_per_s)
+        self._transfers = TransferPricer(
+            self.block_bytes,
+            gpu.host_link_bps,
+            kv_bytes_per_s,
+            num_layers=model.num_layers,
+            copy_latency_s=config.swap_copy_latency_s,
+        )
         self._overhead_s = config.step_overhead_s
 
     def price(self, plan: StepPlan) -> StepCost:

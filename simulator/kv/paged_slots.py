@@ -79,7 +79,7 @@ class PagedSlots:
         """New GPU blocks `append_slots` would take, a copy-on-write copy included."""
         seq = self._seqs.get(seq_id)
         if seq is None or seq.is_swapped:
-            self._gpu_seq(seq_id)  # raises, naming the problem
+            seq = self._gpu_seq(seq_id)  # raises, naming the problem
         if num_new_tokens <= 0:
             if num_new_tokens < 0:
                 raise KVCacheError(f"seq {seq_id}: cannot append {num_new_tokens} tokens")

@@ -28,7 +28,14 @@ class Recorder:
         self._gpu = gpu
         self._block_bytes = block_bytes
         self.requests = RequestLog(slo, warmup_s)
-        self.steps = StepLog()
+        self.steps = StepLog(window_start_s=warmup_s)
+        # The scheduler's output-token count at the first in-window arrival and at the last
+        # arrival: the tokens produced over the arrival window (None until seen).
+        self.window_tokens: list[int | None] = [None, None]
+
+    def mark_window_edge(self, edge: int, num_output_tokens: int) -> None:
+        """The arrival window starts (edge 0) or ends (edge 1) now; tokens produced so far."""
+        self.window_tokens[edge] = num_output_tokens
 
     def add_request(self, request: Request) -> None:
         self.requests.add(request)
@@ -49,6 +56,7 @@ class Recorder:
                 waiting,
                 swapped,
                 plan.num_seqs,
+                plan.num_requests,
                 plan.num_prefill_tokens,
                 plan.num_decode_tokens,
                 len(plan.preemptions),
@@ -81,7 +89,9 @@ class Recorder:
     ) -> RunResult:
         requests = self.requests.frame()
         steps = self.steps.frame()
-        summary = summarize(requests, self.steps.totals, self._block_bytes, end_s)
+        start, last = self.window_tokens
+        window_tokens = None if start is None or last is None else last - start
+        summary = summarize(requests, self.steps.totals, self._block_bytes, end_s, window_tokens)
         summary["kv_capacity_tokens"] = scheduler.kv_capacity_slots
         hit_rate = scheduler.prefix_hit_rate()
         summary["prefix_hit_rate"] = None if hit_rate is None else float(hit_rate)
@@ -94,7 +104,7 @@ class Recorder:
 def _stats(prefix: str, values: np.ndarray) -> dict[str, float | None]:
     clean = values[~np.isnan(values)]
     if clean.size == 0:
-        return {f"{prefix}_mean_s": None} | {f"{prefix}_p{p}_s": None for p in PERCENTILES}
+        return {f"{prefix}_{stat}": None for stat in ("mean_s", *(f"p{p}_s" for p in PERCENTILES))}
     out: dict[str, float | None] = {f"{prefix}_mean_s": float(clean.mean())}
     for p, value in zip(PERCENTILES, np.percentile(clean, PERCENTILES), strict=True):
         out[f"{prefix}_p{p}_s"] = float(value)
@@ -102,7 +112,11 @@ def _stats(prefix: str, values: np.ndarray) -> dict[str, float | None]:
 
 
 def summarize(
-    requests: pd.DataFrame, steps: StepTotals, block_bytes: int, end_s: float
+    requests: pd.DataFrame,
+    steps: StepTotals,
+    block_bytes: int,
+    end_s: float,
+    window_tokens: int | None = None,
 ) -> dict[str, float | int | str | None]:
     """Scalars of a run that ended at `end_s`. Latency statistics and rates over finished requests
     that arrived after warm-up; time averages (memory shares, utilizations) weighted by step
@@ -136,22 +150,28 @@ def summarize(
         "kv_free_share": "kv_free_slots",
     }
     total_slots = steps.total_kv_slots
-    for key, column in shares.items():
-        summary[key] = steps.time_average(column) / total_slots if total_slots else None
-    _add_sharing(summary, steps)
     if total_slots:
+        kv = {key: steps.time_average(column) / total_slots for key, column in shares.items()}
+        summary |= kv
         summary["peak_kv_used_share"] = steps.peak_kv_used_slots / total_slots
-        held = summary["kv_reserved_share"] + summary["kv_internal_frag_share"]  # type: ignore[operator]
-        summary["kv_waste_share"] = held + summary["kv_external_frag_share"]  # type: ignore[operator]
-        used_share = 1.0 - summary["kv_free_share"]  # type: ignore[operator]
-        summary["kv_waste_of_used_share"] = (
-            summary["kv_waste_share"] / used_share if used_share > 0 else 0.0  # type: ignore[operator]
-        )
+        held = kv["kv_reserved_share"] + kv["kv_internal_frag_share"]
+        summary["kv_waste_share"] = waste = held + kv["kv_external_frag_share"]
+        used_share = 1.0 - kv["kv_free_share"]
+        summary["kv_waste_of_used_share"] = waste / used_share if used_share > 0 else 0.0
     else:
+        summary |= dict.fromkeys(shares)
         summary["peak_kv_used_share"] = summary["kv_waste_share"] = None
         summary["kv_waste_of_used_share"] = None
+    _add_sharing(summary, steps)
+    has_window = steps.window_steps > 0
     for key in ("slot_utilization", "mfu", "mbu"):
-        summary[key] = steps.time_average(key) if busy_s else None
+        summary[key] = steps.time_average(key) if has_window else None
+    # The batch that ran, time-averaged over busy time after warm-up: requests computed in a
+    # step, finished ones included (not the queue left after it).
+    summary["mean_batch_requests"] = (
+        steps.time_average("num_batch_requests") if has_window else None
+    )
+    summary["mean_batch_seqs"] = steps.time_average("num_seqs") if has_window else None
     summary["num_preemptions"] = int(requests["num_preemptions"].sum())
     summary["num_swaps"] = int(requests["num_swaps"].sum())
     summary["swapped_blocks"] = steps.num_swapped_blocks
@@ -160,17 +180,22 @@ def summarize(
     summary["num_recomputed_tokens"] = int(requests["num_recomputed_tokens"].sum())
     summary["num_cow_copies"] = steps.num_cow_copies
     summary["duration_s"] = end_s
-    _add_rates(summary, requests, window, finished, end_s)
+    _add_rates(summary, requests, window, finished, end_s, window_tokens)
     return summary
 
 
-def _add_sharing(summary: dict, steps: StepTotals) -> None:
+def _add_sharing(summary: dict[str, float | int | str | None], steps: StepTotals) -> None:
     """Memory sharing saved (DESIGN.md: shared blocks count once, so what they would have taken
     unshared is the saving): time-averaged shares of the KV capacity by cause, the peak, and
     the saving as a share of what the requests would have held without sharing."""
     total_slots = steps.total_kv_slots
-    keys = ("kv_prefix_saved_share", "kv_fork_saved_share", "kv_saved_share")
-    keys += ("peak_kv_saved_share", "kv_saved_of_unshared_share")
+    keys = (
+        "kv_prefix_saved_share",
+        "kv_fork_saved_share",
+        "kv_saved_share",
+        "peak_kv_saved_share",
+        "kv_saved_of_unshared_share",
+    )
     if not total_slots:
         summary.update(dict.fromkeys(keys))
         return
@@ -189,20 +214,48 @@ def _add_sharing(summary: dict, steps: StepTotals) -> None:
 
 
 def _add_rates(
-    summary: dict, requests: pd.DataFrame, window: np.ndarray, finished: np.ndarray, end_s: float
+    summary: dict[str, float | int | str | None],
+    requests: pd.DataFrame,
+    window: np.ndarray,
+    finished: np.ndarray,
+    end_s: float,
+    window_tokens: int | None = None,
 ) -> None:
-    """Throughput and goodput per second from the first in-window arrival to the end (`window`
-    and `finished` are masks of the requests)."""
-    arrivals = requests["arrival_s"].to_numpy(dtype=float)[window]
-    span = end_s - (float(arrivals.min()) if len(arrivals) else 0.0)
+    """Throughput and goodput per second over the arrival window (`window` and `finished` are
+    masks of the requests).
+
+    The arrival window runs from the first in-window arrival to the last arrival. Request rates
+    count the requests finished within it, so a system that keeps up reads the offered rate and
+    one that does not reads what it completed. The token rate counts the output tokens produced
+    within it (`window_tokens`, from the scheduler's count at both edges), requests still
+    running included: a saturated system reads its decode rate, not only the tokens of the
+    requests that happened to finish. The drain after the last arrival is reported apart
+    (`drain_s`, and the rates from the window's start to the end of the run, `*_with_drain`,
+    which count every request finished after the window opened). A burst (every request at one
+    instant) has no window: its rates run to the end of the run.
+    """
+    arrivals = requests["arrival_s"].to_numpy(dtype=float)
+    start = float(arrivals[window].min()) if window.any() else 0.0
+    last = float(arrivals.max()) if len(arrivals) else 0.0
+    whole = end_s - start
+    span = last - start
+    finish = requests["finish_s"].to_numpy(dtype=float)
+    after_start = finished & (finish >= start)
+    in_span = after_start & (finish <= last) if span > 0 else after_start
+    lengths = requests["output_len"].to_numpy() * requests["num_seqs"].to_numpy()
+    tokens = float(lengths[in_span].sum())
+    if span > 0 and window_tokens is not None:
+        tokens = float(window_tokens)
     if span <= 0:
-        span = end_s
-    lengths = (
-        requests["output_len"].to_numpy()[finished] * requests["num_seqs"].to_numpy()[finished]
+        span = whole
+    meets = requests["meets_slo"].to_numpy(dtype=bool)
+    rows = (
+        ("", in_span, span, tokens),
+        ("_with_drain", after_start, whole, float(lengths[after_start].sum())),
     )
-    output_tokens = float(lengths.sum())
-    num_finished = int(finished.sum())
-    summary["throughput_req_s"] = num_finished / span if span > 0 else None
-    summary["throughput_tok_s"] = output_tokens / span if span > 0 else None
-    meets = requests["meets_slo"].to_numpy(dtype=bool)[finished]
-    summary["goodput_req_s"] = int(meets.sum()) / span if span > 0 else None
+    for suffix, mask, length, num_tokens in rows:
+        ok = length > 0
+        summary[f"throughput_req_s{suffix}"] = int(mask.sum()) / length if ok else None
+        summary[f"throughput_tok_s{suffix}"] = num_tokens / length if ok else None
+        summary[f"goodput_req_s{suffix}"] = int((meets & mask).sum()) / length if ok else None
+    summary["drain_s"] = max(0.0, end_s - last)

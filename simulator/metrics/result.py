@@ -46,6 +46,8 @@ STEP_COLUMNS: dict[str, str] = {
     "num_waiting": "requests waiting for admission (including recompute-preempted)",
     "num_swapped": "requests swapped out to CPU memory",
     "num_seqs": "sequences computed in the step",
+    "num_batch_requests": "requests computed in the step: the batch that ran (finished ones "
+    "included)",
     "num_prefill_tokens": "prompt (or recompute) tokens computed",
     "num_decode_tokens": "decode tokens computed",
     "num_preemptions": "preemptions decided in the step",
@@ -61,7 +63,9 @@ STEP_COLUMNS: dict[str, str] = {
     "prefix-cache hits share instead of holding (blocks x block size)",
     "kv_fork_saved_slots": "KV slots forks saved: copies of blocks that forked sequences "
     "(parallel samples, beams) share instead of holding (blocks x block size)",
-    "slot_utilization": "useful batch slots / batch capacity",
+    "slot_utilization": "useful batch slots / the policy's own batch capacity (static: its batch "
+    "size; the others: max_num_seqs): how full its batches are, not comparable across policies "
+    "and not GPU utilization (that is MFU and MBU)",
     "mfu": "model FLOPs / (peak FLOP/s x duration)",
     "mbu": "HBM bytes / (peak bandwidth x duration)",
     "row_steps": "engine steps the row stands for: 1, unless a long run's table was compacted "

@@ -65,6 +65,8 @@ _AVERAGED = tuple(
         "slot_utilization",
         "mfu",
         "mbu",
+        "num_seqs",
+        "num_batch_requests",
     )
 )
 
@@ -73,12 +75,17 @@ _AVERAGED = tuple(
 class StepTotals:
     """Totals over every step of a run, whether or not its rows merge: what `summarize` reads.
 
-    `weighted[c]` is sum over steps of column c x duration, `plain[c]` the unweighted sum, for the
-    KV categories and the utilizations.
+    Counts and times cover every step. Time averages (the KV categories, utilizations, batch
+    sizes) cover the steps that start at or after `window_start_s` (the scenario's warm-up), as
+    the latency metrics cover the requests arriving then: `weighted[c]` is the sum over those
+    steps of column c x duration, `plain[c]` the unweighted sum, `window_busy_s` their time.
     """
 
+    window_start_s: float = 0.0
     num_steps: int = 0
     busy_s: float = 0.0
+    window_steps: int = 0
+    window_busy_s: float = 0.0
     swap_s: float = 0.0
     num_swapped_blocks: int = 0
     num_cow_copies: int = 0
@@ -101,6 +108,13 @@ class StepTotals:
         swaps = steps[:, _COL["num_swap_in_blocks"]] + steps[:, _COL["num_swap_out_blocks"]]
         self.num_swapped_blocks += int(swaps.sum())
         self.num_cow_copies += int(steps[:, _COL["num_cow_copies"]].sum())
+        if self.window_start_s > 0:
+            steps = steps[steps[:, _COL["start_s"]] >= self.window_start_s]
+            if not len(steps):
+                return
+            durations = steps[:, _COL["duration_s"]]
+        self.window_steps += len(steps)
+        self.window_busy_s += float(durations.sum())
         used = steps[:, list(_USED)].sum(axis=1)
         self.peak_kv_used_slots = max(self.peak_kv_used_slots, float(used.max()))
         saved = steps[:, list(_SAVED)].sum(axis=1)
@@ -110,10 +124,13 @@ class StepTotals:
             self.plain[name] = self.plain.get(name, 0.0) + float(steps[:, i].sum())
 
     def time_average(self, column: str) -> float:
-        """Duration-weighted mean of `column` over busy time (plain mean if no time passed)."""
-        if self.busy_s > 0:
-            return self.weighted.get(column, 0.0) / self.busy_s
-        return self.plain.get(column, 0.0) / self.num_steps if self.num_steps else 0.0
+        """Duration-weighted mean of `column` over the window's busy time (plain mean if no time
+        passed)."""
+        if self.window_busy_s > 0:
+            return self.weighted.get(column, 0.0) / self.window_busy_s
+        if self.window_steps:
+            return self.plain.get(column, 0.0) / self.window_steps
+        return 0.0
 
 
 def merge_rows(rows: np.ndarray, group: int) -> np.ndarray:
@@ -141,13 +158,19 @@ def merge_rows(rows: np.ndarray, group: int) -> np.ndarray:
 class StepLog:
     """Append one step at a time (`append`, C-level); read the table once at the end (`frame`)."""
 
-    def __init__(self, max_rows: int | None = None, chunk_steps: int | None = None) -> None:
+    def __init__(
+        self,
+        max_rows: int | None = None,
+        chunk_steps: int | None = None,
+        *,
+        window_start_s: float = 0.0,
+    ) -> None:
         max_rows = MAX_ROWS if max_rows is None else max_rows
         chunk_steps = CHUNK_STEPS if chunk_steps is None else chunk_steps
         if max_rows < 2 or chunk_steps < 1:
             raise ValueError("a step log keeps at least 2 rows and buffers at least 1 step")
         self.max_rows = max_rows
-        self.totals = StepTotals()
+        self.totals = StepTotals(window_start_s)
         self.row_steps = 1  # steps a stored row stands for (a power of two)
         self._raw = array("d")  # [steps in the chunk, len(STEP_COLUMNS)], row-major
         self._chunk_len = chunk_steps * _NUM_COLUMNS

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from pagesim.simulator.core.config import SystemConfig
+from pagesim.simulator.core.defaults import knobs_of
 from pagesim.simulator.core.plan import StepPlan
 from pagesim.simulator.core.request import Request
 
@@ -13,13 +14,15 @@ class PolicyBase:
 
     def __init__(self, system: SystemConfig, max_seq_len: int) -> None:
         self.system = system
+        self.knobs = knobs_of(system)
         self.max_seq_len = max_seq_len
         self.arrivals_done = False
+        self.num_output_tokens = 0  # tokens produced, one per sequence: counted in `complete`
 
     @property
     def batch_capacity(self) -> int:
         """Batch slots for slot utilization: the most sequences one iteration may hold."""
-        return self.system.max_num_seqs
+        return self.knobs.max_num_seqs
 
     def useful_slots(self, plan: StepPlan) -> int:
         """Slots of `plan` doing useful work (static batching overrides: padding is not useful)."""
@@ -49,8 +52,8 @@ class PolicyBase:
         return None
 
     def too_many_seqs_reason(self, request: Request) -> str | None:
-        if request.num_seqs > self.system.max_num_seqs:
+        if request.num_seqs > self.knobs.max_num_seqs:
             return (
-                f"decodes {request.num_seqs} sequences; max_num_seqs is {self.system.max_num_seqs}"
+                f"decodes {request.num_seqs} sequences; max_num_seqs is {self.knobs.max_num_seqs}"
             )
         return None

@@ -270,6 +270,7 @@ class DecodeGroup:
             num_decode_tokens=step.num_decode_tokens,
             num_prefill_seqs=step.num_prefill_seqs,
             num_decode_seqs=len(listed) - step.num_prefill_seqs + len(self.bases),
+            num_requests=step.num_requests + len(self.bases),
         )
 
     def _own_bases(self) -> dict[SeqGroup, int]:
@@ -357,6 +358,7 @@ class GroupedStepPlan(StepPlan):
         num_decode_tokens: int,
         num_prefill_seqs: int,
         num_decode_seqs: int,
+        num_requests: int,
     ) -> None:
         # The base is a frozen dataclass whose `work` slot this class replaces by a property.
         # One plan per engine step: the fields are set one by one, without a loop or a dict.
@@ -369,6 +371,7 @@ class GroupedStepPlan(StepPlan):
         set_field(self, "num_decode_tokens", num_decode_tokens)
         set_field(self, "num_prefill_seqs", num_prefill_seqs)
         set_field(self, "num_decode_seqs", num_decode_seqs)
+        set_field(self, "num_requests", num_requests)
         set_field(self, "_listed", listed)
         set_field(self, "_running", running)
         set_field(self, "_bases", bases)
@@ -376,7 +379,7 @@ class GroupedStepPlan(StepPlan):
         set_field(self, "_num_context_tokens", num_context_tokens)
         set_field(self, "_work", None)
 
-    @property  # type: ignore[override]
+    @property
     def work(self) -> tuple[SeqWork, ...]:
         work = self._work
         if work is None:
@@ -387,6 +390,11 @@ class GroupedStepPlan(StepPlan):
     @property
     def listed_work(self) -> tuple[SeqWork, ...]:
         return self._listed
+
+    @property
+    def num_grouped_members(self) -> int:
+        """Members decoding in the step, summed rather than listed: one sequence each."""
+        return len(self._bases)
 
     @property
     def num_context_tokens(self) -> int:

@@ -26,6 +26,7 @@ class StepPolicy(Protocol):
     """How a paged policy decides one iteration over the shared state."""
 
     groups_decodes: bool  # whether its running phase can take the decode fast path
+    fans_out: bool  # n > 1 runs as n child requests (V1), not as forked sequences (V0)
 
     def pieces(self, system: SystemConfig) -> PagedPieces:
         """Its era's victim key, eviction order and prefix-cache behaviour."""
@@ -67,7 +68,12 @@ class PagedScheduler(PolicyBase):
         if reason is not None:
             request.reject(reason, now_s)
             return
-        self.state.waiting.push(self.state.new_group(request))
+        state = self.state
+        if request.num_seqs > 1 and self.policy.fans_out:
+            for child in state.fan_out(request):
+                state.waiting.push(child)
+            return
+        state.waiting.push(state.new_group(request))
 
     def schedule(self, now_s: float) -> StepPlan:
         step = StepBuilder()
@@ -100,6 +106,10 @@ class PagedScheduler(PolicyBase):
                 state.commit(group)
             if is_prefill and group.num_computed < group.target:
                 continue  # a chunk of the prompt: no token yet
+            # One token per sequence: a prompt's first token for all its samples (V0 forks
+            # right after), later ones for each sequence the group decodes.
+            num_seqs = len(group.seq_ids)
+            self.num_output_tokens += request.num_seqs if is_prefill and num_seqs == 1 else num_seqs
             if request.produce_token(now_s):
                 finished.append(group)
                 continue
@@ -115,6 +125,7 @@ class PagedScheduler(PolicyBase):
                 joining.append(group)
         if decode_group is not None:
             if type(plan) is GroupedStepPlan:
+                self.num_output_tokens += plan.num_grouped_members  # one token each
                 for group in decode_group.advance():  # members whose last token appeared now
                     group.request.last_token_s = now_s
                     finished.append(group)
@@ -167,13 +178,13 @@ class PagedScheduler(PolicyBase):
     def prefix_hit_rate(self) -> float | None:
         """Prompt tokens served from the prefix cache over those looked up, once per successful
         first admission (re-admissions after preemption: `prefix_readmit_hit_rate`)."""
-        if not self.system.enable_prefix_cache:
+        if not self.knobs.enable_prefix_cache:
             return None
         return self.state.prefix_stats.hit_rate
 
     def prefix_readmit_hit_rate(self) -> float | None:
         """The same over preempted requests' re-admissions; None when there were none."""
-        if not self.system.enable_prefix_cache:
+        if not self.knobs.enable_prefix_cache:
             return None
         return self.state.prefix_stats.readmit_hit_rate
 
@@ -183,28 +194,30 @@ class PagedScheduler(PolicyBase):
         block_size = self.state.block_size
         num_blocks = self.kv.num_blocks
         prompt_blocks = blocks_for(request.prompt_len, block_size)
-        needed = _blocks_at(request, request.total_len - 1, block_size)
+        num_seqs = 1 if self.policy.fans_out else request.num_seqs  # V1: each child alone
+        needed = _blocks_at(request, request.total_len - 1, block_size, num_seqs)
         if self.state.pieces.decode_keeps_block_per_seq and request.output_len >= 2:
             # vLLM V0 decodes a group only while one block per sequence is free
             # (core/block_manager_v1.py can_append_slots): before its last decode step the
             # request holds its blocks of total_len - 2 tokens and needs num_seqs more free.
             needed = max(
                 needed,
-                _blocks_at(request, request.total_len - 2, block_size) + request.num_seqs,
+                _blocks_at(request, request.total_len - 2, block_size, num_seqs) + num_seqs,
             )
         if needed > num_blocks or prompt_blocks > num_blocks:
             return (
                 f"needs {needed} KV blocks of {block_size} tokens at full length; "
                 f"the cache holds {num_blocks}"
             )
-        return self.too_many_seqs_reason(request)
+        # V1's children run one at a time if need be; V0's forks must run together.
+        return None if self.policy.fans_out else self.too_many_seqs_reason(request)
 
 
-def _blocks_at(request: Request, num_tokens: int, block_size: int) -> int:
+def _blocks_at(request: Request, num_tokens: int, block_size: int, num_seqs: int) -> int:
     """Blocks a request's sequences hold with `num_tokens` tokens each. Forked sequences share
     only the prompt's full blocks: each holds its own copy of the partly filled prompt block and
     its own output blocks (counting only blocks_for(output) per extra sequence admitted
     requests that could never come back from swap)."""
     needed = blocks_for(num_tokens, block_size)
     per_seq_own = needed - request.prompt_len // block_size
-    return needed + (request.num_seqs - 1) * per_seq_own
+    return needed + (num_seqs - 1) * per_seq_own

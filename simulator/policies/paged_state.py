@@ -17,20 +17,25 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Sequence
+from dataclasses import replace
 
 from pagesim.simulator.core.config import SystemConfig
+from pagesim.simulator.core.defaults import knobs_of
 from pagesim.simulator.core.plan import BlockCopy, Preemption, PreemptionMode
 from pagesim.simulator.core.request import (
     GENERATED_SEGMENT,
     Request,
     RequestStatus,
+    SamplingKind,
     prompt_segments,
 )
 from pagesim.simulator.kv.paged_cache import PagedKVCache
 from pagesim.simulator.kv.prefix_hash import SequenceHasher
 from pagesim.simulator.policies.decode_group import DecodeGroup
 from pagesim.simulator.policies.pieces import PagedPieces, PrefixStats, VictimKey, waiting_queue
-from pagesim.simulator.policies.seq_group import SeqGroup, StepBuilder, blocks_for
+from pagesim.simulator.policies.seq_group import FanOut, SeqGroup, StepBuilder, blocks_for
+
+CHILD_ID_BASE = 1 << 48  # ids of V1's child requests (n > 1), above any workload's
 
 
 class PagedState:
@@ -50,21 +55,20 @@ class PagedState:
         pieces: PagedPieces,
     ) -> None:
         self.system = system
+        self.knobs = knobs = knobs_of(system)
         self.max_seq_len = max_seq_len
         self.pieces = pieces
         self.kv = PagedKVCache(
             num_blocks,
             system.block_size,
             num_cpu_blocks=num_cpu_blocks,
-            enable_prefix_cache=bool(system.enable_prefix_cache),
+            enable_prefix_cache=knobs.enable_prefix_cache,
             eviction=pieces.eviction,
             allow_duplicate_hashes=pieces.duplicate_hashes,
         )
-        self._caches_at_allocation = pieces.caches_at_allocation and bool(
-            system.enable_prefix_cache
-        )
+        self._caches_at_allocation = pieces.caches_at_allocation and knobs.enable_prefix_cache
         self.block_size = system.block_size
-        self.watermark_blocks = int(system.watermark * num_blocks)
+        self.watermark_blocks = int(knobs.watermark * num_blocks)
         self.waiting = waiting_queue(system, _request_of)
         self.running: list[SeqGroup] = []
         self.swapped: deque[SeqGroup] = deque()
@@ -74,14 +78,35 @@ class PagedState:
         self.num_running_seqs = 0
         self.decode_group: DecodeGroup | None = None
         self._next_seq_id = 0
+        self._next_child_id = 0
 
     # -- requests -------------------------------------------------------------------------------
-    def new_group(self, request: Request) -> SeqGroup:
-        group = SeqGroup(request, [self.new_seq_id()], target=request.prompt_len)
-        if self.system.enable_prefix_cache:
+    def new_group(self, request: Request, fan_out: FanOut | None = None) -> SeqGroup:
+        group = SeqGroup(request, [self.new_seq_id()], target=request.prompt_len, fan_out=fan_out)
+        if self.knobs.enable_prefix_cache:
             group.hashers = [prompt_hasher(request, self.block_size)]
         self.groups[request.request_id] = group
         return group
+
+    def fan_out(self, request: Request) -> list[SeqGroup]:
+        """vLLM V1's n > 1 (v1/engine/parallel_sampling.py): one group per sample, each a child
+        request of the parent's prompt and output length (`FanOut`). Children's ids are counted
+        from CHILD_ID_BASE, far above any workload's request ids."""
+        children = []
+        for _ in range(request.num_seqs):
+            self._next_child_id += 1
+            children.append(
+                replace(
+                    request,
+                    request_id=CHILD_ID_BASE + self._next_child_id,
+                    sampling=SamplingKind.SINGLE,
+                    num_seqs=1,
+                    history=[],
+                    prompt_of=request.request_id,
+                )
+            )
+        fan_out = FanOut(request, children)
+        return [self.new_group(child, fan_out) for child in children]
 
     def new_seq_id(self) -> int:
         self._next_seq_id += 1
@@ -124,6 +149,8 @@ class PagedState:
         request.num_recomputed_tokens += max(0, group.num_dropped - num_hit)
         group.num_dropped = 0
         request.transition(RequestStatus.RUNNING, now_s)
+        if group.fan_out is not None:
+            group.fan_out.child_admitted(now_s)
         self.running.append(group)
         self.num_running_seqs += group.num_seqs
         self.add_to_step(step, group, num_new, True, copies)
@@ -187,7 +214,7 @@ class PagedState:
         """Take `group` off the GPU by the configured mode. Swap falls back to recompute when the
         CPU swap space is full."""
         request = group.request
-        mode = self.system.preemption.mode_for(request.num_seqs)
+        mode = self.knobs.preemption.mode_for(request.num_seqs)
         self.num_running_seqs -= group.num_seqs
         if mode is PreemptionMode.SWAP and self.kv.can_swap_out(group.seq_ids):
             step.swap_out += self.kv.swap_out(group.seq_ids)
@@ -218,7 +245,7 @@ class PagedState:
         or the next prompt token of a group swapped out mid-prefill, which must not produce an
         output token yet); False if it cannot come back now."""
         group = self.swapped[0]
-        if self.num_running_seqs + group.num_seqs > self.system.max_num_seqs:
+        if self.num_running_seqs + group.num_seqs > self.knobs.max_num_seqs:
             return False
         # Swapping in must leave room for this step's token of every sequence, and keeps at
         # least one block spare, as it always did for a lone sequence. (One block per sequence,
@@ -306,6 +333,8 @@ class PagedState:
             self.num_running_seqs -= group.num_seqs
             del self.groups[group.request.request_id]
             group.request.transition(RequestStatus.FINISHED, now_s)
+            if group.fan_out is not None:
+                group.fan_out.child_finished(now_s)
         running = self.running
         for group in finished:  # a few of hundreds: each removal is one C-level scan
             running.remove(group)

@@ -113,6 +113,7 @@ class ReservingScheduler(PolicyBase):
             self.kv.set_computed(seq_id, member.num_computed)
         if is_prefill and member.num_computed < member.request.prompt_len:
             return
+        self.num_output_tokens += len(member.seq_ids)  # one token per sequence
         if member.request.produce_token(now_s):
             member.is_done = True
             if not self.returns_batch_together:
@@ -161,22 +162,22 @@ class OrcaScheduler(ReservingScheduler):
             rid = member.request.request_id
             work.extend(SeqWork(rid, s, 1, context, False) for s in member.seq_ids)
         num_seqs = sum(len(m.seq_ids) for m in self.running)
-        budget = max(self.system.max_num_batched_tokens, self.max_seq_len)
+        budget = max(self.knobs.max_num_batched_tokens, self.max_seq_len)
         while len(self.waiting):
             request = self.waiting.peek()
-            if num_seqs + request.num_seqs > self.system.max_num_seqs:
+            if num_seqs + request.num_seqs > self.knobs.max_num_seqs:
                 break
             if request.prompt_len > budget:
                 break
-            member = self._try_reserve(request, now_s)
-            if member is None:
+            admitted = self._try_reserve(request, now_s)
+            if admitted is None:
                 break  # FCFS: the head blocks the queue
             self.waiting.pop()
             num_seqs += request.num_seqs
             budget -= request.prompt_len
             work.extend(
                 SeqWork(request.request_id, s, request.prompt_len, request.prompt_len, True)
-                for s in member.seq_ids[:1]
+                for s in admitted.seq_ids[:1]
             )
         return StepPlan.build(work)
 
@@ -242,7 +243,7 @@ class StaticScheduler(ReservingScheduler):
         num_seqs = 0
         while len(self.waiting) and len(batch) < self.system.static_batch_size:
             request = self.waiting.peek()
-            if num_seqs + request.num_seqs > self.system.max_num_seqs:
+            if num_seqs + request.num_seqs > self.knobs.max_num_seqs:
                 break
             member = self._try_reserve(request, now_s)
             if member is None:

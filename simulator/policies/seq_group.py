@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from pagesim.simulator.core.plan import BlockCopy, Preemption, SeqWork, StepPlan, seq_work_of
-from pagesim.simulator.core.request import Request
+from pagesim.simulator.core.request import Request, RequestStatus
 from pagesim.simulator.kv.prefix_hash import SequenceHasher
 
 
@@ -30,6 +30,7 @@ class SeqGroup:
     num_computed: int = 0  # KV tokens computed per sequence
     hashers: list[SequenceHasher] | None = None  # per sequence, only with prefix caching
     num_dropped: int = 0  # KV tokens (all sequences') dropped at the last recompute preemption
+    fan_out: FanOut | None = None  # the parent this request is one sample of (V1 n > 1)
 
     @property
     def is_prefilling(self) -> bool:
@@ -46,6 +47,43 @@ class SeqGroup:
         return self.request.total_len - 1
 
 
+class FanOut:
+    """A request with n > 1 samples as vLLM V1 runs it (v1/engine/parallel_sampling.py
+    ParentRequest): n child requests, each with the parent's prompt and output length, that
+    share the prompt only through the prefix cache, count one each toward max_num_seqs and are
+    preempted on their own. The parent, the request the workload and the metrics know, is
+    running from its first child's admission and finishes with its last child; its times and
+    counts are the children's (first token: the earliest; preemptions, recomputed and cached
+    tokens: summed)."""
+
+    __slots__ = ("children", "num_left", "parent")
+
+    def __init__(self, parent: Request, children: list[Request]) -> None:
+        self.parent = parent
+        self.children = children
+        self.num_left = len(children)
+
+    def child_admitted(self, now_s: float) -> None:
+        if self.parent.status is RequestStatus.WAITING:
+            self.parent.transition(RequestStatus.RUNNING, now_s)
+
+    def child_finished(self, now_s: float) -> None:
+        """One child finished; the last one finishes the parent."""
+        self.num_left -= 1
+        if self.num_left:
+            return
+        parent, children = self.parent, self.children
+        firsts = [c.first_token_s for c in children if c.first_token_s is not None]
+        parent.first_token_s = min(firsts) if firsts else None
+        parent.last_token_s = max(c.last_token_s or now_s for c in children)
+        parent.num_generated = max(c.num_generated for c in children)
+        parent.num_preemptions = sum(c.num_preemptions for c in children)
+        parent.num_swaps = sum(c.num_swaps for c in children)
+        parent.num_recomputed_tokens = sum(c.num_recomputed_tokens for c in children)
+        parent.num_cached_tokens = sum(c.num_cached_tokens for c in children)
+        parent.transition(RequestStatus.FINISHED, now_s)
+
+
 def blocks_for(num_tokens: int, block_size: int) -> int:
     return -(-num_tokens // block_size)
 
@@ -59,6 +97,7 @@ class StepBuilder:
         "num_decode_tokens",
         "num_prefill_seqs",
         "num_prefill_tokens",
+        "num_requests",
         "preemptions",
         "swap_in",
         "swap_out",
@@ -70,6 +109,7 @@ class StepBuilder:
         self.num_prefill_tokens = 0
         self.num_prefill_seqs = 0
         self.num_decode_tokens = 0
+        self.num_requests = 0  # groups added: the batch's requests (members counted by their group)
         self.preemptions: list[Preemption] = []
         self.copies: list[BlockCopy] = []
         self.swap_out = 0  # blocks
@@ -80,6 +120,7 @@ class StepBuilder:
         """`group` computes `num_new` tokens per sequence this step. Its entries carry contexts
         as of now: nothing changes a scheduled group before the plan is built."""
         rid = group.request.request_id
+        self.num_requests += 1
         context = group.num_computed + num_new
         seq_ids = group.seq_ids
         append = self.work.append
@@ -103,6 +144,7 @@ class StepBuilder:
             self.num_decode_tokens,
             self.num_prefill_seqs,
             len(work) - self.num_prefill_seqs,
+            self.num_requests,
         )
 
 

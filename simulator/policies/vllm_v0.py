@@ -20,6 +20,7 @@ from pagesim.simulator.policies.seq_group import SeqGroup, StepBuilder
 class VllmV0:
     """The V0 step: prefill-only or decode-only."""
 
+    fans_out = False  # n > 1: forks sharing blocks copy-on-write
     groups_decodes = False  # no decode fast path for V0 (yet): every step visits each request
 
     def pieces(self, system: SystemConfig) -> PagedPieces:
@@ -38,15 +39,14 @@ class VllmV0:
 
 def admit_prompts(state: PagedState, step: StepBuilder, now_s: float) -> None:
     """Whole prompts, FCFS, until one does not fit (its sequences, its tokens or its blocks)."""
-    system = state.system
+    knobs = state.knobs
     # V0 needs a whole prompt in one step: a cap below the model's length is refused at start
     # (core.defaults.v0_token_cap_reason), as vLLM V0 refuses it.
-    budget = system.max_num_batched_tokens
-    assert budget is not None and system.max_num_seqs is not None
+    budget = knobs.max_num_batched_tokens
     waiting = state.waiting
     while len(waiting):
         group = waiting.peek()
-        if state.num_running_seqs + group.request.num_seqs > system.max_num_seqs:
+        if state.num_running_seqs + group.request.num_seqs > knobs.max_num_seqs:
             break
         if group.target > budget:  # charged in full, prefix hits included (conservative)
             break

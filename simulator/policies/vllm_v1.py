@@ -22,15 +22,16 @@ from pagesim.simulator.policies.seq_group import Demand, SeqGroup, StepBuilder
 class VllmV1:
     """The V1 step: one token budget shared by decodes and prompt chunks."""
 
+    fans_out = True  # n > 1: child requests (v1/engine/parallel_sampling.py)
     groups_decodes = True  # lone decoders may advance as a decode group (the fast path)
 
     def pieces(self, system: SystemConfig) -> PagedPieces:
         return paged_pieces(system, is_v1=True)
 
     def schedule(self, state: PagedState, step: StepBuilder, now_s: float) -> None:
-        system = state.system
-        budget = system.max_num_batched_tokens
-        chunk_cap = system.max_prefill_chunk or budget
+        knobs = state.knobs
+        budget = knobs.max_num_batched_tokens
+        chunk_cap = state.system.max_prefill_chunk or budget
 
         def demand(group: SeqGroup, available: int) -> tuple[int, int, bool] | None:
             return running_demand(group, available, chunk_cap)
@@ -111,7 +112,7 @@ def admit_chunks(
 ) -> None:
     """Waiting requests in order, each its first chunk, until the budget or the blocks run out."""
     waiting = state.waiting
-    max_num_seqs = state.system.max_num_seqs
+    max_num_seqs = state.knobs.max_num_seqs
     while len(waiting) and budget > 0:
         group = waiting.peek()
         if state.num_running_seqs + group.request.num_seqs > max_num_seqs:

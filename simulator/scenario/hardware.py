@@ -61,8 +61,10 @@ def read_gpu(t: Table) -> GPUSpec:
                 f"memory_gib, mem_bandwidth_gbps and fp16_tflops (missing: "
                 f"{choices_text(missing)}; host_link_gbps defaults to 25)",
             )
-        numbers = [figures[k] for k in GPU_FIGURES]
-        return custom_gpu(t.text("name"), *numbers[:3], numbers[3] or 25.0)
+        memory_gib, bandwidth_gbps, tflops, host_link_gbps = (figures[k] for k in GPU_FIGURES)
+        return custom_gpu(
+            t.text("name"), memory_gib, bandwidth_gbps, tflops, host_link_gbps or 25.0
+        )
     name = t.text("preset")
     try:
         gpu = get_gpu(name)

@@ -121,7 +121,7 @@ PROFILE_DIR = Path(str(resources.files("pagesim.calibration"))) / "profiles"
 
 
 def _profile_path(t: Table) -> Path:
-    text = t.text("profile")
+    text: str = t.text("profile")
     path = t.ctx.resolve(text)
     if is_file(path):
         return path
@@ -156,6 +156,7 @@ def _execution(t: Table) -> ExecutionConfig:
         allreduce_bw_gbps=t.number(
             "allreduce_bw_gbps", base.allreduce_bw_gbps, hi=1e5, lo_open=True
         ),
+        swap_copy_latency_s=t.number("swap_copy_latency_s", base.swap_copy_latency_s, hi=1.0),
     )
 
 

@@ -107,7 +107,7 @@ def _set(raw: dict[str, Any], path: str, value: object, ctx: Ctx, what: str) -> 
             for i in indices:
                 if is_last:
                     child[i] = copy.deepcopy(value)
-                    following.append((child, f"{here}[{i}]"))
+                    following.append((table, f"{here}[{i}]"))  # as above: the table set in
                 elif not isinstance(child[i], dict):
                     ctx.fail("", f"{what}: {here}[{i}] is {described(child[i])}, not a table")
                 else:

@@ -54,7 +54,7 @@ SCHEMA: Schema = {
     "gpu": _keys("preset name memory_gib mem_bandwidth_gbps fp16_tflops host_link_gbps"),
     "execution": _keys(
         "kind profile gemm_efficiency attention_bw_efficiency weight_bw_efficiency "
-        "step_overhead_s allreduce_bw_gbps"
+        "step_overhead_s allreduce_bw_gbps swap_copy_latency_s"
     ),
     "workload": {
         **_keys("num_requests trace trace_offset time_scale sampling num_seqs empirical_pairing"),

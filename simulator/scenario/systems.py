@@ -23,7 +23,12 @@ from pagesim.simulator.core.config import (
     SystemConfig,
     VictimPolicy,
 )
-from pagesim.simulator.core.defaults import resolve_system, v0_token_cap_reason
+from pagesim.simulator.core.defaults import (
+    beam_search_reason,
+    knobs_of,
+    resolve_system,
+    v0_token_cap_reason,
+)
 from pagesim.simulator.core.errors import choices_text
 from pagesim.simulator.core.limits import MAX_KV_BLOCKS
 from pagesim.simulator.kv.capacity import kv_capacity, no_kv_memory_reason
@@ -92,11 +97,15 @@ def _check_system(
         return where.get(field, f"{key}.{field}")
 
     s = resolve_system(s, scenario.model, scenario.gpu, scenario.tensor_parallel).system
+    knobs = knobs_of(s)
     refusal = v0_token_cap_reason(s, scenario.model.max_seq_len)
     if refusal is not None:
         ctx.fail(at("max_num_batched_tokens"), refusal)
+    refusal = beam_search_reason(s, scenario.workload.sampling)
+    if refusal is not None:
+        ctx.fail(at("policy"), refusal)
 
-    if s.enable_prefix_cache and s.policy not in _PAGED:
+    if knobs.enable_prefix_cache and s.policy not in _PAGED:
         ctx.fail(
             at("enable_prefix_cache"),
             f"prefix caching needs a paged policy (vllm-v0, vllm-v1); the policy is "
@@ -111,23 +120,23 @@ def _check_system(
             f"only used by the contiguous policies (static, orca); the policy is "
             f"{s.policy.value!r}, which allocates blocks",
         )
-    if s.policy is Policy.STATIC and s.static_batch_size > s.max_num_seqs:
+    if s.policy is Policy.STATIC and s.static_batch_size > knobs.max_num_seqs:
         ctx.fail(
             at("static_batch_size"),
-            f"{s.static_batch_size} exceeds max_num_seqs {s.max_num_seqs}",
+            f"{s.static_batch_size} exceeds max_num_seqs {knobs.max_num_seqs}",
         )
     workload = scenario.workload
-    if workload.num_seqs > s.max_num_seqs:
+    if workload.num_seqs > knobs.max_num_seqs:
         ctx.fail(
             at("max_num_seqs"),
-            f"{s.max_num_seqs} is below workload.num_seqs {workload.num_seqs}: "
+            f"{knobs.max_num_seqs} is below workload.num_seqs {workload.num_seqs}: "
             "no request could ever run",
         )
-    swaps = s.preemption is PreemptionPolicy.SWAP or (
-        s.preemption is PreemptionPolicy.AUTO and workload.num_seqs > 1
+    swaps = knobs.preemption is PreemptionPolicy.SWAP or (
+        knobs.preemption is PreemptionPolicy.AUTO and workload.num_seqs > 1
     )
     if swaps and s.swap_space_gib == 0:
-        ctx.fail(at("swap_space_gib"), f"must be > 0: preemption {s.preemption.value!r} swaps")
+        ctx.fail(at("swap_space_gib"), f"must be > 0: preemption {knobs.preemption.value!r} swaps")
     reason = no_kv_memory_reason(scenario, s)
     if reason is not None:
         ctx.fail(at("gpu_memory_utilization"), reason)
@@ -138,7 +147,7 @@ def _check_system(
         ctx.fail(
             at("swap_space_gib"),
             f"{s.swap_space_gib:g} GiB holds no KV block of {capacity.block_size} tokens "
-            f"({capacity.block_bytes:,} bytes), and preemption {s.preemption.value!r} swaps; "
+            f"({capacity.block_bytes:,} bytes), and preemption {knobs.preemption.value!r} swaps; "
             f"give at least {need_gib:.3g} GiB",
         )
     for pool, num_blocks, field in (

@@ -166,9 +166,10 @@ def read_workload(t: Table, max_seq_len: int) -> WorkloadConfig:
 
 def _pairing(t: Table, prompt: LengthDist, output: LengthDist) -> EmpiricalPairing | None:
     """`empirical_pairing`: only with two empirical lengths; "rows" only from one file."""
-    pairing = t.choice("empirical_pairing", EmpiricalPairing, None)
-    if pairing is None:
+    chosen = t.choice("empirical_pairing", EmpiricalPairing, None)
+    if chosen is None:
         return None
+    pairing = EmpiricalPairing(chosen)
     if prompt.kind is not LengthKind.EMPIRICAL or output.kind is not LengthKind.EMPIRICAL:
         t.fail(
             "empirical_pairing",

@@ -105,10 +105,10 @@ class RateSearch:
     def next_rate(self) -> float | None:
         """The rate to try next, or None when the search is over."""
         ok, bad = self.ok_rate, self.bad_rate
-        if ok is None and bad is None:
-            return self.start
         if bad is None:
-            return None if ok >= self.max_rate else min(ok * 2, self.max_rate)  # type: ignore[operator]
+            if ok is None:
+                return self.start
+            return None if ok >= self.max_rate else min(ok * 2, self.max_rate)
         if ok is None:
             return None if bad <= self.min_rate else max(bad / 2, self.min_rate)
         if bad - ok <= self.rel_tol * bad:
@@ -213,9 +213,10 @@ class CapacityRun:
         """One row per configuration, best goodput per GPU first (unsustainable ones last)."""
         rows = []
         for config, search in zip(self.configs, self.searches, strict=True):
-            best = self._at(config, search.ok_rate)
+            rate = search.ok_rate
+            best = self._at(config, rate)  # None when rate is None: no point has that rate
             share = float(best.summary["slo_share"]) if best is not None else None
-            goodput = None if share is None else search.ok_rate * share  # type: ignore[operator]
+            goodput = None if share is None or rate is None else rate * share
             rows.append(
                 {
                     "config": config.label,
@@ -299,8 +300,11 @@ def search_capacity(
     ]
     run = CapacityRun(list(configs), searches)
     for round_number in range(1, 1000):
-        todo = [(c, s, s.next_rate()) for c, s in zip(configs, searches, strict=True)]
-        todo = [(c, s, rate) for c, s, rate in todo if rate is not None]
+        todo = [
+            (c, s, rate)
+            for c, s in zip(configs, searches, strict=True)
+            if (rate := s.next_rate()) is not None
+        ]
         if not todo:
             break
         if on_round is not None:

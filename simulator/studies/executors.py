@@ -12,6 +12,7 @@ from collections.abc import Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from enum import Enum
+from multiprocessing.context import BaseContext
 from typing import Any, Protocol
 
 from pagesim.simulator.core.errors import InputError, PagesimError, choices_text
@@ -55,6 +56,7 @@ class ProcessExecutor:
     def __init__(self, jobs: int) -> None:
         import multiprocessing
 
+        context: BaseContext
         if "forkserver" in multiprocessing.get_all_start_methods():
             context = multiprocessing.get_context("forkserver")
             context.set_forkserver_preload(

@@ -29,7 +29,7 @@ def golden_path(scenario_path: Path) -> Path:
     return GOLDEN_DIR / f"{scenario_path.stem}.json"
 
 
-def compute_golden(scenario_path: Path) -> dict[str, dict[str, object]]:
+def compute_golden(scenario_path: Path) -> dict[str, dict[str, float | int | str | None]]:
     scenario = load_scenario(scenario_path)
     return {system.name: simulate(scenario, system).summary for system in scenario.systems}
 

@@ -144,10 +144,12 @@ def extra_metrics(result: RunResult) -> dict[str, float | int]:
     waits = (window["admitted_s"] - window["arrival_s"]).to_numpy(dtype=float)
     waits = np.where(np.isnan(waits), math.inf, waits)
     p99 = float(np.percentile(waits, 99, method="higher")) if offered else 0.0
+    num_gpus = result.provenance.get("tensor_parallel", 1)
+    assert isinstance(num_gpus, int), "the engine records tensor_parallel as an int"
     return {
         "slo_share": met / offered if offered else 0.0,
         "queue_delay_p99_s": p99,
-        "num_gpus": int(result.provenance.get("tensor_parallel", 1)),  # type: ignore[call-overload]
+        "num_gpus": num_gpus,
     }
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 import pandas as pd
 
 from pagesim.simulator.core.config import Scenario, SystemConfig
+from pagesim.simulator.core.defaults import ERA, era_notes, resolve_system, system_knobs
 from pagesim.simulator.kv.capacity import Capacity, kv_capacity
 from pagesim.simulator.metrics.result import RunResult
 from pagesim.simulator.scenario.load import load_scenario, resolve_scenario
@@ -108,6 +109,62 @@ def check_scenario(name: str | Path, overrides: Sequence[str] = ()) -> CheckedSc
     scenario = load_scenario(path, list(overrides))
     capacities = [(system, kv_capacity(scenario, system)) for system in scenario.systems]
     return CheckedScenario(path, scenario, capacities)
+
+
+@dataclass(frozen=True)
+class ResolvedKnob:
+    name: str
+    value: object
+    source: str
+
+
+@dataclass(frozen=True)
+class ResolvedSystem:
+    """One system as a run would start it: every knob in force, where each came from, and the
+    KV capacity it gets."""
+
+    name: str
+    policy: str
+    era: str
+    knobs: list[ResolvedKnob]
+    capacity: Capacity
+    notes: list[str]  # what today's vLLM no longer has: historical, or a pagesim extension
+
+
+def resolve_scenario_systems(
+    name: str | Path, overrides: Sequence[str] = ()
+) -> tuple[Path, list[ResolvedSystem]]:
+    """`pagesim scenarios show --resolved`: each system's knobs after the era defaults. A knob's
+    source is its era rule (core.defaults) when the scenario left it unset, "scenario" when the
+    scenario (or --set) gave a value other than pagesim's default, "pagesim default" otherwise."""
+    path = resolve_scenario(name)
+    scenario = load_scenario(path, list(overrides))
+    model, gpu, tp = scenario.model, scenario.gpu, scenario.tensor_parallel
+    out = []
+    for system in scenario.systems:
+        resolved = resolve_system(system, model, gpu, tp)
+        plain = system_knobs(resolved.system)
+        knobs = []
+        for knob, value in plain.items():
+            if knob in resolved.sources:
+                source = resolved.sources[knob]
+            elif getattr(system, knob) != getattr(SystemConfig(system.name, system.policy), knob):
+                source = "scenario"
+            else:
+                source = "pagesim default"
+            knobs.append(ResolvedKnob(knob, value, source))
+        capacity = kv_capacity(scenario, system)
+        out.append(
+            ResolvedSystem(
+                system.name,
+                system.policy.value,
+                ERA[system.policy],
+                knobs,
+                capacity,
+                era_notes(resolved.system, scenario.workload.sampling),
+            )
+        )
+    return path, out
 
 
 def sweep_scenario(

@@ -82,15 +82,18 @@ def run_points(
     tasks: list[PointTask] = []
     for key, same in by_key.items():
         summary = cache.summary(key) if cache is not None and use_cache else None
-        framed = cache.frames(key) if summary is not None and key in want_frames else None
+        framed = None
+        if cache is not None and summary is not None and key in want_frames:
+            framed = cache.frames(key)
         if summary is None or (key in want_frames and framed is None):
             tasks.append(PointTask(key, same[0].scenario, same[0].system, key in want_frames))
             continue
         if framed is not None:
             frames[key] = framed
         found[key] = PointRecord(same[0], summary, is_cached=True, wall_s=0.0)
-        for point in same if on_record is not None else ():
-            on_record(replace(found[key], point=point))
+        if on_record is not None:
+            for point in same:
+                on_record(replace(found[key], point=point))
     failures: list[tuple[Point, PointOutcome]] = []
     outcomes = executor.run(tasks, evaluate) if tasks else iter(())
     try:
@@ -104,8 +107,9 @@ def run_points(
             if outcome.result is not None:
                 frames[outcome.key] = outcome.result
             found[outcome.key] = PointRecord(same[0], outcome.summary, False, outcome.wall_s)
-            for point in same if on_record is not None else ():
-                on_record(replace(found[outcome.key], point=point))
+            if on_record is not None:
+                for point in same:
+                    on_record(replace(found[outcome.key], point=point))
     finally:
         close = getattr(outcomes, "close", None)
         if close is not None:

@@ -97,7 +97,7 @@ def load_trace(
     path = Path(path)
     frame = read_csv(path, field)
     total = len(frame)
-    if isinstance(offset, bool) or not isinstance(offset, int | np.integer) or offset < 0:
+    if bad_int(offset, minimum=0):
         raise InputError(f"{field}: offset must be a non-negative integer, got {offset!r}")
     if offset >= total:
         raise InputError(

@@ -25,6 +25,7 @@ from pagesim.calibration.executor import (
     measured_factory,
 )
 from pagesim.calibration.fidelity import FidelityResult, pick_system, run_fidelity
+from pagesim.calibration.step_inputs import StepInputs
 from pagesim.cli_calibration import validate_fidelity
 from pagesim.reports.fidelity import write_fidelity_report
 from pagesim.simulator.core.config import (
@@ -32,9 +33,12 @@ from pagesim.simulator.core.config import (
     PreemptionPolicy,
     PrefixGroup,
     Scenario,
+    SystemConfig,
 )
 from pagesim.simulator.core.errors import InputError
+from pagesim.simulator.core.plan import StepPlan
 from pagesim.simulator.core.request import SamplingKind
+from pagesim.simulator.core.scheduler import Scheduler
 from pagesim.simulator.engine import simulate
 from pagesim.simulator.execution.profile import ProfileExtrapolationWarning
 from pagesim.simulator.metrics.result import RunResult
@@ -109,12 +113,12 @@ def _run_poisoned(scenario: Scenario, shift_reads: bool = False) -> tuple[PlanEx
     executors: list[PlanExecutor] = []
     make = measured_factory(ExecutorConfig(poison_unmapped=True, warmup_steps=1), sink=executors)
 
-    def factory(sc, sy, scheduler):  # type: ignore[no-untyped-def]
+    def factory(sc: Scenario, sy: SystemConfig, scheduler: Scheduler) -> PlanExecutor:
         executor = make(sc, sy, scheduler)
         if shift_reads:  # decode attention reads each table one block off: outside the tables
             build = executor._inputs
 
-            def shifted(plan):  # type: ignore[no-untyped-def]
+            def shifted(plan: StepPlan) -> StepInputs:
                 inputs = build(plan)
                 inputs.decode_tables = (inputs.decode_tables + 1) % executor.kv.num_blocks
                 return inputs
@@ -128,13 +132,18 @@ def _run_poisoned(scenario: Scenario, shift_reads: bool = False) -> tuple[PlanEx
 
 @pytest.mark.parametrize(
     ("policy", "sampling", "num_seqs"),
-    [(Policy.VLLM_V0, SamplingKind.PARALLEL, 2), (Policy.VLLM_V1, SamplingKind.BEAM, 3)],
+    [
+        (Policy.VLLM_V0, SamplingKind.PARALLEL, 2),
+        (Policy.VLLM_V0, SamplingKind.BEAM, 3),
+        (Policy.VLLM_V1, SamplingKind.PARALLEL, 3),  # child requests: no forks, prefix hits
+    ],
 )
 def test_executor_reads_exactly_the_mapped_blocks(
     tmp_path: Path, policy: Policy, sampling: SamplingKind, num_seqs: int
 ) -> None:
-    """Unmapped blocks hold NaN before every step; swaps, copy-on-write forks and prefix hits
-    all happen, and every step's output stays finite."""
+    """Unmapped blocks hold NaN before every step; swaps, copy-on-write forks (V0) or child
+    requests sharing prompt blocks (V1) and prefix hits all happen, and every step's output stays
+    finite."""
     scenario = tiny_scenario(tmp_path, 60)
     prefix = (PrefixGroup(32, 0.8),)
     workload = replace(
@@ -156,7 +165,10 @@ def test_executor_reads_exactly_the_mapped_blocks(
     steps = result.steps
     assert executor.num_poisoned_blocks > 0
     assert steps["num_swap_out_blocks"].sum() > 0 and steps["num_swap_in_blocks"].sum() > 0
-    assert steps["num_cow_copies"].sum() > 0
+    if policy is Policy.VLLM_V0:
+        assert steps["num_cow_copies"].sum() > 0
+    else:  # V1 has no copy-on-write: its samples share the prompt through the prefix cache
+        assert steps["num_cow_copies"].sum() == 0 and result.summary["prefix_hit_rate"] > 0
     assert result.summary["num_finished"] == 60
 
 

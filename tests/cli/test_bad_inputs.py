@@ -189,7 +189,7 @@ def test_10_kv_block_counts_the_simulator_cannot_hold(
         "--set",
         "systems.block_size=1",
     )
-    refused(derived, "184,292,240 KV blocks", "larger block_size")
+    refused(derived, "KV blocks (block_size 1), more than", "larger block_size")
 
 
 def test_11_a_fifo_as_a_length_distribution_path(

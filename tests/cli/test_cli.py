@@ -67,6 +67,32 @@ def test_validate_and_scenarios(capsys: pytest.CaptureFixture[str]) -> None:
     assert valid.exit_code == 0 and "valid" in valid.out
 
 
+def test_scenarios_show_resolved_names_every_value_and_its_source(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Era defaults appear with the vLLM source they stand for; values the scenario (or --set)
+    gives say "scenario"; the capacity is the one a run gets."""
+    shown = run_cli(
+        capsys,
+        "scenarios",
+        "show",
+        "azure_conv_v0_vs_chunked",
+        "--resolved",
+        "--set",
+        "systems[1].max_num_seqs=64",
+    )
+    assert shown.exit_code == 0, shown.err
+    v0, v1, _ = shown.out.split("\n[")[1:]
+    assert v0.startswith("v0]  # vLLM V0 engine")
+    assert "watermark              = 0.01        # vLLM V0 core/block_manager" in v0
+    assert "max_num_batched_tokens = 8192        # scenario" in v0
+    assert "max_num_seqs           = 64          # scenario" in v1
+    assert "enable_prefix_cache    = False       # scenario" in v1
+    assert "preemption             = 'recompute'  # vLLM V1 preempts by recompute only" in v1
+    # 28,433 blocks at 256 sequences; fewer sequences, a smaller sampler reserve, more blocks:
+    assert "# KV cache: 28,527 blocks of 16 tokens" in v1
+
+
 @pytest.mark.parametrize(
     ("args", "needle"),
     [

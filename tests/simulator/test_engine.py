@@ -9,7 +9,7 @@ import pytest
 from sim_helpers import explicit_workload, poisson_workload, scenario, system
 
 from pagesim.simulator.core.catalog import GIB
-from pagesim.simulator.core.config import Policy, PreemptionPolicy, PrefixGroup
+from pagesim.simulator.core.config import Policy, PreemptionPolicy, PrefixGroup, Scenario
 from pagesim.simulator.core.plan import SeqWork, StepPlan
 from pagesim.simulator.engine import simulate
 from pagesim.simulator.execution.roofline import RooflineModel
@@ -19,7 +19,7 @@ PAGED = (Policy.VLLM_V0, Policy.VLLM_V1)
 ALL_POLICIES = (Policy.STATIC, Policy.ORCA, Policy.VLLM_V0, Policy.VLLM_V1)
 
 
-def roofline_for(s, block_size: int = 16) -> RooflineModel:  # type: ignore[no-untyped-def]
+def roofline_for(s: Scenario, block_size: int = 16) -> RooflineModel:
     return RooflineModel(s.model, s.gpu, s.execution, s.kv_dtype, block_size=block_size)
 
 

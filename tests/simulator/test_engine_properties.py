@@ -11,6 +11,7 @@ from pagesim.simulator.core.config import (
     Policy,
     PreemptionPolicy,
     PrefixGroup,
+    Scenario,
     VictimPolicy,
 )
 from pagesim.simulator.core.request import SamplingKind
@@ -26,7 +27,7 @@ KV_COLUMNS = [
 
 
 @st.composite
-def runs(draw: st.DrawFn):  # type: ignore[no-untyped-def]
+def runs(draw: st.DrawFn) -> Scenario:
     policy = draw(st.sampled_from(list(Policy)))
     paged = policy in (Policy.VLLM_V0, Policy.VLLM_V1)
     num_seqs = draw(st.sampled_from([1, 1, 2, 3])) if paged else 1
@@ -68,7 +69,7 @@ def runs(draw: st.DrawFn):  # type: ignore[no-untyped-def]
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(runs())
-def test_random_runs_keep_invariants_and_account_for_every_request(s) -> None:  # type: ignore[no-untyped-def]
+def test_random_runs_keep_invariants_and_account_for_every_request(s: Scenario) -> None:
     result = simulate(s, check_invariants=True)
     requests, steps, summary = result.requests, result.steps, result.summary
     assert summary["num_unfinished"] == 0, "drained runs finish or reject everything"

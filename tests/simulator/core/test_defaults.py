@@ -10,8 +10,9 @@ from sim_helpers import poisson_workload, scenario, system
 
 from pagesim.simulator.core.catalog import GIB, get_gpu, get_model
 from pagesim.simulator.core.config import DefaultsMode, Policy, PreemptionPolicy
-from pagesim.simulator.core.defaults import driver_memory_bytes, resolve_system
+from pagesim.simulator.core.defaults import driver_memory_bytes, era_notes, resolve_system
 from pagesim.simulator.core.errors import InputError
+from pagesim.simulator.core.request import SamplingKind
 from pagesim.simulator.engine import simulate
 from pagesim.simulator.scenario.load import load_scenario
 from pagesim.simulator.scenario.table import ScenarioError
@@ -111,3 +112,28 @@ def test_v0_token_cap_below_the_model_length_is_refused_as_vllm_v0_refuses_it(
     message = str(caught.value)
     assert message.startswith(f"{path}: systems[0].max_num_batched_tokens: 8 is below")
     assert "set it to at least 4096, or use vllm-v1" in message
+
+
+def test_what_vllm_no_longer_has_is_labelled_where_a_run_shows_it() -> None:
+    """Issue 12, item 2: swap preemption, copy-on-write forks and the watermark stay available,
+    labelled as historical (V0 had them) or as a pagesim extension (V1 with swap), in each
+    run's provenance (and so in its report) and in `scenarios show --resolved`."""
+    model, gpu = get_model("llama-2-7b"), get_gpu("a100-80gb")
+
+    def notes(policy: Policy, sampling: SamplingKind = SamplingKind.SINGLE, **knobs: object) -> str:
+        return " | ".join(
+            era_notes(resolve_system(system(policy, **knobs), model, gpu).system, sampling)
+        )
+
+    assert notes(Policy.VLLM_V1) == ""  # V1 as it is: nothing to label
+    assert notes(Policy.VLLM_V1, preemption=PreemptionPolicy.SWAP).startswith(
+        "pagesim extension: swap preemption under vllm-v1"
+    )
+    assert "v0.33.0" in notes(Policy.VLLM_V1, watermark=0.01)
+    v0 = notes(Policy.VLLM_V0, SamplingKind.PARALLEL)
+    assert v0.count("historical:") == 3 and "copy-on-write" in v0 and "watermark" in v0
+    run = simulate(scenario(poisson_workload(3, 1.0), system(Policy.VLLM_V0)))
+    assert run.provenance["era_notes"] == [
+        "historical: swap preemption (vLLM V0; V1 preempts by recompute only)",
+        "historical: the admission watermark (vLLM V0; V1 has none by default)",
+    ]

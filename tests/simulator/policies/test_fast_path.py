@@ -71,6 +71,8 @@ def _case(seed: int) -> Scenario:
     sampling = SamplingKind.SINGLE
     if num_seqs > 1:
         sampling = SamplingKind(rng.choice(["parallel", "beam"]))
+        if policy is Policy.VLLM_V1:  # V1 has no engine beam search (core.defaults)
+            sampling = SamplingKind.PARALLEL
     # (Block size 1 is left to tests/simulator/policies/test_decode_group_cases.py: each step's
     # invariant check here walks every block of every table, which at one token a block costs
     # seconds a case.)

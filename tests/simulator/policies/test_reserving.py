@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from sim_helpers import explicit_workload, scenario, system
+from sim_helpers import explicit_workload, resolved, scenario, system
 
 from pagesim.simulator.core.config import ContiguousAllocator, Policy, Reservation
 from pagesim.simulator.core.memory import MemoryBreakdown
@@ -16,7 +16,7 @@ from pagesim.simulator.engine import simulate
 from pagesim.simulator.policies.reserving import OrcaScheduler
 
 
-@pytest.mark.parametrize("policy", [Policy.STATIC, Policy.ORCA, Policy.VLLM_V0, Policy.VLLM_V1])
+@pytest.mark.parametrize("policy", [Policy.STATIC, Policy.ORCA, Policy.VLLM_V0])
 def test_more_sequences_than_a_batch_holds_is_rejected(policy: Policy) -> None:
     s = scenario(
         explicit_workload([(10, 5, 0.0)], sampling=SamplingKind.PARALLEL, num_seqs=4),
@@ -25,6 +25,18 @@ def test_more_sequences_than_a_batch_holds_is_rejected(policy: Policy) -> None:
     requests = simulate(s).requests
     assert list(requests["status"]) == ["rejected"]
     assert requests["rejection_reason"].iloc[0] == "decodes 4 sequences; max_num_seqs is 2"
+
+
+def test_v1_runs_more_samples_than_a_batch_holds_in_turns() -> None:
+    """vLLM V1 (v1/engine/parallel_sampling.py) makes n = 4 four child requests, each one
+    sequence: with max_num_seqs = 2 they run two at a time and the request finishes."""
+    s = scenario(
+        explicit_workload([(10, 5, 0.0)], sampling=SamplingKind.PARALLEL, num_seqs=4),
+        system(Policy.VLLM_V1, max_num_seqs=2),
+    )
+    result = simulate(s, check_invariants=True)
+    assert list(result.requests["status"]) == ["finished"]
+    assert result.steps["num_seqs"].max() == 2
 
 
 def test_orca_oracle_places_reservations_with_a_buddy_allocator() -> None:
@@ -36,12 +48,14 @@ def test_orca_oracle_places_reservations_with_a_buddy_allocator() -> None:
         Request(1, 0.0, prompt_len=3, output_len=2),  # asks 5 -> 8
         Request(2, 0.0, prompt_len=10, output_len=7),  # asks 17 -> 32: the whole cache
     ]
-    buddy = OrcaScheduler(system(Policy.ORCA, reservation=Reservation.ORACLE), 64, 32)
+    buddy = OrcaScheduler(resolved(system(Policy.ORCA, reservation=Reservation.ORACLE)), 64, 32)
     first_fit = OrcaScheduler(
-        system(
-            Policy.ORCA,
-            reservation=Reservation.ORACLE,
-            contiguous_allocator=ContiguousAllocator.FIRST_FIT,
+        resolved(
+            system(
+                Policy.ORCA,
+                reservation=Reservation.ORACLE,
+                contiguous_allocator=ContiguousAllocator.FIRST_FIT,
+            )
         ),
         64,
         32,
@@ -67,7 +81,7 @@ def test_orca_oracle_places_reservations_with_a_buddy_allocator() -> None:
 
 
 def test_a_reservation_the_buddy_allocator_can_never_place_is_rejected() -> None:
-    orca = OrcaScheduler(system(Policy.ORCA, reservation=Reservation.ORACLE), 64, 48)
+    orca = OrcaScheduler(resolved(system(Policy.ORCA, reservation=Reservation.ORACLE)), 64, 48)
     request = Request(0, 0.0, prompt_len=20, output_len=13)  # asks 33 -> 64 > the 32 piece
     orca.add_request(request, 0.0)
     assert request.rejection_reason == (

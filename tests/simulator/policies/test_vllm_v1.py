@@ -6,14 +6,20 @@ Each story cites the vLLM file and function it mirrors. Block size 4 throughout;
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+import pytest
 from sim_helpers import paged_scheduler, poisson_workload, request, scenario, system
 
 from pagesim.simulator.core.config import AdmissionOrder, Policy
+from pagesim.simulator.core.errors import InputError
 from pagesim.simulator.core.plan import StepPlan
+from pagesim.simulator.core.request import RequestStatus, SamplingKind
 from pagesim.simulator.engine import simulate
 from pagesim.simulator.kv.block_pool import EvictionOrder
 from pagesim.simulator.kv.paged_cache import PagedKVCache
 from pagesim.simulator.policies.paged import PagedScheduler
+from pagesim.simulator.policies.paged_state import CHILD_ID_BASE
 
 
 def _step(sched: PagedScheduler, now_s: float) -> StepPlan:
@@ -128,3 +134,36 @@ def test_no_watermark() -> None:
         admitted[policy] = [item.request_id for item in _step(sched, 0.0).work]
     assert admitted[Policy.VLLM_V1] == [0, 1]
     assert admitted[Policy.VLLM_V0] == [0]
+
+
+def test_n_samples_fan_out_into_child_requests_sharing_the_prompt_through_the_cache() -> None:
+    """v1/engine/parallel_sampling.py ParentRequest: n > 1 becomes n child requests. Each
+    computes the prompt's uncached tail itself (no copy-on-write), counts toward max_num_seqs
+    and is preempted on its own; the parent finishes with its last child."""
+    sched = paged_scheduler(Policy.VLLM_V1, num_blocks=16)
+    parent = replace(request(0, 9, 3), sampling=SamplingKind.PARALLEL, num_seqs=2)
+    sched.add_request(parent, 0.0)
+    plan = _step(sched, 0.0)
+    first, second = (CHILD_ID_BASE + 1, CHILD_ID_BASE + 2)
+    assert _work(plan) == [(first, 0, 9, 9, True), (second, 1, 1, 9, True)]
+    assert sched.kv.block_table(0) == (0, 1, 2) and sched.kv.block_table(1) == (0, 1, 3)
+    assert not plan.copies  # no copy-on-write: V1 has none
+    assert sched.state.num_running_seqs == 2
+    assert parent.status is RequestStatus.RUNNING and parent.first_token_s is None
+    now = 0.1
+    while not parent.is_done:
+        _step(sched, now)
+        now += 0.1
+    assert parent.status is RequestStatus.FINISHED
+    assert parent.first_token_s == 0.01 and parent.num_generated == 3
+    assert not sched.has_pending
+
+
+def test_beam_search_under_v1_is_refused_with_a_way_out() -> None:
+    """Beam search left vLLM's engine in v0.6.3 (V1: a front-end loop, LLM.beam_search)."""
+    s = scenario(
+        poisson_workload(4, 1.0, sampling=SamplingKind.BEAM, num_seqs=2),
+        system(Policy.VLLM_V1),
+    )
+    with pytest.raises(InputError, match=r'vllm-v1 has no beam search in its engine.*"vllm-v0"'):
+        simulate(s)

@@ -9,12 +9,16 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
 
+from pagesim.simulator.core.config import Scenario, SystemConfig
 from pagesim.simulator.core.errors import InputError
+from pagesim.simulator.metrics.result import RunResult
 from pagesim.simulator.scenario.load import BUILTIN_DIR, expand_sweep, load_scenario
 from pagesim.simulator.studies.executors import (
     ProcessExecutor,
@@ -24,6 +28,7 @@ from pagesim.simulator.studies.executors import (
 )
 from pagesim.simulator.studies.point_cache import CACHE_DIR, PointCache
 from pagesim.simulator.studies.points import (
+    Point,
     PointOutcome,
     PointTask,
     _code_digest,
@@ -31,7 +36,7 @@ from pagesim.simulator.studies.points import (
     make_points,
     point_key,
 )
-from pagesim.simulator.studies.sweep import plan_sweep, run_points, run_sweep
+from pagesim.simulator.studies.sweep import PointRecord, plan_sweep, run_points, run_sweep
 
 ABLATION = "block_size_ablation"  # one system; tiny with 8 requests (~0.1 s a point)
 TINY = ["workload.num_requests=8"]
@@ -44,21 +49,23 @@ def _cached_keys(out: Path) -> set[str]:
 
 
 @pytest.fixture(scope="module")
-def points():  # type: ignore[no-untyped-def]
+def points() -> list[Point]:
     found = plan_sweep(ABLATION, TINY, AXES)
     assert len(found) == NUM_POINTS
     return found
 
 
 @pytest.fixture(scope="module")
-def pool():  # type: ignore[no-untyped-def]
+def pool() -> Iterator[ProcessExecutor]:
     executor = ProcessExecutor(2)
     yield executor
     executor.close()
 
 
 @pytest.fixture(scope="module")
-def local_table(points, pool, tmp_path_factory: pytest.TempPathFactory) -> pd.DataFrame:  # type: ignore[no-untyped-def]
+def local_table(
+    points: list[Point], pool: ProcessExecutor, tmp_path_factory: pytest.TempPathFactory
+) -> pd.DataFrame:
     out = tmp_path_factory.mktemp("local")
     done = run_sweep(points, out, pool)
     assert done.points.num_computed == NUM_POINTS and done.points.num_cached == 0
@@ -75,7 +82,9 @@ def test_24_points_on_a_process_pool_merge_into_one_row_each(local_table: pd.Dat
     assert {"slo_share", "queue_delay_p99_s", "num_gpus"} <= set(local_table.columns)
 
 
-def test_a_point_does_not_depend_on_its_worker_or_order(points, local_table) -> None:  # type: ignore[no-untyped-def]
+def test_a_point_does_not_depend_on_its_worker_or_order(
+    points: list[Point], local_table: pd.DataFrame
+) -> None:
     picked = [points[5], points[17], points[0]]  # a different order, in this process
     run = run_points(picked, SerialExecutor())
     for record in run.records:
@@ -91,11 +100,11 @@ def test_a_point_does_not_depend_on_its_worker_or_order(points, local_table) -> 
 
 
 def test_interrupted_sweep_resumes_with_only_the_missing_points(
-    points, pool, tmp_path: Path
-) -> None:  # type: ignore[no-untyped-def]
+    points: list[Point], pool: ProcessExecutor, tmp_path: Path
+) -> None:
     seen: list[str] = []
 
-    def stop_after_ten(record) -> None:  # type: ignore[no-untyped-def]
+    def stop_after_ten(record: PointRecord) -> None:
         seen.append(record.point.key)
         if len(seen) == 10:
             raise KeyboardInterrupt  # as if Ctrl-C arrived after the tenth point
@@ -112,7 +121,9 @@ def test_interrupted_sweep_resumes_with_only_the_missing_points(
     assert third.points.num_computed == 0  # the report's frames were cached the second time
 
 
-def test_a_killed_sweep_command_resumes_where_it_stopped(points, pool, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_a_killed_sweep_command_resumes_where_it_stopped(
+    points: list[Point], pool: ProcessExecutor, tmp_path: Path
+) -> None:
     out = tmp_path / "killed"
     args = ["--set", TINY[0], *(a for axis in AXES for a in ("--param", axis))]
     code = "from pagesim.cli import main; main()"
@@ -178,7 +189,9 @@ def test_a_bad_point_is_one_clear_input_error_and_the_rest_is_cached(
 
     real = pagesim.simulator.engine.simulate
 
-    def simulate(scenario, system=None, **kwargs):  # type: ignore[no-untyped-def]
+    def simulate(
+        scenario: Scenario, system: SystemConfig | None = None, **kwargs: Any
+    ) -> RunResult:
         if scenario.systems[0].block_size == 32:
             raise InputError("system 'vllm': no KV memory left (a test stand-in)")
         return real(scenario, system, **kwargs)
@@ -222,7 +235,9 @@ def test_bad_executor_options_are_input_errors() -> None:
     assert isinstance(make_executor("local", jobs=1), SerialExecutor)
 
 
-def test_24_points_through_a_local_ray(points, local_table, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_24_points_through_a_local_ray(
+    points: list[Point], local_table: pd.DataFrame, tmp_path: Path
+) -> None:
     pytest.importorskip("ray", reason="ray is not installed (pip install 'pagesim[ray]')")
     executor = make_executor("ray", jobs=2)  # starts a local Ray with 2 CPUs, no dashboard
     try:
