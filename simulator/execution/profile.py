@@ -38,7 +38,12 @@ from pagesim.simulator.core.config import ExecutionConfig
 from pagesim.simulator.core.errors import InputError
 from pagesim.simulator.core.plan import StepCost, StepPlan
 from pagesim.simulator.execution.model import TransferPricer
-from pagesim.simulator.execution.profile_file import ProfileReader, check_shapes, load_profile
+from pagesim.simulator.execution.profile_file import (
+    MAX_PROFILE_COUNT,
+    ProfileReader,
+    check_shapes,
+    load_profile,
+)
 from pagesim.simulator.execution.roofline import RooflineModel
 
 _CONTEXT_LEN = itemgetter(3)  # SeqWork.context_len
@@ -119,11 +124,19 @@ class ProfileModel:
         self._gemm_ys = [num_layers * y for y in gemm_ys]
         self._lm_xs, self._lm_ys = r.series("lm_head.tokens", "lm_head.time_s")
         self._empty_step_s = r.number("overhead.empty_step_s")
-        self._copy_bps = r.number("copy_bandwidth.median_bps", minimum=1.0)
-        self._max_decode_kv = r.number("decode_attention.range.kv_tokens.1")
-        self._max_decode_seqs = r.number("decode_attention.range.num_seqs.1")
-        self._max_prefill_sq = r.number("prefill_attention.range.sum_sq.1")
-        self._max_prefill_tokens = r.number("prefill_attention.range.tokens.1")
+        self._copy_bps = r.number("copy_bandwidth.median_bps", 1.0, MAX_PROFILE_COUNT)
+        self._max_decode_kv = r.number(
+            "decode_attention.range.kv_tokens.1", maximum=MAX_PROFILE_COUNT
+        )
+        self._max_decode_seqs = r.number(
+            "decode_attention.range.num_seqs.1", maximum=MAX_PROFILE_COUNT
+        )
+        self._max_prefill_sq = r.number(
+            "prefill_attention.range.sum_sq.1", maximum=MAX_PROFILE_COUNT
+        )
+        self._max_prefill_tokens = r.number(
+            "prefill_attention.range.tokens.1", maximum=MAX_PROFILE_COUNT
+        )
         self._max_tokens = self._gemm_xs[-1]
         self._max_lm_seqs = self._lm_xs[-1]
         self._held_out = {

@@ -31,6 +31,14 @@ SHAPE_FIELDS = (
 )
 
 
+# The longest a profiled piece of one step may take, per layer or per token (seconds): kernels
+# are measured in micro- to milliseconds, so a minute is already absurd. Larger values are
+# refused, since finite ones can still multiply (x layers, x tokens) into an infinite step.
+MAX_PROFILE_SECONDS = 60.0
+# Counts and rates (tokens, sequences, bytes per second) a profile may give.
+MAX_PROFILE_COUNT = 1e18
+
+
 class ProfileReader:
     """Typed access to a profile's JSON with one-line InputErrors naming file and key."""
 
@@ -52,7 +60,10 @@ class ProfileReader:
                 raise self.fail(f"missing field {dotted!r}")
         return node
 
-    def number(self, dotted: str, minimum: float = 0.0) -> float:
+    def number(
+        self, dotted: str, minimum: float = 0.0, maximum: float = MAX_PROFILE_SECONDS
+    ) -> float:
+        """A finite number in [minimum, maximum] (by default a time in seconds)."""
         value = self.get(dotted)
         if (
             isinstance(value, bool)
@@ -62,15 +73,26 @@ class ProfileReader:
             raise self.fail(f"field {dotted!r} must be a number, got {value!r}")
         if value < minimum:
             raise self.fail(f"field {dotted!r} must be >= {minimum}, got {value!r}")
+        if value > maximum:
+            raise self.fail(
+                f"field {dotted!r} is {value!r}, beyond the largest plausible value, {maximum:g}"
+                + (" s (a measured kernel time)" if maximum == MAX_PROFILE_SECONDS else "")
+            )
         return float(value)
 
     def series(self, dotted_x: str, dotted_y: str) -> tuple[list[float], list[float]]:
         xs, ys = self.get(dotted_x), self.get(dotted_y)
         if not isinstance(xs, list) or not isinstance(ys, list) or not xs or len(xs) != len(ys):
             raise self.fail(f"{dotted_x!r} and {dotted_y!r} must be non-empty lists of one length")
-        for name, values in ((dotted_x, xs), (dotted_y, ys)):
-            if not all(isinstance(v, int | float) and math.isfinite(v) and v >= 0 for v in values):
-                raise self.fail(f"{name!r} must hold non-negative numbers")
+        for name, values, top in (
+            (dotted_x, xs, MAX_PROFILE_COUNT),
+            (dotted_y, ys, MAX_PROFILE_SECONDS),
+        ):
+            if not all(
+                isinstance(v, int | float) and not isinstance(v, bool) and 0 <= v <= top
+                for v in values
+            ):
+                raise self.fail(f"{name!r} must hold numbers from 0 to {top:g}")
         if any(b <= a for a, b in pairwise(xs)):
             raise self.fail(f"{dotted_x!r} must be strictly increasing")
         return [float(x) for x in xs], [float(y) for y in ys]

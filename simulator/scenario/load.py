@@ -61,7 +61,7 @@ from pagesim.simulator.core.config import (
     StopConfig,
     SweepAxis,
 )
-from pagesim.simulator.core.errors import choices_text
+from pagesim.simulator.core.errors import InputError, choices_text
 from pagesim.simulator.scenario.files import (
     BUILTIN_DIR,
     list_builtin,
@@ -135,7 +135,10 @@ def _profile_path(t: Table) -> Path:
 
 
 def _execution(t: Table) -> ExecutionConfig:
-    kind = t.choice("kind", ExecutionKind, ExecutionKind.ROOFLINE)
+    # A profile given without a kind prices the steps: naming the file and silently keeping the
+    # roofline surprised users. kind = "roofline" beside a profile still checks it.
+    default = ExecutionKind.PROFILE if t.has("profile") else ExecutionKind.ROOFLINE
+    kind = t.choice("kind", ExecutionKind, default)
     if kind is ExecutionKind.PROFILE and not t.has("profile"):
         t.fail("profile", 'required key is missing: kind = "profile" needs a profile file')
     # A profile given with kind = "roofline" is still checked, so that a sweep over
@@ -158,6 +161,22 @@ def _execution(t: Table) -> ExecutionConfig:
         ),
         swap_copy_latency_s=t.number("swap_copy_latency_s", base.swap_copy_latency_s, hi=1.0),
     )
+
+
+def _check_profile(t: Table, scenario: Scenario) -> None:
+    """A profile given is read and checked whole (schema, shapes, every number), whichever
+    execution kind is chosen: `validate` must not call valid a file `run` would refuse."""
+    if scenario.execution.profile_path is None:
+        return
+    from pagesim.simulator.execution.profile import ProfileModel
+
+    execution = replace(scenario.execution, kind=ExecutionKind.PROFILE)
+    try:
+        ProfileModel(
+            scenario.model, scenario.gpu, execution, scenario.kv_dtype, scenario.tensor_parallel
+        )
+    except InputError as exc:
+        t.fail("profile", str(exc))
 
 
 def parse_scenario(raw: dict[str, Any], source: Path | None = None) -> Scenario:
@@ -208,6 +227,7 @@ def _parse(raw: object, source: Path | None, check_sweep: bool) -> Scenario:
         sweep=read_sweep(top.table("sweep")),
         source=source,
     )
+    _check_profile(top.table("execution"), scenario)
     scenario = replace(scenario, systems=read_systems(top, scenario))
     for i, axis in enumerate(scenario.sweep if check_sweep else ()):
         for j, value in enumerate(axis.values):

@@ -247,3 +247,86 @@ def test_19_kv_tensor_parallel_that_does_not_divide_the_heads(
 ) -> None:
     result = run_cli(capsys, "kv", "--model", "llama-2-7b", "--seq-len", "100", "--tp", tp)
     refused(result, "--tp", "32 attention heads", "valid: 1, 2, 4, 8, 16, 32")
+
+
+def _profile(**decode: float) -> dict[str, object]:
+    """Reproducer 14's profile: llama-2-7b's shapes, times fit to an H200's speed."""
+    shapes = dict(
+        name="llama-2-7b",
+        num_layers=32,
+        num_heads=32,
+        num_kv_heads=32,
+        head_dim=128,
+        hidden_size=4096,
+        intermediate_size=11008,
+        vocab_size=32000,
+        is_gated_mlp=True,
+        max_seq_len=4096,
+        num_params=6740000000,
+    )
+    return {
+        "schema": "pagesim-profile",
+        "schema_version": 1,
+        "provenance": {"device": "h200"},
+        "model": shapes,
+        "measured": {"tensor_parallel": 1, "block_size": 16},
+        "copy_bandwidth": {"median_bps": 1e12},
+        "overhead": {"empty_step_s": 1e-4},
+        "decode_attention": {
+            "coef": {"a_s": 1e-5, "b_s_per_kv_token": 1e-9, "c_s_per_seq": 1e-7} | decode,
+            "range": {"kv_tokens": [16, 100000], "num_seqs": [1, 256]},
+            "held_out": {},
+        },
+        "prefill_attention": {
+            "coef": {"a_s": 2e-5, "b_s_per_token_sq": 1e-12, "c_s_per_token": 1e-8},
+            "range": {"sum_sq": [256, 67108864], "tokens": [16, 8192]},
+            "held_out": {},
+        },
+        "gemm": {"tokens": [1, 64, 1024], "time_s": [1e-4, 1.2e-4, 1e-3], "held_out": {}},
+        "lm_head": {"tokens": [1, 64, 1024], "time_s": [2e-4, 2.1e-4, 1e-3], "held_out": {}},
+    }
+
+
+def _with_profile(repro: Path, name: str, kind: str = "profile") -> str:
+    (repro / f"{name}.toml").write_text(
+        SCENARIO + f'\n[execution]\nkind = "{kind}"\nprofile = "{name}.json"\n'
+    )
+    return f"{name}.toml"
+
+
+@pytest.mark.parametrize("kind", ["profile", "roofline"])
+def test_14a_a_profile_is_checked_whenever_given(
+    repro: Path, capsys: pytest.CaptureFixture[str], kind: str
+) -> None:
+    (repro / "garbage.json").write_bytes(bytes(range(256)))
+    name = _with_profile(repro, "garbage", kind)
+    refused(run_cli(capsys, "validate", name), "execution.profile", "garbage.json")
+
+
+def test_14b_a_profile_time_that_multiplies_to_infinity(
+    repro: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (repro / "inf.json").write_text(json.dumps(_profile(a_s=1e308)))
+    result = run_cli(capsys, "run", _with_profile(repro, "inf"), "--no-report", "--out", "i")
+    refused(result, "decode_attention.coef.a_s", "1e+308", "largest plausible value")
+    assert not (repro / "i").exists()
+
+
+def test_14c_a_profile_faster_than_the_gpu_is_warned_of(
+    repro: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (repro / "good.json").write_text(json.dumps(_profile()))
+    result = run_cli(capsys, "run", _with_profile(repro, "good"), "--no-report", "--out", "ok")
+    assert result.exit_code == 0, result.err
+    summary = json.loads((repro / "ok" / "v0" / "summary.json").read_text())["summary"]
+    assert summary["mbu"] > 1  # the H200 fit prices steps faster than an A100 can move bytes
+    warning = [line for line in result.err.splitlines() if line.startswith("warning: v0:")]
+    assert len(warning) == 1 and "beyond the peak of a100-80gb" in warning[0]
+    assert "a profile measured on h200" in warning[0]
+
+
+def test_15_v0_token_cap_below_the_model_length_is_refused(
+    repro: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    result = run_cli(capsys, "validate", "s.toml", "--set", "systems.max_num_batched_tokens=8")
+    refused(result, "systems[0].max_num_batched_tokens", "8")
