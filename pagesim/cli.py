@@ -309,6 +309,27 @@ def bench_sim(
         console.echo_comparison(compare_revisions(against, spec, repeat))
 
 
+@bench_app.command("report")
+def bench_report(
+    scenario: Annotated[str, typer.Argument(help="A scenario TOML file or a built-in name.")],
+    set_: SetOption = None,
+    repeat: Annotated[int, typer.Option(min=1, max=20, help="Reports per kind; best kept.")] = 1,
+) -> None:
+    """Time a run's report beside its simulation: simulate every system, then write the report
+    with the plots drawn in parallel (as `pagesim run` does) and by one process.
+
+    Example: pagesim bench report latency_vs_rate_sharegpt --set workload.num_requests=1000
+    """
+    from pagesim.reports.bench import bench_report as measure
+
+    t = measure(scenario, list(set_ or []), repeat)
+    typer.echo(
+        f"{t.scenario}: simulation {t.simulate_s:.2f} s ({t.num_requests} requests); "
+        f"report {t.report_s:.2f} s = {t.ratio:.2f}x the simulation ({t.num_plots} plots, "
+        f"{t.num_workers} processes); drawn by one process {t.serial_report_s:.2f} s"
+    )
+
+
 @app.command()
 def capacity(
     scenario: Annotated[str, typer.Argument(help="A scenario TOML file or a built-in name.")],

@@ -61,8 +61,11 @@ def calibration_curves(scenario: Scenario) -> dict[str, object] | None:
     return calibration_panels(Path(path))
 
 
-def write_run(run: ScenarioRun, out: Path, *, report: bool = True) -> Path:
-    """A `pagesim run` folder; returns report.html, or `out` when only the data is written."""
+def write_run(
+    run: ScenarioRun, out: Path, *, report: bool = True, num_workers: int | None = None
+) -> Path:
+    """A `pagesim run` folder; returns report.html, or `out` when only the data is written.
+    `num_workers` processes draw the plots (default: one per CPU)."""
     out.mkdir(parents=True, exist_ok=True)
     (out / "scenario.toml").write_text(run.path.read_text())
     (out / "overrides.json").write_text(json.dumps(run.overrides))
@@ -74,6 +77,7 @@ def write_run(run: ScenarioRun, out: Path, *, report: bool = True) -> Path:
             scenario_text=describe_scenario(run.scenario),
             provenance=provenance(run.results, run.overrides),
             calibration=calibration_curves(run.scenario),
+            num_workers=num_workers,
         )
     names = unique_slugs([r.system for r in run.results], reserved=RESERVED_NAMES)
     for result, name in zip(run.results, names, strict=True):
