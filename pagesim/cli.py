@@ -289,6 +289,13 @@ def bench_sim(
         ),
     ] = None,
     repeat: Annotated[int, typer.Option(help="Runs per side with --against; best kept.")] = 2,
+    prefix_cache: Annotated[
+        bool | None,
+        typer.Option(
+            "--prefix-cache/--no-prefix-cache",
+            help="Set prefix caching on both sides (default: each revision's own default).",
+        ),
+    ] = None,
 ) -> None:
     """Time the simulator: replay a trace (or --synthetic N requests) on Llama-2-7B / A100-80GB.
 
@@ -298,7 +305,7 @@ def bench_sim(
     """
     from pagesim.simulator.studies.timing import BenchSpec
 
-    spec = BenchSpec(policy, trace, requests, synthetic, rate)
+    spec = BenchSpec(policy, trace, requests, synthetic, rate, prefix_cache)
     if against is None:
         from pagesim.simulator.studies.bench import bench_sim
 

@@ -164,6 +164,15 @@ def sweep_table(sweep: pd.DataFrame, *, curated: bool = False) -> str:
 
 
 def _value(value: object) -> str:
+    """A provenance value: a mapping as one `key = value` line per key (the knobs in force and
+    where each default came from), a list one item a line, anything else as text."""
+    if isinstance(value, Mapping) and value:
+        return "<br>".join(
+            f"<code>{esc(key)}</code> = {esc(json.dumps(item, default=str))}"
+            for key, item in sorted(value.items(), key=lambda kv: str(kv[0]))
+        )
+    if isinstance(value, list | tuple) and value and all(isinstance(v, str) for v in value):
+        return "<br>".join(esc(item) for item in value)
     if isinstance(value, Mapping | list | tuple):
         return f"<code>{esc(json.dumps(value, default=str, sort_keys=True))}</code>"
     return esc(value)

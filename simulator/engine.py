@@ -24,6 +24,7 @@ from pagesim.simulator.core.defaults import (
     beam_search_reason,
     era_notes,
     resolve_system,
+    sample_lengths_reason,
     system_knobs,
     v0_token_cap_reason,
 )
@@ -72,7 +73,9 @@ def simulate(
     refusal = v0_token_cap_reason(system, scenario.model.max_seq_len)
     if refusal is not None:
         raise InputError(f"system {system.name!r}: max_num_batched_tokens {refusal}")
-    refusal = beam_search_reason(system, scenario.workload.sampling)
+    refusal = beam_search_reason(system, scenario.workload.sampling) or sample_lengths_reason(
+        system, scenario.workload.sample_lengths
+    )
     if refusal is not None:
         raise InputError(f"system {system.name!r}: {refusal}")
     capacity = kv_capacity(scenario, system)

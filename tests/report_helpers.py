@@ -94,6 +94,7 @@ def _requests(
             "prompt_len": prompt,
             "output_len": output,
             "num_seqs": 1,
+            "num_output_tokens": output,
             "status": np.where(ok, "finished", "rejected"),
             "rejection_reason": np.where(ok, "", "prompt + output exceed the KV capacity"),
             "num_preemptions": 0,

@@ -133,6 +133,15 @@ class ExplicitRequest:
     priority: int = 0
 
 
+class SampleLengths(Enum):
+    """How long each of a request's n parallel samples runs."""
+
+    SAME = "same"  # every sample ends with the request's output length (samples in lockstep)
+    # Each sample's length drawn on its own from the output distribution, as samples that stop at
+    # their own end-of-sequence token do; the request's output_len is the longest.
+    INDEPENDENT = "independent"
+
+
 @dataclass(frozen=True, slots=True)
 class WorkloadConfig:
     arrival: ArrivalProcess
@@ -150,6 +159,7 @@ class WorkloadConfig:
     # Prompt and output both `empirical`: None draws whole rows when they read the same file
     # (else each column on its own); ROWS insists on rows, INDEPENDENT breaks the pairing.
     empirical_pairing: EmpiricalPairing | None = None
+    sample_lengths: SampleLengths = SampleLengths.SAME  # parallel samples: one length or their own
 
 
 class DefaultsMode(Enum):

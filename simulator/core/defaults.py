@@ -15,7 +15,13 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from pagesim.simulator.core.catalog import GIB, GPUSpec, ModelSpec
-from pagesim.simulator.core.config import DefaultsMode, Policy, PreemptionPolicy, SystemConfig
+from pagesim.simulator.core.config import (
+    DefaultsMode,
+    Policy,
+    PreemptionPolicy,
+    SampleLengths,
+    SystemConfig,
+)
 from pagesim.simulator.core.request import SamplingKind
 
 ERA = {
@@ -192,6 +198,19 @@ def beam_search_reason(system: SystemConfig, sampling: SamplingKind) -> str | No
         "vllm-v1 has no beam search in its engine (it left in vLLM v0.6.3; V1 runs it as a "
         "front-end loop of one-token requests, LLM.beam_search, which pagesim does not model): "
         'use policy "vllm-v0" for engine beam search, or sampling = "parallel"'
+    )
+
+
+def sample_lengths_reason(system: SystemConfig, lengths: SampleLengths) -> str | None:
+    """Samples of their own lengths need V1's fan-out: pagesim's V0 group (and the baselines)
+    run a request's samples in lockstep to one length. (vLLM V0 let a sequence of a group finish
+    on its own; pagesim does not model that.)"""
+    if lengths is SampleLengths.SAME or system.policy is Policy.VLLM_V1:
+        return None
+    return (
+        f'workload.sample_lengths = "independent" needs policy "vllm-v1"; pagesim\'s '
+        f"{system.policy.value} runs a request's samples to one length "
+        '(use sample_lengths = "same")'
     )
 
 

@@ -59,6 +59,9 @@ class Request:
     num_seqs: int = 1  # parallel samples n, or beam width
     priority: int = 0  # lower is served first under priority admission
     prompt_of: int | None = None  # the request whose prompt this one repeats (V1's n > 1 child)
+    # Each parallel sample's own output length when they differ (workload.sample_lengths =
+    # "independent"); output_len is then the longest. Empty: every sample runs output_len.
+    sample_output_lens: tuple[int, ...] = ()
 
     status: RequestStatus = RequestStatus.WAITING
     history: list[tuple[RequestStatus, float]] = field(default_factory=list)
@@ -103,6 +106,13 @@ class Request:
     def reject(self, reason: str, now_s: float) -> None:
         self.transition(RequestStatus.REJECTED, now_s)
         self.rejection_reason = reason
+
+    @property
+    def num_output_tokens(self) -> int:
+        """Output tokens of all its sequences at the end: what throughput counts."""
+        if self.sample_output_lens:
+            return sum(self.sample_output_lens)
+        return self.output_len * self.num_seqs
 
     @property
     def num_tokens_left(self) -> int:

@@ -242,7 +242,7 @@ def _add_rates(
     finish = requests["finish_s"].to_numpy(dtype=float)
     after_start = finished & (finish >= start)
     in_span = after_start & (finish <= last) if span > 0 else after_start
-    lengths = requests["output_len"].to_numpy() * requests["num_seqs"].to_numpy()
+    lengths = requests["num_output_tokens"].to_numpy()
     tokens = float(lengths[in_span].sum())
     if span > 0 and window_tokens is not None:
         tokens = float(window_tokens)

@@ -21,8 +21,10 @@ REQUEST_COLUMNS: dict[str, str] = {
     "finish_s": "time the response was complete: the last token, or for static batching the end "
     "of its batch, which returns all members together (s)",
     "prompt_len": "prompt tokens",
-    "output_len": "output tokens per sequence",
+    "output_len": "output tokens per sequence (the longest sample's when samples differ)",
     "num_seqs": "sequences decoded (parallel samples or beams)",
+    "num_output_tokens": "output tokens of all its sequences at the end (output_len x num_seqs, "
+    "or the samples' own lengths summed)",
     "status": "finished, rejected, or unfinished (still pending at the run's time limit)",
     "rejection_reason": "why a rejected request could never be served; empty otherwise",
     "num_preemptions": "times preempted (swap or recompute)",

@@ -90,15 +90,19 @@ class PagedState:
 
     def fan_out(self, request: Request) -> list[SeqGroup]:
         """vLLM V1's n > 1 (v1/engine/parallel_sampling.py): one group per sample, each a child
-        request of the parent's prompt and output length (`FanOut`). Children's ids are counted
+        request of the parent's prompt and of its own output length (`FanOut`): the parent's,
+        or each sample's when they differ (`Request.sample_output_lens`). Children's ids are counted
         from CHILD_ID_BASE, far above any workload's request ids."""
         children = []
-        for _ in range(request.num_seqs):
+        lengths = request.sample_output_lens or (request.output_len,) * request.num_seqs
+        for output_len in lengths:
             self._next_child_id += 1
             children.append(
                 replace(
                     request,
                     request_id=CHILD_ID_BASE + self._next_child_id,
+                    output_len=output_len,
+                    sample_output_lens=(),
                     sampling=SamplingKind.SINGLE,
                     num_seqs=1,
                     history=[],

@@ -17,7 +17,8 @@ scenarios/README.md; keys are simulator/core/config.py field names):
                  attention_bw_efficiency, weight_bw_efficiency, step_overhead_s, allreduce_bw_gbps
     [workload]   num_requests, trace ("azure-conv", "azure-code", "arxiv-summarization" or a CSV
                  path), trace_offset, time_scale, sampling = "single"|"parallel"|"beam", num_seqs,
-                 empirical_pairing = "rows"|"independent" (two empirical lengths)
+                 empirical_pairing = "rows"|"independent" (two empirical lengths),
+                 sample_lengths = "same"|"independent" (parallel samples; vllm-v1)
       [workload.arrival]           kind = poisson|gamma|constant|burst|trace, rate_per_s, cv
       [workload.prompt], [workload.output]
                                    kind = fixed (value) | uniform (low, high) | lognormal (mean, cv)

@@ -57,7 +57,10 @@ SCHEMA: Schema = {
         "step_overhead_s allreduce_bw_gbps swap_copy_latency_s"
     ),
     "workload": {
-        **_keys("num_requests trace trace_offset time_scale sampling num_seqs empirical_pairing"),
+        **_keys(
+            "num_requests trace trace_offset time_scale sampling num_seqs empirical_pairing "
+            "sample_lengths"
+        ),
         "arrival": _keys("kind rate_per_s cv"),
         "prompt": _LENGTH_KEYS,
         "output": _LENGTH_KEYS,

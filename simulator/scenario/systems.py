@@ -27,6 +27,7 @@ from pagesim.simulator.core.defaults import (
     beam_search_reason,
     knobs_of,
     resolve_system,
+    sample_lengths_reason,
     v0_token_cap_reason,
 )
 from pagesim.simulator.core.errors import choices_text
@@ -101,7 +102,9 @@ def _check_system(
     refusal = v0_token_cap_reason(s, scenario.model.max_seq_len)
     if refusal is not None:
         ctx.fail(at("max_num_batched_tokens"), refusal)
-    refusal = beam_search_reason(s, scenario.workload.sampling)
+    refusal = beam_search_reason(s, scenario.workload.sampling) or sample_lengths_reason(
+        s, scenario.workload.sample_lengths
+    )
     if refusal is not None:
         ctx.fail(at("policy"), refusal)
 

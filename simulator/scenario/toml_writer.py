@@ -15,7 +15,13 @@ from pathlib import Path
 from typing import Any
 
 from pagesim.simulator.core.catalog import GPUS, MODELS
-from pagesim.simulator.core.config import ArrivalKind, LengthDist, LengthKind, Scenario
+from pagesim.simulator.core.config import (
+    ArrivalKind,
+    LengthDist,
+    LengthKind,
+    SampleLengths,
+    Scenario,
+)
 from pagesim.simulator.scenario.schema import GPU_FIGURES, LENGTH_USES, SCHEMA
 
 _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
@@ -119,6 +125,8 @@ def describe_scenario(scenario: Scenario, overrides: Sequence[str] = ()) -> str:
             fields["time_scale"] = w.time_scale
     if w.empirical_pairing is not None:
         fields["empirical_pairing"] = w.empirical_pairing
+    if w.sample_lengths is not SampleLengths.SAME:
+        fields["sample_lengths"] = w.sample_lengths
     out += _lines("[workload]", fields)
     if w.explicit:
         for r in w.explicit:

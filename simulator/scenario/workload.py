@@ -17,6 +17,7 @@ from pagesim.simulator.core.config import (
     LengthDist,
     LengthKind,
     PrefixGroup,
+    SampleLengths,
     WorkloadConfig,
 )
 from pagesim.simulator.core.errors import choices_text
@@ -79,7 +80,7 @@ def _length(t: Table, column: str, trace: Path | None, workload_key: str) -> Len
 
 # [workload] keys that generate requests: meaningless beside explicit [[workload.requests]]
 _GENERATOR_KEYS = tuple(
-    k for k in SCHEMA["workload"] if k not in ("sampling", "num_seqs", "requests")
+    k for k in SCHEMA["workload"] if k not in ("sampling", "num_seqs", "requests", "sample_lengths")
 )
 
 
@@ -88,6 +89,9 @@ def read_workload(t: Table, max_seq_len: int) -> WorkloadConfig:
     num_seqs = t.integer("num_seqs", 1, hi=1024)
     if sampling is SamplingKind.SINGLE and num_seqs > 1:
         t.fail("num_seqs", 'must be 1 with sampling = "single"; use "parallel" or "beam" for more')
+    sample_lengths = t.choice("sample_lengths", SampleLengths, SampleLengths.SAME)
+    if sample_lengths is SampleLengths.INDEPENDENT and sampling is not SamplingKind.PARALLEL:
+        t.fail("sample_lengths", '"independent" needs sampling = "parallel"; beams share a length')
     requests = t.tables("requests")
     if requests:
         for name in _GENERATOR_KEYS:
@@ -110,7 +114,7 @@ def read_workload(t: Table, max_seq_len: int) -> WorkloadConfig:
             sampling=sampling,
             num_seqs=num_seqs,
             explicit=explicit,
-        )
+        )  # explicit requests give one length each: sample_lengths has nothing to draw from
     if "requests" in t.data:
         t.fail("requests", "must hold at least one request when given")
     trace_name, trace_path = None, None
@@ -161,6 +165,7 @@ def read_workload(t: Table, max_seq_len: int) -> WorkloadConfig:
         sampling=sampling,
         num_seqs=num_seqs,
         empirical_pairing=pairing,
+        sample_lengths=sample_lengths,
     )
 
 

@@ -17,7 +17,7 @@ import resource
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from types import ModuleType
 from typing import Any
 
@@ -40,18 +40,31 @@ class BenchSpec:
     requests: int | None = None
     synthetic: int | None = None
     rate: float = 8.0
+    # None: the revision's own default for the policy. Set, it is set on both sides of
+    # --against, so revisions whose defaults differ (V1 turned prefix caching on) compare
+    # like for like.
+    prefix_cache: bool | None = None
 
     @property
     def label(self) -> str:
+        cache = {None: "", True: ", prefix cache on", False: ", prefix cache off"}
         if self.synthetic is not None:
-            return f"sharegpt-like x {self.synthetic} at {self.rate} req/s"
-        return self.trace
+            return (
+                f"sharegpt-like x {self.synthetic} at {self.rate} req/s{cache[self.prefix_cache]}"
+            )
+        return f"{self.trace}{cache[self.prefix_cache]}"
 
     def scenario(self, bench: Any) -> Any:
         """The scenario, built by `bench` (a revision's bench module: each has these two)."""
         if self.synthetic is not None:
-            return bench.sharegpt_scenario(self.synthetic, self.rate, self.policy)
-        return bench.trace_replay_scenario(self.trace, self.requests, self.policy)
+            scenario = bench.sharegpt_scenario(self.synthetic, self.rate, self.policy)
+        else:
+            scenario = bench.trace_replay_scenario(self.trace, self.requests, self.policy)
+        if self.prefix_cache is None:
+            return scenario
+        (system,) = scenario.systems  # every revision's SystemConfig has enable_prefix_cache
+        system = replace(system, enable_prefix_cache=self.prefix_cache)
+        return replace(scenario, systems=(system,))
 
 
 @dataclass(frozen=True)

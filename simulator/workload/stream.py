@@ -35,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pagesim.simulator.core.config import ArrivalKind, LengthKind, WorkloadConfig
+from pagesim.simulator.core.config import ArrivalKind, LengthKind, SampleLengths, WorkloadConfig
 from pagesim.simulator.core.errors import InputError, choices_text
 from pagesim.simulator.core.request import Request, SamplingKind
 from pagesim.simulator.workload.checks import bad_int, positive_float, positive_int
@@ -100,6 +100,9 @@ class _Plan:
     group_tokens: np.ndarray  # [num_groups + 1] prefix tokens per group index; 0 for "none"
     sampling: SamplingKind
     num_seqs: int
+    # Parallel samples of their own lengths (workload.sample_lengths = "independent"): how many
+    # lengths a request draws beside its own; 0 when every sample runs the request's length.
+    num_extra_lengths: int = 0
     stats: WorkloadStats = field(default_factory=WorkloadStats)
 
 
@@ -187,6 +190,12 @@ def _plan(workload: WorkloadConfig, max_seq_len: int) -> _Plan:
             "joins at most one group, so they must sum to at most 1"
         )
     lengths, source = lengths_sampler(workload, trace)
+    independent = workload.sample_lengths is SampleLengths.INDEPENDENT
+    if independent and workload.sampling is not SamplingKind.PARALLEL:
+        raise InputError(
+            'workload.sample_lengths = "independent" needs sampling = "parallel" (beams share '
+            "one length; a single sample has nothing to differ from)"
+        )
     return _Plan(
         num_requests=num_requests,
         arrivals=arrival_sampler(workload.arrival, trace, path, time_scale),
@@ -197,6 +206,7 @@ def _plan(workload: WorkloadConfig, max_seq_len: int) -> _Plan:
         group_tokens=np.array([group.num_tokens for group in groups] + [0], dtype=np.int64),
         sampling=workload.sampling,
         num_seqs=num_seqs,
+        num_extra_lengths=num_seqs - 1 if independent else 0,
     )
 
 
@@ -254,6 +264,15 @@ def _stream(plan: _Plan, max_seq_len: int, rng: np.random.Generator) -> Iterator
             user_len = user_len - cut
         prompt_len = prefix_len + user_len
         room = max_seq_len - prompt_len  # <= 0: prompt too long, kept for the scheduler
+        samples: list[tuple[int, ...]] | None = None
+        if plan.num_extra_lengths:
+            # The other samples' lengths, drawn from the same output distribution (whole rows'
+            # outputs for a trace: other answers of the trace) after the request's own.
+            extra = plan.lengths.take(n * plan.num_extra_lengths, rng)[1]
+            lens = np.column_stack((output_len, extra.reshape(n, plan.num_extra_lengths)))
+            lens = np.where((room[:, None] > 0) & (lens > room[:, None]), room[:, None], lens)
+            samples = [tuple(row) for row in lens.tolist()]
+            output_len = lens.max(axis=1)
         is_capped = (room > 0) & (output_len > room)
         output_len = np.where(is_capped, room, output_len)
         columns = zip(
@@ -266,9 +285,10 @@ def _stream(plan: _Plan, max_seq_len: int, rng: np.random.Generator) -> Iterator
             (cut > 0).tolist(),
             is_capped.tolist(),
             (room <= 0).tolist(),
+            samples if samples is not None else [()] * n,
             strict=True,
         )
-        for arrival, prompt, output, g, prefix, prio, clipped, capped, too_long in columns:
+        for arrival, prompt, output, g, prefix, prio, clipped, capped, too_long, lens in columns:
             yield Request(
                 request_id=next_id,
                 arrival_s=arrival,
@@ -279,6 +299,7 @@ def _stream(plan: _Plan, max_seq_len: int, rng: np.random.Generator) -> Iterator
                 sampling=plan.sampling,
                 num_seqs=plan.num_seqs,
                 priority=prio,
+                sample_output_lens=lens,
             )
             # Counted once the consumer comes back for the next one: a request it dropped
             # (stopping early) is not in the counts.

@@ -175,6 +175,18 @@ def test_bench_sim_prints_speed_and_memory(capsys: pytest.CaptureFixture[str]) -
     assert "sharegpt-like x 100" in synthetic.out and "steps/s" in synthetic.out
     bad = run_cli(capsys, "bench", "sim", "--policy", "fifo")
     assert bad.exit_code == 2 and "valid: static, orca, vllm-v0, vllm-v1" in bad.err
+    # Like for like across revisions whose defaults differ: the prefix cache set on both sides.
+    on = run_cli(capsys, "bench", "sim", "--requests", "150", "--prefix-cache")
+    off = run_cli(capsys, "bench", "sim", "--requests", "150", "--no-prefix-cache")
+    assert on.out.startswith("azure-conv, prefix cache on, vllm-v1: 150 requests")
+    assert off.out.startswith("azure-conv, prefix cache off, vllm-v1: 150 requests")
+    from pagesim.simulator.studies import bench
+    from pagesim.simulator.studies.timing import BenchSpec
+
+    for value in (True, False):
+        (system,) = BenchSpec(prefix_cache=value).scenario(bench).systems
+        assert system.enable_prefix_cache is value
+    assert BenchSpec().scenario(bench).systems[0].enable_prefix_cache is None  # era default
 
 
 def test_bench_sim_against_a_revision_prints_both_sides_and_the_ratio(

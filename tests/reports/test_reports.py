@@ -41,6 +41,7 @@ from pagesim.reports.frames import (
     unique_slugs,
 )
 from pagesim.reports.glossary import SUMMARY_METRICS, glossary_sections
+from pagesim.reports.html import provenance_table
 from pagesim.reports.render import rerender_report, sweep_plots, write_report
 from pagesim.simulator.metrics.result import REQUEST_COLUMNS, STEP_COLUMNS, RunResult
 
@@ -305,3 +306,25 @@ def test_glossary_covers_every_column_and_summary_key() -> None:
     assert set(REQUEST_COLUMNS) | set(STEP_COLUMNS) <= names
     assert {m.key for m in SUMMARY_METRICS} <= names
     assert {"ttft_p99_s", "kv_waste_share", "mbu", "kv_capacity_tokens"} <= names
+
+
+def test_provenance_shows_each_knob_and_its_source_on_its_own_line() -> None:
+    """Issue 12, item 1: the knobs in force and where each default came from are readable in
+    the report, a line per knob, not one JSON blob."""
+    result = RunResult(
+        "s",
+        "v1",
+        pd.DataFrame(),
+        pd.DataFrame(),
+        {},
+        {
+            "era": "vLLM V1 engine",
+            "system": {"watermark": 0.0, "max_num_seqs": 1024},
+            "defaults_from": {"watermark": "vLLM V1: no admission watermark"},
+            "era_notes": ["historical: x", "pagesim extension: y"],
+        },
+    )
+    page = provenance_table({}, [result])
+    assert "<code>max_num_seqs</code> = 1024<br><code>watermark</code> = 0.0" in page
+    assert "<code>watermark</code> = &quot;vLLM V1: no admission watermark&quot;" in page
+    assert "historical: x<br>pagesim extension: y" in page

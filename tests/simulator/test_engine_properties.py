@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sim_helpers import poisson_workload, scenario, system
@@ -11,6 +13,7 @@ from pagesim.simulator.core.config import (
     Policy,
     PreemptionPolicy,
     PrefixGroup,
+    SampleLengths,
     Scenario,
     VictimPolicy,
 )
@@ -31,11 +34,13 @@ def runs(draw: st.DrawFn) -> Scenario:
     policy = draw(st.sampled_from(list(Policy)))
     paged = policy in (Policy.VLLM_V0, Policy.VLLM_V1)
     num_seqs = draw(st.sampled_from([1, 1, 2, 3])) if paged else 1
-    sampling = (
-        SamplingKind.SINGLE
-        if num_seqs == 1
-        else draw(st.sampled_from([SamplingKind.PARALLEL, SamplingKind.BEAM]))
-    )
+    # V1 has no engine beam search (core.defaults.beam_search_reason); its samples may end at
+    # their own lengths (V1 fan-out only).
+    kinds = [SamplingKind.PARALLEL] if policy is Policy.VLLM_V1 else list(SamplingKind)[1:]
+    sampling = SamplingKind.SINGLE if num_seqs == 1 else draw(st.sampled_from(kinds))
+    lengths = SampleLengths.SAME
+    if policy is Policy.VLLM_V1 and sampling is SamplingKind.PARALLEL:
+        lengths = draw(st.sampled_from(list(SampleLengths)))
     prefix = draw(st.sampled_from([(), (PrefixGroup(64, 0.5),), (PrefixGroup(40, 0.9),)]))
     workload = poisson_workload(
         draw(st.integers(5, 20)),
@@ -46,6 +51,7 @@ def runs(draw: st.DrawFn) -> Scenario:
         sampling=sampling,
         num_seqs=num_seqs,
     )
+    workload = replace(workload, sample_lengths=lengths)
     block_size = draw(st.sampled_from([2, 4, 16, 32]))
     knobs = dict(
         block_size=block_size,

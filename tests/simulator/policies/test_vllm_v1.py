@@ -167,3 +167,28 @@ def test_beam_search_under_v1_is_refused_with_a_way_out() -> None:
     )
     with pytest.raises(InputError, match=r'vllm-v1 has no beam search in its engine.*"vllm-v0"'):
         simulate(s)
+
+
+def test_samples_of_their_own_lengths_end_on_their_own() -> None:
+    """v1/engine/parallel_sampling.py: each child request stops on its own (its own EOS), frees
+    its blocks then, and the parent finishes with the last. Samples of 2 and 5 tokens from a
+    9-token prompt (blocks of 4): the short child leaves after its second token, the long one
+    runs alone from then on."""
+    sched = paged_scheduler(Policy.VLLM_V1, num_blocks=16)
+    parent = replace(
+        request(0, 9, 5), sampling=SamplingKind.PARALLEL, num_seqs=2, sample_output_lens=(2, 5)
+    )
+    sched.add_request(parent, 0.0)
+    short, long = (CHILD_ID_BASE + 1, CHILD_ID_BASE + 2)
+    assert _work(_step(sched, 0.0)) == [(short, 0, 9, 9, True), (long, 1, 1, 9, True)]
+    assert _work(_step(sched, 0.1)) == [(short, 0, 1, 10, False), (long, 1, 1, 10, False)]
+    # The short sample finished: its own last block (2) is free again (V1 keeps a freed block
+    # in the pool, cached for reuse); the prompt's two stay with the long one.
+    assert sched.state.num_running_seqs == 1 and sched.kv.block_table(1) == (0, 1, 3)
+    assert sched.kv.num_free_blocks == 16 - 3
+    now = 0.2
+    while not parent.is_done:
+        assert _work(_step(sched, now)) == [(long, 1, 1, 11 + round((now - 0.2) * 10), False)]
+        now += 0.1
+    assert parent.status is RequestStatus.FINISHED and parent.num_generated == 5
+    assert parent.num_output_tokens == 7 and sched.num_output_tokens == 7
