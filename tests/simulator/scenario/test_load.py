@@ -6,12 +6,13 @@ from __future__ import annotations
 import json
 import re
 import tomllib
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from pagesim.simulator.core.catalog import GIB, get_gpu, get_model
+from pagesim.simulator.core.catalog import GIB, ModelSpec, get_gpu, get_model, load_hf_config
 from pagesim.simulator.core.config import (
     ArrivalKind,
     ContiguousAllocator,
@@ -45,6 +46,37 @@ from pagesim.simulator.scenario.load import (
 from pagesim.simulator.workload.stream import iter_requests
 
 BUILTINS = [name for name, _ in list_builtin()]
+
+
+def profile_text(model: ModelSpec) -> str:
+    """A minimal valid profile for `model`'s shapes: a profile given is read and checked at load."""
+    coef = {"a_s": 1e-5, "b_s_per_kv_token": 1e-9, "c_s_per_seq": 1e-7}
+    prefill = {"a_s": 2e-5, "b_s_per_token_sq": 1e-12, "c_s_per_token": 1e-8}
+    series = {"tokens": [1, 64, 1024], "time_s": [1e-4, 1.2e-4, 1e-3], "held_out": {}}
+    return json.dumps(
+        {
+            "schema": "pagesim-profile",
+            "schema_version": 1,
+            "provenance": {"device": "test"},
+            "model": asdict(model),
+            "measured": {"tensor_parallel": 1, "block_size": 16},
+            "copy_bandwidth": {"median_bps": 1e12},
+            "overhead": {"empty_step_s": 1e-4},
+            "decode_attention": {
+                "coef": coef,
+                "range": {"kv_tokens": [16, 100000], "num_seqs": [1, 256]},
+                "held_out": {},
+            },
+            "prefill_attention": {
+                "coef": prefill,
+                "range": {"sum_sq": [256, 67108864], "tokens": [16, 8192]},
+                "held_out": {},
+            },
+            "gemm": series,
+            "lm_head": series,
+        }
+    )
+
 
 MINIMAL = """
 name = "mini"
@@ -347,7 +379,9 @@ def test_relative_paths_resolve_against_the_scenario_folder(
         "arrived_at,num_prefill_tokens,num_decode_tokens\n0.0,10,5\n0.5,20,6\n1.0,30,7\n"
     )
     (folder / "lengths.csv").write_text("tokens\n5\n9\n")
-    (folder / "measured.json").write_text("{}")
+    (folder / "measured.json").write_text(
+        profile_text(load_hf_config(folder / "model" / "config.json"))
+    )
     text = MINIMAL.replace('preset = "llama-2-7b"', 'config = "model/config.json"')
     text = text.replace("num_requests = 10", 'trace = "trace.csv"\nnum_requests = 2')
     text = text.replace('kind = "poisson"\nrate_per_s = 2.0', 'kind = "trace"')
@@ -373,7 +407,7 @@ def test_a_profile_is_found_by_bare_name_in_the_installed_profiles(
 ) -> None:
     profiles = mini.parent / "installed"
     profiles.mkdir()
-    (profiles / "h200.json").write_text("{}")
+    (profiles / "h200.json").write_text(profile_text(get_model("llama-2-7b")))
     monkeypatch.setattr(sc, "PROFILE_DIR", profiles)
     path = write(mini.parent, MINIMAL + '[execution]\nkind = "profile"\nprofile = "h200.json"\n')
     assert load_scenario(path).execution.profile_path == profiles / "h200.json"
