@@ -21,6 +21,28 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from pagesim import __version__
+
+        typer.echo(f"pagesim {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", help="Print the version and exit.", is_eager=True, callback=_print_version
+        ),
+    ] = False,
+) -> None:
+    """Simulate LLM serving with a paged KV cache (see the commands below)."""
+
+
 scenarios_app = typer.Typer(help="List and show the built-in scenarios.", no_args_is_help=True)
 bench_app = typer.Typer(
     help="Benchmarks: the simulator's speed, the kernel's.", no_args_is_help=True

@@ -10,12 +10,14 @@ imports stay inside the commands, so `pagesim --help` loads typer only.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from pagesim import console
+from pagesim import console, interrupts
 from pagesim.app import (
     AddressOption,
     ExecutorOption,
@@ -27,6 +29,27 @@ from pagesim.app import (
     scenarios_app,
 )
 from pagesim.simulator.core.errors import PagesimError
+
+if TYPE_CHECKING:
+    from pagesim.reports.output_folder import OutputFolder
+
+
+@contextmanager
+def _output(out: Path, kind: str, keep: Sequence[str] = ()) -> Iterator[OutputFolder]:
+    """The command's output folder, checked before any work (see reports.output_folder), and
+    what an interruption would leave of it."""
+    from pagesim.reports.output_folder import OutputFolder
+
+    opened: list[OutputFolder] = []
+    interrupts.note(lambda: console.kept_after_interrupt(out, opened[0] if opened else None))
+    with OutputFolder.open(out, kind, keep) as folder:
+        opened.append(folder)
+        yield folder
+
+
+def _commit(folder: OutputFolder, scenario: str) -> None:
+    folder.commit(scenario)
+    console.echo_replaced(folder, scenario)
 
 
 @app.command()
@@ -42,13 +65,19 @@ def run(
     Example: pagesim run swap_vs_recompute --out runs/swap --set workload.num_requests=100
     """
     from pagesim.reports.folders import write_run
-    from pagesim.simulator.studies.runs import run_scenario
+    from pagesim.simulator.studies.runs import load_run, simulate_run
 
     overrides = list(set_ or []) + ([f"seed={seed}"] if seed is not None else [])
-    done = run_scenario(scenario, overrides, progress=console.progress_bar)
-    console.echo_summaries(done.results)
-    written = write_run(done, out, report=report)
-    typer.echo(f"report: {written}" if report else f"data: {written}")
+    loaded = load_run(scenario, overrides)
+    with _output(out, "run") as folder:
+        done = simulate_run(loaded, progress=console.progress_bar)
+        console.echo_summaries(done.results)
+        failed = console.echo_warnings(done.results)
+        write_run(done, folder.staging, report=report)
+        _commit(folder, done.scenario.name)
+    typer.echo(f"report: {out / 'report.html'}" if report else f"data: {out}")
+    if failed:
+        raise PagesimError(f"every system rejected every request; see {out}")
 
 
 @app.command()
@@ -66,31 +95,46 @@ def sweep(
     executor: ExecutorOption = "local",
     address: AddressOption = None,
     no_cache: NoCacheOption = False,
+    detail: Annotated[
+        str | None,
+        typer.Option(
+            help="Also plot every system at one point, as a run report would: first, last, or "
+            "path=value (e.g. workload.arrival.rate_per_s=2)."
+        ),
+    ] = None,
 ) -> None:
     """Run a scenario over one or two parameter axes, in parallel, and plot the curves.
 
-    Each point is cached under OUT/cache by a hash of its resolved scenario: rerunning an
-    interrupted sweep simulates only the missing points.
+    The report leads with the sweep's findings, curves and table; --detail adds one point's
+    per-system plots. Each point is cached under OUT/cache by a hash of its resolved scenario:
+    rerunning an interrupted sweep simulates only the missing points.
 
     Example: pagesim sweep latency_vs_rate_sharegpt --param workload.arrival.rate_per_s=1,2,4
     """
     from pagesim.reports.folders import write_sweep
+    from pagesim.simulator.scenario.load import resolve_scenario
+    from pagesim.simulator.studies.executors import check_executor
     from pagesim.simulator.studies.runs import sweep_scenario
+    from pagesim.simulator.studies.sweep import plan_sweep, select_detail
 
-    done = sweep_scenario(
-        scenario,
-        out,
-        list(set_ or []),
-        list(param or []),
-        executor=executor,
-        jobs=jobs,
-        address=address,
-        use_cache=not no_cache,
-        progress=console.progress_bar,
-    )
-    console.echo_sweep(done)
-    html = write_sweep(done, out, list(set_ or []))
-    typer.echo(f"sweep table: {out / 'sweep.csv'}\nreport: {html}")
+    points = plan_sweep(resolve_scenario(scenario), list(set_ or []), list(param or []))
+    select_detail(points, detail)  # a --detail naming no point fails before any work
+    check_executor(executor, jobs, address)
+    with _output(out, "sweep", keep=["cache"]) as folder:
+        done = sweep_scenario(
+            points,
+            out,
+            executor=executor,
+            jobs=jobs,
+            address=address,
+            use_cache=not no_cache,
+            progress=console.progress_bar,
+            detail=detail,
+        )
+        console.echo_sweep(done)
+        write_sweep(done, folder.staging, list(set_ or []))
+        _commit(folder, points[0].scenario.name)
+    typer.echo(f"sweep table: {out / 'sweep.csv'}\nreport: {out / 'report.html'}")
 
 
 @app.command()
@@ -98,14 +142,37 @@ def report(
     run_dir: Annotated[Path, typer.Argument(help="A folder written by `pagesim run` or sweep.")],
 ) -> None:
     """Re-render the report of an earlier run from its saved data (after editing plots, say)."""
-    from pagesim.reports.render import rerender_report
+    from pagesim.reports.output_folder import ALL
+    from pagesim.reports.render import render_saved
+    from pagesim.reports.saved import read_saved
 
-    typer.echo(f"report: {rerender_report(run_dir)}")
+    saved = read_saved(run_dir)
+    with _output(run_dir, saved.kind, keep=ALL) as folder:
+        render_saved(saved, folder.staging)
+        _commit(folder, saved.scenario)
+    typer.echo(f"report: {run_dir / 'report.html'}")
 
 
-@app.command()
+def _kv_help() -> str:
+    """`pagesim kv --help`: what it does, then the catalog's models and GPUs (the README and
+    the --gpu option point here)."""
+    from pagesim.simulator.core.catalog import GPUS, MODELS
+
+    return (
+        "KV-cache arithmetic: bytes per token, sequence and block; what fits; paging vs "
+        "max-length.\n\n"
+        f"Models (--model, or a path to a Hugging Face config.json): {', '.join(MODELS)}.\n\n"
+        f"GPUs (--gpu): {', '.join(GPUS)}.\n\n"
+        "Example: pagesim kv --model llama-2-13b --seq-len 4096 --gpu a100-80gb --batch-size 10 "
+        "--weights-gib 26"
+    )
+
+
+@app.command(help=_kv_help())
 def kv(
-    model: Annotated[str, typer.Option(help="Preset name or path to a config.json.")],
+    model: Annotated[
+        str, typer.Option(help="A catalog model (listed above) or a path to a config.json.")
+    ],
     seq_len: Annotated[list[int], typer.Option(help="Sequence length(s) in tokens.")],
     kv_dtype: Annotated[str, typer.Option(help="fp16, bf16 or fp8.")] = "fp16",
     weight_dtype: Annotated[
@@ -113,7 +180,7 @@ def kv(
         typer.Option(help="bf16, fp16, fp8, int4, mxfp4 or nvfp4 (default: the model's own)."),
     ] = None,
     block_size: Annotated[int, typer.Option(help="Tokens per KV block.")] = 16,
-    gpu: Annotated[str | None, typer.Option(help="GPU preset (see: pagesim kv --help).")] = None,
+    gpu: Annotated[str | None, typer.Option(help="A GPU preset (listed above).")] = None,
     memory_utilization: Annotated[float, typer.Option(help="Share of GPU memory used.")] = 1.0,
     batch_size: Annotated[int, typer.Option(help="Sequences in the batch.")] = 1,
     tp: Annotated[int, typer.Option(help="Tensor-parallel degree.")] = 1,
@@ -126,22 +193,18 @@ def kv(
     ] = 0.0,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
-    """KV-cache arithmetic: bytes per token, sequence and block; what fits; paging vs max-length.
-
-    Example: pagesim kv --model llama-2-13b --seq-len 4096 --gpu a100-80gb --batch-size 10
-    --weights-gib 26
-    """
     from dataclasses import replace
 
     from pagesim.simulator.core.catalog import (
-        GIB,
         get_gpu,
         parse_kv_dtype,
         parse_weight_dtype,
         resolve_model,
     )
-    from pagesim.simulator.kv.sizing import format_report, kv_report
+    from pagesim.simulator.kv.sizing import format_report, gib_to_bytes, kv_report
 
+    weight_bytes = None if weights_gib is None else gib_to_bytes(weights_gib, "--weights-gib")
+    reserve_bytes = gib_to_bytes(activation_reserve_gib, "--activation-reserve-gib")
     spec = resolve_model(model)
     if weight_dtype is not None:
         spec = replace(spec, weight_dtype=parse_weight_dtype(weight_dtype, "--weight-dtype"))
@@ -154,8 +217,8 @@ def kv(
         memory_utilization=memory_utilization,
         batch_size=batch_size,
         tensor_parallel=tp,
-        weight_bytes=None if weights_gib is None else int(weights_gib * GIB),
-        activation_reserve_bytes=int(activation_reserve_gib * GIB),
+        weight_bytes=weight_bytes,
+        activation_reserve_bytes=reserve_bytes,
     )
     typer.echo(json.dumps(result.to_dict(), indent=2) if as_json else format_report(result))
 
@@ -196,9 +259,10 @@ def scenarios_show(
     """Print a scenario file, or (--resolved) the values a run would use and where they come
     from."""
     if not resolved:
-        from pagesim.simulator.scenario.load import resolve_scenario
+        from pagesim.simulator.scenario.files import scenario_text
 
-        typer.echo(resolve_scenario(name).read_text())
+        text = scenario_text(name)  # a file that is not text is refused (reproducer 06)
+        typer.echo(text, nl=not text.endswith("\n"))
         return
     from pagesim.simulator.studies.runs import resolve_scenario_systems
 
@@ -266,6 +330,27 @@ def bench_sim(
         console.echo_comparison(compare_revisions(against, spec, repeat))
 
 
+@bench_app.command("report")
+def bench_report(
+    scenario: Annotated[str, typer.Argument(help="A scenario TOML file or a built-in name.")],
+    set_: SetOption = None,
+    repeat: Annotated[int, typer.Option(min=1, max=20, help="Reports per kind; best kept.")] = 1,
+) -> None:
+    """Time a run's report beside its simulation: simulate every system, then write the report
+    with the plots drawn in parallel (as `pagesim run` does) and by one process.
+
+    Example: pagesim bench report latency_vs_rate_sharegpt --set workload.num_requests=1000
+    """
+    from pagesim.reports.bench import bench_report as measure
+
+    t = measure(scenario, list(set_ or []), repeat)
+    typer.echo(
+        f"{t.scenario}: simulation {t.simulate_s:.2f} s ({t.num_requests} requests); "
+        f"report {t.report_s:.2f} s = {t.ratio:.2f}x the simulation ({t.num_plots} plots, "
+        f"{t.num_workers} processes); drawn by one process {t.serial_report_s:.2f} s"
+    )
+
+
 @app.command()
 def capacity(
     scenario: Annotated[str, typer.Argument(help="A scenario TOML file or a built-in name.")],
@@ -310,28 +395,33 @@ def capacity(
     --param systems.max_num_seqs=16,64,256
     """
     from pagesim.reports.folders import write_capacity
+    from pagesim.simulator.scenario.load import resolve_scenario
+    from pagesim.simulator.studies.capacity_search import configurations
+    from pagesim.simulator.studies.executors import check_executor
     from pagesim.simulator.studies.runs import study_capacity
 
-    done = study_capacity(
-        scenario,
-        out,
-        list(set_ or []),
-        list(param or []),
-        slo_share=slo_share,
-        max_queue_delay_s=max_queue_delay_s,
-        rel_tol=rel_tol,
-        window_s=window_s,
-        min_rate=min_rate,
-        max_rate=max_rate,
-        executor=executor,
-        jobs=jobs,
-        address=address,
-        use_cache=not no_cache,
-        on_round=lambda n, size: typer.echo(f"round {n}: {size} rate(s)", err=True),
-    )
-    console.echo_capacity(done)
-    page = write_capacity(done, out, list(set_ or []))
-    typer.echo(f"ranking: {out / 'capacity.csv'}\ncapacity page: {page}")
+    configs = configurations(resolve_scenario(scenario), list(set_ or []), list(param or []))
+    check_executor(executor, jobs, address)
+    with _output(out, "capacity", keep=["cache"]) as folder:
+        done = study_capacity(
+            configs,
+            out,
+            slo_share=slo_share,
+            max_queue_delay_s=max_queue_delay_s,
+            rel_tol=rel_tol,
+            window_s=window_s,
+            min_rate=min_rate,
+            max_rate=max_rate,
+            executor=executor,
+            jobs=jobs,
+            address=address,
+            use_cache=not no_cache,
+            on_round=lambda n, size: typer.echo(f"round {n}: {size} rate(s)", err=True),
+        )
+        console.echo_capacity(done)
+        write_capacity(done, folder.staging, list(set_ or []))
+        _commit(folder, configs[0].scenario.name)
+    typer.echo(f"ranking: {out / 'capacity.csv'}\ncapacity page: {out / 'capacity.html'}")
 
 
 # The GPU-side commands register on the same apps.
@@ -339,9 +429,14 @@ from pagesim import cli_calibration  # noqa: E402, F401
 
 
 def main() -> None:
-    """Entry point: typer reports usage errors itself (exit 2); pagesim's errors map here."""
-    try:
-        app()
-    except PagesimError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise SystemExit(exc.exit_code) from None
+    """Entry point: typer reports usage errors itself (exit 2); pagesim's errors map here, and
+    so do Ctrl-C and SIGTERM (one line saying what was kept; exit 128 + the signal)."""
+    with interrupts.raising_on_signals():
+        try:
+            app()
+        except PagesimError as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise SystemExit(exc.exit_code) from None
+        except interrupts.Interrupted as exc:
+            typer.echo(interrupts.message(exc), err=True)
+            raise SystemExit(exc.exit_code) from None

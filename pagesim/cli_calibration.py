@@ -244,7 +244,7 @@ def validate_fidelity(
     ] = None,
     set_: Annotated[
         list[str] | None,
-        typer.Option("--set", help="Override a scenario key: --set systems.0.num_kv_blocks=512"),
+        typer.Option("--set", help="Override a scenario key: --set systems[0].num_kv_blocks=512"),
     ] = None,
     cuda_graphs: Annotated[
         bool,

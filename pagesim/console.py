@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from pagesim.calibration.fidelity import FidelityResult
+    from pagesim.reports.output_folder import OutputFolder
     from pagesim.simulator.metrics.result import RunResult
     from pagesim.simulator.studies.bench_compare import Comparison
     from pagesim.simulator.studies.runs import CapacityStudy, CheckedScenario, ResolvedSystem
@@ -64,11 +65,7 @@ def echo_table(rows: Sequence[Mapping[Any, object]], columns: Sequence[Column]) 
     missing value prints as '-'."""
     cells = [[header for _, header, _ in columns]]
     for row in rows:
-        line = []
-        for key, _, fmt in columns:
-            value = row.get(key)
-            line.append("-" if value is None else format(value, fmt) if fmt else str(value))
-        cells.append(line)
+        cells.append([_cell(row.get(key), fmt) for key, _, fmt in columns])
     widths = [max(len(r[i]) for r in cells) for i in range(len(columns))]
     for r in cells:
         typer.echo(
@@ -79,6 +76,21 @@ def echo_table(rows: Sequence[Mapping[Any, object]], columns: Sequence[Column]) 
         )
 
 
+def _cell(value: object, fmt: str) -> str:
+    """One value as text: '-' when missing or NaN; plain text when it does not suit `fmt` (a
+    float where a count was expected, a word where a number was)."""
+    if value is None or value != value:
+        return "-"
+    if not fmt:
+        return str(value)
+    if fmt.endswith("d") and isinstance(value, float) and value.is_integer():
+        value = int(value)
+    try:
+        return format(value, fmt)
+    except (ValueError, TypeError):
+        return str(value)
+
+
 def echo_summaries(results: Sequence[RunResult]) -> None:
     """One row per system: the headline figures of its summary; then, on stderr, each warning
     about how its steps were priced (a profile of another GPU, utilizations above 100%)."""
@@ -87,6 +99,84 @@ def echo_summaries(results: Sequence[RunResult]) -> None:
         found = r.provenance.get("warnings")
         for text in found if isinstance(found, list) else ():
             typer.echo(f"warning: {r.system}: {text}", err=True)
+
+
+def rejected_everything(result: RunResult) -> str | None:
+    """Why a system rejected every request it was offered (its first reason), or None."""
+    num_requests = result.summary.get("num_requests")
+    if not isinstance(num_requests, int) or not num_requests:
+        return None
+    if result.summary.get("num_rejected") != num_requests:
+        return None
+    reasons = result.requests.get("rejection_reason")
+    first = str(reasons.iloc[0]) if reasons is not None and len(reasons) else ""
+    return first or "no reason recorded"
+
+
+def beyond_peak(result: RunResult) -> str | None:
+    """Why a system's MFU or MBU passed 100% (its steps were priced faster than the GPU's peak
+    allows: a profile measured on a faster device), or None."""
+    over = [
+        f"{name} {100 * value:.0f}%"
+        for key, name in (("mfu", "MFU"), ("mbu", "MBU"))
+        if isinstance(value := result.summary.get(key), int | float) and value > 1.0
+    ]
+    if not over:
+        return None
+    model = result.provenance.get("execution_model")
+    device = model.get("device") if isinstance(model, dict) else None
+    gpu = result.provenance.get("gpu", "the scenario's GPU")
+    source = f"a profile measured on {device}" if device else "the execution model"
+    return (
+        f"{' and '.join(over)}, beyond the peak of {gpu}: its step times come from {source}, "
+        "faster than this GPU can be; use a profile measured on it, or the roofline"
+    )
+
+
+def echo_warnings(results: Sequence[RunResult]) -> bool:
+    """A warning line for each system that served nothing because it rejected every request,
+    and for each whose utilization passed 100% (reproducer 14). Returns True when every system
+    rejected everything: the run failed (the caller exits 1 once the output, evidence of why,
+    is written)."""
+    reasons = [(r.system, rejected_everything(r)) for r in results]
+    for system, reason in reasons:
+        if reason is not None:
+            typer.echo(f"warning: {system} rejected every request ({reason})", err=True)
+    for result in results:
+        impossible = beyond_peak(result)
+        if impossible is not None:
+            typer.echo(f"warning: {result.system}: {impossible}", err=True)
+    return bool(reasons) and all(reason is not None for _, reason in reasons)
+
+
+def kept_after_interrupt(out: Path, folder: OutputFolder | None) -> str:
+    """What an interrupted command leaves of its output folder `out`, in words (`folder` is
+    None when it was interrupted before the folder was opened)."""
+    cache = out / "cache"
+    try:
+        num_points = len(list(cache.glob("*.json"))) if cache.is_dir() else 0
+    except OSError:
+        num_points = 0
+    created = folder is not None and folder.created
+    kept = f"{out} is as it was" if not created else "no output was written"
+    if num_points:
+        kept += (
+            f"; {num_points} simulated point(s) are cached in {cache}: the same command "
+            "resumes from them"
+        )
+    return kept
+
+
+def echo_replaced(folder: OutputFolder, scenario: str) -> None:
+    """Say so when the output replaced a different scenario's (or command's) folder."""
+    from pagesim.reports.output_folder import describe
+
+    previous = folder.previous
+    if folder.created or (
+        previous and previous.get("scenario") == scenario and previous.get("kind") == folder.kind
+    ):
+        return
+    typer.echo(f"replaced {folder.final}: it held {describe(previous)}", err=True)
 
 
 def echo_checked(checked: CheckedScenario) -> None:

@@ -13,14 +13,15 @@ import numpy as np
 import pandas as pd
 
 from pagesim.reports.html import Plot, esc, figures_html, page, sweep_table
-from pagesim.reports.style import figure, label, no_data, save, system_color
+from pagesim.reports.style import figure, label, legend_below, no_data, save, system_color
 
 MAX_BARS = 40  # more configurations than this: the best 40 are drawn (the CSV has them all)
 
 
 def plot_max_rate(ranking: pd.DataFrame, path: Path) -> Path:
     """Horizontal bars: each configuration's highest sustained rate (req/s), best ranked on top,
-    colored by system; a thin tick marks the lowest failed rate; the label gives goodput/GPU."""
+    colored by system; an empty hatched box reaches to the lowest failed rate (where the limit
+    lies, as the search bracketed it); the label gives goodput/GPU."""
     shown = ranking.head(MAX_BARS)
     systems = list(dict.fromkeys(shown["system"].astype(str))) if "system" in shown else []
     height = max(2.5, 0.38 * len(shown) + 1.4)
@@ -35,8 +36,21 @@ def plot_max_rate(ranking: pd.DataFrame, path: Path) -> Path:
         per_gpu = pd.to_numeric(shown["goodput_per_gpu"], errors="coerce").to_numpy(float)
         y = np.arange(len(shown))[::-1]  # the best at the top
         colors = [system_color(systems.index(str(s))) for s in shown["system"]]
-        ax.barh(y, np.nan_to_num(rates), color=colors, height=0.65)
-        ax.plot(failed, y, "|", color="#1a202c", ms=14, mew=1.5, label="lowest failed rate")
+        ax.barh(y, np.nan_to_num(rates), color=colors, height=0.65, label="sustained")
+        # The search's bracket, not a measurement: the limit lies between the bar's end and
+        # the lowest rate that failed. Drawn as an empty hatched box so it cannot pass for data.
+        gap = np.where(np.isfinite(failed), failed - np.nan_to_num(rates), np.nan)
+        ax.barh(
+            y,
+            gap,
+            left=np.nan_to_num(rates),
+            height=0.65,
+            facecolor="none",
+            edgecolor="#a0aec0",
+            hatch="///",
+            lw=0.6,
+            label="the limit lies here (up to the lowest failed rate)",
+        )
         top = np.nanmax(np.concatenate([rates, failed, [1e-9]]))
         for yi, rate, fail, good in zip(y, rates, failed, per_gpu, strict=True):
             text = "none sustained" if np.isnan(rate) else f"{rate:.3g} req/s · {good:.3g} good/GPU"
@@ -44,7 +58,8 @@ def plot_max_rate(ranking: pd.DataFrame, path: Path) -> Path:
             ax.text(after + 0.015 * top, yi, text, va="center", fontsize=8)
         ax.set_yticks(y, [label(c, 40) for c in shown["config"]])
         ax.set_xlim(0, top * 1.35)
-        ax.legend(loc="lower right", frameon=False, fontsize=8)
+        handles, names = ax.get_legend_handles_labels()
+        legend_below(fig, handles, names, 2)
         fig.suptitle("Highest sustainable request rate per configuration (ranked by goodput/GPU)")
         return save(fig, path)
 
@@ -63,8 +78,9 @@ def write_capacity_page(
     plot = Plot(
         plot_max_rate(ranking, out_dir / "plots" / "max_sustainable_rate.png"),
         "Highest sustainable rate",
-        "Bars: the highest request rate each configuration sustained; ticks: the lowest rate it "
-        "did not. Ranked by goodput per GPU (sustained rate x share meeting the SLO / GPUs).",
+        "Bars: the highest request rate each configuration sustained; hatched boxes: the search's "
+        "bracket, up to the lowest rate it did not sustain (the true limit lies inside). Ranked "
+        "by goodput per GPU (sustained rate x share meeting the SLO / GPUs).",
     )
     link = (
         f"<p>Latency-vs-rate curves of every evaluated rate, and the best configurations at "

@@ -1,15 +1,14 @@
-"""Plots across runs: normalized latency vs request rate, block-size ablation, calibration curves.
+"""Plots across runs (sweeps): normalized latency vs request rate, the block-size ablation, and
+any metric against a swept axis.
 
 Sweep plots take a pandas table with one row per (system, sweep point) whose columns are the
-summary keys plus the swept values (`rate`, `block_size`). Calibration plots take the dictionary
-format documented in `parse_calibration`.
+summary keys plus the swept values (`rate`, `block_size`, or axes named by their dotted path).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
 
 import matplotlib
@@ -22,6 +21,7 @@ from matplotlib.axes import Axes
 from matplotlib.lines import Line2D
 
 from pagesim.reports.style import (
+    LINE_STYLES,
     figure,
     label,
     legend_below,
@@ -29,7 +29,6 @@ from pagesim.reports.style import (
     no_data,
     save,
     system_color,
-    time_scale,
 )
 
 RATE_COLUMN = "rate"  # requests per second, the swept arrival rate
@@ -45,15 +44,14 @@ THROUGHPUT_COLUMNS = {
 
 
 def sweep_column(table: pd.DataFrame, name: str) -> str | None:
-    """The column holding a swept value: `name` itself (for the rate also `rate_per_s`), or an
-    axis named by its dotted scenario path ending in one of those (the CLI's sweep table names
-    axes that way, e.g. workload.arrival.rate_per_s)."""
+    """The column holding a swept value: an axis named by its dotted scenario path ending in
+    `name` (for the rate also `rate_per_s`; the CLI's sweep table names axes that way, e.g.
+    workload.arrival.rate_per_s), else `name` itself (a hand-made table; `block_size` is also a
+    summary key, which varies only when the block size was swept)."""
     names = (name, f"{name}_per_s") if name == RATE_COLUMN else (name,)
-    for column in names:
-        if column in table:
-            return column
     dotted = [str(c) for c in table.columns if "." in str(c)]
-    return next((c for c in dotted if c.rsplit(".", 1)[-1] in names), None)
+    found = next((c for c in dotted if c.rsplit(".", 1)[-1] in names), None)
+    return found or next((c for c in names if c in table), None)
 
 
 def other_axis(table: pd.DataFrame, axis: str) -> str | None:
@@ -133,29 +131,36 @@ def plot_latency_vs_rate(
 def plot_block_size_ablation(
     sweep: pd.DataFrame, path: Path, *, block_column: str = "block_size"
 ) -> Path:
-    """KV waste share and throughput vs block size (tokens, log2 axis), a line per system.
+    """KV waste share, throughput and normalized latency vs block size (tokens, log2 axis), a
+    line per system: the vLLM paper's §7 trade-off (small blocks waste little memory; large
+    blocks read KV in fewer, longer pieces).
 
-    Needs columns `block_column`, one of kv_waste_share / kv_internal_frag_share, and one of
-    throughput_tok_s / throughput_req_s; optionally system. Rows missing them are ignored.
+    Needs columns `block_column`, one of kv_waste_share / kv_internal_frag_share, one of
+    throughput_tok_s / throughput_req_s and normalized_latency_mean_s; optionally system.
+    Rows missing them are ignored.
     """
     waste = next((c for c in WASTE_COLUMNS if c in sweep), None)
     throughput = next((c for c in THROUGHPUT_COLUMNS if c in sweep), None)
     systems = _systems(_usable(sweep, [block_column]))
-    with figure(1, 2, 4.2) as (fig, axes):
-        left, right = axes[0]
-        is_internal = waste == "kv_internal_frag_share"
-        left.set_title("Internal fragmentation" if is_internal else "KV memory waste", loc="left")
-        left.set_ylabel("share of KV capacity, time-averaged (%)")
-        right.set_title("Throughput", loc="left")
-        right.set_ylabel(THROUGHPUT_COLUMNS.get(throughput or "", "throughput"))
-        for ax, column, scale in ((left, waste, 100.0), (right, throughput, 1.0)):
+    is_internal = waste == "kv_internal_frag_share"
+    panels = (
+        (
+            waste,
+            100.0,
+            "Internal fragmentation" if is_internal else "KV memory waste",
+            "share of KV capacity, time-averaged (%)",
+        ),
+        (throughput, 1.0, "Throughput", THROUGHPUT_COLUMNS.get(throughput or "", "throughput")),
+        ("normalized_latency_mean_s", 1.0, "Normalized latency", "mean E2E / output token (s)"),
+    )
+    with figure(1, 3, 4.2) as (fig, axes):
+        for ax, (column, scale, title, unit) in zip(axes[0], panels, strict=True):
+            ax.set_title(title, loc="left")
+            ax.set_ylabel(unit)
             ax.set_xlabel("block size (tokens)")
             rows = _usable(sweep, [block_column, column])
             if rows.empty:
-                no_data(
-                    ax,
-                    "needs block_size and " + ("a waste share" if ax is left else "a throughput"),
-                )
+                no_data(ax, f"needs {block_column} and {column or 'this metric'}")
                 continue
             for i, system in enumerate(systems):
                 line = _rows_of(rows, system).sort_values(block_column)
@@ -166,148 +171,89 @@ def plot_block_size_ablation(
                 ax.minorticks_off()
             ax.set_xticks(ticks, [str(t) for t in ticks])
             ax.set_ylim(bottom=0)
-        fig.suptitle("Block-size ablation: KV waste and throughput against tokens per block")
+        fig.suptitle("Block-size ablation: memory waste, throughput and latency vs block size")
         handles = [Line2D([], [], color=system_color(i), marker="o") for i in range(len(systems))]
         legend_below(fig, handles, [label(s) or "all runs" for s in systems], min(4, len(systems)))
         return save(fig, path)
 
 
-@dataclass(frozen=True)
-class CalibrationPanel:
-    """One measured cost curve. Times in seconds; arrays are 1-D.
+# Metrics a generic sweep plot draws, when the table has them (and they are not all zero).
+CURVE_METRICS: dict[str, tuple[str, float]] = {  # column -> (panel title, scale)
+    "kv_saved_of_unshared_share": ("Memory saved by sharing (% of unshared)", 100.0),
+    "throughput_tok_s": ("Throughput (output tok/s)", 1.0),
+    "normalized_latency_mean_s": ("Normalized latency, mean (s/token)", 1.0),
+    "kv_waste_share": ("KV memory waste (% of capacity)", 100.0),
+}
 
-    x, measured_s (and p10/p90 when given) have one entry per measured point; fitted_s and
-    roofline_s are evaluated at model_x (defaults to x).
+
+def curve_metrics(sweep: pd.DataFrame) -> list[str]:
+    """The CURVE_METRICS a sweep table holds with some non-zero value."""
+    found = []
+    for column in CURVE_METRICS:
+        if column in sweep:
+            values = pd.to_numeric(sweep[column], errors="coerce")
+            if (values.abs() > 0).any():
+                found.append(column)
+    return found
+
+
+def plot_sweep_curves(
+    sweep: pd.DataFrame, path: Path, *, x: str, group: str | None, metrics: Sequence[str]
+) -> Path:
+    """Each of `metrics` (a panel each) against the numeric axis `x`: a line per system and,
+    with a second axis `group`, per value of it (color by group value, line style by system).
+
+    Needs columns `x`, the metrics, optionally system and `group`; rows missing a value are
+    left out of that panel.
     """
-
-    title: str
-    x_label: str
-    x: np.ndarray
-    measured_s: np.ndarray
-    measured_p10_s: np.ndarray | None = None
-    measured_p90_s: np.ndarray | None = None
-    model_x: np.ndarray | None = None
-    fitted_s: np.ndarray | None = None
-    roofline_s: np.ndarray | None = None
-    log_x: bool = False
-    log_y: bool = False
-
-
-def parse_calibration(calibration: Mapping[str, object]) -> tuple[str, list[CalibrationPanel]]:
-    """(device, panels) from the calibration input format; ValueError names what is wrong.
-
-    Format (JSON-friendly; lists or arrays; times in seconds)::
-
-        {"device": "NVIDIA H200",                     # optional, shown in the title
-         "panels": [
-           {"title": "decode attention", "x_label": "total KV tokens",
-            "x": [...], "measured_s": [...],            # required, same length
-            "measured_p10_s": [...], "measured_p90_s": [...],   # optional, as x
-            "model_x": [...],                           # optional x of the two curves below
-            "fitted_s": [...], "roofline_s": [...],     # optional, as model_x (or x)
-            "log_x": true, "log_y": false}]}            # optional
-
-    A single panel dict (with "x" at the top level) is accepted too.
-    """
-    raw = calibration.get("panels", [calibration] if "x" in calibration else None)
-    if not isinstance(raw, Sequence) or isinstance(raw, str) or not raw:
-        raise ValueError("calibration: expected a non-empty list under 'panels'")
-    return str(calibration.get("device", "")), [_panel(i, entry) for i, entry in enumerate(raw)]
-
-
-def _array(
-    entry: Mapping[str, object], key: str, where: str, length: int | None = None
-) -> np.ndarray | None:
-    """entry[key] as a 1-D float array of `length` values; None when absent."""
-    if entry.get(key) is None:
-        return None
-    try:
-        values = np.asarray(entry[key], dtype=float).ravel()
-    except (TypeError, ValueError) as err:
-        raise ValueError(f"{where}: {key!r} must be numbers ({err})") from None
-    if length is not None and len(values) != length:
-        raise ValueError(f"{where}: {key!r} has {len(values)} values, expected {length}")
-    return values
-
-
-def _panel(i: int, entry: object) -> CalibrationPanel:
-    if not isinstance(entry, Mapping):
-        raise ValueError(f"calibration panels[{i}]: expected a mapping, got {type(entry).__name__}")
-    where = f"calibration panels[{i}] ({entry.get('title', 'untitled')})"
-    x = _array(entry, "x", where)
-    measured = _array(entry, "measured_s", where, None if x is None else len(x))
-    if x is None or len(x) == 0 or measured is None:
-        raise ValueError(f"{where}: 'x' and 'measured_s' are required")
-    model_x = _array(entry, "model_x", where)
-    n_model = len(model_x) if model_x is not None else len(x)
-    return CalibrationPanel(
-        title=str(entry.get("title", f"curve {i + 1}")),
-        x_label=str(entry.get("x_label", "x")),
-        x=x,
-        measured_s=measured,
-        measured_p10_s=_array(entry, "measured_p10_s", where, len(x)),
-        measured_p90_s=_array(entry, "measured_p90_s", where, len(x)),
-        model_x=model_x,
-        fitted_s=_array(entry, "fitted_s", where, n_model),
-        roofline_s=_array(entry, "roofline_s", where, n_model),
-        log_x=bool(entry.get("log_x", False)),
-        log_y=bool(entry.get("log_y", False)),
-    )
-
-
-def plot_calibration(calibration: Mapping[str, object], path: Path) -> Path:
-    """Measured (points, p10–p90 bars) vs fitted (line) vs roofline (dashed), one panel per curve.
-
-    Input format: see `parse_calibration`.
-    """
-    device, panels = parse_calibration(calibration)
-    ncols = min(3, len(panels))
-    nrows = math.ceil(len(panels) / ncols)
-    with figure(nrows, ncols, 1.2 + 3.4 * nrows) as (fig, axes):
-        for ax in axes.ravel()[len(panels) :]:
+    systems = _systems(sweep)
+    groups = list(dict.fromkeys(sweep[group].astype(str))) if group in sweep else [""]
+    ncols = 3 if len(metrics) in (3, 5, 6) else max(1, min(2, len(metrics)))
+    nrows = max(1, math.ceil(len(metrics) / ncols))
+    with figure(nrows, ncols, 0.9 + 3.4 * nrows) as (fig, axes):
+        for ax in axes.ravel()[len(metrics) :]:
             ax.set_visible(False)
-        for ax, p in zip(axes.ravel(), panels, strict=False):
-            scale, unit = time_scale(p.measured_s)
-            model_x = p.model_x if p.model_x is not None else p.x
-            if p.measured_p10_s is not None and p.measured_p90_s is not None:
-                err = np.vstack([p.measured_s - p.measured_p10_s, p.measured_p90_s - p.measured_s])
-                ax.errorbar(
-                    p.x,
-                    scale * p.measured_s,
-                    yerr=scale * np.clip(err, 0, None),
-                    fmt="o",
-                    ms=4,
-                    color="black",
-                    capsize=2,
-                    label="measured (median, p10–p90)",
+        for ax, column in zip(axes.ravel(), metrics, strict=False):
+            title, scale = CURVE_METRICS.get(column, (column, 1.0))
+            ax.set_title(label(title, 60), loc="left")
+            ax.set_xlabel(label(x.rsplit(".", 1)[-1], 40))
+            rows = _usable(sweep, [x, column])
+            if rows.empty:
+                no_data(ax, f"no values of {column}")
+                continue
+            for g, value in enumerate(groups):
+                picked = rows[rows[group].astype(str) == value] if group in rows else rows
+                for i, system in enumerate(systems):
+                    line = _rows_of(picked, system).sort_values(x)
+                    if line.empty:
+                        continue
+                    ax.plot(
+                        line[x],
+                        scale * line[column],
+                        marker="o",
+                        ms=4,
+                        color=system_color(g if group else i),
+                        ls=LINE_STYLES[i % len(LINE_STYLES)] if group else "-",
+                    )
+            values = sorted({float(v) for v in rows[x]})
+            if len(values) <= 12:
+                ax.set_xticks(values, [f"{v:g}" for v in values])
+            ax.set_ylim(bottom=0)
+        handles, names = [], []
+        for g, value in enumerate(groups if group else []):
+            handles.append(Line2D([], [], color=system_color(g), marker="o"))
+            names.append(label(f"{group.rsplit('.', 1)[-1]} = {value}") if group else "")
+        for i, system in enumerate(systems if not group or len(systems) > 1 else []):
+            handles.append(
+                Line2D(
+                    [],
+                    [],
+                    color="black" if group else system_color(i),
+                    ls=LINE_STYLES[i % len(LINE_STYLES)] if group else "-",
                 )
-            else:
-                ax.plot(p.x, scale * p.measured_s, "o", ms=4, color="black", label="measured")
-            if p.fitted_s is not None:
-                ax.plot(
-                    model_x, scale * p.fitted_s, "-", color=system_color(0), label="fitted profile"
-                )
-            if p.roofline_s is not None:
-                ax.plot(
-                    model_x, scale * p.roofline_s, "--", color=system_color(1), label="roofline"
-                )
-            ax.set_title(label(p.title, 50), loc="left")
-            ax.set_xlabel(label(p.x_label, 50))
-            ax.set_ylabel(f"time ({unit})")
-            if p.log_x:
-                log_scale(ax, "x")
-            if p.log_y:
-                log_scale(ax, "y")
-        legend: dict[str, object] = {}
-        for ax in axes.ravel()[: len(panels)]:
-            for handle, name in zip(*ax.get_legend_handles_labels(), strict=True):
-                legend.setdefault(name, handle)
-        handles, names = list(legend.values()), list(legend)
-        shown = ["measured"]
-        shown += ["fitted"] if any(p.fitted_s is not None for p in panels) else []
-        shown += ["roofline"] if any(p.roofline_s is not None for p in panels) else []
-        fig.suptitle(
-            "Calibration: " + " vs ".join(shown) + (f" on {label(device, 40)}" if device else "")
-        )
-        legend_below(fig, handles, names, 3)
+            )
+            names.append(label(system) or "all runs")
+        where = f" by {group.rsplit('.', 1)[-1]}" if group else ""
+        fig.suptitle(label(f"Sweep: metrics vs {x.rsplit('.', 1)[-1]}{where}", 90))
+        legend_below(fig, handles, names, min(4, len(names)))
         return save(fig, path)

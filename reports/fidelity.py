@@ -16,7 +16,15 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import NullFormatter
 
 from pagesim.reports.html import Plot, esc, figures_html, page
-from pagesim.reports.style import figure, label, log_scale, no_data, save, time_scale
+from pagesim.reports.style import (
+    figure,
+    label,
+    legend_below,
+    log_scale,
+    no_data,
+    save,
+    time_scale,
+)
 from pagesim.reports.units import MISSING, format_seconds
 
 if TYPE_CHECKING:
@@ -40,7 +48,7 @@ def _kind(steps: pd.DataFrame) -> np.ndarray:
 
 def plot_step_scatter(steps: pd.DataFrame, path: Path, title: str = "") -> Path:
     """Log-log scatter of predicted vs measured compute time per step, y = x and error bands."""
-    with figure(1, 1, 6.0) as (fig, axes):
+    with figure(1, 1, 7.2) as (fig, axes):
         ax = axes[0, 0]
         has_data = not steps.empty and steps["predicted_compute_s"].notna().any()
         if not has_data:
@@ -105,7 +113,7 @@ def plot_step_scatter(steps: pd.DataFrame, path: Path, title: str = "") -> Path:
         ax.set_xlabel(f"measured compute time per step ({unit})")
         ax.set_ylabel(f"predicted compute time per step ({unit})")
         ax.set_title(label(title or "Step time: predicted vs measured", 90))
-        ax.legend(handles, names, loc="upper left")
+        legend_below(fig, handles, names, 3)  # below the panel: inside it would cover points
         return save(fig, path)
 
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from pagesim import __version__
 from pagesim.reports.capacity import write_capacity_page
 from pagesim.reports.frames import unique_slugs
-from pagesim.reports.render import PLOTS_DIR, write_report
+from pagesim.reports.render import RESERVED_NAMES, write_report
 from pagesim.simulator.core.config import ExecutionKind, Scenario
 from pagesim.simulator.metrics.result import RunResult
 from pagesim.simulator.scenario.load import describe_scenario
@@ -63,8 +63,11 @@ def calibration_curves(scenario: Scenario) -> dict[str, object] | None:
     return calibration_panels(Path(path))
 
 
-def write_run(run: ScenarioRun, out: Path, *, report: bool = True) -> Path:
-    """A `pagesim run` folder; returns report.html, or `out` when only the data is written."""
+def write_run(
+    run: ScenarioRun, out: Path, *, report: bool = True, num_workers: int | None = None
+) -> Path:
+    """A `pagesim run` folder; returns report.html, or `out` when only the data is written.
+    `num_workers` processes draw the plots (default: one per CPU)."""
     out.mkdir(parents=True, exist_ok=True)
     (out / "scenario.toml").write_text(run.path.read_text())
     (out / "overrides.json").write_text(json.dumps(run.overrides))
@@ -76,22 +79,25 @@ def write_run(run: ScenarioRun, out: Path, *, report: bool = True) -> Path:
             scenario_text=describe_scenario(run.scenario),
             provenance=provenance(run.results, run.overrides),
             calibration=calibration_curves(run.scenario),
+            num_workers=num_workers,
         )
-    names = unique_slugs([r.system for r in run.results], reserved={PLOTS_DIR})
+    names = unique_slugs([r.system for r in run.results], reserved=RESERVED_NAMES)
     for result, name in zip(run.results, names, strict=True):
         result.write(out / name)
     return out
 
 
 def write_sweep(done: SweepRun, out: Path, overrides: Sequence[str]) -> Path:
-    """A `pagesim sweep` report (sweep.csv beside it); returns report.html."""
+    """A `pagesim sweep` report (sweep.csv beside it; the detail point's data, if one was
+    asked for); returns report.html."""
     return write_report(
-        done.last_results,
+        done.detail_results,
         out,
         title=f"pagesim sweep: {done.first_scenario.name}",
-        scenario_text=describe_scenario(done.last_scenario),
-        provenance=provenance(done.last_results, overrides),
+        scenario_text=describe_scenario(done.detail_scenario),
+        provenance=provenance(done.detail_results, overrides),
         sweep=done.table,
+        detail=done.detail_label,
     )
 
 
@@ -127,6 +133,7 @@ def write_capacity(study: CapacityStudy, out: Path, overrides: Sequence[str]) ->
             scenario_text=describe_scenario(scenario),
             provenance=provenance(study.best, overrides),
             sweep=curves,
+            detail="each configuration's highest sustained rate",
         )
         report_name = html.name
     return write_capacity_page(

@@ -223,6 +223,45 @@ SUMMARY_METRICS: tuple[SummaryMetric, ...] = (
         "Largest share of the KV capacity held by requests at any step.",
     ),
     SummaryMetric(
+        "kv_saved_share",
+        "KV: saved by sharing",
+        Unit.SHARE,
+        "KV memory",
+        f"{_SHARE_OF_KV} that sharing saved: block copies that prefix-cache hits and forked "
+        "sequences would have held without sharing (prefix + fork below).",
+    ),
+    SummaryMetric(
+        "kv_prefix_saved_share",
+        "KV: saved by prefix caching",
+        Unit.SHARE,
+        "KV memory",
+        f"{_SHARE_OF_KV} saved by prefix-cache hits on blocks in use (requests sharing a "
+        "prompt prefix hold its blocks once).",
+    ),
+    SummaryMetric(
+        "kv_fork_saved_share",
+        "KV: saved by forks",
+        Unit.SHARE,
+        "KV memory",
+        f"{_SHARE_OF_KV} saved by forked sequences (parallel samples, beams) sharing their "
+        "prompt and common history, copied on write.",
+    ),
+    SummaryMetric(
+        "peak_kv_saved_share",
+        "KV: peak saved by sharing",
+        Unit.SHARE,
+        "KV memory",
+        "Largest share of the KV capacity that sharing saved at any step.",
+    ),
+    SummaryMetric(
+        "kv_saved_of_unshared_share",
+        "Memory saving by sharing",
+        Unit.SHARE,
+        "KV memory",
+        "What sharing saved as a share of what the requests would have held without it "
+        "(time-averaged saved / (used + saved)): the vLLM paper's 'memory saving' (figure 15).",
+    ),
+    SummaryMetric(
         "slot_utilization",
         "Slot utilization",
         Unit.SHARE,

@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from pagesim.reports.frames import as_number
-from pagesim.reports.glossary import SUMMARY_METRICS, Unit, glossary_sections
+from pagesim.reports.glossary import SUMMARY_BY_KEY, SUMMARY_METRICS, Unit, glossary_sections
 from pagesim.reports.units import MISSING, format_number, format_value
 from pagesim.simulator.metrics.result import RunResult
 
@@ -38,9 +38,11 @@ h1{font-size:26px;margin:0 0 4px}h2{font-size:20px;margin:36px 0 10px;border-bot
 .sub{color:#4a5568;margin:0 0 12px}nav a{margin-right:14px;color:#2b6cb0}
 ul.findings li{margin:4px 0}
 table{border-collapse:collapse;font-size:13.5px;margin:8px 0}
-th,td{border:1px solid #e2e8f0;padding:4px 10px;text-align:left;vertical-align:top}
+th,td{border:1px solid #e2e8f0;padding:4px 10px;text-align:left;vertical-align:top;
+overflow-wrap:normal;word-break:normal;hyphens:none}
 td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
-th{background:#edf2f7;overflow-wrap:anywhere;max-width:220px}
+th{background:#edf2f7}th.key{white-space:nowrap}
+p.note{color:#4a5568;font-style:italic}
 tr.group th{background:#fff;border:none;padding-top:12px;font-size:14px}
 figure{margin:22px 0}figure img{max-width:100%;height:auto;border:1px solid #e2e8f0}
 figcaption{color:#4a5568;font-size:14px;margin-top:4px}
@@ -97,20 +99,67 @@ def summary_table(results: Sequence[RunResult]) -> str:
     return f'<div class="wide"><table>{head}{"".join(rows)}</table></div>'
 
 
-def _cell(value: object) -> str:
+def _cell(value: object, unit: Unit | None = None) -> str:
     number = as_number(value)
     if number is not None:
-        return f'<td class="num">{esc(format_number(number))}</td>'
+        text = format_value(number, unit) if unit else format_number(number)
+        return f'<td class="num">{esc(text)}</td>'
     return f"<td>{esc(MISSING if value is None or value != value else value)}</td>"
 
 
-def sweep_table(sweep: pd.DataFrame) -> str:
-    shown = sweep.head(MAX_SWEEP_ROWS)
-    head = "<tr>" + "".join(f"<th>{esc(c)}</th>" for c in shown.columns) + "</tr>"
+# The columns a sweep report's table shows, after the axes and the system (sweep.csv has all).
+SWEEP_TABLE_METRICS = (
+    "throughput_req_s",
+    "goodput_req_s",
+    "ttft_p50_s",
+    "ttft_p99_s",
+    "tpot_p50_s",
+    "normalized_latency_mean_s",
+    "normalized_latency_p90_s",
+    "kv_waste_share",
+    "kv_saved_of_unshared_share",
+    "slot_utilization",
+    "num_preemptions",
+    "num_rejected",
+)
+
+
+def _header(column: str) -> str:
+    """A sweep table header: a metric's glossary label, an axis by its last key."""
+    metric = SUMMARY_BY_KEY.get(column)
+    if metric is not None:
+        return f'<th title="{esc(column)}">{esc(metric.label)}</th>'
+    return f'<th title="{esc(column)}">{esc(column.rsplit(".", 1)[-1])}</th>'
+
+
+def sweep_table(sweep: pd.DataFrame, *, curated: bool = False) -> str:
+    """A table of `sweep` (at most MAX_SWEEP_ROWS rows). `curated`: the axes, the system and
+    SWEEP_TABLE_METRICS (those not all zero or missing), headed by their glossary labels and
+    formatted by unit; otherwise every column as it is."""
+    columns = [str(c) for c in sweep.columns]
+    if curated:
+        axes = [c for c in columns if "." in c] or [
+            c for c in ("rate", "rate_per_s", "block_size") if c in columns
+        ]
+        metrics = [
+            c
+            for c in SWEEP_TABLE_METRICS
+            if c in sweep and (pd.to_numeric(sweep[c], errors="coerce").fillna(0) != 0).any()
+        ]
+        columns = axes + (["system"] if "system" in sweep else []) + metrics
+    shown = sweep[columns].head(MAX_SWEEP_ROWS)
+    head = "<tr>" + "".join(_header(c) for c in columns) + "</tr>"
+    units = [SUMMARY_BY_KEY[c].unit if curated and c in SUMMARY_BY_KEY else None for c in columns]
     body = "".join(
-        "<tr>" + "".join(_cell(v) for v in row) + "</tr>" for row in shown.itertuples(index=False)
+        "<tr>" + "".join(_cell(v, unit) for v, unit in zip(row, units, strict=True)) + "</tr>"
+        for row in shown.itertuples(index=False)
     )
     more = f"<p>First {MAX_SWEEP_ROWS} of {len(sweep)} rows.</p>" if len(sweep) > len(shown) else ""
+    if curated and len(columns) < len(sweep.columns):
+        more += (
+            f'<p class="note">{len(columns)} of {len(sweep.columns)} columns; every one is in '
+            '<a href="sweep.csv">sweep.csv</a>.</p>'
+        )
     return f'<div class="wide"><table>{head}{body}</table></div>{more}'
 
 
@@ -137,12 +186,12 @@ def _missing_provenance(key: str, provenance: Mapping[str, object]) -> str:
 def provenance_table(provenance: Mapping[str, object], results: Sequence[RunResult]) -> str:
     """The run's provenance (the keys everyone asks for first), then each system's own."""
     rows = [
-        f"<tr><th>{esc(name)}</th>"
+        f'<tr><th class="key">{esc(name)}</th>'
         f"<td>{_value(provenance.get(key, _missing_provenance(key, provenance)))}</td></tr>"
         for key, name in PROVENANCE_KEYS.items()
     ]
     rows += [
-        f"<tr><th>{esc(key)}</th><td>{_value(value)}</td></tr>"
+        f'<tr><th class="key">{esc(key)}</th><td>{_value(value)}</td></tr>'
         for key, value in provenance.items()
         if key not in PROVENANCE_KEYS
     ]
@@ -152,7 +201,7 @@ def provenance_table(provenance: Mapping[str, object], results: Sequence[RunResu
         return table
     head = "<tr><th>key</th>" + "".join(f"<th>{esc(r.system)}</th>" for r in results) + "</tr>"
     body = "".join(
-        f"<tr><th>{esc(key)}</th>"
+        f'<tr><th class="key">{esc(key)}</th>'
         + "".join(f"<td>{_value(r.provenance.get(key, MISSING))}</td>" for r in results)
         + "</tr>"
         for key in keys
@@ -169,7 +218,9 @@ def glossary_html() -> str:
 
 
 def files_html(results: Sequence[RunResult], slugs: Sequence[str], has_sweep: bool) -> str:
-    items = ['<li><a href="summary.csv">summary.csv</a>: one row per system</li>']
+    items = (
+        ['<li><a href="summary.csv">summary.csv</a>: one row per system</li>'] if results else []
+    )
     if has_sweep:
         items.append('<li><a href="sweep.csv">sweep.csv</a>: one row per sweep point</li>')
     for result, slug in zip(results, slugs, strict=True):
@@ -197,9 +248,14 @@ def page(title: str, subtitle: str, sections: Sequence[tuple[str, str, str]]) ->
     )
 
 
-def figures_html(plots: Sequence[Plot]) -> str:
+def figures_html(plots: Sequence[Plot], start: int = 1) -> str:
     return "".join(
         f"<figure>{img_tag(p.path, p.title)}<figcaption><b>Figure {i}. {esc(p.title)}.</b> "
         f"{esc(p.caption)}</figcaption></figure>"
-        for i, p in enumerate(plots, start=1)
+        for i, p in enumerate(plots, start=start)
     )
+
+
+def notes_html(notes: Sequence[str]) -> str:
+    """Lines saying which plots were left out and why."""
+    return "".join(f'<p class="note">{esc(n)}</p>' for n in notes)

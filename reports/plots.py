@@ -20,11 +20,11 @@ import numpy as np
 from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator
 
+from pagesim.reports.calibration_plots import parse_calibration, plot_calibration
 from pagesim.reports.curves import (
-    parse_calibration,
     plot_block_size_ablation,
-    plot_calibration,
     plot_latency_vs_rate,
+    plot_sweep_curves,
 )
 from pagesim.reports.frames import (
     activity_means,
@@ -35,10 +35,14 @@ from pagesim.reports.frames import (
     finished,
     numeric,
 )
-from pagesim.reports.memory_plots import plot_kv_memory, plot_waste_breakdown
+from pagesim.reports.memory_plots import (
+    has_sharing,
+    plot_kv_memory,
+    plot_memory_saved,
+    plot_waste_breakdown,
+)
 from pagesim.reports.style import (
     LINE_STYLES,
-    TIME_LABEL,
     figure,
     label,
     legend_below,
@@ -46,20 +50,24 @@ from pagesim.reports.style import (
     no_data,
     save,
     system_color,
+    time_label,
     time_scale,
 )
 from pagesim.reports.timeline import plot_request_timeline
 from pagesim.simulator.metrics.result import RunResult
 
 __all__ = [
+    "has_sharing",
     "parse_calibration",
     "plot_block_size_ablation",
     "plot_calibration",
     "plot_kv_memory",
     "plot_latency_cdfs",
     "plot_latency_vs_rate",
+    "plot_memory_saved",
     "plot_preemptions_swaps",
     "plot_request_timeline",
+    "plot_sweep_curves",
     "plot_utilization",
     "plot_waste_breakdown",
 ]
@@ -107,21 +115,24 @@ def plot_utilization(results: Sequence[RunResult], path: Path) -> Path:
                 no_data(ax, "no steps recorded")
             ax.set_ylim(bottom=0)
             ax.set_xlim(left=0)
-        axes[-1, 0].set_xlabel(TIME_LABEL)
-        fig.suptitle("GPU utilization over time (time-bucketed means)")
+        axes[-1, 0].set_xlabel(time_label(results))
+        fig.suptitle("Utilization over time: batch slots, compute, bandwidth (bucketed means)")
         legend_below(fig, handles, names, min(3, len(names)))
         return save(fig, path)
 
 
 _LATENCIES = {"ttft_s": "TTFT", "tpot_s": "TPOT", "e2e_s": "E2E latency"}
+LOG_SPAN = 4.0  # latency CDFs spanning more than this factor get a log time axis
 
 
 def plot_latency_cdfs(results: Sequence[RunResult], path: Path) -> Path:
     """CDFs of TTFT, TPOT and E2E over finished (in-window) requests, systems overlaid.
 
     Needs request columns status, ttft_s, tpot_s, e2e_s (in_window optional). Times shown in
-    µs, ms or s by their size; log x-axis when they span more than two decades. Systems differ
-    in line style as well as color, so identical curves stay visible.
+    µs, ms or s by their size; log x-axis when they span more than a factor of
+    LOG_SPAN (a long tail on a linear axis squeezes the body of the distribution into a
+    corner: TPOT's especially). Systems differ in line style as well as color, so identical
+    curves stay visible.
     """
     with figure(1, 3, 4.2) as (fig, axes):
         handles, names = [], []
@@ -152,7 +163,7 @@ def plot_latency_cdfs(results: Sequence[RunResult], path: Path) -> Path:
             positive = every[every > 0]
             if len(positive) == 0:
                 no_data(ax, "no finished requests")
-            elif positive.max() / positive.min() > 100:
+            elif positive.max() / positive.min() > LOG_SPAN:
                 log_scale(ax, "x")
             else:
                 ax.xaxis.set_major_locator(MaxNLocator(5))
@@ -166,6 +177,13 @@ def plot_latency_cdfs(results: Sequence[RunResult], path: Path) -> Path:
 
 
 _EVENT_COLUMNS = ("num_preemptions", "num_swap_out_blocks", "num_swap_in_blocks")
+
+
+def has_preemptions(results: Sequence[RunResult]) -> bool:
+    """Whether any system preempted or swapped (else the plot below would be empty: the report
+    says so in a line instead)."""
+    keys = ("num_preemptions", "num_swaps", "swapped_blocks")
+    return any((as_number(r.summary.get(k)) or 0) > 0 for r in results for k in keys)
 
 
 def plot_preemptions_swaps(results: Sequence[RunResult], path: Path) -> Path:
@@ -203,7 +221,7 @@ def plot_preemptions_swaps(results: Sequence[RunResult], path: Path) -> Path:
             for ax in (left, right):
                 no_data(ax, "no preemptions or swaps" if handles else "no steps recorded")
         for ax in (left, right):
-            ax.set_xlabel(TIME_LABEL)
+            ax.set_xlabel(time_label(results))
             ax.set_ylim(bottom=0)
             ax.set_xlim(left=0)
         handles += [Line2D([], [], color="black"), Line2D([], [], color="black", ls="--")]

@@ -3,23 +3,26 @@
 out_dir/
   report.html            self-contained: CSS inline, every plot a base64 data URI, no scripts
   report.json            the page's other inputs (title, scenario, provenance, …) for re-rendering
-  summary.csv            one row per system
+  summary.csv            one row per system (when there are systems' results)
   sweep.csv              when a sweep table was given
   plots/*.png
   <system-slug>/requests.csv, steps.csv, summary.json   (RunResult.write)
+
+A run report leads with findings and the summary by system; a sweep report with the sweep's
+findings, curves and table, and shows per-system detail at one point only when asked for. Which
+plots are drawn, and drawing them in parallel, is `reports.plot_jobs`'s.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from pagesim.reports import plots
-from pagesim.reports.curves import RATE_COLUMN, other_axis, sweep_column
 from pagesim.reports.findings import derive_findings
 from pagesim.reports.frames import unique_slugs
 from pagesim.reports.glossary import SUMMARY_METRICS
@@ -30,63 +33,36 @@ from pagesim.reports.html import (
     files_html,
     findings_html,
     glossary_html,
+    notes_html,
     page,
     provenance_table,
     summary_table,
     sweep_table,
 )
+from pagesim.reports.output_folder import MANIFEST_FILE
+from pagesim.reports.plot_jobs import PlotJob, draw_all, run_plot_jobs, sweep_plot_jobs
+from pagesim.reports.saved import INPUTS_FILE, SavedReport, read_saved
+from pagesim.reports.sweep_findings import axis_columns, derive_sweep_findings
 from pagesim.simulator.core.errors import InputError
 from pagesim.simulator.metrics.result import RunResult
 
 PLOTS_DIR = "plots"
-INPUTS_FILE = "report.json"
-
-# (file stem, function, title, caption) of the plots every run gets.
-_RUN_PLOTS: tuple[tuple[str, Callable[[Sequence[RunResult], Path], Path], str, str], ...] = (
-    (
-        "kv_memory",
-        plots.plot_kv_memory,
-        "KV memory over time",
-        "The KV-cache capacity of each system split, step by step, into token states (useful), "
-        "reservation, internal and external fragmentation, and free slots; time-bucketed means.",
-    ),
-    (
-        "waste_breakdown",
-        plots.plot_waste_breakdown,
-        "Memory waste by system",
-        "Time-averaged shares of the KV capacity. Waste = reservation + internal + external "
-        "fragmentation: memory held that holds no token state and cannot serve another request.",
-    ),
-    (
-        "utilization",
-        plots.plot_utilization,
-        "Utilization over time",
-        "Useful batch slots / batch capacity, model FLOPs / peak FLOPs (MFU) and HBM bytes / "
-        "peak bandwidth (MBU), time-weighted within each bucket; idle time counts as zero.",
-    ),
-    (
-        "request_timeline",
-        plots.plot_request_timeline,
-        "Request timeline",
-        "Each bar is one request in a batch slot, from admission to its last token (prefill "
-        "orange, decode blue). Gaps are idle slots: static batching holds a slot until the whole "
-        "batch ends; continuous batching refills it at once. Hatched requests were preempted at "
-        "least once; their bar also spans the time they were out of the batch.",
-    ),
-    (
-        "latency_cdfs",
-        plots.plot_latency_cdfs,
-        "Latency distributions",
-        "Empirical CDFs over finished requests counted after warm-up. Further left is faster; "
-        "where a curve meets the dotted p99 line is its 99th-percentile latency.",
-    ),
-    (
-        "preemptions_swaps",
-        plots.plot_preemptions_swaps,
-        "Preemptions and swaps",
-        "Cumulative preemptions (left) and KV blocks copied between GPU and CPU memory (right); "
-        "a steep rise marks memory pressure.",
-    ),
+# Names a report folder uses at its top level: a system's data folder never takes one of them.
+RESERVED_NAMES = frozenset(
+    {
+        PLOTS_DIR,
+        INPUTS_FILE,
+        MANIFEST_FILE,
+        "cache",
+        "report.html",
+        "summary.csv",
+        "sweep.csv",
+        "scenario.toml",
+        "overrides.json",
+        "capacity.csv",
+        "capacity.html",
+        "evaluations.csv",
+    }
 )
 
 
@@ -114,66 +90,32 @@ def _write_data(
         if k not in order and k not in ("system", "folder", "scenario")
     ]
     columns = ["system", "folder", "scenario", *order, *dict.fromkeys(extra)]
-    table = pd.DataFrame(rows)
-    table.reindex(columns=[c for c in columns if c in table]).to_csv(
-        out_dir / "summary.csv", index=False
-    )
+    if rows:
+        table = pd.DataFrame(rows)
+        table.reindex(columns=[c for c in columns if c in table]).to_csv(
+            out_dir / "summary.csv", index=False
+        )
     if sweep is not None:
         sweep.to_csv(out_dir / "sweep.csv", index=False)
 
 
 def sweep_plots(sweep: pd.DataFrame, plot_dir: Path) -> list[Plot]:
-    """Latency-vs-rate and block-size plots for the axes the sweep table has (maybe none)."""
-    made = []
-    rate = sweep_column(sweep, RATE_COLUMN)
-    if rate is not None and "normalized_latency_mean_s" in sweep:
-        facet = other_axis(sweep, rate)
-        made.append(
-            Plot(
-                plots.plot_latency_vs_rate(
-                    sweep, plot_dir / "latency_vs_rate.png", rate_column=rate, facet=facet
-                ),
-                "Normalized latency vs request rate",
-                "Mean (solid) and p90 (dashed) end-to-end latency per output token as the arrival "
-                "rate grows; the knee is where a system runs out of capacity.",
-            )
-        )
-    block = sweep_column(sweep, "block_size")
-    if block is not None and sweep[block].nunique() > 1:
-        made.append(
-            Plot(
-                plots.plot_block_size_ablation(
-                    sweep, plot_dir / "block_size_ablation.png", block_column=block
-                ),
-                "Block-size ablation",
-                "KV waste and throughput against the paged block size (tokens per block).",
-            )
-        )
-    return made
+    """The sweep plots the table's axes call for (maybe none), drawn into `plot_dir`."""
+    jobs = sweep_plot_jobs(sweep)
+    draw_all(jobs, plot_dir, 1)
+    return [Plot(plot_dir / f"{job.stem}.png", job.title, job.caption) for job in jobs]
 
 
-def _make_plots(
-    results: Sequence[RunResult],
-    plot_dir: Path,
-    sweep: pd.DataFrame | None,
-    calibration: Mapping[str, object] | None,
-) -> list[Plot]:
-    made = [
-        Plot(fn(results, plot_dir / f"{stem}.png"), title, caption)
-        for stem, fn, title, caption in _RUN_PLOTS
-    ]
-    if sweep is not None:
-        made += sweep_plots(sweep, plot_dir)
-    if calibration:
-        made.append(
-            Plot(
-                plots.plot_calibration(calibration, plot_dir / "calibration.png"),
-                "Calibration curves",
-                "Kernel and GEMM times measured on the device (median with p10–p90), the fitted "
-                "profile the simulator uses, and the analytic roofline.",
-            )
-        )
-    return made
+def _calibration_job(calibration: Mapping[str, object]) -> PlotJob:
+    plots.parse_calibration(calibration)  # a malformed input fails here, not in a worker
+    return PlotJob(
+        "calibration",
+        "Calibration curves",
+        "Kernel and GEMM times measured on the device (median with p10–p90), the fitted "
+        "profile the simulator uses, and the analytic roofline.",
+        lambda path: plots.plot_calibration(calibration, path),
+        0.8,
+    )
 
 
 def write_report(
@@ -186,21 +128,29 @@ def write_report(
     findings: list[str] | None = None,
     sweep: pd.DataFrame | None = None,
     calibration: Mapping[str, object] | None = None,
+    detail: str | None = None,
+    num_workers: int | None = None,
 ) -> Path:
     """Write the report folder (see the module docstring) and return the path of report.html.
 
-    `findings` replaces the sentences otherwise derived from the summaries; `sweep` is a table
-    with one row per (system, sweep point) (columns: system, rate and/or block_size, summary
-    keys); `calibration` follows `reports.curves.parse_calibration`. Raises ValueError on no
-    results or a malformed calibration input.
+    A run report (no `sweep`): findings, the summary by system, the plots worth drawing. A
+    sweep report (`sweep`: one row per system and point, with the axes and summary keys) leads
+    with the sweep's findings, curves and table; `results` (maybe none) are then per-system
+    detail at one point, which `detail` names. `findings` replaces the derived sentences;
+    `calibration` follows `reports.calibration_plots.parse_calibration`; `num_workers` processes
+    draw the plots (default: one per CPU). Raises ValueError on nothing to report or a malformed
+    calibration input.
     """
-    if not results:
+    if not results and sweep is None:
         raise ValueError("write_report: no results to report")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    slugs = unique_slugs([r.system for r in results], reserved={PLOTS_DIR})
+    slugs = unique_slugs([r.system for r in results], reserved=RESERVED_NAMES)
     _write_data(results, slugs, out_dir, sweep)
-    made = _make_plots(results, out_dir / PLOTS_DIR, sweep, calibration)
+    run_jobs, notes = run_plot_jobs(results) if results else ([], [])
+    sweep_jobs = sweep_plot_jobs(sweep) if sweep is not None else []
+    extra = [_calibration_job(calibration)] if calibration else []
+    draw_all([*sweep_jobs, *run_jobs, *extra], out_dir / PLOTS_DIR, num_workers)
     (out_dir / INPUTS_FILE).write_text(
         json.dumps(
             {
@@ -210,27 +160,23 @@ def write_report(
                 "findings": findings,
                 "calibration": calibration,
                 "folders": slugs,
+                "detail": detail,
             },
             indent=2,
             default=_json_default,
         )
         + "\n"
     )
-    scenarios = sorted({r.scenario for r in results})
-    subtitle = f"Scenario {', '.join(scenarios)} · {len(results)} system(s): " + ", ".join(
-        r.system for r in results
-    )
-    sections = [
-        (
-            "findings",
-            "Headline findings",
-            findings_html(findings if findings is not None else derive_findings(results)),
-        ),
-        ("summary", "Summary by system", summary_table(results)),
-        ("plots", "Plots", figures_html(made)),
-    ]
-    if sweep is not None and not sweep.empty:
-        sections.append(("sweep", "Sweep", sweep_table(sweep)))
+
+    def made(jobs: Sequence[PlotJob]) -> list[Plot]:
+        return [Plot(out_dir / PLOTS_DIR / f"{j.stem}.png", j.title, j.caption) for j in jobs]
+
+    if sweep is None:
+        sections = _run_sections(results, findings, made(run_jobs + extra), notes)
+    else:
+        sections = _sweep_sections(
+            sweep, results, findings, made(sweep_jobs), made(run_jobs + extra), notes, detail
+        )
     sections += [
         ("scenario", "Scenario as run", f"<pre>{esc(scenario_text)}</pre>"),
         ("provenance", "Provenance", provenance_table(provenance, results)),
@@ -238,25 +184,104 @@ def write_report(
         ("glossary", "Glossary of metrics", glossary_html()),
     ]
     path = out_dir / "report.html"
-    path.write_text(page(title, subtitle, sections), encoding="utf-8")
+    path.write_text(page(title, _subtitle(results, sweep, detail), sections), encoding="utf-8")
     return path
+
+
+Section = tuple[str, str, str]  # (id, heading, inner HTML)
+
+
+def _subtitle(results: Sequence[RunResult], sweep: pd.DataFrame | None, detail: str | None) -> str:
+    scenarios = sorted({r.scenario for r in results})
+    systems = ", ".join(r.system for r in results)
+    if sweep is None:
+        return f"Scenario {', '.join(scenarios)} · {len(results)} system(s): {systems}"
+    axes = axis_columns(sweep)
+    points = len(sweep.drop_duplicates(subset=axes)) if axes else len(sweep)
+    text = f"Sweep of {points} point(s) over {', '.join(axes) or 'no axis'}"
+    if results:
+        text += f" · detail at {detail or 'one point'}: {systems}"
+    return text
+
+
+def _run_sections(
+    results: Sequence[RunResult], findings: list[str] | None, plots_: list[Plot], notes: list[str]
+) -> list[Section]:
+    return [
+        (
+            "findings",
+            "Headline findings",
+            findings_html(findings if findings is not None else derive_findings(results)),
+        ),
+        ("summary", "Summary by system", summary_table(results)),
+        ("plots", "Plots", figures_html(plots_) + notes_html(notes)),
+    ]
+
+
+def _sweep_sections(
+    sweep: pd.DataFrame,
+    results: Sequence[RunResult],
+    findings: list[str] | None,
+    curves: list[Plot],
+    detail_plots: list[Plot],
+    notes: list[str],
+    detail: str | None,
+) -> list[Section]:
+    facts = findings if findings is not None else derive_sweep_findings(sweep)
+    sections: list[Section] = [
+        ("findings", "Headline findings", findings_html(facts)),
+        ("curves", "Sweep curves", figures_html(curves) or "<p>No curve: no numeric axis.</p>"),
+        ("sweep", "Sweep table", sweep_table(sweep, curated=True)),
+    ]
+    if results:
+        where = detail or "one point"
+        intro = (
+            f"<p>Every system at one point of the sweep, <b>{esc(where)}</b>: the plots of a "
+            "single run. Other points: rerun with <code>--detail</code>.</p>"
+        )
+        sections += [
+            (
+                "detail",
+                f"Detail at {where}",
+                intro
+                + summary_table(results)
+                + figures_html(detail_plots, start=len(curves) + 1)
+                + notes_html(notes),
+            )
+        ]
+    else:
+        sections.append(
+            (
+                "detail",
+                "Detail at one point",
+                "<p>Per-system plots (memory over time, timelines, latency distributions) of one "
+                "point are drawn on request: <code>pagesim sweep ... --detail last</code> or "
+                "<code>--detail path=value</code>.</p>",
+            )
+        )
+    return sections
+
+
+def render_saved(saved: SavedReport, out_dir: Path) -> Path:
+    """Draw a report read back by `reports.saved.read_saved` into `out_dir`."""
+    inputs = saved.inputs
+    try:
+        return write_report(
+            saved.results,
+            out_dir,
+            title=inputs["title"],
+            scenario_text=inputs["scenario_text"],
+            provenance=inputs["provenance"],
+            findings=[str(f) for f in inputs["findings"]] if inputs["findings"] else None,
+            sweep=saved.sweep,
+            calibration=inputs["calibration"],
+            detail=str(inputs["detail"]) if inputs.get("detail") else None,
+        )
+    except ValueError as exc:  # a calibration input that does not parse
+        raise InputError(f"{INPUTS_FILE}: {exc}") from None
 
 
 def rerender_report(run_dir: Path, out_dir: Path | None = None) -> Path:
     """Re-render a report folder written by `write_report` from its CSV/JSON files (InputError
-    when `run_dir` has none)."""
-    if not (run_dir / INPUTS_FILE).is_file():
-        raise InputError(f"{run_dir}: no {INPUTS_FILE} inside; is this a `pagesim run` folder?")
-    inputs = json.loads((run_dir / INPUTS_FILE).read_text())
-    results = [RunResult.read(run_dir / folder) for folder in inputs["folders"]]
-    sweep_path = run_dir / "sweep.csv"
-    return write_report(
-        results,
-        out_dir or run_dir,
-        title=inputs["title"],
-        scenario_text=inputs["scenario_text"],
-        provenance=inputs["provenance"],
-        findings=inputs["findings"],
-        sweep=pd.read_csv(sweep_path) if sweep_path.exists() else None,
-        calibration=inputs["calibration"],
-    )
+    naming the file when one is missing, damaged or disagrees with the others)."""
+    return render_saved(read_saved(run_dir), out_dir or run_dir)

@@ -14,8 +14,10 @@ matplotlib.use("Agg")  # before pyplot: plots are files, never windows
 
 import matplotlib.pyplot as plt
 from matplotlib.axes import Axes
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogFormatter
+from PIL import Image
 
 DPI = 110
 WIDTH_IN = 10.0  # about 1100 px: the HTML page's content width
@@ -58,6 +60,17 @@ plt.rcParams.update(
 )
 
 
+def time_label(results: Sequence[Any]) -> str:
+    """The x-axis label of plots over a run (`results`: RunResults); it says so when a CPU
+    profile priced the steps, whose seconds are a CPU's, far slower than any GPU's (a toy of
+    four requests then spans thousands of simulated seconds)."""
+    for result in results:
+        model = result.provenance.get("execution_model")
+        if isinstance(model, dict) and model.get("device") == "cpu":
+            return f"{TIME_LABEL}; steps priced by a CPU profile, not a GPU"
+    return TIME_LABEL
+
+
 def system_color(index: int) -> str:
     return SYSTEM_COLORS[index % len(SYSTEM_COLORS)]
 
@@ -88,7 +101,14 @@ def no_data(ax: Axes, text: str) -> None:
 def figure(nrows: int, ncols: int, height_in: float, **kwargs: Any) -> Iterator[tuple[Figure, Any]]:
     """A figure with a grid of axes (always a 2-D array), closed however the block exits."""
     fig, axes = plt.subplots(
-        nrows, ncols, figsize=(WIDTH_IN, height_in), squeeze=False, layout="constrained", **kwargs
+        nrows,
+        ncols,
+        figsize=(WIDTH_IN, height_in),
+        dpi=DPI,
+        facecolor="white",
+        squeeze=False,
+        layout="constrained",
+        **kwargs,
     )
     try:
         yield fig, axes
@@ -97,8 +117,16 @@ def figure(nrows: int, ncols: int, height_in: float, **kwargs: Any) -> Iterator[
 
 
 def save(fig: Figure, path: Path) -> Path:
+    """Write the figure as PNG. One draw (layout and rendering together) and the canvas's
+    pixels encoded directly: `savefig` with a layout engine draws twice, once only to lay out,
+    which made it the report's largest cost; the pixels are the same."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=DPI, facecolor="white")
+    assert isinstance(fig.canvas, FigureCanvasAgg)  # reports draw with Agg (matplotlib.use)
+    canvas: Any = fig.canvas  # FigureCanvasAgg's draw and buffer_rgba are untyped
+    canvas.draw()
+    width, height = canvas.get_width_height(physical=True)
+    pixels = Image.frombuffer("RGBA", (width, height), canvas.buffer_rgba(), "raw", "RGBA", 0, 1)
+    pixels.save(path, format="png", dpi=(DPI, DPI))
     return path
 
 

@@ -12,11 +12,12 @@ import matplotlib
 matplotlib.use("Agg")  # before pyplot
 
 import numpy as np
+import pandas as pd
 from matplotlib.collections import PolyCollection
 from matplotlib.patches import Patch
 
 from pagesim.reports.frames import assign_lanes, numeric
-from pagesim.reports.style import TIME_LABEL, figure, label, legend_below, no_data, save
+from pagesim.reports.style import figure, label, legend_below, no_data, save, time_label
 from pagesim.simulator.metrics.result import RunResult
 
 PREFILL_COLOR = "#dd6b20"
@@ -41,12 +42,35 @@ def _bars(
     )
 
 
+def _span(window: pd.DataFrame) -> tuple[float, float] | None:
+    """(first admission, last finish) of the requests shown, or None when there are none."""
+    if window.empty:
+        return None
+    times = window[["admitted_s", "finish_s"]].to_numpy(dtype=float)
+    return float(times.min()), float(times.max())
+
+
+def _shared_span(spans: list[tuple[float, float] | None]) -> tuple[float, float] | None:
+    """One time axis for every panel when the systems' windows mostly overlap (the same
+    arrivals served side by side: one axis compares them); None when some window is under
+    half of their union (a capacity report's systems run at different rates: a shared axis
+    would squeeze the quick ones into a corner)."""
+    found = [s for s in spans if s is not None]
+    if not found:
+        return None
+    low, high = min(s[0] for s in found), max(s[1] for s in found)
+    if high <= low or all(s[1] - s[0] >= 0.5 * (high - low) for s in found):
+        return low, high
+    return None
+
+
 def plot_request_timeline(results: Sequence[RunResult], path: Path, max_requests: int = 50) -> Path:
     """Batch slots over time: each request a bar from admission to finish (prefill, then decode).
 
     Shows the first `max_requests` admitted requests of each system (a contiguous window keeps
     the slot picture true). Needs request columns request_id, admitted_s, first_token_s,
-    finish_s; num_preemptions (optional) hatches preempted requests.
+    finish_s; num_preemptions (optional) hatches preempted requests. Panels share one time
+    axis only when the systems' windows mostly overlap (see `_shared_span`).
     """
     chosen, lanes = [], []
     for result in results:
@@ -70,7 +94,9 @@ def plot_request_timeline(results: Sequence[RunResult], path: Path, max_requests
         lanes.append(assign_lanes(numeric(window, "admitted_s"), numeric(window, "finish_s")))
     heights = [max(3, int(lane.max()) + 1 if len(lane) else 3) for lane in lanes] or [3]
     total_in = min(16.0, 1.2 + 0.22 * sum(heights) + 0.6 * len(heights))
-    with figure(len(heights), 1, total_in, sharex=True, height_ratios=heights) as (fig, axes):
+    spans = [_span(w) for w in chosen]
+    shared = _shared_span(spans)
+    with figure(len(heights), 1, total_in, height_ratios=heights) as (fig, axes):
         for ax, result, window, lane in zip(axes[:, 0], results, chosen, lanes, strict=False):
             total = int(np.isfinite(numeric(result.requests, "admitted_s")).sum())
             shown = (
@@ -115,13 +141,13 @@ def plot_request_timeline(results: Sequence[RunResult], path: Path, max_requests
             ax.set_ylim(int(lane.max()) + 0.6, -0.6)
             ax.yaxis.get_major_locator().set_params(integer=True)
             ax.grid(axis="y", visible=False)
-        spans = [w[["admitted_s", "finish_s"]].to_numpy(dtype=float) for w in chosen if len(w)]
-        if spans:
-            low, high = float(min(s.min() for s in spans)), float(max(s.max() for s in spans))
+        for ax, span in zip(axes[:, 0], spans, strict=False):
+            low, high = shared or span or (0.0, 1.0)
             pad = 0.02 * (high - low) or 1.0
-            axes[0, 0].set_xlim(low - pad, high + pad)  # shared by every panel
-        axes[-1, 0].set_xlabel(TIME_LABEL)
-        fig.suptitle("Request timeline: batch slots over time")
+            ax.set_xlim(low - pad, high + pad)
+            ax.set_xlabel(time_label(results))
+        same = " (one time axis)" if shared and len(results) > 1 else ""
+        fig.suptitle(f"Request timeline: batch slots over time{same}")
         names = [
             "admitted → first token (prefill)",
             "first → last token (decode)",

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -29,3 +34,24 @@ def run_cli(capsys: pytest.CaptureFixture[str], *args: str) -> CliResult:
         sys.argv = argv
     captured = capsys.readouterr()
     return CliResult(code, captured.out, captured.err)
+
+
+@contextmanager
+def read_only(folder: Path) -> Iterator[None]:
+    """`folder` unwritable for this process: chmod 555, and as root (whom modes do not stop)
+    the immutable flag too; skips the test where neither can be had."""
+    folder.chmod(0o555)
+    immutable = False
+    try:
+        if os.geteuid() == 0:
+            done = subprocess.run(["chattr", "+i", str(folder)], capture_output=True, check=False)
+            if done.returncode != 0:
+                pytest.skip(
+                    "root, and chattr +i is not available here: cannot make a folder read-only"
+                )
+            immutable = True
+        yield
+    finally:
+        if immutable:
+            subprocess.run(["chattr", "-i", str(folder)], check=False)
+        folder.chmod(0o755)

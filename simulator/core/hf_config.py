@@ -27,12 +27,23 @@ from pagesim.simulator.core.model_spec import (
 Config = Mapping[str, object]
 
 
+# The largest shape a config.json may give (vocabularies, hidden sizes and context lengths of
+# real models are far below it): products of shapes stay exact, and convertible to float.
+MAX_CONFIG_INT = 10**9
+
+
 def _config_int(config: Config, path: Path, *keys: str, default: int | None = None) -> int:
     for key in keys:
         if key in config and config[key] is not None:
             value = config[key]
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise InputError(f"{path}: field {key!r} must be a positive integer, got {value!r}")
+                shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+                raise InputError(f"{path}: field {key!r} must be a positive integer, got {shown}")
+            if value > MAX_CONFIG_INT:
+                raise InputError(
+                    f"{path}: field {key!r} is {len(str(value))} digits long; "
+                    f"valid: 1 to {MAX_CONFIG_INT:,}"
+                )
             return value
     if default is not None:
         return default
@@ -48,6 +59,12 @@ def _read(path: Path) -> dict[str, object]:
         raise InputError(f"{path}: cannot read model config: {exc}") from None
     except json.JSONDecodeError as exc:
         raise InputError(f"{path}: not valid JSON (line {exc.lineno}): {exc.msg}") from None
+    except RecursionError:
+        raise InputError(
+            f"{path}: not a config.json: arrays or objects nested too deeply"
+        ) from None
+    except ValueError as exc:  # e.g. an integer beyond Python's digit limit
+        raise InputError(f"{path}: not valid JSON: {str(exc).split(';')[0]}") from None
     if not isinstance(config, dict):
         raise InputError(f"{path}: a config.json must hold a JSON object")
     text = config.get("text_config")
@@ -191,6 +208,11 @@ def load_hf_config(path: str | Path) -> ModelSpec:
             f"num_key_value_heads ({kv_heads})"
         )
     mla = _mla(config, path)
+    if "head_dim" not in config and mla is None and hidden < heads:
+        raise InputError(
+            f"{path}: hidden_size ({hidden}) is smaller than num_attention_heads ({heads}): "
+            "each head would have 0 dimensions; give head_dim or fix the shapes"
+        )
     default_head = hidden // heads if mla is None else mla.qk_nope_head_dim + mla.qk_rope_head_dim
     head_dim = _config_int(config, path, "head_dim", default=default_head)
     intermediate = _config_int(config, path, "intermediate_size", "ffn_dim", "n_inner")

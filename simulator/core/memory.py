@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True, slots=True)
 class MemoryBreakdown:
     """KV capacity in token slots; the five parts sum to `total_slots`. Shared blocks count once.
+
+    Beside the split, what sharing saved (in slots: the blocks' copies that sharing avoided, x
+    block size; not part of the capacity, and not compared by ==, which is about the split):
+    prefix_saved_slots by prefix-cache hits on blocks in use, fork_saved_slots by forked
+    sequences (parallel samples, beams). Contiguous allocators share nothing: 0.
 
     token_slots: hold KV of tokens already computed.
     reserved_slots: held for tokens a request will still produce (or scheduled, not yet computed).
@@ -24,6 +29,8 @@ class MemoryBreakdown:
     internal_frag_slots: int
     external_frag_slots: int
     free_slots: int
+    prefix_saved_slots: int = field(default=0, compare=False)
+    fork_saved_slots: int = field(default=0, compare=False)
 
     @property
     def total_slots(self) -> int:

@@ -40,6 +40,14 @@ SHAPE_FIELDS = (
 )
 
 
+# The longest a profiled piece of one step may take, per layer or per token (seconds): kernels
+# are measured in micro- to milliseconds, so a minute is already absurd. Larger values are
+# refused, since finite ones can still multiply (x layers, x tokens) into an infinite step.
+MAX_PROFILE_SECONDS = 60.0
+# Counts and rates (tokens, sequences, bytes per second) a profile may give.
+MAX_PROFILE_COUNT = 1e18
+
+
 class ProfileReader:
     """Typed access to a profile's JSON with one-line InputErrors naming file and key."""
 

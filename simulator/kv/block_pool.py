@@ -24,6 +24,13 @@ Duplicate content: V1 caches a block under its hash even when another block alre
 hash (`allow_duplicates`; v1/core/block_pool.py cache_full_blocks, BlockHashToBlockMap), and a
 lookup finds the oldest; V0 keeps the first and leaves the copy uncached. Every operation is O(1):
 deques and insertion-ordered dicts.
+
+Sharing saves memory: a block with ref_count r stands in for r copies, r - 1 of them saved. The
+pool counts the saved copies by cause, as references are taken: a prefix-cache hit on a block in
+use (`touch`) saves one for the prefix cache, a fork or a shared swap-in (`incref`) one for forks
+(`_fork_shares` says how many of a block's references came that way). When a shared block loses
+a reference, a fork's share goes first. A hit on an evictable block saves recomputation, not
+memory: that block had no other holder.
 """
 
 from __future__ import annotations
@@ -46,9 +53,12 @@ class BlockPool:
         "_allow_duplicates",
         "_blocks_of_hash",
         "_evictable",
+        "_fork_shares",
         "_free",
         "_hashes",
         "_is_lru",
+        "_num_fork_shares",
+        "_num_prefix_shares",
         "_num_used",
         "_ref_counts",
     )
@@ -76,6 +86,9 @@ class BlockPool:
         # hash -> the blocks cached under it, oldest first (one unless duplicates are allowed)
         self._blocks_of_hash: dict[int, dict[int, None]] = {}
         self._num_used = 0
+        self._fork_shares = [0] * num_blocks  # references taken by incref, per block
+        self._num_fork_shares = 0  # copies saved by forks: the sum of the above
+        self._num_prefix_shares = 0  # copies saved by prefix-cache hits on blocks in use
 
     # -- queries -------------------------------------------------------------------------------
 
@@ -103,6 +116,16 @@ class BlockPool:
         if not self._is_lru:
             return len(self._evictable)
         return sum(self._hashes[b] is not None for b in self._evictable)
+
+    @property
+    def num_prefix_saved_blocks(self) -> int:
+        """Copies of blocks that prefix-cache hits share instead of holding their own."""
+        return self._num_prefix_shares
+
+    @property
+    def num_fork_saved_blocks(self) -> int:
+        """Copies of blocks that forks (parallel samples, beams) share instead of holding."""
+        return self._num_fork_shares
 
     def ref_count(self, block: int) -> int:
         self._check_block(block)
@@ -199,6 +222,8 @@ class BlockPool:
         if self._ref_counts[block] == 0:
             raise KVCacheError(f"incref of free block {block}: allocate or touch it instead")
         self._ref_counts[block] += 1
+        self._fork_shares[block] += 1
+        self._num_fork_shares += 1
 
     def decref(self, block: int) -> int:
         """Drop one reference; at 0 the block goes to the tail of the eviction order.
@@ -211,7 +236,13 @@ class BlockPool:
             raise KVCacheError(f"decref of free block {block} (double free?)")
         ref_count -= 1
         self._ref_counts[block] = ref_count
-        if ref_count == 0:
+        if ref_count:  # a shared block lost a holder: one saved copy fewer, a fork's first
+            if self._fork_shares[block]:
+                self._fork_shares[block] -= 1
+                self._num_fork_shares -= 1
+            else:
+                self._num_prefix_shares -= 1
+        else:
             self._num_used -= 1
             if self._hashes[block] is None and not self._is_lru:
                 self._free.append(block)
@@ -227,6 +258,8 @@ class BlockPool:
         if self._ref_counts[block] == 0:
             del self._evictable[block]
             self._num_used += 1
+        else:
+            self._num_prefix_shares += 1  # another holder of a block in use: one copy saved
         self._ref_counts[block] += 1
 
     def cache_block(self, block: int, block_hash: int) -> bool:
@@ -305,6 +338,17 @@ class BlockPool:
             num_mapped += len(blocks)
         num_hashed = num_blocks - hashes.count(None)
         invariant(num_hashed == num_mapped, "a block holds a hash not in the map")
+        forks = self._fork_shares
+        invariant(sum(forks) == self._num_fork_shares, "fork shares disagree with their total")
+        if self._num_fork_shares:
+            invariant(
+                all(f <= max(0, r - 1) for f, r in zip(forks, refs, strict=True)),
+                "a block has more fork shares than references beyond its first",
+            )
+        invariant(
+            sum(refs) - num_used == self._num_fork_shares + self._num_prefix_shares,
+            "saved copies (references beyond each block's first) disagree with their causes",
+        )
 
     # -- internals -----------------------------------------------------------------------------
 

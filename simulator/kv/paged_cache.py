@@ -86,6 +86,16 @@ class PagedKVCache(PagedSlots):
         return self._swap_space.pool.num_free_blocks
 
     @property
+    def num_prefix_saved_blocks(self) -> int:
+        """GPU blocks prefix-cache hits share instead of holding copies (BlockPool's count)."""
+        return self._gpu.num_prefix_saved_blocks
+
+    @property
+    def num_fork_saved_blocks(self) -> int:
+        """GPU blocks forked sequences share instead of holding copies (BlockPool's count)."""
+        return self._gpu.num_fork_saved_blocks
+
+    @property
     def num_prefix_query_tokens(self) -> int:
         """Prompt tokens of every `add_seq` made with the prefix cache on (vLLM's 'queries')."""
         return self._num_prefix_query_tokens

@@ -312,6 +312,8 @@ class PagedSlots:
             internal_frag_slots=gpu.num_used_blocks * bs - computed - reserved,
             external_frag_slots=0,
             free_slots=gpu.num_free_blocks * bs,
+            prefix_saved_slots=gpu.num_prefix_saved_blocks * bs,  # O(1): the pool's counters
+            fork_saved_slots=gpu.num_fork_saved_blocks * bs,
         )
 
     def num_reserved_slots(self, seq_ids: Iterable[int] | None = None) -> int:

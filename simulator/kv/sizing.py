@@ -5,10 +5,12 @@ Everything is exact integer arithmetic on bytes; GiB (2^30 bytes) only for displ
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 
 from pagesim.simulator.core.catalog import GIB, GPUSpec, KVDtype, ModelSpec
 from pagesim.simulator.core.errors import InputError
+from pagesim.simulator.core.limits import MAX_COUNT, MAX_GIB
 from pagesim.simulator.core.model_spec import LayerKind
 from pagesim.simulator.kv.capacity import kv_budget_bytes, weight_bytes_per_gpu
 
@@ -61,6 +63,18 @@ class KVReport:
         return asdict(self)
 
 
+def gib_to_bytes(value: float, flag: str) -> int:
+    """A GiB figure from the command line as whole bytes; InputError unless finite, in range."""
+    if not (math.isfinite(value) and 0 <= value <= MAX_GIB):
+        raise InputError(f"{flag}: must be a number of GiB from 0 to {MAX_GIB:,.0f}, got {value}")
+    return int(value * GIB)
+
+
+def tensor_parallel_choices(model: ModelSpec) -> list[int]:
+    """Tensor-parallel degrees that split the model's attention heads evenly."""
+    return [tp for tp in range(1, model.num_heads + 1) if model.num_heads % tp == 0]
+
+
 def kv_report(
     model: ModelSpec,
     seq_lens: list[int],
@@ -76,12 +90,19 @@ def kv_report(
 ) -> KVReport:
     for name, value in (
         ("--seq-len", min(seq_lens) if seq_lens else 0),
+        ("--seq-len", max(seq_lens) if seq_lens else 1),
         ("--block-size", block_size),
         ("--batch-size", batch_size),
         ("--tp", tensor_parallel),
     ):
-        if value <= 0:
-            raise InputError(f"{name} must be a positive integer, got {value}")
+        if not 0 < value <= MAX_COUNT:
+            raise InputError(f"{name} must be a whole number from 1 to {MAX_COUNT:,}, got {value}")
+    if model.num_heads % tensor_parallel:
+        valid = ", ".join(map(str, tensor_parallel_choices(model)))
+        raise InputError(
+            f"--tp: {tensor_parallel} does not divide {model.name}'s {model.num_heads} attention "
+            f"heads; valid: {valid}"
+        )
     if not 0 < memory_utilization <= 1:
         raise InputError(f"--memory-utilization must be in (0, 1], got {memory_utilization}")
     if weight_bytes is not None and weight_bytes < 0:

@@ -68,6 +68,8 @@ class Recorder:
                 memory.internal_frag_slots,
                 memory.external_frag_slots,
                 memory.free_slots,
+                memory.prefix_saved_slots,
+                memory.fork_saved_slots,
                 scheduler.useful_slots(plan) / scheduler.batch_capacity,
                 cost.flops / (self._gpu.fp16_flops * duration) if duration > 0 else 0.0,
                 cost.bytes_moved / (self._gpu.mem_bandwidth_bps * duration)
@@ -160,6 +162,7 @@ def summarize(
         summary |= dict.fromkeys(shares)
         summary["peak_kv_used_share"] = summary["kv_waste_share"] = None
         summary["kv_waste_of_used_share"] = None
+    _add_sharing(summary, steps)
     has_window = steps.window_steps > 0
     for key in ("slot_utilization", "mfu", "mbu"):
         summary[key] = steps.time_average(key) if has_window else None
@@ -179,6 +182,35 @@ def summarize(
     summary["duration_s"] = end_s
     _add_rates(summary, requests, window, finished, end_s, window_tokens)
     return summary
+
+
+def _add_sharing(summary: dict[str, float | int | str | None], steps: StepTotals) -> None:
+    """Memory sharing saved (DESIGN.md: shared blocks count once, so what they would have taken
+    unshared is the saving): time-averaged shares of the KV capacity by cause, the peak, and
+    the saving as a share of what the requests would have held without sharing."""
+    total_slots = steps.total_kv_slots
+    keys = (
+        "kv_prefix_saved_share",
+        "kv_fork_saved_share",
+        "kv_saved_share",
+        "peak_kv_saved_share",
+        "kv_saved_of_unshared_share",
+    )
+    if not total_slots:
+        summary.update(dict.fromkeys(keys))
+        return
+    prefix = steps.time_average("kv_prefix_saved_slots")
+    fork = steps.time_average("kv_fork_saved_slots")
+    used = sum(
+        steps.time_average(c)
+        for c in ("kv_token_slots", "kv_reserved_slots", "kv_internal_frag_slots")
+    )
+    summary["kv_prefix_saved_share"] = prefix / total_slots
+    summary["kv_fork_saved_share"] = fork / total_slots
+    summary["kv_saved_share"] = (prefix + fork) / total_slots
+    summary["peak_kv_saved_share"] = steps.peak_kv_saved_slots / total_slots
+    unshared = used + prefix + fork
+    summary["kv_saved_of_unshared_share"] = (prefix + fork) / unshared if unshared > 0 else 0.0
 
 
 def _add_rates(

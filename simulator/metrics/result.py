@@ -61,6 +61,10 @@ STEP_COLUMNS: dict[str, str] = {
     "kv_internal_frag_slots": "KV slots held that will never be used",
     "kv_external_frag_slots": "free KV slots unusable by the next request (not contiguous)",
     "kv_free_slots": "free KV slots",
+    "kv_prefix_saved_slots": "KV slots prefix caching saved: copies of blocks in use that "
+    "prefix-cache hits share instead of holding (blocks x block size)",
+    "kv_fork_saved_slots": "KV slots forks saved: copies of blocks that forked sequences "
+    "(parallel samples, beams) share instead of holding (blocks x block size)",
     "slot_utilization": "useful batch slots / the policy's own batch capacity (static: its batch "
     "size; the others: max_num_seqs): how full its batches are, not comparable across policies "
     "and not GPU utilization (that is MFU and MBU)",

@@ -55,9 +55,19 @@ _KV = tuple(_COL[name] for name in KV_CATEGORIES)
 _USED = tuple(
     _COL[name] for name in ("kv_token_slots", "kv_reserved_slots", "kv_internal_frag_slots")
 )
+_SAVED = tuple(_COL[name] for name in ("kv_prefix_saved_slots", "kv_fork_saved_slots"))
 _AVERAGED = tuple(
     (name, _COL[name])
-    for name in (*KV_CATEGORIES, "slot_utilization", "mfu", "mbu", "num_seqs", "num_batch_requests")
+    for name in (
+        *KV_CATEGORIES,
+        "kv_prefix_saved_slots",
+        "kv_fork_saved_slots",
+        "slot_utilization",
+        "mfu",
+        "mbu",
+        "num_seqs",
+        "num_batch_requests",
+    )
 )
 
 
@@ -81,6 +91,7 @@ class StepTotals:
     num_cow_copies: int = 0
     total_kv_slots: float | None = None  # the five KV categories' sum (the same at every step)
     peak_kv_used_slots: float = 0.0
+    peak_kv_saved_slots: float = 0.0  # prefix + fork saved slots, at the step they peaked
     weighted: dict[str, float] = field(default_factory=dict)
     plain: dict[str, float] = field(default_factory=dict)
 
@@ -106,6 +117,8 @@ class StepTotals:
         self.window_busy_s += float(durations.sum())
         used = steps[:, list(_USED)].sum(axis=1)
         self.peak_kv_used_slots = max(self.peak_kv_used_slots, float(used.max()))
+        saved = steps[:, list(_SAVED)].sum(axis=1)
+        self.peak_kv_saved_slots = max(self.peak_kv_saved_slots, float(saved.max()))
         for name, i in _AVERAGED:
             self.weighted[name] = self.weighted.get(name, 0.0) + float(steps[:, i] @ durations)
             self.plain[name] = self.plain.get(name, 0.0) + float(steps[:, i].sum())

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from pagesim.simulator.core.errors import InputError, choices_text
-from pagesim.simulator.scenario.table import Ctx, display, is_file
+from pagesim.simulator.scenario.table import MAX_DEPTH, Ctx, deepest_key, display, is_file, suggest
 
 # The scenario library (package data).
 BUILTIN_DIR = Path(str(resources.files("pagesim.scenarios")))
@@ -28,7 +28,7 @@ def read_toml(path: Path) -> dict[str, Any]:
     except OSError as exc:
         ctx.fail("", f"cannot read: {exc.strerror or exc}")
     try:
-        return tomllib.loads(data.decode("utf-8"))
+        raw = tomllib.loads(data.decode("utf-8"))
     except UnicodeDecodeError as exc:
         line = data[: exc.start].count(b"\n") + 1
         ctx.fail("", f"not UTF-8 text (byte 0x{data[exc.start]:02x} at line {line})")
@@ -38,6 +38,10 @@ def read_toml(path: Path) -> dict[str, Any]:
         ctx.fail("", f"not valid TOML: {str(exc).split(';')[0]}")
     except RecursionError:
         ctx.fail("", "not valid TOML: arrays or tables nested too deeply")
+    deep = deepest_key(raw)
+    if deep is not None:
+        ctx.fail(deep, f"tables or arrays nested more than {MAX_DEPTH} deep: not a scenario key")
+    return raw
 
 
 def resolve_scenario(name_or_path: str | Path) -> Path:
@@ -49,9 +53,10 @@ def resolve_scenario(name_or_path: str | Path) -> Path:
     builtin = BUILTIN_DIR / f"{stem}.toml"
     if "/" not in stem and "\\" not in stem and is_file(builtin):
         return builtin
-    names = choices_text(name for name, _ in list_builtin())
+    builtins = [name for name, _ in list_builtin()]
     raise InputError(
-        f"{str(name_or_path)!r}: no such scenario file or built-in; built-ins: {names}"
+        f"{str(name_or_path)!r}: no such scenario file or built-in"
+        f"{suggest(Path(stem).name, builtins)}; built-ins: {choices_text(builtins)}"
     )
 
 
@@ -66,6 +71,24 @@ def list_builtin() -> list[tuple[str, str]]:
         lines = str(description).strip().splitlines()
         found.append((path.stem, lines[0].strip() if lines else ""))
     return found
+
+
+def scenario_text(name_or_path: str | Path) -> str:
+    """A scenario file's text, for `pagesim scenarios show`: it must be a readable UTF-8 text
+    file of a scenario file's size (a ScenarioError says why not)."""
+    path = resolve_scenario(name_or_path)
+    ctx = Ctx(display(path), path.parent)
+    try:
+        if path.stat().st_size > MAX_FILE_BYTES:
+            ctx.fail("", f"larger than {MAX_FILE_BYTES >> 20} MiB: not a scenario file")
+        data = path.read_bytes()
+    except OSError as exc:
+        ctx.fail("", f"cannot read: {exc.strerror or exc}")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        ctx.fail("", f"not UTF-8 text (byte 0x{data[exc.start]:02x} at line {line})")
 
 
 def scenario_to_toml_text(path: Path | str, overrides: Sequence[str] = ()) -> str:

@@ -164,7 +164,10 @@ def _optional_fraction(t: Table, name: str) -> float | None:
 
 
 def _execution(t: Table) -> ExecutionConfig:
-    kind = t.choice("kind", ExecutionKind, ExecutionKind.ROOFLINE)
+    # A profile given without a kind prices the steps: naming the file and silently keeping the
+    # roofline surprised users. kind = "roofline" beside a profile still checks it.
+    default = ExecutionKind.PROFILE if t.has("profile") else ExecutionKind.ROOFLINE
+    kind = t.choice("kind", ExecutionKind, default)
     if kind is ExecutionKind.PROFILE and not t.has("profile"):
         t.fail("profile", 'required key is missing: kind = "profile" needs a profile file')
     # A profile given with kind = "roofline" is still checked (by `_check_profile`), so that a
@@ -252,6 +255,7 @@ def _parse(raw: object, source: Path | None, check_sweep: bool) -> Scenario:
         sweep=read_sweep(top.table("sweep")),
         source=source,
     )
+    _check_profile(top.table("execution"), scenario)
     scenario = replace(scenario, systems=read_systems(top, scenario))
     _check_profile(top, scenario)
     for i, axis in enumerate(scenario.sweep if check_sweep else ()):

@@ -17,7 +17,15 @@ from typing import Any
 from pagesim.simulator.core.config import SweepAxis
 from pagesim.simulator.core.errors import InputError, choices_text
 from pagesim.simulator.scenario.schema import MAX_AXES, MAX_SWEEP_POINTS, SCHEMA
-from pagesim.simulator.scenario.table import Ctx, ScenarioError, Table, described, suggest
+from pagesim.simulator.scenario.table import (
+    MAX_DEPTH,
+    Ctx,
+    ScenarioError,
+    Table,
+    deepest_key,
+    described,
+    suggest,
+)
 
 _SEGMENT = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(?:\[(\d{1,6})\])?")
 
@@ -114,7 +122,11 @@ def parse_value(text: str) -> object:
         table = tomllib.loads(f"v = {text}")
     except (tomllib.TOMLDecodeError, ValueError, RecursionError):
         return text
-    return table["v"] if list(table) == ["v"] else text
+    if list(table) != ["v"]:
+        return text
+    if deepest_key(table["v"]) is not None:
+        raise InputError(f"value {text[:40]!r}: nested more than {MAX_DEPTH} deep")
+    return table["v"]
 
 
 def _split_assignment(text: str, what: str) -> tuple[str, str]:

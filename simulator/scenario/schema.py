@@ -15,7 +15,6 @@ from pagesim.simulator.core.config import (
     LengthKind,
 )
 
-MAX_COUNT = 10**9  # upper bound of counts and token lengths: big enough, small enough to compute
 MAX_AXES = 2
 MAX_SWEEP_POINTS = 10_000
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from pagesim.simulator.core.catalog import GIB
 from pagesim.simulator.core.config import (
     CONTIGUOUS_POLICIES,
     AdmissionOrder,
@@ -31,7 +32,8 @@ from pagesim.simulator.core.defaults import (
     v0_token_cap_reason,
 )
 from pagesim.simulator.core.errors import choices_text
-from pagesim.simulator.kv.capacity import no_kv_memory_reason
+from pagesim.simulator.core.limits import MAX_KV_BLOCKS
+from pagesim.simulator.kv.capacity import kv_capacity, no_kv_memory_reason
 from pagesim.simulator.scenario.schema import SYSTEM_KEYS
 from pagesim.simulator.scenario.table import Ctx, Table
 
@@ -56,7 +58,7 @@ SYSTEM_READERS: dict[str, Callable[[Table, str], Any]] = {
     "swap_space_gib": lambda t, k: t.number(k, hi=1e5),
     "static_batch_size": lambda t, k: t.integer(k, hi=1 << 20),
     "static_batch_timeout_s": lambda t, k: t.number(k, hi=1e9),
-    "num_kv_blocks": lambda t, k: t.integer(k),
+    "num_kv_blocks": lambda t, k: t.integer(k, hi=MAX_KV_BLOCKS),
     "execution": lambda t, k: t.choice(k, ExecutionKind),
     "defaults": lambda t, k: t.choice(k, DefaultsMode),
 }
@@ -143,3 +145,26 @@ def _check_system(
     reason = no_kv_memory_reason(scenario, s)
     if reason is not None:
         ctx.fail(at("gpu_memory_utilization"), reason)
+    capacity = kv_capacity(scenario, s)
+    if swaps and capacity.num_cpu_blocks == 0:
+        # Every swap would silently turn into a recompute.
+        need_gib = capacity.block_bytes / GIB
+        ctx.fail(
+            at("swap_space_gib"),
+            f"{s.swap_space_gib:g} GiB holds no KV block of {capacity.block_size} tokens "
+            f"({capacity.block_bytes:,} bytes), and preemption {knobs.preemption.value!r} swaps; "
+            f"give at least {need_gib:.3g} GiB",
+        )
+    for pool, num_blocks, field in (
+        ("GPU", capacity.num_gpu_blocks, "block_size"),
+        ("CPU swap", capacity.num_cpu_blocks, "swap_space_gib"),
+    ):
+        if num_blocks > MAX_KV_BLOCKS:
+            # Each block costs the simulator about 70 bytes of host memory: 10^8 blocks would
+            # take gigabytes and minutes before the first step.
+            ctx.fail(
+                at(field),
+                f"the {pool} pool would hold {num_blocks:,} KV blocks (block_size "
+                f"{s.block_size}), more than the simulator's limit of {MAX_KV_BLOCKS:,}; use a "
+                "larger block_size or less memory",
+            )

@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from pagesim.simulator.core.errors import InputError, choices_text
-from pagesim.simulator.scenario.schema import MAX_COUNT, Schema
+from pagesim.simulator.core.limits import MAX_COUNT
+from pagesim.simulator.scenario.schema import Schema
 from pagesim.simulator.scenario.toml_writer import toml_key
 
 
@@ -89,6 +90,26 @@ def display(path: Path) -> str:
         return str(path.resolve().relative_to(Path.cwd()))
     except (ValueError, OSError, RuntimeError):
         return str(path)
+
+
+MAX_DEPTH = 16  # tables and arrays nested in a scenario: its schema needs 4 at most
+
+
+def deepest_key(data: object, limit: int = MAX_DEPTH) -> str | None:
+    """The dotted key of a value nested more than `limit` tables or arrays deep (shortened), or
+    None. Iterative: a hostile file may nest thousands deep."""
+    stack: list[tuple[object, str, int]] = [(data, "", 0)]
+    while stack:
+        value, where, depth = stack.pop()
+        if depth > limit:
+            return where if len(where) <= 60 else where[:57] + "..."
+        if isinstance(value, dict):
+            stack.extend(
+                (v, f"{where}.{k}" if where else str(k), depth + 1) for k, v in value.items()
+            )
+        elif isinstance(value, list):
+            stack.extend((v, f"{where}[{i}]", depth + 1) for i, v in enumerate(value))
+    return None
 
 
 def is_file(path: Path) -> bool:

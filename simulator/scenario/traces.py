@@ -11,11 +11,13 @@ from __future__ import annotations
 import csv
 import functools
 import math
+import stat as stat_mode
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from pagesim.simulator.core.errors import choices_text
+from pagesim.simulator.core.limits import MAX_COUNT
 from pagesim.simulator.scenario.table import Ctx, Table, display, is_file
 from pagesim.simulator.workload.trace_files import BUILTIN_TRACES
 
@@ -38,8 +40,8 @@ def _cell_problems(cell: str, last: float) -> tuple[bool, bool, float]:
         number = float(cell)
     except ValueError:
         return True, True, last
-    is_finite = math.isfinite(number)
-    return not (is_finite and number >= 1 and number.is_integer()), not number >= last, number
+    is_count = 1 <= number <= MAX_COUNT and number.is_integer()  # NaN and inf fail too
+    return not is_count, not number >= last, number
 
 
 @functools.lru_cache(maxsize=32)
@@ -59,7 +61,9 @@ def _read_csv(path: str, _mtime_ns: int, _size: int) -> CsvInfo | str:
                 if not row:
                     continue  # a blank line
                 num_rows += 1
-                if len(row) < len(header):
+                if len(row) != len(header):
+                    # One field more would make pandas take the first column as the index and
+                    # shift every other one: refused, like one field less.
                     return f"line {rows.line_num} has {len(row)} fields, the header {len(header)}"
                 for column, cell in zip(header, row, strict=False):
                     bad_tokens, bad_time, last[column] = _cell_problems(cell, last[column])
@@ -83,6 +87,9 @@ def check_csv(
         stat = path.stat()
     except (OSError, ValueError):
         ctx.fail(key, f"no such file {shown!r}")
+    if not stat_mode.S_ISREG(stat.st_mode):
+        # A FIFO or a device would block or never end: only regular files are read.
+        ctx.fail(key, f"{shown!r} is not a regular file (a folder, FIFO or device?)")
     if stat.st_size > MAX_TRACE_BYTES:
         ctx.fail(key, f"{shown!r} is larger than {MAX_TRACE_BYTES >> 20} MiB")
     info = _read_csv(str(path), stat.st_mtime_ns, stat.st_size)
@@ -91,7 +98,7 @@ def check_csv(
     if info.num_rows == 0:
         ctx.fail(key, f"{shown!r} has no rows")
     for columns, problems, wanted in (
-        (tokens, info.not_tokens, "a whole number of tokens >= 1"),
+        (tokens, info.not_tokens, f"a whole number of tokens from 1 to {MAX_COUNT:,}"),
         (times, info.not_times, "a finite time at or after the previous row's"),
     ):
         for column in columns:

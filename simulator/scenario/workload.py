@@ -21,8 +21,9 @@ from pagesim.simulator.core.config import (
     WorkloadConfig,
 )
 from pagesim.simulator.core.errors import choices_text
+from pagesim.simulator.core.limits import MAX_COUNT
 from pagesim.simulator.core.request import SamplingKind
-from pagesim.simulator.scenario.schema import LENGTH_USES, MAX_COUNT, SCHEMA
+from pagesim.simulator.scenario.schema import LENGTH_USES, SCHEMA
 from pagesim.simulator.scenario.table import REQUIRED, Table, display
 from pagesim.simulator.scenario.traces import check_csv, trace_file
 from pagesim.simulator.workload.trace_files import (

@@ -18,6 +18,8 @@ from typing import Any, Protocol
 from pagesim.simulator.core.errors import InputError, PagesimError, choices_text
 from pagesim.simulator.studies.points import Evaluate, PointOutcome, PointTask
 
+MAX_JOBS = 1024  # worker processes: beyond any one machine, and below the OS's limits
+
 
 class ExecutorKind(Enum):
     LOCAL = "local"  # a process pool on this machine (in-process with one job)
@@ -64,6 +66,7 @@ class ProcessExecutor:
         else:  # Windows
             context = multiprocessing.get_context("spawn")
         self._pool = ProcessPoolExecutor(max_workers=jobs, mp_context=context)
+        self._is_stopped_early = False
 
     def run(self, tasks: Sequence[PointTask], evaluate: Evaluate) -> Iterator[PointOutcome]:
         futures: dict[Future[PointOutcome], PointTask] = {
@@ -84,9 +87,24 @@ class ProcessExecutor:
         finally:
             for future in pending:
                 future.cancel()
+            # Left early (Ctrl-C, SIGTERM, a failed point): workers may be mid-simulation.
+            self._is_stopped_early |= bool(pending)
 
     def close(self) -> None:
-        self._pool.shutdown(wait=True, cancel_futures=True)
+        """Shut the pool down: wait for idle workers to exit; after a run left early, stop the
+        busy ones at once (a point may take minutes, and nobody waits for its result)."""
+        if not self._is_stopped_early:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            return
+        # The workers by pid: ProcessPoolExecutor has no public way to stop busy ones before
+        # Python 3.14's terminate_workers().
+        workers = list(getattr(self._pool, "_processes", {}).values())
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        for worker in workers:
+            if worker.is_alive():
+                worker.terminate()
+        for worker in workers:
+            worker.join(timeout=10)
 
 
 def _start_fork_server() -> None:
@@ -163,22 +181,33 @@ class RayExecutor:
             self._ray.shutdown()
 
 
-def make_executor(
+def check_executor(
     kind: str | ExecutorKind = ExecutorKind.LOCAL,
     jobs: int | None = None,
     address: str | None = None,
-) -> PointExecutor:
-    """`--executor`, `--jobs` and `--address` as an executor; InputError on bad values."""
+) -> ExecutorKind:
+    """`--executor`, `--jobs` and `--address` checked (InputError on bad values), before any
+    work starts; returns the kind."""
     if isinstance(kind, str):
         try:
             kind = ExecutorKind(kind)
         except ValueError:
             valid = choices_text(k.value for k in ExecutorKind)
             raise InputError(f"--executor: unknown executor {kind!r}; valid: {valid}") from None
-    if jobs is not None and jobs < 1:
-        raise InputError(f"--jobs: must be at least 1, got {jobs}")
+    if jobs is not None and not 1 <= jobs <= MAX_JOBS:
+        raise InputError(f"--jobs: must be from 1 to {MAX_JOBS}, got {jobs}")
     if address is not None and kind is not ExecutorKind.RAY:
         raise InputError("--address: only with --executor ray")
+    return kind
+
+
+def make_executor(
+    kind: str | ExecutorKind = ExecutorKind.LOCAL,
+    jobs: int | None = None,
+    address: str | None = None,
+) -> PointExecutor:
+    """`--executor`, `--jobs` and `--address` as an executor; InputError on bad values."""
+    kind = check_executor(kind, jobs, address)
     if kind is ExecutorKind.RAY:
         return RayExecutor(jobs, address)
     jobs = jobs or os.cpu_count() or 1

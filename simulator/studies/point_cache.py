@@ -16,30 +16,71 @@ from pathlib import Path
 from typing import Any
 
 from pagesim import __version__
+from pagesim.simulator.core.errors import InputError
 from pagesim.simulator.metrics.result import RunResult
 from pagesim.simulator.studies.points import Point, PointOutcome
 
 CACHE_DIR = "cache"  # under a sweep's --out folder
+# Keys every simulated summary holds, as whole numbers: an entry without them is not ours.
+_COUNT_KEYS = ("num_requests", "num_finished", "num_rejected", "num_steps")
+
+
+def is_valid_summary(summary: object) -> bool:
+    """A summary as `evaluate_point` returns it: names to None or numbers, never NaN (an
+    infinite queueing delay is a legitimate value), with the counts every run has."""
+    if not isinstance(summary, dict):
+        return False
+    for key, value in summary.items():
+        if not isinstance(key, str) or isinstance(value, bool):
+            return False
+        if value is not None and not (isinstance(value, int | float) and value == value):
+            return False
+    return all(isinstance(summary.get(k), int) and summary[k] >= 0 for k in _COUNT_KEYS)
+
+
+def _remove(path: Path) -> None:
+    """Whatever sits at `path` in the cache's own namespace (a damaged entry), gone."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    elif path.exists() or path.is_symlink():
+        path.unlink()
 
 
 class PointCache:
-    """`<folder>/<key>.json` per point (and `<key>/` frames for some); see the module docstring."""
+    """`<folder>/<key>.json` per point (and `<key>/` frames for some); see the module docstring.
+
+    A damaged entry (unreadable, not a summary, NaN in it, a folder where a file belongs) is a
+    missing one: the point is simulated again and the entry rewritten.
+    """
 
     def __init__(self, folder: Path) -> None:
         self.folder = Path(folder)
 
+    def prepare(self) -> None:
+        """Make the folder, or say (InputError) why points could not be cached there: checked
+        before anything is simulated."""
+        where = f"the sweep cache {self.folder}"
+        if self.folder.exists() and not self.folder.is_dir():
+            raise InputError(f"{where} is not a folder; move it away (it holds cached points)")
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            with tempfile.NamedTemporaryFile(dir=self.folder, prefix=".probe-"):
+                pass
+        except OSError as exc:
+            raise InputError(f"cannot write {where}: {exc.strerror or exc}") from None
+
     def summary(self, key: str) -> dict[str, Any] | None:
         try:
             payload = json.loads((self.folder / f"{key}.json").read_text())
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):
             return None  # absent, or torn by something other than us: simulate it again
         summary = payload.get("summary") if isinstance(payload, dict) else None
-        return summary if isinstance(summary, dict) else None
+        return summary if is_valid_summary(summary) else None
 
     def frames(self, key: str) -> RunResult | None:
         try:
             return RunResult.read(self.folder / key)
-        except (OSError, ValueError, KeyError):
+        except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
             return None
 
     def put(self, point: Point, outcome: PointOutcome) -> None:
@@ -47,7 +88,7 @@ class PointCache:
         if outcome.result is not None:
             staging = Path(tempfile.mkdtemp(dir=self.folder, prefix=".frames-"))
             outcome.result.write(staging)
-            shutil.rmtree(self.folder / point.key, ignore_errors=True)
+            _remove(self.folder / point.key)
             os.replace(staging, self.folder / point.key)
         payload = {
             "key": point.key,
@@ -62,4 +103,7 @@ class PointCache:
         fd, tmp = tempfile.mkstemp(dir=self.folder, prefix=".point-", suffix=".json")
         with os.fdopen(fd, "w") as f:
             f.write(text)
-        os.replace(tmp, self.folder / f"{point.key}.json")
+        entry = self.folder / f"{point.key}.json"
+        if entry.is_dir() and not entry.is_symlink():
+            _remove(entry)
+        os.replace(tmp, entry)

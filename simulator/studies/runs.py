@@ -35,9 +35,16 @@ from pagesim.simulator.studies.capacity_search import (
     configurations,
     search_capacity,
 )
-from pagesim.simulator.studies.executors import make_executor
+from pagesim.simulator.studies.executors import check_executor, make_executor
 from pagesim.simulator.studies.point_cache import CACHE_DIR, PointCache
-from pagesim.simulator.studies.sweep import SweepRun, plan_sweep, run_points, run_sweep
+from pagesim.simulator.studies.points import Point
+from pagesim.simulator.studies.sweep import (
+    SweepRun,
+    plan_sweep,
+    run_points,
+    run_sweep,
+    select_detail,
+)
 
 Advance = Callable[[int], None]
 Progress = Callable[[int, str], AbstractContextManager[Advance]]
@@ -59,20 +66,39 @@ class ScenarioRun:
     results: list[RunResult]  # one per system, in the file's order
 
 
-def run_scenario(
-    name: str | Path, overrides: Sequence[str] = (), progress: Progress = no_progress
-) -> ScenarioRun:
-    """Load a scenario (a file or a built-in name) with `overrides` and simulate every system."""
+@dataclass(frozen=True)
+class LoadedScenario:
+    """A scenario file read, overridden and validated: ready to simulate."""
+
+    path: Path
+    scenario: Scenario
+    overrides: list[str]
+
+
+def load_run(name: str | Path, overrides: Sequence[str] = ()) -> LoadedScenario:
+    """Resolve and validate a scenario (a file or a built-in name) with `overrides`."""
+    path = resolve_scenario(name)
+    return LoadedScenario(path, load_scenario(path, list(overrides)), list(overrides))
+
+
+def simulate_run(loaded: LoadedScenario, progress: Progress = no_progress) -> ScenarioRun:
+    """Simulate every system of a loaded scenario, in the file's order."""
     from pagesim.simulator.engine import simulate
 
-    path = resolve_scenario(name)
-    scenario = load_scenario(path, list(overrides))
+    scenario = loaded.scenario
     results = []
     with progress(len(scenario.systems), f"simulating {scenario.name}") as advance:
         for system in scenario.systems:
             results.append(simulate(scenario, system))
             advance(1)
-    return ScenarioRun(path, scenario, list(overrides), results)
+    return ScenarioRun(loaded.path, scenario, loaded.overrides, results)
+
+
+def run_scenario(
+    name: str | Path, overrides: Sequence[str] = (), progress: Progress = no_progress
+) -> ScenarioRun:
+    """Load a scenario (a file or a built-in name) with `overrides` and simulate every system."""
+    return simulate_run(load_run(name, overrides), progress)
 
 
 @dataclass(frozen=True)
@@ -162,7 +188,7 @@ def _host_knob(scenario: Scenario, system: SystemConfig) -> ResolvedKnob:
 
 
 def sweep_scenario(
-    name: str | Path,
+    name: str | Path | Sequence[Point],
     out: Path,
     overrides: Sequence[str] = (),
     params: Sequence[str] = (),
@@ -172,14 +198,30 @@ def sweep_scenario(
     address: str | None = None,
     use_cache: bool = True,
     progress: Progress = no_progress,
+    detail: str | None = None,
 ) -> SweepRun:
-    """Plan a sweep (the file's [sweep] unless `params` are given) and run it on `executor`,
-    cached under `out/cache`; the executor is closed however the sweep ends."""
-    points = plan_sweep(resolve_scenario(name), list(overrides), list(params))
+    """Plan a sweep (the file's [sweep] unless `params` are given; or take the points
+    `plan_sweep` made) and run it on `executor`, cached under `out/cache`, keeping the frames
+    of the point `detail` names (`sweep.select_detail`); the executor is closed however the
+    sweep ends."""
+    if isinstance(name, str | Path):
+        points = plan_sweep(resolve_scenario(name), list(overrides), list(params))
+    else:
+        points = list(name)
+    chosen = select_detail(points, detail)
+    check_executor(executor, jobs, address)
+    PointCache(out / CACHE_DIR).prepare()
     pool = make_executor(executor, jobs, address)
     try:
         with progress(len(points), f"sweeping {points[0].scenario.name}") as advance:
-            return run_sweep(points, out, pool, use_cache=use_cache, on_record=lambda _: advance(1))
+            return run_sweep(
+                points,
+                out,
+                pool,
+                use_cache=use_cache,
+                on_record=lambda _: advance(1),
+                detail=chosen,
+            )
     finally:
         pool.close()
 
@@ -201,7 +243,7 @@ class CapacityStudy:
 
 
 def study_capacity(
-    name: str | Path,
+    name: str | Path | Sequence[Config],
     out: Path,
     overrides: Sequence[str] = (),
     params: Sequence[str] = (),
@@ -220,9 +262,14 @@ def study_capacity(
 ) -> CapacityStudy:
     """Search every configuration's highest sustainable rate (cached under `out/cache`), then
     rerun the best ones at that rate for their frames; see `capacity_search`."""
-    configs = configurations(resolve_scenario(name), list(overrides), list(params))
+    if isinstance(name, str | Path):
+        configs = configurations(resolve_scenario(name), list(overrides), list(params))
+    else:
+        configs = list(name)
+    check_executor(executor, jobs, address)
     criteria = Criteria(slo_share, max_queue_delay_s)
     cache = PointCache(out / CACHE_DIR)
+    cache.prepare()
     pool = make_executor(executor, jobs, address)
     try:
         search = search_capacity(

@@ -142,13 +142,61 @@ def _failure(
 
 @dataclass
 class SweepRun:
-    """A finished sweep: the merged table, and the frames of its last point for the report."""
+    """A finished sweep: the merged table, and the frames of the point asked for in detail."""
 
     table: pd.DataFrame
-    last_results: list[RunResult]
-    last_scenario: Scenario
+    detail_results: list[RunResult]  # every system at the detail point; none unless asked
+    detail_scenario: Scenario  # the detail point's scenario (the last point's without one)
     first_scenario: Scenario
     points: PointsRun
+    detail_axes: dict[str, object] = field(default_factory=dict)  # the detail point's values
+
+    @property
+    def detail_label(self) -> str | None:
+        """'path = value, ...' of the detail point, or None without one."""
+        if not self.detail_results:
+            return None
+        return ", ".join(f"{k} = {v}" for k, v in self.detail_axes.items()) or "the point"
+
+
+def select_detail(points: Sequence[Point], text: str | None) -> list[Point]:
+    """The points (one per system) of the variant `text` names: `first`, `last`, or
+    `path=value[,path=value]` matching its axis values; none for None. InputError listing the
+    points there are when nothing matches."""
+    if text is None:
+        return []
+    variants = list(dict.fromkeys(id(p.scenario) for p in points))
+    if text in ("first", "last"):
+        chosen = variants[0 if text == "first" else -1]
+        return [p for p in points if id(p.scenario) == chosen]
+    wanted: dict[str, str] = {}
+    for part in text.split(","):
+        path, sep, value = part.partition("=")
+        if not sep or not path.strip():
+            raise InputError(f"--detail {text!r}: expected first, last or path=value[,path=value]")
+        wanted[path.strip()] = value.strip()
+    found = [p for p in points if _matches(p.axes, wanted)]
+    if not found:
+        there = "; ".join(
+            dict.fromkeys(", ".join(f"{k}={v}" for k, v in p.axes.items()) for p in points)
+        )
+        raise InputError(f"--detail {text!r}: no such point; the points: {there}")
+    chosen = id(found[0].scenario)
+    return [p for p in points if id(p.scenario) == chosen]
+
+
+def _matches(axes: dict[str, object], wanted: dict[str, str]) -> bool:
+    for path, value in wanted.items():
+        if path not in axes:
+            return False
+        have = axes[path]
+        try:
+            if float(value) != float(have):  # type: ignore[arg-type]
+                return False
+        except (TypeError, ValueError):
+            if str(have) != value.strip("'\""):
+                return False
+    return True
 
 
 def plan_sweep(
@@ -166,19 +214,22 @@ def run_sweep(
     use_cache: bool = True,
     on_record: Callable[[PointRecord], None] | None = None,
     evaluate: Evaluate = evaluate_point,
+    detail: Sequence[Point] = (),
 ) -> SweepRun:
-    """Run `points` (from `plan_sweep`), cached under `out/cache`; the last variant's points keep
-    their frames for the report's per-system plots."""
-    last = points[-1].scenario
-    last_keys = [p.key for p in points if p.scenario is last]
+    """Run `points` (from `plan_sweep`), cached under `out/cache`; the `detail` points (from
+    `select_detail`) keep their frames for the report's per-system plots."""
+    detail_keys = [p.key for p in detail]
+    cache = PointCache(Path(out) / CACHE_DIR)
+    cache.prepare()  # a cache that cannot be written fails here, before anything is simulated
     run = run_points(
         points,
         executor,
-        cache=PointCache(Path(out) / CACHE_DIR),
+        cache=cache,
         use_cache=use_cache,
-        frames_for=last_keys,
+        frames_for=detail_keys,
         on_record=on_record,
         evaluate=evaluate,
     )
-    results = [run.frames[key] for key in last_keys]
-    return SweepRun(run.table(), results, last, points[0].scenario, run)
+    results = [run.frames[key] for key in detail_keys]
+    shown = detail[0] if detail else points[-1]
+    return SweepRun(run.table(), results, shown.scenario, points[0].scenario, run, shown.axes)

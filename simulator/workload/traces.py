@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from pagesim.simulator.core.errors import InputError, choices_text
+from pagesim.simulator.core.limits import MAX_COUNT
 from pagesim.simulator.workload.checks import bad_int
 from pagesim.simulator.workload.trace_files import (
     ARRIVAL_COLUMN,
@@ -44,7 +45,9 @@ def resolve_trace(name_or_path: str | Path, field: str = "trace") -> Path:
 @functools.lru_cache(maxsize=16)
 def _read_csv_cached(path: str, mtime_ns: int, size: int) -> pd.DataFrame:
     # Keyed on mtime and size so an edited file is read again. Callers never mutate the frame.
-    return pd.read_csv(path)
+    # index_col=False: a row with a field more than the header must not turn the first column
+    # into the index (shifting every other one); the scenario check refuses such rows first.
+    return pd.read_csv(path, index_col=False)
 
 
 def read_csv(path: Path, field: str) -> pd.DataFrame:
@@ -69,15 +72,16 @@ def _require_column(frame: pd.DataFrame, column: str, path: Path, field: str) ->
 def token_column(
     frame: pd.DataFrame, column: str, path: Path, field: str, first_row: int = 0
 ) -> np.ndarray:
-    """The column as int64 [rows]; every value must be a whole number >= 1 (tokens)."""
+    """The column as int64 [rows]; every value must be a whole number from 1 to MAX_COUNT
+    (tokens; beyond it int64 arithmetic on lengths could overflow)."""
     _require_column(frame, column, path, field)
     values = pd.to_numeric(frame[column], errors="coerce").to_numpy(dtype=np.float64)
-    bad = ~np.isfinite(values) | (values < 1) | (values != np.rint(values))
+    bad = ~np.isfinite(values) | (values < 1) | (values > MAX_COUNT) | (values != np.rint(values))
     if bad.any():
         i = int(np.argmax(bad))
         raise InputError(
             f"{field}: {path}, column {column!r}, line {first_row + i + 2}: "
-            f"{frame[column].iloc[i]!r} is not a positive whole number of tokens"
+            f"{frame[column].iloc[i]!r} is not a whole number of tokens from 1 to {MAX_COUNT:,}"
         )
     return values.astype(np.int64)
 

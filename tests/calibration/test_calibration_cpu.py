@@ -184,7 +184,7 @@ def test_numpy_backend_decode_is_the_reference() -> None:
 
 def test_profile_renders_as_calibration_panels(cpu_profile: Path) -> None:
     from pagesim.calibration.profile import calibration_panels
-    from pagesim.reports.curves import parse_calibration
+    from pagesim.reports.calibration_plots import parse_calibration
 
     device, panels = parse_calibration(calibration_panels(cpu_profile))
     assert device == "cpu" and len(panels) == 4

@@ -37,7 +37,7 @@ FLAGS = (
     "--disable-sync",
 )
 TIMEOUT_S = 90
-NUM_PLOTS = 9  # six per-run plots, two sweep plots, calibration
+NUM_PLOTS = 10  # seven per-run plots (sharing and preemptions shown), two sweep plots, calibration
 
 CHECKER = """<script>
 window.__pagesimErrors = [];
@@ -198,3 +198,56 @@ def test_blank_detector_rejects_flat_images() -> None:
     page = np.ones((200, 300, 3))
     page[40:60, 20:280] = 0.1  # a line of text
     assert not is_blank(page)
+
+
+# Issue 14 item 9: the provenance key column was squeezed to two characters (`pagesim_version`
+# wrapped letter by letter) and the sweep table's headers wrapped mid-word. A column is readable
+# when every cell is at least as wide as its longest word, as Chromium lays the page out.
+TABLE_CHECKER = """<script>
+window.addEventListener("load", function () {
+  var g = document.createElement("canvas").getContext("2d"), narrow = [], cells = 0;
+  ["provenance", "sweep"].forEach(function (id) {
+    var section = document.getElementById(id);
+    if (!section) { narrow.push("no section " + id); return; }
+    section.querySelectorAll("th, td").forEach(function (cell) {
+      var style = getComputedStyle(cell);
+      g.font = style.font;
+      var room = cell.clientWidth - parseFloat(style.paddingLeft) - parseFloat(style.paddingRight);
+      cell.textContent.split(/\\s+/).forEach(function (word) {
+        var need = g.measureText(word).width;
+        cells++;
+        if (need > room + 1) {
+          narrow.push(id + ": '" + word + "' needs " + need.toFixed(0) + " px, has " + room);
+        }
+      });
+    });
+  });
+  var out = document.createElement("pre");
+  out.id = "pagesim-tables";
+  out.textContent = JSON.stringify({words: cells, narrow: narrow});
+  document.body.appendChild(out);
+});
+</script>"""
+SQUEEZED = "<style>th{overflow-wrap:anywhere;max-width:24px}</style>"  # the old, broken layout
+
+
+def narrow_columns(page: Path, work: Path, extra: str = "") -> tuple[int, list[str]]:
+    """(words measured, the cells of the provenance and sweep tables narrower than a word)."""
+    copy = page.with_name(f"tables-{page.name}")
+    copy.write_text(page.read_text().replace("<head>", "<head>" + TABLE_CHECKER + extra, 1))
+    run = chromium(
+        ["--virtual-time-budget=10000", "--window-size=1280,2000", "--dump-dom", copy.as_uri()],
+        work / "profile-tables",
+    )
+    found = re.search(r'<pre id="pagesim-tables">(.*?)</pre>', run.stdout, re.S)
+    assert found, f"the table checker never reported (rc {run.returncode}):\n{run.stderr[-2000:]}"
+    verdict = json.loads(html.unescape(found.group(1)))
+    return verdict["words"], verdict["narrow"]
+
+
+def test_provenance_and_sweep_tables_are_readable(report: Path, tmp_path: Path) -> None:
+    words, narrow = narrow_columns(report, tmp_path)
+    assert words > 100 and narrow == []
+    _, squeezed = narrow_columns(report, tmp_path / "squeezed", SQUEEZED)
+    for section in ("provenance", "sweep"):  # the check fails on the old layout
+        assert any(line.startswith(f"{section}: ") for line in squeezed), squeezed

@@ -27,7 +27,7 @@ from report_helpers import (
     write_synthetic_report,
 )
 
-from pagesim.reports import plots, render
+from pagesim.reports import plot_jobs, plots
 from pagesim.reports.curves import other_axis, sweep_column
 from pagesim.reports.findings import derive_findings
 from pagesim.reports.frames import (
@@ -81,6 +81,7 @@ def test_write_report_writes_every_file(report: Path, results: list[RunResult]) 
     expected = {
         "kv_memory",
         "waste_breakdown",
+        "memory_saved",
         "utilization",
         "request_timeline",
         "latency_cdfs",
@@ -128,9 +129,13 @@ def test_html_escapes_every_embedded_string(report: Path) -> None:
 
 def test_html_has_the_sections_a_reader_needs(report: Path) -> None:
     html = report.read_text()
-    for section in ("findings", "summary", "plots", "sweep", "scenario", "provenance", "glossary"):
+    sections = ("findings", "curves", "sweep", "detail", "scenario", "provenance", "glossary")
+    for section in sections:
         assert f'<section id="{section}">' in html
-    assert html.count("<figcaption>") == 9
+    # A sweep report leads with its curves; the systems' own plots come as detail, labelled.
+    assert html.index('id="curves"') < html.index('id="sweep"') < html.index('id="detail"')
+    assert "Detail at the last rate" in html
+    assert html.count("<figcaption>") == 10
     assert "Execution model" in html and "not used (roofline)" in html
     for metric in ("ttft_p99_s", "kv_external_frag_slots", "normalized_latency_s"):
         assert f"<dt>{metric}</dt>" in html
@@ -189,9 +194,17 @@ def sparse_report(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_plots_survive_empty_frames_and_missing_summaries(sparse_report: Path) -> None:
     pngs = sorted((sparse_report.parent / "plots").glob("*.png"))
-    assert len(pngs) == 6  # no sweep, no calibration: the six per-run plots
+    # No sweep, no calibration, no preemptions, no sharing: five per-run plots, and a note.
+    assert [p.stem for p in pngs] == [
+        "kv_memory",
+        "latency_cdfs",
+        "request_timeline",
+        "utilization",
+        "waste_breakdown",
+    ]
     assert all(mpimg.imread(p).shape[1] > 500 for p in pngs)
     assert len(pd.read_csv(sparse_report.parent / "summary.csv")) == 3
+    assert "No system preempted or swapped a request" in sparse_report.read_text()
 
 
 def test_given_findings_replace_derived_ones(sparse_report: Path) -> None:
@@ -203,7 +216,7 @@ def test_given_findings_replace_derived_ones(sparse_report: Path) -> None:
 def test_rerender_keeps_the_inputs(
     sparse_report: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(render, "_RUN_PLOTS", ())  # plots are tested above; this is about inputs
+    monkeypatch.setattr(plot_jobs, "RUN_PLOTS", ())  # plots are tested above; this is inputs
     again = rerender_report(sparse_report.parent, tmp_path)
     assert again == tmp_path / "report.html"
     assert "Paged attention &lt;wins&gt;." in again.read_text()

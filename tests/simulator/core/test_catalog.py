@@ -125,7 +125,7 @@ def test_kv_command_prints_the_textbook_figures(capsys: pytest.CaptureFixture[st
     [
         (["--model", "gpt-5", "--seq-len", "10"], "unknown model 'gpt-5'; known models: llama"),
         (["--model", "llama-2-7b", "--seq-len", "10", "--gpu", "tpu"], "unknown GPU 'tpu'"),
-        (["--model", "llama-2-7b", "--seq-len", "0"], "--seq-len must be a positive integer"),
+        (["--model", "llama-2-7b", "--seq-len", "0"], "--seq-len must be a whole number from 1"),
         (["--model", "llama-2-7b", "--seq-len", "8", "--block-size", "-4"], "--block-size"),
         (["--model", "llama-2-7b", "--seq-len", "8", "--kv-dtype", "int3"], "valid: fp16, bf16"),
         (["--model", "llama-2-7b", "--seq-len", "8", "--batch-size", "0"], "--batch-size"),

@@ -317,3 +317,28 @@ def test_prefix_cache_off_ignores_hashes() -> None:
     _run_step(cache, 1, 9, hashes)
     assert cache.add_seq(2, hashes, 9) == 0
     assert cache.num_cached_blocks == 0 and cache.num_prefix_query_tokens == 0
+
+
+def test_memory_saved_by_sharing_counts_copies_by_cause() -> None:
+    """A block held by r sequences saves r - 1 copies: prefix hits on blocks in use count for
+    the prefix cache, forks for forks; a shared block losing a holder drops a fork's share first;
+    copy-on-write ends a fork's share of the block it copies."""
+    cache = PagedKVCache(16, 4, enable_prefix_cache=True)
+    prompt = hash_token_blocks(range(10), 4)  # two full blocks
+    cache.add_seq(1, prompt, 10, final_len=12)
+    _run_step(cache, 1, 10, prompt)  # blocks 0, 1 full and cached; block 2 holds 2 slots
+    assert (cache.num_prefix_saved_blocks, cache.num_fork_saved_blocks) == (0, 0)
+    assert cache.add_seq(2, prompt, 10, final_len=12) == 8  # hits blocks 0 and 1, in use
+    assert (cache.num_prefix_saved_blocks, cache.num_fork_saved_blocks) == (2, 0)
+    cache.fork(1, 3)  # shares blocks 0, 1 and the partial block 2
+    assert (cache.num_prefix_saved_blocks, cache.num_fork_saved_blocks) == (2, 3)
+    breakdown = cache.memory_breakdown()
+    assert (breakdown.prefix_saved_slots, breakdown.fork_saved_slots) == (8, 12)
+    cache.allocate_slots([3], 1)  # a write into shared, partial block 2: copy-on-write
+    assert cache.num_fork_saved_blocks == 2
+    cache.free(1)  # blocks 0, 1 each lose a holder: the fork's shares go first
+    assert (cache.num_prefix_saved_blocks, cache.num_fork_saved_blocks) == (2, 0)
+    cache.check_invariants()
+    cache.free(3)  # seq 2 alone holds blocks 0 and 1 now
+    assert (cache.num_prefix_saved_blocks, cache.num_fork_saved_blocks) == (0, 0)
+    cache.check_invariants()

@@ -47,6 +47,7 @@ from pagesim.simulator.workload.stream import iter_requests
 
 BUILTINS = [name for name, _ in list_builtin()]
 
+
 MINIMAL = """
 name = "mini"
 [model]
@@ -690,7 +691,7 @@ COMBINATIONS = [
         ),
         f"workload.prompt.column: '{sc.BUILTIN_TRACES['arxiv-summarization']}' column "
         "'pd_ratio': line 2 holds "
-        "'69.85185185185185', not a whole number of tokens >= 1",
+        "'69.85185185185185', not a whole number of tokens from 1 to 1,000,000,000",
     ),
     (
         replaced("num_requests = 10", 'trace = "azure-code"\ntrace_offset = 8819').replace(
@@ -747,11 +748,12 @@ TRACES = [
     (
         "arrived_at,num_prefill_tokens,num_decode_tokens\n0,5,5\n1,abc,5\n",
         "'t.csv' column 'num_prefill_tokens': line 3 holds 'abc', "
-        "not a whole number of tokens >= 1",
+        "not a whole number of tokens from 1 to 1,000,000,000",
     ),
     (
         "arrived_at,num_prefill_tokens,num_decode_tokens\n0,5,5\n1,5,0\n",
-        "'t.csv' column 'num_decode_tokens': line 3 holds '0', not a whole number of tokens >= 1",
+        "'t.csv' column 'num_decode_tokens': line 3 holds '0', "
+        "not a whole number of tokens from 1 to 1,000,000,000",
     ),
     (
         "arrived_at,num_prefill_tokens,num_decode_tokens\n1,5,5\n0.5,5,5\n",

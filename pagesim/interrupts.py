@@ -1,0 +1,61 @@
+"""Ctrl-C and SIGTERM: stop where the program is, clean up as for any error, say what was kept.
+
+Both signals raise `Interrupted` (a BaseException, so no `except Exception` swallows it, and not
+a KeyboardInterrupt, which typer would turn into a silent exit 130 before `pagesim.cli.main`
+sees it). Every `finally` and context manager on the way out runs: the staging folder of an
+output is removed (reports.output_folder), busy sweep workers are stopped
+(simulator.studies.executors). A command says beforehand what an interruption would leave
+(`note`), and `main` prints that as one line; the exit status is 128 + the signal's number.
+"""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from types import FrameType
+
+_CAUGHT = (signal.SIGINT, signal.SIGTERM)
+_notes: list[Callable[[], str]] = []
+
+
+class Interrupted(BaseException):
+    """SIGINT (Ctrl-C) or SIGTERM arrived; `signum` says which."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum
+
+
+def _raise(signum: int, _frame: FrameType | None) -> None:
+    raise Interrupted(signum)
+
+
+@contextmanager
+def raising_on_signals() -> Iterator[None]:
+    """Within the block, SIGINT and SIGTERM raise `Interrupted`; the old handlers come back
+    after it (tests call the CLI in-process)."""
+    previous = {s: signal.getsignal(s) for s in _CAUGHT}
+    for s in _CAUGHT:
+        signal.signal(s, _raise)
+    _notes.clear()
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+def note(describe: Callable[[], str]) -> None:
+    """What an interruption from now on leaves behind, computed when it happens."""
+    _notes.append(describe)
+
+
+def message(exc: Interrupted) -> str:
+    """The one line `main` prints."""
+    kept = "; ".join(text for text in (describe() for describe in _notes) if text)
+    return f"interrupted by {exc}: " + (kept or "nothing was written")

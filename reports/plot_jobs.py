@@ -1,0 +1,248 @@
+"""Which plots a report draws, and drawing them in parallel.
+
+A report draws only what has something to show: the preemption plot when some system preempted
+or swapped, the memory-saved plot when some system shared blocks, the sweep plots the table's
+axes call for (the rate curve, the block-size ablation, metrics against any other numeric axis).
+A plot left out leaves a note saying why, so that its absence is itself a finding.
+
+Drawing is a report's main cost (matplotlib lays out text and rasterizes in Python), and the
+plots are independent: `draw_all` draws them in worker processes forked from this one (which
+hold the results already, so nothing is copied or pickled but the index of a plot and the path
+it returns), most expensive first, and serially where fork is unavailable or one core is all.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from pagesim.reports import plots
+from pagesim.reports.curves import RATE_COLUMN, curve_metrics, other_axis, sweep_column
+from pagesim.simulator.metrics.result import RunResult
+
+
+@dataclass(frozen=True)
+class PlotJob:
+    stem: str  # file name, without .png
+    title: str
+    caption: str
+    draw: Callable[[Path], Path]  # writes the PNG at the path given, returns it
+    cost: float = 1.0  # relative drawing time, for ordering the work
+
+
+# (stem, function, title, caption, cost, worth drawing?) of the plots a run report may hold.
+RunPlot = tuple[
+    str,
+    Callable[[Sequence[RunResult], Path], Path],
+    str,
+    str,
+    float,
+    Callable[[Sequence[RunResult]], bool],
+]
+_ALWAYS: Callable[[Sequence[RunResult]], bool] = lambda results: True  # noqa: E731
+RUN_PLOTS: tuple[RunPlot, ...] = (
+    (
+        "kv_memory",
+        plots.plot_kv_memory,
+        "KV memory over time",
+        "The KV-cache capacity of each system split, step by step, into token states (useful), "
+        "reservation, internal and external fragmentation, and free slots; time-bucketed means. "
+        "Every panel has the same y-axis.",
+        1.0,
+        _ALWAYS,
+    ),
+    (
+        "waste_breakdown",
+        plots.plot_waste_breakdown,
+        "Memory waste by system",
+        "Time-averaged shares of the KV capacity. Waste = reservation + internal + external "
+        "fragmentation: memory held that holds no token state and cannot serve another request.",
+        0.5,
+        _ALWAYS,
+    ),
+    (
+        "memory_saved",
+        plots.plot_memory_saved,
+        "Memory saved by sharing",
+        "Block copies that sharing avoided, as a share of the KV capacity: prefix-cache hits on "
+        "blocks in use (solid) and forked sequences, parallel samples or beams (dashed). The "
+        "legend gives each system's time average, peak, and saving as a share of what its "
+        "requests would have held unshared.",
+        0.8,
+        plots.has_sharing,
+    ),
+    (
+        "utilization",
+        plots.plot_utilization,
+        "Utilization over time",
+        "Useful batch slots / batch capacity, model FLOPs / peak FLOPs (MFU) and HBM bytes / "
+        "peak bandwidth (MBU), time-weighted within each bucket; idle time counts as zero.",
+        1.3,
+        _ALWAYS,
+    ),
+    (
+        "request_timeline",
+        plots.plot_request_timeline,
+        "Request timeline",
+        "Each bar is one request in a batch slot, from admission to its last token (prefill "
+        "orange, decode blue). Gaps are idle slots: static batching holds a slot until the whole "
+        "batch ends; continuous batching refills it at once. Hatched requests were preempted at "
+        "least once; their bar also spans the time they were out of the batch.",
+        1.2,
+        _ALWAYS,
+    ),
+    (
+        "latency_cdfs",
+        plots.plot_latency_cdfs,
+        "Latency distributions",
+        "Empirical CDFs over finished requests counted after warm-up. Further left is faster; "
+        "where a curve meets the dotted p99 line is its 99th-percentile latency. A time axis "
+        "spanning a wide range is logarithmic, so that a long tail does not hide the body.",
+        1.3,
+        _ALWAYS,
+    ),
+    (
+        "preemptions_swaps",
+        plots.plot_preemptions_swaps,
+        "Preemptions and swaps",
+        "Cumulative preemptions (left) and KV blocks copied between GPU and CPU memory (right); "
+        "a steep rise marks memory pressure.",
+        1.0,
+        plots.has_preemptions,
+    ),
+)
+LEFT_OUT = {  # why a plot is not drawn, shown in its place
+    "preemptions_swaps": "No system preempted or swapped a request: no preemption plot.",
+}
+
+
+def run_plot_jobs(results: Sequence[RunResult]) -> tuple[list[PlotJob], list[str]]:
+    """The per-run plots worth drawing for `results`, and notes on those left out."""
+    jobs, notes = [], []
+    for stem, fn, title, caption, cost, worth in RUN_PLOTS:
+        if worth(results):
+            jobs.append(PlotJob(stem, title, caption, _bind(fn, results), cost))
+        elif stem in LEFT_OUT:
+            notes.append(LEFT_OUT[stem])
+    return jobs, notes
+
+
+def _bind(
+    fn: Callable[[Sequence[RunResult], Path], Path], results: Sequence[RunResult]
+) -> Callable[[Path], Path]:
+    return lambda path: fn(results, path)
+
+
+def sweep_plot_jobs(sweep: pd.DataFrame) -> list[PlotJob]:
+    """The curves a sweep table's axes call for: latency vs rate, the block-size ablation, and
+    the key metrics against any other numeric axis (a second axis as line groups)."""
+    jobs = []
+    rate = sweep_column(sweep, RATE_COLUMN)
+    if rate is not None and "normalized_latency_mean_s" in sweep:
+        facet = other_axis(sweep, rate)
+        jobs.append(
+            PlotJob(
+                "latency_vs_rate",
+                "Normalized latency vs request rate",
+                "Mean (solid) and p90 (dashed) end-to-end latency per output token as the arrival "
+                "rate grows; the knee is where a system runs out of capacity.",
+                lambda path: plots.plot_latency_vs_rate(sweep, path, rate_column=rate, facet=facet),
+                1.0,
+            )
+        )
+    block = sweep_column(sweep, "block_size")
+    if block is not None and sweep[block].nunique() > 1:
+        jobs.append(
+            PlotJob(
+                "block_size_ablation",
+                "Block-size ablation",
+                "KV waste, throughput and mean normalized latency against the paged block size "
+                "(tokens per block).",
+                lambda path: plots.plot_block_size_ablation(sweep, path, block_column=block),
+                1.0,
+            )
+        )
+    metrics = curve_metrics(sweep)
+    for axis in _numeric_axes(sweep):
+        if axis in (rate, block) or not metrics:
+            continue
+        group = other_axis(sweep, axis)
+        short = axis.rsplit(".", 1)[-1]
+        jobs.append(
+            PlotJob(
+                f"sweep_{short}",
+                f"Metrics vs {short}",
+                f"The key metrics at each value of {axis}"
+                + (f", a line per value of {group}" if group else "")
+                + " (and per system).",
+                _curves(sweep, axis, group, metrics),
+                1.2,
+            )
+        )
+    return jobs
+
+
+def _curves(
+    sweep: pd.DataFrame, axis: str, group: str | None, metrics: list[str]
+) -> Callable[[Path], Path]:
+    return lambda path: plots.plot_sweep_curves(sweep, path, x=axis, group=group, metrics=metrics)
+
+
+def _numeric_axes(sweep: pd.DataFrame) -> list[str]:
+    """Dotted axis columns whose values are all numbers and take several values."""
+    found = []
+    for column in (str(c) for c in sweep.columns if "." in str(c)):
+        values = pd.to_numeric(sweep[column], errors="coerce")
+        if values.notna().all() and values.nunique() > 1:
+            found.append(column)
+    return found
+
+
+# --- drawing -------------------------------------------------------------------------------
+
+_pending: list[tuple[PlotJob, Path]] = []  # what forked workers draw, by index
+
+
+def _draw(index: int) -> Path:
+    job, path = _pending[index]
+    return job.draw(path)
+
+
+def draw_all(jobs: Sequence[PlotJob], plot_dir: Path, num_workers: int | None = None) -> None:
+    """Draw every job's PNG into `plot_dir`, in `num_workers` forked processes (default: the
+    CPUs, at most one per plot); serially with one worker or where fork is unavailable."""
+    plot_dir.mkdir(parents=True, exist_ok=True)
+    work = [(job, plot_dir / f"{job.stem}.png") for job in jobs]
+    if num_workers is None:
+        num_workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
+    num_workers = min(num_workers, len(work))
+    if num_workers < 2 or "fork" not in multiprocessing.get_all_start_methods():
+        for job, path in work:
+            job.draw(path)
+        return
+    order = sorted(range(len(work)), key=lambda i: -work[i][0].cost)
+    _pending[:] = work
+    pool = ProcessPoolExecutor(
+        max_workers=num_workers, mp_context=multiprocessing.get_context("fork")
+    )
+    try:
+        for _ in pool.map(_draw, order):
+            pass
+    except BaseException:  # a failed plot, Ctrl-C, SIGTERM: stop the other workers at once
+        workers = list(getattr(pool, "_processes", {}).values())
+        pool.shutdown(wait=False, cancel_futures=True)
+        for worker in workers:
+            worker.terminate()
+        for worker in workers:
+            worker.join(timeout=10)
+        raise
+    else:
+        pool.shutdown(wait=True)
+    finally:
+        _pending.clear()

@@ -1,0 +1,154 @@
+"""Kill tests: SIGINT and SIGTERM during the simulation and during the writing of the report, for
+`run` and for `sweep`. Each must leave --out holding the previous complete output (a sweep may
+add cached points, which a rerun resumes from), no staging folder beside it, one line saying
+what happened, exit 128 + the signal, and no process behind (reproducer 17: SIGTERM used to
+orphan a sweep's fork server and workers).
+
+The phase is found by watching the file system: the staging folder appears before anything is
+simulated and fills only once the report is written; a sweep's cache fills point by point.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from cli_helpers import run_cli
+
+from pagesim.reports.saved import read_saved
+
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="reads /proc; POSIX signals")
+
+# Slow enough that each phase lasts well over the 5 ms the watcher sleeps between looks.
+SCENARIO = """name = "slow"
+[model]
+preset = "llama-2-7b"
+[gpu]
+preset = "a100-80gb"
+[workload]
+num_requests = 1500
+[workload.arrival]
+kind = "poisson"
+rate_per_s = 20
+[workload.prompt]
+kind = "fixed"
+value = 32
+[workload.output]
+kind = "fixed"
+value = 64
+[[systems]]
+name = "v0"
+policy = "vllm-v0"
+"""
+QUICK = ["--set", "workload.num_requests=20"]
+SWEEP = ["--param", "seed=1,2,3", "--jobs", "2"]
+TIMEOUT_S = 120
+
+
+def pagesim(*args: str, cwd: Path) -> subprocess.Popen[str]:
+    """The CLI in a session of its own, so that what it leaves behind can be found."""
+    return subprocess.Popen(
+        [sys.executable, "-c", "from pagesim.cli import main; main()", *args],
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+
+
+def finish(proc: subprocess.Popen[str]) -> tuple[int, str]:
+    _, err = proc.communicate(timeout=TIMEOUT_S)
+    return proc.returncode, err
+
+
+def in_session(sid: int) -> list[str]:
+    """Command lines of the live processes of session `sid` (zombies excluded)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+            fields = text[text.rindex(")") + 2 :].split()
+            cmdline = (stat.parent / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except (OSError, ValueError):
+            continue
+        if int(fields[3]) == sid and fields[0] != "Z":
+            found.append(cmdline[:120])
+    return found
+
+
+def digest(folder: Path) -> dict[str, str]:
+    """Every file of an output folder but its sweep cache, by content."""
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and p.relative_to(folder).parts[0] != "cache"
+    }
+
+
+def staging(work: Path) -> list[Path]:
+    return list(work.glob(".out.staging-*"))
+
+
+def cached(work: Path) -> int:
+    return len(list((work / "out" / "cache").glob("*.json")))
+
+
+def simulating(work: Path, num_cached: int) -> bool:
+    """The command opened its output and is simulating (a sweep: a point is done, more run)."""
+    return bool(staging(work)) and (num_cached == 0 or cached(work) > num_cached)
+
+
+def writing(work: Path, _num_cached: int) -> bool:
+    """The staged output has files: the report is being written."""
+    return any(any(s.iterdir()) for s in staging(work) if s.is_dir())
+
+
+PHASES: dict[str, Callable[[Path, int], bool]] = {"simulation": simulating, "report": writing}
+
+
+@pytest.mark.parametrize("command", ["run", "sweep"])
+@pytest.mark.parametrize("phase", list(PHASES))
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_leaves_the_previous_output_and_no_process(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    command: str,
+    phase: str,
+    signum: int,
+) -> None:
+    (tmp_path / "s.toml").write_text(SCENARIO)
+    monkeypatch.chdir(tmp_path)
+    extra = SWEEP if command == "sweep" else []
+    previous = run_cli(capsys, command, "s.toml", "--out", "out", *extra, *QUICK)
+    assert previous.exit_code == 0, previous.err
+    before, num_cached = digest(tmp_path / "out"), cached(tmp_path)
+
+    proc = pagesim(command, "s.toml", "--out", "out", *extra, cwd=tmp_path)
+    deadline = time.monotonic() + TIMEOUT_S
+    while not PHASES[phase](tmp_path, num_cached):
+        assert proc.poll() is None, f"ended before the {phase}: {proc.communicate()}"
+        assert time.monotonic() < deadline, f"never reached the {phase}"
+        time.sleep(0.005)
+    proc.send_signal(signum)
+    code, err = finish(proc)
+
+    name = signal.Signals(signum).name
+    assert code == 128 + signum, err
+    lines = [line for line in err.splitlines() if line.startswith("interrupted")]
+    assert len(lines) == 1 and lines[0].startswith(f"interrupted by {name}: out is as it was")
+    assert "Traceback" not in err
+    assert digest(tmp_path / "out") == before
+    assert staging(tmp_path) == [] and not list(tmp_path.glob(".out.*"))
+    deadline = time.monotonic() + 15
+    while in_session(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert in_session(proc.pid) == []
+    assert read_saved(tmp_path / "out").kind == command  # `pagesim report` takes it
