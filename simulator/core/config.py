@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 
+from pagesim.simulator.cluster.config import ClusterConfig
 from pagesim.simulator.core.catalog import GPUSpec, KVDtype, ModelSpec
 from pagesim.simulator.core.plan import PreemptionMode
 from pagesim.simulator.core.request import SamplingKind
@@ -256,3 +257,4 @@ class Scenario:
     stop: StopConfig = field(default_factory=StopConfig)
     sweep: tuple[SweepAxis, ...] = ()
     source: Path | None = None  # the TOML file it came from, for messages and reports
+    cluster: ClusterConfig | None = None  # [cluster]: a fleet behind a router (None: one replica)

@@ -62,6 +62,7 @@ from pagesim.simulator.core.config import (
     SweepAxis,
 )
 from pagesim.simulator.core.errors import choices_text
+from pagesim.simulator.scenario.cluster import read_cluster
 from pagesim.simulator.scenario.files import (
     BUILTIN_DIR,
     list_builtin,
@@ -209,6 +210,11 @@ def _parse(raw: object, source: Path | None, check_sweep: bool) -> Scenario:
         source=source,
     )
     scenario = replace(scenario, systems=read_systems(top, scenario))
+    cluster = read_cluster(
+        top.table("cluster"), scenario.gpu, model, tp, [s.name for s in scenario.systems]
+    )
+    if cluster is not None:
+        scenario = replace(scenario, cluster=cluster)
     for i, axis in enumerate(scenario.sweep if check_sweep else ()):
         for j, value in enumerate(axis.values):
             point = with_value(raw, axis.path, value, ctx, f"sweep.axes[{i}]")

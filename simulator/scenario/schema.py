@@ -70,6 +70,13 @@ SCHEMA: Schema = {
     "slo": _keys("ttft_s tpot_s"),
     "stop": _keys("max_time_s warmup_s"),
     "sweep": _keys("axes"),
+    "cluster": {  # simulator/scenario/cluster.py
+        "router": _keys(
+            "kind report_interval_s cache_threshold balance_abs_threshold balance_rel_threshold "
+            "prefix_block_tokens ring_points"
+        ),
+        "pools": [_keys("name count system gpu tensor_parallel")],
+    },
 }
 
 # The [gpu] figures: a custom GPU gives them, a preset takes them as overrides.
