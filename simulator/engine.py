@@ -66,8 +66,10 @@ def simulate(
 
     A scenario with a [cluster] runs its fleet (simulator/cluster/): one result whose requests
     say which replica served them and whose summary holds the cluster's and each replica's.
+    So does one with multi-turn sessions (whose next turns wait for answers): on one replica.
     """
-    if scenario.cluster is not None and on_step is None and execution_factory is None:
+    is_fleet = scenario.cluster is not None or scenario.workload.sessions is not None
+    if is_fleet and on_step is None and execution_factory is None:
         from pagesim.simulator.cluster.result import simulate_cluster
 
         return simulate_cluster(scenario, system, check_invariants=check_invariants)

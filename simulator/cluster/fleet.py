@@ -27,6 +27,7 @@ from pagesim.simulator.core.config import Scenario, SystemConfig
 from pagesim.simulator.core.errors import InputError, choices_text
 from pagesim.simulator.core.request import Request
 from pagesim.simulator.metrics.result import RunResult
+from pagesim.simulator.workload.sessions import SessionSource
 from pagesim.simulator.workload.stream import WorkloadStats, iter_requests
 
 # The router's RNG is its own stream of the scenario seed: the workload draws exactly what it
@@ -45,6 +46,7 @@ class FleetRun:
     end_s: float
     workload: WorkloadStats
     in_flight_samples: array[int]  # [arrivals x replicas] the router's in-flight counts, flat
+    session_of: dict[int, int]  # request id -> session id, for the requests that have one
 
 
 def build_replicas(
@@ -91,10 +93,17 @@ def run_fleet(
     system = system or scenario.systems[0]
     env = simpy.Environment()
     routed_to: dict[int, int] = {}
+    session_of: dict[int, int] = {}
     router_box: list[Router] = []
 
     def on_done(replica: Replica, request: Request) -> None:
         router_box[0].finished(replica.index, request)
+        if sessions is not None:
+            turn = sessions.next_turn(request)
+            if turn is not None:
+                env.process(send_later(turn))
+            elif arrivals_ended[0] and sessions.num_open == 0:
+                end_arrivals()
 
     replicas = build_replicas(scenario, cluster, system, env, on_done, check_invariants)
     config = cluster.router
@@ -115,21 +124,52 @@ def run_fleet(
     stats = WorkloadStats()
     samples: array[int] = array("q")
 
+    max_seq_len = scenario.model.max_seq_len
+    sessions: SessionSource | None = None
+    if scenario.workload.sessions is not None:
+        sessions = SessionSource(scenario.workload, max_seq_len, rng, scenario.seed, stats)
+        stream = sessions.first_turns
+    else:
+        stream = iter_requests(scenario.workload, max_seq_len, rng, stats)
+    arrivals_ended = [False]  # the stream is exhausted (later session turns may follow)
+
+    def send(request: Request) -> None:
+        samples.extend(router.in_flight)
+        index = router.route(request, env.now)
+        if request.request_id in routed_to:
+            raise RuntimeError(f"request {request.request_id} routed twice")
+        routed_to[request.request_id] = index
+        if request.session_id is not None:
+            session_of[request.request_id] = request.session_id
+        replicas[index].add_request(request)
+
+    def send_later(request: Request) -> Generator[simpy.Event, None, None]:
+        assert sessions is not None
+        if max_time is not None and request.arrival_s > max_time:
+            sessions.drop(request)
+            if arrivals_ended[0] and sessions.num_open == 0:
+                end_arrivals()
+            return
+        if request.arrival_s > env.now:
+            yield env.timeout(request.arrival_s - env.now)
+        send(request)
+
+    def end_arrivals() -> None:
+        for replica in replicas:
+            replica.mark_arrivals_done()
+
     def arrivals() -> Generator[simpy.Event, None, None]:
-        max_seq_len = scenario.model.max_seq_len
-        for request in iter_requests(scenario.workload, max_seq_len, rng, stats):
+        for request in stream:
             if max_time is not None and request.arrival_s > max_time:
                 break
             if request.arrival_s > env.now:
                 yield env.timeout(request.arrival_s - env.now)
-            samples.extend(router.in_flight)
-            index = router.route(request, env.now)
-            if request.request_id in routed_to:
-                raise RuntimeError(f"request {request.request_id} routed twice")
-            routed_to[request.request_id] = index
-            replicas[index].add_request(request)
-        for replica in replicas:
-            replica.mark_arrivals_done()
+            if sessions is not None:
+                sessions.start(request)
+            send(request)
+        arrivals_ended[0] = True
+        if sessions is None or sessions.num_open == 0:
+            end_arrivals()
 
     # The arrival process first, then the replicas: engine.simulate's order of creation, which
     # orders events that fall at one instant.
@@ -137,7 +177,11 @@ def run_fleet(
     done = env.all_of([replica.start() for replica in replicas])
     env.run(until=done if max_time is None else max_time)
     provenance = stats.provenance()
+    if sessions is not None:
+        provenance["num_sessions"] = sessions.num_sessions
+        provenance["num_session_turns"] = sessions.num_turns
+        provenance["num_sessions_ended_at_max_seq_len"] = sessions.num_ended_at_max_len
     results = [replica.result(scenario.name, env.now, provenance) for replica in replicas]
     for result in results:
         result.provenance["pagesim_version"] = __version__
-    return FleetRun(replicas, results, router, routed_to, env.now, stats, samples)
+    return FleetRun(replicas, results, router, routed_to, env.now, stats, samples, session_of)

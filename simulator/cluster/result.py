@@ -18,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from pagesim.simulator.cluster.config import ClusterConfig, PoolConfig
 from pagesim.simulator.cluster.fleet import FleetRun, run_fleet
 from pagesim.simulator.core.config import Scenario, SystemConfig
 from pagesim.simulator.metrics.recorder import summarize
@@ -111,6 +112,9 @@ def fleet_result(run: FleetRun, scenario: str, system: str, warmup_s: float) -> 
         frames.append(requests)
     requests = pd.concat(frames, ignore_index=True).sort_values("request_id", kind="stable")
     requests = requests.reset_index(drop=True)
+    if run.session_of:
+        sessions = requests["request_id"].map(run.session_of)
+        requests.insert(2, "session_id", sessions.astype("Int64"))
     steps = pd.concat(
         [r.steps.assign(replica=i) for i, r in enumerate(run.results)], ignore_index=True
     ).sort_values(["start_s", "replica"], kind="stable")
@@ -172,7 +176,9 @@ def simulate_cluster(
     scenario: Scenario, system: SystemConfig | None = None, *, check_invariants: bool = False
 ) -> RunResult:
     """engine.simulate for a scenario with a [cluster]: the fleet's run as one RunResult."""
-    assert scenario.cluster is not None
     system = system or scenario.systems[0]
-    run = run_fleet(scenario, scenario.cluster, system, check_invariants=check_invariants)
+    cluster = scenario.cluster or ClusterConfig(
+        (PoolConfig("replica", 1, scenario.gpu, scenario.tensor_parallel),)
+    )
+    run = run_fleet(scenario, cluster, system, check_invariants=check_invariants)
     return fleet_result(run, scenario.name, system.name, scenario.stop.warmup_s)

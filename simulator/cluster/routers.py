@@ -29,6 +29,9 @@ from pagesim.simulator.core.request import Request, prompt_segments
 from pagesim.simulator.kv.prefix_hash import SequenceHasher
 
 _MASK64 = (1 << 64) - 1
+# Session ids are hashed as mix64(id ^ _KEY_DOMAIN), ring points as mix64(replica << 32 | point):
+# without the domain bits, session i would land exactly on replica 0's point i.
+_KEY_DOMAIN = 0xA5A5_5A5A_0000_0000
 
 
 def mix64(x: int) -> int:
@@ -156,7 +159,7 @@ class SessionAffinity(Router):
 
     def choose(self, request: Request, now_s: float) -> int:
         key = request.request_id if request.session_id is None else request.session_id
-        at = bisect.bisect_left(self._points, mix64(key))
+        at = bisect.bisect_left(self._points, mix64(key ^ _KEY_DOMAIN))
         return self._owners[at % len(self._points)]
 
 

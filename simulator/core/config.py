@@ -135,6 +135,31 @@ class ExplicitRequest:
 
 
 @dataclass(frozen=True, slots=True)
+class MooncakeTrace:
+    """A Mooncake (FAST'25) trace replayed row by row: times, lengths and block hashes
+    (simulator/workload/mooncake.py). Rows `offset` to `offset + num_requests` (None: all)."""
+
+    path: Path
+    trace_name: str | None = None
+    offset: int = 0
+    num_requests: int | None = None
+    time_scale: float = 1.0  # timestamps are divided by this (2.0 replays twice as fast)
+
+
+@dataclass(frozen=True, slots=True)
+class SessionConfig:
+    """Multi-turn conversations (simulator/workload/sessions.py). Sessions start as
+    [workload.arrival] says; the first turn's prompt is [workload.prompt], every answer
+    [workload.output]; each later turn's prompt is the previous prompt + its answer + `new_tokens`
+    of new user text, sent `think_time_s` (mean of an exponential) after the answer ended."""
+
+    num_sessions: int
+    turns: LengthDist  # turns per session
+    new_tokens: LengthDist  # new user tokens of each turn after the first
+    think_time_s: float
+
+
+@dataclass(frozen=True, slots=True)
 class WorkloadConfig:
     arrival: ArrivalProcess
     prompt: LengthDist
@@ -151,6 +176,8 @@ class WorkloadConfig:
     # Prompt and output both `empirical`: None draws whole rows when they read the same file
     # (else each column on its own); ROWS insists on rows, INDEPENDENT breaks the pairing.
     empirical_pairing: EmpiricalPairing | None = None
+    mooncake: MooncakeTrace | None = None  # when given, replaces every generator above
+    sessions: SessionConfig | None = None  # multi-turn: arrival starts sessions, not requests
 
 
 class DefaultsMode(Enum):

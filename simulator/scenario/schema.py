@@ -64,6 +64,12 @@ SCHEMA: Schema = {
         "output": _LENGTH_KEYS,
         "prefix_groups": [_keys("num_tokens fraction")],
         "requests": [_keys("prompt_len output_len arrival_s priority")],
+        "mooncake": _keys("trace offset num_requests time_scale"),
+        "sessions": {
+            **_keys("num_sessions think_time_s"),
+            "turns": _LENGTH_KEYS,
+            "new_tokens": _LENGTH_KEYS,
+        },
     },
     "defaults": dict.fromkeys(SYSTEM_KEYS),
     "systems": [dict.fromkeys(("name", *SYSTEM_KEYS))],
