@@ -147,6 +147,14 @@ class MooncakeTrace:
 
 
 @dataclass(frozen=True, slots=True)
+class SessionTrace:
+    """Recorded conversations replayed at their times (simulator/workload/session_trace.py)."""
+
+    path: Path
+    time_scale: float = 1.0  # times are divided by this (2.0 replays twice as fast)
+
+
+@dataclass(frozen=True, slots=True)
 class SessionConfig:
     """Multi-turn conversations (simulator/workload/sessions.py). Sessions start as
     [workload.arrival] says; the first turn's prompt is [workload.prompt], every answer
@@ -178,6 +186,7 @@ class WorkloadConfig:
     empirical_pairing: EmpiricalPairing | None = None
     mooncake: MooncakeTrace | None = None  # when given, replaces every generator above
     sessions: SessionConfig | None = None  # multi-turn: arrival starts sessions, not requests
+    session_trace: SessionTrace | None = None  # when given, replaces every generator above
 
 
 class DefaultsMode(Enum):

@@ -65,6 +65,7 @@ SCHEMA: Schema = {
         "prefix_groups": [_keys("num_tokens fraction")],
         "requests": [_keys("prompt_len output_len arrival_s priority")],
         "mooncake": _keys("trace offset num_requests time_scale"),
+        "session_trace": _keys("path time_scale"),
         "sessions": {
             **_keys("num_sessions think_time_s"),
             "turns": _LENGTH_KEYS,

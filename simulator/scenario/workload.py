@@ -19,6 +19,7 @@ from pagesim.simulator.core.config import (
     MooncakeTrace,
     PrefixGroup,
     SessionConfig,
+    SessionTrace,
     WorkloadConfig,
 )
 from pagesim.simulator.core.errors import InputError, choices_text
@@ -27,6 +28,7 @@ from pagesim.simulator.scenario.schema import LENGTH_USES, MAX_COUNT, SCHEMA
 from pagesim.simulator.scenario.table import REQUIRED, Table, display, is_file
 from pagesim.simulator.scenario.traces import check_csv, trace_file
 from pagesim.simulator.workload.mooncake import BUILTIN_MOONCAKE, read_mooncake
+from pagesim.simulator.workload.session_trace import COLUMNS, read_session_trace
 from pagesim.simulator.workload.trace_files import (
     ARRIVAL_COLUMN,
     BUILTIN_TRACES,
@@ -98,7 +100,7 @@ def _mooncake(t: Table) -> MooncakeTrace:
             f"({choices_text(BUILTIN_MOONCAKE)}) nor an existing JSON-lines file",
         )
     try:
-        rows = read_mooncake(path)
+        rows = read_mooncake(path, display(path))
     except InputError as exc:
         m.fail("trace", str(exc))
     offset = m.integer("offset", 0, lo=0)
@@ -113,6 +115,19 @@ def _mooncake(t: Table) -> MooncakeTrace:
         )
     scale = m.number("time_scale", 1.0, hi=1e6, lo_open=True)
     return MooncakeTrace(path, name, offset, count, scale)
+
+
+def _session_trace(t: Table) -> SessionTrace:
+    """[workload.session_trace]: a CSV of recorded turns, checked now."""
+    st = t.table("session_trace")
+    path = st.ctx.resolve(st.text("path"))
+    if not is_file(path):
+        st.fail("path", f"no such file {display(path)!r} (a CSV of turns: {','.join(COLUMNS)})")
+    try:
+        read_session_trace(path, display(path))
+    except InputError as exc:
+        st.fail("path", str(exc))
+    return SessionTrace(path, st.number("time_scale", 1.0, hi=1e6, lo_open=True))
 
 
 def _sessions(t: Table) -> SessionConfig:
@@ -156,17 +171,20 @@ def read_workload(t: Table, max_seq_len: int) -> WorkloadConfig:
         )
     if "requests" in t.data:
         t.fail("requests", "must hold at least one request when given")
-    if t.has("mooncake"):
+    for table in ("mooncake", "session_trace"):
+        if not t.has(table):
+            continue
         for name in _GENERATOR_KEYS:
-            if name != "mooncake" and t.has(name):
-                t.fail(name, "not used with [workload.mooncake], whose rows give every request")
+            if name != table and t.has(name):
+                t.fail(name, f"not used with [workload.{table}], whose rows give every request")
         return WorkloadConfig(
             arrival=ArrivalProcess(ArrivalKind.TRACE),  # unused: the rows have their times
             prompt=LengthDist(LengthKind.TRACE),
             output=LengthDist(LengthKind.TRACE),
             sampling=sampling,
             num_seqs=num_seqs,
-            mooncake=_mooncake(t),
+            mooncake=_mooncake(t) if table == "mooncake" else None,
+            session_trace=_session_trace(t) if table == "session_trace" else None,
         )
     sessions = None
     if t.has("sessions"):

@@ -100,9 +100,8 @@ def _row(line: str, where: str) -> tuple[float, int, int, tuple[int, ...]]:
 
 
 @functools.lru_cache(maxsize=4)
-def _read(path: str, mtime_ns: int, size: int) -> MooncakeRows:
+def _read(path: str, label: str, mtime_ns: int, size: int) -> MooncakeRows:
     del mtime_ns  # with size, the cache key: a changed file is read again
-    label = path
     if size > MAX_TRACE_BYTES:
         raise InputError(f"{label}: larger than {MAX_TRACE_BYTES >> 20} MiB: not a trace")
     stamps: list[float] = []
@@ -128,15 +127,17 @@ def _read(path: str, mtime_ns: int, size: int) -> MooncakeRows:
     return MooncakeRows(tuple(stamps), tuple(inputs), tuple(outputs), tuple(ids))
 
 
-def read_mooncake(path: Path) -> MooncakeRows:
-    """The validated rows of a Mooncake trace file; InputError naming file, line and field."""
+def read_mooncake(path: Path, label: str | None = None) -> MooncakeRows:
+    """The validated rows of a Mooncake trace file; InputError naming the file (as `label`
+    says, default its path), line and field."""
+    label = str(path) if label is None else label
     try:
         stat = path.stat()
-        return _read(str(path), stat.st_mtime_ns, stat.st_size)
+        return _read(str(path), label, stat.st_mtime_ns, stat.st_size)
     except OSError as exc:
-        raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from None
+        raise InputError(f"{label}: cannot read: {exc.strerror or exc}") from None
     except UnicodeDecodeError:
-        raise InputError(f"{path}: not UTF-8 text; a Mooncake trace is JSON lines") from None
+        raise InputError(f"{label}: not UTF-8 text; a Mooncake trace is JSON lines") from None
 
 
 def content(hash_ids: tuple[int, ...], prompt_len: int) -> tuple[tuple[tuple[int, ...], int], ...]:
