@@ -6,7 +6,7 @@ scenario without one runs a single replica (simulator/engine.py) exactly as befo
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 
 from pagesim.simulator.core.catalog import GPUSpec
@@ -61,6 +61,15 @@ class PoolConfig:
 class ClusterConfig:
     pools: tuple[PoolConfig, ...]
     router: RouterConfig = RouterConfig()
+    # (system name, router kind): the router a system runs behind when it is not router.kind,
+    # so that one scenario compares routers as it compares systems (router_comparison).
+    router_by_system: tuple[tuple[str, RouterKind], ...] = ()
+
+    def router_for(self, system: str) -> RouterConfig:
+        for name, kind in self.router_by_system:
+            if name == system:
+                return replace(self.router, kind=kind)
+        return self.router
 
     @property
     def num_replicas(self) -> int:

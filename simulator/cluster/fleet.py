@@ -106,7 +106,7 @@ def run_fleet(
                 end_arrivals()
 
     replicas = build_replicas(scenario, cluster, system, env, on_done, check_invariants)
-    config = cluster.router
+    config = cluster.router_for(system.name)
     block_tokens = config.prefix_block_tokens or replicas[0].capacity.block_size
     router = make_router(
         config,

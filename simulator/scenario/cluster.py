@@ -38,6 +38,7 @@ def read_cluster(
         prefix_block_tokens=router_t.integer("prefix_block_tokens", None, hi=1 << 20),
         ring_points=router_t.integer("ring_points", base.ring_points, hi=1 << 16),
     )
+    by_system = _by_system(router_t, system_names)
     tables = t.tables("pools")
     if not tables:
         t.fail("pools", "required: at least one [[cluster.pools]] table (name, count, ...)")
@@ -69,7 +70,28 @@ def read_cluster(
                 "tensor_parallel", f"{tp} does not divide {model.name}'s {model.num_heads} heads"
             )
         pools.append(PoolConfig(name, count, pool_gpu, tp, system))
-    cluster = ClusterConfig(tuple(pools), router)
+    cluster = ClusterConfig(tuple(pools), router, by_system)
     if cluster.num_replicas > MAX_REPLICAS:
         t.fail("pools", f"{cluster.num_replicas} replicas in all; at most {MAX_REPLICAS}")
     return cluster
+
+
+def _by_system(t: Table, system_names: list[str]) -> tuple[tuple[str, RouterKind], ...]:
+    if not t.has("by_system"):
+        return ()
+    table = t.data["by_system"]
+    valid = choices_text(k.value for k in RouterKind)
+    if not isinstance(table, dict) or not table:
+        t.fail("by_system", f"expected a table of system name = router kind ({valid})")
+    out = []
+    for name, kind in table.items():
+        if name not in system_names:
+            t.fail(
+                "by_system",
+                f"no [[systems]] named {name!r}; valid: {choices_text(system_names)}",
+            )
+        kinds = {k.value: k for k in RouterKind}
+        if not isinstance(kind, str) or kind.lower() not in kinds:
+            t.fail("by_system", f"{name}: unknown kind {kind!r}; valid: {valid}")
+        out.append((str(name), kinds[kind.lower()]))
+    return tuple(out)

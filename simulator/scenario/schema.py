@@ -80,7 +80,7 @@ SCHEMA: Schema = {
     "cluster": {  # simulator/scenario/cluster.py
         "router": _keys(
             "kind report_interval_s cache_threshold balance_abs_threshold balance_rel_threshold "
-            "prefix_block_tokens ring_points"
+            "prefix_block_tokens ring_points by_system"
         ),
         "pools": [_keys("name count system gpu tensor_parallel")],
     },

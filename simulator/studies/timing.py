@@ -40,18 +40,39 @@ class BenchSpec:
     requests: int | None = None
     synthetic: int | None = None
     rate: float = 8.0
+    # A fleet (revisions with simulator/cluster only): `replicas` of `model` (None: Llama-2-7B)
+    # at `tensor_parallel` behind `router`.
+    replicas: int = 1
+    router: str = "round-robin"
+    model: str | None = None
+    tensor_parallel: int = 1
+
+    @property
+    def is_fleet(self) -> bool:
+        return self.replicas != 1 or self.model is not None or self.tensor_parallel != 1
 
     @property
     def label(self) -> str:
         if self.synthetic is not None:
-            return f"sharegpt-like x {self.synthetic} at {self.rate} req/s"
-        return self.trace
+            text = f"sharegpt-like x {self.synthetic} at {self.rate} req/s"
+        else:
+            text = self.trace
+        if self.is_fleet:
+            model = self.model or "llama-2-7b"
+            text += f" on {self.replicas} x {model} TP{self.tensor_parallel} ({self.router})"
+        return text
 
     def scenario(self, bench: Any) -> Any:
         """The scenario, built by `bench` (a revision's bench module: each has these two)."""
         if self.synthetic is not None:
-            return bench.sharegpt_scenario(self.synthetic, self.rate, self.policy)
-        return bench.trace_replay_scenario(self.trace, self.requests, self.policy)
+            built = bench.sharegpt_scenario(self.synthetic, self.rate, self.policy)
+        else:
+            built = bench.trace_replay_scenario(self.trace, self.requests, self.policy)
+        if not self.is_fleet:
+            return built
+        return bench.fleet_scenario(
+            built, self.replicas, self.router, self.model, self.tensor_parallel
+        )
 
 
 @dataclass(frozen=True)

@@ -138,3 +138,29 @@ def test_bad_fleet_input_is_one_error_line_naming_file_field_and_fix_exit_2(
     assert len(lines) == 1 and lines[0].startswith("error: ") and "scenario.toml" in lines[0]
     assert needle in lines[0]
     assert "Traceback" not in result.err + result.out
+
+
+def test_bench_sim_times_a_fleet(capsys: pytest.CaptureFixture[str]) -> None:
+    result = run_cli(
+        capsys, "bench", "sim", "--requests", "200", "--replicas", "3", "--router", "random"
+    )
+    assert result.exit_code == 0, result.err
+    assert "azure-conv on 3 x llama-2-7b TP1 (random)" in result.out
+    assert "200 requests" in result.out
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--replicas", "2", "--against", "HEAD"], "--against: compares single replicas"),
+        (["--replicas", "2", "--router", "fastest"], "--router: unknown router 'fastest'"),
+        (["--model", "llama-2-70b", "--tensor-parallel", "3"], "--tensor-parallel: 3 does not"),
+        (["--replicas", "0"], "--replicas and --tensor-parallel must be >= 1"),
+    ],
+)
+def test_bench_sim_fleet_options_refuse_what_cannot_run(
+    capsys: pytest.CaptureFixture[str], args: list[str], needle: str
+) -> None:
+    result = run_cli(capsys, "bench", "sim", "--requests", "10", *args)
+    assert result.exit_code == 2, (result.out, result.err)
+    assert needle in result.err and "Traceback" not in result.err

@@ -153,6 +153,25 @@ def test_sessions_without_a_cluster_run_on_one_replica(tmp_path: Path) -> None:
     assert alone.summary["num_replicas"] == 1
 
 
+def test_by_system_compares_routers_as_systems(tmp_path: Path) -> None:
+    path = tmp_path / "scenario.toml"
+    path.write_text(
+        SESSIONS.replace(
+            '[[systems]]\nname = "v1"\npolicy = "vllm-v1"\n',
+            '[[systems]]\nname = "rr"\npolicy = "vllm-v1"\n'
+            '[[systems]]\nname = "affinity"\npolicy = "vllm-v1"\n',
+        ).replace(
+            'kind = "session-affinity"\n',
+            'kind = "session-affinity"\nby_system = { rr = "round-robin" }\n',
+        )
+    )
+    sc = load_scenario(path)
+    rr, affinity = (simulate(sc, s) for s in sc.systems)
+    assert rr.provenance["router"] == "RoundRobin"
+    assert affinity.provenance["router"] == "SessionAffinity"
+    assert affinity.summary["prefix_hit_rate"] > rr.summary["prefix_hit_rate"]  # type: ignore[operator]
+
+
 @pytest.mark.parametrize(
     ("text", "overrides", "needle"),
     [
@@ -163,6 +182,8 @@ def test_sessions_without_a_cluster_run_on_one_replica(tmp_path: Path) -> None:
         (MOONCAKE, ["workload.num_requests=3"], "not used with [workload.mooncake]"),
         (MOONCAKE, ["workload.mooncake.trace=nowhere.jsonl"], "unknown trace 'nowhere.jsonl'"),
         (SESSIONS, ["workload.num_requests=3"], "not used with [workload.sessions]"),
+        (SESSIONS, ["cluster.router.by_system={ x = 'random' }"], "no [[systems]] named 'x'"),
+        (SESSIONS, ["cluster.router.by_system={ v1 = 'fast' }"], "v1: unknown kind 'fast'"),
     ],
 )
 def test_bad_cluster_and_traffic_input_names_file_field_and_fix(
