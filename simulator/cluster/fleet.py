@@ -20,9 +20,9 @@ import numpy as np
 import simpy
 
 from pagesim import __version__
-from pagesim.simulator.cluster.config import ClusterConfig
 from pagesim.simulator.cluster.replica import Replica
 from pagesim.simulator.cluster.routers import LoadBoard, Router, make_router
+from pagesim.simulator.core.cluster import ClusterConfig
 from pagesim.simulator.core.config import Scenario, SystemConfig
 from pagesim.simulator.core.errors import InputError, choices_text
 from pagesim.simulator.core.request import Request

@@ -18,8 +18,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from pagesim.simulator.cluster.config import ClusterConfig, PoolConfig
 from pagesim.simulator.cluster.fleet import FleetRun, run_fleet
+from pagesim.simulator.core.cluster import ClusterConfig, PoolConfig
 from pagesim.simulator.core.config import Scenario, SystemConfig
 from pagesim.simulator.metrics.recorder import summarize
 from pagesim.simulator.metrics.result import RunResult

@@ -24,7 +24,7 @@ from typing import Protocol
 
 import numpy as np
 
-from pagesim.simulator.cluster.config import RouterConfig, RouterKind
+from pagesim.simulator.core.cluster import RouterConfig, RouterKind
 from pagesim.simulator.core.request import Request, prompt_segments
 from pagesim.simulator.kv.prefix_hash import SequenceHasher
 

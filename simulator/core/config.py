@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 
-from pagesim.simulator.cluster.config import ClusterConfig
 from pagesim.simulator.core.catalog import GPUSpec, KVDtype, ModelSpec
+from pagesim.simulator.core.cluster import ClusterConfig
 from pagesim.simulator.core.plan import PreemptionMode
 from pagesim.simulator.core.request import SamplingKind
 

@@ -10,8 +10,8 @@
 
 from __future__ import annotations
 
-from pagesim.simulator.cluster.config import ClusterConfig, PoolConfig, RouterConfig, RouterKind
 from pagesim.simulator.core.catalog import GPUS, GPUSpec, ModelSpec, get_gpu
+from pagesim.simulator.core.cluster import ClusterConfig, PoolConfig, RouterConfig, RouterKind
 from pagesim.simulator.core.errors import InputError, choices_text
 from pagesim.simulator.scenario.table import Table
 

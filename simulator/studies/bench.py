@@ -11,8 +11,8 @@ from __future__ import annotations
 import sys
 from dataclasses import replace
 
-from pagesim.simulator.cluster.config import ClusterConfig, PoolConfig, RouterConfig, RouterKind
 from pagesim.simulator.core.catalog import get_gpu, get_model
+from pagesim.simulator.core.cluster import ClusterConfig, PoolConfig, RouterConfig, RouterKind
 from pagesim.simulator.core.config import (
     ArrivalKind,
     ArrivalProcess,

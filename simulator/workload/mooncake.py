@@ -23,15 +23,12 @@ import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from pagesim.simulator.core.config import MooncakeTrace
 from pagesim.simulator.core.errors import InputError, choices_text
 from pagesim.simulator.core.request import TRACE_BLOCK_SEGMENT, Request
+from pagesim.simulator.workload.counts import StreamCounts
 from pagesim.simulator.workload.trace_files import DATA_DIR
-
-if TYPE_CHECKING:
-    from pagesim.simulator.workload.stream import WorkloadStats
 
 BLOCK_TOKENS = 512  # tokens per hash id (Mooncake FAST25-release/traces README)
 BUILTIN_MOONCAKE: dict[str, Path] = {
@@ -152,7 +149,7 @@ def content(hash_ids: tuple[int, ...], prompt_len: int) -> tuple[tuple[tuple[int
 
 
 def mooncake_requests(
-    trace: MooncakeTrace, max_seq_len: int, stats: WorkloadStats
+    trace: MooncakeTrace, max_seq_len: int, stats: StreamCounts
 ) -> Iterator[Request]:
     """Requests of rows offset.. in order, ids 0, 1, ...; arrival times start at 0 (seconds)."""
     rows = read_mooncake(trace.path)
@@ -171,7 +168,7 @@ def mooncake_requests(
 
 
 def _stream(
-    rows: MooncakeRows, trace: MooncakeTrace, count: int, max_seq_len: int, stats: WorkloadStats
+    rows: MooncakeRows, trace: MooncakeTrace, count: int, max_seq_len: int, stats: StreamCounts
 ) -> Iterator[Request]:
     first_ms = rows.timestamps_ms[trace.offset]
     for request_id in range(count):

@@ -23,13 +23,10 @@ import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from pagesim.simulator.core.errors import InputError, choices_text
 from pagesim.simulator.core.request import ANSWER_SEGMENT, UNIQUE_SEGMENT, Request
-
-if TYPE_CHECKING:
-    from pagesim.simulator.workload.stream import WorkloadStats
+from pagesim.simulator.workload.counts import StreamCounts
 
 COLUMNS = ("session_id", "turn", "arrived_at", "num_prefill_tokens", "num_decode_tokens")
 MAX_TRACE_BYTES = 256 * 2**20
@@ -144,7 +141,7 @@ def _check_sessions(shown: str, turns: list[Turn]) -> None:
 
 
 def session_trace_requests(
-    path: Path, time_scale: float, max_seq_len: int, stats: WorkloadStats
+    path: Path, time_scale: float, max_seq_len: int, stats: StreamCounts
 ) -> Iterator[Request]:
     """Requests in arrival order, ids 0, 1, ...; times start at the first turn's."""
     turns = read_session_trace(path)
@@ -152,7 +149,7 @@ def session_trace_requests(
 
 
 def _stream(
-    turns: list[Turn], time_scale: float, max_seq_len: int, stats: WorkloadStats
+    turns: list[Turn], time_scale: float, max_seq_len: int, stats: StreamCounts
 ) -> Iterator[Request]:
     first_s = turns[0].arrived_at
     # The last turn of each session so far: its id, prompt content and lengths.

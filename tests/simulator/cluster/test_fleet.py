@@ -10,9 +10,9 @@ import pandas as pd
 import pytest
 import simpy
 
-from pagesim.simulator.cluster.config import ClusterConfig, PoolConfig, RouterConfig, RouterKind
 from pagesim.simulator.cluster.fleet import run_fleet
 from pagesim.simulator.cluster.routers import RoundRobin
+from pagesim.simulator.core.cluster import ClusterConfig, PoolConfig, RouterConfig, RouterKind
 from pagesim.simulator.core.config import Policy, Scenario
 from pagesim.simulator.engine import simulate
 from pagesim.simulator.scenario.load import load_scenario

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from pagesim.simulator.cluster.config import RouterConfig, RouterKind
 from pagesim.simulator.cluster.routers import (
     LeastKV,
     LeastOutstanding,
@@ -15,6 +14,7 @@ from pagesim.simulator.cluster.routers import (
     RoundRobin,
     SessionAffinity,
 )
+from pagesim.simulator.core.cluster import RouterConfig, RouterKind
 from pagesim.simulator.core.request import Request
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pagesim.simulator.cluster.config import RouterKind
+from pagesim.simulator.core.cluster import RouterKind
 from pagesim.simulator.core.config import Scenario
 from pagesim.simulator.core.request import ANSWER_SEGMENT, UNIQUE_SEGMENT, RequestStatus
 from pagesim.simulator.engine import simulate
