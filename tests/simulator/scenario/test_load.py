@@ -91,7 +91,7 @@ def mini(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return write(tmp_path, MINIMAL)
 
 
-def test_the_library_holds_the_nine_scenarios_of_the_issue() -> None:
+def test_the_library_holds_the_scenarios_of_the_issues() -> None:
     assert BUILTINS == [
         "azure_conv_v0_vs_chunked",
         "block_size_ablation",
@@ -99,6 +99,7 @@ def test_the_library_holds_the_nine_scenarios_of_the_issue() -> None:
         "latency_vs_rate_sharegpt",
         "memory_waste_contiguous_vs_paged",
         "parallel_sampling_beam",
+        "router_comparison",  # issue 15
         "shared_system_prompt",
         "swap_vs_recompute",
         "textbook_static_vs_continuous",
@@ -114,6 +115,8 @@ def test_every_builtin_loads_and_round_trips_through_describe(name: str) -> None
     assert scenario.systems
     # Small enough to simulate in seconds in CI (the golden test reruns every built-in).
     assert (scenario.workload.num_requests or 0) <= 400
+    mooncake = scenario.workload.mooncake
+    assert mooncake is None or (mooncake.num_requests or 0) <= 400
     text = describe_scenario(scenario, ["seed=1"])
     assert "# override: seed=1" in text
     assert parse_scenario(tomllib.loads(text), scenario.source) == scenario
