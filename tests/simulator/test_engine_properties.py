@@ -31,11 +31,11 @@ def runs(draw: st.DrawFn) -> Scenario:
     policy = draw(st.sampled_from(list(Policy)))
     paged = policy in (Policy.VLLM_V0, Policy.VLLM_V1)
     num_seqs = draw(st.sampled_from([1, 1, 2, 3])) if paged else 1
-    sampling = (
-        SamplingKind.SINGLE
-        if num_seqs == 1
-        else draw(st.sampled_from([SamplingKind.PARALLEL, SamplingKind.BEAM]))
-    )
+    # V1 has no engine beam search and refuses it (core.defaults.beam_search_reason).
+    kinds = [SamplingKind.PARALLEL, SamplingKind.BEAM]
+    if policy is Policy.VLLM_V1:
+        kinds = [SamplingKind.PARALLEL]
+    sampling = SamplingKind.SINGLE if num_seqs == 1 else draw(st.sampled_from(kinds))
     prefix = draw(st.sampled_from([(), (PrefixGroup(64, 0.5),), (PrefixGroup(40, 0.9),)]))
     workload = poisson_workload(
         draw(st.integers(5, 20)),
