@@ -310,16 +310,44 @@ def bench_sim(
             help="Set prefix caching on both sides (default: each revision's own default).",
         ),
     ] = None,
+    replicas: Annotated[
+        int, typer.Option(help="Replicas of a fleet, all on the benchmark's GPU.")
+    ] = 1,
+    router: Annotated[str, typer.Option(help="The fleet's router (see [cluster.router]).")] = (
+        "round-robin"
+    ),
+    model: Annotated[
+        str | None, typer.Option(help="A catalog model in place of Llama-2-7B.")
+    ] = None,
+    tensor_parallel: Annotated[int, typer.Option(help="Tensor-parallel degree per replica.")] = 1,
 ) -> None:
     """Time the simulator: replay a trace (or --synthetic N requests) on Llama-2-7B / A100-80GB.
 
     Prints wall time, simulated requests, tokens and steps per wall second, and peak RSS; with
     --against REV, the same for git revision REV and this tree, and their ratio.
     Example: pagesim bench sim --synthetic 100000 --rate 8 --against HEAD~5
+    A fleet: pagesim bench sim --replicas 8 --model llama-2-70b --tensor-parallel 2
     """
+    from pagesim.simulator.core.errors import InputError
     from pagesim.simulator.studies.timing import BenchSpec
 
-    spec = BenchSpec(policy, trace, requests, synthetic, rate, prefix_cache)
+    spec = BenchSpec(
+        policy,
+        trace,
+        requests,
+        synthetic,
+        rate,
+        prefix_cache=prefix_cache,
+        replicas=replicas,
+        router=router,
+        model=model,
+        tensor_parallel=tensor_parallel,
+    )
+    if against is not None and spec.is_fleet:
+        raise InputError(
+            "--against: compares single replicas (older revisions have no fleets); drop "
+            "--replicas, --model and --tensor-parallel, or --against"
+        )
     if against is None:
         from pagesim.simulator.studies.bench import bench_sim
 

@@ -4,6 +4,7 @@ Layers, each importing only those below it (tests/simulator/test_layers.py check
 
     studies                      sweeps, capacity search, golden summaries, bench
     engine | scenario            the SimPy loop and `simulate`; reading scenario files
+    cluster                      fleets: replicas (the engine's loop) behind routers
     policies | metrics | execution | workload
     kv                           the KV-cache mechanism
     core                         requests, plan messages, config, catalog, errors

@@ -67,7 +67,16 @@ def simulate(
     per-sequence state: no `on_step`, no `check_invariants`, no `execution_factory` (which may
     read the block tables every step), and the roofline prices the steps. `True` turns it on
     also under `check_invariants`, which then checks it (tests do).
+
+    A scenario with a [cluster] runs its fleet (simulator/cluster/): one result whose requests
+    say which replica served them and whose summary holds the cluster's and each replica's.
+    So does one with multi-turn sessions (whose next turns wait for answers): on one replica.
     """
+    is_fleet = scenario.cluster is not None or scenario.workload.sessions is not None
+    if is_fleet and on_step is None and execution_factory is None:
+        from pagesim.simulator.cluster.result import simulate_cluster
+
+        return simulate_cluster(scenario, system, check_invariants=check_invariants)
     resolved = resolve_system(
         system or scenario.systems[0], scenario.model, scenario.gpu, scenario.tensor_parallel
     )

@@ -11,6 +11,7 @@ from enum import Enum
 from pathlib import Path
 
 from pagesim.simulator.core.catalog import GPUSpec, KVDtype, ModelSpec
+from pagesim.simulator.core.cluster import ClusterConfig
 from pagesim.simulator.core.plan import PreemptionMode
 from pagesim.simulator.core.request import SamplingKind
 
@@ -143,6 +144,39 @@ class SampleLengths(Enum):
 
 
 @dataclass(frozen=True, slots=True)
+class MooncakeTrace:
+    """A Mooncake (FAST'25) trace replayed row by row: times, lengths and block hashes
+    (simulator/workload/mooncake.py). Rows `offset` to `offset + num_requests` (None: all)."""
+
+    path: Path
+    trace_name: str | None = None
+    offset: int = 0
+    num_requests: int | None = None
+    time_scale: float = 1.0  # timestamps are divided by this (2.0 replays twice as fast)
+
+
+@dataclass(frozen=True, slots=True)
+class SessionTrace:
+    """Recorded conversations replayed at their times (simulator/workload/session_trace.py)."""
+
+    path: Path
+    time_scale: float = 1.0  # times are divided by this (2.0 replays twice as fast)
+
+
+@dataclass(frozen=True, slots=True)
+class SessionConfig:
+    """Multi-turn conversations (simulator/workload/sessions.py). Sessions start as
+    [workload.arrival] says; the first turn's prompt is [workload.prompt], every answer
+    [workload.output]; each later turn's prompt is the previous prompt + its answer + `new_tokens`
+    of new user text, sent `think_time_s` (mean of an exponential) after the answer ended."""
+
+    num_sessions: int
+    turns: LengthDist  # turns per session
+    new_tokens: LengthDist  # new user tokens of each turn after the first
+    think_time_s: float
+
+
+@dataclass(frozen=True, slots=True)
 class WorkloadConfig:
     arrival: ArrivalProcess
     prompt: LengthDist
@@ -160,6 +194,9 @@ class WorkloadConfig:
     # (else each column on its own); ROWS insists on rows, INDEPENDENT breaks the pairing.
     empirical_pairing: EmpiricalPairing | None = None
     sample_lengths: SampleLengths = SampleLengths.SAME  # parallel samples: one length or their own
+    mooncake: MooncakeTrace | None = None  # when given, replaces every generator above
+    sessions: SessionConfig | None = None  # multi-turn: arrival starts sessions, not requests
+    session_trace: SessionTrace | None = None  # when given, replaces every generator above
 
 
 class DefaultsMode(Enum):
@@ -278,3 +315,4 @@ class Scenario:
     stop: StopConfig = field(default_factory=StopConfig)
     sweep: tuple[SweepAxis, ...] = ()
     source: Path | None = None  # the TOML file it came from, for messages and reports
+    cluster: ClusterConfig | None = None  # [cluster]: a fleet behind a router (None: one replica)

@@ -14,6 +14,10 @@ from enum import Enum
 PREFIX_SEGMENT = 1  # (PREFIX_SEGMENT, group): a system prompt shared by a whole prefix group
 UNIQUE_SEGMENT = 2  # (UNIQUE_SEGMENT, request_id): the rest of one request's prompt
 GENERATED_SEGMENT = 3  # (GENERATED_SEGMENT, seq_id): the tokens one sequence generated
+# (TRACE_BLOCK_SEGMENT, hash_id): one 512-token block of a Mooncake trace row (workload/mooncake)
+TRACE_BLOCK_SEGMENT = 4
+# (ANSWER_SEGMENT, request_id): a turn's answer, repeated in its session's next prompt
+ANSWER_SEGMENT = 5
 
 
 class RequestStatus(Enum):
@@ -62,6 +66,10 @@ class Request:
     # Each parallel sample's own output length when they differ (workload.sample_lengths =
     # "independent"); output_len is then the longest. Empty: every sample runs output_len.
     sample_output_lens: tuple[int, ...] = ()
+    session_id: int | None = None  # the conversation it is a turn of (routers may read it)
+    # The prompt's content as (content key, tokens) segments when the workload knows it (a
+    # session's growing context, a trace's block hashes); None: prefix group + unique rest.
+    content: tuple[tuple[tuple[int, ...], int], ...] | None = None
 
     status: RequestStatus = RequestStatus.WAITING
     history: list[tuple[RequestStatus, float]] = field(default_factory=list)
@@ -139,8 +147,11 @@ def prompt_segments(request: Request) -> list[tuple[tuple[int, ...], int]]:
     """Content segments of the prompt, in order, as (content key, tokens) for prefix hashing.
 
     Requests of one prefix group share their first `prefix_len` tokens, key (PREFIX_SEGMENT,
-    group); the rest is unique to the request, key (UNIQUE_SEGMENT, request_id).
+    group); the rest is unique to the request, key (UNIQUE_SEGMENT, request_id). A request whose
+    workload described its content (`content`) has those segments instead.
     """
+    if request.content is not None:
+        return list(request.content)
     segments: list[tuple[tuple[int, ...], int]] = []
     if request.prefix_group is not None and request.prefix_len > 0:
         segments.append(((PREFIX_SEGMENT, request.prefix_group), request.prefix_len))

@@ -67,6 +67,7 @@ from pagesim.simulator.core.config import (
 )
 from pagesim.simulator.core.errors import InputError, choices_text
 from pagesim.simulator.execution.profile_file import check_profile
+from pagesim.simulator.scenario.cluster import read_cluster
 from pagesim.simulator.scenario.files import (
     BUILTIN_DIR,
     list_builtin,
@@ -258,6 +259,11 @@ def _parse(raw: object, source: Path | None, check_sweep: bool) -> Scenario:
     _check_profile(top.table("execution"), scenario)
     scenario = replace(scenario, systems=read_systems(top, scenario))
     _check_profile(top, scenario)
+    cluster = read_cluster(
+        top.table("cluster"), scenario.gpu, model, tp, [s.name for s in scenario.systems]
+    )
+    if cluster is not None:
+        scenario = replace(scenario, cluster=cluster)
     for i, axis in enumerate(scenario.sweep if check_sweep else ()):
         for j, value in enumerate(axis.values):
             point = with_value(raw, axis.path, value, ctx, f"sweep.axes[{i}]")

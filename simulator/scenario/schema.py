@@ -68,12 +68,26 @@ SCHEMA: Schema = {
         "output": _LENGTH_KEYS,
         "prefix_groups": [_keys("num_tokens fraction")],
         "requests": [_keys("prompt_len output_len arrival_s priority")],
+        "mooncake": _keys("trace offset num_requests time_scale"),
+        "session_trace": _keys("path time_scale"),
+        "sessions": {
+            **_keys("num_sessions think_time_s"),
+            "turns": _LENGTH_KEYS,
+            "new_tokens": _LENGTH_KEYS,
+        },
     },
     "defaults": dict.fromkeys(SYSTEM_KEYS),
     "systems": [dict.fromkeys(("name", *SYSTEM_KEYS))],
     "slo": _keys("ttft_s tpot_s"),
     "stop": _keys("max_time_s warmup_s"),
     "sweep": _keys("axes"),
+    "cluster": {  # simulator/scenario/cluster.py
+        "router": _keys(
+            "kind report_interval_s cache_threshold balance_abs_threshold balance_rel_threshold "
+            "prefix_block_tokens ring_points by_system"
+        ),
+        "pools": [_keys("name count system gpu tensor_parallel")],
+    },
 }
 
 # The [gpu] figures: a custom GPU gives them, a preset takes them as overrides.

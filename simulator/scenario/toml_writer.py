@@ -117,7 +117,8 @@ def describe_scenario(scenario: Scenario, overrides: Sequence[str] = ()) -> str:
     if e.profile_path is not None:
         out.append(f"profile = {_toml(e.profile_path)}")
     fields: dict[str, object] = {"sampling": w.sampling, "num_seqs": w.num_seqs}
-    if not w.explicit:
+    by_rows = w.mooncake is not None or w.session_trace is not None
+    if not w.explicit and not by_rows:
         fields["num_requests"] = w.num_requests
     if w.trace_path is not None:
         fields |= {"trace": w.trace_name or w.trace_path, "trace_offset": w.trace_offset}
@@ -131,6 +132,14 @@ def describe_scenario(scenario: Scenario, overrides: Sequence[str] = ()) -> str:
     if w.explicit:
         for r in w.explicit:
             out += _lines("[[workload.requests]]", _fields(r))
+    elif w.mooncake is not None:
+        m = w.mooncake
+        trace: dict[str, object] = {"trace": m.trace_name or m.path, "offset": m.offset}
+        trace |= {"num_requests": m.num_requests, "time_scale": m.time_scale}
+        out += _lines("[workload.mooncake]", trace)
+    elif w.session_trace is not None:
+        st = w.session_trace
+        out += _lines("[workload.session_trace]", {"path": st.path, "time_scale": st.time_scale})
     else:
         arrival: dict[str, object] = {"kind": w.arrival.kind}
         if w.arrival.kind in (ArrivalKind.POISSON, ArrivalKind.GAMMA, ArrivalKind.CONSTANT):
@@ -142,6 +151,13 @@ def describe_scenario(scenario: Scenario, overrides: Sequence[str] = ()) -> str:
         out += _lines("[workload.output]", _length_fields(w.output))
         for group in w.prefix_groups:
             out += _lines("[[workload.prefix_groups]]", _fields(group))
+        if w.sessions is not None:
+            ss = w.sessions
+            sessions: dict[str, object] = {"num_sessions": ss.num_sessions}
+            sessions["think_time_s"] = ss.think_time_s
+            out += _lines("[workload.sessions]", sessions)
+            out += _lines("[workload.sessions.turns]", _length_fields(ss.turns))
+            out += _lines("[workload.sessions.new_tokens]", _length_fields(ss.new_tokens))
     for system in s.systems:
         out += _lines("[[systems]]", {f: getattr(system, f) for f in SCHEMA["systems"][0]})
     out += _lines("[slo]", {"ttft_s": s.slo.ttft_s, "tpot_s": s.slo.tpot_s})
@@ -149,4 +165,23 @@ def describe_scenario(scenario: Scenario, overrides: Sequence[str] = ()) -> str:
     if s.sweep:
         axes = [{"path": a.path, "values": list(a.values)} for a in s.sweep]
         out += _lines("[sweep]", {"axes": axes})
+    if s.cluster is not None:
+        out += _cluster_lines(s)
     return "\n".join(out) + "\n"
+
+
+def _cluster_lines(s: Scenario) -> list[str]:
+    assert s.cluster is not None
+    router = {
+        f: getattr(s.cluster.router, f) for f in SCHEMA["cluster"]["router"] if f != "by_system"
+    }
+    if s.cluster.router_by_system:
+        router["by_system"] = dict(s.cluster.router_by_system)
+    out = list(_lines("[cluster.router]", router))
+    for pool in s.cluster.pools:
+        fields: dict[str, object] = {"name": pool.name, "count": pool.count}
+        fields |= {"system": pool.system, "tensor_parallel": pool.tensor_parallel}
+        if pool.gpu != s.gpu:
+            fields["gpu"] = pool.gpu.name
+        out += _lines("[[cluster.pools]]", fields)
+    return out

@@ -16,16 +16,21 @@ from pagesim.simulator.core.config import (
     ExplicitRequest,
     LengthDist,
     LengthKind,
+    MooncakeTrace,
     PrefixGroup,
     SampleLengths,
+    SessionConfig,
+    SessionTrace,
     WorkloadConfig,
 )
-from pagesim.simulator.core.errors import choices_text
+from pagesim.simulator.core.errors import InputError, choices_text
 from pagesim.simulator.core.limits import MAX_COUNT
 from pagesim.simulator.core.request import SamplingKind
 from pagesim.simulator.scenario.schema import LENGTH_USES, SCHEMA
-from pagesim.simulator.scenario.table import REQUIRED, Table, display
+from pagesim.simulator.scenario.table import REQUIRED, Table, display, is_file
 from pagesim.simulator.scenario.traces import check_csv, trace_file
+from pagesim.simulator.workload.mooncake import BUILTIN_MOONCAKE, read_mooncake
+from pagesim.simulator.workload.session_trace import COLUMNS, read_session_trace
 from pagesim.simulator.workload.trace_files import (
     ARRIVAL_COLUMN,
     BUILTIN_TRACES,
@@ -84,6 +89,60 @@ _GENERATOR_KEYS = tuple(
 )
 
 
+def _mooncake(t: Table) -> MooncakeTrace:
+    """[workload.mooncake]: a built-in Mooncake trace or a JSON-lines file, checked now."""
+    m = t.table("mooncake")
+    text = m.text("trace")
+    name = text.lower() if text.lower() in BUILTIN_MOONCAKE else None
+    path = BUILTIN_MOONCAKE[name] if name is not None else m.ctx.resolve(text)
+    if name is None and not is_file(path):
+        m.fail(
+            "trace",
+            f"unknown trace {text!r}: neither a built-in Mooncake trace "
+            f"({choices_text(BUILTIN_MOONCAKE)}) nor an existing JSON-lines file",
+        )
+    try:
+        rows = read_mooncake(path, display(path))
+    except InputError as exc:
+        m.fail("trace", str(exc))
+    offset = m.integer("offset", 0, lo=0)
+    if offset >= len(rows):
+        m.fail("offset", f"must be < {len(rows)}, the rows of {display(path)!r}")
+    count = m.integer("num_requests", None)
+    if count is not None and offset + count > len(rows):
+        m.fail(
+            "num_requests",
+            f"{count} requests from row {offset} need {offset + count} rows; "
+            f"{display(path)!r} has {len(rows)}",
+        )
+    scale = m.number("time_scale", 1.0, hi=1e6, lo_open=True)
+    return MooncakeTrace(path, name, offset, count, scale)
+
+
+def _session_trace(t: Table) -> SessionTrace:
+    """[workload.session_trace]: a CSV of recorded turns, checked now."""
+    st = t.table("session_trace")
+    path = st.ctx.resolve(st.text("path"))
+    if not is_file(path):
+        st.fail("path", f"no such file {display(path)!r} (a CSV of turns: {','.join(COLUMNS)})")
+    try:
+        read_session_trace(path, display(path))
+    except InputError as exc:
+        st.fail("path", str(exc))
+    return SessionTrace(path, st.number("time_scale", 1.0, hi=1e6, lo_open=True))
+
+
+def _sessions(t: Table) -> SessionConfig:
+    """[workload.sessions]: multi-turn conversations started by [workload.arrival]."""
+    s = t.table("sessions")
+    return SessionConfig(
+        num_sessions=s.integer("num_sessions"),
+        turns=_length(s.table("turns", required=True), "", None, s.key),
+        new_tokens=_length(s.table("new_tokens", required=True), "", None, s.key),
+        think_time_s=s.number("think_time_s", hi=1e6),
+    )
+
+
 def read_workload(t: Table, max_seq_len: int) -> WorkloadConfig:
     sampling = t.choice("sampling", SamplingKind, SamplingKind.SINGLE)
     num_seqs = t.integer("num_seqs", 1, hi=1024)
@@ -117,6 +176,26 @@ def read_workload(t: Table, max_seq_len: int) -> WorkloadConfig:
         )  # explicit requests give one length each: sample_lengths has nothing to draw from
     if "requests" in t.data:
         t.fail("requests", "must hold at least one request when given")
+    for table in ("mooncake", "session_trace"):
+        if not t.has(table):
+            continue
+        for name in _GENERATOR_KEYS:
+            if name != table and t.has(name):
+                t.fail(name, f"not used with [workload.{table}], whose rows give every request")
+        return WorkloadConfig(
+            arrival=ArrivalProcess(ArrivalKind.TRACE),  # unused: the rows have their times
+            prompt=LengthDist(LengthKind.TRACE),
+            output=LengthDist(LengthKind.TRACE),
+            sampling=sampling,
+            num_seqs=num_seqs,
+            mooncake=_mooncake(t) if table == "mooncake" else None,
+            session_trace=_session_trace(t) if table == "session_trace" else None,
+        )
+    sessions = None
+    if t.has("sessions"):
+        sessions = _sessions(t)
+        if t.has("num_requests"):
+            t.fail("num_requests", "not used with [workload.sessions]; set sessions.num_sessions")
     trace_name, trace_path = None, None
     if t.has("trace"):
         trace_name, trace_path = trace_file(t, "trace")
@@ -124,7 +203,8 @@ def read_workload(t: Table, max_seq_len: int) -> WorkloadConfig:
         for name in ("trace_offset", "time_scale"):
             if t.has(name):
                 t.fail(name, "only used with workload.trace")
-    num_requests = t.integer("num_requests", None if trace_path else REQUIRED)
+    required = None if trace_path or sessions else REQUIRED
+    num_requests = t.integer("num_requests", required)
     offset = t.integer("trace_offset", 0, lo=0)
 
     arrival_t = t.table("arrival")
@@ -166,6 +246,7 @@ def read_workload(t: Table, max_seq_len: int) -> WorkloadConfig:
         num_seqs=num_seqs,
         empirical_pairing=pairing,
         sample_lengths=sample_lengths,
+        sessions=sessions,
     )
 
 

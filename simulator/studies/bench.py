@@ -9,8 +9,10 @@ timing), so keep them.
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 
 from pagesim.simulator.core.catalog import get_gpu, get_model
+from pagesim.simulator.core.cluster import ClusterConfig, PoolConfig, RouterConfig, RouterKind
 from pagesim.simulator.core.config import (
     ArrivalKind,
     ArrivalProcess,
@@ -73,6 +75,36 @@ def trace_replay_scenario(trace: str, num_requests: int | None, policy: str) -> 
         gpu=get_gpu("a100-80gb"),
         workload=workload,
         systems=(SystemConfig(name=policy, policy=chosen),),
+    )
+
+
+def fleet_scenario(
+    scenario: Scenario, replicas: int, router: str, model: str | None, tensor_parallel: int
+) -> Scenario:
+    """`scenario` on `replicas` replicas of `model` (default: its own) at `tensor_parallel`
+    behind `router`, all on its GPU."""
+    if replicas < 1 or tensor_parallel < 1:
+        raise InputError(
+            f"--replicas and --tensor-parallel must be >= 1, got {replicas} and {tensor_parallel}"
+        )
+    try:
+        kind = RouterKind(router)
+    except ValueError:
+        valid = choices_text(k.value for k in RouterKind)
+        raise InputError(f"--router: unknown router {router!r}; valid: {valid}") from None
+    spec = get_model(model) if model is not None else scenario.model
+    if spec.num_heads % tensor_parallel:
+        raise InputError(
+            f"--tensor-parallel: {tensor_parallel} does not divide {spec.name}'s "
+            f"{spec.num_heads} heads"
+        )
+    pool = PoolConfig("bench", replicas, scenario.gpu, tensor_parallel)
+    return replace(
+        scenario,
+        name=f"{scenario.name}-x{replicas}",
+        model=spec,
+        tensor_parallel=tensor_parallel,
+        cluster=ClusterConfig((pool,), RouterConfig(kind)),
     )
 
 

@@ -44,27 +44,44 @@ class BenchSpec:
     # --against, so revisions whose defaults differ (V1 turned prefix caching on) compare
     # like for like.
     prefix_cache: bool | None = None
+    # A fleet (revisions with simulator/cluster only): `replicas` of `model` (None: Llama-2-7B)
+    # at `tensor_parallel` behind `router`.
+    replicas: int = 1
+    router: str = "round-robin"
+    model: str | None = None
+    tensor_parallel: int = 1
+
+    @property
+    def is_fleet(self) -> bool:
+        return self.replicas != 1 or self.model is not None or self.tensor_parallel != 1
 
     @property
     def label(self) -> str:
         cache = {None: "", True: ", prefix cache on", False: ", prefix cache off"}
         if self.synthetic is not None:
-            return (
-                f"sharegpt-like x {self.synthetic} at {self.rate} req/s{cache[self.prefix_cache]}"
-            )
-        return f"{self.trace}{cache[self.prefix_cache]}"
+            text = f"sharegpt-like x {self.synthetic} at {self.rate} req/s"
+        else:
+            text = self.trace
+        if self.is_fleet:
+            model = self.model or "llama-2-7b"
+            text += f" on {self.replicas} x {model} TP{self.tensor_parallel} ({self.router})"
+        return text + cache[self.prefix_cache]
 
     def scenario(self, bench: Any) -> Any:
         """The scenario, built by `bench` (a revision's bench module: each has these two)."""
         if self.synthetic is not None:
-            scenario = bench.sharegpt_scenario(self.synthetic, self.rate, self.policy)
+            built = bench.sharegpt_scenario(self.synthetic, self.rate, self.policy)
         else:
-            scenario = bench.trace_replay_scenario(self.trace, self.requests, self.policy)
-        if self.prefix_cache is None:
-            return scenario
-        (system,) = scenario.systems  # every revision's SystemConfig has enable_prefix_cache
-        system = replace(system, enable_prefix_cache=self.prefix_cache)
-        return replace(scenario, systems=(system,))
+            built = bench.trace_replay_scenario(self.trace, self.requests, self.policy)
+        if self.prefix_cache is not None:
+            (system,) = built.systems  # every revision's SystemConfig has enable_prefix_cache
+            system = replace(system, enable_prefix_cache=self.prefix_cache)
+            built = replace(built, systems=(system,))
+        if not self.is_fleet:
+            return built
+        return bench.fleet_scenario(
+            built, self.replicas, self.router, self.model, self.tensor_parallel
+        )
 
 
 @dataclass(frozen=True)

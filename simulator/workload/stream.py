@@ -322,6 +322,18 @@ def iter_requests(
     The configuration is validated now (InputError here, not at the first `next`). `stats`, when
     given, says now where the lengths come from, and counts each request the consumer takes.
     """
+    if workload.mooncake is not None:  # rows with block hashes: simulator/workload/mooncake.py
+        from pagesim.simulator.workload.mooncake import mooncake_requests
+
+        positive_int(max_seq_len, "max_seq_len")
+        return mooncake_requests(workload.mooncake, max_seq_len, stats or WorkloadStats())
+    if workload.session_trace is not None:  # recorded turns: simulator/workload/session_trace.py
+        from pagesim.simulator.workload.session_trace import session_trace_requests
+
+        positive_int(max_seq_len, "max_seq_len")
+        trace = workload.session_trace
+        time_scale = positive_float(trace.time_scale, "workload.session_trace.time_scale")
+        return session_trace_requests(trace.path, time_scale, max_seq_len, stats or WorkloadStats())
     plan = _plan(workload, max_seq_len)
     if stats is not None:
         plan.stats = stats

@@ -106,6 +106,7 @@ def test_the_library_holds_the_builtin_scenarios() -> None:
         "measured_vs_roofline",  # issue 13: the roofline beside Vidur's measurements
         "memory_waste_contiguous_vs_paged",
         "parallel_sampling_beam",
+        "router_comparison",  # issue 15
         "shared_system_prompt",
         "swap_vs_recompute",
         "textbook_static_vs_continuous",
@@ -123,6 +124,8 @@ def test_every_builtin_loads_and_round_trips_through_describe(name: str) -> None
     # Small enough to simulate in seconds in CI (the golden test reruns every built-in): the
     # largest, vllm_v1_on_h200 (4,000 short-step requests for a steady state), takes ~4 s.
     assert (scenario.workload.num_requests or 0) <= 4000
+    mooncake = scenario.workload.mooncake
+    assert mooncake is None or (mooncake.num_requests or 0) <= 400
     text = describe_scenario(scenario, ["seed=1"])
     assert "# override: seed=1" in text
     assert parse_scenario(tomllib.loads(text), scenario.source) == scenario

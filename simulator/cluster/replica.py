@@ -1,0 +1,205 @@
+"""One replica of a fleet: the single-replica engine loop (simulator/engine.py) with its own
+scheduler, KV cache, execution model and recorder, fed by a router instead of the workload.
+
+The loop is engine.simulate's, step for step: plan, price, `yield env.timeout`, complete; idle
+until an arrival or a wake-up. An idle replica waits on its own event and costs nothing per step
+of the others. After each step it looks for requests that finished (only when its pending count
+fell) so that the router's count of requests in flight stays a count a real router keeps: it
+sees each response end.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator
+
+import simpy
+
+from pagesim.simulator.core.config import Scenario, SystemConfig
+from pagesim.simulator.core.defaults import (
+    ERA,
+    beam_search_reason,
+    era_notes,
+    resolve_system,
+    sample_lengths_reason,
+    system_knobs,
+    v0_token_cap_reason,
+)
+from pagesim.simulator.core.errors import InputError
+from pagesim.simulator.core.request import Request
+from pagesim.simulator.execution.factory import make_execution_model
+from pagesim.simulator.execution.roofline import RooflineModel
+from pagesim.simulator.kv.capacity import kv_capacity
+from pagesim.simulator.metrics.recorder import Recorder
+from pagesim.simulator.metrics.result import RunResult
+from pagesim.simulator.policies.factory import make_scheduler
+
+
+class ReplicaStallError(RuntimeError):
+    """A replica holds requests but can make no progress: a policy bug, never hidden."""
+
+
+class Replica:
+    """`index` in the fleet; `scenario` already carries this replica's GPU and TP degree."""
+
+    def __init__(
+        self,
+        index: int,
+        pool: str,
+        scenario: Scenario,
+        system: SystemConfig,
+        env: simpy.Environment,
+        on_done: Callable[[Replica, Request], None],
+        *,
+        check_invariants: bool = False,
+    ) -> None:
+        resolved = resolve_system(system, scenario.model, scenario.gpu, scenario.tensor_parallel)
+        system = resolved.system
+        refusal = v0_token_cap_reason(system, scenario.model.max_seq_len)
+        if refusal is not None:
+            raise InputError(f"system {system.name!r}: max_num_batched_tokens {refusal}")
+        refusal = beam_search_reason(system, scenario.workload.sampling) or sample_lengths_reason(
+            system, scenario.workload.sample_lengths
+        )
+        if refusal is not None:
+            raise InputError(f"system {system.name!r}: {refusal}")
+        self.index, self.pool, self.system, self.scenario = index, pool, system, scenario
+        self.capacity = kv_capacity(scenario, system)
+        self.scheduler = make_scheduler(system, scenario.model.max_seq_len, self.capacity)
+        self.execution = make_execution_model(scenario, system)
+        # As engine.simulate decides it with no on_step and no execution_factory.
+        if isinstance(self.execution, RooflineModel) and not check_invariants:
+            enable = getattr(self.scheduler, "enable_fast_path", None)
+            if enable is not None:
+                enable()
+        self.recorder = Recorder(
+            scenario.gpu, scenario.slo, scenario.stop.warmup_s, self.capacity.block_bytes
+        )
+        self._provenance_sources = dict(resolved.sources)
+        self._warmup_s = scenario.stop.warmup_s
+        self._env = env
+        self._on_done = on_done
+        self._check = check_invariants
+        self._wakeup = env.event()
+        self._in_flight: list[Request] = []  # routed here, not yet seen done
+        self._num_pending = 0  # the scheduler's pending count after the last look
+        self.num_routed = 0
+
+    def start(self) -> simpy.Process:
+        """Start the loop (after the arrival process: the order engine.simulate creates them)."""
+        return self._env.process(self._run())
+
+    # --- what a router may read (routers.py says which one reads what) ----------------------
+
+    @property
+    def num_in_flight(self) -> int:
+        """Requests routed here whose response has not ended: the router's own count."""
+        return len(self._in_flight)
+
+    def kv_used_share(self) -> float:
+        """Share of KV slots not free: what vLLM reports as its KV-cache usage gauge."""
+        memory = self.scheduler.memory_breakdown()
+        total = self.scheduler.kv_capacity_slots
+        return 1.0 - memory.free_slots / total if total else 0.0
+
+    # --- feeding it ---------------------------------------------------------------------------
+
+    def add_request(self, request: Request) -> None:
+        self.num_routed += 1
+        # The arrival window's edges for the token rate, as engine.simulate marks them: its
+        # first in-window arrival opens it, each arrival moves its end (the last one's stays).
+        recorder, tokens = self.recorder, self.scheduler.num_output_tokens
+        if recorder.window_tokens[0] is None and request.arrival_s >= self._warmup_s:
+            recorder.mark_window_edge(0, tokens)
+        recorder.mark_window_edge(1, tokens)
+        recorder.add_request(request)
+        self.scheduler.add_request(request, self._env.now)
+        if request.is_done:  # rejected at once (too long for the model or the cache)
+            self._on_done(self, request)
+        else:
+            self._in_flight.append(request)
+            self._num_pending += 1
+        if not self._wakeup.triggered:
+            self._wakeup.succeed()
+
+    def mark_arrivals_done(self) -> None:
+        self.scheduler.mark_arrivals_done()
+        if not self._wakeup.triggered:
+            self._wakeup.succeed()
+
+    # --- the heartbeat (engine.simulate's replica loop) ---------------------------------------
+
+    def _run(self) -> Generator[simpy.Event, None, None]:
+        env, scheduler, execution = self._env, self.scheduler, self.execution
+        while True:
+            plan = scheduler.schedule(env.now)
+            if plan.is_empty:
+                wake_at = scheduler.next_wakeup_s(env.now)
+                delay_s = None if wake_at is None or wake_at <= env.now else wake_at - env.now
+                if scheduler.arrivals_done:
+                    if not scheduler.has_pending:
+                        return
+                    if delay_s is None:
+                        running, waiting, swapped = scheduler.queue_lengths()
+                        raise ReplicaStallError(
+                            f"replica {self.index} stalled at t={env.now:.3f}s with {running} "
+                            f"running, {waiting} waiting and {swapped} swapped requests"
+                        )
+                self._wakeup = env.event()
+                waits: list[simpy.Event] = [self._wakeup]
+                if delay_s is not None:
+                    waits.append(env.timeout(delay_s))
+                yield env.any_of(waits)
+                continue
+            cost = execution.price(plan)
+            start = env.now
+            yield env.timeout(cost.duration_s)
+            scheduler.complete(plan, env.now)
+            if self._check:
+                scheduler.check_invariants()
+            self.recorder.record_step(start, plan, cost, scheduler)
+            self._settle()
+
+    def _settle(self) -> None:
+        """Tell the fleet of requests that ended in the last step (only if some did)."""
+        running, waiting, swapped = self.scheduler.queue_lengths()
+        pending = running + waiting + swapped
+        if pending >= self._num_pending and len(self._in_flight) <= pending:
+            self._num_pending = pending
+            return
+        self._num_pending = pending
+        live = []
+        for request in self._in_flight:
+            if request.is_done:
+                self._on_done(self, request)
+            else:
+                live.append(request)
+        self._in_flight = live
+
+    # --- the end ------------------------------------------------------------------------------
+
+    def result(self, scenario_name: str, end_s: float, workload: dict[str, object]) -> RunResult:
+        system, capacity = self.system, self.capacity
+        provenance: dict[str, object] = {
+            "seed": self.scenario.seed,
+            "policy": system.policy.value,
+            "era": ERA[system.policy],
+            "system": system_knobs(system),
+            "defaults_from": self._provenance_sources,
+            "era_notes": era_notes(system, self.scenario.workload.sampling),
+            "model": self.scenario.model.name,
+            "gpu": self.scenario.gpu.name,
+            "tensor_parallel": self.scenario.tensor_parallel,
+            "kv_dtype": self.scenario.kv_dtype.value,
+            "num_kv_blocks": capacity.num_gpu_blocks,
+            "num_cpu_blocks": capacity.num_cpu_blocks,
+            "block_size": capacity.block_size,
+            "block_bytes": capacity.block_bytes,
+            "execution_model": self.execution.describe(),
+            "workload": workload,
+            "replica": self.index,
+            "pool": self.pool,
+        }
+        result = self.recorder.result(scenario_name, system.name, end_s, self.scheduler, provenance)
+        result.summary["num_kv_blocks"] = capacity.num_gpu_blocks
+        result.summary["block_size"] = capacity.block_size
+        return result
