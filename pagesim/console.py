@@ -113,39 +113,16 @@ def rejected_everything(result: RunResult) -> str | None:
     return first or "no reason recorded"
 
 
-def beyond_peak(result: RunResult) -> str | None:
-    """Why a system's MFU or MBU passed 100% (its steps were priced faster than the GPU's peak
-    allows: a profile measured on a faster device), or None."""
-    over = [
-        f"{name} {100 * value:.0f}%"
-        for key, name in (("mfu", "MFU"), ("mbu", "MBU"))
-        if isinstance(value := result.summary.get(key), int | float) and value > 1.0
-    ]
-    if not over:
-        return None
-    model = result.provenance.get("execution_model")
-    device = model.get("device") if isinstance(model, dict) else None
-    gpu = result.provenance.get("gpu", "the scenario's GPU")
-    source = f"a profile measured on {device}" if device else "the execution model"
-    return (
-        f"{' and '.join(over)}, beyond the peak of {gpu}: its step times come from {source}, "
-        "faster than this GPU can be; use a profile measured on it, or the roofline"
-    )
-
-
 def echo_warnings(results: Sequence[RunResult]) -> bool:
-    """A warning line for each system that served nothing because it rejected every request,
-    and for each whose utilization passed 100% (reproducer 14). Returns True when every system
+    """A warning line for each system that served nothing because it rejected every request
+    (a utilization past 100% is among the provenance warnings `echo_summaries` prints).
+    Returns True when every system
     rejected everything: the run failed (the caller exits 1 once the output, evidence of why,
     is written)."""
     reasons = [(r.system, rejected_everything(r)) for r in results]
     for system, reason in reasons:
         if reason is not None:
             typer.echo(f"warning: {system} rejected every request ({reason})", err=True)
-    for result in results:
-        impossible = beyond_peak(result)
-        if impossible is not None:
-            typer.echo(f"warning: {result.system}: {impossible}", err=True)
     return bool(reasons) and all(reason is not None for _, reason in reasons)
 
 

@@ -187,7 +187,9 @@ def simulate(
     result = recorder.result(scenario.name, system.name, env.now, scheduler, provenance)
     described = provenance["execution_model"]
     priced = described.get("warnings", []) if isinstance(described, dict) else []
-    result.provenance["warnings"] = [*priced, *utilization_warnings(result.summary)]
+    device = described.get("device") if isinstance(described, dict) else None
+    over = utilization_warnings(result.summary, scenario.gpu.name, device)
+    result.provenance["warnings"] = [*priced, *over]
     result.summary["num_kv_blocks"] = capacity.num_gpu_blocks
     result.summary["block_size"] = capacity.block_size
     return result

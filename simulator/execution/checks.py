@@ -69,14 +69,20 @@ def profile_warnings(
     return found
 
 
-def utilization_warnings(summary: Mapping[str, object]) -> list[str]:
-    """A run whose time-averaged MFU or MBU exceeds 100% was priced faster than its GPU."""
-    found = []
-    for key, what in (("mfu", "MFU"), ("mbu", "MBU")):
-        value = summary.get(key)
-        if isinstance(value, int | float) and value > 1:
-            found.append(
-                f"{what} {100 * value:.0f}% over the run: steps were priced faster than the "
-                "GPU's datasheet allows"
-            )
-    return found
+def utilization_warnings(
+    summary: Mapping[str, object], gpu: str, device: object = None
+) -> list[str]:
+    """A run whose time-averaged MFU or MBU exceeds 100% was priced faster than its GPU `gpu`
+    can run (reproducer 14): said once, naming the profile's `device` when there is one."""
+    over = [
+        f"{what} {100 * value:.0f}%"
+        for key, what in (("mfu", "MFU"), ("mbu", "MBU"))
+        if isinstance(value := summary.get(key), int | float) and value > 1
+    ]
+    if not over:
+        return []
+    source = f"a profile measured on {device}" if device else "the execution model"
+    return [
+        f"{' and '.join(over)} over the run, beyond the peak of {gpu}: its step times come from "
+        f"{source}, faster than this GPU can be; use a profile measured on it, or the roofline"
+    ]

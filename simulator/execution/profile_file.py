@@ -80,7 +80,10 @@ class ProfileReader:
         if value < minimum:
             raise self.fail(f"field {dotted!r} must be >= {minimum}, got {value!r}")
         if maximum is not None and value > maximum:
-            raise self.fail(f"field {dotted!r} must be <= {maximum:g}, got {value!r}")
+            raise self.fail(
+                f"field {dotted!r} must be <= {maximum:g} (the largest plausible value), "
+                f"got {value!r}"
+            )
         return float(value)
 
     def series(

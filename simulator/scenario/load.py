@@ -256,7 +256,6 @@ def _parse(raw: object, source: Path | None, check_sweep: bool) -> Scenario:
         sweep=read_sweep(top.table("sweep")),
         source=source,
     )
-    _check_profile(top.table("execution"), scenario)
     scenario = replace(scenario, systems=read_systems(top, scenario))
     _check_profile(top, scenario)
     cluster = read_cluster(
