@@ -22,14 +22,10 @@ from pagesim.simulator.core.config import Scenario, SystemConfig
 from pagesim.simulator.core.defaults import (
     ERA,
     HOST_OVERHEAD_KEY,
-    beam_search_reason,
     era_notes,
-    resolve_system,
-    sample_lengths_reason,
+    resolve_runnable,
     system_knobs,
-    v0_token_cap_reason,
 )
-from pagesim.simulator.core.errors import InputError
 from pagesim.simulator.core.scheduler import Scheduler
 from pagesim.simulator.execution.checks import utilization_warnings
 from pagesim.simulator.execution.factory import make_execution_model
@@ -77,18 +73,8 @@ def simulate(
         from pagesim.simulator.cluster.result import simulate_cluster
 
         return simulate_cluster(scenario, system, check_invariants=check_invariants)
-    resolved = resolve_system(
-        system or scenario.systems[0], scenario.model, scenario.gpu, scenario.tensor_parallel
-    )
+    resolved = resolve_runnable(system or scenario.systems[0], scenario)
     system = resolved.system
-    refusal = v0_token_cap_reason(system, scenario.model.max_seq_len)
-    if refusal is not None:
-        raise InputError(f"system {system.name!r}: max_num_batched_tokens {refusal}")
-    refusal = beam_search_reason(system, scenario.workload.sampling) or sample_lengths_reason(
-        system, scenario.workload.sample_lengths
-    )
-    if refusal is not None:
-        raise InputError(f"system {system.name!r}: {refusal}")
     capacity = kv_capacity(scenario, system)
     scheduler = make_scheduler(system, scenario.model.max_seq_len, capacity)
     if execution_factory is None:

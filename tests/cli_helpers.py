@@ -55,3 +55,27 @@ def read_only(folder: Path) -> Iterator[None]:
         if immutable:
             subprocess.run(["chattr", "-i", str(folder)], check=False)
         folder.chmod(0o755)
+
+
+def tiny_scenario(name: str = "repro") -> str:
+    """A scenario TOML that runs in a blink: 3 requests of 32 + 8 tokens, one vLLM V0 system
+    on Llama-2-7B / A100-80GB (the reproducers', the output tests' and the fuzzers' base)."""
+    return f"""name = "{name}"
+[model]
+preset = "llama-2-7b"
+[gpu]
+preset = "a100-80gb"
+[workload]
+num_requests = 3
+[workload.arrival]
+kind = "burst"
+[workload.prompt]
+kind = "fixed"
+value = 32
+[workload.output]
+kind = "fixed"
+value = 8
+[[systems]]
+name = "v0"
+policy = "vllm-v0"
+"""

@@ -17,14 +17,10 @@ import simpy
 from pagesim.simulator.core.config import Scenario, SystemConfig
 from pagesim.simulator.core.defaults import (
     ERA,
-    beam_search_reason,
     era_notes,
-    resolve_system,
-    sample_lengths_reason,
+    resolve_runnable,
     system_knobs,
-    v0_token_cap_reason,
 )
-from pagesim.simulator.core.errors import InputError
 from pagesim.simulator.core.request import Request
 from pagesim.simulator.execution.factory import make_execution_model
 from pagesim.simulator.execution.roofline import RooflineModel
@@ -52,16 +48,8 @@ class Replica:
         *,
         check_invariants: bool = False,
     ) -> None:
-        resolved = resolve_system(system, scenario.model, scenario.gpu, scenario.tensor_parallel)
+        resolved = resolve_runnable(system, scenario)
         system = resolved.system
-        refusal = v0_token_cap_reason(system, scenario.model.max_seq_len)
-        if refusal is not None:
-            raise InputError(f"system {system.name!r}: max_num_batched_tokens {refusal}")
-        refusal = beam_search_reason(system, scenario.workload.sampling) or sample_lengths_reason(
-            system, scenario.workload.sample_lengths
-        )
-        if refusal is not None:
-            raise InputError(f"system {system.name!r}: {refusal}")
         self.index, self.pool, self.system, self.scenario = index, pool, system, scenario
         self.capacity = kv_capacity(scenario, system)
         self.scheduler = make_scheduler(system, scenario.model.max_seq_len, self.capacity)

@@ -26,8 +26,10 @@ from pagesim.simulator.core.config import (
     Policy,
     PreemptionPolicy,
     SampleLengths,
+    Scenario,
     SystemConfig,
 )
+from pagesim.simulator.core.errors import InputError
 from pagesim.simulator.core.request import SamplingKind
 
 ERA = {
@@ -222,6 +224,24 @@ def sample_lengths_reason(system: SystemConfig, lengths: SampleLengths) -> str |
         f"{system.policy.value} runs a request's samples to one length "
         '(use sample_lengths = "same")'
     )
+
+
+def resolve_runnable(system: SystemConfig, scenario: Scenario) -> ResolvedSystem:
+    """`system` resolved for `scenario` (`resolve_system`), or InputError when its era would
+    refuse to run it: V0's token cap below the model's length, beam search under V1, samples of
+    their own lengths outside V1 (what engine.simulate and each fleet replica check first)."""
+    resolved = resolve_system(system, scenario.model, scenario.gpu, scenario.tensor_parallel)
+    system = resolved.system
+    refusal = v0_token_cap_reason(system, scenario.model.max_seq_len)
+    if refusal is not None:
+        raise InputError(f"system {system.name!r}: max_num_batched_tokens {refusal}")
+    workload = scenario.workload
+    refusal = beam_search_reason(system, workload.sampling) or sample_lengths_reason(
+        system, workload.sample_lengths
+    )
+    if refusal is not None:
+        raise InputError(f"system {system.name!r}: {refusal}")
+    return resolved
 
 
 def era_notes(system: SystemConfig, sampling: SamplingKind) -> list[str]:

@@ -11,27 +11,9 @@ import shutil
 from pathlib import Path
 
 import pytest
-from cli_helpers import CliResult, read_only, run_cli
+from cli_helpers import CliResult, read_only, run_cli, tiny_scenario
 
-SCENARIO = """name = "repro"
-[model]
-preset = "llama-2-7b"
-[gpu]
-preset = "a100-80gb"
-[workload]
-num_requests = 3
-[workload.arrival]
-kind = "burst"
-[workload.prompt]
-kind = "fixed"
-value = 32
-[workload.output]
-kind = "fixed"
-value = 8
-[[systems]]
-name = "v0"
-policy = "vllm-v0"
-"""
+SCENARIO = tiny_scenario("repro")
 TRACE_WORKLOAD = '[workload]\ntrace = "t.csv"\n\n'
 
 

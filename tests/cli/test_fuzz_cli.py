@@ -10,7 +10,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from cli_helpers import CliResult, run_cli
+from cli_helpers import CliResult, run_cli, tiny_scenario
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -24,25 +24,7 @@ FAST = settings(
 )
 SLOW = settings(max_examples=EXAMPLES or 12, deadline=None, suppress_health_check=list(HealthCheck))
 
-SCENARIO = """name = "fuzz"
-[model]
-preset = "llama-2-7b"
-[gpu]
-preset = "a100-80gb"
-[workload]
-num_requests = 3
-[workload.arrival]
-kind = "burst"
-[workload.prompt]
-kind = "fixed"
-value = 32
-[workload.output]
-kind = "fixed"
-value = 8
-[[systems]]
-name = "v0"
-policy = "vllm-v0"
-"""
+SCENARIO = tiny_scenario("fuzz")
 
 EDGES = [
     "0",

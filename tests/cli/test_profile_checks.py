@@ -9,30 +9,12 @@ import json
 from pathlib import Path
 
 import pytest
-from cli_helpers import run_cli
+from cli_helpers import run_cli, tiny_scenario
 from profile_helpers import synthetic_profile
 
 from pagesim.simulator.core.catalog import get_model
 
-SCENARIO = """name = "repro"
-[model]
-preset = "llama-2-7b"
-[gpu]
-preset = "a100-80gb"
-[workload]
-num_requests = 3
-[workload.arrival]
-kind = "burst"
-[workload.prompt]
-kind = "fixed"
-value = 32
-[workload.output]
-kind = "fixed"
-value = 8
-[[systems]]
-name = "v0"
-policy = "vllm-v0"
-"""
+SCENARIO = tiny_scenario("repro")
 
 
 def _scenario(tmp_path: Path, profile: object | bytes, kind: str = "profile") -> Path:
