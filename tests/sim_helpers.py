@@ -20,6 +20,7 @@ from pagesim.simulator.core.config import (
     WorkloadConfig,
 )
 from pagesim.simulator.core.defaults import resolve_system
+from pagesim.simulator.core.plan import StepPlan
 from pagesim.simulator.core.request import Request, SamplingKind
 from pagesim.simulator.policies.paged import PagedScheduler
 from pagesim.simulator.policies.vllm_v0 import VllmV0
@@ -158,3 +159,24 @@ def resolved(config: SystemConfig) -> SystemConfig:
     """`config` with its era's defaults filled in (for Llama-2-7B on an A100-80GB), as the engine
     resolves a system before building its scheduler."""
     return resolve_system(config, get_model("llama-2-7b"), get_gpu("a100-80gb")).system
+
+
+Work = tuple[int, int, int, int, bool]  # (request, seq, new tokens, context, prefill)
+
+
+def step_and_check(sched: PagedScheduler, now_s: float) -> StepPlan:
+    """One step of a scheduler driven by a test: planned at `now_s`, completed 10 ms later,
+    every invariant checked."""
+    plan = sched.schedule(now_s)
+    sched.complete(plan, now_s + 0.01)
+    sched.check_invariants()
+    return plan
+
+
+def work_of(plan: StepPlan) -> list[Work]:
+    return [tuple(item) for item in plan.work]  # type: ignore[misc]
+
+
+def tables_of(sched: PagedScheduler, *seq_ids: int) -> dict[int, tuple[int, ...]]:
+    """Block tables of the sequences that still hold KV."""
+    return {s: sched.kv.block_table(s) for s in seq_ids if sched.kv.has_seq(s)}

@@ -20,6 +20,7 @@ from typing import Any
 
 from pagesim.simulator.core.catalog import KVDtype, ModelSpec
 from pagesim.simulator.core.errors import InputError
+from pagesim.simulator.core.model_spec import DENSE_SHAPE_FIELDS
 
 # No real step is this slow: a profile time above it is a broken file, not a measurement (it would
 # otherwise price a run to infinity). Per-layer and per-unit coefficients are bounded by 1 s.
@@ -28,15 +29,8 @@ MAX_COEF_S = 1.0
 PROFILE_SCHEMA = "pagesim-profile"
 PROFILE_SCHEMA_VERSION = 1
 # ModelSpec fields a profile must match (name, max_seq_len and num_params do not change timings).
-SHAPE_FIELDS = (
-    "num_layers",
-    "num_heads",
-    "num_kv_heads",
-    "head_dim",
-    "hidden_size",
-    "intermediate_size",
-    "vocab_size",
-    "is_gated_mlp",
+SHAPE_FIELDS = tuple(
+    f for f in DENSE_SHAPE_FIELDS if f not in ("name", "max_seq_len", "num_params")
 )
 
 

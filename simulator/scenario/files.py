@@ -21,17 +21,9 @@ MAX_FILE_BYTES = 16 * 2**20  # a scenario file
 def read_toml(path: Path) -> dict[str, Any]:
     """The file's TOML table; a ScenarioError naming the file says why it cannot be read."""
     ctx = Ctx(display(path), path.parent)
+    text = _read_text(path, ctx)
     try:
-        if path.stat().st_size > MAX_FILE_BYTES:
-            ctx.fail("", f"larger than {MAX_FILE_BYTES >> 20} MiB: not a scenario file")
-        data = path.read_bytes()
-    except OSError as exc:
-        ctx.fail("", f"cannot read: {exc.strerror or exc}")
-    try:
-        raw = tomllib.loads(data.decode("utf-8"))
-    except UnicodeDecodeError as exc:
-        line = data[: exc.start].count(b"\n") + 1
-        ctx.fail("", f"not UTF-8 text (byte 0x{data[exc.start]:02x} at line {line})")
+        raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         ctx.fail("", f"not valid TOML: {exc}")
     except ValueError as exc:  # e.g. an integer beyond Python's digit limit
@@ -77,7 +69,11 @@ def scenario_text(name_or_path: str | Path) -> str:
     """A scenario file's text, for `pagesim scenarios show`: it must be a readable UTF-8 text
     file of a scenario file's size (a ScenarioError says why not)."""
     path = resolve_scenario(name_or_path)
-    ctx = Ctx(display(path), path.parent)
+    return _read_text(path, Ctx(display(path), path.parent))
+
+
+def _read_text(path: Path, ctx: Ctx) -> str:
+    """The file as UTF-8 text, if it is of a scenario file's size; else a ScenarioError (ctx)."""
     try:
         if path.stat().st_size > MAX_FILE_BYTES:
             ctx.fail("", f"larger than {MAX_FILE_BYTES >> 20} MiB: not a scenario file")

@@ -9,6 +9,9 @@ A work item reads (request, seq, new tokens, context after the step, is prefill)
 from __future__ import annotations
 
 from sim_helpers import explicit_workload, paged_scheduler, request, scenario, system
+from sim_helpers import step_and_check as _step
+from sim_helpers import tables_of as _tables
+from sim_helpers import work_of as _work
 
 from pagesim.simulator.core.catalog import get_gpu, get_model
 from pagesim.simulator.core.config import ContiguousAllocator, Policy
@@ -18,23 +21,6 @@ from pagesim.simulator.engine import simulate
 from pagesim.simulator.kv.capacity import kv_capacity
 from pagesim.simulator.policies.paged import PagedScheduler
 from pagesim.simulator.scenario.load import load_scenario
-
-Work = tuple[int, int, int, int, bool]
-
-
-def _step(sched: PagedScheduler, now_s: float) -> StepPlan:
-    plan = sched.schedule(now_s)
-    sched.complete(plan, now_s + 0.01)
-    sched.check_invariants()
-    return plan
-
-
-def _work(plan: StepPlan) -> list[Work]:
-    return [tuple(item) for item in plan.work]  # type: ignore[misc]
-
-
-def _tables(sched: PagedScheduler, *seq_ids: int) -> dict[int, tuple[int, ...]]:
-    return {s: sched.kv.block_table(s) for s in seq_ids if sched.kv.has_seq(s)}
 
 
 def _preempt_and_readmit(**knobs: object) -> tuple[PagedScheduler, list[StepPlan]]:

@@ -5,27 +5,13 @@ from __future__ import annotations
 
 import pytest
 from sim_helpers import explicit_workload, paged_scheduler, request, scenario, system
+from sim_helpers import step_and_check as _step
+from sim_helpers import tables_of as _tables
+from sim_helpers import work_of as _work
 
 from pagesim.simulator.core.config import Policy
-from pagesim.simulator.core.plan import StepPlan
 from pagesim.simulator.core.request import SamplingKind
 from pagesim.simulator.engine import simulate
-from pagesim.simulator.policies.paged import PagedScheduler
-
-
-def _step(sched: PagedScheduler, now_s: float) -> StepPlan:
-    plan = sched.schedule(now_s)
-    sched.complete(plan, now_s + 0.01)
-    sched.check_invariants()
-    return plan
-
-
-def _work(plan: StepPlan) -> list[tuple[int, int, int, int, bool]]:
-    return [tuple(item) for item in plan.work]  # (request, seq, new tokens, context, prefill)
-
-
-def _tables(sched: PagedScheduler, *seq_ids: int) -> dict[int, tuple[int, ...]]:
-    return {s: sched.kv.block_table(s) for s in seq_ids if sched.kv.has_seq(s)}
 
 
 def test_decoding_keeps_one_free_block_per_sequence() -> None:

@@ -10,31 +10,17 @@ from dataclasses import replace
 
 import pytest
 from sim_helpers import paged_scheduler, poisson_workload, request, scenario, system
+from sim_helpers import step_and_check as _step
+from sim_helpers import tables_of as _tables
+from sim_helpers import work_of as _work
 
 from pagesim.simulator.core.config import AdmissionOrder, Policy
 from pagesim.simulator.core.errors import InputError
-from pagesim.simulator.core.plan import StepPlan
 from pagesim.simulator.core.request import RequestStatus, SamplingKind
 from pagesim.simulator.engine import simulate
 from pagesim.simulator.kv.block_pool import EvictionOrder
 from pagesim.simulator.kv.paged_cache import PagedKVCache
-from pagesim.simulator.policies.paged import PagedScheduler
 from pagesim.simulator.policies.paged_state import CHILD_ID_BASE
-
-
-def _step(sched: PagedScheduler, now_s: float) -> StepPlan:
-    plan = sched.schedule(now_s)
-    sched.complete(plan, now_s + 0.01)
-    sched.check_invariants()
-    return plan
-
-
-def _work(plan: StepPlan) -> list[tuple[int, int, int, int, bool]]:
-    return [tuple(item) for item in plan.work]  # (request, seq, new tokens, context, prefill)
-
-
-def _tables(sched: PagedScheduler, *seq_ids: int) -> dict[int, tuple[int, ...]]:
-    return {s: sched.kv.block_table(s) for s in seq_ids if sched.kv.has_seq(s)}
 
 
 def test_a_prompt_block_is_cached_when_allocated_so_the_same_step_can_hit_it() -> None:
