@@ -133,6 +133,10 @@ class ExpertTraffic:
         self._token_factor = layout.data_parallel if layout.expert_parallel else 1
         self._bytes_per_touched = self.num_moe_layers * expert_bytes / layout.expert_shards
         self._touched: dict[int, float] = {}
+        # What the priced steps read, for the run's summary (`note_step`, `summary`).
+        self.num_steps = 0
+        self.touched_sum = 0.0
+        self.bytes_sum = 0.0
         d = self._token_factor
         if d > 1:
             at = link.at(d)
@@ -173,3 +177,21 @@ class ExpertTraffic:
         if not num_tokens:
             return 0.0
         return self.dispatch_fixed_s + num_tokens * self.dispatch_s_per_token
+
+    def note_step(self, num_tokens: int) -> float:
+        """`weight_bytes(num_tokens)`, tallied as one priced step of the run."""
+        touched = self.experts_touched_per_layer(num_tokens)
+        self.num_steps += 1
+        self.touched_sum += touched
+        weight_bytes = touched * self._bytes_per_touched
+        self.bytes_sum += weight_bytes
+        return weight_bytes
+
+    def summary(self) -> dict[str, float | None]:
+        """Means over the priced steps: routed experts read per MoE layer (of all E; with
+        expert parallelism, over the whole group) and their weight bytes per GPU per step."""
+        n = self.num_steps
+        return {
+            "moe_experts_touched_per_layer": self.touched_sum / n if n else None,
+            "moe_expert_bytes_per_step": self.bytes_sum / n if n else None,
+        }

@@ -284,7 +284,7 @@ class RooflineModel:
         experts = self.experts
         expert_bytes = 0.0
         if experts is not None:
-            expert_bytes = experts.weight_bytes(num_tokens)
+            expert_bytes = experts.note_step(num_tokens)
             m += expert_bytes / self._weight_bps
         linear_s = (m if c < m else c) + overlap * (c if c < m else m)
         if experts is not None:

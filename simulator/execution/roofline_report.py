@@ -98,6 +98,7 @@ def describe(roof: RooflineModel) -> dict[str, object]:
             "expert_parallel": e.layout.expert_parallel,
             "expert_shards": e.layout.expert_shards,
             "expert_bytes": e.expert_bytes,
+            "summary": e.summary(),  # the engine adds these to a run's summary
         }
         if e.layout.data_parallel > 1:
             notes.append(
