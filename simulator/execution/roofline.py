@@ -32,7 +32,16 @@ token), so the partial last block costs a lookup, not bytes.
 
 Assumptions a reader of a report must know:
 
-- Weights are 16-bit, split evenly over t GPUs; activations 16-bit whatever the KV dtype.
+- Weights are split evenly over t GPUs; activations 16-bit whatever the KV dtype. Linear
+  weights are streamed in the model's weight dtype and their GEMMs run at that dtype's peak on
+  the GPU (precision.py); a dense 16-bit model takes exactly the 16-bit path above.
+- A mixture of experts streams, per MoE layer, the experts its step's tokens are expected to
+  touch (moe_cost.py: E (1 - (1 - k/E)^T) under uniform routing) besides the always-read
+  weights; under DP attention + expert parallelism it adds dispatch and combine, priced as
+  `moe_dispatch` in `breakdown`.
+- MLA (roofline_terms.MLAShapes): decode in the absorbed form, bound by the slower of its latent
+  read and its FLOPs (`_decode_extra_s`, 0 for any other attention); prefill in the
+  non-absorbed form, with the cached context's up-projection.
 - The LM head is vocab-parallel and runs for every sequence in the plan; the embedding lookup
   and logits gather are neglected.
 - Decode attention reads each sequence's c tokens of KV once per layer; its FLOPs count for MFU,
@@ -334,7 +343,8 @@ class RooflineModel:
 
     @property
     def weight_bytes_per_step(self) -> float:
-        """Weight bytes one GPU streams every step: linear layers and LM head."""
+        """Weight bytes one GPU streams every step: linear layers and LM head (for a mixture of
+        experts, all but the routed experts, whose bytes depend on the step: moe_cost.py)."""
         return self._weight_bytes
 
     def describe(self) -> dict[str, object]:

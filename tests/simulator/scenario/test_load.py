@@ -559,7 +559,7 @@ BAD_FILES = [
     (
         replaced('[gpu]\npreset = "a100-80gb"', '[gpu]\npreset = "l4"\n[model.x]'),
         "s.toml: model.x: unknown key 'x'; valid keys here: preset, config, kv_dtype, "
-        "tensor_parallel",
+        "tensor_parallel, weight_dtype, data_parallel, expert_parallel",
     ),
     (
         replaced('preset = "llama-2-7b"', 'preset = "llama-2-70b"'),
