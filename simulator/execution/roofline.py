@@ -64,12 +64,12 @@ from pagesim.simulator.core.catalog import GPUSpec, KVDtype, ModelSpec
 from pagesim.simulator.core.config import ExecutionConfig
 from pagesim.simulator.core.errors import InputError
 from pagesim.simulator.core.plan import SeqWork, StepCost, StepPlan, step_cost_of
-from pagesim.simulator.execution import roofline_report
 from pagesim.simulator.execution.factors import resolve_factors, resolve_link
 from pagesim.simulator.execution.model import TransferPricer
 from pagesim.simulator.execution.moe_cost import ExpertLayout, ExpertTraffic
 from pagesim.simulator.execution.overhead import EngineEra, host_overhead
 from pagesim.simulator.execution.precision import linear_split
+from pagesim.simulator.execution.roofline_report import RooflineReport
 from pagesim.simulator.execution.roofline_terms import (
     ACTIVATION_BYTES,
     ALLREDUCES_PER_LAYER,
@@ -90,8 +90,9 @@ def _require_positive(name: str, value: float) -> None:
         raise InputError(f"roofline execution model: {name} must be > 0, got {value!r}")
 
 
-class RooflineModel:
-    """Analytic `ExecutionModel`: prices a `StepPlan` from datasheet peaks × fitted factors."""
+class RooflineModel(RooflineReport):
+    """Analytic `ExecutionModel`: prices a `StepPlan` from datasheet peaks × fitted factors
+    (`breakdown`, `describe`, `term_sources`: roofline_report.RooflineReport)."""
 
     name = "roofline"
 
@@ -327,10 +328,6 @@ class RooflineModel:
         )
         return step_cost_of((compute_s, swap_s, copy_s, flops, bytes_moved))
 
-    def breakdown(self, plan: StepPlan) -> dict[str, float]:
-        """compute_s of `plan` term by term (roofline_report.breakdown)."""
-        return roofline_report.breakdown(self, plan)
-
     def prefill_time_s(self, prompt_len: int, num_cached: int = 0) -> float:
         """compute_s of one prefill of `prompt_len` tokens, `num_cached` of them already in KV."""
         work = SeqWork(0, 0, prompt_len - num_cached, prompt_len, True)
@@ -346,11 +343,3 @@ class RooflineModel:
         """Weight bytes one GPU streams every step: linear layers and LM head (for a mixture of
         experts, all but the routed experts, whose bytes depend on the step: moe_cost.py)."""
         return self._weight_bytes
-
-    def describe(self) -> dict[str, object]:
-        """Provenance for reports (roofline_report.describe)."""
-        return roofline_report.describe(self)
-
-    def term_sources(self) -> dict[str, str]:
-        """Where each term of a step's cost comes from (roofline_report.term_sources)."""
-        return roofline_report.term_sources(self)
