@@ -8,7 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pagesim.simulator.core.catalog import KVDtype, ModelSpec, get_gpu, get_model
@@ -266,3 +266,42 @@ def test_sixteen_bit_describes_its_gemm_mode() -> None:
     notes = text["notes"]
     assert isinstance(notes, list)
     assert any("FP8 Marlin" in str(n) for n in notes)
+
+
+# -- price and breakdown agree for the new kinds ------------------------------------------------
+
+NEW_KINDS = [
+    RooflineModel(get_model("deepseek-v3"), H200, CONFIG, tensor_parallel=8),
+    RooflineModel(get_model("deepseek-v3"), H200, CONFIG, data_parallel=8, expert_parallel=True),
+    RooflineModel(get_model("qwen3-30b-a3b"), H200, replace(CONFIG, routing_skew=0.7)),
+    RooflineModel(get_model("gpt-oss-120b"), get_gpu("a100-80gb"), CONFIG, tensor_parallel=2),
+    RooflineModel(
+        replace(get_model("llama-3.1-8b"), weight_dtype=WeightDtype.FP8), get_gpu("l40s"), CONFIG
+    ),
+]
+
+
+@st.composite
+def seq_works(draw: st.DrawFn) -> SeqWork:
+    if draw(st.booleans()):
+        num_new = draw(st.integers(1, 2048))
+        return SeqWork(0, 0, num_new, num_new + draw(st.integers(0, 4096)), True)
+    return SeqWork(0, 0, 1, draw(st.integers(1, 8192)), False)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    work=st.lists(seq_works(), min_size=1, max_size=30),
+    index=st.integers(0, len(NEW_KINDS) - 1),
+)
+def test_breakdown_adds_up_to_the_price_for_the_new_kinds(work: list[SeqWork], index: int) -> None:
+    roof = NEW_KINDS[index]
+    plan = StepPlan.build([w._replace(request_id=i, seq_id=i) for i, w in enumerate(work)])
+    parts = roof.breakdown(plan)
+    cost = roof.price(plan)
+    assert sum(parts.values()) == pytest.approx(cost.compute_s, rel=1e-12)
+    assert all(v >= 0 for v in parts.values())
+    # One more decoding sequence never makes the step cheaper or lighter.
+    more = StepPlan.build([*plan.work, SeqWork(len(work), len(work), 1, 100, False)])
+    assert roof.price(more).compute_s >= cost.compute_s
+    assert roof.price(more).bytes_moved > cost.bytes_moved
