@@ -178,6 +178,10 @@ def simulate(
     result.provenance["warnings"] = [*priced, *over]
     result.summary["num_kv_blocks"] = capacity.num_gpu_blocks
     result.summary["block_size"] = capacity.block_size
+    # Figures only some execution models have (a mixture of experts' expert reads).
+    extra = described.get("summary") if isinstance(described, dict) else None
+    if isinstance(extra, dict):
+        result.summary.update(extra)
     return result
 
 

@@ -291,6 +291,9 @@ class ExecutionConfig:
     # cudaMemcpyAsync per block per layer); each copy pays this fixed cost beside its bytes.
     # An estimate (a small host-to-device cudaMemcpyAsync's launch and latency), not measured.
     swap_copy_latency_s: float = 3e-6
+    # Mixture of experts: Zipf exponent of expert popularity (execution/moe_cost.py); 0 is
+    # uniform routing. A what-if knob: no measured exponent stands behind any value.
+    routing_skew: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -311,6 +314,11 @@ class Scenario:
     kv_dtype: KVDtype = KVDtype.FP16
     tensor_parallel: int = 1
     execution: ExecutionConfig = field(default_factory=ExecutionConfig)
+    # Mixture of experts across GPUs (vLLM --data-parallel-size, --enable-expert-parallel):
+    # experts split over tensor_parallel x data_parallel GPUs; with data_parallel > 1 the run
+    # simulates one DP rank (attention per rank) whose MoE layers meet the other ranks' tokens.
+    data_parallel: int = 1
+    expert_parallel: bool = False
     slo: SLO = field(default_factory=SLO)
     stop: StopConfig = field(default_factory=StopConfig)
     sweep: tuple[SweepAxis, ...] = ()

@@ -157,3 +157,68 @@ PCIE4_NO_P2P = Interconnect(
     "estimate: PCIe 4 x16 without peer-to-peer (FACTS.md), staged through host memory",
     False,
 )
+
+
+@dataclass(frozen=True, slots=True)
+class TensorPeaks:
+    """Dense tensor-core peaks of one GPU by GEMM input type (FLOP/s, or OP/s for int8), as its
+    datasheet or architecture whitepaper gives them **without** structured sparsity (the
+    datasheets' starred figures are 2x these). `fp8` is None where the chip has no FP8 tensor
+    cores (Ampere). None of these GPUs has FP4 tensor cores (Blackwell's are the first), so
+    4-bit weights always run as 16-bit GEMMs (execution/precision.py)."""
+
+    bf16: float
+    fp8: float | None
+    int8: float
+    source: str
+
+
+_A100_PEAKS = TensorPeaks(
+    312e12,
+    None,
+    624e12,
+    "NVIDIA A100 Tensor Core GPU datasheet: BF16/FP16 312 TFLOPS, INT8 624 TOPS (dense); "
+    "Ampere has no FP8 tensor cores",
+)
+_H100_PEAKS = TensorPeaks(
+    989e12,
+    1979e12,
+    1979e12,
+    "NVIDIA H100/H200 datasheets (SXM): BF16/FP16 1,979 TFLOPS, FP8 3,958 TFLOPS, INT8 3,958 "
+    "TOPS, all with sparsity: halved here",
+)
+# GPU preset name -> its peaks (catalog.py's GPUS). A GPU not listed (a custom [gpu]) has only
+# its 16-bit figure: every weight dtype is priced at it, and the report says so.
+TENSOR_PEAKS: dict[str, TensorPeaks] = {
+    "a100-40gb": _A100_PEAKS,
+    "a100-80gb": _A100_PEAKS,
+    "h100-sxm": _H100_PEAKS,
+    "h200-sxm": _H100_PEAKS,
+    "l40s": TensorPeaks(
+        362.05e12,
+        733e12,
+        733e12,
+        "NVIDIA L40S datasheet: BF16/FP16 362.05, FP8 733 TFLOPS, INT8 733 TOPS (dense)",
+    ),
+    "l4": TensorPeaks(
+        121e12,
+        242.5e12,
+        242.5e12,
+        "NVIDIA L4 datasheet: FP16/BF16 242, FP8 485 TFLOPS, INT8 485 TOPS, all with sparsity: "
+        "halved here",
+    ),
+    "rtx-4090": TensorPeaks(
+        165.2e12,
+        330.3e12,
+        660.6e12,
+        "NVIDIA Ada Lovelace architecture whitepaper, RTX 4090: FP16/BF16 with FP32 accumulate "
+        "165.2, FP8 with FP32 accumulate 330.3 TFLOPS, INT8 660.6 TOPS (dense)",
+    ),
+    "a40": TensorPeaks(
+        149.7e12,
+        None,
+        299.3e12,
+        "NVIDIA A40 datasheet: BF16/FP16 149.7 TFLOPS, INT8 299.3 TOPS (dense); Ampere has no "
+        "FP8 tensor cores",
+    ),
+}

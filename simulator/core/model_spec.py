@@ -48,6 +48,8 @@ class WeightDtype(StrEnum):
     (String enums, like QuantScope and LayerKind, so a ModelSpec's asdict() is plain JSON.)
 
     Bits per weight include the block scales each format stores:
+    - int8 (W8A8 INT8, SmoothQuant-style as vLLM's compressed-tensors runs it): 8 bits, one
+      scale per output channel (left out).
     - fp8 (W8A8, e4m3): 8 bits; DeepSeek-V3's one fp32 scale per 128 x 128 block adds 0.002 bit
       (its config.json quantization_config weight_block_size [128, 128]), left out.
     - int4 (W4A16, AWQ/GPTQ as AutoAWQ stores it): 4-bit weights, per group of 128 one fp16
@@ -62,6 +64,7 @@ class WeightDtype(StrEnum):
     BF16 = "bf16"
     FP16 = "fp16"
     FP8 = "fp8"
+    INT8 = "int8"
     INT4 = "int4"
     MXFP4 = "mxfp4"
     NVFP4 = "nvfp4"
@@ -79,6 +82,7 @@ WEIGHT_BITS: dict[WeightDtype, Fraction] = {
     WeightDtype.BF16: Fraction(16),
     WeightDtype.FP16: Fraction(16),
     WeightDtype.FP8: Fraction(8),
+    WeightDtype.INT8: Fraction(8),
     WeightDtype.INT4: Fraction(4) + Fraction(16 + 4, 128),
     WeightDtype.MXFP4: Fraction(4) + Fraction(8, 32),
     WeightDtype.NVFP4: Fraction(4) + Fraction(8, 16),

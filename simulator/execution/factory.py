@@ -20,5 +20,13 @@ def make_execution_model(scenario: Scenario, system: SystemConfig) -> ExecutionM
             s.model, s.gpu, s.execution, s.kv_dtype, s.tensor_parallel, system.block_size, era
         )
     return RooflineModel(
-        s.model, s.gpu, s.execution, s.kv_dtype, s.tensor_parallel, system.block_size, era
+        s.model,
+        s.gpu,
+        s.execution,
+        s.kv_dtype,
+        s.tensor_parallel,
+        system.block_size,
+        era,
+        data_parallel=s.data_parallel,
+        expert_parallel=s.expert_parallel,
     )

@@ -20,7 +20,7 @@ from typing import Any
 
 from pagesim.simulator.core.catalog import KVDtype, ModelSpec
 from pagesim.simulator.core.errors import InputError
-from pagesim.simulator.core.model_spec import DENSE_SHAPE_FIELDS
+from pagesim.simulator.core.model_spec import DENSE_SHAPE_FIELDS, LayerKind
 
 # No real step is this slow: a profile time above it is a broken file, not a measurement (it would
 # otherwise price a run to infinity). Per-layer and per-unit coefficients are bounded by 1 s.
@@ -253,6 +253,27 @@ def check_profile(
     path: Path, model: ModelSpec, tensor_parallel: int, kv_dtype: KVDtype
 ) -> ProfileTerms:
     """Read `path` and check it for a scenario: schema, shapes, every number (InputError)."""
+    unfit = unprofiled_features(model)
+    if unfit:
+        raise InputError(
+            f"{path}: a measured profile prices dense 16-bit models with full attention only "
+            f"(its GEMMs, attention and bytes were measured on one); {model.name} has "
+            f'{" and ".join(unfit)}: use execution.kind = "roofline"'
+        )
     r = ProfileReader(path, load_profile(path))
     check_shapes(r, model, tensor_parallel, kv_dtype)
     return read_terms(r)
+
+
+def unprofiled_features(model: ModelSpec) -> list[str]:
+    """What of `model` a profile of a dense 16-bit model cannot price (empty: nothing)."""
+    found = []
+    if model.moe is not None:
+        found.append("routed experts")
+    if model.mla is not None:
+        found.append("MLA attention")
+    if not model.weight_dtype.is_16_bit:
+        found.append(f"{model.weight_dtype.value} weights")
+    if any(kind is not LayerKind.FULL for kind in model.kinds()):
+        found.append("sliding-window or state layers")
+    return found

@@ -32,7 +32,16 @@ token), so the partial last block costs a lookup, not bytes.
 
 Assumptions a reader of a report must know:
 
-- Weights are 16-bit, split evenly over t GPUs; activations 16-bit whatever the KV dtype.
+- Weights are split evenly over t GPUs; activations 16-bit whatever the KV dtype. Linear
+  weights are streamed in the model's weight dtype and their GEMMs run at that dtype's peak on
+  the GPU (precision.py); a dense 16-bit model takes exactly the 16-bit path above.
+- A mixture of experts streams, per MoE layer, the experts its step's tokens are expected to
+  touch (moe_cost.py: E (1 - (1 - k/E)^T) under uniform routing) besides the always-read
+  weights; under DP attention + expert parallelism it adds dispatch and combine, priced as
+  `moe_dispatch` in `breakdown`.
+- MLA (roofline_terms.MLAShapes): decode in the absorbed form, bound by the slower of its latent
+  read and its FLOPs (`_decode_extra_s`, 0 for any other attention); prefill in the
+  non-absorbed form, with the cached context's up-projection.
 - The LM head is vocab-parallel and runs for every sequence in the plan; the embedding lookup
   and logits gather are neglected.
 - Decode attention reads each sequence's c tokens of KV once per layer; its FLOPs count for MFU,
@@ -57,13 +66,17 @@ from pagesim.simulator.core.errors import InputError
 from pagesim.simulator.core.plan import SeqWork, StepCost, StepPlan, step_cost_of
 from pagesim.simulator.execution.factors import resolve_factors, resolve_link
 from pagesim.simulator.execution.model import TransferPricer
+from pagesim.simulator.execution.moe_cost import ExpertLayout, ExpertTraffic
 from pagesim.simulator.execution.overhead import EngineEra, host_overhead
+from pagesim.simulator.execution.precision import linear_split
+from pagesim.simulator.execution.roofline_report import RooflineReport
 from pagesim.simulator.execution.roofline_terms import (
     ACTIVATION_BYTES,
     ALLREDUCES_PER_LAYER,
     GEMMS_PER_LAYER,
     WEIGHT_BYTES,
     LayerShapes,
+    MLAShapes,
 )
 
 _IS_PREFILL = itemgetter(4)  # SeqWork.is_prefill
@@ -77,8 +90,9 @@ def _require_positive(name: str, value: float) -> None:
         raise InputError(f"roofline execution model: {name} must be > 0, got {value!r}")
 
 
-class RooflineModel:
-    """Analytic `ExecutionModel`: prices a `StepPlan` from datasheet peaks × fitted factors."""
+class RooflineModel(RooflineReport):
+    """Analytic `ExecutionModel`: prices a `StepPlan` from datasheet peaks × fitted factors
+    (`breakdown`, `describe`, `term_sources`: roofline_report.RooflineReport)."""
 
     name = "roofline"
 
@@ -91,8 +105,13 @@ class RooflineModel:
         tensor_parallel: int = 1,
         block_size: int = 16,
         era: EngineEra = EngineEra.V0,
+        *,
+        data_parallel: int = 1,
+        expert_parallel: bool = False,
     ) -> None:
         _require_positive("tensor_parallel", tensor_parallel)
+        self.layout = ExpertLayout(tensor_parallel, data_parallel, expert_parallel)
+        self.layout.check(model)
         _require_positive("block_size (tokens)", block_size)
         for field in ("mem_bandwidth_bps", "fp16_flops", "host_link_bps"):
             _require_positive(f"GPU {gpu.name!r} {field}", getattr(gpu, field))
@@ -120,6 +139,27 @@ class RooflineModel:
             ACTIVATION_BYTES
         )
         self.attention_flops_per_pair = L * shapes.attention_flops_per_pair
+        # Weight dtypes, routed experts, MLA (precision.py, moe_cost.py, MLAShapes): a dense
+        # 16-bit model with no MLA keeps the expressions above and below exactly.
+        self.split = split = linear_split(model, gpu, t)
+        self.is_plain = model.moe is None and model.mla is None and model.weight_dtype.is_16_bit
+        if not self.is_plain:
+            self.linear_flops_per_token = split.flops_per_token
+            self.linear_weight_bytes = split.fixed_weight_bytes
+        self.experts = (
+            ExpertTraffic(
+                model, self.layout, split.expert_bytes, gpu.interconnect, config.routing_skew
+            )
+            if model.moe is not None
+            else None
+        )
+        self.decode_flops_per_pair = self.attention_flops_per_pair
+        self.upproject_flops_per_cached_token = 0.0
+        if model.mla is not None:
+            mla = MLAShapes.of(model, t)
+            self.attention_flops_per_pair = L * mla.prefill_flops_per_pair
+            self.decode_flops_per_pair = L * mla.decode_flops_per_pair
+            self.upproject_flops_per_cached_token = L * mla.upproject_flops_per_cached_token
         self.kv_bytes_per_token = model.kv_bytes_per_token(kv_dtype, t)
         self.block_bytes = block_size * self.kv_bytes_per_token
         ring = 2 * (t - 1) / t
@@ -130,9 +170,14 @@ class RooflineModel:
         # Seconds per unit, so that `price` does only multiply-adds.
         gemm_flops_s = peak * f.gemm_efficiency
         weight_bps = bw * f.weight_bw_efficiency
+        self._weight_bps = weight_bps
         kv_bps = bw * f.attention_bw_efficiency
         self._overlap = f.gemm_overlap
-        self._linear_c = self.linear_flops_per_token / gemm_flops_s
+        self._linear_c = (
+            self.linear_flops_per_token / gemm_flops_s
+            if self.is_plain
+            else split.compute_s_per_token(f.gemm_efficiency)
+        )
         self._linear_m0 = self.linear_weight_bytes / weight_bps
         self._linear_m1 = self.linear_act_bytes_per_token / weight_bps
         self._lm_c = self.lm_head_flops_per_seq / gemm_flops_s
@@ -145,6 +190,11 @@ class RooflineModel:
         self._prefill_call_s = L * f.attention_prefill_layer_s
         self._attention_call_s = L * f.attention_layer_s
         self._attention_seq_s = L * f.attention_seq_s
+        # MLA: the absorbed decode's FLOPs per context token may outlast its latent read (many
+        # query heads per GPU); priced as the excess over the read (0 for every other model).
+        # Cached context up-projected in a prefill (non-absorbed form), at the 16-bit GEMM peak.
+        self._decode_flop_s = self.decode_flops_per_pair / (peak * f.attention_flops_efficiency)
+        self._upproject_s = self.upproject_flops_per_cached_token / gemm_flops_s
         allreduce_calls = L * ALLREDUCES_PER_LAYER if t > 1 else 0
         # Fixed per step with work: GEMM launches (the layers' and the LM head's), the small ops'
         # fixed cost, the all-reduce calls' latency.
@@ -160,12 +210,18 @@ class RooflineModel:
             + (self.allreduce_bytes_per_token / self.link.allreduce_bw_bps if t > 1 else 0.0)
         )
         # The block term: per decode context token and per decoding sequence (module docstring).
-        group = max(1, model.num_heads // model.num_kv_heads)
-        ctas = model.kv_heads_per_gpu(t) * -(-group // KERNEL_HEADS_PER_CTA)
+        if model.mla is None:
+            group = max(1, model.num_heads // model.num_kv_heads)
+            ctas = model.kv_heads_per_gpu(t) * -(-group // KERNEL_HEADS_PER_CTA)
+        else:  # one latent "KV head" shared by the GPU's query heads (an estimate)
+            ctas = -(-max(1, model.num_heads // t) // KERNEL_HEADS_PER_CTA)
         block_bytes_overhead = L * ctas * (BLOCK_TABLE_ENTRY_BYTES + BLOCK_RUN_START_BYTES)
         self.block_overhead_bytes_per_block = block_bytes_overhead
         self.block_s_per_context = block_bytes_overhead / block_size / kv_bps
         self.block_s_per_seq = block_bytes_overhead * (block_size - 1) / (2 * block_size) / kv_bps
+        self._decode_extra_s = max(
+            0.0, self._decode_flop_s - (self._kv_s_per_token + self.block_s_per_context)
+        )
         self._host_fixed = self.host.fixed_s
         self._host_per_seq = self.host.per_seq_s
         self._host_overlapped = self.host.is_overlapped
@@ -201,12 +257,15 @@ class RooflineModel:
                 self._causal_pair_s,
                 self._prefill_token_s,
             )
+            upproject_s = self._upproject_s
             for _, _, num_new, context, _ in compress(listed, map(_IS_PREFILL, listed)):
                 cached = num_new * (context - num_new)  # pairs over cached context
                 causal = (num_new * (num_new + 1)) >> 1  # the new tokens' causal triangle
                 num_prefill_pairs += cached + causal
                 num_prefill_context += context
                 flop_s = cached * cached_s + causal * causal_s + num_new * token_s
+                if upproject_s:
+                    flop_s += (context - num_new) * upproject_s
                 read_s = context * kv_s_per_token
                 attention_s += flop_s if flop_s > read_s else read_s
             attention_s += self._prefill_call_s
@@ -217,6 +276,8 @@ class RooflineModel:
                 + num_decode_seqs * (self._attention_seq_s + self.block_s_per_seq)
                 + num_decode_context * (kv_s_per_token + self.block_s_per_context)
             )
+            if self._decode_extra_s:
+                attention_s += num_decode_context * self._decode_extra_s
         if plan.num_decode_tokens == num_decode_seqs:
             num_decode_pairs = num_decode_context  # one new token attends its c keys
         else:  # decodes of several tokens (speculative): count their pairs like a prefill's
@@ -230,7 +291,14 @@ class RooflineModel:
         # Linear layers and LM head: max(c, m) + overlap · min(c, m), as roofline_terms.overlapped.
         c = num_tokens * self._linear_c
         m = self._linear_m0 + num_tokens * self._linear_m1
+        experts = self.experts
+        expert_bytes = 0.0
+        if experts is not None:
+            expert_bytes = experts.note_step(num_tokens)
+            m += expert_bytes / self._weight_bps
         linear_s = (m if c < m else c) + overlap * (c if c < m else m)
+        if experts is not None:
+            linear_s += experts.dispatch_s(num_tokens)
         c = num_seqs * self._lm_c
         m = self._lm_m0 + num_seqs * self._lm_m1
         lm_head_s = (m if c < m else c) + overlap * (c if c < m else m)
@@ -245,72 +313,20 @@ class RooflineModel:
             + num_seqs * self.lm_head_flops_per_seq
             + num_pairs * self.attention_flops_per_pair
         )
+        if self.model.mla is not None:
+            flops += num_decode_pairs * (self.decode_flops_per_pair - self.attention_flops_per_pair)
+            flops += (num_prefill_context - plan.num_prefill_tokens) * (
+                self.upproject_flops_per_cached_token
+            )
         bytes_moved = (
             self._weight_bytes
+            + expert_bytes
             + num_tokens * self.linear_act_bytes_per_token
             + num_seqs * self.lm_head_act_bytes_per_seq
             + (num_context + num_tokens) * self.kv_bytes_per_token  # KV reads + writes
             + copy_bytes
         )
         return step_cost_of((compute_s, swap_s, copy_s, flops, bytes_moved))
-
-    def breakdown(self, plan: StepPlan) -> dict[str, float]:
-        """compute_s of `plan` term by term (the error table and tests use it; `price` adds the
-        same terms inline, and a test checks that the two agree)."""
-        work = plan.work
-        num_seqs = len(work)
-        if not num_seqs:
-            return {}
-        num_tokens = plan.num_prefill_tokens + plan.num_decode_tokens
-        f, L = self.factors, self.model.num_layers
-        overlap = self._overlap
-
-        def gemm(c: float, m: float) -> float:
-            return max(c, m) + overlap * min(c, m)
-
-        prefills = [(n, c) for _, _, n, c, is_prefill in work if is_prefill]
-        decode_context = sum(c for _, _, _, c, is_prefill in work if not is_prefill)
-        num_decode = num_seqs - len(prefills)
-        prefill_s = sum(
-            max(
-                n * (c - n) * self._cached_pair_s
-                + n * (n + 1) // 2 * self._causal_pair_s
-                + n * self._prefill_token_s,
-                c * self._kv_s_per_token,
-            )
-            for n, c in prefills
-        )
-        t = self.tensor_parallel
-        parts = {
-            "linear": gemm(
-                num_tokens * self._linear_c, self._linear_m0 + num_tokens * self._linear_m1
-            )
-            + L * GEMMS_PER_LAYER * f.gemm_launch_s,
-            "lm_head": gemm(num_seqs * self._lm_c, self._lm_m0 + num_seqs * self._lm_m1)
-            + f.gemm_launch_s,
-            "small_ops": L * f.small_ops_layer_s
-            + num_tokens
-            * L
-            * self.shapes.small_ops_bytes_per_token
-            / (self.gpu.mem_bandwidth_bps * f.small_ops_bw_efficiency),
-            "decode_attention": (
-                self._attention_call_s
-                + num_decode * (self._attention_seq_s + self.block_s_per_seq)
-                + decode_context * (self._kv_s_per_token + self.block_s_per_context)
-                if num_decode
-                else 0.0
-            ),
-            "prefill_attention": prefill_s + self._prefill_call_s if prefills else 0.0,
-            "kv_write": num_tokens * self._kv_s_per_token,
-            "all_reduce": L * ALLREDUCES_PER_LAYER * self.link.allreduce_latency_s
-            + num_tokens * self.allreduce_bytes_per_token / self.link.allreduce_bw_bps
-            if t > 1
-            else 0.0,
-        }
-        gpu_s = sum(parts.values())
-        host_s = self._host_fixed + num_seqs * self._host_per_seq
-        parts["host"] = max(0.0, host_s - gpu_s) if self._host_overlapped else host_s
-        return parts
 
     def prefill_time_s(self, prompt_len: int, num_cached: int = 0) -> float:
         """compute_s of one prefill of `prompt_len` tokens, `num_cached` of them already in KV."""
@@ -324,71 +340,6 @@ class RooflineModel:
 
     @property
     def weight_bytes_per_step(self) -> float:
-        """Weight bytes one GPU streams every step: linear layers and LM head."""
+        """Weight bytes one GPU streams every step: linear layers and LM head (for a mixture of
+        experts, all but the routed experts, whose bytes depend on the step: moe_cost.py)."""
         return self._weight_bytes
-
-    def describe(self) -> dict[str, object]:
-        """Provenance for reports: the shapes, peaks and factors this model uses, and where each
-        came from."""
-        f = self.factors
-        notes = []
-        if not f.is_fitted:
-            notes.append(f"{self.gpu.name}: {f.source}")
-        if self.tensor_parallel > 1 and not self.link.is_fitted:
-            notes.append(f"all-reduce over {self.link.name}: {self.link.source}")
-        return {
-            "kind": self.name,
-            "model": self.model.name,
-            "gpu": self.gpu.name,
-            "tensor_parallel": self.tensor_parallel,
-            "kv_dtype": self.kv_dtype.value,
-            "block_size": self.block_size,
-            "peak_flops": self.gpu.fp16_flops,
-            "mem_bandwidth_bps": self.gpu.mem_bandwidth_bps,
-            "host_link_bps": self.gpu.host_link_bps,
-            "gemm_efficiency": f.gemm_efficiency,
-            "gemm_overlap": f.gemm_overlap,
-            "gemm_launch_s": f.gemm_launch_s,
-            "weight_bw_efficiency": f.weight_bw_efficiency,
-            "small_ops_layer_s": f.small_ops_layer_s,
-            "small_ops_bw_efficiency": f.small_ops_bw_efficiency,
-            "attention_bw_efficiency": f.attention_bw_efficiency,
-            "attention_flops_efficiency": f.attention_flops_efficiency,
-            "attention_causal_efficiency": f.attention_causal_efficiency,
-            "attention_token_s": f.attention_token_s,
-            "attention_prefill_layer_s": f.attention_prefill_layer_s,
-            "attention_layer_s": f.attention_layer_s,
-            "attention_seq_s": f.attention_seq_s,
-            "factors_source": f.source,
-            "factors_extrapolated": not f.is_fitted,
-            "interconnect": self.link.name,
-            "allreduce_latency_s": self.link.allreduce_latency_s,
-            "allreduce_bw_bps": self.link.allreduce_bw_bps,
-            "interconnect_source": self.link.source,
-            **self.host.describe(),
-            "block_overhead_bytes_per_block": self.block_overhead_bytes_per_block,
-            "weight_bytes_per_step": self._weight_bytes,
-            "kv_bytes_per_token": self.kv_bytes_per_token,
-            "block_bytes": self.block_bytes,
-            "sources": self.term_sources(),
-            "notes": notes,
-            "warnings": [],
-            "figures": "per GPU; datasheet peaks x the GPU's factors",
-        }
-
-    def term_sources(self) -> dict[str, str]:
-        """Where each term of a step's cost comes from (the report shows it)."""
-        f = self.factors
-        fitted = "fitted" if f.is_fitted else "extrapolated"
-        link = "fitted" if self.link.is_fitted else "estimate"
-        return {
-            "linear": f"roofline ({fitted} factors)",
-            "small_ops": f"roofline ({fitted} factors)",
-            "lm_head": f"roofline ({fitted} factors)",
-            "decode_attention": "roofline (factors fitted to A100 attention; block term estimated)",
-            "prefill_attention": "roofline (factors fitted to A100 attention)",
-            "all_reduce": f"roofline ({link}: {self.link.name})"
-            if self.tensor_parallel > 1
-            else "none (tensor_parallel 1)",
-            "host_overhead": self.host.source,
-        }

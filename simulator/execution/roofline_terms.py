@@ -110,3 +110,41 @@ def prefill_pairs(num_new: Number, context: Number) -> Number:
     """Causal (query, key) pairs of a chunk of n new tokens after c - n cached ones:
     n (c - n) + n (n + 1) / 2."""
     return num_new * context - num_new * (num_new - 1) / 2
+
+
+@dataclass(frozen=True, slots=True)
+class MLAShapes:
+    """Multi-head latent attention (DeepSeek-V2/V3) on one GPU, per layer, h = heads / t.
+
+    Decode runs the absorbed form (DeepSeek-V2 paper, arXiv 2405.04434, section 2.1.2: W_UK is
+    absorbed into the query, W_UV into the output; vLLM's MLA backend, vllm/v1/attention/
+    backends/mla/common.py, decodes so): every query head attends over the cached latent of
+    r = kv_lora_rank plus the shared RoPE key of p = qk_rope_head_dim, so per (query, key) pair
+    QK^T costs 2 (r + p) and PV 2 r FLOPs per head, and the step reads each sequence's latent
+    cache once (r + p elements per token per layer, what the KV cache holds). The absorbed
+    projections cost per token what kv_b_proj does (r x h x (nope + v) multiply-adds), priced
+    with the linear layers.
+
+    Prefill runs the non-absorbed form (same file: "compute-friendly" for prefill): K and V are
+    up-projected from the latent for every context token — new tokens through kv_b_proj with
+    the linear layers, cached ones here (2 r h (nope + v) FLOPs each per layer) — and attention
+    is per head over qk = nope + p dims for QK^T and v dims for PV: 2 (qk + v) FLOPs per pair.
+    """
+
+    decode_flops_per_pair: float
+    prefill_flops_per_pair: float
+    upproject_flops_per_cached_token: float
+
+    @classmethod
+    def of(cls, model: ModelSpec, tensor_parallel: int) -> MLAShapes:
+        mla = model.mla
+        assert mla is not None
+        heads = model.num_heads / tensor_parallel
+        r, p = mla.kv_lora_rank, mla.qk_rope_head_dim
+        qk = mla.qk_nope_head_dim + p
+        kv_up = r * heads * (mla.qk_nope_head_dim + mla.v_head_dim)
+        return cls(
+            decode_flops_per_pair=2 * (2 * r + p) * heads,
+            prefill_flops_per_pair=2 * (qk + mla.v_head_dim) * heads,
+            upproject_flops_per_cached_token=2 * kv_up,
+        )

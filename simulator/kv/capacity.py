@@ -30,12 +30,20 @@ def kv_budget_bytes(
     return driver_memory_bytes(gpu) * memory_utilization - weight_bytes - activation_reserve_bytes
 
 
-def weight_bytes_per_gpu(model: ModelSpec, tensor_parallel: int) -> int:
+def weight_bytes_per_gpu(model: ModelSpec, tensor_parallel: int, data_parallel: int = 1) -> int:
     """Weights split over the tensor-parallel group: 16-bit, or the decoder layers' linear
     weights (or a checkpoint's experts) in the model's weight dtype (`ModelSpec.weight_bytes`).
-    Expert parallelism places experts differently but holds the same bytes per GPU when it
-    spans the same GPUs."""
-    return model.weight_bytes(2, tensor_parallel)
+    Expert parallelism over the same GPUs holds the same bytes per GPU. With data_parallel d
+    (DP attention + expert-parallel MoE, vLLM --data-parallel-size d --enable-expert-parallel)
+    each GPU holds 1/t of everything but the routed experts, and 1/(d t) of those."""
+    if data_parallel == 1 or model.moe is None:
+        return model.weight_bytes(2, tensor_parallel)
+    moe = model.moe
+    bits = model.weight_dtype.bits
+    num_moe_layers = model.num_layers - moe.num_dense_layers
+    routed = num_moe_layers * moe.num_experts * moe.expert_params(model.hidden_size) * bits / 8
+    rest = model.weight_bytes(2, 1) - routed
+    return int(rest / tensor_parallel + routed / (tensor_parallel * data_parallel))
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +68,7 @@ def no_kv_memory_reason(scenario: Scenario, system: SystemConfig) -> str | None:
     model, gpu, tp = scenario.model, scenario.gpu, scenario.tensor_parallel
     system = resolve_system(system, model, gpu, tp).system
     assert system.activation_reserve_gib is not None
-    weights = weight_bytes_per_gpu(model, tp)
+    weights = weight_bytes_per_gpu(model, tp, scenario.data_parallel)
     reserve = system.activation_reserve_gib * GIB
     available = kv_budget_bytes(gpu, system.gpu_memory_utilization, weights, reserve)
     block_bytes = model.kv_bytes_per_token(scenario.kv_dtype, tp) * system.block_size
@@ -92,7 +100,7 @@ def kv_capacity(scenario: Scenario, system: SystemConfig) -> Capacity:
     available = kv_budget_bytes(
         scenario.gpu,
         system.gpu_memory_utilization,
-        weight_bytes_per_gpu(model, tp),
+        weight_bytes_per_gpu(model, tp, scenario.data_parallel),
         system.activation_reserve_gib * GIB,
     )
     return Capacity(

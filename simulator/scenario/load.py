@@ -9,7 +9,8 @@ scenarios/README.md; keys are simulator/core/config.py field names):
     description = "..."           # its first line is what `pagesim scenarios list` shows
     seed = 0                      # RNG seed of the whole simulation
     [model]      preset = "llama-2-7b"  |  config = "path/to/config.json" (relative to this file)
-                 kv_dtype = "fp16" | "bf16" | "fp8";  tensor_parallel = 1
+                 kv_dtype = "fp16" | "bf16" | "fp8";  tensor_parallel = 1;  weight_dtype
+                 (default: the model's); data_parallel = 1, expert_parallel = false (MoE)
     [gpu]        preset = "a100-80gb", and/or name, memory_gib, mem_bandwidth_gbps, fp16_tflops,
                  host_link_gbps (a preset's figures can be overridden one by one)
     [execution]  kind = "roofline" | "profile";  profile = "file.json" (relative to this file, a
@@ -17,7 +18,7 @@ scenarios/README.md; keys are simulator/core/config.py field names):
                  attention_bw_efficiency, weight_bw_efficiency (default: the GPU's fitted
                  factors); step_overhead_s, step_overhead_s_per_seq (default: the engine era's),
                  async_scheduling; allreduce_bw_gbps, allreduce_latency_us (default: the GPU's
-                 interconnect)
+                 interconnect); routing_skew (MoE: Zipf exponent, 0 = uniform)
     [workload]   num_requests, trace ("azure-conv", "azure-code", "arxiv-summarization" or a CSV
                  path), trace_offset, time_scale, sampling = "single"|"parallel"|"beam", num_seqs,
                  empirical_pairing = "rows"|"independent" (two empirical lengths),
@@ -66,6 +67,8 @@ from pagesim.simulator.core.config import (
     SweepAxis,
 )
 from pagesim.simulator.core.errors import InputError, choices_text
+from pagesim.simulator.core.model_spec import WeightDtype
+from pagesim.simulator.execution.moe_cost import ExpertLayout
 from pagesim.simulator.execution.profile_file import check_profile
 from pagesim.simulator.scenario.cluster import read_cluster
 from pagesim.simulator.scenario.files import (
@@ -188,6 +191,7 @@ def _execution(t: Table) -> ExecutionConfig:
         swap_copy_latency_s=t.number(
             "swap_copy_latency_s", ExecutionConfig().swap_copy_latency_s, hi=1.0
         ),
+        routing_skew=t.number("routing_skew", 0.0, hi=100.0),
     )
 
 
@@ -230,6 +234,14 @@ def _parse(raw: object, source: Path | None, check_sweep: bool) -> Scenario:
         model_t.fail(
             "tensor_parallel", f"{tp} does not divide {model.name}'s {model.num_heads} heads"
         )
+    weight_dtype = model_t.choice("weight_dtype", WeightDtype, model.weight_dtype)
+    if weight_dtype is not model.weight_dtype:
+        model = replace(model, weight_dtype=weight_dtype)
+    dp = model_t.integer("data_parallel", 1, hi=1024)
+    ep = model_t.flag("expert_parallel", False)
+    layout_problem = ExpertLayout(tp, dp, ep).problem(model)
+    if layout_problem is not None:
+        model_t.fail(*layout_problem)
     slo_t, stop_t = top.table("slo"), top.table("stop")
     stop = StopConfig(
         max_time_s=stop_t.number("max_time_s", None, hi=1e9, lo_open=True),
@@ -247,6 +259,8 @@ def _parse(raw: object, source: Path | None, check_sweep: bool) -> Scenario:
         seed=top.integer("seed", 0, lo=0, hi=2**63 - 1),
         kv_dtype=model_t.choice("kv_dtype", KVDtype, KVDtype.FP16),
         tensor_parallel=tp,
+        data_parallel=dp,
+        expert_parallel=ep,
         execution=_execution(top.table("execution")),
         slo=SLO(
             ttft_s=slo_t.number("ttft_s", None, hi=1e6, lo_open=True),

@@ -51,12 +51,14 @@ _LENGTH_KEYS = _keys("kind value low high mean cv trace path column")
 Schema = dict[str, Any]
 SCHEMA: Schema = {
     **_keys("name description seed"),
-    "model": _keys("preset config kv_dtype tensor_parallel"),
+    "model": _keys(
+        "preset config kv_dtype tensor_parallel weight_dtype data_parallel expert_parallel"
+    ),
     "gpu": _keys("preset name memory_gib mem_bandwidth_gbps fp16_tflops host_link_gbps"),
     "execution": _keys(
         "kind profile gemm_efficiency attention_bw_efficiency weight_bw_efficiency "
         "step_overhead_s step_overhead_s_per_seq async_scheduling allreduce_bw_gbps "
-        "allreduce_latency_us swap_copy_latency_s"
+        "allreduce_latency_us swap_copy_latency_s routing_skew"
     ),
     "workload": {
         **_keys(

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Sequence
-from dataclasses import fields
+from dataclasses import fields, replace
 from datetime import date, time
 from enum import Enum
 from pathlib import Path
@@ -101,7 +101,10 @@ def describe_scenario(scenario: Scenario, overrides: Sequence[str] = ()) -> str:
     out += [f"# override: {o}" for o in overrides]
     out += [f"name = {_toml(s.name)}", f"description = {_toml(s.description)}", f"seed = {s.seed}"]
     model: dict[str, object] = {"kv_dtype": s.kv_dtype, "tensor_parallel": s.tensor_parallel}
-    if MODELS.get(s.model.name) == s.model:
+    model |= {"weight_dtype": s.model.weight_dtype, "data_parallel": s.data_parallel}
+    model["expert_parallel"] = s.expert_parallel
+    preset = MODELS.get(s.model.name)
+    if preset is not None and replace(preset, weight_dtype=s.model.weight_dtype) == s.model:
         out += _lines("[model]", {"preset": s.model.name, **model})
     else:
         out += _lines("[model]", model)

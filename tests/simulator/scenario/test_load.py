@@ -101,10 +101,13 @@ def test_the_library_holds_the_builtin_scenarios() -> None:
     assert BUILTINS == [
         "azure_conv_v0_vs_chunked",
         "block_size_ablation",
+        "fp8_vs_bf16",  # issue 17: weight dtypes in capacity and step cost
         "latency_vs_rate_alpaca",
         "latency_vs_rate_sharegpt",
         "measured_vs_roofline",  # issue 13: the roofline beside Vidur's measurements
         "memory_waste_contiguous_vs_paged",
+        "mla_capacity",  # issue 17
+        "moe_decode",  # issue 17
         "parallel_sampling_beam",
         "router_comparison",  # issue 15
         "shared_system_prompt",
@@ -556,7 +559,7 @@ BAD_FILES = [
     (
         replaced('[gpu]\npreset = "a100-80gb"', '[gpu]\npreset = "l4"\n[model.x]'),
         "s.toml: model.x: unknown key 'x'; valid keys here: preset, config, kv_dtype, "
-        "tensor_parallel",
+        "tensor_parallel, weight_dtype, data_parallel, expert_parallel",
     ),
     (
         replaced('preset = "llama-2-7b"', 'preset = "llama-2-70b"'),

@@ -1,0 +1,137 @@
+"""Which tensor-core peak a model's linear layers run at, by weight dtype and GPU.
+
+    bf16 / fp16          16-bit GEMM (W16A16)                       the 16-bit peak
+    fp8                  W8A8 on FP8 tensor cores (Ada, Hopper)      the FP8 peak
+                         W8A16 where the chip has none (Ampere)      the 16-bit peak
+    int8                 W8A8 on INT8 tensor cores                   the INT8 peak
+    int4, mxfp4, nvfp4   W4A16: weights dequantized to 16 bit        the 16-bit peak
+
+Sources: vLLM's FP8 documentation (docs/features/quantization/fp8.md, "FP8 computation is
+supported on NVIDIA GPUs with compute capability >= 8.9 (Ada Lovelace, Hopper, Blackwell). FP8
+models will run on compute capability >= 7.5 (Turing) as weight-only W8A16, utilizing FP8
+Marlin"; vllm-project/vllm PR 5975 brought FP8 Marlin to Ampere). No GPU in the catalog has FP4
+tensor cores, so vLLM runs 4-bit checkpoints through weight-only kernels (Marlin for AWQ/GPTQ,
+MXFP4 and NVFP4 on pre-Blackwell chips) that dequantize to 16-bit before the MMA.
+
+The weight-only kernels' dequantization cost is not priced (an assumption: Marlin is built to hide
+it under the weight stream); their weight bytes are the dtype's (model_spec.WEIGHT_BITS).
+
+A GPU's dtype peak scales with its 16-bit figure: peak = the GPU's `fp16_flops` x (datasheet
+dtype peak / datasheet 16-bit peak), so a preset whose fp16_tflops a scenario replaces keeps its
+ratios, and a 16-bit model uses `fp16_flops` itself (exactly as before dtypes were priced).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pagesim.simulator.core.catalog import GPUSpec, ModelSpec
+from pagesim.simulator.core.hardware import TENSOR_PEAKS
+from pagesim.simulator.core.model_spec import QuantScope, WeightDtype
+
+
+@dataclass(frozen=True, slots=True)
+class GemmPeak:
+    """The peak one kind of linear layer runs at on one GPU."""
+
+    flops: float  # FLOP/s (OP/s for int8)
+    mode: str  # "W16A16", "W8A8 fp8", "W8A16 (fp8 Marlin)", "W8A8 int8", "W4A16"
+    note: str  # where the figure comes from, for the report
+
+
+def gemm_peak(gpu: GPUSpec, dtype: WeightDtype) -> GemmPeak:
+    """The peak a linear layer with `dtype` weights runs at on `gpu` (module docstring)."""
+    peaks = TENSOR_PEAKS.get(gpu.name)
+    base = gpu.fp16_flops
+    if dtype.is_16_bit:
+        return GemmPeak(base, "W16A16", "the GPU's 16-bit peak")
+    if dtype in (WeightDtype.INT4, WeightDtype.MXFP4, WeightDtype.NVFP4):
+        return GemmPeak(
+            base, "W4A16", "4-bit weights dequantized to 16-bit GEMMs (no FP4 tensor cores)"
+        )
+    if peaks is None:
+        return GemmPeak(
+            base,
+            f"W{dtype.value}, at the 16-bit peak",
+            f"{gpu.name}: no datasheet peak per dtype known here; priced at its 16-bit peak",
+        )
+    if dtype is WeightDtype.FP8:
+        if peaks.fp8 is None:
+            return GemmPeak(
+                base,
+                "W8A16 (fp8 Marlin)",
+                f"{gpu.name} has no FP8 tensor cores: vLLM runs FP8 weight-only (W8A16) via "
+                "FP8 Marlin at the 16-bit peak",
+            )
+        return GemmPeak(base * peaks.fp8 / peaks.bf16, "W8A8 fp8", peaks.source)
+    assert dtype is WeightDtype.INT8
+    return GemmPeak(base * peaks.int8 / peaks.bf16, "W8A8 int8", peaks.source)
+
+
+@dataclass(frozen=True, slots=True)
+class LinearSplit:
+    """A model's linear layers on one GPU under t-way tensor parallelism, all layers summed, in
+    two groups that may differ in dtype: the weights every step reads whole ("fixed":
+    attention, dense MLPs, routers, shared experts) and the routed experts, read only where a
+    token routes (execution/moe_cost.py)."""
+
+    fixed_flops_per_token: float
+    fixed_weight_bytes: float
+    fixed_peak: GemmPeak
+    plain_flops_per_token: float  # of the fixed group, run at the 16-bit peak whatever its dtype
+    plain_peak: GemmPeak
+    expert_flops_per_token: float  # the k routed experts of every MoE layer, one token
+    expert_bytes: float  # one routed expert of one layer, whole (all its TP shards)
+    expert_peak: GemmPeak
+
+    @property
+    def flops_per_token(self) -> float:
+        return self.fixed_flops_per_token + self.plain_flops_per_token + self.expert_flops_per_token
+
+    def compute_s_per_token(self, gemm_efficiency: float) -> float:
+        """Seconds of GEMM compute per token, each group at its own peak."""
+        return (
+            self.fixed_flops_per_token / self.fixed_peak.flops
+            + self.plain_flops_per_token / self.plain_peak.flops
+            + self.expert_flops_per_token / self.expert_peak.flops
+        ) / gemm_efficiency
+
+
+def linear_split(model: ModelSpec, gpu: GPUSpec, tensor_parallel: int) -> LinearSplit:
+    """Split `model`'s linear weights as `LinearSplit` says, each group in its dtype:
+    QuantScope.LINEAR stores every decoder linear weight in `weight_dtype`, EXPERTS only the
+    routed experts (model_spec.py). MLA's kv_b_proj counts 16-bit when quantized: vLLM's MLA
+    backend keeps bf16 copies of W_UK and W_UV for the absorbed decode's batched matmuls
+    (vllm/v1/attention/backends/mla/common.py, "we currently do not have quantized bmm's")."""
+    t = tensor_parallel
+    dtype = model.weight_dtype
+    quantized_fixed = not dtype.is_16_bit and model.quant_scope is QuantScope.LINEAR
+    fixed_dtype = dtype if quantized_fixed else WeightDtype.BF16
+    fixed_params = 0
+    expert_params = 0
+    plain_params = 0  # 16-bit whatever the scope (MLA's absorbed kv_b_proj copies)
+    moe = model.moe
+    one_expert = moe.expert_params(model.hidden_size) if moe is not None else 0
+    for layer in range(model.num_layers):
+        params = model.layer_params(layer, active=True)
+        if moe is not None and layer >= moe.num_dense_layers:
+            routed = moe.experts_per_token * one_expert
+            params -= routed
+            expert_params += routed
+        if model.mla is not None and quantized_fixed:
+            mla = model.mla
+            kv_up = mla.kv_lora_rank * model.num_heads * (mla.qk_nope_head_dim + mla.v_head_dim)
+            params -= kv_up
+            plain_params += kv_up
+        fixed_params += params
+    fixed_bytes = float(fixed_params * fixed_dtype.bits / 8 + plain_params * 2) / t
+    return LinearSplit(
+        fixed_flops_per_token=2 * fixed_params / t,
+        fixed_weight_bytes=fixed_bytes,
+        fixed_peak=gemm_peak(gpu, fixed_dtype),
+        plain_flops_per_token=2 * plain_params / t,
+        plain_peak=gemm_peak(gpu, WeightDtype.BF16),
+        expert_flops_per_token=2 * expert_params / t,
+        expert_bytes=float(one_expert * dtype.bits / 8),
+        expert_peak=gemm_peak(gpu, dtype),
+    )

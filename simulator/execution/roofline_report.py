@@ -1,0 +1,229 @@
+"""The roofline's step cost term by term, and its provenance for reports: what
+`RooflineModel.price` adds inline (roofline.py), written out so that tests and the error table can
+check each term, and a report can say where each figure came from. A mixin: `RooflineModel`
+inherits it and sets every attribute declared here."""
+
+from __future__ import annotations
+
+from pagesim.simulator.core.catalog import GPUSpec, KVDtype, ModelSpec
+from pagesim.simulator.core.hardware import Interconnect, RooflineFactors
+from pagesim.simulator.core.plan import StepPlan
+from pagesim.simulator.execution.moe_cost import ExpertTraffic
+from pagesim.simulator.execution.overhead import HostOverhead
+from pagesim.simulator.execution.precision import LinearSplit
+from pagesim.simulator.execution.roofline_terms import (
+    ALLREDUCES_PER_LAYER,
+    GEMMS_PER_LAYER,
+    LayerShapes,
+)
+
+
+class RooflineReport:
+    """`breakdown`, `describe` and `term_sources` of a `RooflineModel`."""
+
+    name: str
+    model: ModelSpec
+    gpu: GPUSpec
+    kv_dtype: KVDtype
+    tensor_parallel: int
+    block_size: int
+    factors: RooflineFactors
+    link: Interconnect
+    host: HostOverhead
+    shapes: LayerShapes
+    split: LinearSplit
+    experts: ExpertTraffic | None
+    kv_bytes_per_token: int
+    block_bytes: int
+    block_overhead_bytes_per_block: float
+    block_s_per_context: float
+    block_s_per_seq: float
+    allreduce_bytes_per_token: float
+    _overlap: float
+    _linear_c: float
+    _linear_m0: float
+    _linear_m1: float
+    _lm_c: float
+    _lm_m0: float
+    _lm_m1: float
+    _weight_bps: float
+    _kv_s_per_token: float
+    _cached_pair_s: float
+    _causal_pair_s: float
+    _prefill_token_s: float
+    _prefill_call_s: float
+    _upproject_s: float
+    _attention_call_s: float
+    _attention_seq_s: float
+    _decode_extra_s: float
+    _host_fixed: float
+    _host_per_seq: float
+    _host_overlapped: bool
+
+    @property
+    def weight_bytes_per_step(self) -> float:
+        raise NotImplementedError
+
+    def breakdown(self, plan: StepPlan) -> dict[str, float]:
+        """compute_s of `plan` term by term (a test checks that they add up to `price`)."""
+        r = self
+        work = plan.work
+        num_seqs = len(work)
+        if not num_seqs:
+            return {}
+        num_tokens = plan.num_prefill_tokens + plan.num_decode_tokens
+        f, L = r.factors, r.model.num_layers
+        overlap = r._overlap
+
+        def gemm(c: float, m: float) -> float:
+            return max(c, m) + overlap * min(c, m)
+
+        prefills = [(n, c) for _, _, n, c, is_prefill in work if is_prefill]
+        decode_context = sum(c for _, _, _, c, is_prefill in work if not is_prefill)
+        num_decode = num_seqs - len(prefills)
+        prefill_s = sum(
+            max(
+                n * (c - n) * r._cached_pair_s
+                + n * (n + 1) // 2 * r._causal_pair_s
+                + n * r._prefill_token_s
+                + (c - n) * r._upproject_s,
+                c * r._kv_s_per_token,
+            )
+            for n, c in prefills
+        )
+        expert_bytes = r.experts.weight_bytes(num_tokens) if r.experts is not None else 0.0
+        t = r.tensor_parallel
+        parts = {
+            "linear": gemm(
+                num_tokens * r._linear_c,
+                r._linear_m0 + num_tokens * r._linear_m1 + expert_bytes / r._weight_bps,
+            )
+            + L * GEMMS_PER_LAYER * f.gemm_launch_s,
+            "moe_dispatch": r.experts.dispatch_s(num_tokens) if r.experts is not None else 0.0,
+            "lm_head": gemm(num_seqs * r._lm_c, r._lm_m0 + num_seqs * r._lm_m1) + f.gemm_launch_s,
+            "small_ops": L * f.small_ops_layer_s
+            + num_tokens
+            * L
+            * r.shapes.small_ops_bytes_per_token
+            / (r.gpu.mem_bandwidth_bps * f.small_ops_bw_efficiency),
+            "decode_attention": (
+                r._attention_call_s
+                + num_decode * (r._attention_seq_s + r.block_s_per_seq)
+                + decode_context * (r._kv_s_per_token + r.block_s_per_context + r._decode_extra_s)
+                if num_decode
+                else 0.0
+            ),
+            "prefill_attention": prefill_s + r._prefill_call_s if prefills else 0.0,
+            "kv_write": num_tokens * r._kv_s_per_token,
+            "all_reduce": L * ALLREDUCES_PER_LAYER * r.link.allreduce_latency_s
+            + num_tokens * r.allreduce_bytes_per_token / r.link.allreduce_bw_bps
+            if t > 1
+            else 0.0,
+        }
+        gpu_s = sum(parts.values())
+        host_s = r._host_fixed + num_seqs * r._host_per_seq
+        parts["host"] = max(0.0, host_s - gpu_s) if r._host_overlapped else host_s
+        return parts
+
+    def describe(self) -> dict[str, object]:
+        """Provenance for reports: the shapes, peaks and factors this model uses, and where each
+        came from."""
+        r = self
+        f = r.factors
+        notes = []
+        if not f.is_fitted:
+            notes.append(f"{r.gpu.name}: {f.source}")
+        if r.tensor_parallel > 1 and not r.link.is_fitted:
+            notes.append(f"all-reduce over {r.link.name}: {r.link.source}")
+        split = r.split
+        for peak in (split.fixed_peak, split.expert_peak):
+            if peak.mode != "W16A16" and peak.note not in notes:
+                notes.append(f"linear layers {peak.mode}: {peak.note}")
+        moe: dict[str, object] = {}
+        if r.experts is not None:
+            e = r.experts
+            moe = {
+                "routing_skew": e.skew,
+                "data_parallel": e.layout.data_parallel,
+                "expert_parallel": e.layout.expert_parallel,
+                "expert_shards": e.layout.expert_shards,
+                "expert_bytes": e.expert_bytes,
+                "summary": e.summary(),  # the engine adds these to a run's summary
+            }
+            if e.layout.data_parallel > 1:
+                notes.append(
+                    "expert parallelism: the run is one DP rank; the other ranks are assumed "
+                    "equally loaded; dispatch/combine priced on the all-reduce link (an estimate)"
+                )
+        return {
+            "kind": r.name,
+            "model": r.model.name,
+            "gpu": r.gpu.name,
+            "tensor_parallel": r.tensor_parallel,
+            "kv_dtype": r.kv_dtype.value,
+            "weight_dtype": r.model.weight_dtype.value,
+            "gemm_mode": split.expert_peak.mode if r.experts is not None else split.fixed_peak.mode,
+            "gemm_peak_flops": split.fixed_peak.flops,
+            "expert_gemm_peak_flops": split.expert_peak.flops,
+            **moe,
+            "block_size": r.block_size,
+            "peak_flops": r.gpu.fp16_flops,
+            "mem_bandwidth_bps": r.gpu.mem_bandwidth_bps,
+            "host_link_bps": r.gpu.host_link_bps,
+            "gemm_efficiency": f.gemm_efficiency,
+            "gemm_overlap": f.gemm_overlap,
+            "gemm_launch_s": f.gemm_launch_s,
+            "weight_bw_efficiency": f.weight_bw_efficiency,
+            "small_ops_layer_s": f.small_ops_layer_s,
+            "small_ops_bw_efficiency": f.small_ops_bw_efficiency,
+            "attention_bw_efficiency": f.attention_bw_efficiency,
+            "attention_flops_efficiency": f.attention_flops_efficiency,
+            "attention_causal_efficiency": f.attention_causal_efficiency,
+            "attention_token_s": f.attention_token_s,
+            "attention_prefill_layer_s": f.attention_prefill_layer_s,
+            "attention_layer_s": f.attention_layer_s,
+            "attention_seq_s": f.attention_seq_s,
+            "factors_source": f.source,
+            "factors_extrapolated": not f.is_fitted,
+            "interconnect": r.link.name,
+            "allreduce_latency_s": r.link.allreduce_latency_s,
+            "allreduce_bw_bps": r.link.allreduce_bw_bps,
+            "interconnect_source": r.link.source,
+            **r.host.describe(),
+            "block_overhead_bytes_per_block": r.block_overhead_bytes_per_block,
+            "weight_bytes_per_step": r.weight_bytes_per_step,
+            "kv_bytes_per_token": r.kv_bytes_per_token,
+            "block_bytes": r.block_bytes,
+            "sources": r.term_sources(),
+            "notes": notes,
+            "warnings": [],
+            "figures": "per GPU; datasheet peaks x the GPU's factors",
+        }
+
+    def term_sources(self) -> dict[str, str]:
+        """Where each term of a step's cost comes from (the report shows it)."""
+        r = self
+        fitted = "fitted" if r.factors.is_fitted else "extrapolated"
+        link = "fitted" if r.link.is_fitted else "estimate"
+        sources = {
+            "linear": f"roofline ({fitted} factors)",
+            "small_ops": f"roofline ({fitted} factors)",
+            "lm_head": f"roofline ({fitted} factors)",
+            "decode_attention": "roofline (factors fitted to A100 attention; block term estimated)",
+            "prefill_attention": "roofline (factors fitted to A100 attention)",
+            "all_reduce": f"roofline ({link}: {r.link.name})"
+            if r.tensor_parallel > 1
+            else "none (tensor_parallel 1)",
+            "host_overhead": r.host.source,
+        }
+        if r.experts is not None:
+            sources["linear"] += "; routed experts: expected experts touched (moe_cost.py)"
+            sources["moe_dispatch"] = (
+                "roofline (estimate: all-gather + reduce-scatter on the all-reduce link)"
+                if r.experts.layout.data_parallel > 1
+                else "none (data_parallel 1)"
+            )
+        if r.model.mla is not None:
+            sources["decode_attention"] += "; MLA absorbed form"
+            sources["prefill_attention"] += "; MLA non-absorbed form"
+        return sources
