@@ -3,8 +3,8 @@
 
 Beside the pool's own invariants: reference counts equal the tables' references; every table
 has one entry per logical block of its tokens; a sliding table is null up to some block and
-live after it; computed slots per block and
-their sum agree with the tables.
+live after it, holding at most `HybridLayout.max_sliding_blocks` after its last allocation;
+computed slots per block and their sum agree with the tables.
 """
 
 from __future__ import annotations
@@ -38,6 +38,10 @@ def check_hybrid_invariants(cache: HybridKVCache) -> None:
             live = [b is not None for b in seq.sliding]
             first_live = live.index(True) if any(live) else len(live)
             invariant(all(live[first_live:]), f"{where}: a null block after a live one")
+            # Freed before each allocation: at most the window, the last step's new tokens,
+            # and the block the window's first token straddles.
+            bound = layout.max_sliding_blocks(seq.num_last_new_tokens)
+            invariant(len(live) - first_live <= bound, f"{where}: window holds > {bound} blocks")
         invariant(len(seq.state) in (0, layout.num_state_groups), f"{where}: state blocks")
         for i in range(logical):
             fill = min(bs, max(0, seq.num_computed_tokens - i * bs))

@@ -66,6 +66,7 @@ class HybridSeq:
     num_computed_tokens: int
     num_registered_blocks: int
     final_len: int | None
+    num_last_new_tokens: int = 0  # what the last allocation added (bounds the window's blocks)
     is_swapped: bool = field(default=False)  # never: V1 recomputes
 
 
@@ -259,7 +260,9 @@ class HybridKVCache:
             del full[len(sliding) :]
         seq.full, seq.sliding = full, sliding
         num_hit = len(sliding) if num_sliding else len(full)
-        seq.num_tokens = seq.num_computed_tokens = num_hit * self._block_size
+        seq.num_tokens = seq.num_computed_tokens = seq.num_last_new_tokens = (
+            num_hit * self._block_size
+        )
         seq.num_registered_blocks = num_hit
         bs = self._block_size
         for bundle in [*full, *(b for b in sliding if b is not None)]:
@@ -294,6 +297,7 @@ class HybridKVCache:
         bs = self._block_size
         for seq, count in zip(seqs, counts, strict=True):
             seq.num_tokens += count
+            seq.num_last_new_tokens = count
             grow = cdiv(seq.num_tokens, bs) - len(seq.full if self._num_full else seq.sliding)
             if grow > 0:
                 # Group by group, each its new blocks in a row (vLLM's coordinator asks each

@@ -1,0 +1,82 @@
+"""vLLM V1's layout of hybrid models' KV caches (v0.11 kv_cache_utils.py
+`_get_kv_cache_groups_uniform_page_size`; models/config.py
+`HybridAttentionMambaModelConfig.verify_and_update_config`), pinned for the catalog's hybrids
+with the arithmetic in the test; and the capacity a run gets from it."""
+
+from __future__ import annotations
+
+from sim_helpers import poisson_workload, scenario, system
+
+from pagesim.simulator.core.catalog import get_model
+from pagesim.simulator.core.config import Policy
+from pagesim.simulator.core.model_spec import KVDtype
+from pagesim.simulator.kv.capacity import kv_capacity
+from pagesim.simulator.kv.hybrid_layout import group_size_of, hybrid_layout
+
+
+def test_group_size_is_the_fewest_layers_of_a_kind_or_the_most_when_close() -> None:
+    assert group_size_of([10, 52]) == 10  # Gemma 3: 52 >= 1.25 x 10
+    assert group_size_of([18, 18]) == 18  # gpt-oss
+    assert group_size_of([12, 13]) == 13  # vLLM's example: gpt-oss-20b + eagle, 12 sw + 13 full
+    assert group_size_of([12, 36]) == 12  # Qwen3-Next
+
+
+def test_gemma_3_27b_pads_its_window_layers_to_six_groups_of_ten() -> None:
+    layout = hybrid_layout(get_model("gemma-3-27b"), KVDtype.FP16, 1, 16)
+    assert layout is not None
+    assert (layout.num_full_groups, layout.num_sliding_groups, layout.layers_per_group) == (
+        1,
+        6,
+        10,
+    )
+    assert layout.num_padding_layers == 6 * 10 - 52
+    assert layout.window == 1024
+    # one layer's page: 16 tokens x 2 (K, V) x 16 KV heads x 128 x 2 B = 131,072 B; x 10 layers
+    assert layout.page_bytes == 16 * 2 * 16 * 128 * 2 == 131_072
+    assert layout.block_bytes == 1_310_720
+    # a hit needs cdiv(1023, 16) = 64 window blocks; a decode holds at most cdiv(1024, 16) + 1
+    assert (layout.num_window_blocks, layout.max_sliding_blocks(1)) == (64, 65)
+
+
+def test_gpt_oss_120b_has_one_full_and_one_window_group_of_18() -> None:
+    layout = hybrid_layout(get_model("gpt-oss-120b"), KVDtype.FP16, 1, 16)
+    assert layout is not None
+    assert (layout.num_full_groups, layout.num_sliding_groups, layout.layers_per_group) == (
+        1,
+        1,
+        18,
+    )
+    assert layout.block_bytes == 16 * 2 * 8 * 64 * 2 * 18 == 589_824
+    assert layout.num_padding_layers == 0
+
+
+def test_qwen3_next_raises_its_block_size_to_hold_a_state_layer_in_one_page() -> None:
+    layout = hybrid_layout(get_model("qwen3-next-80b-a3b"), KVDtype.FP16, 1, 16)
+    assert layout is not None
+    # state per gated-DeltaNet layer: (548,864 elements) x 2 B = 1,097,728 B; attention per
+    # token per layer 2 x 2 KV heads x 256 x 2 B = 2,048 B; block 16 x cdiv(1,097,728, 16 x
+    # 2,048) = 16 x 34 = 544 tokens; page 544 x 2,048 = 1,114,112 B (the state padded to it).
+    assert layout.state_bytes_per_layer == 548_864 * 2
+    assert (layout.block_size, layout.page_bytes) == (544, 1_114_112)
+    assert (layout.num_full_groups, layout.num_state_groups, layout.layers_per_group) == (1, 3, 12)
+    assert layout.block_bytes == 1_114_112 * 12
+    # a request alone of 1,000 tokens: 2 attention blocks + 3 state blocks
+    assert layout.blocks_alone(1000, 8192) == 5
+
+
+def test_dense_models_get_no_layout_and_their_capacity_is_unchanged() -> None:
+    assert hybrid_layout(get_model("llama-3.1-8b"), KVDtype.FP16, 1, 16) is None
+    s = scenario(poisson_workload(1, 1.0), system(Policy.VLLM_V1), model="llama-2-7b")
+    capacity = kv_capacity(s, s.systems[0])
+    assert capacity.layout is None
+    assert capacity.block_bytes == 32 * 2 * 32 * 128 * 2 * 16  # every layer, per block
+    assert capacity.kv_bytes_per_token == capacity.block_bytes // 16
+
+
+def test_a_hybrid_models_blocks_are_one_group_page() -> None:
+    s = scenario(
+        poisson_workload(1, 1.0), system(Policy.VLLM_V1), model="gpt-oss-120b", gpu="h200-sxm"
+    )
+    capacity = kv_capacity(s, s.systems[0])
+    assert capacity.layout is not None and capacity.block_bytes == 589_824
+    assert capacity.block_size == 16
