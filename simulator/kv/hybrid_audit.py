@@ -10,24 +10,25 @@ computed slots per block and their sum agree with the tables.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
 
 from pagesim.simulator.core.memory import MemoryBreakdown
-from pagesim.simulator.kv.block_pool import invariant
-from pagesim.simulator.kv.hybrid_layout import cdiv
-
-if TYPE_CHECKING:
-    from pagesim.simulator.kv.hybrid_cache import HybridKVCache
+from pagesim.simulator.kv.block_pool import BlockPool, invariant
+from pagesim.simulator.kv.hybrid_layout import HybridLayout, cdiv
+from pagesim.simulator.kv.hybrid_table import HybridSeq, blocks_at
 
 
-def check_hybrid_invariants(cache: HybridKVCache) -> None:
-    gpu = cache._gpu
+def check_hybrid_invariants(
+    seqs: Mapping[int, HybridSeq],
+    gpu: BlockPool,
+    layout: HybridLayout,
+    computed_slots: list[int],
+    num_computed_slots: int,
+) -> None:
     gpu.check_invariants()
-    bs = cache.block_size
-    layout = cache.layout
+    bs = layout.block_size
     refs = [0] * gpu.num_blocks
     fills = [0] * gpu.num_blocks
-    for seq_id, seq in cache._seqs.items():
+    for seq_id, seq in seqs.items():
         where = f"seq {seq_id}"
         invariant(0 <= seq.num_computed_tokens <= seq.num_tokens, f"{where}: computed > tokens")
         logical = cdiv(seq.num_tokens, bs)
@@ -45,7 +46,7 @@ def check_hybrid_invariants(cache: HybridKVCache) -> None:
         invariant(len(seq.state) in (0, layout.num_state_groups), f"{where}: state blocks")
         for i in range(logical):
             fill = min(bs, max(0, seq.num_computed_tokens - i * bs))
-            for block in cache.blocks_at(seq, i):
+            for block in blocks_at(seq, i):
                 refs[block] += 1
                 fills[block] = max(fills[block], fill)
         for block in seq.state:
@@ -59,28 +60,29 @@ def check_hybrid_invariants(cache: HybridKVCache) -> None:
         raise AssertionError(
             f"block {block}: ref_count {gpu.ref_counts[block]} != {refs[block]} table refs"
         )
-    invariant(fills == cache._computed_slots, "computed slots per block disagree")
-    invariant(sum(fills) == cache._num_computed_slots, "computed slot counter disagrees")
+    invariant(fills == computed_slots, "computed slots per block disagree")
+    invariant(sum(fills) == num_computed_slots, "computed slot counter disagrees")
 
 
-def walk_hybrid_breakdown(cache: HybridKVCache, overrides: Mapping[int, int]) -> MemoryBreakdown:
-    bs = cache.block_size
+def walk_hybrid_breakdown(
+    seqs: Mapping[int, HybridSeq], gpu: BlockPool, block_size: int, overrides: Mapping[int, int]
+) -> MemoryBreakdown:
+    bs = block_size
     fill: dict[int, int] = {}
     need: dict[int, int] = {}
-    for seq_id, seq in cache._seqs.items():
+    for seq_id, seq in seqs.items():
         assert seq.final_len is not None, f"seq {seq_id}: no final length"
         computed = overrides.get(seq_id, seq.num_computed_tokens)
         for i in range(cdiv(seq.num_tokens, bs)):
             filled = min(bs, max(0, computed - i * bs))
             needed = min(bs, max(0, seq.final_len - i * bs))
-            for block in cache.blocks_at(seq, i):
+            for block in blocks_at(seq, i):
                 fill[block] = max(fill.get(block, 0), filled)
                 need[block] = max(need.get(block, 0), needed)
         for block in seq.state:
             fill[block] = need[block] = bs
     token = sum(fill.values())
     reserved = sum(max(0, need[b] - fill[b]) for b in fill)
-    gpu = cache._gpu
     return MemoryBreakdown(
         token_slots=token,
         reserved_slots=reserved,
