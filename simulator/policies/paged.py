@@ -178,6 +178,24 @@ class PagedScheduler(PolicyBase):
     def kv_capacity_slots(self) -> int:
         return self.kv.num_blocks * self.state.block_size
 
+    def hybrid_summary(self) -> dict[str, int] | None:
+        """A hybrid model's KV figures for the summary (None for one of only full attention,
+        whose summary stays as it was): its layer groups, the blocks freed out of the windows
+        over the run (each one an all-full-attention layout would have kept), and the bytes of
+        state each request holds (its state groups' blocks, padded pages included)."""
+        kv = self.kv
+        if isinstance(kv, PagedKVCache):
+            return None
+        layout = kv.layout
+        return {
+            "kv_layer_groups": layout.num_groups,
+            "kv_layers_per_group": layout.layers_per_group,
+            "kv_padding_layers": layout.num_padding_layers,
+            "kv_window_freed_blocks": kv.num_window_freed_blocks,
+            "kv_window_freed_bytes": kv.num_window_freed_blocks * layout.block_bytes,
+            "kv_state_bytes_per_seq": layout.num_state_groups * layout.block_bytes,
+        }
+
     def prefix_hit_rate(self) -> float | None:
         """Prompt tokens served from the prefix cache over those looked up, once per successful
         first admission (re-admissions after preemption: `prefix_readmit_hit_rate`)."""

@@ -11,7 +11,7 @@ from dataclasses import replace
 
 import pytest
 from hybrid_helpers import hybrid_scheduler, layout_of, tiny_hybrid
-from sim_helpers import poisson_workload, request, scenario, system
+from sim_helpers import explicit_workload, poisson_workload, request, scenario, system
 from sim_helpers import step_and_check as _step
 from sim_helpers import work_of as _work
 
@@ -179,3 +179,34 @@ def test_v1_with_swap_refuses_hybrid_models() -> None:
     )
     with pytest.raises(InputError, match="preempts by recompute only"):
         simulate(sc)
+
+
+def test_the_summary_shows_the_hybrid_picture_and_dense_runs_do_not_change() -> None:
+    """The first story's request through the engine: 2 window blocks freed, each 4 tokens x
+    256 B x 1 layer = 1,024 B; 2 groups of 1 layer, no padding, no state. A dense run's
+    summary has none of these keys."""
+    model = tiny_hybrid((FULL, SLIDING), window=5)
+    knobs = dict(block_size=4, num_kv_blocks=12, enable_prefix_cache=False)
+    s = scenario(explicit_workload([(9, 6, 0.0)]), system(Policy.VLLM_V1, **knobs))
+    summary = simulate(replace(s, model=model), check_invariants=True).summary
+    assert summary["num_finished"] == 1
+    assert {k: summary[k] for k in HYBRID_KEYS} == {
+        "kv_layer_groups": 2,
+        "kv_layers_per_group": 1,
+        "kv_padding_layers": 0,
+        "kv_window_freed_blocks": 2,
+        "kv_window_freed_bytes": 2 * 1024,
+        "kv_state_bytes_per_seq": 0,
+    }
+    dense = simulate(s).summary
+    assert not set(HYBRID_KEYS) & set(dense)
+
+
+HYBRID_KEYS = (
+    "kv_layer_groups",
+    "kv_layers_per_group",
+    "kv_padding_layers",
+    "kv_window_freed_blocks",
+    "kv_window_freed_bytes",
+    "kv_state_bytes_per_seq",
+)
