@@ -80,3 +80,30 @@ def test_a_hybrid_models_blocks_are_one_group_page() -> None:
     capacity = kv_capacity(s, s.systems[0])
     assert capacity.layout is not None and capacity.block_bytes == 589_824
     assert capacity.block_size == 16
+
+
+def test_pagesim_kv_and_a_run_agree_on_a_hybrid_models_capacity() -> None:
+    """The same budget (utilization, activation reserve) gives `pagesim kv` and the engine
+    the same number of group blocks; a dense model's report carries no hybrid part."""
+    from dataclasses import replace
+
+    from pagesim.simulator.core.catalog import GIB, get_gpu
+    from pagesim.simulator.kv.sizing import kv_report
+
+    s = scenario(
+        poisson_workload(1, 1.0), system(Policy.VLLM_V1), model="gemma-3-27b", gpu="h200-sxm"
+    )
+    s = replace(s, systems=(replace(s.systems[0], activation_reserve_gib=2.0),))
+    capacity = kv_capacity(s, s.systems[0])
+    report = kv_report(
+        get_model("gemma-3-27b"),
+        [4096],
+        gpu=get_gpu("h200-sxm"),
+        memory_utilization=0.9,
+        activation_reserve_bytes=2 * GIB,
+    )
+    assert report.hybrid is not None and report.hybrid.blocks_fit == capacity.num_gpu_blocks
+    # one decoding 4,096-token sequence: 256 full blocks + 6 window groups x 65
+    assert report.hybrid.blocks_per_seq == (256 + 6 * 65,)
+    dense = kv_report(get_model("llama-3.1-8b"), [4096]).to_dict()
+    assert "hybrid" not in dense
