@@ -19,10 +19,12 @@ Sliding groups: before each allocation, blocks wholly before the window are free
     sliding  [ null ][ null ][ b7 ][ b8 ]      last_useful_token = 13 - 5 + 1 = 9 -> block 2
                0..3    4..7   8..11  12..
 
-They are freed even when the allocation that follows does not fit, as vLLM does. A prompt
-chunk allocates every block it writes (v0.11 counts cdiv(tokens, block_size) for sliding groups
-too); the blocks it leaves behind the window go at the next step. So a sliding group holds at
-most cdiv(W - 1 + n, block_size) + 1 blocks after a step adding n tokens.
+They are freed even when the allocation that follows does not fit, as vLLM does. A running
+request's chunk allocates every block it writes (`get_num_blocks_to_allocate` counts
+cdiv(tokens, block_size) less the blocks held, nulls included: read at vllm-project/vllm
+002f349 and in the 2026 form's running-request path; v0.11 was not checked line by line); the
+blocks it leaves behind the window go at the next step. So a sliding group holds at most
+cdiv(W - 1 + n, block_size) + 1 blocks after a step adding n tokens.
 
 Prefix caching (`add_seq`), vLLM's `find_longest_cache_hit`: full groups hit the longest run of
 leading prompt blocks cached in every full group; sliding groups need, within that run, only
@@ -33,8 +35,8 @@ when allocated, and a sliding block freed out of the window stays findable until
 groups cache nothing: a model with state layers never hits (v0.11's `MambaManager` returns no
 cached blocks; later versions' "align" mode is not modelled).
 
-Not supported (refused by `PagedState`'s policy checks before a run): forks (V1 fans n > 1
-out into child requests) and swapping (V1 only recomputes).
+Not supported: forks (V1 fans n > 1 out into child requests) and swapping (V1 only
+recomputes); `policies.factory.hybrid_refusal` refuses a system that would need them.
 
 Memory accounting counts a block's token slots as `PagedSlots` does (computed / reserved /
 internal fragmentation, shared blocks once); a state block counts as computed from its

@@ -1,9 +1,12 @@
 """How vLLM V1 lays out the KV cache of a model whose layers are not all full attention: layer
 groups sharing one pool of equal-sized blocks (its hybrid KV-cache manager).
 
-Read at vLLM v0.11 (vllm/v1/core/kv_cache_utils.py `_get_kv_cache_groups_uniform_page_size`,
-`get_kv_cache_config_from_groups`; vllm/model_executor/models/config.py
-`HybridAttentionMambaModelConfig.verify_and_update_config`):
+Read in the code index's copies of vLLM's 2025 sources, the v0.11 era (the v0.11.0 tag itself
+could not be fetched: the repository snapshot is too large): vllm/v1/core/kv_cache_utils.py
+`_get_kv_cache_groups_uniform_page_size` (with its 1.25 rule and "gpt-oss-20b + eagle"
+comment), `get_kv_cache_config_from_groups`; vllm/model_executor/models/config.py
+`HybridAttentionMambaModelConfig.verify_and_update_config`; single_type_kv_cache_manager.py
+`MambaManager` ("MambaManager should only allocate 1 block for each request"):
 
 - Layers of one kind (full attention, one sliding window, one state shape) are split into groups
   of `group_size` layers: the fewest layers of any kind, or the most when that is under 1.25 x
