@@ -378,7 +378,9 @@ SUMMARY_METRICS: tuple[SummaryMetric, ...] = (
         "KV capacity",
         Unit.TOKENS,
         "Engine",
-        "Tokens of KV the GPU can hold (blocks × block size, or the contiguous pool).",
+        "Tokens of KV the GPU can hold (blocks × block size, or the contiguous pool). For a "
+        "model with sliding-window or state layers, token slots of its layer groups' blocks: "
+        "a sequence's token takes one in each group that keeps it.",
     ),
     SummaryMetric(
         "kv_layer_groups",
