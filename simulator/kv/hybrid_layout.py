@@ -13,6 +13,8 @@ comment), `get_kv_cache_config_from_groups`; vllm/model_executor/models/config.p
   the fewest. A kind whose count is not a multiple is padded with empty layers (memory vLLM
   wastes too). Gemma-3-27B: 10 full + 52 sliding -> size 10, 1 full + 6 sliding groups, 8
   padding layers; gpt-oss-120b: 18 + 18 -> 1 + 1; Qwen3-Next: 12 full + 36 state -> 1 + 3.
+- Groups are numbered kind by kind in the order the kinds' first layers come (the layer specs'
+  dict order): allocation and freeing go group by group in that order.
 - Every group's block holds `block_size` tokens of one layer per group member (a page per
   layer); the pool has budget // (page x group_size) blocks and a block id serves any group.
 - State (Mamba, gated DeltaNet) layers: the attention block size is raised to
@@ -52,6 +54,8 @@ class HybridLayout:
     page_bytes: int  # one layer's block: block_size x attention bytes per token per layer
     num_padding_layers: int  # empty layers vLLM adds to fill the last group of a kind
     state_bytes_per_layer: int  # a state layer's true state (its page is padded to page_bytes)
+    # vLLM's group order: kinds as their first layers come (Gemma 3, gpt-oss: sliding first)
+    kind_order: tuple[LayerKind, ...] = (LayerKind.FULL, LayerKind.SLIDING, LayerKind.STATE)
 
     @property
     def block_bytes(self) -> int:
@@ -124,4 +128,5 @@ def hybrid_layout(
         page_bytes=block_size * per_token_layer,
         num_padding_layers=sum(groups) * size - sum(layers),
         state_bytes_per_layer=state_bytes,
+        kind_order=tuple(dict.fromkeys(model.kinds())),
     )

@@ -10,6 +10,7 @@ from collections.abc import Iterable, Sequence
 
 from pagesim.simulator.core.errors import KVCacheError
 from pagesim.simulator.core.memory import MemoryBreakdown
+from pagesim.simulator.core.model_spec import LayerKind
 from pagesim.simulator.core.plan import BlockCopy
 from pagesim.simulator.kv.block_pool import BlockPool, EvictionOrder
 from pagesim.simulator.kv.hybrid_layout import HybridLayout, cdiv
@@ -84,19 +85,20 @@ class HybridSlots:
             seq.num_tokens += count
             seq.num_last_new_tokens = count
             grow = cdiv(seq.num_tokens, bs) - len(seq.full if self._num_full else seq.sliding)
-            if grow > 0:
-                # Group by group, each its new blocks in a row (vLLM's coordinator asks each
-                # group's manager in turn), then transposed into per-logical-block bundles.
-                if self._num_full:
-                    per_group = [allocate_many(grow) for _ in range(self._num_full)]
-                    seq.full.extend(map(list, zip(*per_group, strict=True)))
-                if self._num_sliding:
-                    per_group = [allocate_many(grow) for _ in range(self._num_sliding)]
-                    seq.sliding.extend(map(list, zip(*per_group, strict=True)))
-            if self._num_state and not seq.state and count:
-                seq.state = allocate_many(self._num_state)
-                for block in seq.state:
-                    self._note_computed(block, bs)
+            # Group by group in vLLM's group order, each group's new blocks in a row (the
+            # coordinator asks each group's manager in turn), transposed into bundles.
+            for kind in self.layout.kind_order:
+                if kind is LayerKind.STATE:
+                    if not seq.state and count:
+                        seq.state = allocate_many(self._num_state)
+                        for block in seq.state:
+                            self._note_computed(block, bs)
+                elif grow > 0:
+                    is_full = kind is LayerKind.FULL
+                    num_groups = self._num_full if is_full else self._num_sliding
+                    per_group = [allocate_many(grow) for _ in range(num_groups)]
+                    bundles = map(list, zip(*per_group, strict=True))
+                    (seq.full if is_full else seq.sliding).extend(bundles)
         return _NO_COPIES
 
     def num_blocks_needed(self, seq_id: int, num_new_tokens: int) -> int:
@@ -197,21 +199,25 @@ class HybridSlots:
         self.commit(seq_id, seq.num_computed_tokens + 1)
 
     def free(self, seq_id: int) -> None:
-        """Drop a sequence: each group's blocks tail first, group by group (vLLM's
-        coordinator frees manager by manager), state blocks last."""
+        """Drop a sequence: group by group in vLLM's group order (its coordinator frees
+        manager by manager), each group's blocks tail first."""
         seq = self._seq(seq_id)
         del self._seqs[seq_id]
         release = self._release
-        for g in range(self._num_full):
-            for bundle in reversed(seq.full):
-                release(bundle[g])
-        for g in range(self._num_sliding):
-            for maybe in reversed(seq.sliding):
-                if maybe is None:
-                    break  # everything before it left the window already
-                release(maybe[g])
-        for block in seq.state:
-            release(block)
+        for kind in self.layout.kind_order:
+            if kind is LayerKind.FULL:
+                for g in range(self._num_full):
+                    for bundle in reversed(seq.full):
+                        release(bundle[g])
+            elif kind is LayerKind.SLIDING:
+                for g in range(self._num_sliding):
+                    for maybe in reversed(seq.sliding):
+                        if maybe is None:
+                            break  # everything before it left the window already
+                        release(maybe[g])
+            else:
+                for block in seq.state:
+                    release(block)
 
     def memory_breakdown(
         self,

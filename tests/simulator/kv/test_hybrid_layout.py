@@ -107,3 +107,39 @@ def test_pagesim_kv_and_a_run_agree_on_a_hybrid_models_capacity() -> None:
     assert report.hybrid.blocks_per_seq == (256 + 6 * 65,)
     dense = kv_report(get_model("llama-3.1-8b"), [4096]).to_dict()
     assert "hybrid" not in dense
+
+
+def test_groups_are_ordered_as_the_kinds_first_layers_come() -> None:
+    """vLLM numbers groups kind by kind in layer order (its layer specs' dict order): Gemma 3's
+    and gpt-oss's layer 0 is a sliding one, Qwen3-Next's a linear-attention (state) one."""
+    from pagesim.simulator.core.model_spec import LayerKind
+
+    order = {
+        name: hybrid_layout(get_model(name), KVDtype.FP16, 1, 16).kind_order  # type: ignore[union-attr]
+        for name in ("gemma-3-27b", "gpt-oss-120b", "qwen3-next-80b-a3b")
+    }
+    assert order == {
+        "gemma-3-27b": (LayerKind.SLIDING, LayerKind.FULL),
+        "gpt-oss-120b": (LayerKind.SLIDING, LayerKind.FULL),
+        "qwen3-next-80b-a3b": (LayerKind.STATE, LayerKind.FULL),
+    }
+
+
+def test_a_sliding_first_model_takes_and_frees_its_window_blocks_first() -> None:
+    """Layer 0 sliding: the window group is group 0, so it takes the first new blocks and is
+    freed first (each group tail first)."""
+    from hybrid_helpers import layout_of, tiny_hybrid
+
+    from pagesim.simulator.core.model_spec import LayerKind
+    from pagesim.simulator.kv.block_pool import EvictionOrder
+    from pagesim.simulator.kv.hybrid_cache import HybridKVCache
+
+    layout = layout_of(tiny_hybrid((LayerKind.SLIDING, LayerKind.FULL), window=64))
+    kv = HybridKVCache(8, layout, eviction=EvictionOrder.PLAIN_FIRST)
+    kv.add_seq(0, final_len=8)
+    kv.allocate_slots([0], 8)  # two logical blocks: window group 0, 1; full group 2, 3
+    assert kv.tables(0) == ([[2, 3], [0, 1]], [])  # (tables lists full groups first)
+    kv.free(0)  # 1, 0 (window) then 3, 2 (full) join the FIFO behind 4..7
+    kv.add_seq(1, final_len=16)
+    kv.allocate_slots([1], 16)  # the window group first: 4..7; the full group: 1, 0, 3, 2
+    assert kv.tables(1) == ([[1, 0, 3, 2], [4, 5, 6, 7]], [])
