@@ -48,6 +48,7 @@ from pagesim.simulator.core.plan import StepCost, StepPlan
 from pagesim.simulator.core.scheduler import Scheduler
 from pagesim.simulator.execution.model import ExecutionModel
 from pagesim.simulator.execution.roofline import RooflineModel
+from pagesim.simulator.kv.paged_cache import PagedKVCache
 from pagesim.simulator.policies.paged import PagedScheduler
 
 __all__ = [
@@ -129,6 +130,11 @@ class PlanExecutor:
             )
         if scenario.kv_dtype is KVDtype.FP8:
             raise InputError("the measured executor runs a 16-bit KV cache; fp8 is not supported")
+        if not isinstance(scheduler.kv, PagedKVCache):
+            raise InputError(
+                f"{scenario.model.name}: the measured executor runs one block table per "
+                "sequence; a model with sliding-window or state layers has one per layer group"
+            )
         if config.backend not in BACKENDS:
             raise InputError(
                 f"unknown executor backend {config.backend!r}; valid: {', '.join(BACKENDS)}"

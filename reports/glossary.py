@@ -378,7 +378,58 @@ SUMMARY_METRICS: tuple[SummaryMetric, ...] = (
         "KV capacity",
         Unit.TOKENS,
         "Engine",
-        "Tokens of KV the GPU can hold (blocks × block size, or the contiguous pool).",
+        "Tokens of KV the GPU can hold (blocks × block size, or the contiguous pool). For a "
+        "model with sliding-window or state layers, token slots of its layer groups' blocks: "
+        "a sequence's token takes one in each group that keeps it.",
+    ),
+    SummaryMetric(
+        "kv_layer_groups",
+        "KV layer groups",
+        Unit.COUNT,
+        "Hybrid KV cache",
+        "A model with sliding-window or state layers: its layer groups (vLLM V1's hybrid "
+        "KV-cache manager), each with its own block table per request over one pool; a block "
+        "is block size tokens of one group's layers.",
+    ),
+    SummaryMetric(
+        "kv_layers_per_group",
+        "Layers per group",
+        Unit.COUNT,
+        "Hybrid KV cache",
+        "Layers in each group: the fewest of any kind, or the most when within 1.25× (vLLM).",
+    ),
+    SummaryMetric(
+        "kv_padding_layers",
+        "Padding layers",
+        Unit.COUNT,
+        "Hybrid KV cache",
+        "Empty layers filling a kind's last group: their share of every block of that kind "
+        "is memory vLLM sets aside and never uses.",
+    ),
+    SummaryMetric(
+        "kv_window_freed_blocks",
+        "Blocks freed out of the window",
+        Unit.COUNT,
+        "Hybrid KV cache",
+        "Sliding-window groups' blocks freed as their tokens left the window, over the run: "
+        "each one a block a layout of only full attention would have kept. Free memory, not "
+        "waste.",
+    ),
+    SummaryMetric(
+        "kv_window_freed_bytes",
+        "Bytes freed out of the window",
+        Unit.BYTES,
+        "Hybrid KV cache",
+        "The same in bytes (blocks × bytes per block).",
+    ),
+    SummaryMetric(
+        "kv_state_bytes_per_seq",
+        "State per request",
+        Unit.BYTES,
+        "Hybrid KV cache",
+        "Bytes of fixed state (Mamba / linear attention) each running request holds: one "
+        "block per state group, the state padded to the attention page as vLLM pads it; "
+        "counted in the token states.",
     ),
 )
 

@@ -6,6 +6,10 @@
     blocks    = floor(KV budget / bytes per block)
 
 with bytes per block = KV bytes per token (per GPU under tensor parallelism) x block size.
+
+A hybrid model (sliding-window or state layers) is laid out as vLLM V1 lays it out
+(kv/hybrid_layout.py): a block is one layer group's page, `block_bytes` = block size x one
+layer's bytes per token x layers per group, and its block size may be raised for state layers.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from pagesim.simulator.core.catalog import GIB, GPUSpec, ModelSpec
 from pagesim.simulator.core.config import Scenario, SystemConfig
 from pagesim.simulator.core.defaults import driver_memory_bytes, resolve_system
 from pagesim.simulator.core.errors import InputError
+from pagesim.simulator.kv.hybrid_layout import HybridLayout, hybrid_layout
 
 
 def kv_budget_bytes(
@@ -55,6 +60,7 @@ class Capacity:
     block_size: int
     block_bytes: int
     kv_bytes_per_token: int
+    layout: HybridLayout | None = None  # a hybrid model's groups; None: one group of all layers
 
     @property
     def num_token_slots(self) -> int:
@@ -71,7 +77,7 @@ def no_kv_memory_reason(scenario: Scenario, system: SystemConfig) -> str | None:
     weights = weight_bytes_per_gpu(model, tp, scenario.data_parallel)
     reserve = system.activation_reserve_gib * GIB
     available = kv_budget_bytes(gpu, system.gpu_memory_utilization, weights, reserve)
-    block_bytes = model.kv_bytes_per_token(scenario.kv_dtype, tp) * system.block_size
+    block_bytes = block_shape(scenario, system)[1]
     if available >= block_bytes:
         return None
     return (
@@ -83,15 +89,27 @@ def no_kv_memory_reason(scenario: Scenario, system: SystemConfig) -> str | None:
     )
 
 
+def block_shape(scenario: Scenario, system: SystemConfig) -> tuple[int, int, HybridLayout | None]:
+    """(tokens per block, bytes per block, hybrid layout or None) of `system` on the scenario."""
+    model, tp = scenario.model, scenario.tensor_parallel
+    layout = hybrid_layout(model, scenario.kv_dtype, tp, system.block_size)
+    if layout is not None:
+        return layout.block_size, layout.block_bytes, layout
+    block_bytes = model.kv_bytes_per_token(scenario.kv_dtype, tp) * system.block_size
+    return system.block_size, block_bytes, None
+
+
 def kv_capacity(scenario: Scenario, system: SystemConfig) -> Capacity:
     """GPU blocks by the rule above (or the system's explicit `num_kv_blocks`), CPU swap blocks
     from its swap space."""
     model, tp = scenario.model, scenario.tensor_parallel
-    per_token = model.kv_bytes_per_token(scenario.kv_dtype, tp)
-    block_bytes = per_token * system.block_size
+    block_size, block_bytes, layout = block_shape(scenario, system)
+    per_token = block_bytes // block_size
     cpu_blocks = int(system.swap_space_gib * GIB) // block_bytes
     if system.num_kv_blocks is not None:
-        return Capacity(system.num_kv_blocks, cpu_blocks, system.block_size, block_bytes, per_token)
+        return Capacity(
+            system.num_kv_blocks, cpu_blocks, block_size, block_bytes, per_token, layout
+        )
     reason = no_kv_memory_reason(scenario, system)
     if reason is not None:
         raise InputError(f"system {system.name!r}: {reason}")
@@ -104,5 +122,5 @@ def kv_capacity(scenario: Scenario, system: SystemConfig) -> Capacity:
         system.activation_reserve_gib * GIB,
     )
     return Capacity(
-        int(available // block_bytes), cpu_blocks, system.block_size, block_bytes, per_token
+        int(available // block_bytes), cpu_blocks, block_size, block_bytes, per_token, layout
     )

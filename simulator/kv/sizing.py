@@ -13,6 +13,7 @@ from pagesim.simulator.core.errors import InputError
 from pagesim.simulator.core.limits import MAX_COUNT, MAX_GIB
 from pagesim.simulator.core.model_spec import LayerKind
 from pagesim.simulator.kv.capacity import kv_budget_bytes, weight_bytes_per_gpu
+from pagesim.simulator.kv.hybrid_layout import hybrid_layout
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +32,23 @@ class SequenceFootprint:
     batch_bytes: int  # batch_size sequences of this length
     batch_total_bytes: int  # that plus the weights
     batch_fits: bool | None  # within the GPU's memory x utilization
+
+
+@dataclass(frozen=True, slots=True)
+class HybridFit:
+    """A hybrid model's KV cache as vLLM V1 lays it out (kv/hybrid_layout.py), which a run
+    uses: blocks of one layer group's page, per-group tables, window blocks freed."""
+
+    num_full_groups: int
+    num_sliding_groups: int
+    num_state_groups: int
+    layers_per_group: int
+    num_padding_layers: int
+    block_size: int  # tokens (raised for state layers as vLLM raises it)
+    bytes_per_block: int  # block_size x one layer's bytes per token x layers per group
+    blocks_fit: int | None  # the KV budget in such blocks: a run's capacity
+    blocks_per_seq: tuple[int, ...]  # per --seq-len: blocks one decoding sequence holds
+    seqs_fit: tuple[int, ...] | None  # per --seq-len: such sequences that fit at once
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,9 +76,13 @@ class KVReport:
     tokens_fit: int | None
     batch_size: int
     sequences: tuple[SequenceFootprint, ...]
+    hybrid: HybridFit | None = None  # sliding-window or state layers: the layout a run uses
 
     def to_dict(self) -> dict[str, object]:
-        return asdict(self)
+        data = asdict(self)
+        if self.hybrid is None:
+            del data["hybrid"]  # a dense model's report reads as it always did
+        return data
 
 
 def gib_to_bytes(value: float, flag: str) -> int:
@@ -117,7 +139,7 @@ def kv_report(
         weight_bytes = weight_bytes_per_gpu(model, tensor_parallel)
     weights = weight_bytes
     budget = blocks_fit = tokens_fit = None
-    usable = None
+    usable = available = None
     if gpu is not None:
         usable = int(gpu.memory_bytes * memory_utilization)
         # The simulator's rule (kv.capacity), so `pagesim kv` and a run agree on what fits.
@@ -173,6 +195,34 @@ def kv_report(
         tokens_fit=tokens_fit,
         batch_size=batch_size,
         sequences=tuple(sequences),
+        hybrid=_hybrid_fit(model, kv_dtype, tensor_parallel, block_size, seq_lens, available),
+    )
+
+
+def _hybrid_fit(
+    model: ModelSpec,
+    kv_dtype: KVDtype,
+    tensor_parallel: int,
+    block_size: int,
+    seq_lens: list[int],
+    available: float | None,
+) -> HybridFit | None:
+    layout = hybrid_layout(model, kv_dtype, tensor_parallel, block_size)
+    if layout is None:
+        return None
+    blocks_fit = None if available is None else int(max(0.0, available) // layout.block_bytes)
+    per_seq = tuple(layout.blocks_alone(n, 1) for n in seq_lens)
+    return HybridFit(
+        num_full_groups=layout.num_full_groups,
+        num_sliding_groups=layout.num_sliding_groups,
+        num_state_groups=layout.num_state_groups,
+        layers_per_group=layout.layers_per_group,
+        num_padding_layers=layout.num_padding_layers,
+        block_size=layout.block_size,
+        bytes_per_block=layout.block_bytes,
+        blocks_fit=blocks_fit,
+        blocks_per_seq=per_seq,
+        seqs_fit=None if blocks_fit is None else tuple(blocks_fit // n for n in per_seq),
     )
 
 
@@ -201,6 +251,14 @@ def format_report(report: KVReport) -> str:
             f"{report.num_state_layers} state layers "
             f"{format_bytes(report.state_bytes_per_seq)} per sequence"
         )
+    hybrid = report.hybrid
+    if hybrid is not None:
+        lines.append(
+            f"  vLLM V1 layout    {hybrid.num_full_groups} full + {hybrid.num_sliding_groups} "
+            f"sliding + {hybrid.num_state_groups} state groups of {hybrid.layers_per_group} "
+            f"layers ({hybrid.num_padding_layers} padding); block {hybrid.block_size} tokens = "
+            f"{format_bytes(hybrid.bytes_per_block)}"
+        )
     if report.gpu is not None:
         assert report.gpu_memory_bytes is not None and report.kv_budget_bytes is not None
         lines += [
@@ -214,11 +272,22 @@ def format_report(report: KVReport) -> str:
             f"  KV budget         {format_bytes(report.kv_budget_bytes)}"
             f" = {report.blocks_fit:,} blocks = {report.tokens_fit:,} tokens",
         ]
-    for seq in report.sequences:
+        if hybrid is not None:
+            lines.append(
+                f"  a run's capacity  {hybrid.blocks_fit:,} blocks of the vLLM V1 layout "
+                "(every group's block from one pool)"
+            )
+    for i, seq in enumerate(report.sequences):
         lines += [
             f"sequence of {seq.seq_len:,} tokens",
             f"  KV                {format_bytes(seq.bytes_per_seq)}",
         ]
+        if hybrid is not None:
+            fit = "" if hybrid.seqs_fit is None else f"; {hybrid.seqs_fit[i]:,} fit at once"
+            lines.append(
+                f"  vLLM V1 layout    {hybrid.blocks_per_seq[i]:,} blocks while decoding "
+                f"(window groups keep at most the window){fit}"
+            )
         if seq.kept_bytes != seq.bytes_per_seq:
             lines.append(f"  kept (win/state)  {format_bytes(seq.kept_bytes)}")
         lines += [

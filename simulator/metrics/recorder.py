@@ -97,6 +97,9 @@ class Recorder:
         summary["prefix_hit_rate"] = None if hit_rate is None else float(hit_rate)
         readmit = scheduler.prefix_readmit_hit_rate()
         summary["prefix_readmit_hit_rate"] = None if readmit is None else float(readmit)
+        hybrid = getattr(scheduler, "hybrid_summary", None)  # paged schedulers of hybrid models
+        if hybrid is not None and (figures := hybrid()) is not None:
+            summary.update(figures)
         provenance = provenance | {"step_table_row_steps": self.steps.row_steps}
         return RunResult(scenario, system, requests, steps, summary, provenance)
 

@@ -2,16 +2,46 @@
 
 from __future__ import annotations
 
-from pagesim.simulator.core.config import Policy, SystemConfig
+from pagesim.simulator.core.config import Policy, PreemptionPolicy, SystemConfig
+from pagesim.simulator.core.defaults import knobs_of
+from pagesim.simulator.core.errors import InputError
 from pagesim.simulator.core.scheduler import Scheduler
 from pagesim.simulator.kv.capacity import Capacity
+from pagesim.simulator.kv.hybrid_layout import HybridLayout
 from pagesim.simulator.policies.paged import PagedScheduler
 from pagesim.simulator.policies.reserving import OrcaScheduler, StaticScheduler
 from pagesim.simulator.policies.vllm_v0 import VllmV0
 from pagesim.simulator.policies.vllm_v1 import VllmV1
 
 
+def hybrid_refusal(system: SystemConfig, layout: HybridLayout | None) -> str | None:
+    """Why `system` cannot serve a hybrid model (sliding-window or state layers), or None.
+
+    Only vLLM V1 has a hybrid KV-cache manager (v1/core/kv_cache_coordinator.py). V0 allocated
+    every layer for every token (core/block_manager.py knows one block table per sequence) and
+    left the window to the attention kernel; the contiguous policies reserve per request. pagesim
+    does not model those layouts for hybrid models rather than model them wrong."""
+    if layout is None:
+        return None
+    if system.policy is not Policy.VLLM_V1:
+        return (
+            f"policy {system.policy.value!r} cannot serve a model with sliding-window or state "
+            "layers: only vllm_v1 has the hybrid KV-cache manager (vLLM V1's per-group block "
+            "tables); use policy 'vllm_v1'"
+        )
+    if knobs_of(system).preemption is PreemptionPolicy.SWAP:
+        return (
+            "preemption 'swap' with a model with sliding-window or state layers: vLLM V1 "
+            "preempts by recompute only, and pagesim's swap extension keeps one block table per "
+            "sequence; use preemption 'recompute'"
+        )
+    return None
+
+
 def make_scheduler(system: SystemConfig, max_seq_len: int, capacity: Capacity) -> Scheduler:
+    refusal = hybrid_refusal(system, capacity.layout)
+    if refusal is not None:
+        raise InputError(f"system {system.name!r}: {refusal}")
     policy = system.policy
     if policy is Policy.STATIC:
         return StaticScheduler(system, max_seq_len, capacity.num_token_slots)
@@ -19,5 +49,10 @@ def make_scheduler(system: SystemConfig, max_seq_len: int, capacity: Capacity) -
         return OrcaScheduler(system, max_seq_len, capacity.num_token_slots)
     step = VllmV0() if policy is Policy.VLLM_V0 else VllmV1()
     return PagedScheduler(
-        system, max_seq_len, capacity.num_gpu_blocks, capacity.num_cpu_blocks, step
+        system,
+        max_seq_len,
+        capacity.num_gpu_blocks,
+        capacity.num_cpu_blocks,
+        step,
+        capacity.layout,
     )

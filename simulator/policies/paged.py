@@ -15,6 +15,8 @@ from pagesim.simulator.core.config import SystemConfig
 from pagesim.simulator.core.memory import MemoryBreakdown
 from pagesim.simulator.core.plan import StepPlan
 from pagesim.simulator.core.request import GENERATED_SEGMENT, Request, SamplingKind
+from pagesim.simulator.kv.hybrid_layout import HybridLayout
+from pagesim.simulator.kv.paged_cache import PagedKVCache
 from pagesim.simulator.policies.base import PolicyBase
 from pagesim.simulator.policies.decode_group import DecodeGroup, GroupedStepPlan
 from pagesim.simulator.policies.paged_state import PagedState
@@ -45,10 +47,11 @@ class PagedScheduler(PolicyBase):
         num_blocks: int,
         num_cpu_blocks: int,
         policy: StepPolicy,
+        layout: HybridLayout | None = None,
     ) -> None:
         super().__init__(system, max_seq_len)
         self.state = PagedState(
-            system, max_seq_len, num_blocks, num_cpu_blocks, policy.pieces(system)
+            system, max_seq_len, num_blocks, num_cpu_blocks, policy.pieces(system), layout
         )
         self.kv = self.state.kv  # read by the fidelity executor and tests
         self.policy = policy
@@ -57,8 +60,8 @@ class PagedScheduler(PolicyBase):
         """Advance lone decoding sequences as a group (simulator.policies.decode_group): same
         results, no per-sequence work between their block boundaries. Returns whether it is on
         (the step policy must have a grouped running phase)."""
-        if not self.policy.groups_decodes:
-            return False
+        if not self.policy.groups_decodes or not isinstance(self.kv, PagedKVCache):
+            return False  # a hybrid cache frees window blocks as decodes advance: no closed form
         self.state.decode_group = DecodeGroup(self.kv)
         return True
 
@@ -175,6 +178,24 @@ class PagedScheduler(PolicyBase):
     def kv_capacity_slots(self) -> int:
         return self.kv.num_blocks * self.state.block_size
 
+    def hybrid_summary(self) -> dict[str, int] | None:
+        """A hybrid model's KV figures for the summary (None for one of only full attention,
+        whose summary stays as it was): its layer groups, the blocks freed out of the windows
+        over the run (each one an all-full-attention layout would have kept), and the bytes of
+        state each request holds (its state groups' blocks, padded pages included)."""
+        kv = self.kv
+        if isinstance(kv, PagedKVCache):
+            return None
+        layout = kv.layout
+        return {
+            "kv_layer_groups": layout.num_groups,
+            "kv_layers_per_group": layout.layers_per_group,
+            "kv_padding_layers": layout.num_padding_layers,
+            "kv_window_freed_blocks": kv.num_window_freed_blocks,
+            "kv_window_freed_bytes": kv.num_window_freed_blocks * layout.block_bytes,
+            "kv_state_bytes_per_seq": layout.num_state_groups * layout.block_bytes,
+        }
+
     def prefix_hit_rate(self) -> float | None:
         """Prompt tokens served from the prefix cache over those looked up, once per successful
         first admission (re-admissions after preemption: `prefix_readmit_hit_rate`)."""
@@ -193,6 +214,8 @@ class PagedScheduler(PolicyBase):
         """A request that could not finish even alone on the GPU is rejected up front."""
         block_size = self.state.block_size
         num_blocks = self.kv.num_blocks
+        if not isinstance(self.kv, PagedKVCache):
+            return self._hybrid_capacity_reason(request)
         prompt_blocks = blocks_for(request.prompt_len, block_size)
         num_seqs = 1 if self.policy.fans_out else request.num_seqs  # V1: each child alone
         needed = _blocks_at(request, request.total_len - 1, block_size, num_seqs)
@@ -211,6 +234,22 @@ class PagedScheduler(PolicyBase):
             )
         # V1's children run one at a time if need be; V0's forks must run together.
         return None if self.policy.fans_out else self.too_many_seqs_reason(request)
+
+    def _hybrid_capacity_reason(self, request: Request) -> str | None:
+        """A hybrid model's request alone at its longest, growing by prompt chunks as large
+        as the token budget allows (its sliding groups hold those chunks' blocks for a step)."""
+        assert not isinstance(self.kv, PagedKVCache)
+        layout = self.kv.layout
+        knobs = self.state.knobs
+        chunk = min(knobs.max_num_batched_tokens, self.system.max_prefill_chunk or 1 << 62)
+        needed = layout.blocks_alone(request.total_len - 1, chunk)
+        if needed > self.kv.num_blocks:
+            return (
+                f"needs {needed} KV blocks of {layout.block_size} tokens (over "
+                f"{layout.num_groups} layer groups) at full length; the cache holds "
+                f"{self.kv.num_blocks}"
+            )
+        return None
 
 
 def _blocks_at(request: Request, num_tokens: int, block_size: int, num_seqs: int) -> int:

@@ -29,6 +29,8 @@ from pagesim.simulator.core.request import (
     SamplingKind,
     prompt_segments,
 )
+from pagesim.simulator.kv.hybrid_cache import HybridKVCache
+from pagesim.simulator.kv.hybrid_layout import HybridLayout
 from pagesim.simulator.kv.paged_cache import PagedKVCache
 from pagesim.simulator.kv.prefix_hash import SequenceHasher
 from pagesim.simulator.policies.decode_group import DecodeGroup
@@ -53,21 +55,32 @@ class PagedState:
         num_blocks: int,
         num_cpu_blocks: int,
         pieces: PagedPieces,
+        layout: HybridLayout | None = None,
     ) -> None:
         self.system = system
         self.knobs = knobs = knobs_of(system)
         self.max_seq_len = max_seq_len
         self.pieces = pieces
-        self.kv = PagedKVCache(
-            num_blocks,
-            system.block_size,
-            num_cpu_blocks=num_cpu_blocks,
-            enable_prefix_cache=knobs.enable_prefix_cache,
-            eviction=pieces.eviction,
-            allow_duplicate_hashes=pieces.duplicate_hashes,
-        )
+        self.kv: PagedKVCache | HybridKVCache
+        if layout is None:
+            self.kv = PagedKVCache(
+                num_blocks,
+                system.block_size,
+                num_cpu_blocks=num_cpu_blocks,
+                enable_prefix_cache=knobs.enable_prefix_cache,
+                eviction=pieces.eviction,
+                allow_duplicate_hashes=pieces.duplicate_hashes,
+            )
+        else:  # layer groups of a hybrid model (vLLM V1's hybrid KV-cache manager)
+            self.kv = HybridKVCache(
+                num_blocks,
+                layout,
+                enable_prefix_cache=knobs.enable_prefix_cache,
+                eviction=pieces.eviction,
+                allow_duplicate_hashes=pieces.duplicate_hashes,
+            )
         self._caches_at_allocation = pieces.caches_at_allocation and knobs.enable_prefix_cache
-        self.block_size = system.block_size
+        self.block_size = self.kv.block_size
         self.watermark_blocks = int(knobs.watermark * num_blocks)
         self.waiting = waiting_queue(system, _request_of)
         self.running: list[SeqGroup] = []

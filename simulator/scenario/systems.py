@@ -34,6 +34,7 @@ from pagesim.simulator.core.defaults import (
 from pagesim.simulator.core.errors import choices_text
 from pagesim.simulator.core.limits import MAX_KV_BLOCKS
 from pagesim.simulator.kv.capacity import kv_capacity, no_kv_memory_reason
+from pagesim.simulator.policies.factory import hybrid_refusal
 from pagesim.simulator.scenario.schema import SYSTEM_KEYS
 from pagesim.simulator.scenario.table import Ctx, Table
 
@@ -146,6 +147,9 @@ def _check_system(
     if reason is not None:
         ctx.fail(at("gpu_memory_utilization"), reason)
     capacity = kv_capacity(scenario, s)
+    refusal = hybrid_refusal(s, capacity.layout)
+    if refusal is not None:
+        ctx.fail(at("policy"), refusal)
     if swaps and capacity.num_cpu_blocks == 0:
         # Every swap would silently turn into a recompute.
         need_gib = capacity.block_bytes / GIB

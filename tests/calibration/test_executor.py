@@ -169,3 +169,20 @@ def test_a_failed_capture_turns_graph_mode_off_and_runs_eagerly() -> None:
     second = device.run(_decode(device, [21, 8, 31]), check=True)
     assert (first.mode, second.mode) == ("eager", "eager")
     assert device.graph_error is not None and "capture refused" in device.graph_error
+
+
+def test_a_hybrid_model_is_refused_with_the_reason(tmp_path: Path) -> None:
+    """The executor walks one block table per sequence; a model with sliding-window layers has
+    one per layer group (simulator.kv.hybrid_cache): an input error, not a traceback."""
+    from dataclasses import replace
+
+    from hybrid_helpers import hybrid_scheduler, layout_of, tiny_hybrid
+
+    from pagesim.simulator.core.errors import InputError
+    from pagesim.simulator.core.model_spec import LayerKind
+
+    model = tiny_hybrid((LayerKind.FULL, LayerKind.SLIDING), window=8)
+    scenario = replace(tiny_scenario(tmp_path), model=model)
+    scheduler = hybrid_scheduler(layout_of(model), num_blocks=8)
+    with pytest.raises(InputError, match="one per layer group"):
+        PlanExecutor(scenario, scenario.systems[0], scheduler, ExecutorConfig())

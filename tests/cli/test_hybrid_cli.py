@@ -1,0 +1,50 @@
+"""A model with sliding-window layers on a policy without vLLM V1's hybrid KV-cache manager:
+one `error:` line naming the file, the field and the fix, exit 2 (not a traceback, not a run
+that allocates every layer for every token)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from cli_helpers import run_cli, tiny_scenario
+
+
+@pytest.mark.parametrize(
+    ("policy", "extra", "needle"),
+    [
+        ("vllm-v0", "", "only vllm_v1 has the hybrid KV-cache manager"),
+        ("orca", "", "only vllm_v1 has the hybrid KV-cache manager"),
+        ("vllm-v1", 'preemption = "swap"\nswap_space_gib = 1\n', "preempts by recompute only"),
+    ],
+)
+def test_hybrid_models_are_refused_where_they_cannot_run(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    policy: str,
+    extra: str,
+    needle: str,
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    text = tiny_scenario("hybrid").replace('preset = "llama-2-7b"', 'preset = "gpt-oss-20b"')
+    text = text.replace('preset = "a100-80gb"', 'preset = "h100-sxm"')
+    text = text.replace('policy = "vllm-v0"\n', f'policy = "{policy}"\n{extra}')
+    Path("s.toml").write_text(text)
+    result = run_cli(capsys, "run", "s.toml", "--no-report", "--out", "o")
+    assert result.exit_code == 2, (result.out, result.err)
+    lines = [line for line in result.err.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1 and needle in lines[0] and "s.toml" in lines[0], result.err
+    assert "systems[0].policy" in lines[0]
+    assert "Traceback" not in result.err + result.out
+
+
+def test_gpt_oss_runs_under_v1(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    text = tiny_scenario("hybrid").replace('preset = "llama-2-7b"', 'preset = "gpt-oss-20b"')
+    text = text.replace('preset = "a100-80gb"', 'preset = "h100-sxm"')
+    Path("s.toml").write_text(text.replace('policy = "vllm-v0"', 'policy = "vllm-v1"'))
+    result = run_cli(capsys, "run", "s.toml", "--no-report", "--out", "o")
+    assert result.exit_code == 0, (result.out, result.err)
