@@ -20,6 +20,7 @@ from pagesim.simulator.policies.decode_group import DecodeGroup, GroupedStepPlan
 from pagesim.simulator.policies.paged_state import PagedState
 from pagesim.simulator.policies.pieces import PagedPieces
 from pagesim.simulator.policies.seq_group import SeqGroup, StepBuilder, blocks_for
+from pagesim.simulator.policies.speculative import SpecDecoder, complete_speculative
 
 
 class StepPolicy(Protocol):
@@ -45,11 +46,14 @@ class PagedScheduler(PolicyBase):
         num_blocks: int,
         num_cpu_blocks: int,
         policy: StepPolicy,
+        seed: int = 0,
     ) -> None:
         super().__init__(system, max_seq_len)
         self.state = PagedState(
             system, max_seq_len, num_blocks, num_cpu_blocks, policy.pieces(system)
         )
+        if system.speculative is not None:  # the scenario allows it under vllm-v1 only
+            self.state.spec = SpecDecoder(system.speculative, max_seq_len, seed)
         self.kv = self.state.kv  # read by the fidelity executor and tests
         self.policy = policy
 
@@ -57,7 +61,7 @@ class PagedScheduler(PolicyBase):
         """Advance lone decoding sequences as a group (simulator.policies.decode_group): same
         results, no per-sequence work between their block boundaries. Returns whether it is on
         (the step policy must have a grouped running phase)."""
-        if not self.policy.groups_decodes:
+        if not self.policy.groups_decodes or self.state.spec is not None:
             return False
         self.state.decode_group = DecodeGroup(self.kv)
         return True
@@ -86,6 +90,9 @@ class PagedScheduler(PolicyBase):
 
     def complete(self, plan: StepPlan, now_s: float) -> None:
         state = self.state
+        if state.spec is not None:
+            self.num_output_tokens += complete_speculative(state, state.spec, plan, now_s)
+            return
         groups = state.groups
         commit_one = state.kv.commit_one
         decode_group = state.decode_group
@@ -195,7 +202,10 @@ class PagedScheduler(PolicyBase):
         num_blocks = self.kv.num_blocks
         prompt_blocks = blocks_for(request.prompt_len, block_size)
         num_seqs = 1 if self.policy.fans_out else request.num_seqs  # V1: each child alone
-        needed = _blocks_at(request, request.total_len - 1, block_size, num_seqs)
+        last_len = request.total_len - 1
+        if self.state.spec is not None:  # its last verification's drafts and lookahead slots
+            last_len = self.state.spec.peak_slots(request.total_len)
+        needed = _blocks_at(request, last_len, block_size, num_seqs)
         if self.state.pieces.decode_keeps_block_per_seq and request.output_len >= 2:
             # vLLM V0 decodes a group only while one block per sequence is free
             # (core/block_manager_v1.py can_append_slots): before its last decode step the

@@ -35,6 +35,7 @@ from pagesim.simulator.core.errors import choices_text
 from pagesim.simulator.core.limits import MAX_KV_BLOCKS
 from pagesim.simulator.kv.capacity import kv_capacity, no_kv_memory_reason
 from pagesim.simulator.scenario.schema import SYSTEM_KEYS
+from pagesim.simulator.scenario.speculative import read_speculative
 from pagesim.simulator.scenario.table import Ctx, Table
 
 _PAGED = (Policy.VLLM_V0, Policy.VLLM_V1)
@@ -61,6 +62,7 @@ SYSTEM_READERS: dict[str, Callable[[Table, str], Any]] = {
     "num_kv_blocks": lambda t, k: t.integer(k, hi=MAX_KV_BLOCKS),
     "execution": lambda t, k: t.choice(k, ExecutionKind),
     "defaults": lambda t, k: t.choice(k, DefaultsMode),
+    "speculative": read_speculative,
 }
 assert tuple(SYSTEM_READERS) == SYSTEM_KEYS
 
@@ -110,6 +112,13 @@ def _check_system(
     if refusal is not None:
         ctx.fail(at("policy"), refusal)
 
+    if s.speculative is not None and s.policy is not Policy.VLLM_V1:
+        ctx.fail(
+            at("speculative"),
+            f"speculative decoding is modelled for vllm-v1 only (vLLM's V1 scheduler and KV "
+            f"manager: lookahead slots, draft tokens in the token budget); the policy is "
+            f"{s.policy.value!r}",
+        )
     if knobs.enable_prefix_cache and s.policy not in _PAGED:
         ctx.fail(
             at("enable_prefix_cache"),
