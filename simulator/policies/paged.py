@@ -20,7 +20,8 @@ from pagesim.simulator.policies.decode_group import DecodeGroup, GroupedStepPlan
 from pagesim.simulator.policies.paged_state import PagedState
 from pagesim.simulator.policies.pieces import PagedPieces
 from pagesim.simulator.policies.seq_group import SeqGroup, StepBuilder, blocks_for
-from pagesim.simulator.policies.speculative import SpecDecoder, complete_speculative
+from pagesim.simulator.policies.spec_decoder import SpecDecoder
+from pagesim.simulator.policies.speculative import complete_speculative
 
 
 class StepPolicy(Protocol):
@@ -204,7 +205,7 @@ class PagedScheduler(PolicyBase):
         num_seqs = 1 if self.policy.fans_out else request.num_seqs  # V1: each child alone
         last_len = request.total_len - 1
         if self.state.spec is not None:  # its last verification's drafts and lookahead slots
-            last_len = self.state.spec.peak_slots(request.total_len)
+            last_len = self.state.spec.peak_slots(request.total_len, request.output_len)
         needed = _blocks_at(request, last_len, block_size, num_seqs)
         if self.state.pieces.decode_keeps_block_per_seq and request.output_len >= 2:
             # vLLM V0 decodes a group only while one block per sequence is free

@@ -37,7 +37,7 @@ from pagesim.simulator.policies.pieces import PagedPieces, PrefixStats, VictimKe
 from pagesim.simulator.policies.seq_group import FanOut, SeqGroup, StepBuilder, blocks_for
 
 if TYPE_CHECKING:
-    from pagesim.simulator.policies.speculative import SpecDecoder
+    from pagesim.simulator.policies.spec_decoder import SpecDecoder
 
 CHILD_ID_BASE = 1 << 48  # ids of V1's child requests (n > 1), above any workload's
 

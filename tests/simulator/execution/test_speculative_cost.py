@@ -14,8 +14,8 @@ from pagesim.simulator.core.config import (
     ExecutionConfig,
     Policy,
     Scenario,
-    SpeculativeConfig,
     SpecMethod,
+    SpeculativeConfig,
     SystemConfig,
 )
 from pagesim.simulator.core.plan import SeqWork, StepPlan
@@ -116,7 +116,7 @@ def test_a_draft_model_is_priced_on_its_own_model_spec() -> None:
 # -- closed forms through the engine -----------------------------------------------------------
 
 
-def run(k: int, rate: float, output_len: int) -> tuple[Scenario, SystemConfig, dict[str, float]]:
+def run(k: int, rate: float, output_len: int) -> tuple[Scenario, SystemConfig]:
     spec = SpeculativeConfig(SpecMethod.NGRAM, k, acceptance_rate=rate)
     sc = scenario(
         explicit_workload([(100, output_len, 0.0)]),
@@ -124,7 +124,7 @@ def run(k: int, rate: float, output_len: int) -> tuple[Scenario, SystemConfig, d
         model="llama-3-8b",
         gpu="h100-sxm",
     )
-    return sc, sc.systems[0], {}
+    return sc, sc.systems[0]
 
 
 def free_draft(sc: Scenario, s: SystemConfig, _: Scheduler) -> ExecutionModel:
@@ -135,7 +135,7 @@ def free_draft(sc: Scenario, s: SystemConfig, _: Scheduler) -> ExecutionModel:
 def test_acceptance_1_and_a_free_draft_give_k_plus_1_tokens_a_step() -> None:
     """k = 3, output 41: the prompt step gives 1 token, then 10 verifications give 4 each; TPOT
     = (sum of the 10 decode steps) / 40 = mean step / (k + 1)."""
-    sc, s, _ = run(3, 1.0, 41)
+    sc, s = run(3, 1.0, 41)
     result = simulate(sc, s, execution_factory=free_draft, check_invariants=True)
     steps = result.steps
     assert len(steps) == 11
@@ -150,7 +150,7 @@ def test_acceptance_1_and_a_free_draft_give_k_plus_1_tokens_a_step() -> None:
 def test_acceptance_0_gives_one_token_a_step_at_the_verification_price() -> None:
     """Each of the 9 decode steps verifies 3 drafts and keeps none: 1 token per step, each
     step priced as a 4-token chunk (dearer than a plain one-token decode)."""
-    sc, s, _ = run(3, 0.0, 10)
+    sc, s = run(3, 0.0, 10)
     result = simulate(sc, s, execution_factory=free_draft)
     steps = result.steps
     assert len(steps) == 10 and list(steps["num_decode_tokens"].iloc[1:]) == [4] * 9

@@ -17,10 +17,10 @@ from sim_helpers import paged_scheduler, request
 from sim_helpers import step_and_check as _step
 from sim_helpers import work_of as _work
 
-from pagesim.simulator.core.config import Policy, SpeculativeConfig, SpecMethod
+from pagesim.simulator.core.config import Policy, SpecMethod, SpeculativeConfig
 from pagesim.simulator.core.request import RequestStatus
 from pagesim.simulator.policies.paged import PagedScheduler
-from pagesim.simulator.policies.speculative import SpecDecoder
+from pagesim.simulator.policies.spec_decoder import SpecDecoder
 from pagesim.simulator.policies.vllm_v1 import VllmV1
 
 
@@ -187,7 +187,7 @@ def test_random_loads_leak_no_block_and_finish_every_output(
         request(i, p, o, prefix_len=min(p, 4) if prefix else 0) for i, (p, o) in enumerate(lengths)
     ]
     now = 0.0
-    for i, r in enumerate(requests):
+    for _i, r in enumerate(requests):
         sched.add_request(r, now)
         _step(sched, now)  # one arrival per step, then run
         now += 1.0
