@@ -4,14 +4,18 @@ acceptance 0 gives one token a step at the verification's price."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
+from profile_helpers import synthetic_profile
 from sim_helpers import explicit_workload, scenario, system
 
 from pagesim.simulator.core.catalog import get_gpu, get_model
 from pagesim.simulator.core.config import (
     ExecutionConfig,
+    ExecutionKind,
     Policy,
     Scenario,
     SpecMethod,
@@ -21,8 +25,10 @@ from pagesim.simulator.core.config import (
 from pagesim.simulator.core.plan import SeqWork, StepPlan
 from pagesim.simulator.core.scheduler import Scheduler
 from pagesim.simulator.engine import simulate
+from pagesim.simulator.execution.factory import make_execution_model
 from pagesim.simulator.execution.model import ExecutionModel
 from pagesim.simulator.execution.overhead import EngineEra
+from pagesim.simulator.execution.profile import ProfileModel
 from pagesim.simulator.execution.roofline import RooflineModel
 from pagesim.simulator.execution.speculative import (
     NGRAM_HOST_S_PER_SEQ,
@@ -173,3 +179,26 @@ def test_spec_decoding_off_is_todays_run() -> None:
     )
     result = simulate(sc)
     assert not any(key.startswith("spec_") for key in result.summary)
+
+
+def test_a_profile_priced_system_verifies_on_its_profile_and_drafts_on_the_roofline(
+    tmp_path: Path,
+) -> None:
+    """The verification goes through the scenario's execution model (here a measured profile);
+    the draft, which the profile never measured, through the roofline."""
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(synthetic_profile(get_model("llama-2-7b"))))
+    spec = SpeculativeConfig(SpecMethod.EAGLE, 2, acceptance_rate=0.5)
+    sc = replace(
+        scenario(explicit_workload([(10, 5, 0.0)]), system(Policy.VLLM_V1, speculative=spec)),
+        execution=ExecutionConfig(kind=ExecutionKind.PROFILE, profile_path=path),
+    )
+    model = make_execution_model(sc, sc.systems[0])
+    assert isinstance(model, SpeculativeModel) and isinstance(model.base, ProfileModel)
+    plain = plan_of((1, 100, False), (64, 64, True))
+    assert model.price(plain) == model.base.price(plain)
+    verify = plan_of((3, 102, False))
+    draft_s, lm_s, _, _ = model.parts(verify)
+    assert draft_s > 0 and lm_s > 0
+    cost = model.price(verify)
+    assert cost.compute_s == pytest.approx(model.base.price(verify).compute_s + draft_s + lm_s)
