@@ -28,8 +28,7 @@ Each draft pass is a full forward of the draft (its GEMM launches and fixed cost
 no host overhead of its own: the passes run inside the engine step whose host work the execution
 model already counts. A draft pass's cost sits in the step whose verification uses its drafts
 (vLLM proposes them at the end of the step before; in a steady stream the total is the same).
-The draft's weights and KV are not taken from the KV capacity (a simplification, said in the
-scenario README).
+The drafter's weights and KV come out of the KV capacity (kv/capacity.py).
 """
 
 from __future__ import annotations
@@ -38,8 +37,8 @@ from dataclasses import replace
 from operator import itemgetter
 from typing import Protocol
 
-from pagesim.simulator.core.catalog import MODELS
 from pagesim.simulator.core.config import ExecutionConfig, SpecMethod, SpeculativeConfig
+from pagesim.simulator.core.draft import draft_model_spec
 from pagesim.simulator.core.plan import SeqWork, StepCost, StepPlan, step_cost_of
 from pagesim.simulator.execution.model import ExecutionModel
 from pagesim.simulator.execution.roofline import RooflineModel
@@ -185,21 +184,14 @@ def draft_pricer(
             NGRAM_HOST_S_PER_SEQ,
             f"n-gram on the host: {NGRAM_HOST_S_PER_SEQ * 1e6:g} us per sequence (estimate)",
         )
-    model = target.model
+    draft_model = draft_model_spec(spec, target.model)
+    assert draft_model is not None
     if spec.method is SpecMethod.DRAFT_MODEL:
-        assert spec.draft_model is not None, "the scenario requires draft_model"
-        draft_model = MODELS[spec.draft_model]
         label = f"draft model {draft_model.name} (roofline)"
     else:
-        moe = None if model.moe is None else replace(model.moe, num_dense_layers=0)
-        draft_model = replace(
-            model,
-            name=f"{model.name} {spec.method.value} layer",
-            num_layers=1,
-            layer_kinds=(),
-            moe=moe,
+        label = (
+            f"{spec.method.value}: one decoder layer of {target.model.name} + LM head (roofline)"
         )
-        label = f"{spec.method.value}: one decoder layer of {model.name} + LM head (roofline)"
     no_host = replace(config, step_overhead_s=0.0, step_overhead_s_per_seq=0.0)
     roofline = RooflineModel(
         draft_model,

@@ -32,8 +32,9 @@ class SpecStats:
             "spec_num_accepted_tokens": accepted,
             "spec_acceptance_rate": accepted / drafts if drafts else None,
             "spec_mean_accepted_tokens": accepted / verifications if verifications else None,
-            # vLLM's "mean acceptance length" (v1/spec_decode/metrics.py): 1 + accepted / drafts
-            # rounds, the tokens one verification yields on average.
+            # vLLM's metrics (v1/spec_decode/metrics.py SpecDecodingLogging): draft acceptance
+            # rate = accepted / draft tokens; mean acceptance length = 1 + accepted / num_drafts,
+            # num_drafts counting verifications ("conventionally ... includes the bonus token").
             "spec_mean_acceptance_length": 1 + accepted / verifications if verifications else None,
         }
 

@@ -10,18 +10,33 @@ never more than the request's output length.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from sim_helpers import paged_scheduler, request
+from sim_helpers import paged_scheduler, poisson_workload, request, scenario, system
 from sim_helpers import step_and_check as _step
 from sim_helpers import work_of as _work
 
-from pagesim.simulator.core.config import Policy, SpecMethod, SpeculativeConfig
+from pagesim.simulator.core.catalog import GIB
+from pagesim.simulator.core.config import (
+    Policy,
+    Scenario,
+    SpecMethod,
+    SpeculativeConfig,
+    SystemConfig,
+)
+from pagesim.simulator.core.defaults import resolve_system
 from pagesim.simulator.core.request import RequestStatus
+from pagesim.simulator.kv.capacity import kv_budget_bytes, kv_capacity, weight_bytes_per_gpu
 from pagesim.simulator.policies.paged import PagedScheduler
 from pagesim.simulator.policies.spec_decoder import SpecDecoder
 from pagesim.simulator.policies.vllm_v1 import VllmV1
+
+
+def resolved_for(sc: Scenario, s: SystemConfig) -> SystemConfig:
+    return resolve_system(s, sc.model, sc.gpu, sc.tensor_parallel).system
 
 
 def spec(k: int, rate: float, method: SpecMethod = SpecMethod.EAGLE) -> SpeculativeConfig:
@@ -207,3 +222,26 @@ def test_random_loads_leak_no_block_and_finish_every_output(
         expected += r.output_len
     assert sched.num_output_tokens == expected
     assert sched.kv.num_free_blocks == num_blocks and sched.kv.num_used_blocks == 0
+
+
+def test_the_drafter_takes_its_weights_and_kv_layers_out_of_the_kv_capacity() -> None:
+    """An EAGLE head on Llama-3-8B is one decoder layer: 2 x 4096 x 4096 + 2 x 4096 x 1024
+    (attention) + 3 x 4096 x 14336 (gated MLP) = 218,103,808 parameters, 436,207,616 bytes; its
+    KV is one more layer's, 2 x 8 x 128 x 2 = 4,096 B a token: 33 x 4,096 = 135,168 B a token in
+    all. An n-gram drafter takes nothing."""
+    sc = scenario(poisson_workload(10, 1.0, 100, 100), model="llama-3-8b", gpu="h100-sxm")
+    plain = resolved_for(sc, system(Policy.VLLM_V1))
+    eagle = replace(plain, speculative=spec(3, 0.5))
+    ngram = replace(plain, speculative=spec(3, 0.5, SpecMethod.NGRAM))
+    assert plain.activation_reserve_gib is not None
+    budget = kv_budget_bytes(
+        sc.gpu,
+        plain.gpu_memory_utilization,
+        weight_bytes_per_gpu(sc.model, 1) + 436_207_616,
+        plain.activation_reserve_gib * GIB,
+    )
+    capacity = kv_capacity(sc, eagle)
+    assert capacity.kv_bytes_per_token == 135_168 == 33 * 4096
+    assert capacity.num_gpu_blocks == int(budget // (135_168 * 16))
+    assert kv_capacity(sc, ngram) == kv_capacity(sc, plain)
+    assert capacity.num_gpu_blocks < kv_capacity(sc, plain).num_gpu_blocks * 32 / 33
