@@ -22,6 +22,7 @@ from sim_helpers import work_of as _work
 from pagesim.simulator.core.catalog import GIB
 from pagesim.simulator.core.config import (
     Policy,
+    PreemptionPolicy,
     Scenario,
     SpecMethod,
     SpeculativeConfig,
@@ -173,8 +174,10 @@ def test_acceptance_draws_follow_the_distribution_and_the_seed() -> None:
     method=st.sampled_from([SpecMethod.EAGLE, SpecMethod.NGRAM, SpecMethod.DRAFT_MODEL]),
     lengths=st.lists(st.tuples(st.integers(1, 24), st.integers(1, 24)), min_size=1, max_size=8),
     num_blocks=st.integers(8, 40),
-    budget=st.integers(2, 40),
+    budget=st.integers(1, 40),
     prefix=st.booleans(),
+    swap=st.booleans(),
+    chunk=st.one_of(st.none(), st.integers(1, 8)),
 )
 def test_random_loads_leak_no_block_and_finish_every_output(
     k: int,
@@ -184,7 +187,11 @@ def test_random_loads_leak_no_block_and_finish_every_output(
     num_blocks: int,
     budget: int,
     prefix: bool,
+    swap: bool,
+    chunk: int | None,
 ) -> None:
+    """Preemption by recompute or by swap (pagesim's V1 extension), chunked prompts, a budget
+    down to one token (no room for drafts), pools down to a few blocks."""
     config = SpeculativeConfig(
         method,
         k,
@@ -196,6 +203,8 @@ def test_random_loads_leak_no_block_and_finish_every_output(
         num_blocks=num_blocks,
         max_num_batched_tokens=budget,
         enable_prefix_cache=prefix,
+        preemption=PreemptionPolicy.SWAP if swap else PreemptionPolicy.RECOMPUTE,
+        max_prefill_chunk=chunk,
         speculative=config,
     )
     requests = [
