@@ -92,7 +92,8 @@ def _read_pmf(t: Table, path: Path, k: int) -> tuple[float, ...]:
     """The file's weights over 0..k accepted drafts, normalized."""
     name = display(path)
     if not is_file(path):
-        t.fail("acceptance_file", f"no such file {name!r}")
+        problem = "not a regular file" if path.exists() else "no such file"
+        t.fail("acceptance_file", f"{problem} {name!r}")
     if path.stat().st_size > MAX_ACCEPTANCE_FILE_BYTES:
         t.fail("acceptance_file", f"{name!r} is larger than 1 MiB: not an acceptance table")
     weights = [0.0] * (k + 1)
@@ -105,7 +106,7 @@ def _read_pmf(t: Table, path: Path, k: int) -> tuple[float, ...]:
                 t.fail(
                     "acceptance_file",
                     f"{name!r} needs the columns num_accepted,weight; it has "
-                    f"{choices_text(reader.fieldnames or [])}",
+                    f"{choices_text(reader.fieldnames) if reader.fieldnames else 'no header'}",
                 )
             for line, row in enumerate(reader, start=2):
                 try:

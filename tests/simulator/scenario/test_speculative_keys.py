@@ -177,3 +177,19 @@ def test_speculative_decoding_is_refused_outside_vllm_v1(
         "modelled for vllm-v1 only",
         "the policy is 'vllm-v0'",
     )
+
+
+def test_an_acceptance_file_that_is_not_a_readable_csv_is_one_line_and_exit_2(
+    here: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (here / "folder").mkdir()
+    (here / "empty.csv").write_text("")
+    (here / "binary.csv").write_bytes(bytes(range(256)))
+    for name, needle in (
+        ("folder", "not a regular file 'folder'"),
+        ("empty.csv", "'empty.csv' needs the columns num_accepted,weight; it has no header"),
+        ("binary.csv", "cannot read 'binary.csv'"),
+    ):
+        table = f'method = "eagle"\nnum_speculative_tokens = 2\nacceptance_file = "{name}"\n'
+        with_spec(here, table)
+        refused(run_cli(capsys, "validate", "s.toml"), "acceptance_file", needle)
