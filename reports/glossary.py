@@ -365,6 +365,59 @@ SUMMARY_METRICS: tuple[SummaryMetric, ...] = (
         "Preemption and caching",
         "KV blocks copied before a write into a block shared by several sequences.",
     ),
+    SummaryMetric(
+        "spec_num_draft_tokens",
+        "Draft tokens",
+        Unit.COUNT,
+        "Speculative decoding",
+        "Draft tokens scheduled for verification (k per decoding sequence per step, fewer where "
+        "the token budget or the model's maximum length trims them).",
+    ),
+    SummaryMetric(
+        "spec_num_accepted_tokens",
+        "Accepted draft tokens",
+        Unit.COUNT,
+        "Speculative decoding",
+        "Draft tokens the verifications accepted (counted before a request's last step trims "
+        "what exceeds its output length, as vLLM counts them).",
+    ),
+    SummaryMetric(
+        "spec_acceptance_rate",
+        "Draft acceptance rate",
+        Unit.SHARE,
+        "Speculative decoding",
+        "Accepted draft tokens / draft tokens (vLLM's draft acceptance rate).",
+    ),
+    SummaryMetric(
+        "spec_mean_accepted_tokens",
+        "Accepted drafts per verification",
+        Unit.TOKENS,
+        "Speculative decoding",
+        "Accepted draft tokens / verifications (sequence-steps that verified a draft).",
+    ),
+    SummaryMetric(
+        "spec_mean_acceptance_length",
+        "Tokens per verification",
+        Unit.TOKENS,
+        "Speculative decoding",
+        "1 + accepted drafts per verification: the tokens one decode step yields per sequence "
+        "on average (vLLM's mean acceptance length).",
+    ),
+    SummaryMetric(
+        "spec_draft_s",
+        "Draft time",
+        Unit.SECONDS,
+        "Speculative decoding",
+        "Simulated time spent proposing drafts (draft model, EAGLE head or MTP layer on the GPU; "
+        "n-gram on the host, an estimate), included in busy time.",
+    ),
+    SummaryMetric(
+        "spec_draft_share",
+        "Draft share of busy time",
+        Unit.SHARE,
+        "Speculative decoding",
+        "Draft time / busy time.",
+    ),
     SummaryMetric("num_steps", "Steps", Unit.COUNT, "Engine", "Engine iterations simulated."),
     SummaryMetric(
         "busy_s", "Busy time", Unit.SECONDS, "Engine", "Simulated time spent executing steps."

@@ -76,7 +76,7 @@ def simulate(
     resolved = resolve_runnable(system or scenario.systems[0], scenario)
     system = resolved.system
     capacity = kv_capacity(scenario, system)
-    scheduler = make_scheduler(system, scenario.model.max_seq_len, capacity)
+    scheduler = make_scheduler(system, scenario.model.max_seq_len, capacity, scenario.seed)
     if execution_factory is None:
         execution = make_execution_model(scenario, system)
     else:
@@ -182,7 +182,24 @@ def simulate(
     extra = described.get("summary") if isinstance(described, dict) else None
     if isinstance(extra, dict):
         result.summary.update(extra)
+    if system.speculative is not None:
+        result.summary.update(speculative_summary(scheduler, execution, result.summary))
     return result
+
+
+def speculative_summary(
+    scheduler: Scheduler, execution: ExecutionModel, summary: dict[str, float | int | str | None]
+) -> dict[str, float | int | str | None]:
+    """The verifications' counts (policies/speculative.py SpecStats) and the draft's time
+    (execution/speculative.py), with its share of the busy time."""
+    spec = getattr(getattr(scheduler, "state", None), "spec", None)
+    out: dict[str, float | int | str | None] = {} if spec is None else dict(spec.stats.summary())
+    draft_s = getattr(execution, "draft_s", None)
+    if isinstance(draft_s, float):
+        busy = summary.get("busy_s")
+        out["spec_draft_s"] = draft_s
+        out["spec_draft_share"] = draft_s / busy if isinstance(busy, float) and busy > 0 else None
+    return out
 
 
 def _defaults_from(sources: dict[str, str], execution: ExecutionModel) -> dict[str, str]:

@@ -52,7 +52,9 @@ class Replica:
         system = resolved.system
         self.index, self.pool, self.system, self.scenario = index, pool, system, scenario
         self.capacity = kv_capacity(scenario, system)
-        self.scheduler = make_scheduler(system, scenario.model.max_seq_len, self.capacity)
+        self.scheduler = make_scheduler(
+            system, scenario.model.max_seq_len, self.capacity, scenario.seed
+        )
         self.execution = make_execution_model(scenario, system)
         # As engine.simulate decides it with no on_step and no execution_factory.
         if isinstance(self.execution, RooflineModel) and not check_invariants:

@@ -206,6 +206,64 @@ class DefaultsMode(Enum):
     OFFLINE = "offline"
 
 
+class SpecMethod(Enum):
+    """How speculative decoding proposes its draft tokens (vLLM `--speculative-config` method)."""
+
+    DRAFT_MODEL = "draft-model"  # a smaller model of the same vocabulary (vLLM "draft_model")
+    EAGLE = "eagle"  # an EAGLE / EAGLE-3 head: one decoder layer on the target's hidden states
+    MTP = "mtp"  # a multi-token-prediction module shipped with the model (DeepSeek-V3)
+    NGRAM = "ngram"  # prompt lookup: drafts copied from the request's own tokens (host only)
+
+
+@dataclass(frozen=True, slots=True)
+class SpeculativeConfig:
+    """Speculative decoding of a vLLM V1 system ([systems.speculative]; simulator/policies/
+    speculative.py runs it, simulator/execution/speculative.py prices it).
+
+    The acceptance model is one of: `acceptance_rate` (each draft token accepted with this
+    probability once the ones before it were, so k drafts yield min(k, Geometric) tokens),
+    `acceptance_rates` (per position, as vLLM reports them: the share of verifications whose
+    i-th draft was accepted, non-increasing), or `acceptance_file` (a CSV of num_accepted,weight
+    rows: the distribution of accepted drafts per verification), read into `file_pmf`.
+    """
+
+    method: SpecMethod
+    num_speculative_tokens: int
+    acceptance_rate: float | None = None
+    acceptance_rates: tuple[float, ...] = ()
+    acceptance_file: Path | None = None
+    draft_model: str | None = None  # a catalog model (method draft-model only)
+    file_pmf: tuple[float, ...] = ()  # the file's distribution over 0..k accepted (not a key)
+
+    def describe(self) -> dict[str, object]:
+        """The scenario keys that are set, as plain values (provenance, the TOML writer)."""
+        keys: dict[str, object] = {
+            "method": self.method.value,
+            "num_speculative_tokens": self.num_speculative_tokens,
+        }
+        if self.acceptance_rate is not None:
+            keys["acceptance_rate"] = self.acceptance_rate
+        if self.acceptance_rates:
+            keys["acceptance_rates"] = list(self.acceptance_rates)
+        if self.acceptance_file is not None:
+            keys["acceptance_file"] = str(self.acceptance_file)
+        if self.draft_model is not None:
+            keys["draft_model"] = self.draft_model
+        return keys
+
+    def accepted_pmf(self) -> tuple[float, ...]:
+        """P(a drafts of k accepted), a = 0..k, from whichever acceptance model is given."""
+        k = self.num_speculative_tokens
+        if self.file_pmf:
+            return self.file_pmf
+        if self.acceptance_rates:
+            at_least = (1.0, *self.acceptance_rates, 0.0)  # P(a >= i), i = 0..k+1
+        else:
+            alpha = self.acceptance_rate if self.acceptance_rate is not None else 0.0
+            at_least = (*(alpha**i for i in range(k + 1)), 0.0)
+        return tuple(at_least[i] - at_least[i + 1] for i in range(k + 1))
+
+
 @dataclass(frozen=True, slots=True)
 class SystemConfig:
     """One serving system to simulate: a batching policy and its knobs.
@@ -237,6 +295,7 @@ class SystemConfig:
     execution: ExecutionKind | None = None  # price this system by roofline or profile (None: the
     # scenario's [execution] kind), so one scenario can show both side by side
     defaults: DefaultsMode = DefaultsMode.SERVER  # vLLM V1's server or offline defaults
+    speculative: SpeculativeConfig | None = None  # [systems.speculative]: vllm-v1 only
 
     def __post_init__(self) -> None:
         # The allocator in force, resolved once: orca places its reservations with a buddy

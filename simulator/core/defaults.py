@@ -176,11 +176,14 @@ def resolve_system(
 
 def system_knobs(system: SystemConfig) -> dict[str, object]:
     """Every knob in force, as plain values (Enums by their names in scenario files)."""
-    return {
+    knobs = {
         name: getattr(value, "value", value)
         for name in system.__dataclass_fields__
         if (value := getattr(system, name)) is not None or name in _OPTIONAL
     }
+    if system.speculative is not None:
+        knobs["speculative"] = system.speculative.describe()
+    return knobs
 
 
 _OPTIONAL = ("max_prefill_chunk", "num_kv_blocks")

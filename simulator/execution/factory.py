@@ -7,26 +7,37 @@ from pagesim.simulator.core.config import ExecutionKind, Scenario, SystemConfig
 from pagesim.simulator.execution.model import ExecutionModel
 from pagesim.simulator.execution.overhead import era_of
 from pagesim.simulator.execution.roofline import RooflineModel
+from pagesim.simulator.execution.speculative import speculative_model
 
 
 def make_execution_model(scenario: Scenario, system: SystemConfig) -> ExecutionModel:
     s = scenario
     era = era_of(system.policy)
     kind = system.execution or s.execution.kind
+
+    def roofline() -> RooflineModel:
+        return RooflineModel(
+            s.model,
+            s.gpu,
+            s.execution,
+            s.kv_dtype,
+            s.tensor_parallel,
+            system.block_size,
+            era,
+            data_parallel=s.data_parallel,
+            expert_parallel=s.expert_parallel,
+        )
+
+    model: ExecutionModel
     if kind is ExecutionKind.PROFILE:
         from pagesim.simulator.execution.profile import ProfileModel
 
-        return ProfileModel(
+        model = ProfileModel(
             s.model, s.gpu, s.execution, s.kv_dtype, s.tensor_parallel, system.block_size, era
         )
-    return RooflineModel(
-        s.model,
-        s.gpu,
-        s.execution,
-        s.kv_dtype,
-        s.tensor_parallel,
-        system.block_size,
-        era,
-        data_parallel=s.data_parallel,
-        expert_parallel=s.expert_parallel,
-    )
+    else:
+        model = roofline()
+    if system.speculative is not None:  # the draft and the verification's extra LM-head rows
+        target = model if isinstance(model, RooflineModel) else roofline()
+        return speculative_model(model, target, system.speculative, s.execution)
+    return model

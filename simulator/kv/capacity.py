@@ -10,6 +10,11 @@ with bytes per block = KV bytes per token (per GPU under tensor parallelism) x b
 A hybrid model (sliding-window or state layers) is laid out as vLLM V1 lays it out
 (kv/hybrid_layout.py): a block is one layer group's page, `block_bytes` = block size x one
 layer's bytes per token x layers per group, and its block size may be raised for state layers.
+
+A system that speculates with a draft model, an EAGLE head or an MTP layer holds the drafter too:
+its weights, and its attention layers' KV in every block (vLLM V1 loads the drafter into the
+target's config, whose attention layers the KV cache spec then includes: v1/spec_decode/eagle.py
+and draft_model.py `load_model`, "that mutates the forward_context of the vllm_config").
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from dataclasses import dataclass
 from pagesim.simulator.core.catalog import GIB, GPUSpec, ModelSpec
 from pagesim.simulator.core.config import Scenario, SystemConfig
 from pagesim.simulator.core.defaults import driver_memory_bytes, resolve_system
+from pagesim.simulator.core.draft import draft_model_spec
 from pagesim.simulator.core.errors import InputError
 from pagesim.simulator.kv.hybrid_layout import HybridLayout, hybrid_layout
 
@@ -51,6 +57,24 @@ def weight_bytes_per_gpu(model: ModelSpec, tensor_parallel: int, data_parallel: 
     return int(rest / tensor_parallel + routed / (tensor_parallel * data_parallel))
 
 
+def kv_bytes_per_token(scenario: Scenario, system: SystemConfig) -> int:
+    """KV bytes per token per GPU of a system: the model's, plus its drafter's if it has one."""
+    tp = scenario.tensor_parallel
+    per_token = scenario.model.kv_bytes_per_token(scenario.kv_dtype, tp)
+    if system.speculative is None:
+        return per_token
+    drafter = draft_model_spec(system.speculative, scenario.model)
+    return per_token + (0 if drafter is None else drafter.kv_bytes_per_token(scenario.kv_dtype, tp))
+
+
+def drafter_weight_bytes(system: SystemConfig, model: ModelSpec, tensor_parallel: int) -> int:
+    """Weight bytes per GPU of the system's drafter (0 without one; same tensor parallelism)."""
+    if system.speculative is None:
+        return 0
+    drafter = draft_model_spec(system.speculative, model)
+    return 0 if drafter is None else weight_bytes_per_gpu(drafter, tensor_parallel)
+
+
 @dataclass(frozen=True, slots=True)
 class Capacity:
     """KV memory of one system on one GPU."""
@@ -75,13 +99,15 @@ def no_kv_memory_reason(scenario: Scenario, system: SystemConfig) -> str | None:
     system = resolve_system(system, model, gpu, tp).system
     assert system.activation_reserve_gib is not None
     weights = weight_bytes_per_gpu(model, tp, scenario.data_parallel)
+    weights += drafter_weight_bytes(system, model, tp)
     reserve = system.activation_reserve_gib * GIB
     available = kv_budget_bytes(gpu, system.gpu_memory_utilization, weights, reserve)
     block_bytes = block_shape(scenario, system)[1]
     if available >= block_bytes:
         return None
     return (
-        f"no memory left for the KV cache: {model.name} weights take "
+        f"no memory left for the KV cache: {model.name} weights"
+        f"{' (and its drafter)' if system.speculative is not None else ''} take "
         f"{weights / GIB:.1f} GiB per GPU and {gpu.name} x {system.gpu_memory_utilization:g} "
         f"less {system.activation_reserve_gib:.2f} GiB of activations is "
         f"{driver_memory_bytes(gpu) * system.gpu_memory_utilization / GIB:.1f} GiB; "
@@ -95,8 +121,7 @@ def block_shape(scenario: Scenario, system: SystemConfig) -> tuple[int, int, Hyb
     layout = hybrid_layout(model, scenario.kv_dtype, tp, system.block_size)
     if layout is not None:
         return layout.block_size, layout.block_bytes, layout
-    block_bytes = model.kv_bytes_per_token(scenario.kv_dtype, tp) * system.block_size
-    return system.block_size, block_bytes, None
+    return system.block_size, kv_bytes_per_token(scenario, system) * system.block_size, None
 
 
 def kv_capacity(scenario: Scenario, system: SystemConfig) -> Capacity:
@@ -118,7 +143,8 @@ def kv_capacity(scenario: Scenario, system: SystemConfig) -> Capacity:
     available = kv_budget_bytes(
         scenario.gpu,
         system.gpu_memory_utilization,
-        weight_bytes_per_gpu(model, tp, scenario.data_parallel),
+        weight_bytes_per_gpu(model, tp, scenario.data_parallel)
+        + drafter_weight_bytes(system, model, tp),
         system.activation_reserve_gib * GIB,
     )
     return Capacity(

@@ -14,8 +14,9 @@ from pagesim.simulator.policies.vllm_v0 import VllmV0
 from pagesim.simulator.policies.vllm_v1 import VllmV1
 
 
-def hybrid_refusal(system: SystemConfig, layout: HybridLayout | None) -> str | None:
-    """Why `system` cannot serve a hybrid model (sliding-window or state layers), or None.
+def hybrid_refusal(system: SystemConfig, layout: HybridLayout | None) -> tuple[str, str] | None:
+    """(the system's field at fault, why) `system` cannot serve a hybrid model (sliding-window
+    or state layers), or None.
 
     Only vLLM V1 has a hybrid KV-cache manager (v1/core/kv_cache_coordinator.py). V0 allocated
     every layer for every token (core/block_manager.py knows one block table per sequence) and
@@ -24,24 +25,33 @@ def hybrid_refusal(system: SystemConfig, layout: HybridLayout | None) -> str | N
     if layout is None:
         return None
     if system.policy is not Policy.VLLM_V1:
-        return (
+        return "policy", (
             f"policy {system.policy.value!r} cannot serve a model with sliding-window or state "
             "layers: only vllm_v1 has the hybrid KV-cache manager (vLLM V1's per-group block "
             "tables); use policy 'vllm_v1'"
         )
     if knobs_of(system).preemption is PreemptionPolicy.SWAP:
-        return (
+        return "preemption", (
             "preemption 'swap' with a model with sliding-window or state layers: vLLM V1 "
             "preempts by recompute only, and pagesim's swap extension keeps one block table per "
             "sequence; use preemption 'recompute'"
         )
+    if system.speculative is not None:
+        return "speculative", (
+            "speculative decoding with a model with sliding-window or state layers: pagesim's "
+            "lookahead slots are laid out for one block table per sequence, not per layer "
+            "group; remove [systems.speculative] or use a model with full attention only"
+        )
     return None
 
 
-def make_scheduler(system: SystemConfig, max_seq_len: int, capacity: Capacity) -> Scheduler:
+def make_scheduler(
+    system: SystemConfig, max_seq_len: int, capacity: Capacity, seed: int = 0
+) -> Scheduler:
+    """`seed`: the scenario's, for the policy's own draws (speculative acceptance)."""
     refusal = hybrid_refusal(system, capacity.layout)
     if refusal is not None:
-        raise InputError(f"system {system.name!r}: {refusal}")
+        raise InputError(f"system {system.name!r}: {refusal[1]}")
     policy = system.policy
     if policy is Policy.STATIC:
         return StaticScheduler(system, max_seq_len, capacity.num_token_slots)
@@ -55,4 +65,5 @@ def make_scheduler(system: SystemConfig, max_seq_len: int, capacity: Capacity) -
         capacity.num_cpu_blocks,
         step,
         capacity.layout,
+        seed,
     )

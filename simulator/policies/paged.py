@@ -22,6 +22,8 @@ from pagesim.simulator.policies.decode_group import DecodeGroup, GroupedStepPlan
 from pagesim.simulator.policies.paged_state import PagedState
 from pagesim.simulator.policies.pieces import PagedPieces
 from pagesim.simulator.policies.seq_group import SeqGroup, StepBuilder, blocks_for
+from pagesim.simulator.policies.spec_decoder import SpecDecoder
+from pagesim.simulator.policies.speculative import complete_speculative
 
 
 class StepPolicy(Protocol):
@@ -48,11 +50,14 @@ class PagedScheduler(PolicyBase):
         num_cpu_blocks: int,
         policy: StepPolicy,
         layout: HybridLayout | None = None,
+        seed: int = 0,
     ) -> None:
         super().__init__(system, max_seq_len)
         self.state = PagedState(
             system, max_seq_len, num_blocks, num_cpu_blocks, policy.pieces(system), layout
         )
+        if system.speculative is not None:  # the scenario allows it under vllm-v1 only
+            self.state.spec = SpecDecoder(system.speculative, max_seq_len, seed)
         self.kv = self.state.kv  # read by the fidelity executor and tests
         self.policy = policy
 
@@ -62,6 +67,8 @@ class PagedScheduler(PolicyBase):
         (the step policy must have a grouped running phase)."""
         if not self.policy.groups_decodes or not isinstance(self.kv, PagedKVCache):
             return False  # a hybrid cache frees window blocks as decodes advance: no closed form
+        if self.state.spec is not None:
+            return False
         self.state.decode_group = DecodeGroup(self.kv)
         return True
 
@@ -89,6 +96,9 @@ class PagedScheduler(PolicyBase):
 
     def complete(self, plan: StepPlan, now_s: float) -> None:
         state = self.state
+        if state.spec is not None:
+            self.num_output_tokens += complete_speculative(state, state.spec, plan, now_s)
+            return
         groups = state.groups
         commit_one = state.kv.commit_one
         decode_group = state.decode_group
@@ -218,7 +228,10 @@ class PagedScheduler(PolicyBase):
             return self._hybrid_capacity_reason(request)
         prompt_blocks = blocks_for(request.prompt_len, block_size)
         num_seqs = 1 if self.policy.fans_out else request.num_seqs  # V1: each child alone
-        needed = _blocks_at(request, request.total_len - 1, block_size, num_seqs)
+        last_len = request.total_len - 1
+        if self.state.spec is not None:  # its last verification's drafts and lookahead slots
+            last_len = self.state.spec.peak_slots(request.total_len, request.output_len)
+        needed = _blocks_at(request, last_len, block_size, num_seqs)
         if self.state.pieces.decode_keeps_block_per_seq and request.output_len >= 2:
             # vLLM V0 decodes a group only while one block per sequence is free
             # (core/block_manager_v1.py can_append_slots): before its last decode step the

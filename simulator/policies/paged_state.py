@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from pagesim.simulator.core.config import SystemConfig
 from pagesim.simulator.core.defaults import knobs_of
@@ -36,6 +37,9 @@ from pagesim.simulator.kv.prefix_hash import SequenceHasher
 from pagesim.simulator.policies.decode_group import DecodeGroup
 from pagesim.simulator.policies.pieces import PagedPieces, PrefixStats, VictimKey, waiting_queue
 from pagesim.simulator.policies.seq_group import FanOut, SeqGroup, StepBuilder, blocks_for
+
+if TYPE_CHECKING:
+    from pagesim.simulator.policies.spec_decoder import SpecDecoder
 
 CHILD_ID_BASE = 1 << 48  # ids of V1's child requests (n > 1), above any workload's
 
@@ -90,6 +94,7 @@ class PagedState:
         self.prefix_stats = PrefixStats()
         self.num_running_seqs = 0
         self.decode_group: DecodeGroup | None = None
+        self.spec: SpecDecoder | None = None  # speculative decoding (V1; policies/speculative)
         self._next_seq_id = 0
         self._next_child_id = 0
 

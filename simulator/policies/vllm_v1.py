@@ -17,6 +17,7 @@ from pagesim.simulator.core.config import SystemConfig
 from pagesim.simulator.policies.paged_state import PagedState
 from pagesim.simulator.policies.pieces import PagedPieces, paged_pieces
 from pagesim.simulator.policies.seq_group import Demand, SeqGroup, StepBuilder
+from pagesim.simulator.policies.speculative import schedule_running_speculative
 
 
 class VllmV1:
@@ -44,7 +45,9 @@ class VllmV1:
                 state.running, step, budget, demand, state.add_to_step
             )
         )
-        if left is None:
+        if state.spec is not None:  # drafts and lookahead slots (policies/speculative.py)
+            left = schedule_running_speculative(state, state.spec, step, budget, chunk_cap, now_s)
+        elif left is None:
             left = schedule_running(state, step, budget, demand, now_s)
         if step.preemptions:
             return  # V1 admits nothing in a step that preempted

@@ -40,6 +40,7 @@ SYSTEM_KEYS = (
     "num_kv_blocks",
     "execution",
     "defaults",
+    "speculative",
 )
 
 
@@ -48,6 +49,11 @@ def _keys(names: str) -> dict[str, None]:
 
 
 _LENGTH_KEYS = _keys("kind value low high mean cv trace path column")
+# [systems.speculative] (config.SpeculativeConfig; read by scenario/speculative.py)
+SPECULATIVE_KEYS = _keys(
+    "method num_speculative_tokens acceptance_rate acceptance_rates acceptance_file draft_model"
+)
+_SYSTEM_SCHEMA = {**dict.fromkeys(SYSTEM_KEYS), "speculative": SPECULATIVE_KEYS}
 Schema = dict[str, Any]
 SCHEMA: Schema = {
     **_keys("name description seed"),
@@ -78,8 +84,8 @@ SCHEMA: Schema = {
             "new_tokens": _LENGTH_KEYS,
         },
     },
-    "defaults": dict.fromkeys(SYSTEM_KEYS),
-    "systems": [dict.fromkeys(("name", *SYSTEM_KEYS))],
+    "defaults": _SYSTEM_SCHEMA,
+    "systems": [{"name": None, **_SYSTEM_SCHEMA}],
     "slo": _keys("ttft_s tpot_s"),
     "stop": _keys("max_time_s warmup_s"),
     "sweep": _keys("axes"),

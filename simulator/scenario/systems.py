@@ -36,6 +36,7 @@ from pagesim.simulator.core.limits import MAX_KV_BLOCKS
 from pagesim.simulator.kv.capacity import kv_capacity, no_kv_memory_reason
 from pagesim.simulator.policies.factory import hybrid_refusal
 from pagesim.simulator.scenario.schema import SYSTEM_KEYS
+from pagesim.simulator.scenario.speculative import read_speculative
 from pagesim.simulator.scenario.table import Ctx, Table
 
 _PAGED = (Policy.VLLM_V0, Policy.VLLM_V1)
@@ -62,6 +63,7 @@ SYSTEM_READERS: dict[str, Callable[[Table, str], Any]] = {
     "num_kv_blocks": lambda t, k: t.integer(k, hi=MAX_KV_BLOCKS),
     "execution": lambda t, k: t.choice(k, ExecutionKind),
     "defaults": lambda t, k: t.choice(k, DefaultsMode),
+    "speculative": read_speculative,
 }
 assert tuple(SYSTEM_READERS) == SYSTEM_KEYS
 
@@ -109,8 +111,15 @@ def _check_system(
         s, scenario.workload.sample_lengths
     )
     if refusal is not None:
-        ctx.fail(at("policy"), refusal)
+        ctx.fail(at(refusal[0]), refusal[1])
 
+    if s.speculative is not None and s.policy is not Policy.VLLM_V1:
+        ctx.fail(
+            at("speculative"),
+            f"speculative decoding is modelled for vllm-v1 only (vLLM's V1 scheduler and KV "
+            f"manager: lookahead slots, draft tokens in the token budget); the policy is "
+            f"{s.policy.value!r}",
+        )
     if knobs.enable_prefix_cache and s.policy not in _PAGED:
         ctx.fail(
             at("enable_prefix_cache"),
@@ -147,9 +156,9 @@ def _check_system(
     if reason is not None:
         ctx.fail(at("gpu_memory_utilization"), reason)
     capacity = kv_capacity(scenario, s)
-    refusal = hybrid_refusal(s, capacity.layout)
-    if refusal is not None:
-        ctx.fail(at("policy"), refusal)
+    hybrid = hybrid_refusal(s, capacity.layout)
+    if hybrid is not None:
+        ctx.fail(at(hybrid[0]), hybrid[1])
     if swaps and capacity.num_cpu_blocks == 0:
         # Every swap would silently turn into a recompute.
         need_gib = capacity.block_bytes / GIB

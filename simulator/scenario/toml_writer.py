@@ -162,7 +162,10 @@ def describe_scenario(scenario: Scenario, overrides: Sequence[str] = ()) -> str:
             out += _lines("[workload.sessions.turns]", _length_fields(ss.turns))
             out += _lines("[workload.sessions.new_tokens]", _length_fields(ss.new_tokens))
     for system in s.systems:
-        out += _lines("[[systems]]", {f: getattr(system, f) for f in SCHEMA["systems"][0]})
+        keys = {f: getattr(system, f) for f in SCHEMA["systems"][0]}
+        if system.speculative is not None:  # an inline table: { method = "eagle", ... }
+            keys["speculative"] = system.speculative.describe()
+        out += _lines("[[systems]]", keys)
     out += _lines("[slo]", {"ttft_s": s.slo.ttft_s, "tpot_s": s.slo.tpot_s})
     out += _lines("[stop]", {"max_time_s": s.stop.max_time_s, "warmup_s": s.stop.warmup_s})
     if s.sweep:

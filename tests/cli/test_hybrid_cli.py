@@ -11,11 +11,23 @@ from cli_helpers import run_cli, tiny_scenario
 
 
 @pytest.mark.parametrize(
-    ("policy", "extra", "needle"),
+    ("policy", "extra", "needle", "field"),
     [
-        ("vllm-v0", "", "only vllm_v1 has the hybrid KV-cache manager"),
-        ("orca", "", "only vllm_v1 has the hybrid KV-cache manager"),
-        ("vllm-v1", 'preemption = "swap"\nswap_space_gib = 1\n', "preempts by recompute only"),
+        ("vllm-v0", "", "only vllm_v1 has the hybrid KV-cache manager", "policy"),
+        ("orca", "", "only vllm_v1 has the hybrid KV-cache manager", "policy"),
+        (
+            "vllm-v1",
+            'preemption = "swap"\nswap_space_gib = 1\n',
+            "preempts by recompute only",
+            "preemption",
+        ),
+        (
+            "vllm-v1",
+            'speculative = { method = "ngram", num_speculative_tokens = 2, '
+            "acceptance_rate = 0.5 }\n",
+            "lookahead slots are laid out for one block table per sequence",
+            "speculative",
+        ),
     ],
 )
 def test_hybrid_models_are_refused_where_they_cannot_run(
@@ -25,6 +37,7 @@ def test_hybrid_models_are_refused_where_they_cannot_run(
     policy: str,
     extra: str,
     needle: str,
+    field: str,
 ) -> None:
     monkeypatch.chdir(tmp_path)
     text = tiny_scenario("hybrid").replace('preset = "llama-2-7b"', 'preset = "gpt-oss-20b"')
@@ -35,7 +48,7 @@ def test_hybrid_models_are_refused_where_they_cannot_run(
     assert result.exit_code == 2, (result.out, result.err)
     lines = [line for line in result.err.splitlines() if line.startswith("error:")]
     assert len(lines) == 1 and needle in lines[0] and "s.toml" in lines[0], result.err
-    assert "systems[0].policy" in lines[0]
+    assert f"systems[0].{field}" in lines[0]
     assert "Traceback" not in result.err + result.out
 
 

@@ -111,6 +111,7 @@ def test_the_library_holds_the_builtin_scenarios() -> None:
         "parallel_sampling_beam",
         "router_comparison",  # issue 15
         "shared_system_prompt",
+        "spec_decode",  # issue 17: speculative decoding under V1
         "swap_vs_recompute",
         "textbook_static_vs_continuous",
         "vllm_v1_on_h200",
@@ -419,7 +420,7 @@ BAD_FILES = [
         "max_prefill_chunk, reservation, contiguous_allocator, preemption, victim, admission, "
         "enable_prefix_cache, watermark, gpu_memory_utilization, activation_reserve_gib, "
         "swap_space_gib, static_batch_size, static_batch_timeout_s, num_kv_blocks, execution, "
-        "defaults",
+        "defaults, speculative",
     ),
     (
         replaced('policy = "orca"', 'policy = "vlm-v1"'),
