@@ -111,7 +111,7 @@ def _check_system(
         s, scenario.workload.sample_lengths
     )
     if refusal is not None:
-        ctx.fail(at(refusal[0]), refusal[1])
+        ctx.fail(at("policy"), refusal)
 
     if s.speculative is not None and s.policy is not Policy.VLLM_V1:
         ctx.fail(
