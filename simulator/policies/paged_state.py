@@ -77,6 +77,12 @@ class PagedState:
         self.prefix_stats = PrefixStats()
         self.num_running_seqs = 0
         self.decode_group: DecodeGroup | None = None
+        # Disaggregation (policies/remote_kv.py): a prefill replica keeps a finished request's
+        # blocks (`held`: request id -> holder sequence) until its KV has been sent; a decode
+        # replica holds the blocks of prompts whose KV is on its way (`receiving`).
+        self.keeps_finished_blocks = False
+        self.held: dict[int, int] = {}
+        self.receiving: dict[int, SeqGroup] = {}
         self._next_seq_id = 0
         self._next_child_id = 0
 
@@ -126,6 +132,8 @@ class PagedState:
 
         Returns the tokens scheduled, 0 if its blocks do not fit (nothing is changed then).
         """
+        if group.is_remote:
+            return self.admit_remote(group, step, now_s)
         seq_id = group.seq_ids[0]
         hashes = group.hashers[0].block_hashes() if group.hashers is not None else ()
         kv = self.kv
@@ -158,6 +166,18 @@ class PagedState:
         self.running.append(group)
         self.num_running_seqs += group.num_seqs
         self.add_to_step(step, group, num_new, True, copies)
+        return num_new
+
+    def admit_remote(self, group: SeqGroup, step: StepBuilder, now_s: float) -> int:
+        """Start a group whose prompt KV arrived (all but its last token computed, every slot
+        allocated before the transfer): it computes the last prompt token, whose logits give
+        the first output token, as vLLM V1 does after WAITING_FOR_REMOTE_KVS."""
+        group.is_remote = False
+        num_new = group.target - group.num_computed
+        group.request.transition(RequestStatus.RUNNING, now_s)
+        self.running.append(group)
+        self.num_running_seqs += group.num_seqs
+        self.add_to_step(step, group, num_new, True, ())
         return num_new
 
     def add_to_step(
@@ -333,6 +353,8 @@ class PagedState:
     def finish(self, finished: Sequence[SeqGroup], now_s: float) -> None:
         """Finished groups free their blocks (in this order) and leave the running list."""
         for group in finished:
+            if self.keeps_finished_blocks:
+                self.hold(group)
             self.release(group)
             self.num_running_seqs -= group.num_seqs
             del self.groups[group.request.request_id]
@@ -343,6 +365,18 @@ class PagedState:
         for group in finished:  # a few of hundreds: each removal is one C-level scan
             running.remove(group)
 
+    def hold(self, group: SeqGroup) -> None:
+        """Keep a finishing group's blocks under a holder sequence until `release_held`: vLLM
+        V1 frees a prefill request's blocks only once its KV was sent (the connector's
+        request_finished returns delay_free_blocks; v1/core/sched/scheduler.py _free_request)."""
+        seq_id = group.seq_ids[0]
+        holder = self.new_seq_id()
+        self.kv.fork(seq_id, holder, final_len=self.kv.num_tokens(seq_id))
+        self.held[group.request.request_id] = holder
+
+    def release_held(self, request_id: int) -> None:
+        self.kv.free(self.held.pop(request_id))
+
     # -- checks -------------------------------------------------------------------------------
     def check_invariants(self) -> None:
         self.kv.check_invariants()
@@ -350,8 +384,10 @@ class PagedState:
         assert all(self.kv.has_seq(s) and not self.kv.is_swapped(s) for s in live)
         assert all(self.kv.is_swapped(s) for g in self.swapped for s in g.seq_ids)
         assert self.num_running_seqs == sum(g.num_seqs for g in self.running)
-        queued = len(self.running) + len(self.swapped) + len(self.waiting)
+        queued = len(self.running) + len(self.swapped) + len(self.waiting) + len(self.receiving)
         assert queued == len(self.groups), "a live group is in no queue, or in two"
+        assert all(self.kv.has_seq(s) for s in self.held.values())
+        assert all(self.kv.has_seq(g.seq_ids[0]) for g in self.receiving.values())
 
 
 def prompt_hasher(request: Request, block_size: int) -> SequenceHasher:

@@ -1,0 +1,91 @@
+"""Reading a disaggregated fleet's keys of [cluster] (simulator/cluster/disagg.py):
+
+[[cluster.pools]]        role = both | prefill | decode   (default both: colocated)
+[cluster.link]           preset = nvlink4 | ib-ndr | ib-hdr | roce-400g | roce-200g | pcie4 |
+                         pcie5, or bandwidth_gb_s (per GPU port, one direction); latency_s;
+                         layerwise (send each layer's KV while later layers compute)
+[cluster.prefill_router], [cluster.decode_router]   a router per phase, keys as
+                         [cluster.router] (default: [cluster.router])
+[cluster]                colocated_systems = [names of [[systems]] that run the same pools
+                         colocated, role "both", behind [cluster.router]]
+"""
+
+from __future__ import annotations
+
+from pagesim.simulator.core.cluster import PoolConfig, PoolRole
+from pagesim.simulator.core.errors import InputError, choices_text
+from pagesim.simulator.core.link import GB, LINK_PRESETS, LinkConfig, link_preset
+from pagesim.simulator.scenario.table import Table
+
+LINK_KEYS = "preset bandwidth_gb_s latency_s layerwise"
+MAX_BANDWIDTH_GB_S = 1e6
+MAX_LATENCY_S = 60.0
+
+
+def read_role(p: Table) -> PoolRole:
+    role: PoolRole = p.choice("role", PoolRole, PoolRole.BOTH)
+    return role
+
+
+def read_link(t: Table, pools: list[PoolConfig]) -> LinkConfig | None:
+    is_disaggregated = any(pool.role is not PoolRole.BOTH for pool in pools)
+    if not t.data:
+        if is_disaggregated:
+            t.ctx.fail(
+                t.key,
+                "required with prefill/decode pools: a [cluster.link] table with preset "
+                f"({choices_text(LINK_PRESETS)}) or bandwidth_gb_s",
+            )
+        return None
+    if not is_disaggregated:
+        t.ctx.fail(t.key, 'a link needs prefill and decode pools (role = "prefill" / "decode")')
+    if t.has("bandwidth_gb_s") and t.data["bandwidth_gb_s"] == 0:
+        t.fail(
+            "bandwidth_gb_s",
+            "a link with zero bandwidth never delivers a byte; give GB/s per GPU port > 0 "
+            f"or a preset ({choices_text(LINK_PRESETS)})",
+        )
+    latency = t.number("latency_s", None, hi=MAX_LATENCY_S)
+    layerwise = t.flag("layerwise", False)
+    if t.has("preset"):
+        if t.has("bandwidth_gb_s"):
+            t.fail("bandwidth_gb_s", "give either preset or bandwidth_gb_s, not both")
+        try:
+            return link_preset(t.text("preset"), latency_s=latency, layerwise=layerwise)
+        except InputError as exc:
+            t.fail("preset", str(exc))
+    if not t.has("bandwidth_gb_s"):
+        t.fail("preset", f"give a preset ({choices_text(LINK_PRESETS)}) or bandwidth_gb_s")
+    bandwidth = t.number("bandwidth_gb_s", hi=MAX_BANDWIDTH_GB_S, lo_open=True)
+    return LinkConfig(bandwidth * GB, latency or 0.0, layerwise)
+
+
+def check_roles(t: Table, pools: list[PoolConfig]) -> None:
+    roles = {pool.role for pool in pools}
+    if roles == {PoolRole.BOTH}:
+        return
+    names = ", ".join(f"{p.name} ({p.role.value})" for p in pools)
+    if PoolRole.BOTH in roles:
+        t.fail(
+            "pools",
+            f'mixes colocated and disaggregated pools ({names}); set role = "prefill" or '
+            '"decode" on every pool, or "both" on every pool',
+        )
+    for role in (PoolRole.PREFILL, PoolRole.DECODE):
+        if role not in roles:
+            t.fail("pools", f"a disaggregated fleet needs a {role.value} pool; got {names}")
+
+
+def read_colocated(t: Table, system_names: list[str], pools: list[PoolConfig]) -> tuple[str, ...]:
+    if not t.has("colocated_systems"):
+        return ()
+    names = t.data["colocated_systems"]
+    valid = choices_text(system_names)
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        t.fail("colocated_systems", f"expected a list of [[systems]] names ({valid})")
+    for name in names:
+        if name not in system_names:
+            t.fail("colocated_systems", f"no [[systems]] named {name!r}; valid: {valid}")
+    if all(pool.role is PoolRole.BOTH for pool in pools):
+        t.fail("colocated_systems", "only meaningful with prefill/decode pools")
+    return tuple(names)
