@@ -206,9 +206,9 @@ def run_disagg(
                 overlap_step_s=handoff.prefill_step_s if at_step_end else 0.0,
             )
 
-        _, seconds = yield env.process(ports.hold(prefill.index, decode.index, seconds_after))
+        start, _ = yield env.process(ports.hold(prefill.index, decode.index, seconds_after))
+        handoff.transfer_start_s = start
         handoff.transfer_end_s = env.now
-        handoff.transfer_start_s = env.now - seconds
         prefill.paged.state.release_held(handoff.clone.request_id)
         prefill.wake()  # its freed blocks may admit a waiting prompt
         land_remote(decode.paged, handoff.request.request_id)

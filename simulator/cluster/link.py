@@ -73,7 +73,7 @@ class Ports:
         self, sender: int, receiver: int, seconds_after: Callable[[float], float]
     ) -> Generator[simpy.Event, None, tuple[float, float]]:
         """Take the sender's then the receiver's port, hold both for `seconds_after(wait)`;
-        returns (the wait for the ports, the seconds held)."""
+        returns (when it took them, the seconds held)."""
         ready = self.env.now
         with self.ports[sender].request() as out:
             yield out
@@ -86,4 +86,4 @@ class Ports:
         self.busy_s[sender] += seconds
         self.busy_s[receiver] += seconds
         self.intervals.append((start, start + seconds))
-        return waited, seconds
+        return start, seconds
