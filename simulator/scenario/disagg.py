@@ -12,12 +12,15 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from pagesim.simulator.core.cluster import PoolConfig, PoolRole
+from pagesim.simulator.core.config import Scenario
 from pagesim.simulator.core.errors import InputError, choices_text
 from pagesim.simulator.core.link import GB, LINK_PRESETS, LinkConfig, link_preset
+from pagesim.simulator.kv.capacity import kv_capacity
 from pagesim.simulator.scenario.table import Table
 
-LINK_KEYS = "preset bandwidth_gb_s latency_s layerwise"
 MAX_BANDWIDTH_GB_S = 1e6
 MAX_LATENCY_S = 60.0
 
@@ -89,3 +92,33 @@ def read_colocated(t: Table, system_names: list[str], pools: list[PoolConfig]) -
     if all(pool.role is PoolRole.BOTH for pool in pools):
         t.fail("colocated_systems", "only meaningful with prefill/decode pools")
     return tuple(names)
+
+
+def check_decode_memory(t: Table, scenario: Scenario) -> None:
+    """Each decode pool's KV cache must hold one request of the model's maximum length, for
+    every system that runs it disaggregated (a pool without `system` runs each of them)."""
+    cluster = scenario.cluster
+    if cluster is None or not cluster.is_disaggregated:
+        return
+    max_len = scenario.model.max_seq_len
+    by_name = {s.name: s for s in scenario.systems}
+    runs = [s for s in scenario.systems if s.name not in cluster.colocated_systems]
+    for table, pool in zip(t.tables("pools"), cluster.pools, strict=True):
+        if pool.role is not PoolRole.DECODE:
+            continue
+        pool_scenario = replace(scenario, gpu=pool.gpu, tensor_parallel=pool.tensor_parallel)
+        for system in [by_name[pool.system]] if pool.system is not None else runs:
+            try:
+                capacity = kv_capacity(pool_scenario, system)
+            except InputError:
+                continue  # no KV memory at all: the run says so, as for any system
+            needed = -(-(max_len - 1) // capacity.block_size)
+            if capacity.num_gpu_blocks < needed:
+                table.fail(
+                    "role",
+                    f"decode pool {pool.name!r} with system {system.name!r} holds "
+                    f"{capacity.num_gpu_blocks} KV blocks of {capacity.block_size} tokens per "
+                    f"replica, fewer than one request of the model's max_seq_len {max_len} needs "
+                    f"({needed}); give it a GPU with more memory, a larger tensor_parallel or "
+                    "more num_kv_blocks, or lower [model] max_seq_len",
+                )
