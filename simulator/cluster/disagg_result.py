@@ -1,7 +1,7 @@
 """A disaggregated fleet's run as one `RunResult`.
 
 Requests: one row per request as the client sees it (TTFT is the decode replica's first token,
-the one vLLM's proxy streams back), with
+the one vLLM's proxy streams back; `admitted_s` its admission on the prefill replica), with
 
 | column | meaning |
 |---|---|
@@ -45,7 +45,7 @@ def _handoff_columns(run: DisaggRun, ids: np.ndarray) -> dict[str, np.ndarray]:
     for rid in ids:
         h = run.handoffs.get(int(rid))
         if h is None:
-            rows.append((nan,) * 10)
+            rows.append((nan,) * 11)
             continue
         clone, first = h.clone, h.request.first_token_s
         admitted = clone.admitted_s
@@ -63,6 +63,7 @@ def _handoff_columns(run: DisaggRun, ids: np.ndarray) -> dict[str, np.ndarray]:
                 nan if h.transfer_start_s is None else h.transfer_start_s,
                 nan if h.transfer_end_s is None else h.transfer_end_s,
                 h.num_bytes if h.transfer_end_s is not None else nan,
+                nan if admitted is None else admitted,
             )
         )
     names = (
@@ -76,6 +77,7 @@ def _handoff_columns(run: DisaggRun, ids: np.ndarray) -> dict[str, np.ndarray]:
         "transfer_start_s",
         "transfer_end_s",
         "transfer_bytes",
+        "prefill_admitted_s",
     )
     table = np.array(rows, dtype=np.float64).reshape(-1, len(names))
     return {name: table[:, i] for i, name in enumerate(names)}
@@ -95,6 +97,11 @@ def _stats(values: pd.Series) -> tuple[float | None, float | None]:
 def disagg_result(run: DisaggRun, scenario: str, system: str, warmup_s: float) -> RunResult:
     requests = run.log.frame()
     extra = _handoff_columns(run, requests["request_id"].to_numpy())
+    # Admitted = first admitted anywhere: on the prefill replica (the decode admission comes
+    # after the transfer, in ttft_first_decode_s).
+    prefill_admitted = extra.pop("prefill_admitted_s")
+    has = ~np.isnan(prefill_admitted)
+    requests.loc[has, "admitted_s"] = prefill_admitted[has]
     requests.insert(1, "replica", pd.array(extra.pop("replica"), dtype="Int64"))
     requests.insert(2, "prefill_replica", pd.array(extra.pop("prefill_replica"), dtype="Int64"))
     for name, values in extra.items():
