@@ -41,7 +41,7 @@ from __future__ import annotations
 
 from array import array
 from collections import deque
-from collections.abc import Generator
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -206,8 +206,11 @@ def run_disagg(
                 overlap_step_s=handoff.prefill_step_s if at_step_end else 0.0,
             )
 
-        start, _ = yield env.process(ports.hold(prefill.index, decode.index, seconds_after))
-        handoff.transfer_start_s = start
+        held = env.process(ports.hold(prefill.index, decode.index, seconds_after))
+        yield held
+        taken = held.value  # (when the ports were taken, the seconds held)
+        assert taken is not None
+        handoff.transfer_start_s = float(taken[0])
         handoff.transfer_end_s = env.now
         prefill.paged.state.release_held(handoff.clone.request_id)
         prefill.wake()  # its freed blocks may admit a waiting prompt
@@ -238,8 +241,8 @@ def run_disagg(
             else:
                 replica.after_step = on_decode_step
                 decodes.append(replica)
-    for i, replica in enumerate([*prefills, *decodes]):
-        replica.index = i  # prefill replicas first, then decode replicas: ports and report
+    for i, member in enumerate([*prefills, *decodes]):
+        member.index = i  # prefill replicas first, then decode replicas: ports and report
     _check_decode_memory(decodes, scenario.model.max_seq_len)
     waiting: list[deque[Handoff]] = [deque() for _ in decodes]
     ports = Ports(env, len(prefills) + len(decodes))
@@ -305,7 +308,7 @@ def run_disagg(
     )
 
 
-def _router(config: RouterConfig, replicas: list[Replica], seed: tuple[int, int]) -> Router:
+def _router(config: RouterConfig, replicas: Sequence[Replica], seed: tuple[int, int]) -> Router:
     block_tokens = config.prefix_block_tokens or replicas[0].capacity.block_size
     return make_router(
         config,

@@ -102,8 +102,8 @@ def disagg_result(run: DisaggRun, scenario: str, system: str, warmup_s: float) -
     prefill_admitted = extra.pop("prefill_admitted_s")
     has = ~np.isnan(prefill_admitted)
     requests.loc[has, "admitted_s"] = prefill_admitted[has]
-    requests.insert(1, "replica", pd.array(extra.pop("replica"), dtype="Int64"))
-    requests.insert(2, "prefill_replica", pd.array(extra.pop("prefill_replica"), dtype="Int64"))
+    requests.insert(1, "replica", pd.Series(extra.pop("replica")).astype("Int64"))
+    requests.insert(2, "prefill_replica", pd.Series(extra.pop("prefill_replica")).astype("Int64"))
     for name, values in extra.items():
         requests[name] = values
     replicas = [*run.prefills, *run.decodes]
