@@ -152,7 +152,9 @@ class PagedScheduler(PolicyBase):
         running = state.running
         others = decode_group.others(running)
         walked = [s for i in others for s in running[i].seq_ids] if others else []
-        walked += [g.seq_ids[0] for g in state.receiving.values()]  # prompts' KV on the way
+        # Prompts' KV on the way or arrived, not yet admitted (policies/remote_kv.py).
+        walked += [g.seq_ids[0] for g in state.receiving.values()]
+        walked += [g.seq_ids[0] for g in state.landed.values()]
         return self.kv.memory_breakdown(
             walked,
             num_uncommitted=decode_group.num_deferred_computed,

@@ -83,6 +83,7 @@ class PagedState:
         self.keeps_finished_blocks = False
         self.held: dict[int, int] = {}
         self.receiving: dict[int, SeqGroup] = {}
+        self.landed: dict[int, SeqGroup] = {}  # received, waiting for admission
         self._next_seq_id = 0
         self._next_child_id = 0
 
@@ -173,6 +174,7 @@ class PagedState:
         allocated before the transfer): it computes the last prompt token, whose logits give
         the first output token, as vLLM V1 does after WAITING_FOR_REMOTE_KVS."""
         group.is_remote = False
+        del self.landed[group.request.request_id]
         num_new = group.target - group.num_computed
         group.request.transition(RequestStatus.RUNNING, now_s)
         self.running.append(group)
@@ -388,6 +390,7 @@ class PagedState:
         assert queued == len(self.groups), "a live group is in no queue, or in two"
         assert all(self.kv.has_seq(s) for s in self.held.values())
         assert all(self.kv.has_seq(g.seq_ids[0]) for g in self.receiving.values())
+        assert all(g.is_remote and self.kv.has_seq(g.seq_ids[0]) for g in self.landed.values())
 
 
 def prompt_hasher(request: Request, block_size: int) -> SequenceHasher:

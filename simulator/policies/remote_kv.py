@@ -13,14 +13,20 @@ Here: `reserve_remote` allocates the blocks (or refuses: no room now), `land_rem
 computed and queues the request; its admission (`PagedState.admit_remote`) runs the last token.
 The request's status stays WAITING throughout, as vLLM's WAITING_FOR_REMOTE_KVS is a kind of
 waiting.
+
+One departure from vLLM: a landed prompt is admitted even behind a waiting request that does not
+fit (`admit_landed`). It needs no new block (they were allocated before the transfer), so it
+takes nothing from that request; vLLM's waiting loop stops at the first request that does not
+fit, and a decode replica whose running request was preempted for lack of blocks, with landed
+prompts holding the rest behind it, would then wait forever (nothing running frees a block).
 """
 
 from __future__ import annotations
 
 from pagesim.simulator.core.request import Request, RequestStatus
 from pagesim.simulator.policies.paged import PagedScheduler
-from pagesim.simulator.policies.paged_state import prompt_hasher
-from pagesim.simulator.policies.seq_group import SeqGroup
+from pagesim.simulator.policies.paged_state import PagedState, prompt_hasher
+from pagesim.simulator.policies.seq_group import SeqGroup, StepBuilder
 
 
 def can_receive(scheduler: PagedScheduler) -> bool:
@@ -70,4 +76,21 @@ def land_remote(scheduler: PagedScheduler, request_id: int) -> None:
         state.kv.commit(group.seq_ids[0], num_computed, hashes)
         group.num_computed = num_computed
     group.is_remote = True
+    state.landed[request_id] = group
     state.waiting.push(group)
+
+
+def admit_landed(state: PagedState, step: StepBuilder, budget: int, now_s: float) -> int:
+    """Admit landed remote prompts from anywhere in the queue (each its last prompt token, in
+    slots it holds) while the token budget and max_num_seqs allow; returns the budget left.
+    Called when the queue's head does not fit."""
+    if not state.landed:
+        return budget
+    landed = list(state.landed.values())  # in the order they landed
+    max_num_seqs = state.knobs.max_num_seqs
+    for group in landed:
+        if budget <= 0 or state.num_running_seqs + group.num_seqs > max_num_seqs:
+            break
+        state.waiting.remove(group)
+        budget -= state.admit(group, budget, step, now_s)
+    return budget

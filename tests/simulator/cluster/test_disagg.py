@@ -6,14 +6,15 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
+import pandas as pd
 import pytest
 
 from pagesim.simulator.cluster.disagg_result import TTFT_PARTS, link_utilization
-from pagesim.simulator.core.config import Policy
+from pagesim.simulator.core.config import Policy, Scenario
 from pagesim.simulator.core.link import LinkConfig
 from pagesim.simulator.core.plan import SeqWork, StepPlan
 from pagesim.simulator.engine import simulate
-from tests.sim_helpers import explicit_workload, system
+from tests.sim_helpers import explicit_workload, scenario, system
 from tests.simulator.cluster.disagg_helpers import (
     assert_all_blocks_back,
     fleet,
@@ -22,6 +23,18 @@ from tests.simulator.cluster.disagg_helpers import (
 )
 
 LLAMA2_7B_KV_BYTES_PER_TOKEN = 524_288  # FACTS.md: 2 x 32 layers x 32 heads x 128 x 2 bytes
+
+
+def scenario_of(
+    requests: list[tuple[int, int, float]], *, prefill_blocks: int, decode_blocks: int
+) -> Scenario:
+    """Systems "p" and "d" (vLLM V1, these KV blocks, 256-token budget), max_seq_len 256."""
+    sc = scenario(
+        explicit_workload(requests),
+        system(Policy.VLLM_V1, "p", num_kv_blocks=prefill_blocks, max_num_batched_tokens=256),
+        system(Policy.VLLM_V1, "d", num_kv_blocks=decode_blocks, max_num_batched_tokens=256),
+    )
+    return replace(sc, model=replace(sc.model, max_seq_len=256))
 
 
 def price(replica: object, *work: SeqWork) -> float:
@@ -142,3 +155,32 @@ def test_the_colocated_system_runs_the_same_gpus_as_one_fleet() -> None:
     assert colocated.summary["num_gpus"] == 3 and "ttft_transfer_mean_s" not in colocated.summary
     disaggregated = simulate(both, both.systems[0])
     assert disaggregated.summary["num_gpus"] == 3 and disaggregated.summary["num_transfers"] == 2
+
+
+def test_landed_prompts_run_past_a_preempted_request_that_does_not_fit() -> None:
+    # Decode replica of 16 blocks. A (49 + 33 tokens) decodes while B's and C's prompts (65 and
+    # 81 tokens: 5 and 6 blocks) are received; A's growth then finds no block and A, alone
+    # running, is preempted to the queue's head, which it cannot leave (its 6 blocks are B's
+    # and C's). B and C need no new block: they are admitted past it, finish, and A resumes.
+    # (vLLM's waiting loop would stop at A: policies/remote_kv.py.)
+    sc = scenario_of(
+        [(49, 33, 0.0), (65, 1, 0.0), (81, 1, 0.0)], prefill_blocks=14, decode_blocks=16
+    )
+    disagg, result = run(sc, fleet(sc, link=LinkConfig(1e8), prefill_system="p", decode_system="d"))
+    a, b, c = (row for _, row in result.requests.iterrows())
+    assert a.num_preemptions == 1 and a.finish_s > b.finish_s == c.finish_s
+    assert (result.requests["status"] == "finished").all()
+    assert_all_blocks_back(disagg)
+
+
+def test_the_decode_fast_path_changes_nothing() -> None:
+    # With invariant checks off, decode replicas advance lone decoders as a group and count
+    # the prompts still on the wire in their memory breakdown; the results are the same.
+    from tests.sim_helpers import poisson_workload
+
+    sc = v1_scenario(poisson_workload(60, 30.0, 300, 80), max_seq_len=1024, num_kv_blocks=150)
+    cluster = fleet(sc, 1, 2, LinkConfig(5e9, 1e-4))
+    _, checked = run(sc, cluster, check=True)
+    _, fast = run(sc, cluster, check=False)
+    assert checked.summary == fast.summary
+    pd.testing.assert_frame_equal(checked.requests, fast.requests)
