@@ -58,7 +58,12 @@ from pagesim.simulator.core.errors import InputError, choices_text
 from pagesim.simulator.core.link import LinkConfig
 from pagesim.simulator.core.request import Request, RequestStatus
 from pagesim.simulator.metrics.request_log import RequestLog
-from pagesim.simulator.policies.remote_kv import can_receive, land_remote, reserve_remote
+from pagesim.simulator.policies.remote_kv import (
+    can_receive,
+    land_remote,
+    release_held,
+    reserve_remote,
+)
 from pagesim.simulator.policies.seq_group import blocks_for
 from pagesim.simulator.workload.stream import WorkloadStats, iter_requests
 
@@ -212,7 +217,7 @@ def run_disagg(
         assert taken is not None
         handoff.transfer_start_s = float(taken[0])
         handoff.transfer_end_s = env.now
-        prefill.paged.state.release_held(handoff.clone.request_id)
+        release_held(prefill.paged, handoff.clone.request_id)
         prefill.wake()  # its freed blocks may admit a waiting prompt
         land_remote(decode.paged, handoff.request.request_id)
         decode.receive(handoff.request)

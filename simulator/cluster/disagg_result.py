@@ -25,12 +25,13 @@ Summary: DESIGN.md's metrics over all requests, the fleet figures of cluster/res
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pandas as pd
 
 from pagesim.simulator.cluster.disagg import DisaggRun, run_disagg
-from pagesim.simulator.cluster.result import _step_figures, imbalance
-from pagesim.simulator.core.cluster import ClusterConfig
+from pagesim.simulator.cluster.result import _step_figures, imbalance, simulate_cluster
 from pagesim.simulator.core.config import Scenario, SystemConfig
 from pagesim.simulator.metrics.recorder import summarize
 from pagesim.simulator.metrics.result import RunResult
@@ -195,12 +196,18 @@ def link_utilization(requests: pd.DataFrame, num_ports: int, bin_s: float) -> pd
     return pd.DataFrame({"start_s": edges[:-1], "busy_share": busy})
 
 
-def simulate_disagg(
-    scenario: Scenario,
-    cluster: ClusterConfig,
-    system: SystemConfig,
-    *,
-    check_invariants: bool = False,
+def simulate_any_fleet(
+    scenario: Scenario, system: SystemConfig | None = None, *, check_invariants: bool = False
 ) -> RunResult:
-    run = run_disagg(scenario, cluster, system, check_invariants=check_invariants)
-    return disagg_result(run, scenario.name, system.name, scenario.stop.warmup_s)
+    """engine.simulate for a scenario with a [cluster] (or sessions): a disaggregated fleet
+    here, any other through cluster/result.py's simulate_cluster. A colocated system of a
+    disaggregated scenario (`colocated_systems`) runs its pools colocated."""
+    system = system or scenario.systems[0]
+    cluster = scenario.cluster
+    if cluster is not None:
+        cluster = cluster.for_system(system.name)
+        if cluster.is_disaggregated:
+            run = run_disagg(scenario, cluster, system, check_invariants=check_invariants)
+            return disagg_result(run, scenario.name, system.name, scenario.stop.warmup_s)
+        scenario = replace(scenario, cluster=cluster)
+    return simulate_cluster(scenario, system, check_invariants=check_invariants)

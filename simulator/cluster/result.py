@@ -189,10 +189,5 @@ def simulate_cluster(
     cluster = scenario.cluster or ClusterConfig(
         (PoolConfig("replica", 1, scenario.gpu, scenario.tensor_parallel),)
     )
-    cluster = cluster.for_system(system.name)
-    if cluster.is_disaggregated:
-        from pagesim.simulator.cluster.disagg_result import simulate_disagg
-
-        return simulate_disagg(scenario, cluster, system, check_invariants=check_invariants)
     run = run_fleet(scenario, cluster, system, check_invariants=check_invariants)
     return fleet_result(run, scenario.name, system.name, scenario.stop.warmup_s)

@@ -77,9 +77,8 @@ class PagedState:
         self.prefix_stats = PrefixStats()
         self.num_running_seqs = 0
         self.decode_group: DecodeGroup | None = None
-        # Disaggregation (policies/remote_kv.py): a prefill replica keeps a finished request's
-        # blocks (`held`: request id -> holder sequence) until its KV has been sent; a decode
-        # replica holds the blocks of prompts whose KV is on its way (`receiving`).
+        # Disaggregation (policies/remote_kv.py): finished requests' blocks kept until sent
+        # (request id -> holder seq); prompts whose KV is on the way, or arrived.
         self.keeps_finished_blocks = False
         self.held: dict[int, int] = {}
         self.receiving: dict[int, SeqGroup] = {}
@@ -368,16 +367,13 @@ class PagedState:
             running.remove(group)
 
     def hold(self, group: SeqGroup) -> None:
-        """Keep a finishing group's blocks under a holder sequence until `release_held`: vLLM
+        """Keep a finishing group's blocks under a holder sequence until released: vLLM
         V1 frees a prefill request's blocks only once its KV was sent (the connector's
         request_finished returns delay_free_blocks; v1/core/sched/scheduler.py _free_request)."""
         seq_id = group.seq_ids[0]
         holder = self.new_seq_id()
         self.kv.fork(seq_id, holder, final_len=self.kv.num_tokens(seq_id))
         self.held[group.request.request_id] = holder
-
-    def release_held(self, request_id: int) -> None:
-        self.kv.free(self.held.pop(request_id))
 
     # -- checks -------------------------------------------------------------------------------
     def check_invariants(self) -> None:
@@ -388,8 +384,8 @@ class PagedState:
         assert self.num_running_seqs == sum(g.num_seqs for g in self.running)
         queued = len(self.running) + len(self.swapped) + len(self.waiting) + len(self.receiving)
         assert queued == len(self.groups), "a live group is in no queue, or in two"
-        assert all(self.kv.has_seq(s) for s in self.held.values())
-        assert all(self.kv.has_seq(g.seq_ids[0]) for g in self.receiving.values())
+        receiving = [g.seq_ids[0] for g in self.receiving.values()]
+        assert all(self.kv.has_seq(s) for s in [*self.held.values(), *receiving])
         assert all(g.is_remote and self.kv.has_seq(g.seq_ids[0]) for g in self.landed.values())
 
 

@@ -29,6 +29,12 @@ from pagesim.simulator.policies.paged_state import PagedState, prompt_hasher
 from pagesim.simulator.policies.seq_group import SeqGroup, StepBuilder
 
 
+def release_held(scheduler: PagedScheduler, request_id: int) -> None:
+    """The KV of a prefill replica's finished request has left: free its held blocks."""
+    state = scheduler.state
+    state.kv.free(state.held.pop(request_id))
+
+
 def can_receive(scheduler: PagedScheduler) -> bool:
     """Whether remote prompts may take blocks now: not while a preempted request waits at the
     head of the queue (vLLM puts preempted requests first in `waiting` and allocates in queue

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from pagesim.simulator.core.config import Policy
 from pagesim.simulator.core.request import RequestStatus
-from pagesim.simulator.policies.remote_kv import can_receive, land_remote, reserve_remote
+from pagesim.simulator.policies.remote_kv import (
+    can_receive,
+    land_remote,
+    release_held,
+    reserve_remote,
+)
 from pagesim.simulator.policies.seq_group import StepBuilder
 from tests.sim_helpers import paged_scheduler, request, step_and_check, work_of
 
@@ -20,7 +25,7 @@ def test_a_prefill_replica_holds_a_finished_prompts_blocks_until_released() -> N
     assert not sched.has_pending and sched.kv.num_used_blocks == 3
     assert sched.state.held == {0: 1}  # holder sequence 1 shares sequence 0's blocks
     assert sched.kv.num_tokens(1) == 10 and sched.memory_breakdown().reserved_slots == 0
-    sched.state.release_held(0)
+    release_held(sched, 0)
     sched.check_invariants()
     assert sched.kv.num_used_blocks == 0 and sched.state.held == {}
 
