@@ -70,9 +70,9 @@ def simulate(
     """
     is_fleet = scenario.cluster is not None or scenario.workload.sessions is not None
     if is_fleet and on_step is None and execution_factory is None:
-        from pagesim.simulator.cluster.result import simulate_cluster
+        from pagesim.simulator.cluster.disagg_result import simulate_any_fleet
 
-        return simulate_cluster(scenario, system, check_invariants=check_invariants)
+        return simulate_any_fleet(scenario, system, check_invariants=check_invariants)
     resolved = resolve_runnable(system or scenario.systems[0], scenario)
     system = resolved.system
     capacity = kv_capacity(scenario, system)

@@ -111,6 +111,16 @@ class Replica:
         if not self._wakeup.triggered:
             self._wakeup.succeed()
 
+    def wake(self) -> None:
+        """Re-plan now: something outside the replica changed what it can do."""
+        if not self._wakeup.triggered:
+            self._wakeup.succeed()
+
+    def waits_on_others(self) -> bool:
+        """Whether a stuck replica is waiting for another's work (a disaggregated prefill
+        replica whose blocks wait to be sent), not stalled: simulator/cluster/disagg.py."""
+        return False
+
     def mark_arrivals_done(self) -> None:
         self.scheduler.mark_arrivals_done()
         if not self._wakeup.triggered:
@@ -128,7 +138,7 @@ class Replica:
                 if scheduler.arrivals_done:
                     if not scheduler.has_pending:
                         return
-                    if delay_s is None:
+                    if delay_s is None and not self.waits_on_others():
                         running, waiting, swapped = scheduler.queue_lengths()
                         raise ReplicaStallError(
                             f"replica {self.index} stalled at t={env.now:.3f}s with {running} "

@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 from enum import Enum
 
 from pagesim.simulator.core.catalog import GPUSpec
+from pagesim.simulator.core.link import LinkConfig
 
 
 class RouterKind(Enum):
@@ -45,6 +46,14 @@ class RouterConfig:
     ring_points: int = 160
 
 
+class PoolRole(Enum):
+    """What a pool's replicas do (prefill/decode disaggregation: simulator/cluster/disagg.py)."""
+
+    BOTH = "both"  # colocated: prefill and decode on the same replica
+    PREFILL = "prefill"  # computes prompts (and their first token), then hands the KV over
+    DECODE = "decode"  # receives a prompt's KV and decodes
+
+
 @dataclass(frozen=True, slots=True)
 class PoolConfig:
     """`count` identical replicas: a system (policy and knobs), a GPU and a tensor-parallel
@@ -55,6 +64,7 @@ class PoolConfig:
     gpu: GPUSpec
     tensor_parallel: int = 1
     system: str | None = None
+    role: PoolRole = PoolRole.BOTH
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +74,25 @@ class ClusterConfig:
     # (system name, router kind): the router a system runs behind when it is not router.kind,
     # so that one scenario compares routers as it compares systems (router_comparison).
     router_by_system: tuple[tuple[str, RouterKind], ...] = ()
+    # Disaggregated fleets (pools with role prefill / decode): the KV link between them and a
+    # router per phase (None: `router`).
+    link: LinkConfig | None = None
+    prefill_router: RouterConfig | None = None
+    decode_router: RouterConfig | None = None
+    # Systems that run the same pools colocated (every role "both", behind `router`): a
+    # disaggregated fleet beside a colocated one with the same GPUs, in one scenario.
+    colocated_systems: tuple[str, ...] = ()
+
+    @property
+    def is_disaggregated(self) -> bool:
+        return any(pool.role is not PoolRole.BOTH for pool in self.pools)
+
+    def for_system(self, system: str) -> ClusterConfig:
+        """The fleet `system` runs on: these pools colocated when it is a colocated system."""
+        if system not in self.colocated_systems:
+            return self
+        pools = tuple(replace(pool, role=PoolRole.BOTH) for pool in self.pools)
+        return replace(self, pools=pools)
 
     def router_for(self, system: str) -> RouterConfig:
         for name, kind in self.router_by_system:

@@ -164,8 +164,12 @@ class PagedScheduler(PolicyBase):
         # Members in closed form (DecodeGroup), the others' tails walked by the KV cache.
         running = state.running
         others = decode_group.others(running)
+        walked = [s for i in others for s in running[i].seq_ids] if others else []
+        # Prompts' KV on the way or arrived, not yet admitted (policies/remote_kv.py).
+        walked += [g.seq_ids[0] for g in state.receiving.values()]
+        walked += [g.seq_ids[0] for g in state.landed.values()]
         return self.kv.memory_breakdown(
-            [s for i in others for s in running[i].seq_ids] if others else (),
+            walked,
             num_uncommitted=decode_group.num_deferred_computed,
             num_reserved_elsewhere=decode_group.num_reserved_slots,
         )
@@ -220,6 +224,10 @@ class PagedScheduler(PolicyBase):
         return self.state.prefix_stats.readmit_hit_rate
 
     # -- admission checks -------------------------------------------------------------------
+    def rejection_reason(self, request: Request) -> str | None:
+        """Why `request` could never run here (add_request rejects it for this), or None."""
+        return self.too_long_reason(request) or self._capacity_reason(request)
+
     def _capacity_reason(self, request: Request) -> str | None:
         """A request that could not finish even alone on the GPU is rejected up front."""
         block_size = self.state.block_size

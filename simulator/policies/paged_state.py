@@ -95,6 +95,12 @@ class PagedState:
         self.num_running_seqs = 0
         self.decode_group: DecodeGroup | None = None
         self.spec: SpecDecoder | None = None  # speculative decoding (V1; policies/speculative)
+        # Disaggregation (policies/remote_kv.py): finished requests' blocks kept until sent
+        # (request id -> holder seq); prompts whose KV is on the way, or arrived.
+        self.keeps_finished_blocks = False
+        self.held: dict[int, int] = {}
+        self.receiving: dict[int, SeqGroup] = {}
+        self.landed: dict[int, SeqGroup] = {}  # received, waiting for admission
         self._next_seq_id = 0
         self._next_child_id = 0
 
@@ -144,6 +150,8 @@ class PagedState:
 
         Returns the tokens scheduled, 0 if its blocks do not fit (nothing is changed then).
         """
+        if group.is_remote:
+            return self.admit_remote(group, step, now_s)
         seq_id = group.seq_ids[0]
         hashes = group.hashers[0].block_hashes() if group.hashers is not None else ()
         kv = self.kv
@@ -176,6 +184,19 @@ class PagedState:
         self.running.append(group)
         self.num_running_seqs += group.num_seqs
         self.add_to_step(step, group, num_new, True, copies)
+        return num_new
+
+    def admit_remote(self, group: SeqGroup, step: StepBuilder, now_s: float) -> int:
+        """Start a group whose prompt KV arrived (all but its last token computed, every slot
+        allocated before the transfer): it computes the last prompt token, whose logits give
+        the first output token, as vLLM V1 does after WAITING_FOR_REMOTE_KVS."""
+        group.is_remote = False
+        del self.landed[group.request.request_id]
+        num_new = group.target - group.num_computed
+        group.request.transition(RequestStatus.RUNNING, now_s)
+        self.running.append(group)
+        self.num_running_seqs += group.num_seqs
+        self.add_to_step(step, group, num_new, True, ())
         return num_new
 
     def add_to_step(
@@ -351,6 +372,8 @@ class PagedState:
     def finish(self, finished: Sequence[SeqGroup], now_s: float) -> None:
         """Finished groups free their blocks (in this order) and leave the running list."""
         for group in finished:
+            if self.keeps_finished_blocks:
+                self.hold(group)
             self.release(group)
             self.num_running_seqs -= group.num_seqs
             del self.groups[group.request.request_id]
@@ -361,6 +384,15 @@ class PagedState:
         for group in finished:  # a few of hundreds: each removal is one C-level scan
             running.remove(group)
 
+    def hold(self, group: SeqGroup) -> None:
+        """Keep a finishing group's blocks under a holder sequence until released: vLLM
+        V1 frees a prefill request's blocks only once its KV was sent (the connector's
+        request_finished returns delay_free_blocks; v1/core/sched/scheduler.py _free_request)."""
+        seq_id = group.seq_ids[0]
+        holder = self.new_seq_id()
+        self.kv.fork(seq_id, holder, final_len=self.kv.num_tokens(seq_id))
+        self.held[group.request.request_id] = holder
+
     # -- checks -------------------------------------------------------------------------------
     def check_invariants(self) -> None:
         self.kv.check_invariants()
@@ -368,8 +400,11 @@ class PagedState:
         assert all(self.kv.has_seq(s) and not self.kv.is_swapped(s) for s in live)
         assert all(self.kv.is_swapped(s) for g in self.swapped for s in g.seq_ids)
         assert self.num_running_seqs == sum(g.num_seqs for g in self.running)
-        queued = len(self.running) + len(self.swapped) + len(self.waiting)
+        queued = len(self.running) + len(self.swapped) + len(self.waiting) + len(self.receiving)
         assert queued == len(self.groups), "a live group is in no queue, or in two"
+        receiving = [g.seq_ids[0] for g in self.receiving.values()]
+        assert all(self.kv.has_seq(s) for s in [*self.held.values(), *receiving])
+        assert all(g.is_remote and self.kv.has_seq(g.seq_ids[0]) for g in self.landed.values())
 
 
 def prompt_hasher(request: Request, block_size: int) -> SequenceHasher:

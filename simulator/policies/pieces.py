@@ -66,6 +66,15 @@ class WaitingQueue(Generic[T]):
             return self._fifo.popleft()
         return heapq.heappop(self._heap)[3]
 
+    def remove(self, item: T) -> None:
+        """Take `item` out from anywhere in the queue (a landed remote prompt admitted past a
+        head that does not fit: policies/remote_kv.py)."""
+        if self._order is AdmissionOrder.FCFS:
+            self._fifo.remove(item)
+        else:
+            self._heap.remove(self._key(item))
+            heapq.heapify(self._heap)
+
     def __len__(self) -> int:
         return len(self._items)
 

@@ -31,6 +31,9 @@ class SeqGroup:
     hashers: list[SequenceHasher] | None = None  # per sequence, only with prefix caching
     num_dropped: int = 0  # KV tokens (all sequences') dropped at the last recompute preemption
     fan_out: FanOut | None = None  # the parent this request is one sample of (V1 n > 1)
+    # Its prompt's KV arrived from a prefill replica (policies/remote_kv.py): admission computes
+    # only the last prompt token, in slots already allocated.
+    is_remote: bool = False
 
     @property
     def is_prefilling(self) -> bool:

@@ -14,6 +14,7 @@ from collections import deque
 from pagesim.simulator.core.config import SystemConfig
 from pagesim.simulator.policies.paged_state import PagedState
 from pagesim.simulator.policies.pieces import PagedPieces, paged_pieces
+from pagesim.simulator.policies.remote_kv import admit_landed
 from pagesim.simulator.policies.seq_group import SeqGroup, StepBuilder
 
 
@@ -55,6 +56,7 @@ def admit_prompts(state: PagedState, step: StepBuilder, now_s: float) -> None:
             break
         waiting.pop()
         budget -= scheduled
+    admit_landed(state, step, budget, now_s)  # a head that did not fit blocks none of them
 
 
 def grow_running(state: PagedState, step: StepBuilder, now_s: float) -> None:

@@ -16,6 +16,7 @@ from collections import deque
 from pagesim.simulator.core.config import SystemConfig
 from pagesim.simulator.policies.paged_state import PagedState
 from pagesim.simulator.policies.pieces import PagedPieces, paged_pieces
+from pagesim.simulator.policies.remote_kv import admit_landed
 from pagesim.simulator.policies.seq_group import Demand, SeqGroup, StepBuilder
 from pagesim.simulator.policies.speculative import schedule_running_speculative
 
@@ -125,3 +126,4 @@ def admit_chunks(
             break
         waiting.pop()
         budget -= scheduled
+    admit_landed(state, step, budget, now_s)  # a head that did not fit blocks none of them

@@ -5,7 +5,10 @@
                    cache_threshold, balance_abs_threshold, balance_rel_threshold,
                    prefix_block_tokens, ring_points
 [[cluster.pools]]  name, count, system (a [[systems]] name; default: the system simulated),
-                   gpu (a GPU preset; default: [gpu]), tensor_parallel (default: [model]'s)
+                   gpu (a GPU preset; default: [gpu]), tensor_parallel (default: [model]'s),
+                   role (both | prefill | decode)
+Disaggregation's keys ([cluster.link], a router per phase, colocated_systems):
+simulator/scenario/disagg.py.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 from pagesim.simulator.core.catalog import GPUS, GPUSpec, ModelSpec, get_gpu
 from pagesim.simulator.core.cluster import ClusterConfig, PoolConfig, RouterConfig, RouterKind
 from pagesim.simulator.core.errors import InputError, choices_text
+from pagesim.simulator.scenario.disagg import check_roles, read_colocated, read_link, read_role
 from pagesim.simulator.scenario.table import Table
 
 MAX_REPLICAS = 4096
@@ -24,20 +28,7 @@ def read_cluster(
     if not t.data:
         return None
     router_t = t.table("router")
-    base = RouterConfig()
-    router = RouterConfig(
-        kind=router_t.choice("kind", RouterKind, base.kind),
-        report_interval_s=router_t.number("report_interval_s", base.report_interval_s, hi=1e6),
-        cache_threshold=router_t.fraction("cache_threshold", base.cache_threshold),
-        balance_abs_threshold=router_t.integer(
-            "balance_abs_threshold", base.balance_abs_threshold, lo=0
-        ),
-        balance_rel_threshold=router_t.number(
-            "balance_rel_threshold", base.balance_rel_threshold, lo=1.0, hi=1e6
-        ),
-        prefix_block_tokens=router_t.integer("prefix_block_tokens", None, hi=1 << 20),
-        ring_points=router_t.integer("ring_points", base.ring_points, hi=1 << 16),
-    )
+    router = _router(router_t, RouterConfig())
     by_system = _by_system(router_t, system_names)
     tables = t.tables("pools")
     if not tables:
@@ -69,11 +60,39 @@ def read_cluster(
             p.fail(
                 "tensor_parallel", f"{tp} does not divide {model.name}'s {model.num_heads} heads"
             )
-        pools.append(PoolConfig(name, count, pool_gpu, tp, system))
-    cluster = ClusterConfig(tuple(pools), router, by_system)
+        pools.append(PoolConfig(name, count, pool_gpu, tp, system, read_role(p)))
+    check_roles(t, pools)
+    cluster = ClusterConfig(
+        tuple(pools),
+        router,
+        by_system,
+        link=read_link(t.table("link"), pools),
+        prefill_router=_phase_router(t, "prefill_router", router),
+        decode_router=_phase_router(t, "decode_router", router),
+        colocated_systems=read_colocated(t, system_names, pools),
+    )
     if cluster.num_replicas > MAX_REPLICAS:
         t.fail("pools", f"{cluster.num_replicas} replicas in all; at most {MAX_REPLICAS}")
     return cluster
+
+
+def _router(t: Table, base: RouterConfig) -> RouterConfig:
+    return RouterConfig(
+        kind=t.choice("kind", RouterKind, base.kind),
+        report_interval_s=t.number("report_interval_s", base.report_interval_s, hi=1e6),
+        cache_threshold=t.fraction("cache_threshold", base.cache_threshold),
+        balance_abs_threshold=t.integer("balance_abs_threshold", base.balance_abs_threshold, lo=0),
+        balance_rel_threshold=t.number(
+            "balance_rel_threshold", base.balance_rel_threshold, lo=1.0, hi=1e6
+        ),
+        prefix_block_tokens=t.integer("prefix_block_tokens", None, hi=1 << 20),
+        ring_points=t.integer("ring_points", base.ring_points, hi=1 << 16),
+    )
+
+
+def _phase_router(t: Table, name: str, base: RouterConfig) -> RouterConfig | None:
+    """[cluster.prefill_router] / [cluster.decode_router]: None when absent (the fleet's)."""
+    return _router(t.table(name), base) if t.has(name) else None
 
 
 def _by_system(t: Table, system_names: list[str]) -> tuple[tuple[str, RouterKind], ...]:

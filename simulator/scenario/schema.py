@@ -48,6 +48,10 @@ def _keys(names: str) -> dict[str, None]:
     return dict.fromkeys(names.split())
 
 
+_ROUTER_KEYS = _keys(
+    "kind report_interval_s cache_threshold balance_abs_threshold balance_rel_threshold "
+    "prefix_block_tokens ring_points"
+)
 _LENGTH_KEYS = _keys("kind value low high mean cv trace path column")
 # [systems.speculative] (config.SpeculativeConfig; read by scenario/speculative.py)
 SPECULATIVE_KEYS = _keys(
@@ -90,11 +94,13 @@ SCHEMA: Schema = {
     "stop": _keys("max_time_s warmup_s"),
     "sweep": _keys("axes"),
     "cluster": {  # simulator/scenario/cluster.py
-        "router": _keys(
-            "kind report_interval_s cache_threshold balance_abs_threshold balance_rel_threshold "
-            "prefix_block_tokens ring_points by_system"
-        ),
-        "pools": [_keys("name count system gpu tensor_parallel")],
+        "router": _ROUTER_KEYS | _keys("by_system"),
+        "pools": [_keys("name count system gpu tensor_parallel role")],
+        # simulator/scenario/disagg.py
+        "link": _keys("preset bandwidth_gb_s latency_s layerwise"),
+        "prefill_router": _ROUTER_KEYS,
+        "decode_router": _ROUTER_KEYS,
+        "colocated_systems": None,
     },
 }
 

@@ -22,6 +22,7 @@ from pagesim.simulator.core.config import (
     SampleLengths,
     Scenario,
 )
+from pagesim.simulator.core.link import GB
 from pagesim.simulator.scenario.schema import GPU_FIGURES, LENGTH_USES, SCHEMA
 
 _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
@@ -177,15 +178,30 @@ def describe_scenario(scenario: Scenario, overrides: Sequence[str] = ()) -> str:
 
 
 def _cluster_lines(s: Scenario) -> list[str]:
-    assert s.cluster is not None
-    router = {
-        f: getattr(s.cluster.router, f) for f in SCHEMA["cluster"]["router"] if f != "by_system"
-    }
-    if s.cluster.router_by_system:
-        router["by_system"] = dict(s.cluster.router_by_system)
-    out = list(_lines("[cluster.router]", router))
-    for pool in s.cluster.pools:
-        fields: dict[str, object] = {"name": pool.name, "count": pool.count}
+    cluster = s.cluster
+    assert cluster is not None
+    out: list[str] = []
+    if cluster.colocated_systems:
+        out += _lines("[cluster]", {"colocated_systems": list(cluster.colocated_systems)})
+    router_keys = [f for f in SCHEMA["cluster"]["router"] if f != "by_system"]
+    router = {f: getattr(cluster.router, f) for f in router_keys}
+    if cluster.router_by_system:
+        router["by_system"] = dict(cluster.router_by_system)
+    out += _lines("[cluster.router]", router)
+    for name in ("prefill_router", "decode_router"):
+        phase = getattr(cluster, name)
+        if phase is not None:
+            out += _lines(f"[cluster.{name}]", {f: getattr(phase, f) for f in router_keys})
+    link = cluster.link
+    if link is not None:
+        fields: dict[str, object] = {"latency_s": link.latency_s, "layerwise": link.layerwise}
+        if link.preset is None:
+            fields["bandwidth_gb_s"] = link.bandwidth_bytes_s / GB
+        else:
+            fields["preset"] = link.preset
+        out += _lines("[cluster.link]", fields)
+    for pool in cluster.pools:
+        fields = {"name": pool.name, "count": pool.count, "role": pool.role}
         fields |= {"system": pool.system, "tensor_parallel": pool.tensor_parallel}
         if pool.gpu != s.gpu:
             fields["gpu"] = pool.gpu.name

@@ -1,0 +1,105 @@
+"""The replicas of a disaggregated fleet (simulator/cluster/disagg.py): a prefill replica that
+keeps finished requests' blocks until their KV has left, a decode replica that takes requests
+whose prompt KV arrived."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import simpy
+
+from pagesim.simulator.cluster.replica import Replica
+from pagesim.simulator.core.config import Scenario, SystemConfig
+from pagesim.simulator.core.errors import InputError
+from pagesim.simulator.core.plan import StepCost, StepPlan
+from pagesim.simulator.core.request import Request
+from pagesim.simulator.execution.model import ExecutionModel
+from pagesim.simulator.policies.paged import PagedScheduler
+
+
+class PrefillReplica(Replica):
+    """Keeps finished requests' blocks until their KV has left; remembers its last step's
+    length (the compute a layer-wise transfer may overlap)."""
+
+    def __init__(
+        self,
+        index: int,
+        pool: str,
+        scenario: Scenario,
+        system: SystemConfig,
+        env: simpy.Environment,
+        on_done: Callable[[Replica, Request], None],
+        *,
+        check_invariants: bool = False,
+    ) -> None:
+        super().__init__(
+            index, pool, scenario, system, env, on_done, check_invariants=check_invariants
+        )
+        self.paged = _paged(self)
+        self.paged.state.keeps_finished_blocks = True
+        self.timed = _TimedExecution(self.execution)
+        self.execution = self.timed
+
+    def waits_on_others(self) -> bool:
+        return bool(self.paged.state.held)
+
+
+class _TimedExecution:
+    """The replica's execution model, remembering the length of the step it priced last (the
+    step that just ended when the replica looks for finished requests)."""
+
+    def __init__(self, inner: ExecutionModel) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.last_step_s = 0.0
+
+    def price(self, plan: StepPlan) -> StepCost:
+        cost = self.inner.price(plan)
+        self.last_step_s = cost.duration_s
+        return cost
+
+    def describe(self) -> dict[str, object]:
+        return self.inner.describe()
+
+
+class DecodeReplica(Replica):
+    """Receives requests whose prompt KV arrived; calls `after_step` after each step."""
+
+    def __init__(
+        self,
+        index: int,
+        pool: str,
+        scenario: Scenario,
+        system: SystemConfig,
+        env: simpy.Environment,
+        on_done: Callable[[Replica, Request], None],
+        *,
+        check_invariants: bool = False,
+    ) -> None:
+        super().__init__(
+            index, pool, scenario, system, env, on_done, check_invariants=check_invariants
+        )
+        self.paged = _paged(self)
+        self.after_step: Callable[[DecodeReplica], None] = lambda replica: None
+
+    def receive(self, request: Request) -> None:
+        """`request` (its KV landed, queued by land_remote) is now this replica's to finish."""
+        self.num_routed += 1
+        self._in_flight.append(request)
+        self._num_pending += 1
+        self.wake()
+
+    def _settle(self) -> None:
+        super()._settle()
+        self.after_step(self)
+
+
+def _paged(replica: Replica) -> PagedScheduler:
+    scheduler = replica.scheduler
+    if not isinstance(scheduler, PagedScheduler):
+        raise InputError(
+            f"cluster pool {replica.pool!r}: disaggregated pools need a paged vLLM policy "
+            f"(vllm-v0 or vllm-v1); system {replica.system.name!r} is "
+            f"{replica.system.policy.value!r}"
+        )
+    return scheduler

@@ -1,0 +1,142 @@
+"""Reading a disaggregated fleet's keys of [cluster] (simulator/cluster/disagg.py):
+
+[[cluster.pools]]        role = both | prefill | decode   (default both: colocated)
+[cluster.link]           preset = nvlink4 | ib-ndr | ib-hdr | roce-400g | roce-200g | pcie4 |
+                         pcie5, or bandwidth_gb_s (per GPU port, one direction); latency_s;
+                         layerwise (send each layer's KV while later layers compute)
+[cluster.prefill_router], [cluster.decode_router]   a router per phase, keys as
+                         [cluster.router] (default: [cluster.router])
+[cluster]                colocated_systems = [names of [[systems]] that run the same pools
+                         colocated, role "both", behind [cluster.router]]
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from pagesim.simulator.core.cluster import PoolConfig, PoolRole
+from pagesim.simulator.core.config import Scenario
+from pagesim.simulator.core.errors import InputError, choices_text
+from pagesim.simulator.core.link import GB, LINK_PRESETS, LinkConfig, link_preset
+from pagesim.simulator.core.model_spec import LayerKind
+from pagesim.simulator.kv.capacity import kv_capacity
+from pagesim.simulator.scenario.table import Table
+
+MAX_BANDWIDTH_GB_S = 1e6
+MAX_LATENCY_S = 60.0
+
+
+def read_role(p: Table) -> PoolRole:
+    role: PoolRole = p.choice("role", PoolRole, PoolRole.BOTH)
+    return role
+
+
+def read_link(t: Table, pools: list[PoolConfig]) -> LinkConfig | None:
+    is_disaggregated = any(pool.role is not PoolRole.BOTH for pool in pools)
+    if not t.data:
+        if is_disaggregated:
+            t.ctx.fail(
+                t.key,
+                "required with prefill/decode pools: a [cluster.link] table with preset "
+                f"({choices_text(LINK_PRESETS)}) or bandwidth_gb_s",
+            )
+        return None
+    if not is_disaggregated:
+        t.ctx.fail(t.key, 'a link needs prefill and decode pools (role = "prefill" / "decode")')
+    if t.has("bandwidth_gb_s") and t.data["bandwidth_gb_s"] == 0:
+        t.fail(
+            "bandwidth_gb_s",
+            "a link with zero bandwidth never delivers a byte; give GB/s per GPU port > 0 "
+            f"or a preset ({choices_text(LINK_PRESETS)})",
+        )
+    latency = t.number("latency_s", None, hi=MAX_LATENCY_S)
+    layerwise = t.flag("layerwise", False)
+    if t.has("preset"):
+        if t.has("bandwidth_gb_s"):
+            t.fail("bandwidth_gb_s", "give either preset or bandwidth_gb_s, not both")
+        try:
+            return link_preset(t.text("preset"), latency_s=latency, layerwise=layerwise)
+        except InputError as exc:
+            t.fail("preset", str(exc))
+    if not t.has("bandwidth_gb_s"):
+        t.fail("preset", f"give a preset ({choices_text(LINK_PRESETS)}) or bandwidth_gb_s")
+    bandwidth = t.number("bandwidth_gb_s", hi=MAX_BANDWIDTH_GB_S, lo_open=True)
+    return LinkConfig(bandwidth * GB, latency or 0.0, layerwise)
+
+
+def check_roles(t: Table, pools: list[PoolConfig]) -> None:
+    roles = {pool.role for pool in pools}
+    if roles == {PoolRole.BOTH}:
+        return
+    names = ", ".join(f"{p.name} ({p.role.value})" for p in pools)
+    if PoolRole.BOTH in roles:
+        t.fail(
+            "pools",
+            f'mixes colocated and disaggregated pools ({names}); set role = "prefill" or '
+            '"decode" on every pool, or "both" on every pool',
+        )
+    for role in (PoolRole.PREFILL, PoolRole.DECODE):
+        if role not in roles:
+            t.fail("pools", f"a disaggregated fleet needs a {role.value} pool; got {names}")
+
+
+def read_colocated(t: Table, system_names: list[str], pools: list[PoolConfig]) -> tuple[str, ...]:
+    if not t.has("colocated_systems"):
+        return ()
+    names = t.data["colocated_systems"]
+    valid = choices_text(system_names)
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        t.fail("colocated_systems", f"expected a list of [[systems]] names ({valid})")
+    for name in names:
+        if name not in system_names:
+            t.fail("colocated_systems", f"no [[systems]] named {name!r}; valid: {valid}")
+    if all(pool.role is PoolRole.BOTH for pool in pools):
+        t.fail("colocated_systems", "only meaningful with prefill/decode pools")
+    return tuple(names)
+
+
+def check_decode_memory(t: Table, scenario: Scenario) -> None:
+    """Each decode pool's KV cache must hold one request of the model's maximum length, for
+    every system that runs it disaggregated (a pool without `system` runs each of them)."""
+    cluster = scenario.cluster
+    if cluster is None or not cluster.is_disaggregated:
+        return
+    max_len = scenario.model.max_seq_len
+    by_name = {s.name: s for s in scenario.systems}
+    runs = [s for s in scenario.systems if s.name not in cluster.colocated_systems]
+    if any(kind is not LayerKind.FULL for kind in scenario.model.kinds()):
+        # The transfer is sized as every layer's KV of the whole prompt, and the decode side
+        # receives into one block table per sequence: a window or state layer's is neither.
+        t.fail(
+            "pools",
+            f"model {scenario.model.name!r} has sliding-window or state layers; pagesim's "
+            "disaggregated fleets move full-attention KV only: run it colocated (role = "
+            '"both")',
+        )
+    for system in runs:
+        if system.speculative is not None:
+            t.fail(
+                "pools",
+                f"system {system.name!r} speculates; pagesim's disaggregated fleets do not "
+                "model speculative decoding on the decode side yet: run it colocated (role = "
+                '"both") or remove its [systems.speculative]',
+            )
+    for table, pool in zip(t.tables("pools"), cluster.pools, strict=True):
+        if pool.role is not PoolRole.DECODE:
+            continue
+        pool_scenario = replace(scenario, gpu=pool.gpu, tensor_parallel=pool.tensor_parallel)
+        for system in [by_name[pool.system]] if pool.system is not None else runs:
+            try:
+                capacity = kv_capacity(pool_scenario, system)
+            except InputError:
+                continue  # no KV memory at all: the run says so, as for any system
+            needed = -(-(max_len - 1) // capacity.block_size)
+            if capacity.num_gpu_blocks < needed:
+                table.fail(
+                    "role",
+                    f"decode pool {pool.name!r} with system {system.name!r} holds "
+                    f"{capacity.num_gpu_blocks} KV blocks of {capacity.block_size} tokens per "
+                    f"replica, fewer than one request of the model's max_seq_len {max_len} needs "
+                    f"({needed}); give it a GPU with more memory, a larger tensor_parallel or "
+                    "more num_kv_blocks, or lower [model] max_seq_len",
+                )

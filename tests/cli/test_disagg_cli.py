@@ -1,0 +1,135 @@
+"""Disaggregated fleets on the command line: a run, and bad input as one `error:` line naming
+the file, the field and the fix, exit 2."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from cli_helpers import run_cli
+
+DISAGG = """
+name = "disagg"
+[model]
+preset = "llama-3-8b"
+[gpu]
+preset = "h100-sxm"
+[workload]
+num_requests = 40
+[workload.arrival]
+kind = "poisson"
+rate_per_s = 20
+[workload.prompt]
+kind = "uniform"
+low = 100
+high = 600
+[workload.output]
+kind = "uniform"
+low = 10
+high = 60
+[[systems]]
+name = "disagg"
+policy = "vllm-v1"
+[[systems]]
+name = "colocated"
+policy = "vllm-v1"
+[[systems]]
+name = "tiny"
+policy = "vllm-v1"
+num_kv_blocks = 10
+[cluster]
+colocated_systems = ["colocated"]
+[cluster.decode_router]
+kind = "least-kv"
+[cluster.link]
+preset = "ib-ndr"
+[[cluster.pools]]
+name = "p"
+role = "prefill"
+count = 1
+[[cluster.pools]]
+name = "d"
+role = "decode"
+count = 2
+"""
+
+
+def test_a_disaggregated_fleet_runs_beside_its_colocated_twin(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "disagg.toml").write_text(DISAGG)
+    out = tmp_path / "out"
+    args = [
+        "run",
+        "disagg.toml",
+        "--out",
+        str(out),
+        "--no-report",
+        "--set",
+        "systems[2].num_kv_blocks=4096",
+    ]
+    result = run_cli(capsys, *args)
+    assert result.exit_code == 0, result.err
+    disagg = json.loads((out / "disagg" / "summary.json").read_text())["summary"]
+    colocated = json.loads((out / "colocated" / "summary.json").read_text())["summary"]
+    assert disagg["num_gpus"] == colocated["num_gpus"] == 3
+    assert disagg["num_transfers"] == disagg["num_finished"] == 40
+    header = (out / "disagg" / "requests.csv").read_text().splitlines()[0].split(",")
+    assert header[1:3] == ["replica", "prefill_replica"] and "ttft_transfer_s" in header
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["cluster.pools[1].count=0"], "cluster.pools[1].count: a pool needs at least 1 replica"),
+        (
+            ['cluster.link.preset=""', "cluster.link.bandwidth_gb_s=0"],
+            "cluster.link.bandwidth_gb_s: a link with zero bandwidth never delivers a byte",
+        ),
+        (
+            ['cluster.pools[1].system="tiny"'],
+            "cluster.pools[1].role: decode pool 'd' with system 'tiny' holds 10 KV blocks of 16 "
+            "tokens per replica, fewer than one request of the model's max_seq_len 8192 needs "
+            "(512); give it a GPU with more memory",
+        ),
+        (
+            ['cluster.pools[0].role="both"'],
+            "cluster.pools: mixes colocated and disaggregated pools",
+        ),
+        (['cluster.link.preset="nvlink9"'], "cluster.link.preset: unknown link preset 'nvlink9'"),
+        (
+            ['cluster.pools[1].role="prefill"'],
+            "cluster.pools: a disaggregated fleet needs a decode pool",
+        ),
+        (
+            ['model.preset="gpt-oss-20b"'],
+            "cluster.pools: model 'gpt-oss-20b' has sliding-window or state layers",
+        ),
+        (
+            [
+                'systems[0].speculative.method="ngram"',
+                "systems[0].speculative.num_speculative_tokens=2",
+                "systems[0].speculative.acceptance_rate=0.5",
+            ],
+            "cluster.pools: system 'disagg' speculates",
+        ),
+    ],
+)
+def test_bad_disaggregation_input_is_one_error_line_exit_2(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    args: list[str],
+    needle: str,
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "scenario.toml").write_text(DISAGG)
+    sets = [part for arg in args for part in ("--set", arg)]
+    result = run_cli(capsys, "validate", "scenario.toml", *sets)
+    assert result.exit_code == 2, (result.out, result.err)
+    lines = result.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "scenario.toml" in lines[0]
+    assert needle in lines[0], lines[0]
+    assert "Traceback" not in result.err + result.out
