@@ -382,7 +382,11 @@ class RooflineModel:
             "lm_head": f"roofline ({fitted} factors)",
             "decode_attention": "roofline (factors fitted to A100 attention; block term estimated)",
             "prefill_attention": "roofline (factors fitted to A100 attention)",
-            "all_reduce": f"roofline ({link}: {self.link.name})"
+            "all_reduce": (
+                f"roofline ({link}: {self.link.name}"
+                + ("; measured medians up to 4 MiB" if self.link.small_s else "")
+                + ")"
+            )
             if self.tensor_parallel > 1
             else "none (tensor_parallel 1)",
             "host_overhead": self.host.source,

@@ -88,3 +88,16 @@ def test_a_larger_message_never_costs_less(
     assert allreduce_call_s(size * factor, workers, at) >= allreduce_call_s(size, workers, at)
     if at.small_s:  # the knots themselves are non-decreasing
         assert list(at.small_s) == sorted(at.small_s)
+
+
+def test_the_report_says_where_the_all_reduce_comes_from() -> None:
+    from pagesim.simulator.core.catalog import get_model
+    from pagesim.simulator.execution.roofline import RooflineModel
+
+    llama = get_model("llama-2-7b")
+    dgx = RooflineModel(llama, get_gpu("a100-80gb"), ExecutionConfig(), tensor_parallel=2)
+    assert dgx.term_sources()["all_reduce"] == (
+        "roofline (fitted: nvlink3 (DGX A100); measured medians up to 4 MiB)"
+    )
+    pcie = RooflineModel(llama, get_gpu("l40s"), ExecutionConfig(), tensor_parallel=2)
+    assert pcie.term_sources()["all_reduce"] == "roofline (estimate: pcie4 (estimate))"
