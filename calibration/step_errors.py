@@ -299,7 +299,7 @@ def target_lines(
         "by more than 1.15 / 0.85 (e.g. ~61 µs at 128–256 KiB and ~23 µs at 512 KiB on 4 "
         "A100s; the rows come in runs of one speed or the other): no non-decreasing model can "
         "be within 15% at both sizes, and the simulator needs one (a larger step never costs "
-        f"less); the other {len(misses) - len(falling)} are the non-decreasing fit's compromise "
+        f"less); the other {len(misses) - len(falling)}: the non-decreasing fit's compromise "
         "with the knots between the grid's sizes. Tested on data it was not built from: knots "
         "of every other row of the file "
         f"against the other rows, {within(held)} of {len(held)} within 15% (median "
