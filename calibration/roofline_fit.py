@@ -1,16 +1,19 @@
 """`pagesim calibrate fit-roofline`: the roofline's per-GPU factors and interconnects, fitted to
 Vidur's measurements, reproducibly (same files, same numbers).
 
-- Linear layers (gemm_efficiency, weight_bw_efficiency, gemm_overlap, gemm_launch_s): Nelder-Mead
-  on the squared log error of a layer's measured time (linear + small operators + its two
-  measured all-reduces), every model and TP of the GPU, 1 to 8192 tokens: the linear layers are
-  fitted where they matter to a step, not to microsecond GEMMs beside a slower all-reduce.
+- Linear layers (gemm_efficiency, weight_bw_efficiency, gemm_overlap, gemm_launch_s and the GEMM
+  tile): GEMM by GEMM (simulator/execution/gemm.py: tile and wave quantization over the chip's
+  SMs), Nelder-Mead on the squared log error of a layer's measured time (linear + small
+  operators + its two measured all-reduces), every model and TP of the GPU, 1 to 8192 tokens: the
+  linear layers are fitted where they matter to a step, not to microsecond GEMMs beside a slower
+  all-reduce. Once per tile of GEMM_TILES (and once without quantization); the tile whose fit is
+  best over all those rows wins (a model choice made on every row, not on the error table's grid).
 - Small operators: `a + bytes / (bw x eff)` per layer, least squares in relative error.
 - Attention, where measured (Llama-2-70B at TP 2 on A100): decode `a + D x seq_s + KV bytes /
   (bw x eff)`; prefill `a + FA pairs x FLOPs / (peak x eff)`, a shared with decode.
-- All-reduce per node: `latency + ring bytes / bus bw`, Nelder-Mead on the squared log error of
-  the medians of half-octave size bins, 8 KiB to 64 MiB (the messages of 1 to 4096 tokens of
-  Llama-2-7B to 70B), every worker count of the node's single-node rows.
+- All-reduce per node (calibration/allreduce_fit.py): per GPU count the measured medians at
+  half-octave knots up to 4 MiB and `latency + ring bytes / bus bw` fitted above; one curve over
+  all counts and sizes for other counts.
 
 The constants in simulator/core/hardware.py are this module's output, rounded.
 """
@@ -21,9 +24,11 @@ import json
 import math
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
+from pagesim.calibration.allreduce_fit import fit_interconnect, measured_allreduce_s
 from pagesim.calibration.fit import fit_nonnegative
 from pagesim.calibration.minimize import nelder_mead
 from pagesim.calibration.vidur_csv import (
@@ -41,17 +46,17 @@ from pagesim.calibration.vidur_layout import VIDUR_GPUS, VIDUR_MODELS, vidur_fil
 from pagesim.simulator.core.catalog import GPUSpec, ModelSpec, get_gpu, get_model
 from pagesim.simulator.core.errors import InputError
 from pagesim.simulator.core.hardware import A100, Interconnect, RooflineFactors
-from pagesim.simulator.execution.roofline_terms import (
-    GEMMS_PER_LAYER,
-    LayerShapes,
-    gemm_s,
-)
+from pagesim.simulator.execution.gemm import gemm_dims, gemm_time_s
+from pagesim.simulator.execution.roofline_terms import GEMMS_PER_LAYER, LayerShapes
 
 MAX_FIT_TOKENS = 8192
-ALLREDUCE_SIZES = (
-    8 * 1024,
-    64 * 1024 * 1024,
-)  # bytes: 1 token of a 4096-wide model .. 4096 of 8192
+# SMs per chip, the wave a GEMM's tiles fill: NVIDIA's A100 architecture whitepaper (108 SMs on
+# A100), H100 architecture whitepaper (132 SMs on H100 SXM5), A40 datasheet (10,752 CUDA cores,
+# 128 per GA102 SM: 84 SMs).
+NUM_SMS = {"a100-80gb": 108, "h100-sxm": 132, "a40": 84}
+# Output tiles the fit chooses among (tokens x features; (0, 0): no quantization, a smooth curve),
+# common CUTLASS / cuBLAS tensor-core tiles.
+GEMM_TILES = ((0, 0), (64, 128), (128, 128), (128, 256), (256, 128))
 
 
 @dataclass(frozen=True)
@@ -82,24 +87,6 @@ def read_gpu_measurements(root: Path, gpu_name: str) -> GpuMeasurements:
     return GpuMeasurements(gpu, operators, attention, all_reduce)
 
 
-def nearby_allreduce_s(table: CollectiveTable, num_workers: int, size_bytes: float) -> np.ndarray:
-    """The measured medians (seconds) within a factor 1.5 of `size_bytes`, or the 5 nearest where
-    fewer than 3 lie so close (the files are noisy at small sizes: a neighbourhood, not one row)."""
-    sizes, times = table.single_node(num_workers)
-    if not len(sizes):
-        return np.empty(0)
-    near = np.flatnonzero((sizes >= size_bytes / 1.5) & (sizes <= size_bytes * 1.5))
-    if len(near) < 3:
-        near = np.argsort(np.abs(np.log(sizes / size_bytes)), kind="stable")[:5]
-    return np.asarray(times[near], dtype=float)
-
-
-def measured_allreduce_s(table: CollectiveTable, num_workers: int, size_bytes: float) -> float:
-    """The measured median at `size_bytes`: the median of the nearby medians."""
-    near = nearby_allreduce_s(table, num_workers, size_bytes)
-    return float(np.median(near)) if len(near) else math.nan
-
-
 @dataclass(frozen=True)
 class LayerRows:
     """One row per (model, tp, tokens) measured: the roofline's inputs and the measured times."""
@@ -107,6 +94,7 @@ class LayerRows:
     model: np.ndarray  # names
     tokens: np.ndarray
     tensor_parallel: np.ndarray
+    gemms: np.ndarray  # [rows, 4 GEMMs, (K, N)]
     flops: np.ndarray
     bytes_: np.ndarray
     small_bytes: np.ndarray
@@ -125,6 +113,8 @@ def layer_rows(data: GpuMeasurements, max_tokens: int = MAX_FIT_TOKENS) -> Layer
         parts["model"].append(np.full(len(tokens), model.name))
         parts["tokens"].append(tokens.astype(float))
         parts["tensor_parallel"].append(tps)
+        dims = {t: np.array(gemm_dims(model, int(t))) for t in set(tps.tolist())}
+        parts["gemms"].append(np.array([dims[t] for t in tps]).reshape(len(tps), -1, 2))
         parts["flops"].append(np.array([shapes[t].gemm_flops_per_token for t in tps]) * tokens)
         parts["bytes_"].append(
             np.array(
@@ -164,23 +154,15 @@ def _share(x: float) -> float:
     return 1 / (1 + math.exp(-x))
 
 
-def fit_linear(gpu: GPUSpec, rows: LayerRows) -> dict[str, float]:
+def fit_linear(gpu: GPUSpec, rows: LayerRows, base: RooflineFactors) -> dict[str, Any]:
+    """The GEMM factors, and the tile (of GEMM_TILES) whose fit is best over every row."""
     rest = rows.small_s + rows.allreduce_s
     measured = rows.linear_s + rest
     # Weights stream no faster than the fastest measured stream (a step of <= 8 tokens): the
     # overlap term would otherwise push the share to the datasheet's 100%.
     streaming = rows.tokens <= 8
     top = float(np.max(rows.bytes_[streaming] / rows.linear_s[streaming])) / gpu.mem_bandwidth_bps
-
-    def unpack(x: np.ndarray) -> tuple[float, float, float, float]:
-        return _share(x[0]), min(top, 1.0) * _share(x[1]), _share(x[2]), math.exp(x[3]) * 1e-6
-
-    def predicted(x: np.ndarray) -> np.ndarray:
-        eg, ew, overlap, launch = unpack(x)
-        linear = gemm_s(
-            rows.flops, rows.bytes_, gpu.fp16_flops, gpu.mem_bandwidth_bps, eg, ew, overlap
-        )
-        return np.asarray(linear + GEMMS_PER_LAYER * launch)
+    num_sms = NUM_SMS.get(gpu.name, 0)
 
     # Every half-octave of tokens weighs the same (per model and TP): the files measure large
     # token counts far more densely than small ones.
@@ -191,17 +173,53 @@ def fit_linear(gpu: GPUSpec, rows: LayerRows) -> dict[str, float]:
     _, inverse, counts = np.unique(groups, return_inverse=True, return_counts=True)
     weight = 1.0 / counts[inverse]
 
-    def objective(x: np.ndarray) -> float:
-        return float(np.sum(weight * np.log((predicted(x) + rest) / measured) ** 2))
+    def factors_of(x: np.ndarray, tile: tuple[int, int]) -> RooflineFactors:
+        return replace(
+            base,
+            gemm_efficiency=_share(x[0]),
+            weight_bw_efficiency=min(top, 1.0) * _share(x[1]),
+            gemm_overlap=_share(x[2]),
+            gemm_launch_s=math.exp(x[3]) * 1e-6,
+            gemm_tile_m=tile[0],
+            gemm_tile_n=tile[1],
+            gemm_num_sms=num_sms if tile[0] else 0,
+        )
 
-    start = np.array([_logit(0.7), _logit(0.8), _logit(0.3), math.log(5.0)])
-    best, _ = nelder_mead(objective, start)
-    eg, ew, overlap, launch = unpack(best)
+    def predicted(f: RooflineFactors) -> np.ndarray:
+        linear = sum(
+            gemm_time_s(
+                rows.tokens,
+                rows.gemms[:, j, 0],
+                rows.gemms[:, j, 1],
+                gpu.fp16_flops,
+                gpu.mem_bandwidth_bps,
+                f,
+            )
+            for j in range(rows.gemms.shape[1])
+        )
+        return np.asarray(linear + GEMMS_PER_LAYER * f.gemm_launch_s)
+
+    best: tuple[float, RooflineFactors] | None = None
+    for tile in GEMM_TILES if num_sms else GEMM_TILES[:1]:
+
+        def objective(x: np.ndarray, tile: tuple[int, int] = tile) -> float:
+            f = factors_of(x, tile)
+            return float(np.sum(weight * np.log((predicted(f) + rest) / measured) ** 2))
+
+        start = np.array([_logit(0.7), _logit(0.8), _logit(0.3), math.log(5.0)])
+        x, value = nelder_mead(objective, start)
+        if best is None or value < best[0]:
+            best = (value, factors_of(x, tile))
+    assert best is not None
+    f = best[1]
     return {
-        "gemm_efficiency": eg,
-        "weight_bw_efficiency": ew,
-        "gemm_overlap": overlap,
-        "gemm_launch_s": launch,
+        "gemm_efficiency": f.gemm_efficiency,
+        "weight_bw_efficiency": f.weight_bw_efficiency,
+        "gemm_overlap": f.gemm_overlap,
+        "gemm_launch_s": f.gemm_launch_s,
+        "gemm_tile_m": f.gemm_tile_m,
+        "gemm_tile_n": f.gemm_tile_n,
+        "gemm_num_sms": f.gemm_num_sms,
     }
 
 
@@ -244,49 +262,6 @@ def fit_attention(gpu: GPUSpec, model: ModelSpec, table: AttentionTable) -> dict
     }
 
 
-def allreduce_bins(table: CollectiveTable) -> list[tuple[int, float, float]]:
-    """(workers, median size, median time) of half-octave size bins in ALLREDUCE_SIZES."""
-    found = []
-    lo, hi = ALLREDUCE_SIZES
-    edges = 2.0 ** np.arange(math.log2(lo), math.log2(hi) + 0.51, 0.5)
-    for workers in sorted(set(table.num_workers.tolist())):
-        sizes, times = table.single_node(workers)
-        if not len(sizes):
-            continue
-        bins = np.digitize(sizes, edges)
-        for b in range(1, len(edges)):
-            inside = bins == b
-            if inside.any():
-                found.append(
-                    (workers, float(np.median(sizes[inside])), float(np.median(times[inside])))
-                )
-    return found
-
-
-def _fit_link(bins: list[tuple[int, float, float]]) -> tuple[float, float]:
-    """(latency s, bus bandwidth B/s) minimising the squared log error over `bins`."""
-    workers = np.array([b[0] for b in bins])
-    sizes = np.array([b[1] for b in bins])
-    times = np.array([b[2] for b in bins])
-    ring = 2 * (workers - 1) / workers
-
-    def objective(x: np.ndarray) -> float:
-        predicted = math.exp(x[0]) * 1e-6 + ring * sizes / (math.exp(x[1]) * 1e9)
-        return float(np.mean(np.log(predicted / times) ** 2))
-
-    best, _ = nelder_mead(objective, np.array([math.log(30.0), math.log(150.0)]))
-    return math.exp(best[0]) * 1e-6, math.exp(best[1]) * 1e9
-
-
-def fit_interconnect(table: CollectiveTable, name: str, source: str) -> Interconnect:
-    """One (latency, bandwidth) per GPU count measured, and one over all counts (the default)."""
-    bins = allreduce_bins(table)
-    latency, bandwidth = _fit_link(bins)
-    counts = sorted({b[0] for b in bins})
-    by_workers = tuple((n, *_fit_link([b for b in bins if b[0] == n])) for n in counts)
-    return Interconnect(name, latency, bandwidth, source, True, by_workers)
-
-
 @dataclass(frozen=True)
 class FittedGpu:
     gpu_name: str
@@ -300,7 +275,7 @@ def fit_gpu(root: Path, gpu_name: str, base: RooflineFactors) -> FittedGpu:
     `base`'s where the GPU has no attention measurement."""
     data = read_gpu_measurements(root, gpu_name)
     rows = layer_rows(data)
-    found = fit_linear(data.gpu, rows) | fit_small_ops(data.gpu, rows)
+    found: dict[str, Any] = fit_linear(data.gpu, rows, base) | fit_small_ops(data.gpu, rows)
     files = [str(t.path) for _, t in data.operators]
     for model, table in data.attention:
         found |= fit_attention(data.gpu, model, table)
@@ -328,20 +303,26 @@ def constants_text(fitted: FittedGpu) -> str:
     for name in RooflineFactors.__dataclass_fields__:
         value = getattr(f, name)
         if isinstance(value, float):
-            lines.append(f"    {name}={float(f'{value:.4g}')!r},")
+            lines.append(f"    {name}={g4(value)},")
+        elif isinstance(value, int) and not isinstance(value, bool):
+            lines.append(f"    {name}={value},")
     if fitted.interconnect is not None:
         link = fitted.interconnect
-
-        def g4(x: float) -> str:
-            return repr(float(f"{x:.4g}"))
-
         lines.append(
             f"# interconnect {link.name}: {g4(link.allreduce_latency_s)}, "
             f"{g4(link.allreduce_bw_bps)}, by_workers=("
             + ", ".join(f"({n}, {g4(a)}, {g4(b)})" for n, a, b in link.by_workers)
             + ")"
         )
+        lines.append("# small_by_workers (microseconds at ALLREDUCE_KNOT_BYTES):")
+        for n, knots in link.small_by_workers:
+            lines.append(f"    ({n}, us({', '.join(f'{1e6 * k:.4g}' for k in knots)})),")
     return "\n".join(lines)
+
+
+def g4(x: float) -> str:
+    """`x` to 4 significant figures, as Python writes the float."""
+    return repr(float(f"{x:.4g}"))
 
 
 def write_fitted(fitted: list[FittedGpu], out: Path) -> Path:

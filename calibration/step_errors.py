@@ -11,7 +11,12 @@ same terms; the LM head and the host overhead are left out of both (Vidur did no
 - *before*: pagesim's roofline before the fit: one set of factors for every GPU (GEMM 0.7,
   weights 0.85, attention 0.8), max(compute, memory) per step, all-reduce at 300 GB/s with no
   per-call latency, no small operators, prefill attention at the GEMM efficiency.
-- *after*: `RooflineModel.breakdown` with the GPU preset's factors (core/hardware.py).
+- *after*: `RooflineModel.breakdown` with the GPU preset's factors (core/hardware.py): the linear
+  layers GEMM by GEMM with tile and wave quantization (execution/gemm.py), the all-reduce from the
+  measured medians up to 4 MiB and latency + bytes / bandwidth above. The grid's all-reduce
+  messages up to 4 MiB fall on the knots of that table, so the *all-reduce* part of a step's
+  error is zero by construction there; the rest of a step's error (linear, small operators,
+  attention) is the fitted model's.
 """
 
 from __future__ import annotations
@@ -32,18 +37,18 @@ from pagesim.calibration.allreduce_errors import (
     allreduce_points,
     allreduce_summary,
     allreduce_table,
+    between_knots,
+    falls_with_size,
     pct,
 )
-from pagesim.calibration.roofline_fit import (
-    GpuMeasurements,
-    measured_allreduce_s,
-    read_gpu_measurements,
-)
+from pagesim.calibration.allreduce_fit import measured_allreduce_s
+from pagesim.calibration.roofline_fit import GpuMeasurements, read_gpu_measurements
 from pagesim.calibration.vidur_csv import LINEAR_OPS, SMALL_OPS, AttentionTable, OperatorTable
 from pagesim.calibration.vidur_import import import_vidur
 from pagesim.calibration.vidur_layout import VIDUR_GPUS, measured_combinations
 from pagesim.simulator.core.catalog import GPUSpec, ModelSpec, get_model
 from pagesim.simulator.core.config import ExecutionConfig
+from pagesim.simulator.core.hardware import ALLREDUCE_KNOT_BYTES
 from pagesim.simulator.core.plan import SeqWork, StepPlan
 from pagesim.simulator.execution.roofline import RooflineModel
 from pagesim.simulator.execution.roofline_terms import LayerShapes, prefill_pairs
@@ -236,7 +241,11 @@ def operator_table(rows: list[StepError]) -> list[str]:
     return lines
 
 
-def target_lines(rows: list[StepError], points: list[AllReducePoint]) -> list[str]:
+def target_lines(
+    rows: list[StepError],
+    points: list[AllReducePoint],
+    between_knots_errors: dict[tuple[str, int], list[float]],
+) -> list[str]:
     """Where the fitted roofline misses issue 13's targets, named step by step."""
     median_target, worst_target = STEP_TARGETS
     lines = []
@@ -262,15 +271,44 @@ def target_lines(rows: list[StepError], points: list[AllReducePoint]) -> list[st
                     f"  - {r.model} TP{r.tensor_parallel} {r.shape}: {pct(r.after_err)} "
                     f"(per term: {parts})"
                 )
+
+    def within(errors: list[float]) -> int:
+        return sum(abs(e) <= ALLREDUCE_TARGET for e in errors)
+
+    large = [p for p in points if p.size_bytes > ALLREDUCE_KNOT_BYTES[-1]]
     misses = [p for p in points if abs(p.error) > ALLREDUCE_TARGET]
-    noisy = sum(p.is_noisy for p in misses)
+    groups: dict[tuple[str, int], list[AllReducePoint]] = defaultdict(list)
+    for p in points:
+        groups[(p.node, p.num_workers)].append(p)
+    falling = [p for p in misses if falls_with_size(p, groups[(p.node, p.num_workers)])]
+    held = [p.held_out_error for p in points]
+    held_misses = [p for p in points if abs(p.held_out_error) > ALLREDUCE_TARGET]
+    between = [e for errors in between_knots_errors.values() for e in errors]
+    named = ", ".join(
+        f"{p.size_bytes // 1024:,} KiB on {p.num_workers} ({p.node}) {pct(p.error)}" for p in misses
+    )
     lines.append(
-        f"- all-reduce per call: {len(points) - len(misses)} of {len(points)} sizes within "
-        f"{100 * ALLREDUCE_TARGET:.0f}% of the measured median (target: all); of the "
-        f"{len(misses)} misses, {noisy} are at sizes where more than a quarter of Vidur's own "
-        "medians lie outside ±15% of their median (the files hold two clusters there, e.g. "
-        "~20 µs and ~60 µs on 4 A100s at 128 KiB), which one latency + bytes / bandwidth curve "
-        "cannot follow; the rest are the curve's compromise across sizes."
+        f"- all-reduce per call: {within([p.error for p in points])} of {len(points)} grid sizes "
+        f"within {100 * ALLREDUCE_TARGET:.0f}% of the measured median (target: all): **not met** "
+        f"at {len(misses)} ({named}). Read the figure with care: up to 4 MiB "
+        f"({len(points) - len(large)} sizes) the roofline's all-reduce is the measured medians "
+        "at half-octave knots, made non-decreasing in size (least squares in log time), so it "
+        "is close by construction wherever the medians rise with size; above 4 MiB the fitted "
+        f"latency + bytes / bandwidth: {within([p.error for p in large])} of {len(large)}. "
+        f"{len(falling)} of the {len(misses)} misses are where Vidur's medians *fall* with size "
+        "by more than 1.15 / 0.85 (e.g. ~61 µs at 128–256 KiB and ~23 µs at 512 KiB on 4 "
+        "A100s; the rows come in runs of one speed or the other): no non-decreasing model can "
+        "be within 15% at both sizes, and the simulator needs one (a larger step never costs "
+        f"less); the other {len(misses) - len(falling)}: the non-decreasing fit's compromise "
+        "with the knots between the grid's sizes. Tested on data it was not built from: knots "
+        "of every other row of the file "
+        f"against the other rows, {within(held)} of {len(held)} within 15% (median "
+        f"{100 * np.median(np.abs(held)):.0f}%); interpolated between knots, {within(between)} "
+        f"of {len(between)}; of the {len(held_misses)} held-out misses, "
+        f"{sum(p.is_noisy for p in held_misses)} are at sizes where more than a quarter of the "
+        "medians near the size lie outside ±15% of their median (two clusters, e.g. 7–11 µs and "
+        "31–43 µs on 2 H100s at 8–128 KiB: a call lands in either, and no single-valued model "
+        "is within 15% of both)."
     )
     return lines
 
@@ -306,6 +344,7 @@ def error_page(root: Path) -> str:
     measurements = [read_gpu_measurements(root, gpu) for gpu in VIDUR_GPUS]
     rows = [r for data in measurements for r in step_errors(data)]
     points = allreduce_points(measurements)
+    between = between_knots(measurements)
     parts = [
         "# Step costs against measurements: the roofline before and after the fit",
         "",
@@ -327,7 +366,7 @@ def error_page(root: Path) -> str:
         "",
         "### Against issue 13's targets",
         "",
-        *target_lines(rows, points),
+        *target_lines(rows, points, between),
         "",
         "## Per operator (per layer; all-reduce: both calls of a layer)",
         "",
@@ -341,9 +380,14 @@ def error_page(root: Path) -> str:
         "## All-reduce per call",
         "",
         "Measured: the median of Vidur's single-node medians within a factor 1.5 of the size "
-        "(the 5 nearest where fewer than 3 lie so close); p10–p90: the spread of those medians.",
+        "(narrowed to stay symmetric at the file's last size, 64 MiB; the 5 nearest where fewer "
+        "than 3 lie so close); p10–p90: the spread of those medians. *Grid sizes*: the error "
+        "table's messages (up to 4 MiB the roofline's knots, so zero by construction); *held "
+        "out*: knots built from every other row of the file, against the median of the other "
+        "rows; *between knots*: the full table interpolated at the 18 quarter-octave sizes "
+        "between its knots.",
         "",
-        *allreduce_summary(points),
+        *allreduce_summary(points, between),
         "",
         *allreduce_table(points),
         "",

@@ -18,8 +18,10 @@ from dataclasses import dataclass, replace
 class RooflineFactors:
     """Shares of datasheet peaks and fixed costs that the roofline's terms use (roofline_terms.py).
 
-    Linear layers: the slower of compute and weight streaming plus `gemm_overlap` times the
-    faster (they overlap imperfectly between the extremes), plus `gemm_launch_s` per GEMM.
+    Linear layers, GEMM by GEMM (execution/gemm.py): the slower of compute and weight streaming
+    plus `gemm_overlap` times the faster (they overlap imperfectly between the extremes), plus
+    `gemm_launch_s` per GEMM; compute counts whole output tiles of `gemm_tile_m` x `gemm_tile_n`
+    in whole waves over `gemm_num_sms` SMs (0: no quantization, a smooth curve).
     """
 
     gemm_efficiency: float  # share of peak FLOP/s a large GEMM reaches
@@ -41,12 +43,22 @@ class RooflineFactors:
     attention_prefill_layer_s: float
     source: str
     is_fitted: bool  # False: taken from another GPU (extrapolated)
+    gemm_tile_m: int = 0  # tokens per output tile (chosen by the fit)
+    gemm_tile_n: int = 0  # output features per tile
+    gemm_num_sms: int = 0  # SMs a wave of tiles fills (the chip's datasheet count); 0: smooth
 
 
 @dataclass(frozen=True, slots=True)
 class Interconnect:
     """The link a tensor-parallel all-reduce crosses: per call `latency_s + ring bytes / bw`, ring
-    bytes = 2 (t - 1) / t x the message (NCCL's bus-bandwidth convention)."""
+    bytes = 2 (t - 1) / t x the message (NCCL's bus-bandwidth convention).
+
+    Where the link was measured, messages up to `ALLREDUCE_KNOT_BYTES[-1]` instead take the
+    measured medians (`small_by_workers`: one time per knot, per GPU count, made non-decreasing
+    in size), interpolated linearly in log size and held flat below the first knot: at small
+    sizes NCCL switches protocol and algorithm with the size, and the medians do not follow one
+    curve (roofline_terms.allreduce_call_s).
+    """
 
     name: str
     allreduce_latency_s: float  # for a GPU count not in `by_workers`
@@ -54,16 +66,30 @@ class Interconnect:
     source: str
     is_fitted: bool
     by_workers: tuple[tuple[int, float, float], ...] = ()  # (GPUs, latency s, bus bw B/s)
+    # (GPUs, seconds per call at each of ALLREDUCE_KNOT_BYTES): measured medians
+    small_by_workers: tuple[tuple[int, tuple[float, ...]], ...] = ()
+    small_s: tuple[float, ...] = ()  # this count's knots (set by `at`); () : the formula only
 
     def at(self, num_gpus: int) -> Interconnect:
         """This link's figures for an all-reduce over `num_gpus` GPUs (NCCL picks other
         algorithms and protocols at other counts: fitted one by one where measured)."""
+        small = dict(self.small_by_workers).get(num_gpus, ())
         for count, latency, bandwidth in self.by_workers:
             if count == num_gpus:
                 return replace(
-                    self, allreduce_latency_s=latency, allreduce_bw_bps=bandwidth, by_workers=()
+                    self,
+                    allreduce_latency_s=latency,
+                    allreduce_bw_bps=bandwidth,
+                    by_workers=(),
+                    small_by_workers=(),
+                    small_s=small,
                 )
-        return replace(self, by_workers=())
+        return replace(self, by_workers=(), small_by_workers=(), small_s=small)
+
+
+# Message sizes (bytes) of the measured all-reduce knots: every half octave from 8 KiB (one token
+# of a 4096-wide model) to 4 MiB; above, latency + bytes / bandwidth (fitted to the larger sizes).
+ALLREDUCE_KNOT_BYTES = tuple(2 ** (13 + k / 2) for k in range(19))
 
 
 def extrapolated(factors: RooflineFactors, measured_gpu: str) -> RooflineFactors:
@@ -79,10 +105,12 @@ _FIT = "fitted by `pagesim calibrate fit-roofline` to Vidur's {} measurements"
 
 # A100-SXM4-80GB: Vidur compute/a100 (Llama-2-7B/70B, Llama-3-8B/70B, TP 1-8, 1-8192 tokens) and
 # the attention of Llama-2-70B at TP 2 (block 16, FlashAttention backend, Kineto timings).
+# GEMMs in 64 x 128 tiles over 108 SMs (the tile: the fit's best of calibration/roofline_fit.py's
+# GEMM_TILES; the SMs: NVIDIA A100 whitepaper).
 A100 = RooflineFactors(
-    gemm_efficiency=0.7509,
-    gemm_overlap=0.5015,
-    gemm_launch_s=4.6e-06,
+    gemm_efficiency=0.7613,
+    gemm_overlap=0.1459,
+    gemm_launch_s=5.152e-06,
     weight_bw_efficiency=0.7934,
     small_ops_layer_s=1.113e-05,
     small_ops_bw_efficiency=0.5159,
@@ -95,43 +123,71 @@ A100 = RooflineFactors(
     attention_prefill_layer_s=1.669e-05,
     source=_FIT.format("a100-80gb"),
     is_fitted=True,
+    gemm_tile_m=64,
+    gemm_tile_n=128,
+    gemm_num_sms=108,
 )
 # H100-SXM: Vidur compute/h100 (Llama-2-7B/70B, TP 1-8). No attention measured: the attention
-# factors are the A100's (extrapolated; the report says so through `attention_source`).
+# factors are the A100's (extrapolated; the report says so through `attention_source`). GEMMs in
+# 128 x 128 tiles over 132 SMs (NVIDIA H100 whitepaper, SXM5).
 H100 = replace(
     A100,
-    gemm_efficiency=0.7461,
-    gemm_overlap=0.495,
-    gemm_launch_s=4.507e-06,
+    gemm_efficiency=0.7918,
+    gemm_overlap=0.2378,
+    gemm_launch_s=4.815e-06,
     weight_bw_efficiency=0.8895,
     small_ops_layer_s=1.027e-05,
     small_ops_bw_efficiency=0.5765,
     source=_FIT.format("h100-sxm"),
+    gemm_tile_m=128,
+    gemm_tile_n=128,
+    gemm_num_sms=132,
 )
-# A40: Vidur compute/a40 (Llama-2-7B/70B, TP 1-8); attention as for the H100.
+# A40: Vidur compute/a40 (Llama-2-7B/70B, TP 1-8); attention as for the H100. GEMMs in 64 x 128
+# tiles over 84 SMs (A40 datasheet: 10,752 CUDA cores, 128 per SM). L40S, L4 and RTX 4090 borrow
+# these factors (catalog.py) and so quantize as an 84-SM chip: an extrapolation (they have 142,
+# 58 and 128 SMs), which the report already flags as such.
 A40 = replace(
     A100,
-    gemm_efficiency=0.8164,
-    gemm_overlap=0.4765,
-    gemm_launch_s=4.682e-06,
-    weight_bw_efficiency=0.8086,
+    gemm_efficiency=0.8128,
+    gemm_overlap=0.2106,
+    gemm_launch_s=3.956e-06,
+    weight_bw_efficiency=0.785,
     small_ops_layer_s=7.062e-06,
     small_ops_bw_efficiency=0.741,
     source=_FIT.format("a40"),
+    gemm_tile_m=64,
+    gemm_tile_n=128,
+    gemm_num_sms=84,
 )
 # A GPU given by its figures alone ([gpu] name = ..., no preset).
 GENERIC_FACTORS = extrapolated(A100, "a100-80gb")
 
+
+def _us(*values: float) -> tuple[float, ...]:
+    return tuple(v * 1e-6 for v in values)
+
+
 # All-reduce links. DGX nodes (every GPU on NVSwitch): fitted to Vidur's
-# network/<node>/all_reduce.csv.
-# Per GPU count (NCCL's algorithm and protocol change with it), and over all counts for others.
+# network/<node>/all_reduce.csv. Per GPU count (NCCL's algorithm and protocol change with it):
+# the measured medians at ALLREDUCE_KNOT_BYTES (8 KiB .. 4 MiB, every half octave), and latency +
+# bytes / bandwidth fitted above 4 MiB; over all counts and sizes, one curve, for other counts.
+# fmt: off
 DGX_A100 = Interconnect(
     "nvlink3 (DGX A100)",
     3.848e-05,
     1.543e11,
     _FIT.format("network/a100_dgx all-reduce"),
     True,
-    by_workers=((2, 4.806e-05, 1.778e11), (4, 2.975e-05, 1.456e11), (8, 3.846e-05, 1.444e11)),
+    by_workers=((2, 4.241e-05, 1.679e11), (4, 6.003e-05, 1.833e11), (8, 6.554e-05, 1.715e11)),
+    small_by_workers=(
+        (2, _us(46, 51.03, 51.03, 51.03, 51.03, 51.03, 51.03, 51.03, 51.03, 51.03,
+            51.03, 51.03, 54, 57.64, 57.64, 57.64, 58, 62, 66)),
+        (4, _us(20, 20, 20, 20, 21, 21, 21, 42, 43.68, 43.68,
+            43.68, 43.68, 43.68, 43.68, 56.32, 56.32, 58, 72, 91)),
+        (8, _us(31, 31, 31, 31, 31, 34, 36.5, 36.5, 50.01, 50.01,
+            50.01, 50.01, 50.01, 50.01, 61, 66, 73, 82, 102)),
+    ),
 )
 DGX_H100 = Interconnect(
     "nvlink4 (DGX H100)",
@@ -139,8 +195,17 @@ DGX_H100 = Interconnect(
     3.485e11,
     _FIT.format("network/h100_dgx all-reduce"),
     True,
-    by_workers=((2, 2.354e-05, 2.877e11), (4, 3.71e-05, 4.147e11), (8, 2.908e-05, 3.463e11)),
+    by_workers=((2, 2.197e-05, 3.042e11), (4, 2.56e-05, 3.537e11), (8, 3.739e-05, 3.778e11)),
+    small_by_workers=(
+        (2, _us(7, 11, 11, 31, 31.19, 31.19, 31.19, 31.19, 31.19, 31.19,
+            38, 40, 40, 40.99, 40.99, 41, 42, 42, 43)),
+        (4, _us(38, 38, 38, 39.87, 39.87, 39.87, 39.87, 40.58, 40.58, 40.58,
+            40.58, 40.58, 40.58, 40.58, 40.58, 40.58, 40.58, 43, 46)),
+        (8, _us(30.22, 30.22, 30.22, 30.22, 30.22, 30.22, 30.22, 30.22, 30.22, 33.37,
+            33.37, 33.37, 33.37, 33.37, 33.37, 35, 44, 46, 56)),
+    ),
 )
+# fmt: on
 # PCIe 4 x16, no NVLink (L40S, L4, A40 without its bridge): an estimate, not measured here. Bus
 # bandwidth 20 GB/s, below the link's ~25 GB/s effective (FACTS.md), inside the 10-25 GB/s of a
 # PCIe ring that issue 12 cites; latency 30 us, of the order of Vidur's NVLink all-reduce latencies

@@ -52,9 +52,12 @@ def resolve_link(base: Interconnect, config: ExecutionConfig, tensor_parallel: i
         link = replace(link, allreduce_bw_bps=config.allreduce_bw_gbps * 1e9)
     if config.allreduce_latency_us is not None:
         link = replace(link, allreduce_latency_s=config.allreduce_latency_us * 1e-6)
-    if link is not base:
+    if link is not base:  # the scenario's formula replaces the measured medians too
         link = replace(
-            link, name=f"{base.name}, set in the scenario", source="[execution] allreduce_*"
+            link,
+            name=f"{base.name}, set in the scenario",
+            source="[execution] allreduce_*",
+            small_s=(),
         )
     if tensor_parallel > 1 and not link.allreduce_bw_bps > 0:
         raise InputError(

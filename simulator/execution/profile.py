@@ -131,13 +131,6 @@ class ProfileModel:
         self.block_bytes = roof.block_bytes
         self._allreduce_calls = L * ALLREDUCES_PER_LAYER if tensor_parallel > 1 else 0
         self._allreduce_message_per_token = model.hidden_size * ACTIVATION_BYTES
-        self._allreduce_fixed_s = 0.0
-        self._allreduce_s_per_token = 0.0
-        if self._allreduce_calls and terms.all_reduce is None:  # the roofline's link
-            self._allreduce_fixed_s = self._allreduce_calls * roof.link.allreduce_latency_s
-            self._allreduce_s_per_token = (
-                roof.allreduce_bytes_per_token / roof.link.allreduce_bw_bps
-            )
         measured = terms.measured_block_size
         self._block_s_per_context = self._block_s_per_seq = 0.0
         if measured not in (None, block_size):
@@ -179,8 +172,8 @@ class ProfileModel:
         if not self._allreduce_calls:
             return 0.0
         series = self.terms.all_reduce
-        if series is None:
-            return self._allreduce_fixed_s + tokens * self._allreduce_s_per_token
+        if series is None:  # the roofline's link
+            return self.roofline.allreduce_step_s(tokens)
         cached = self._allreduce_cache.get(tokens)
         if cached is None:
             message = tokens * self._allreduce_message_per_token

@@ -8,7 +8,7 @@ are per-GPU utilizations.
 Cost of one step that computes T tokens for S sequences (D decoding, the rest prefilling), L layers
 (the per-layer terms and their shapes are in roofline_terms.py):
 
-    gpu_s  = L · linear(T) + lm_head(S) + L · small_ops(T)
+    gpu_s  = L · linear(T) + lm_head(S) + L · small_ops(T)       (linear: GEMM by GEMM, gemm.py)
            + [D > 0] L · (attention_layer_s + D · attention_seq_s) + KV read / (bw · attn_eff)
              + block term (below)
            + [prefills] L · attention_prefill_layer_s
@@ -16,6 +16,7 @@ Cost of one step that computes T tokens for S sequences (D decoding, the rest pr
                      (peak · causal_eff)),  c · kv / (bw · attn_eff))
            + T · kv / (bw · attn_eff)                                  (KV writes)
            + [t > 1] L · 2 · (latency + 2(t−1)/t · T · hidden · 2 B / bus bw)
+             (messages up to 4 MiB on a measured link: its measured medians, interpolated)
     compute_s = gpu_s + host_s,  or max(gpu_s, host_s) under V1 async scheduling
                 host_s = fixed + per_seq · S      (overhead.py: by engine era)
     swap_s = (blocks in + blocks out) · block_bytes / host_link
@@ -65,6 +66,7 @@ from pagesim.simulator.core.config import ExecutionConfig
 from pagesim.simulator.core.errors import InputError
 from pagesim.simulator.core.plan import SeqWork, StepCost, StepPlan, step_cost_of
 from pagesim.simulator.execution.factors import resolve_factors, resolve_link
+from pagesim.simulator.execution.gemm import LinearCost
 from pagesim.simulator.execution.model import TransferPricer
 from pagesim.simulator.execution.moe_cost import ExpertLayout, ExpertTraffic
 from pagesim.simulator.execution.overhead import EngineEra, host_overhead
@@ -77,6 +79,7 @@ from pagesim.simulator.execution.roofline_terms import (
     WEIGHT_BYTES,
     LayerShapes,
     MLAShapes,
+    allreduce_call_s,
 )
 
 _IS_PREFILL = itemgetter(4)  # SeqWork.is_prefill
@@ -167,12 +170,17 @@ class RooflineModel(RooflineReport):
             L * ALLREDUCES_PER_LAYER * ring * shapes.allreduce_bytes_per_token
         )
 
-        # Seconds per unit, so that `price` does only multiply-adds.
+        # Seconds per unit, so that `price` does only multiply-adds (and cached look-ups: a dense
+        # 16-bit model's linear layers GEMM by GEMM (gemm.py), the LM head and the all-reduce,
+        # which are not linear in the count).
         gemm_flops_s = peak * f.gemm_efficiency
         weight_bps = bw * f.weight_bw_efficiency
         self._weight_bps = weight_bps
         kv_bps = bw * f.attention_bw_efficiency
         self._overlap = f.gemm_overlap
+        self._linear = LinearCost(model, t, peak, bw, f)
+        # Other weight dtypes and routed experts: one lumped GEMM in the model's dtypes, whose
+        # expert bytes depend on the step (precision.py, moe_cost.py); not tiled.
         self._linear_c = (
             self.linear_flops_per_token / gemm_flops_s
             if self.is_plain
@@ -180,9 +188,8 @@ class RooflineModel(RooflineReport):
         )
         self._linear_m0 = self.linear_weight_bytes / weight_bps
         self._linear_m1 = self.linear_act_bytes_per_token / weight_bps
-        self._lm_c = self.lm_head_flops_per_seq / gemm_flops_s
-        self._lm_m0 = self.lm_head_weight_bytes / weight_bps
-        self._lm_m1 = self.lm_head_act_bytes_per_seq / weight_bps
+        self._allreduce_message_per_token = shapes.allreduce_bytes_per_token
+        self._allreduce: dict[int, float] = {}
         self._kv_s_per_token = self.kv_bytes_per_token / kv_bps
         self._cached_pair_s = self.attention_flops_per_pair / (peak * f.attention_flops_efficiency)
         self._causal_pair_s = self.attention_flops_per_pair / (peak * f.attention_causal_efficiency)
@@ -195,19 +202,14 @@ class RooflineModel(RooflineReport):
         # Cached context up-projected in a prefill (non-absorbed form), at the 16-bit GEMM peak.
         self._decode_flop_s = self.decode_flops_per_pair / (peak * f.attention_flops_efficiency)
         self._upproject_s = self.upproject_flops_per_cached_token / gemm_flops_s
-        allreduce_calls = L * ALLREDUCES_PER_LAYER if t > 1 else 0
+        self._allreduce_calls = L * ALLREDUCES_PER_LAYER if t > 1 else 0
         # Fixed per step with work: GEMM launches (the layers' and the LM head's), the small ops'
-        # fixed cost, the all-reduce calls' latency.
-        self._fixed_s = (
-            (L * GEMMS_PER_LAYER + 1) * f.gemm_launch_s
-            + L * f.small_ops_layer_s
-            + allreduce_calls * self.link.allreduce_latency_s
-        )
-        # Per token: small ops' bytes, the KV write, the all-reduce's ring bytes.
+        # fixed cost.
+        self._fixed_s = (L * GEMMS_PER_LAYER + 1) * f.gemm_launch_s + L * f.small_ops_layer_s
+        # Per token: small ops' bytes, the KV write.
         self._per_token_s = (
             L * shapes.small_ops_bytes_per_token / (bw * f.small_ops_bw_efficiency)
             + self._kv_s_per_token
-            + (self.allreduce_bytes_per_token / self.link.allreduce_bw_bps if t > 1 else 0.0)
         )
         # The block term: per decode context token and per decoding sequence (module docstring).
         if model.mla is None:
@@ -287,22 +289,31 @@ class RooflineModel(RooflineReport):
         num_pairs = num_prefill_pairs + num_decode_pairs
 
         num_tokens = plan.num_prefill_tokens + plan.num_decode_tokens
-        overlap = self._overlap
-        # Linear layers and LM head: max(c, m) + overlap · min(c, m), as roofline_terms.overlapped.
-        c = num_tokens * self._linear_c
-        m = self._linear_m0 + num_tokens * self._linear_m1
+        # Linear layers: a dense 16-bit model's GEMM by GEMM (execution/gemm.py); other
+        # models' lumped, max(c, m) + overlap · min(c, m) as roofline_terms.overlapped, with
+        # the routed experts the step touches. LM head GEMM by GEMM, all-reduce per call.
         experts = self.experts
         expert_bytes = 0.0
-        if experts is not None:
-            expert_bytes = experts.note_step(num_tokens)
-            m += expert_bytes / self._weight_bps
-        linear_s = (m if c < m else c) + overlap * (c if c < m else m)
-        if experts is not None:
-            linear_s += experts.dispatch_s(num_tokens)
-        c = num_seqs * self._lm_c
-        m = self._lm_m0 + num_seqs * self._lm_m1
-        lm_head_s = (m if c < m else c) + overlap * (c if c < m else m)
-        gpu_s = linear_s + lm_head_s + attention_s + self._fixed_s + num_tokens * self._per_token_s
+        if self.is_plain:
+            linear_s = self._linear.layers_s(num_tokens)
+        else:
+            overlap = self._overlap
+            c = num_tokens * self._linear_c
+            m = self._linear_m0 + num_tokens * self._linear_m1
+            if experts is not None:
+                expert_bytes = experts.note_step(num_tokens)
+                m += expert_bytes / self._weight_bps
+            linear_s = (m if c < m else c) + overlap * (c if c < m else m)
+            if experts is not None:
+                linear_s += experts.dispatch_s(num_tokens)
+        gpu_s = (
+            linear_s
+            + self._linear.lm_head_s(num_seqs)
+            + self.allreduce_step_s(num_tokens)
+            + attention_s
+            + self._fixed_s
+            + num_tokens * self._per_token_s
+        )
         host_s = self._host_fixed + num_seqs * self._host_per_seq
         if self._host_overlapped:
             compute_s = gpu_s if gpu_s > host_s else host_s
@@ -327,6 +338,18 @@ class RooflineModel(RooflineReport):
             + copy_bytes
         )
         return step_cost_of((compute_s, swap_s, copy_s, flops, bytes_moved))
+
+    def allreduce_step_s(self, num_tokens: int) -> float:
+        """The step's all-reduces: two calls per layer of the step's hidden states
+        (roofline_terms.allreduce_call_s; 0 without tensor parallelism)."""
+        if not self._allreduce_calls:
+            return 0.0
+        found = self._allreduce.get(num_tokens)
+        if found is None:
+            message = num_tokens * self._allreduce_message_per_token
+            call_s = allreduce_call_s(message, self.tensor_parallel, self.link)
+            found = self._allreduce[num_tokens] = self._allreduce_calls * float(call_s)
+        return found
 
     def prefill_time_s(self, prompt_len: int, num_cached: int = 0) -> float:
         """compute_s of one prefill of `prompt_len` tokens, `num_cached` of them already in KV."""

@@ -8,11 +8,11 @@ from __future__ import annotations
 from pagesim.simulator.core.catalog import GPUSpec, KVDtype, ModelSpec
 from pagesim.simulator.core.hardware import Interconnect, RooflineFactors
 from pagesim.simulator.core.plan import StepPlan
+from pagesim.simulator.execution.gemm import LinearCost
 from pagesim.simulator.execution.moe_cost import ExpertTraffic
 from pagesim.simulator.execution.overhead import HostOverhead
 from pagesim.simulator.execution.precision import LinearSplit
 from pagesim.simulator.execution.roofline_terms import (
-    ALLREDUCES_PER_LAYER,
     GEMMS_PER_LAYER,
     LayerShapes,
 )
@@ -43,9 +43,8 @@ class RooflineReport:
     _linear_c: float
     _linear_m0: float
     _linear_m1: float
-    _lm_c: float
-    _lm_m0: float
-    _lm_m1: float
+    is_plain: bool
+    _linear: LinearCost
     _weight_bps: float
     _kv_s_per_token: float
     _cached_pair_s: float
@@ -62,6 +61,9 @@ class RooflineReport:
 
     @property
     def weight_bytes_per_step(self) -> float:
+        raise NotImplementedError
+
+    def allreduce_step_s(self, num_tokens: int) -> float:
         raise NotImplementedError
 
     def breakdown(self, plan: StepPlan) -> dict[str, float]:
@@ -92,15 +94,18 @@ class RooflineReport:
             for n, c in prefills
         )
         expert_bytes = r.experts.weight_bytes(num_tokens) if r.experts is not None else 0.0
-        t = r.tensor_parallel
-        parts = {
-            "linear": gemm(
+        linear_s = (
+            r._linear.layers_s(num_tokens)
+            if r.is_plain
+            else gemm(
                 num_tokens * r._linear_c,
                 r._linear_m0 + num_tokens * r._linear_m1 + expert_bytes / r._weight_bps,
             )
-            + L * GEMMS_PER_LAYER * f.gemm_launch_s,
+        )
+        parts = {
+            "linear": linear_s + L * GEMMS_PER_LAYER * f.gemm_launch_s,
             "moe_dispatch": r.experts.dispatch_s(num_tokens) if r.experts is not None else 0.0,
-            "lm_head": gemm(num_seqs * r._lm_c, r._lm_m0 + num_seqs * r._lm_m1) + f.gemm_launch_s,
+            "lm_head": r._linear.lm_head_s(num_seqs) + f.gemm_launch_s,
             "small_ops": L * f.small_ops_layer_s
             + num_tokens
             * L
@@ -115,10 +120,7 @@ class RooflineReport:
             ),
             "prefill_attention": prefill_s + r._prefill_call_s if prefills else 0.0,
             "kv_write": num_tokens * r._kv_s_per_token,
-            "all_reduce": L * ALLREDUCES_PER_LAYER * r.link.allreduce_latency_s
-            + num_tokens * r.allreduce_bytes_per_token / r.link.allreduce_bw_bps
-            if t > 1
-            else 0.0,
+            "all_reduce": r.allreduce_step_s(num_tokens),
         }
         gpu_s = sum(parts.values())
         host_s = r._host_fixed + num_seqs * r._host_per_seq
@@ -173,6 +175,9 @@ class RooflineReport:
             "gemm_efficiency": f.gemm_efficiency,
             "gemm_overlap": f.gemm_overlap,
             "gemm_launch_s": f.gemm_launch_s,
+            "gemm_tile": f"{f.gemm_tile_m} x {f.gemm_tile_n} over {f.gemm_num_sms} SMs"
+            if f.gemm_num_sms and r.is_plain
+            else "none (smooth)",
             "weight_bw_efficiency": f.weight_bw_efficiency,
             "small_ops_layer_s": f.small_ops_layer_s,
             "small_ops_bw_efficiency": f.small_ops_bw_efficiency,
@@ -211,7 +216,11 @@ class RooflineReport:
             "lm_head": f"roofline ({fitted} factors)",
             "decode_attention": "roofline (factors fitted to A100 attention; block term estimated)",
             "prefill_attention": "roofline (factors fitted to A100 attention)",
-            "all_reduce": f"roofline ({link}: {r.link.name})"
+            "all_reduce": (
+                f"roofline ({link}: {r.link.name}"
+                + ("; measured medians up to 4 MiB" if r.link.small_s else "")
+                + ")"
+            )
             if r.tensor_parallel > 1
             else "none (tensor_parallel 1)",
             "host_overhead": r.host.source,

@@ -4,10 +4,13 @@ both work.
 
 One decoder layer on one GPU under t-way tensor parallelism, T tokens in the step (times in s):
 
-    linear     = slower(c, m) + overlap * faster(c, m) + 4 * launch       (QKV, O, gate+up, down)
-                 c = T * F / (peak * gemm_eff),   m = (W + T * A) / (bw * weight_eff)
+    linear     = per GEMM (QKV, O, gate+up, down; execution/gemm.py):
+                 slower(c, m) + overlap * faster(c, m) + launch
+                 c = 2 T K N / (peak * gemm_eff) x tile/wave quantization,
+                 m = (K N + T (K + N)) * 2 B / (bw * weight_eff)
     small ops  = small_ops_layer_s + T * S / (bw * small_ops_eff)     (2 norms, rotary, act, add)
     all-reduce = 2 calls * (latency + 2 (t-1)/t * T * hidden * 2 B / bus bw)       (t > 1)
+                 (messages <= 4 MiB on a measured link: the measured medians, allreduce_call_s)
     decode attention  = attention_layer_s + D * attention_seq_s + KV bytes read / (bw * attn_eff)
     prefill attention = attention_prefill_layer_s + n * heads/t * attention_token_s
                         + n (c - n) * P / (peak * attention_flops_eff)          (cached context)
@@ -23,8 +26,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from pagesim.simulator.core.catalog import ModelSpec
-from pagesim.simulator.core.hardware import Interconnect
+from pagesim.simulator.core.hardware import ALLREDUCE_KNOT_BYTES, Interconnect
 
 WEIGHT_BYTES = 2  # fp16/bf16 weights
 ACTIVATION_BYTES = 2  # fp16/bf16 activations
@@ -83,27 +88,23 @@ def overlapped(compute_s: Number, memory_s: Number, overlap: float) -> Number:
     return 0.5 * ((1 + overlap) * total + (1 - overlap) * gap)
 
 
-def gemm_s(
-    flops: Number,
-    bytes_: Number,
-    peak_flops: float,
-    bandwidth_bps: float,
-    gemm_efficiency: float,
-    weight_bw_efficiency: float,
-    overlap: float,
-) -> Number:
-    """One GEMM (or several of one step): compute against streaming, overlapped."""
-    compute_s = flops / (peak_flops * gemm_efficiency)
-    memory_s = bytes_ / (bandwidth_bps * weight_bw_efficiency)
-    return overlapped(compute_s, memory_s, overlap)
-
-
 def allreduce_call_s(message_bytes: Number, tensor_parallel: int, link: Interconnect) -> Number:
-    """One ring all-reduce of `message_bytes` over `tensor_parallel` GPUs (0 when t = 1)."""
+    """One ring all-reduce of `message_bytes` over `tensor_parallel` GPUs (0 when t = 1): the
+    link's measured medians up to its last knot (log-size interpolation, flat below the first),
+    `latency + ring bytes / bus bw` above it (at least the last knot) or where nothing was
+    measured. Non-decreasing in the message (the knots are)."""
     if tensor_parallel <= 1:
         return 0.0 * message_bytes
     ring = 2 * (tensor_parallel - 1) / tensor_parallel
-    return link.allreduce_latency_s + ring * message_bytes / link.allreduce_bw_bps
+    formula = link.allreduce_latency_s + ring * message_bytes / link.allreduce_bw_bps
+    if not link.small_s:
+        return formula
+    knots = np.log(ALLREDUCE_KNOT_BYTES)
+    measured = np.interp(np.log(np.maximum(message_bytes, 1.0)), knots, link.small_s)
+    # Above the knots the curve, never below the last knot (a larger message never costs less).
+    return np.where(
+        message_bytes <= ALLREDUCE_KNOT_BYTES[-1], measured, np.maximum(formula, link.small_s[-1])
+    )
 
 
 def prefill_pairs(num_new: Number, context: Number) -> Number:
