@@ -88,6 +88,9 @@ SCHEMA: Schema = {
         ),
         "pools": [_keys("name count system gpu tensor_parallel")],
     },
+    "capacity": _keys(  # simulator/scenario/capacity.py
+        "min_replicas max_replicas gpus tensor_parallel routers price_per_gpu_hour currency"
+    ),
 }
 
 # The [gpu] figures: a custom GPU gives them, a preset takes them as overrides.
