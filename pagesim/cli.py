@@ -12,10 +12,8 @@ typer only.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
@@ -29,28 +27,9 @@ from pagesim.app import (
     app,
     scenarios_app,
 )
+from pagesim.cli_output import commit as _commit
+from pagesim.cli_output import output as _output
 from pagesim.simulator.core.errors import PagesimError
-
-if TYPE_CHECKING:
-    from pagesim.reports.output_folder import OutputFolder
-
-
-@contextmanager
-def _output(out: Path, kind: str, keep: Sequence[str] = ()) -> Iterator[OutputFolder]:
-    """The command's output folder, checked before any work (see reports.output_folder), and
-    what an interruption would leave of it."""
-    from pagesim.reports.output_folder import OutputFolder
-
-    opened: list[OutputFolder] = []
-    interrupts.note(lambda: console.kept_after_interrupt(out, opened[0] if opened else None))
-    with OutputFolder.open(out, kind, keep) as folder:
-        opened.append(folder)
-        yield folder
-
-
-def _commit(folder: OutputFolder, scenario: str) -> None:
-    folder.commit(scenario)
-    console.echo_replaced(folder, scenario)
 
 
 @app.command()

@@ -19,6 +19,7 @@ from pagesim.app import (
     SetOption,
     app,
 )
+from pagesim.cli_output import commit, output
 
 
 @app.command()
@@ -103,9 +104,7 @@ def capacity(
 
     configs = configurations(path, list(set_ or []), list(param or []))
     check_executor(executor, jobs, address)
-    from pagesim.cli import _commit, _output
-
-    with _output(out, "capacity", keep=["cache"]) as folder:
+    with output(out, "capacity", keep=["cache"]) as folder:
         done = study_capacity(
             configs,
             out,
@@ -123,7 +122,7 @@ def capacity(
         )
         console.echo_capacity(done)
         write_capacity(done, folder.staging, list(set_ or []))
-        _commit(folder, configs[0].scenario.name)
+        commit(folder, configs[0].scenario.name)
     typer.echo(f"ranking: {out / 'capacity.csv'}\ncapacity page: {out / 'capacity.html'}")
 
 
@@ -147,9 +146,7 @@ def _capacity_fleets(
 
     plan = plan_fleets(path, list(set_ or []), list(param or []))
     check_executor(executor, jobs, address)
-    from pagesim.cli import _commit, _output
-
-    with _output(out, "capacity", keep=["cache"]) as folder:
+    with output(out, "capacity", keep=["cache"]) as folder:
         done = study_fleets(
             plan,
             out,
@@ -163,7 +160,7 @@ def _capacity_fleets(
         )
         console.echo_fleet_capacity(done)
         write_fleet_capacity(done, folder.staging, list(set_ or []))
-        _commit(folder, plan.shapes[0].scenario.name)
+        commit(folder, plan.shapes[0].scenario.name)
     typer.echo(
         f"ranking: {out / 'capacity.csv'} (and capacity.json)\n"
         f"capacity page: {out / 'capacity.html'}"
