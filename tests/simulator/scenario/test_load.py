@@ -101,6 +101,7 @@ def test_the_library_holds_the_builtin_scenarios() -> None:
     assert BUILTINS == [
         "azure_conv_v0_vs_chunked",
         "block_size_ablation",
+        "fleet_capacity",  # issue 15: the fewest GPUs for a trace and an SLO
         "latency_vs_rate_alpaca",
         "latency_vs_rate_sharegpt",
         "measured_vs_roofline",  # issue 13: the roofline beside Vidur's measurements
