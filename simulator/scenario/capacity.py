@@ -102,9 +102,10 @@ def _prices(t: Table, searched: list[str]) -> tuple[tuple[str, float], ...]:
     return out
 
 
-def read_capacity(t: Table, scenario: Scenario) -> CapacityConfig | None:
-    """[capacity] checked against the rest of the scenario (read first): None when absent."""
-    if not t.data:
+def read_capacity(t: Table, scenario: Scenario, is_present: bool) -> CapacityConfig | None:
+    """[capacity] checked against the rest of the scenario (read first): None when absent (an
+    empty [capacity] is a fleet search with every default)."""
+    if not is_present:
         return None
     cluster = scenario.cluster
     if cluster is not None and len(cluster.pools) > 1:

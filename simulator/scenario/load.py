@@ -264,7 +264,7 @@ def _parse(raw: object, source: Path | None, check_sweep: bool) -> Scenario:
     )
     if cluster is not None:
         scenario = replace(scenario, cluster=cluster)
-    capacity = read_capacity(top.table("capacity"), scenario)
+    capacity = read_capacity(top.table("capacity"), scenario, top.has("capacity"))
     if capacity is not None:
         scenario = replace(scenario, capacity=capacity)
     for i, axis in enumerate(scenario.sweep if check_sweep else ()):
