@@ -67,18 +67,21 @@ def capacity(
     """Find each configuration's highest sustainable request rate, or, for a scenario with a
     \\[capacity] section, the fleet with the fewest GPUs that meets the SLO.
 
-    Rate search: sustainable means at least --slo-share of the requests meet the scenario's
-    \\[slo] and the p99 queueing delay stays under --max-queue-delay-s (see
-    simulator/studies/capacity_search.py); each system, at each value of the --param axes, is one
-    configuration, ranked by goodput per GPU.
+    Rate search: sustainable means at least --slo-share of the requests
+    meet the scenario's \\[slo] and the p99 queueing delay stays under
+    --max-queue-delay-s (simulator/studies/capacity_search.py). Each system,
+    at each value of the --param axes, is one configuration, ranked by
+    goodput per GPU.
 
-    Fleet search (\\[capacity]: gpus, tensor_parallel, routers, min/max_replicas,
-    price_per_gpu_hour): the same criteria on the scenario's own traffic (a trace replays at its
-    own times); for each GPU x degree x router, the fewest replicas that meet them, ranked by
-    GPUs and by cost (see simulator/studies/fleet_search.py).
+    Fleet search, for a scenario with \\[capacity] (gpus, tensor_parallel,
+    routers, replicas, prices): the same criteria on the scenario's own
+    traffic (a trace replays at its own times); for each GPU x degree x
+    router, the fewest replicas that meet them, ranked by GPUs and by cost
+    (simulator/studies/fleet_search.py).
 
-    Examples: pagesim capacity latency_vs_rate_alpaca --set slo.ttft_s=1 --set slo.tpot_s=0.1
-    --param systems.max_num_seqs=16,64,256;  pagesim capacity fleet_capacity
+    Examples: pagesim capacity latency_vs_rate_alpaca --set slo.ttft_s=1
+    --set slo.tpot_s=0.1 --param systems.max_num_seqs=16,64,256;
+    pagesim capacity fleet_capacity
     """
     from pagesim.simulator.core.errors import InputError
     from pagesim.simulator.scenario.load import load_scenario, resolve_scenario
