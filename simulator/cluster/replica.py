@@ -1,11 +1,11 @@
-"""One replica of a fleet: the single-replica engine loop (simulator/engine.py) with its own
-scheduler, KV cache, execution model and recorder, fed by a router instead of the workload.
+"""One serving replica: the engine loop, with its own scheduler, KV cache, execution model and
+recorder. engine.simulate runs a single one fed by the workload; a fleet runs several fed by a
+router (simulator/cluster/fleet.py). The step loop and the run's provenance live here only.
 
-The loop is engine.simulate's, step for step: plan, price, `yield env.timeout`, complete; idle
-until an arrival or a wake-up. An idle replica waits on its own event and costs nothing per step
-of the others. After each step it looks for requests that finished (only when its pending count
-fell) so that the router's count of requests in flight stays a count a real router keeps: it
-sees each response end.
+The loop: plan, price, `yield env.timeout`, complete; idle until an arrival or a wake-up. An idle
+replica waits on its own event and costs nothing per step of the others. In a fleet, after each
+step it looks for requests that finished (only when its pending count fell) so that the router's
+count of requests in flight stays a count a real router keeps: it sees each response end.
 """
 
 from __future__ import annotations
