@@ -309,3 +309,15 @@ def test_a_search_needs_an_slo_and_a_runnable_shape(tmp_path: Path) -> None:
     ).replace("tensor_parallel = [1, 2]", "tensor_parallel = [1]")
     with pytest.raises(InputError, match="capacity: no fleet shape can run the model: a100-80gb"):
         plan_fleets(write(tmp_path, text))
+
+
+def test_the_builtins_example_prices_are_the_cited_ones() -> None:
+    """fleet_capacity's prices are the low ends of the on-demand ranges its comment cites
+    (pricegpu.pages.dev, early 2026: A100 80GB SXM $1.49-2.49, H100 SXM $2.49-3.99 per GPU-hour),
+    labelled as example list prices to override."""
+    scenario = load_scenario("fleet_capacity")
+    assert scenario.capacity is not None
+    assert scenario.capacity.price_per_gpu_hour == (("a100-80gb", 1.49), ("h100-sxm", 2.49))
+    assert scenario.source is not None
+    text = scenario.source.read_text()
+    assert "EXAMPLE list prices" in text and "pricegpu.pages.dev" in text
