@@ -1,8 +1,9 @@
 """The `pagesim` command: each command parses its options, calls the library, prints.
 
 The work is in the library (simulator.studies.runs, reports.folders, ...); how results look on
-a terminal is in pagesim.console; `bench sim` and `bench report` are in pagesim.cli_bench, the
-GPU-side commands (calibrate, bench kernel, validate-fidelity) in pagesim.cli_calibration.
+a terminal is in pagesim.console; `capacity` is in pagesim.cli_capacity, `bench sim` and
+`bench report` in pagesim.cli_bench, the GPU-side commands (calibrate, bench kernel,
+validate-fidelity) in pagesim.cli_calibration.
 Errors map to exit codes in one place (`main`): bad input 2, a failed run 1, never a traceback
 for input a person gave. Library imports stay inside the commands, so `pagesim --help` loads
 typer only.
@@ -11,10 +12,8 @@ typer only.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
@@ -28,28 +27,9 @@ from pagesim.app import (
     app,
     scenarios_app,
 )
+from pagesim.cli_output import commit as _commit
+from pagesim.cli_output import output as _output
 from pagesim.simulator.core.errors import PagesimError
-
-if TYPE_CHECKING:
-    from pagesim.reports.output_folder import OutputFolder
-
-
-@contextmanager
-def _output(out: Path, kind: str, keep: Sequence[str] = ()) -> Iterator[OutputFolder]:
-    """The command's output folder, checked before any work (see reports.output_folder), and
-    what an interruption would leave of it."""
-    from pagesim.reports.output_folder import OutputFolder
-
-    opened: list[OutputFolder] = []
-    interrupts.note(lambda: console.kept_after_interrupt(out, opened[0] if opened else None))
-    with OutputFolder.open(out, kind, keep) as folder:
-        opened.append(folder)
-        yield folder
-
-
-def _commit(folder: OutputFolder, scenario: str) -> None:
-    folder.commit(scenario)
-    console.echo_replaced(folder, scenario)
 
 
 @app.command()
@@ -284,81 +264,8 @@ def scenarios_golden(
         check_builtins(on_checked=console.echo_golden)
 
 
-@app.command()
-def capacity(
-    scenario: Annotated[str, typer.Argument(help="A scenario TOML file or a built-in name.")],
-    param: Annotated[
-        list[str] | None,
-        typer.Option(help="A configuration axis: path=v1,v2,... (one or two); default: none."),
-    ] = None,
-    out: Annotated[Path, typer.Option(help="Folder for the ranking and report.")] = Path(
-        "runs/capacity"
-    ),
-    set_: SetOption = None,
-    slo_share: Annotated[
-        float, typer.Option(help="Share of offered requests that must meet the \\[slo].")
-    ] = 0.9,
-    max_queue_delay_s: Annotated[
-        float, typer.Option(help="Bound on the p99 wait from arrival to admission (s).")
-    ] = 5.0,
-    rel_tol: Annotated[
-        float, typer.Option(help="Stop when the failed rate is within this share of the max.")
-    ] = 0.02,
-    window_s: Annotated[
-        float,
-        typer.Option(
-            help="Offer requests for at least this long at each rate (s): more requests "
-            "than the scenario's when the rate needs them."
-        ),
-    ] = 60.0,
-    min_rate: Annotated[float, typer.Option(help="Lowest rate tried (req/s).")] = 0.01,
-    max_rate: Annotated[float, typer.Option(help="Highest rate tried (req/s).")] = 1e4,
-    jobs: JobsOption = None,
-    executor: ExecutorOption = "local",
-    address: AddressOption = None,
-    no_cache: NoCacheOption = False,
-) -> None:
-    """Find each configuration's highest sustainable request rate; rank by goodput per GPU.
-
-    Sustainable: at least --slo-share of the requests meet the scenario's \\[slo] and the p99
-    queueing delay stays under --max-queue-delay-s (see simulator/studies/capacity_search.py). Each
-    system of the scenario, at each value of the --param axes, is one configuration.
-
-    Example: pagesim capacity latency_vs_rate_alpaca --set slo.ttft_s=1 --set slo.tpot_s=0.1
-    --param systems.max_num_seqs=16,64,256
-    """
-    from pagesim.reports.folders import write_capacity
-    from pagesim.simulator.scenario.load import resolve_scenario
-    from pagesim.simulator.studies.capacity_search import configurations
-    from pagesim.simulator.studies.executors import check_executor
-    from pagesim.simulator.studies.runs import study_capacity
-
-    configs = configurations(resolve_scenario(scenario), list(set_ or []), list(param or []))
-    check_executor(executor, jobs, address)
-    with _output(out, "capacity", keep=["cache"]) as folder:
-        done = study_capacity(
-            configs,
-            out,
-            slo_share=slo_share,
-            max_queue_delay_s=max_queue_delay_s,
-            rel_tol=rel_tol,
-            window_s=window_s,
-            min_rate=min_rate,
-            max_rate=max_rate,
-            executor=executor,
-            jobs=jobs,
-            address=address,
-            use_cache=not no_cache,
-            on_round=lambda n, size: typer.echo(f"round {n}: {size} rate(s)", err=True),
-        )
-        console.echo_capacity(done)
-        write_capacity(done, folder.staging, list(set_ or []))
-        _commit(folder, configs[0].scenario.name)
-    typer.echo(f"ranking: {out / 'capacity.csv'}\ncapacity page: {out / 'capacity.html'}")
-
-
 # The benchmark and the GPU-side commands register on the same apps.
-from pagesim import cli_bench, cli_calibration  # noqa: E402, F401
+from pagesim import cli_bench, cli_calibration, cli_capacity  # noqa: E402, F401
 
 
 def main() -> None:

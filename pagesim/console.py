@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from pagesim.reports.output_folder import OutputFolder
     from pagesim.simulator.metrics.result import RunResult
     from pagesim.simulator.studies.bench_compare import Comparison
+    from pagesim.simulator.studies.fleet_study import FleetStudy
     from pagesim.simulator.studies.runs import CapacityStudy, CheckedScenario, ResolvedSystem
     from pagesim.simulator.studies.sweep import SweepRun
     from pagesim.simulator.studies.timing import BenchSpec, TimedRun
@@ -49,6 +50,23 @@ CAPACITY_COLUMNS: list[Column] = [
     ("queue_delay_p99_s", "queue p99 s", ".3g"),
     ("goodput_per_gpu", "goodput/GPU", ".3g"),
     ("num_evaluations", "runs", "d"),
+]
+FLEET_COLUMNS: list[Column] = [
+    ("rank_by_gpus", "#", ""),
+    ("system", "system", ""),
+    ("gpu", "GPU", ""),
+    ("tensor_parallel", "TP", "d"),
+    ("router", "router", ""),
+    ("replicas", "replicas", "d"),
+    ("num_gpus", "GPUs", "d"),
+    ("cost_per_hour", "cost/h", ".4g"),
+    ("cost_per_mtok", "per Mtok", ".3g"),
+    ("rank_by_cost", "cost #", ""),
+    ("slo_share", "SLO met", ".1%"),
+    ("ttft_p99_s", "TTFT p99 s", ".3g"),
+    ("queue_delay_p99_s", "queue p99 s", ".3g"),
+    ("num_evaluations", "runs", "d"),
+    ("why_not", "note", ""),
 ]
 BENCH_COLUMNS: list[Column] = [
     ("side", "", ""),
@@ -214,6 +232,24 @@ def echo_capacity(done: CapacityStudy) -> None:
         f"{len(done.configs)} configurations, {done.search.num_computed} runs simulated, "
         f"{done.search.num_cached} from the cache"
     )
+
+
+def echo_fleet_capacity(done: FleetStudy) -> None:
+    """`pagesim capacity` on a [capacity] scenario: the ranked fleets, the answer, the runs."""
+    table = done.ranking.astype(object)
+    rows = table.where(table.notna(), None).to_dict("records")
+    for row in rows:  # the whole note is in capacity.csv
+        note = str(row["why_not"] or "")
+        row["why_not"] = note if len(note) <= 70 else note[:67] + "..."
+    echo_table(rows, FLEET_COLUMNS)
+    search = done.search
+    typer.echo(
+        f"{len(done.shapes)} fleet shapes, {search.num_computed} runs simulated, "
+        f"{search.num_cached} from the cache; prices in {done.settings.currency} per GPU-hour, "
+        "cost per million tokens counts input + output tokens"
+    )
+    for line in done.answer:
+        typer.echo(line)
 
 
 @contextmanager

@@ -7,36 +7,17 @@ Each summary key also carries a `Unit`, which the HTML table uses to format it f
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from enum import Enum
-
+from pagesim.reports.glossary_fleet import FLEET_METRICS, REPLICA_METRICS, replica_metric
+from pagesim.reports.glossary_types import GlossaryEntry, SummaryMetric, Unit
 from pagesim.simulator.metrics.result import KV_CATEGORIES, REQUEST_COLUMNS, STEP_COLUMNS
 
-
-class Unit(Enum):
-    COUNT = "count"
-    SECONDS = "s"
-    SECONDS_PER_TOKEN = "s/token"
-    SHARE = "share"  # a fraction in [0, 1], shown as a percentage
-    REQ_PER_S = "req/s"
-    TOK_PER_S = "tok/s"
-    BYTES = "bytes"
-    TOKENS = "tokens"
-
-
-@dataclass(frozen=True, slots=True)
-class SummaryMetric:
-    key: str
-    label: str  # short, for table rows
-    unit: Unit
-    section: str  # the summary-table group it is shown in
-    definition: str  # a plain sentence, with the formula where there is one
-
-
-@dataclass(frozen=True, slots=True)
-class GlossaryEntry:
-    name: str
-    definition: str
+__all__ = [
+    "REPLICA_METRICS",
+    "GlossaryEntry",
+    "SummaryMetric",
+    "Unit",
+    "replica_metric",
+]
 
 
 _STATS = {"mean": "mean", "p50": "median (p50)", "p90": "90th percentile", "p99": "99th percentile"}
@@ -484,6 +465,7 @@ SUMMARY_METRICS: tuple[SummaryMetric, ...] = (
         "block per state group, the state padded to the attention page as vLLM pads it; "
         "counted in the token states.",
     ),
+    *FLEET_METRICS,
 )
 
 SUMMARY_BY_KEY: dict[str, SummaryMetric] = {m.key: m for m in SUMMARY_METRICS}
@@ -502,7 +484,10 @@ assert set(WASTE_SHARES.values()) == set(KV_CATEGORIES)
 
 def glossary_sections() -> list[tuple[str, list[GlossaryEntry]]]:
     """(section title, entries) for the HTML glossary: summary metrics, then the two frames."""
-    summary = [GlossaryEntry(m.key, f"{m.label}: {m.definition}") for m in SUMMARY_METRICS]
+    summary = [
+        GlossaryEntry(m.key, f"{m.label}: {m.definition}")
+        for m in (*SUMMARY_METRICS, *REPLICA_METRICS)
+    ]
     requests = [GlossaryEntry(k, _sentence(v)) for k, v in REQUEST_COLUMNS.items()]
     steps = [GlossaryEntry(k, _sentence(v)) for k, v in STEP_COLUMNS.items()]
     return [

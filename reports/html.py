@@ -16,7 +16,15 @@ from pathlib import Path
 import pandas as pd
 
 from pagesim.reports.frames import as_number
-from pagesim.reports.glossary import SUMMARY_BY_KEY, SUMMARY_METRICS, Unit, glossary_sections
+from pagesim.reports.glossary import (
+    REPLICA_METRICS,
+    SUMMARY_BY_KEY,
+    SUMMARY_METRICS,
+    SummaryMetric,
+    Unit,
+    glossary_sections,
+    replica_metric,
+)
 from pagesim.reports.units import MISSING, format_number, format_value
 from pagesim.simulator.metrics.result import RunResult
 
@@ -84,7 +92,11 @@ def summary_table(results: Sequence[RunResult]) -> str:
     # (key, row name, unit, group): the glossary's metrics in order, then keys it does not know.
     metrics: list[tuple[str, str, Unit | None, str]] = [
         (m.key, m.label, m.unit, m.section) for m in SUMMARY_METRICS
-    ] + [(key, key, None, "Other") for key in extra]
+    ]
+    replicas = [m for key in extra if (m := replica_metric(key)) is not None]
+    metrics += [(m.key, m.label, m.unit, m.section) for m in _by_replica(replicas)]
+    named = {m.key for m in replicas}
+    metrics += [(key, key, None, "Other") for key in extra if key not in named]
     for key, name, unit, group in metrics:
         values = [r.summary.get(key) for r in results]
         if all(v is None for v in values):
@@ -97,6 +109,17 @@ def summary_table(results: Sequence[RunResult]) -> str:
         cells = "".join(f'<td class="num">{esc(format_value(v, unit))}</td>' for v in values)
         rows.append(f'<tr><th title="{esc(key)}">{esc(name)}</th>{cells}</tr>')
     return f'<div class="wide"><table>{head}{"".join(rows)}</table></div>'
+
+
+def _by_replica(metrics: list[SummaryMetric]) -> list[SummaryMetric]:
+    """`replica_<i>_*` rows ordered by replica number, then as the glossary lists the figures."""
+    order = {m.key.removeprefix("replica_<i>_"): n for n, m in enumerate(REPLICA_METRICS)}
+
+    def key(m: SummaryMetric) -> tuple[int, int]:
+        number, _, figure = m.key.removeprefix("replica_").partition("_")
+        return int(number), order.get(figure, len(order))
+
+    return sorted(metrics, key=key)
 
 
 def _cell(value: object, unit: Unit | None = None) -> str:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from pagesim.reports import plots
+from pagesim.reports import fleet_plots, plots
 from pagesim.reports.curves import RATE_COLUMN, curve_metrics, other_axis, sweep_column
 from pagesim.simulator.metrics.result import RunResult
 
@@ -115,6 +115,26 @@ RUN_PLOTS: tuple[RunPlot, ...] = (
         "a steep rise marks memory pressure.",
         1.0,
         plots.has_preemptions,
+    ),
+    (
+        "replicas",
+        fleet_plots.plot_replicas,
+        "Replicas over time",
+        "For each fleet, each replica's load (requests running or waiting there), KV-cache use "
+        "and prefix-cache hit rate (cached / prompt tokens of the requests first admitted in "
+        "each bucket), over time; time-bucketed means, idle time counting as zero. A skewed "
+        "router shows as lines apart.",
+        1.3,
+        fleet_plots.has_fleet,
+    ),
+    (
+        "router_comparison",
+        fleet_plots.plot_router_comparison,
+        "Routers side by side",
+        "Each fleet system's prefix-cache hit rate (pooled over its replicas), TTFT mean and p99, "
+        "and load imbalance (time-averaged max / mean of requests in flight, 1 = even).",
+        0.6,
+        fleet_plots.has_router_comparison,
     ),
 )
 LEFT_OUT = {  # why a plot is not drawn, shown in its place

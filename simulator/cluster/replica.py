@@ -1,11 +1,11 @@
-"""One replica of a fleet: the single-replica engine loop (simulator/engine.py) with its own
-scheduler, KV cache, execution model and recorder, fed by a router instead of the workload.
+"""One serving replica: the engine loop, with its own scheduler, KV cache, execution model and
+recorder. engine.simulate runs a single one fed by the workload; a fleet runs several fed by a
+router (simulator/cluster/fleet.py). The step loop and the run's provenance live here only.
 
-The loop is engine.simulate's, step for step: plan, price, `yield env.timeout`, complete; idle
-until an arrival or a wake-up. An idle replica waits on its own event and costs nothing per step
-of the others. After each step it looks for requests that finished (only when its pending count
-fell) so that the router's count of requests in flight stays a count a real router keeps: it
-sees each response end.
+The loop: plan, price, `yield env.timeout`, complete; idle until an arrival or a wake-up. An idle
+replica waits on its own event and costs nothing per step of the others. In a fleet, after each
+step it looks for requests that finished (only when its pending count fell) so that the router's
+count of requests in flight stays a count a real router keeps: it sees each response end.
 """
 
 from __future__ import annotations
@@ -17,12 +17,15 @@ import simpy
 from pagesim.simulator.core.config import Scenario, SystemConfig
 from pagesim.simulator.core.defaults import (
     ERA,
+    HOST_OVERHEAD_KEY,
     era_notes,
     resolve_runnable,
     system_knobs,
 )
 from pagesim.simulator.core.request import Request
+from pagesim.simulator.core.scheduler import Scheduler
 from pagesim.simulator.execution.factory import make_execution_model
+from pagesim.simulator.execution.model import ExecutionModel
 from pagesim.simulator.execution.roofline import RooflineModel
 from pagesim.simulator.kv.capacity import kv_capacity
 from pagesim.simulator.metrics.recorder import Recorder
@@ -34,8 +37,17 @@ class ReplicaStallError(RuntimeError):
     """A replica holds requests but can make no progress: a policy bug, never hidden."""
 
 
+ExecutionFactory = Callable[[Scenario, SystemConfig, Scheduler], ExecutionModel]
+
+
 class Replica:
-    """`index` in the fleet; `scenario` already carries this replica's GPU and TP degree."""
+    """`index` in the fleet; `scenario` already carries this replica's GPU and TP degree.
+
+    engine.simulate runs its single replica through this class too, with the hooks only it
+    uses: `on_step(now)` after every step, `execution_factory` in place of the scenario's
+    execution model, and `fast_path` (see engine.simulate for when it is on by default); and
+    `on_done` None, since no router counts its requests in flight.
+    """
 
     def __init__(
         self,
@@ -44,9 +56,12 @@ class Replica:
         scenario: Scenario,
         system: SystemConfig,
         env: simpy.Environment,
-        on_done: Callable[[Replica, Request], None],
+        on_done: Callable[[Replica, Request], None] | None,
         *,
         check_invariants: bool = False,
+        on_step: Callable[[float], None] | None = None,
+        execution_factory: ExecutionFactory | None = None,
+        fast_path: bool | None = None,
     ) -> None:
         resolved = resolve_runnable(system, scenario)
         system = resolved.system
@@ -55,16 +70,26 @@ class Replica:
         self.scheduler = make_scheduler(
             system, scenario.model.max_seq_len, self.capacity, scenario.seed
         )
-        self.execution = make_execution_model(scenario, system)
-        # As engine.simulate decides it with no on_step and no execution_factory.
-        if isinstance(self.execution, RooflineModel) and not check_invariants:
+        if execution_factory is None:
+            self.execution = make_execution_model(scenario, system)
+        else:
+            self.execution = execution_factory(scenario, system, self.scheduler)
+        if fast_path is None:  # on when nobody looks at each step's per-sequence state
+            fast_path = (
+                execution_factory is None
+                and isinstance(self.execution, RooflineModel)
+                and not check_invariants
+                and on_step is None
+            )
+        if fast_path:
             enable = getattr(self.scheduler, "enable_fast_path", None)
             if enable is not None:
                 enable()
+        self._on_step = on_step
         self.recorder = Recorder(
             scenario.gpu, scenario.slo, scenario.stop.warmup_s, self.capacity.block_bytes
         )
-        self._provenance_sources = dict(resolved.sources)
+        self._provenance_sources = _defaults_from(resolved.sources, self.execution)
         self._warmup_s = scenario.stop.warmup_s
         self._env = env
         self._on_done = on_done
@@ -103,7 +128,9 @@ class Replica:
         recorder.mark_window_edge(1, tokens)
         recorder.add_request(request)
         self.scheduler.add_request(request, self._env.now)
-        if request.is_done:  # rejected at once (too long for the model or the cache)
+        if self._on_done is None:  # nobody routes on its answers (engine.simulate's replica)
+            pass
+        elif request.is_done:  # rejected at once (too long for the model or the cache)
             self._on_done(self, request)
         else:
             self._in_flight.append(request)
@@ -138,11 +165,13 @@ class Replica:
                 if scheduler.arrivals_done:
                     if not scheduler.has_pending:
                         return
+                    # nothing will arrive, no wake-up lies ahead, no KV is on its way
                     if delay_s is None and not self.waits_on_others():
                         running, waiting, swapped = scheduler.queue_lengths()
                         raise ReplicaStallError(
-                            f"replica {self.index} stalled at t={env.now:.3f}s with {running} "
-                            f"running, {waiting} waiting and {swapped} swapped requests"
+                            f"replica {self.index}: scheduler stalled at t={env.now:.3f}s with "
+                            f"{running} running, {waiting} waiting and {swapped} swapped "
+                            "requests and nothing schedulable (a policy bug)"
                         )
                 self._wakeup = env.event()
                 waits: list[simpy.Event] = [self._wakeup]
@@ -157,10 +186,14 @@ class Replica:
             if self._check:
                 scheduler.check_invariants()
             self.recorder.record_step(start, plan, cost, scheduler)
-            self._settle()
+            if self._on_done is not None:
+                self._settle()
+            if self._on_step is not None:
+                self._on_step(env.now)
 
     def _settle(self) -> None:
         """Tell the fleet of requests that ended in the last step (only if some did)."""
+        assert self._on_done is not None
         running, waiting, swapped = self.scheduler.queue_lengths()
         pending = running + waiting + swapped
         if pending >= self._num_pending and len(self._in_flight) <= pending:
@@ -203,3 +236,13 @@ class Replica:
         result.summary["num_kv_blocks"] = capacity.num_gpu_blocks
         result.summary["block_size"] = capacity.block_size
         return result
+
+
+def _defaults_from(sources: dict[str, str], execution: ExecutionModel) -> dict[str, str]:
+    """The era defaults' sources (core.defaults) and the host overhead's (execution/overhead.py),
+    which the execution model applies; a model without one (a fidelity executor) adds none."""
+    found = dict(sources)
+    host = execution.describe().get("host_overhead_source")
+    if isinstance(host, str):
+        found[HOST_OVERHEAD_KEY] = host
+    return found

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 
+from pagesim.simulator.core.capacity import CapacityConfig
 from pagesim.simulator.core.catalog import GPUSpec, KVDtype, ModelSpec
 from pagesim.simulator.core.cluster import ClusterConfig
 from pagesim.simulator.core.plan import PreemptionMode
@@ -383,3 +384,4 @@ class Scenario:
     sweep: tuple[SweepAxis, ...] = ()
     source: Path | None = None  # the TOML file it came from, for messages and reports
     cluster: ClusterConfig | None = None  # [cluster]: a fleet behind a router (None: one replica)
+    capacity: CapacityConfig | None = None  # [capacity]: the fleets `pagesim capacity` tries

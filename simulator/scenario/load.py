@@ -70,6 +70,7 @@ from pagesim.simulator.core.errors import InputError, choices_text
 from pagesim.simulator.core.model_spec import WeightDtype
 from pagesim.simulator.execution.moe_cost import ExpertLayout
 from pagesim.simulator.execution.profile_file import check_profile
+from pagesim.simulator.scenario.capacity import read_capacity
 from pagesim.simulator.scenario.cluster import read_cluster
 from pagesim.simulator.scenario.disagg import check_decode_memory
 from pagesim.simulator.scenario.files import (
@@ -279,6 +280,9 @@ def _parse(raw: object, source: Path | None, check_sweep: bool) -> Scenario:
     if cluster is not None:
         scenario = replace(scenario, cluster=cluster)
         check_decode_memory(top.table("cluster"), scenario)
+    capacity = read_capacity(top.table("capacity"), scenario, top.has("capacity"))
+    if capacity is not None:
+        scenario = replace(scenario, capacity=capacity)
     for i, axis in enumerate(scenario.sweep if check_sweep else ()):
         for j, value in enumerate(axis.values):
             point = with_value(raw, axis.path, value, ctx, f"sweep.axes[{i}]")

@@ -102,6 +102,9 @@ SCHEMA: Schema = {
         "decode_router": _ROUTER_KEYS,
         "colocated_systems": None,
     },
+    "capacity": _keys(  # simulator/scenario/capacity.py
+        "min_replicas max_replicas gpus tensor_parallel routers price_per_gpu_hour currency"
+    ),
 }
 
 # The [gpu] figures: a custom GPU gives them, a preset takes them as overrides.

@@ -174,6 +174,16 @@ def describe_scenario(scenario: Scenario, overrides: Sequence[str] = ()) -> str:
         out += _lines("[sweep]", {"axes": axes})
     if s.cluster is not None:
         out += _cluster_lines(s)
+    if s.capacity is not None:
+        c = s.capacity
+        search: dict[str, object] = {"min_replicas": c.min_replicas}
+        search["max_replicas"] = c.max_replicas
+        search["gpus"] = [g.name for g in c.gpus] or None
+        search["tensor_parallel"] = list(c.tensor_parallel) or None
+        search["routers"] = list(c.routers) or None
+        search["price_per_gpu_hour"] = dict(c.price_per_gpu_hour) or None
+        search["currency"] = c.currency
+        out += _lines("[capacity]", search)
     return "\n".join(out) + "\n"
 
 

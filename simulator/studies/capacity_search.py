@@ -183,7 +183,9 @@ def configurations(
             kind = "explicit requests" if w.explicit else f"kind {w.arrival.kind.value!r}"
             raise InputError(
                 f"{where}: workload.arrival: a capacity search varies rate_per_s, but the "
-                f"arrivals are {kind}; valid kinds: {', '.join(k.value for k in _RATED)}"
+                f"arrivals are {kind}; valid kinds: {', '.join(k.value for k in _RATED)}; "
+                "or add a [capacity] section to size a fleet for these arrivals as they are "
+                "(scenarios/README.md)"
             )
     return [
         Config(axes, variant, system) for axes, variant in variants for system in variant.systems

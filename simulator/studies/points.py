@@ -136,7 +136,9 @@ def extra_metrics(result: RunResult) -> dict[str, float | int]:
     slo_share: in-window requests that finished meeting the SLO / in-window requests offered
     (rejected and unfinished ones count as misses). queue_delay_p99_s: 99th percentile of the
     wait from arrival to first admission over in-window requests; one never admitted waits
-    forever (inf). num_gpus: tensor-parallel GPUs of the replica.
+    forever (inf). num_gpus: the run's GPUs (a fleet's summary counts them; one replica: its
+    tensor-parallel degree). num_tokens_served: prompt + output tokens of the finished requests
+    (the fleet search's cost per million tokens).
     """
     window = result.requests[result.requests["in_window"].astype(bool)]
     offered = len(window)
@@ -144,12 +146,17 @@ def extra_metrics(result: RunResult) -> dict[str, float | int]:
     waits = (window["admitted_s"] - window["arrival_s"]).to_numpy(dtype=float)
     waits = np.where(np.isnan(waits), math.inf, waits)
     p99 = float(np.percentile(waits, 99, method="higher")) if offered else 0.0
-    num_gpus = result.provenance.get("tensor_parallel", 1)
-    assert isinstance(num_gpus, int), "the engine records tensor_parallel as an int"
+    num_gpus = result.summary.get("num_gpus", result.provenance.get("tensor_parallel", 1))
+    assert isinstance(num_gpus, int), "the engine records GPU counts as ints"
+    requests = result.requests
+    finished = (requests["status"] == "finished").to_numpy()
+    served = requests["prompt_len"].to_numpy()[finished].sum()
+    served += requests["num_output_tokens"].to_numpy()[finished].sum()
     return {
         "slo_share": met / offered if offered else 0.0,
         "queue_delay_p99_s": p99,
         "num_gpus": num_gpus,
+        "num_tokens_served": int(served),
     }
 
 

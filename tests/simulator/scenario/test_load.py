@@ -102,6 +102,7 @@ def test_the_library_holds_the_builtin_scenarios() -> None:
         "azure_conv_v0_vs_chunked",
         "block_size_ablation",
         "disaggregated_vs_colocated",  # issue 16
+        "fleet_capacity",  # issue 15: the fewest GPUs for a trace and an SLO
         "fp8_vs_bf16",  # issue 17: weight dtypes in capacity and step cost
         "latency_vs_rate_alpaca",
         "latency_vs_rate_sharegpt",

@@ -1,0 +1,113 @@
+"""What `pagesim capacity` computes for a scenario with [capacity]: the cheapest-fleet search,
+then the frames of the best fleets for the report (simulator.studies.fleet_search says how).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import pandas as pd
+
+from pagesim.simulator.core.capacity import CapacityConfig
+from pagesim.simulator.core.config import Scenario
+from pagesim.simulator.metrics.result import RunResult
+from pagesim.simulator.scenario.load import resolve_scenario
+from pagesim.simulator.studies.capacity_search import Criteria
+from pagesim.simulator.studies.executors import check_executor, make_executor
+from pagesim.simulator.studies.fleet_ranking import answer_lines, fleet_evaluations, fleet_ranking
+from pagesim.simulator.studies.fleet_search import (
+    FleetPlan,
+    FleetSearchRun,
+    FleetShape,
+    plan_fleets,
+    search_fleets,
+)
+from pagesim.simulator.studies.point_cache import CACHE_DIR, PointCache
+from pagesim.simulator.studies.sweep import run_points
+
+REPORTED_FLEETS = 4  # the best ones get their per-request and per-step frames for the report
+
+
+@dataclass(frozen=True)
+class FleetStudy:
+    """A finished fleet search, with the frames of the best fleets at their size."""
+
+    scenario: Scenario  # as loaded, [capacity] included
+    shapes: list[FleetShape]
+    search: FleetSearchRun
+    criteria: Criteria
+    settings: CapacityConfig
+    ranking: pd.DataFrame  # one row per shape, fewest GPUs first
+    evaluations: pd.DataFrame  # every simulated (shape, replicas)
+    answer: list[str]  # the answer in words (fleet_ranking.answer_lines)
+    best: list[RunResult]  # up to REPORTED_FLEETS, ranked, each named by its shape's label
+
+
+def study_fleets(
+    name: str | Path | FleetPlan,
+    out: Path,
+    overrides: Sequence[str] = (),
+    params: Sequence[str] = (),
+    *,
+    slo_share: float = 0.9,
+    max_queue_delay_s: float = 5.0,
+    executor: str = "local",
+    jobs: int | None = None,
+    address: str | None = None,
+    use_cache: bool = True,
+    on_round: Callable[[int, int], None] | None = None,
+) -> FleetStudy:
+    """Search every shape's fewest replicas (cached under `out/cache`), then rerun the best
+    fleets for their frames; see `fleet_search`."""
+    if isinstance(name, str | Path):
+        plan = plan_fleets(resolve_scenario(name), list(overrides), list(params))
+    else:
+        plan = name
+    shapes, settings = plan.shapes, plan.settings
+    check_executor(executor, jobs, address)
+    criteria = Criteria(slo_share, max_queue_delay_s)
+    cache = PointCache(out / CACHE_DIR)
+    cache.prepare()
+    pool = make_executor(executor, jobs, address)
+    try:
+        search = search_fleets(
+            shapes,
+            settings,
+            pool,
+            criteria=criteria,
+            cache=cache,
+            use_cache=use_cache,
+            on_round=on_round,
+        )
+        ranking = fleet_ranking(search, criteria)
+        best = _best(search, ranking)
+        points = [shape.with_replicas(size) for shape, size in best]
+        framed = run_points(points, pool, cache=cache, frames_for=[p.key for p in points])
+    finally:
+        pool.close()
+    results = [
+        replace(framed.frames[p.key], system=shape.label)
+        for p, (shape, _) in zip(points, best, strict=True)
+    ]
+    return FleetStudy(
+        plan.scenario,
+        shapes,
+        search,
+        criteria,
+        settings,
+        ranking,
+        fleet_evaluations(search, criteria),
+        answer_lines(ranking, settings.currency),
+        results,
+    )
+
+
+def _best(search: FleetSearchRun, ranking: pd.DataFrame) -> list[tuple[FleetShape, int]]:
+    by_label = {shape.label: shape for shape in search.shapes}
+    met = ranking[ranking["replicas"].notna()].head(REPORTED_FLEETS)
+    return [
+        (by_label[str(label)], int(size))
+        for label, size in zip(met["config"], met["replicas"], strict=True)
+    ]
