@@ -20,11 +20,18 @@ def output(out: Path, kind: str, keep: Sequence[str] = ()) -> Iterator[OutputFol
     what an interruption would leave of it."""
     from pagesim.reports.output_folder import OutputFolder
 
-    opened: list[OutputFolder] = []
+    opened: list[OutputFolder] = []  # filled the moment its staging folder exists
     interrupts.note(lambda: console.kept_after_interrupt(out, opened[0] if opened else None))
-    with OutputFolder.open(out, kind, keep) as folder:
-        opened.append(folder)
-        yield folder
+    try:
+        with OutputFolder.open(out, kind, keep, opened) as folder:
+            yield folder
+    finally:
+        # A signal held back while the staging folder was made is delivered when it is let
+        # through, which may be after `open` returned and before the `with` took the folder
+        # (tests/cli/test_signals.py hit that window under load): abandon it here too. A no-op
+        # once the folder was committed or abandoned.
+        for made in opened:
+            made.abandon()
 
 
 def commit(folder: OutputFolder, scenario: str) -> None:

@@ -130,20 +130,27 @@ class OutputFolder:
     _done: bool = field(default=False, repr=False)
 
     @classmethod
-    def open(cls, out: Path, kind: str, keep: Sequence[str] = ()) -> OutputFolder:
+    def open(
+        cls,
+        out: Path,
+        kind: str,
+        keep: Sequence[str] = (),
+        made: list[OutputFolder] | None = None,
+    ) -> OutputFolder:
         """Check `out` (InputError saying why it cannot be used), lock it against other pagesim
-        commands, and make the staging folder beside it."""
+        commands, and make the staging folder beside it; `made` receives the folder in the same
+        breath as its staging folder is made (signals held), so a caller can always clean up."""
         out = Path(out)
         exists = _check_out(out)
         folder = cls(out, out, kind, keep, False, read_manifest(out) if exists else None)
         try:  # interrupted or failed half-way, whatever was made is removed again
-            folder._make(exists)
+            folder._make(exists, made)
         except BaseException:
             folder.abandon()
             raise
         return folder
 
-    def _make(self, exists: bool) -> None:
+    def _make(self, exists: bool, made: list[OutputFolder] | None = None) -> None:
         out = self.final
         try:
             out.parent.mkdir(parents=True, exist_ok=True)
@@ -162,6 +169,8 @@ class OutputFolder:
                 self.staging = Path(
                     tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name[:64]}.staging-")
                 )
+                if made is not None:
+                    made.append(self)
         except OSError as exc:
             raise _refuse(out, f"cannot write beside it: {exc.strerror or exc}") from None
 
