@@ -49,8 +49,8 @@ Assumptions a reader of a report must know:
   prefill pairs are bounded by it; state layers read no KV but read and write their fixed
   state once per sequence (layer_kinds.py; `state_layers` in `breakdown`).
 - Decode attention reads each sequence's c tokens of KV once per full-attention layer; its
-  FLOPs count for MFU, not for time. A speculative decode of n > 1 tokens counts its causal pairs for FLOPs and is
-  timed by its KV read.
+  FLOPs count for MFU, not for time. A speculative decode of n > 1 tokens counts its causal
+  pairs for FLOPs and is timed by its KV read.
 - Prefill attention is FlashAttention-like: pairs over cached context in whole tiles, the causal
   triangle of the new tokens at its own (lower, measured) efficiency, never faster than reading
   its KV once; sequences priced one after another.
