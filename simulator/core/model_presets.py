@@ -5,6 +5,26 @@ for Gemma 3 its `text_config`), read from public copies of those files and, wher
 publish one, their reference code (named per entry). Parameter counts are counted from the
 shapes (`ModelSpec.count_params`); tests/simulator/core/test_model_presets.py pins them
 against the makers' published totals.
+
+Figures first set down from memory, cross-checked later against copies of the config.json files
+in a public code index (third-party copies: the index names no repository for most of them, so
+they are described here by what they are); every figure matched, none changed:
+- Gemma-3-27B num_hidden_layers 62, vocab_size 262208, max_position_embeddings 131072: a
+  cached-config table keyed "google/gemma-3-27b" (and "google/medgemma-27b") with
+  text_config {hidden_size 5376, intermediate_size 21504, 62 layers, 16 KV heads of 128,
+  sliding_window 1024}; vocab 262208 and 131072 positions also in Gemma 3 4B/12B copies.
+- Mixtral-8x7B max_position_embeddings 32768: a printed MixtralConfig of
+  mistralai/Mixtral-8x7B-Instruct-v0.1; vocab_size 32000: a reimplementation's Mixtral 8x7B
+  config (with a 32768 context) and Mixtral's Llama-2-era tokenizer.
+- Qwen3-235B-A22B max_position_embeddings 40960: a KV-cache calculator's config table
+  (94 layers, 64 heads, 4 KV heads of 128, hidden 4096).
+- Qwen3-Next vocab_size 151936, max_position_embeddings 262144: a transcription of the
+  Qwen3-Coder-Next release config.json (model_type qwen3_next, the same 48-layer
+  architecture: full_attention_interval 4, 16 x 256 heads, 2 KV heads, 512 experts, 10 per
+  token, linear-attention heads 16/32 of 128, conv kernel 4).
+- Llama-3.1-70B max_position_embeddings 131072: the same calculator's table (Llama-3.1-8B too);
+  Llama-3.1-405B's 131072 only in a heuristic config table and Meta's "128K context" for the
+  3.1 family: the least checked figure here.
 """
 
 from __future__ import annotations

@@ -8,12 +8,16 @@ from pagesim.simulator.execution.model import ExecutionModel
 from pagesim.simulator.execution.overhead import era_of
 from pagesim.simulator.execution.roofline import RooflineModel
 from pagesim.simulator.execution.speculative import speculative_model
+from pagesim.simulator.kv.capacity import block_shape
 
 
 def make_execution_model(scenario: Scenario, system: SystemConfig) -> ExecutionModel:
     s = scenario
     era = era_of(system.policy)
     kind = system.execution or s.execution.kind
+    # The capacity's block size: a hybrid model with state layers raises it as vLLM does
+    # (kv/hybrid_layout.py: 544 tokens for Qwen3-Next), and the block term prices those blocks.
+    block_size = block_shape(s, system)[0]
 
     def roofline() -> RooflineModel:
         return RooflineModel(
@@ -22,7 +26,7 @@ def make_execution_model(scenario: Scenario, system: SystemConfig) -> ExecutionM
             s.execution,
             s.kv_dtype,
             s.tensor_parallel,
-            system.block_size,
+            block_size,
             era,
             data_parallel=s.data_parallel,
             expert_parallel=s.expert_parallel,
@@ -33,7 +37,7 @@ def make_execution_model(scenario: Scenario, system: SystemConfig) -> ExecutionM
         from pagesim.simulator.execution.profile import ProfileModel
 
         model = ProfileModel(
-            s.model, s.gpu, s.execution, s.kv_dtype, s.tensor_parallel, system.block_size, era
+            s.model, s.gpu, s.execution, s.kv_dtype, s.tensor_parallel, block_size, era
         )
     else:
         model = roofline()

@@ -15,7 +15,7 @@ that fill the tiles and waves exactly (powers of two, the usual batch and chunk 
     time     = max(c, m) + overlap x min(c, m)                      (roofline_terms.overlapped)
 
 `gemm_num_sms = 0` turns the quantization off (the smooth roofline). A model whose layers are
-not the dense four GEMMs (MoE, MLA, mixed layer kinds) is priced as one lumped GEMM of its
+not the dense four GEMMs (MoE, MLA, state layers) is priced as one lumped GEMM of its
 active parameters (LayerShapes), without quantization: its experts' shapes are not modelled here.
 The tile is one per GPU, chosen by the fit among a few common CUTLASS/cuBLAS tiles
 (calibration/roofline_fit.py): real libraries pick per shape, so this is a model of the stairs'
@@ -29,6 +29,7 @@ import numpy as np
 
 from pagesim.simulator.core.catalog import ModelSpec
 from pagesim.simulator.core.hardware import RooflineFactors
+from pagesim.simulator.core.model_spec import LayerKind
 from pagesim.simulator.execution.roofline_terms import (
     ACTIVATION_BYTES,
     WEIGHT_BYTES,
@@ -39,8 +40,9 @@ from pagesim.simulator.execution.roofline_terms import (
 
 
 def is_dense(model: ModelSpec) -> bool:
-    """Whether every layer is attention + a dense MLP: the four GEMMs of `gemm_dims`."""
-    return model.moe is None and model.mla is None and not model.layer_kinds
+    """Whether every layer is attention + a dense MLP: the four GEMMs of `gemm_dims` (a
+    sliding-window layer's projections are a full layer's; a state layer's are not)."""
+    return model.moe is None and model.mla is None and LayerKind.STATE not in model.layer_kinds
 
 
 def gemm_dims(model: ModelSpec, tensor_parallel: int) -> tuple[tuple[float, float], ...]:

@@ -45,9 +45,12 @@ Assumptions a reader of a report must know:
   non-absorbed form, with the cached context's up-projection.
 - The LM head is vocab-parallel and runs for every sequence in the plan; the embedding lookup
   and logits gather are neglected.
-- Decode attention reads each sequence's c tokens of KV once per layer; its FLOPs count for MFU,
-  not for time. A speculative decode of n > 1 tokens counts its causal pairs for FLOPs and is
-  timed by its KV read.
+- Sliding-window layers read at most their window (plus the step's new tokens) and their
+  prefill pairs are bounded by it; state layers read no KV but read and write their fixed
+  state once per sequence (layer_kinds.py; `state_layers` in `breakdown`).
+- Decode attention reads each sequence's c tokens of KV once per full-attention layer; its
+  FLOPs count for MFU, not for time. A speculative decode of n > 1 tokens counts its causal
+  pairs for FLOPs and is timed by its KV read.
 - Prefill attention is FlashAttention-like: pairs over cached context in whole tiles, the causal
   triangle of the new tokens at its own (lower, measured) efficiency, never faster than reading
   its KV once; sequences priced one after another.
@@ -67,6 +70,7 @@ from pagesim.simulator.core.errors import InputError
 from pagesim.simulator.core.plan import SeqWork, StepCost, StepPlan, step_cost_of
 from pagesim.simulator.execution.factors import resolve_factors, resolve_link
 from pagesim.simulator.execution.gemm import LinearCost
+from pagesim.simulator.execution.layer_kinds import KindsCost
 from pagesim.simulator.execution.model import TransferPricer
 from pagesim.simulator.execution.moe_cost import ExpertLayout, ExpertTraffic
 from pagesim.simulator.execution.overhead import EngineEra, host_overhead
@@ -221,6 +225,30 @@ class RooflineModel(RooflineReport):
         self.block_overhead_bytes_per_block = block_bytes_overhead
         self.block_s_per_context = block_bytes_overhead / block_size / kv_bps
         self.block_s_per_seq = block_bytes_overhead * (block_size - 1) / (2 * block_size) / kv_bps
+        # Sliding-window and state layers (layer_kinds.py); None when every layer is full.
+        self.kinds = KindsCost.of(
+            model,
+            model.kv_bytes_per_token_per_layer(kv_dtype, t),
+            model.state_bytes_per_seq(kv_dtype, t),
+            tensor_parallel=t,
+            kv_bps=kv_bps,
+            attention_flops_s=peak * f.attention_flops_efficiency,
+            attention_causal_flops_s=peak * f.attention_causal_efficiency,
+            flops_per_pair=shapes.attention_flops_per_pair,
+            block_overhead_bytes_per_layer=block_bytes_overhead / L,
+            block_size=block_size,
+            fixed_s=(
+                self._prefill_token_s,
+                self._prefill_call_s,
+                self._attention_call_s,
+                self._attention_seq_s,
+            ),
+        )
+        if self.kinds is not None and model.mla is not None:
+            raise InputError(
+                f"roofline execution model: {model.name!r} mixes MLA with sliding-window or "
+                "state layers, which is not modelled; give every layer full attention"
+            )
         self._decode_extra_s = max(
             0.0, self._decode_flop_s - (self._kv_s_per_token + self.block_s_per_context)
         )
@@ -247,46 +275,57 @@ class RooflineModel(RooflineReport):
 
         # Sums over all sequences come from the plan (a grouped plan has them in closed form);
         # the Python loop runs only over prefills, which every plan lists one by one.
-        kv_s_per_token = self._kv_s_per_token
-        num_context = plan.num_context_tokens  # KV tokens read by attention, all sequences
-        num_prefill_context = 0
-        num_prefill_pairs = 0
-        attention_s = 0.0
-        if num_prefill_seqs:
-            listed = plan.listed_work
-            cached_s, causal_s, token_s = (
-                self._cached_pair_s,
-                self._causal_pair_s,
-                self._prefill_token_s,
-            )
-            upproject_s = self._upproject_s
-            for _, _, num_new, context, _ in compress(listed, map(_IS_PREFILL, listed)):
-                cached = num_new * (context - num_new)  # pairs over cached context
-                causal = (num_new * (num_new + 1)) >> 1  # the new tokens' causal triangle
-                num_prefill_pairs += cached + causal
-                num_prefill_context += context
-                flop_s = cached * cached_s + causal * causal_s + num_new * token_s
-                if upproject_s:
-                    flop_s += (context - num_new) * upproject_s
-                read_s = context * kv_s_per_token
-                attention_s += flop_s if flop_s > read_s else read_s
-            attention_s += self._prefill_call_s
-        num_decode_context = num_context - num_prefill_context
-        if num_decode_seqs:
-            attention_s += (
-                self._attention_call_s
-                + num_decode_seqs * (self._attention_seq_s + self.block_s_per_seq)
-                + num_decode_context * (kv_s_per_token + self.block_s_per_context)
-            )
-            if self._decode_extra_s:
-                attention_s += num_decode_context * self._decode_extra_s
-        if plan.num_decode_tokens == num_decode_seqs:
-            num_decode_pairs = num_decode_context  # one new token attends its c keys
-        else:  # decodes of several tokens (speculative): count their pairs like a prefill's
-            num_decode_pairs = sum(
-                n * c - (n * (n - 1) >> 1) for _, _, n, c, is_prefill in plan.work if not is_prefill
-            )
-        num_pairs = num_prefill_pairs + num_decode_pairs
+        kinds = self.kinds
+        if kinds is None:
+            kv_s_per_token = self._kv_s_per_token
+            num_context = plan.num_context_tokens  # KV tokens read by attention, all sequences
+            num_prefill_context = 0
+            num_prefill_pairs = 0
+            attention_s = 0.0
+            if num_prefill_seqs:
+                listed = plan.listed_work
+                cached_s, causal_s, token_s = (
+                    self._cached_pair_s,
+                    self._causal_pair_s,
+                    self._prefill_token_s,
+                )
+                upproject_s = self._upproject_s
+                for _, _, num_new, context, _ in compress(listed, map(_IS_PREFILL, listed)):
+                    cached = num_new * (context - num_new)  # pairs over cached context
+                    causal = (num_new * (num_new + 1)) >> 1  # the new tokens' causal triangle
+                    num_prefill_pairs += cached + causal
+                    num_prefill_context += context
+                    flop_s = cached * cached_s + causal * causal_s + num_new * token_s
+                    if upproject_s:
+                        flop_s += (context - num_new) * upproject_s
+                    read_s = context * kv_s_per_token
+                    attention_s += flop_s if flop_s > read_s else read_s
+                attention_s += self._prefill_call_s
+            num_decode_context = num_context - num_prefill_context
+            if num_decode_seqs:
+                attention_s += (
+                    self._attention_call_s
+                    + num_decode_seqs * (self._attention_seq_s + self.block_s_per_seq)
+                    + num_decode_context * (kv_s_per_token + self.block_s_per_context)
+                )
+                if self._decode_extra_s:
+                    attention_s += num_decode_context * self._decode_extra_s
+            if plan.num_decode_tokens == num_decode_seqs:
+                num_decode_pairs = num_decode_context  # one new token attends its c keys
+            else:  # decodes of several tokens (speculative): count their pairs like a prefill's
+                num_decode_pairs = sum(
+                    n * c - (n * (n - 1) >> 1)
+                    for _, _, n, c, is_prefill in plan.work
+                    if not is_prefill
+                )
+            num_pairs = num_prefill_pairs + num_decode_pairs
+
+            pair_flops = self.attention_flops_per_pair
+            kv_bytes = (num_context + plan.num_tokens) * self.kv_bytes_per_token  # reads + writes
+        else:  # sliding-window and state layers (layer_kinds.py)
+            attention_s, num_pairs, kv_bytes = kinds.step(plan)
+            pair_flops = kinds.flops_per_pair
+            num_decode_pairs = num_prefill_context = 0  # MLA terms: never hybrid (__init__)
 
         num_tokens = plan.num_prefill_tokens + plan.num_decode_tokens
         # Linear layers: a dense 16-bit model's GEMM by GEMM (execution/gemm.py); other
@@ -322,7 +361,7 @@ class RooflineModel(RooflineReport):
         flops = (
             num_tokens * self.linear_flops_per_token
             + num_seqs * self.lm_head_flops_per_seq
-            + num_pairs * self.attention_flops_per_pair
+            + num_pairs * pair_flops
         )
         if self.model.mla is not None:
             flops += num_decode_pairs * (self.decode_flops_per_pair - self.attention_flops_per_pair)
@@ -334,7 +373,7 @@ class RooflineModel(RooflineReport):
             + expert_bytes
             + num_tokens * self.linear_act_bytes_per_token
             + num_seqs * self.lm_head_act_bytes_per_seq
-            + (num_context + num_tokens) * self.kv_bytes_per_token  # KV reads + writes
+            + kv_bytes
             + copy_bytes
         )
         return step_cost_of((compute_s, swap_s, copy_s, flops, bytes_moved))

@@ -9,6 +9,7 @@ from pagesim.simulator.core.catalog import GPUSpec, KVDtype, ModelSpec
 from pagesim.simulator.core.hardware import Interconnect, RooflineFactors
 from pagesim.simulator.core.plan import StepPlan
 from pagesim.simulator.execution.gemm import LinearCost
+from pagesim.simulator.execution.layer_kinds import KindsCost
 from pagesim.simulator.execution.moe_cost import ExpertTraffic
 from pagesim.simulator.execution.overhead import HostOverhead
 from pagesim.simulator.execution.precision import LinearSplit
@@ -33,6 +34,7 @@ class RooflineReport:
     shapes: LayerShapes
     split: LinearSplit
     experts: ExpertTraffic | None
+    kinds: KindsCost | None
     kv_bytes_per_token: int
     block_bytes: int
     block_overhead_bytes_per_block: float
@@ -122,6 +124,11 @@ class RooflineReport:
             "kv_write": num_tokens * r._kv_s_per_token,
             "all_reduce": r.allreduce_step_s(num_tokens),
         }
+        if r.kinds is not None:  # sliding-window and state layers (layer_kinds.py)
+            decode_s, window_prefill_s, _, _, _ = r.kinds.attention(plan)
+            parts["decode_attention"] = decode_s
+            parts["prefill_attention"] = window_prefill_s
+            parts["state_layers"] = r.kinds.state_s(num_seqs, num_tokens)
         gpu_s = sum(parts.values())
         host_s = r._host_fixed + num_seqs * r._host_per_seq
         parts["host"] = max(0.0, host_s - gpu_s) if r._host_overlapped else host_s
@@ -231,6 +238,17 @@ class RooflineReport:
                 "roofline (estimate: all-gather + reduce-scatter on the all-reduce link)"
                 if r.experts.layout.data_parallel > 1
                 else "none (data_parallel 1)"
+            )
+        if r.kinds is not None:
+            if r.kinds.num_sliding:
+                window = f"; sliding layers read at most their window of {r.kinds.window} tokens"
+                sources["decode_attention"] += window
+                sources["prefill_attention"] += window
+            sources["state_layers"] = (
+                "roofline (estimate: state read + written once per sequence, gated delta rule "
+                "FLOPs; layer_kinds.py)"
+                if r.kinds.num_state
+                else "none (no state layers)"
             )
         if r.model.mla is not None:
             sources["decode_attention"] += "; MLA absorbed form"

@@ -291,6 +291,9 @@ MODELS = [
     RooflineModel(LLAMA_7B, A100, CONFIG),
     RooflineModel(LLAMA_70B, get_gpu("h100-sxm"), CONFIG, tensor_parallel=8),
     RooflineModel(get_model("opt-13b"), get_gpu("l4"), CONFIG, kv_dtype=KVDtype.FP8),
+    # Hybrid layer kinds (execution/layer_kinds.py): sliding-window layers, state layers.
+    RooflineModel(get_model("gemma-3-27b"), get_gpu("h200-sxm"), CONFIG),
+    RooflineModel(get_model("qwen3-next-80b-a3b"), get_gpu("h200-sxm"), CONFIG, block_size=544),
 ]
 
 
@@ -314,7 +317,9 @@ def test_more_work_never_costs_less(
 
 
 @settings(max_examples=150, deadline=None)
-@given(work=st.lists(seq_works(), min_size=1, max_size=40), model_index=st.integers(0, 2))
+@given(
+    work=st.lists(seq_works(), min_size=1, max_size=40), model_index=st.integers(0, len(MODELS) - 1)
+)
 def test_utilizations_never_exceed_the_datasheet(work: list[SeqWork], model_index: int) -> None:
     roofline = MODELS[model_index]
     cost = roofline.price(StepPlan.build(work))
@@ -333,11 +338,13 @@ def test_multi_token_decode_counts_causal_pairs() -> None:
 
 
 @settings(max_examples=100, deadline=None)
-@given(work=st.lists(seq_works(), min_size=1, max_size=40), model_index=st.integers(0, 2))
+@given(
+    work=st.lists(seq_works(), min_size=1, max_size=40),
+    roofline=st.sampled_from([m for m in MODELS if m.experts is None]),  # experts: per step
+)
 def test_flops_add_up_over_sequences_and_weights_are_read_once(
-    work: list[SeqWork], model_index: int
+    work: list[SeqWork], roofline: RooflineModel
 ) -> None:
-    roofline = MODELS[model_index]
     whole = roofline.price(StepPlan.build(work))
     parts = [roofline.price(StepPlan.build([item])) for item in work]
     assert whole.flops == pytest.approx(sum(p.flops for p in parts), rel=1e-9)
