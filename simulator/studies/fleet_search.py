@@ -33,6 +33,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pagesim.simulator.core.capacity import CapacityConfig
 from pagesim.simulator.core.catalog import GPUSpec
@@ -47,6 +48,9 @@ from pagesim.simulator.studies.executors import PointExecutor
 from pagesim.simulator.studies.point_cache import PointCache
 from pagesim.simulator.studies.points import Point, point_key
 from pagesim.simulator.studies.sweep import PointRecord, run_points
+
+if TYPE_CHECKING:
+    from pagesim.simulator.studies.disagg_search import DisaggPlan
 
 REPLICAS = "replicas"  # the axis the search sets, in each point's axes
 # What a --param may not vary: the search sets these itself, from [capacity].
@@ -151,9 +155,10 @@ class FleetPlan:
 
 def plan_fleets(
     scenario: str | Path, overrides: Sequence[str] = (), params: Sequence[str] = ()
-) -> FleetPlan:
+) -> FleetPlan | DisaggPlan:
     """Every shape [capacity] lists, for every system of every variant (`params` as for a sweep;
-    none: the scenario's systems), checked for what the search needs."""
+    none: the scenario's systems), checked for what the search needs; for a disaggregated
+    scenario, its prefill x decode shapes (simulator/studies/disagg_search.py)."""
     for text in params:
         path = parse_param(text).path
         if any(path == p or path.startswith(p + ".") for p in _SET_BY_SEARCH):
@@ -175,6 +180,10 @@ def plan_fleets(
             f"{where}: slo: a fleet search needs an SLO; add [slo] ttft_s and/or tpot_s, "
             "e.g. --set slo.ttft_s=2 --set slo.tpot_s=0.1"
         )
+    if base.cluster is not None and base.cluster.is_disaggregated:
+        from pagesim.simulator.studies.disagg_search import DisaggPlan, disagg_shapes
+
+        return DisaggPlan(base.capacity, disagg_shapes(variants, base.capacity), base)
     shapes = []
     for axes, variant in variants:
         search = variant.capacity
