@@ -85,8 +85,11 @@ def plot_fleet_gpus(ranking: pd.DataFrame, path: Path, currency: str) -> Path:
             label="from the largest fleet that failed",
         )
         top = np.nanmax(np.concatenate([num, failed, [1.0]]))
-        for yi, n, c, note in zip(y, num, cost, shown["why_not"], strict=True):
+        sizes = _column(shown, "prefill_replicas"), _column(shown, "decode_replicas")
+        for i, (yi, n, c, note) in enumerate(zip(y, num, cost, shown["why_not"], strict=True)):
             text = "none met" if math.isnan(n) else f"{n:.0f} GPUs"
+            if not math.isnan(n) and not math.isnan(sizes[0][i]):  # a disaggregated search's
+                text += f" ({sizes[0][i]:.0f} + {sizes[1][i]:.0f} replicas)"
             if not math.isnan(c):
                 text += f" · {c:.4g} {currency}/h"
             if math.isnan(n) and str(note).startswith("cannot run"):

@@ -263,3 +263,12 @@ def test_max_gpus_below_the_smallest_fleet_and_disaggregated_keys_on_one_pool(
     with pytest.raises(InputError) as error:
         load_scenario(path)
     assert "capacity.max_gpus: applies to a disaggregated scenario" in str(error.value)
+
+
+def test_the_builtins_example_price_is_fleet_capacitys_cited_one() -> None:
+    # Both cite the low end of pricegpu.pages.dev's H100 SXM 80GB range (early 2026): $2.49.
+    disagg = load_scenario("disaggregated_vs_colocated").capacity
+    fleet = load_scenario("fleet_capacity").capacity
+    assert disagg is not None and fleet is not None
+    assert disagg.price_of("h100-sxm") == fleet.price_of("h100-sxm") == 2.49
+    assert (disagg.max_gpus, disagg.prefill_tensor_parallel) == (6, (1, 2))
