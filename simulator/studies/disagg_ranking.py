@@ -71,7 +71,8 @@ def _why_not(run: DisaggSearchRun, shape: DisaggShape, criteria: Criteria) -> st
 def disagg_ranking(run: DisaggSearchRun, criteria: Criteria) -> pd.DataFrame:
     """One row per shape at its answer: fewest GPUs first, then higher goodput per GPU, then
     cheaper; then shapes that never met the SLO; last those that cannot run. `rank_by_gpus`,
-    `rank_by_goodput` (goodput per GPU alone) and `rank_by_cost` (cost per hour alone)."""
+    `rank_by_goodput` (goodput per GPU first, ties by GPUs) and `rank_by_cost` (cost per hour
+    first, ties by GPUs, then goodput per GPU)."""
     rows = []
     for i, shape in enumerate(run.shapes):
         best = _best(run, shape)
@@ -111,7 +112,9 @@ def disagg_ranking(run: DisaggSearchRun, criteria: Criteria) -> pd.DataFrame:
     table["rank_by_goodput"] = pd.Series(
         _rank(table, ["_less_goodput", "num_gpus"], known="num_gpus"), dtype=object
     )
-    table["rank_by_cost"] = pd.Series(_rank(table, ["cost_per_hour", "num_gpus"]), dtype=object)
+    table["rank_by_cost"] = pd.Series(
+        _rank(table, ["cost_per_hour", "num_gpus", "_less_goodput"]), dtype=object
+    )
     cannot_run = table["why_not"].str.startswith("cannot run")
     order = table.assign(_cannot_run=cannot_run).sort_values(
         ["_cannot_run", *by_gpus], na_position="last", kind="stable"

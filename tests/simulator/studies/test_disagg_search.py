@@ -272,3 +272,29 @@ def test_the_builtins_example_price_is_fleet_capacitys_cited_one() -> None:
     assert disagg is not None and fleet is not None
     assert disagg.price_of("h100-sxm") == fleet.price_of("h100-sxm") == 2.49
     assert (disagg.max_gpus, disagg.prefill_tensor_parallel) == (6, (1, 2))
+
+
+def test_equal_gpus_and_cost_rank_by_goodput_per_gpu(tmp_path: Path) -> None:
+    from pagesim.simulator.studies.disagg_search import DisaggSearchRun
+    from pagesim.simulator.studies.sweep import PointRecord
+
+    found = plan(tmp_path, "capacity.prefill_tensor_parallel=[1, 2]")
+    tp1, tp2 = found.shapes[:2]
+    run = DisaggSearchRun(found.shapes, found.settings, num_dominated=[0, 0, 0, 0])
+    # Both 3 GPUs at 2.0 per GPU-hour: 2 x TP1 + 1 decode, and 1 x TP2 + 1 decode.
+    for shape, (p, d), goodput in ((tp1, (2, 1), 1.0), (tp2, (1, 1), 2.0)):
+        point = shape.with_sizes(p, d)
+        run.evaluations.append(
+            (shape, PointRecord(point, {"goodput_req_s_per_gpu": goodput}, True, 0.0), True)
+        )
+    ranking = disagg_ranking(run, Criteria())
+    assert list(ranking["config"][:2]) == ["disagg P:D TP2:TP1", "disagg P:D TP1:TP1"]
+    assert list(ranking["cost_per_hour"][:2]) == [6.0, 6.0]
+    assert list(ranking["rank_by_cost"][:2]) == [1, 2]
+    assert list(ranking["rank_by_goodput"][:2]) == [1, 2]
+    assert disagg_answer_lines(ranking, "USD") == [
+        "fewest GPUs: 1 prefill x a100-80gb TP2 + 1 decode TP1 = 3 GPUs (disagg), goodput 2 req/s "
+        "per GPU, 6 USD/h",
+        "most goodput per GPU: the same fleet",
+        "cheapest: the same fleet",
+    ]
