@@ -33,7 +33,7 @@ from pagesim.simulator.core.config import Scenario, SystemConfig
 from pagesim.simulator.core.errors import InputError
 from pagesim.simulator.studies.capacity_search import Criteria
 from pagesim.simulator.studies.executors import PointExecutor
-from pagesim.simulator.studies.fleet_search import _unfit_reason
+from pagesim.simulator.studies.fleet_fit import unfit_reason
 from pagesim.simulator.studies.point_cache import PointCache
 from pagesim.simulator.studies.points import Point, point_key
 from pagesim.simulator.studies.sweep import PointRecord, run_points
@@ -126,9 +126,9 @@ def disagg_shapes(
         for system in variant.systems:
             for tp_p in settings.prefill_tensor_parallel or (prefill.tensor_parallel,):
                 for tp_d in settings.decode_tensor_parallel or (decode.tensor_parallel,):
-                    unfit = _unfit_reason(
+                    unfit = unfit_reason(
                         replace(alone, gpu=prefill.gpu, tensor_parallel=tp_p), system
-                    ) or _unfit_reason(replace(alone, gpu=decode.gpu, tensor_parallel=tp_d), system)
+                    ) or unfit_reason(replace(alone, gpu=decode.gpu, tensor_parallel=tp_d), system)
                     shapes.append(DisaggShape(axes, alone, system, tp_p, tp_d, unfit))
     if all(s.unfit for s in shapes):
         reasons = "; ".join(dict.fromkeys(str(s.unfit) for s in shapes))

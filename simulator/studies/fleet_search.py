@@ -33,24 +33,20 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from pagesim.simulator.core.capacity import CapacityConfig
 from pagesim.simulator.core.catalog import GPUSpec
 from pagesim.simulator.core.cluster import ClusterConfig, PoolConfig, RouterConfig, RouterKind
 from pagesim.simulator.core.config import Scenario, SystemConfig
-from pagesim.simulator.core.defaults import resolve_runnable
 from pagesim.simulator.core.errors import InputError
-from pagesim.simulator.kv.capacity import kv_capacity
 from pagesim.simulator.scenario.load import expand_sweep, load_scenario, parse_param
 from pagesim.simulator.studies.capacity_search import Criteria
+from pagesim.simulator.studies.disagg_search import DisaggPlan, disagg_shapes
 from pagesim.simulator.studies.executors import PointExecutor
+from pagesim.simulator.studies.fleet_fit import unfit_reason
 from pagesim.simulator.studies.point_cache import PointCache
 from pagesim.simulator.studies.points import Point, point_key
 from pagesim.simulator.studies.sweep import PointRecord, run_points
-
-if TYPE_CHECKING:
-    from pagesim.simulator.studies.disagg_search import DisaggPlan
 
 REPLICAS = "replicas"  # the axis the search sets, in each point's axes
 # What a --param may not vary: the search sets these itself, from [capacity].
@@ -132,18 +128,6 @@ class FleetShape:
         return Point(axes, scenario, self.system, point_key(scenario, self.system))
 
 
-def _unfit_reason(scenario: Scenario, system: SystemConfig) -> str | None:
-    """Why one replica of `scenario` (its GPU and degree) cannot run `system`, or None."""
-    try:
-        resolved = resolve_runnable(system, scenario).system
-        capacity = kv_capacity(scenario, resolved)
-    except InputError as exc:
-        return str(exc)
-    if capacity.num_gpu_blocks < 1:
-        return f"system {system.name!r}: no KV block fits beside the weights"
-    return None
-
-
 @dataclass(frozen=True)
 class FleetPlan:
     """What a fleet search will try: the scenario's [capacity], and every shape it lists."""
@@ -181,8 +165,6 @@ def plan_fleets(
             "e.g. --set slo.ttft_s=2 --set slo.tpot_s=0.1"
         )
     if base.cluster is not None and base.cluster.is_disaggregated:
-        from pagesim.simulator.studies.disagg_search import DisaggPlan, disagg_shapes
-
         return DisaggPlan(base.capacity, disagg_shapes(variants, base.capacity), base)
     shapes = []
     for axes, variant in variants:
@@ -199,7 +181,7 @@ def plan_fleets(
             own = cluster.router_for(system.name).kind if cluster else RouterKind.ROUND_ROBIN
             for gpu in gpus:
                 for tp in degrees:
-                    unfit = _unfit_reason(replace(alone, gpu=gpu, tensor_parallel=tp), system)
+                    unfit = unfit_reason(replace(alone, gpu=gpu, tensor_parallel=tp), system)
                     for router in search.routers or (own,):
                         name = pool.name if pool else "pool"
                         shapes.append(FleetShape(axes, alone, system, gpu, tp, router, name, unfit))
