@@ -77,11 +77,13 @@ def capacity(
     routers, replicas, prices): the same criteria on the scenario's own
     traffic (a trace replays at its own times); for each GPU x degree x
     router, the fewest replicas that meet them, ranked by GPUs and by cost
-    (simulator/studies/fleet_search.py).
+    (simulator/studies/fleet_search.py). On a disaggregated scenario:
+    every prefill x decode count x degree per phase up to max_gpus, and
+    its colocated twin on the same GPUs (simulator/studies/disagg_search.py).
 
     Examples: pagesim capacity latency_vs_rate_alpaca --set slo.ttft_s=1
     --set slo.tpot_s=0.1 --param systems.max_num_seqs=16,64,256;
-    pagesim capacity fleet_capacity
+    pagesim capacity fleet_capacity; pagesim capacity disaggregated_vs_colocated
     """
     from pagesim.simulator.core.errors import InputError
     from pagesim.simulator.scenario.load import load_scenario, resolve_scenario

@@ -68,6 +68,24 @@ FLEET_COLUMNS: list[Column] = [
     ("num_evaluations", "runs", "d"),
     ("why_not", "note", ""),
 ]
+DISAGG_COLUMNS: list[Column] = [  # a disaggregated scenario's search
+    ("rank_by_gpus", "#", ""),
+    ("system", "system", ""),
+    ("roles", "roles", ""),
+    ("gpu", "GPU", ""),
+    ("prefill_tensor_parallel", "P TP", "d"),
+    ("decode_tensor_parallel", "D TP", "d"),
+    ("prefill_replicas", "P", "d"),
+    ("decode_replicas", "D", "d"),
+    ("num_gpus", "GPUs", "d"),
+    ("goodput_req_s_per_gpu", "goodput/GPU", ".3g"),
+    ("cost_per_hour", "cost/h", ".4g"),
+    ("slo_share", "SLO met", ".1%"),
+    ("ttft_p99_s", "TTFT p99 s", ".3g"),
+    ("tpot_p99_s", "TPOT p99 s", ".3g"),
+    ("num_evaluations", "runs", "d"),
+    ("why_not", "note", ""),
+]
 BENCH_COLUMNS: list[Column] = [
     ("side", "", ""),
     ("wall", "wall s", ".2f"),
@@ -241,7 +259,7 @@ def echo_fleet_capacity(done: FleetStudy) -> None:
     for row in rows:  # the whole note is in capacity.csv
         note = str(row["why_not"] or "")
         row["why_not"] = note if len(note) <= 70 else note[:67] + "..."
-    echo_table(rows, FLEET_COLUMNS)
+    echo_table(rows, DISAGG_COLUMNS if "prefill_replicas" in table else FLEET_COLUMNS)
     search = done.search
     typer.echo(
         f"{len(done.shapes)} fleet shapes, {search.num_computed} runs simulated, "

@@ -34,6 +34,17 @@ COST_NOTE = (
 
 def criteria_text(study: FleetStudy) -> str:
     c, s = study.criteria, study.settings
+    if s.max_gpus is not None:  # a disaggregated scenario's search
+        return (
+            f"A fleet meets the SLO when at least {c.min_slo_share:.0%} of the requests offered "
+            f"(after warm-up) finish meeting it and the p99 wait from arrival to admission is at "
+            f"most {c.max_queue_delay_s:g} s, on the scenario's own traffic. For each system x "
+            f"prefill degree x decode degree, every prefill and decode count in "
+            f"{s.min_replicas}..{s.max_replicas} of at most {s.max_gpus} GPUs is a candidate, "
+            "fewest GPUs first; a candidate with at least the replicas of one that met is not "
+            "simulated (adding a replica is assumed never to break the SLO). Per shape the "
+            f"answer is the fewest GPUs, then the most goodput per GPU. {COST_NOTE}"
+        )
     return (
         f"A fleet meets the SLO when at least {c.min_slo_share:.0%} of the requests offered "
         f"(after warm-up) finish meeting it and the p99 wait from arrival to admission is at most "
@@ -57,8 +68,7 @@ def plot_fleet_gpus(ranking: pd.DataFrame, path: Path, currency: str) -> Path:
             no_data(ax, "no fleet shape to show")
             return save(fig, path)
         num = pd.to_numeric(shown["num_gpus"], errors="coerce").to_numpy(float)
-        tp = pd.to_numeric(shown["tensor_parallel"], errors="coerce").to_numpy(float)
-        failed = pd.to_numeric(shown["failed_replicas"], errors="coerce").to_numpy(float) * tp
+        failed = _column(shown, "failed_replicas") * _column(shown, "tensor_parallel")
         cost = pd.to_numeric(shown["cost_per_hour"], errors="coerce").to_numpy(float)
         y = np.arange(len(shown))[::-1]
         colors = [system_color(gpus.index(str(g))) for g in shown["gpu"]]
@@ -75,8 +85,11 @@ def plot_fleet_gpus(ranking: pd.DataFrame, path: Path, currency: str) -> Path:
             label="from the largest fleet that failed",
         )
         top = np.nanmax(np.concatenate([num, failed, [1.0]]))
-        for yi, n, c, note in zip(y, num, cost, shown["why_not"], strict=True):
+        sizes = _column(shown, "prefill_replicas"), _column(shown, "decode_replicas")
+        for i, (yi, n, c, note) in enumerate(zip(y, num, cost, shown["why_not"], strict=True)):
             text = "none met" if math.isnan(n) else f"{n:.0f} GPUs"
+            if not math.isnan(n) and not math.isnan(sizes[0][i]):  # a disaggregated search's
+                text += f" ({sizes[0][i]:.0f} + {sizes[1][i]:.0f} replicas)"
             if not math.isnan(c):
                 text += f" · {c:.4g} {currency}/h"
             if math.isnan(n) and str(note).startswith("cannot run"):
@@ -89,6 +102,13 @@ def plot_fleet_gpus(ranking: pd.DataFrame, path: Path, currency: str) -> Path:
         legend_below(fig, handles, [*gpus, "from the largest fleet that failed"], 3)
         fig.suptitle("Fewest GPUs meeting the SLO per fleet shape (ranked by GPUs, then cost)")
         return save(fig, path)
+
+
+def _column(frame: pd.DataFrame, name: str) -> np.ndarray:
+    """A numeric column, all NaN where the ranking has none (a disaggregated search's)."""
+    if name not in frame:
+        return np.full(len(frame), np.nan)
+    return pd.to_numeric(frame[name], errors="coerce").to_numpy(float)
 
 
 def _json_value(value: object) -> object:
@@ -118,6 +138,7 @@ def write_fleet_capacity(study: FleetStudy, out: Path, overrides: Sequence[str])
             "max_queue_delay_s": study.criteria.max_queue_delay_s,
         },
         "replicas": [settings.min_replicas, settings.max_replicas],
+        "max_gpus": settings.max_gpus,
         "currency": settings.currency,
         "price_per_gpu_hour": dict(settings.price_per_gpu_hour),
         "cost_per_mtok_counts": "prompt + output tokens of finished requests",

@@ -7,6 +7,7 @@ Each summary key also carries a `Unit`, which the HTML table uses to format it f
 
 from __future__ import annotations
 
+from pagesim.reports.glossary_disagg import DISAGG_METRICS, DISAGG_REQUEST_COLUMNS
 from pagesim.reports.glossary_fleet import FLEET_METRICS, REPLICA_METRICS, replica_metric
 from pagesim.reports.glossary_types import GlossaryEntry, SummaryMetric, Unit
 from pagesim.simulator.metrics.result import KV_CATEGORIES, REQUEST_COLUMNS, STEP_COLUMNS
@@ -465,6 +466,7 @@ SUMMARY_METRICS: tuple[SummaryMetric, ...] = (
         "block per state group, the state padded to the attention page as vLLM pads it; "
         "counted in the token states.",
     ),
+    *DISAGG_METRICS,  # before the fleet's, whose replica rows close the summary table
     *FLEET_METRICS,
 )
 
@@ -488,7 +490,8 @@ def glossary_sections() -> list[tuple[str, list[GlossaryEntry]]]:
         GlossaryEntry(m.key, f"{m.label}: {m.definition}")
         for m in (*SUMMARY_METRICS, *REPLICA_METRICS)
     ]
-    requests = [GlossaryEntry(k, _sentence(v)) for k, v in REQUEST_COLUMNS.items()]
+    columns = REQUEST_COLUMNS | DISAGG_REQUEST_COLUMNS
+    requests = [GlossaryEntry(k, _sentence(v)) for k, v in columns.items()]
     steps = [GlossaryEntry(k, _sentence(v)) for k, v in STEP_COLUMNS.items()]
     return [
         ("Summary metrics (summary.csv, summary.json)", summary),

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from pagesim.reports import fleet_plots, plots
+from pagesim.reports import disagg_plots, fleet_plots, plots
 from pagesim.reports.curves import RATE_COLUMN, curve_metrics, other_axis, sweep_column
 from pagesim.simulator.metrics.result import RunResult
 
@@ -135,6 +135,40 @@ RUN_PLOTS: tuple[RunPlot, ...] = (
         "and load imbalance (time-averaged max / mean of requests in flight, 1 = even).",
         0.6,
         fleet_plots.has_router_comparison,
+    ),
+    (
+        "ttft_split",
+        disagg_plots.plot_ttft_split,
+        "Where the time to first token goes",
+        "Each system's TTFT over its finished requests, split into queueing (arrival to first "
+        "admission), prefill (to the last prompt chunk), KV transfer (prefill end to the KV "
+        "landing on the decode replica, waits for memory and for the link included) and first "
+        "decode (to the first token). A colocated system has no transfer and no separate first "
+        "decode: its first token comes with its last prompt chunk, counted in prefill. Means add "
+        "up to the TTFT mean; the parts' medians need not add up to the TTFT median (the dot).",
+        0.5,
+        disagg_plots.has_disaggregated,
+    ),
+    (
+        "link_utilization",
+        disagg_plots.plot_link_utilization,
+        "KV link utilization over time",
+        "Share of the disaggregated fleet's link ports (one per replica) carrying KV data in "
+        "each of 60 bins over the run; a transfer holds its prefill and its decode replica's "
+        "ports. The legend gives each fleet's mean over the run.",
+        0.4,
+        disagg_plots.has_disaggregated,
+    ),
+    (
+        "disagg_vs_colocated",
+        disagg_plots.plot_disagg_vs_colocated,
+        "Disaggregated and colocated side by side",
+        "Goodput per GPU (requests meeting the SLO per second, over the fleet's GPUs), TPOT p50 "
+        "and p99, TTFT p99, for every system of the run: a disaggregated fleet beside its "
+        "colocated twin on the same GPUs. Goodput counts requests finished within the arrival "
+        "window: read an overloaded fleet's figure with its SLO attainment.",
+        0.5,
+        disagg_plots.has_disaggregated,
     ),
 )
 LEFT_OUT = {  # why a plot is not drawn, shown in its place

@@ -103,7 +103,8 @@ SCHEMA: Schema = {
         "colocated_systems": None,
     },
     "capacity": _keys(  # simulator/scenario/capacity.py
-        "min_replicas max_replicas gpus tensor_parallel routers price_per_gpu_hour currency"
+        "min_replicas max_replicas gpus tensor_parallel routers price_per_gpu_hour currency "
+        "max_gpus prefill_tensor_parallel decode_tensor_parallel"
     ),
 }
 

@@ -183,6 +183,9 @@ def describe_scenario(scenario: Scenario, overrides: Sequence[str] = ()) -> str:
         search["routers"] = list(c.routers) or None
         search["price_per_gpu_hour"] = dict(c.price_per_gpu_hour) or None
         search["currency"] = c.currency
+        search["max_gpus"] = c.max_gpus
+        search["prefill_tensor_parallel"] = list(c.prefill_tensor_parallel) or None
+        search["decode_tensor_parallel"] = list(c.decode_tensor_parallel) or None
         out += _lines("[capacity]", search)
     return "\n".join(out) + "\n"
 

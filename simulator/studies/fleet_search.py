@@ -38,12 +38,12 @@ from pagesim.simulator.core.capacity import CapacityConfig
 from pagesim.simulator.core.catalog import GPUSpec
 from pagesim.simulator.core.cluster import ClusterConfig, PoolConfig, RouterConfig, RouterKind
 from pagesim.simulator.core.config import Scenario, SystemConfig
-from pagesim.simulator.core.defaults import resolve_runnable
 from pagesim.simulator.core.errors import InputError
-from pagesim.simulator.kv.capacity import kv_capacity
 from pagesim.simulator.scenario.load import expand_sweep, load_scenario, parse_param
 from pagesim.simulator.studies.capacity_search import Criteria
+from pagesim.simulator.studies.disagg_search import DisaggPlan, disagg_shapes
 from pagesim.simulator.studies.executors import PointExecutor
+from pagesim.simulator.studies.fleet_fit import unfit_reason
 from pagesim.simulator.studies.point_cache import PointCache
 from pagesim.simulator.studies.points import Point, point_key
 from pagesim.simulator.studies.sweep import PointRecord, run_points
@@ -128,18 +128,6 @@ class FleetShape:
         return Point(axes, scenario, self.system, point_key(scenario, self.system))
 
 
-def _unfit_reason(scenario: Scenario, system: SystemConfig) -> str | None:
-    """Why one replica of `scenario` (its GPU and degree) cannot run `system`, or None."""
-    try:
-        resolved = resolve_runnable(system, scenario).system
-        capacity = kv_capacity(scenario, resolved)
-    except InputError as exc:
-        return str(exc)
-    if capacity.num_gpu_blocks < 1:
-        return f"system {system.name!r}: no KV block fits beside the weights"
-    return None
-
-
 @dataclass(frozen=True)
 class FleetPlan:
     """What a fleet search will try: the scenario's [capacity], and every shape it lists."""
@@ -151,9 +139,10 @@ class FleetPlan:
 
 def plan_fleets(
     scenario: str | Path, overrides: Sequence[str] = (), params: Sequence[str] = ()
-) -> FleetPlan:
+) -> FleetPlan | DisaggPlan:
     """Every shape [capacity] lists, for every system of every variant (`params` as for a sweep;
-    none: the scenario's systems), checked for what the search needs."""
+    none: the scenario's systems), checked for what the search needs; for a disaggregated
+    scenario, its prefill x decode shapes (simulator/studies/disagg_search.py)."""
     for text in params:
         path = parse_param(text).path
         if any(path == p or path.startswith(p + ".") for p in _SET_BY_SEARCH):
@@ -175,6 +164,8 @@ def plan_fleets(
             f"{where}: slo: a fleet search needs an SLO; add [slo] ttft_s and/or tpot_s, "
             "e.g. --set slo.ttft_s=2 --set slo.tpot_s=0.1"
         )
+    if base.cluster is not None and base.cluster.is_disaggregated:
+        return DisaggPlan(base.capacity, disagg_shapes(variants, base.capacity), base)
     shapes = []
     for axes, variant in variants:
         search = variant.capacity
@@ -190,7 +181,7 @@ def plan_fleets(
             own = cluster.router_for(system.name).kind if cluster else RouterKind.ROUND_ROBIN
             for gpu in gpus:
                 for tp in degrees:
-                    unfit = _unfit_reason(replace(alone, gpu=gpu, tensor_parallel=tp), system)
+                    unfit = unfit_reason(replace(alone, gpu=gpu, tensor_parallel=tp), system)
                     for router in search.routers or (own,):
                         name = pool.name if pool else "pool"
                         shapes.append(FleetShape(axes, alone, system, gpu, tp, router, name, unfit))

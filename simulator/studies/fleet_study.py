@@ -15,6 +15,19 @@ from pagesim.simulator.core.config import Scenario
 from pagesim.simulator.metrics.result import RunResult
 from pagesim.simulator.scenario.load import resolve_scenario
 from pagesim.simulator.studies.capacity_search import Criteria
+from pagesim.simulator.studies.disagg_ranking import (
+    disagg_answer_lines,
+    disagg_evaluations,
+    disagg_ranking,
+)
+from pagesim.simulator.studies.disagg_search import (
+    DECODE,
+    PREFILL,
+    DisaggPlan,
+    DisaggSearchRun,
+    DisaggShape,
+    search_disagg,
+)
 from pagesim.simulator.studies.executors import check_executor, make_executor
 from pagesim.simulator.studies.fleet_ranking import answer_lines, fleet_evaluations, fleet_ranking
 from pagesim.simulator.studies.fleet_search import (
@@ -35,8 +48,8 @@ class FleetStudy:
     """A finished fleet search, with the frames of the best fleets at their size."""
 
     scenario: Scenario  # as loaded, [capacity] included
-    shapes: list[FleetShape]
-    search: FleetSearchRun
+    shapes: Sequence[FleetShape | DisaggShape]
+    search: FleetSearchRun | DisaggSearchRun
     criteria: Criteria
     settings: CapacityConfig
     ranking: pd.DataFrame  # one row per shape, fewest GPUs first
@@ -46,7 +59,7 @@ class FleetStudy:
 
 
 def study_fleets(
-    name: str | Path | FleetPlan,
+    name: str | Path | FleetPlan | DisaggPlan,
     out: Path,
     overrides: Sequence[str] = (),
     params: Sequence[str] = (),
@@ -65,11 +78,13 @@ def study_fleets(
         plan = plan_fleets(resolve_scenario(name), list(overrides), list(params))
     else:
         plan = name
-    shapes, settings = plan.shapes, plan.settings
     check_executor(executor, jobs, address)
     criteria = Criteria(slo_share, max_queue_delay_s)
     cache = PointCache(out / CACHE_DIR)
     cache.prepare()
+    if isinstance(plan, DisaggPlan):
+        return _study_disagg(plan, criteria, cache, (executor, jobs, address), use_cache, on_round)
+    shapes, settings = plan.shapes, plan.settings
     pool = make_executor(executor, jobs, address)
     try:
         search = search_fleets(
@@ -111,3 +126,51 @@ def _best(search: FleetSearchRun, ranking: pd.DataFrame) -> list[tuple[FleetShap
         (by_label[str(label)], int(size))
         for label, size in zip(met["config"], met["replicas"], strict=True)
     ]
+
+
+def _study_disagg(
+    plan: DisaggPlan,
+    criteria: Criteria,
+    cache: PointCache,
+    where: tuple[str, int | None, str | None],
+    use_cache: bool,
+    on_round: Callable[[int, int], None] | None,
+) -> FleetStudy:
+    """study_fleets for a disaggregated scenario (simulator/studies/disagg_search.py)."""
+    pool = make_executor(*where)
+    try:
+        search = search_disagg(
+            plan.shapes,
+            plan.settings,
+            pool,
+            criteria=criteria,
+            cache=cache,
+            use_cache=use_cache,
+            on_round=on_round,
+        )
+        ranking = disagg_ranking(search, criteria)
+        by_label = {shape.label: shape for shape in plan.shapes}
+        met = ranking[ranking["num_gpus"].notna()].head(REPORTED_FLEETS)
+        best = [
+            (by_label[str(label)], int(p), int(d))
+            for label, p, d in zip(met["config"], met[PREFILL], met[DECODE], strict=True)
+        ]
+        points = [shape.with_sizes(p, d) for shape, p, d in best]
+        framed = run_points(points, pool, cache=cache, frames_for=[p.key for p in points])
+    finally:
+        pool.close()
+    results = [
+        replace(framed.frames[p.key], system=f"{shape.label} {pp}P{d}D")
+        for p, (shape, pp, d) in zip(points, best, strict=True)
+    ]
+    return FleetStudy(
+        plan.scenario,
+        plan.shapes,
+        search,
+        criteria,
+        plan.settings,
+        ranking,
+        disagg_evaluations(search, criteria),
+        disagg_answer_lines(ranking, plan.settings.currency),
+        results,
+    )

@@ -1,0 +1,150 @@
+"""Plots of disaggregated fleets (runs whose request table has the TTFT split of
+simulator/cluster/disagg_result.py) beside the run's other systems, colocated twins included:
+where the time to first token goes, how busy the KV link is over time, and what each fleet
+delivers per GPU against its TPOT.
+
+A colocated run has no transfer and no separate first-decode step: its first token comes out of
+the step that computes the prompt's last chunk. Its split is therefore queueing (arrival to first
+admission) and prefill (admission to the first token), the transfer and first-decode parts zero.
+Nothing here is simulated again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from pagesim.reports.frames import as_number, finished, numeric
+from pagesim.reports.style import figure, label, legend_below, no_data, save, system_color
+from pagesim.reports.style import time_label as _time_label
+from pagesim.simulator.cluster.disagg_result import TTFT_PARTS, link_utilization
+from pagesim.simulator.metrics.result import RunResult
+
+PART_LABELS = ("queueing", "prefill", "KV transfer", "first decode")
+PART_COLORS = ("#bbbbbb", "#e8a33d", "#c0392b", "#3b75af")
+LINK_BINS = 60  # link-utilization bins over the run
+COMPARED = (  # summary key, title, unit, scale
+    ("goodput_req_s_per_gpu", "Goodput per GPU", "req/s per GPU", 1.0),
+    ("tpot_p50_s", "TPOT p50", "ms", 1e3),
+    ("tpot_p99_s", "TPOT p99", "ms", 1e3),
+    ("ttft_p99_s", "TTFT p99", "s", 1.0),
+)
+
+
+def is_disaggregated(result: RunResult) -> bool:
+    return "ttft_transfer_s" in result.requests
+
+
+def has_disaggregated(results: Sequence[RunResult]) -> bool:
+    return any(is_disaggregated(r) for r in results)
+
+
+def ttft_parts(result: RunResult) -> pd.DataFrame:
+    """The finished in-window requests' TTFT parts (columns TTFT_PARTS): a disaggregated run's
+    own; for any other run queueing = admitted - arrival, prefill = first token - admitted,
+    the other two zero."""
+    done = finished(result.requests)
+    if is_disaggregated(result):
+        return done[list(TTFT_PARTS)].astype(float).reset_index(drop=True)
+    queue = numeric(done, "admitted_s") - numeric(done, "arrival_s")
+    prefill = numeric(done, "first_token_s") - numeric(done, "admitted_s")
+    zero = np.zeros(len(done))
+    return pd.DataFrame(dict(zip(TTFT_PARTS, (queue, prefill, zero, zero), strict=True)))
+
+
+def _gpus(result: RunResult) -> str:
+    gpus = as_number(result.summary.get("num_gpus"))
+    return "" if gpus is None else f" ({gpus:.0f} GPUs)"
+
+
+def plot_ttft_split(results: Sequence[RunResult], path: Path) -> Path:
+    """Each system's TTFT as stacked parts: means (adding up to the TTFT mean) and medians (each
+    part's own; a dot marks the TTFT median, which they need not add up to)."""
+    names = [label(r.system, 18) + _gpus(r) for r in results]
+    with figure(1, 2, 3.6) as (fig, axes):
+        for col, (how, title) in enumerate((("mean", "Means"), ("median", "Medians"))):
+            ax = axes[0, col]
+            ax.set_title(f"{title} of the TTFT parts", loc="left", fontsize=9)
+            x = np.arange(len(results))
+            bottom = np.zeros(len(results))
+            for i, part in enumerate(TTFT_PARTS):
+                heights = np.array(
+                    [float(getattr(ttft_parts(r)[part], how)()) for r in results], dtype=float
+                )
+                heights = np.nan_to_num(heights)
+                ax.bar(x, heights, bottom=bottom, color=PART_COLORS[i], label=PART_LABELS[i])
+                bottom += heights
+            if how == "median":
+                ttft = [
+                    float(np.nanmedian(numeric(finished(r.requests), "ttft_s"))) for r in results
+                ]
+                ax.plot(x, ttft, "o", color="black", ms=4, label="TTFT median")
+            ax.set_xticks(x, names, rotation=15, ha="right", fontsize=8)
+            ax.set_ylabel("s")
+        handles, labels = axes[0, 1].get_legend_handles_labels()
+        legend_below(fig, handles, labels, len(labels))
+        fig.suptitle("Where the time to first token goes")
+        return save(fig, path)
+
+
+def plot_link_utilization(results: Sequence[RunResult], path: Path) -> Path:
+    """Each disaggregated system's link: the ports' busy share per time bin (a transfer holds
+    its prefill replica's port and its decode replica's)."""
+    shown = [r for r in results if is_disaggregated(r)]
+    with figure(1, 1, 3.0) as (fig, axes):
+        ax = axes[0, 0]
+        end = max(
+            (float(np.nanmax(numeric(r.requests, "transfer_end_s"), initial=0.0)) for r in shown),
+            default=0.0,
+        )
+        if end <= 0:
+            no_data(ax, "no KV transfer")
+            return save(fig, path)
+        bin_s = end / LINK_BINS
+        for i, result in enumerate(shown):
+            ports = int(as_number(result.summary.get("num_replicas")) or 1)
+            util = link_utilization(result.requests, ports, bin_s)
+            x = np.append(util["start_s"].to_numpy(), util["start_s"].iloc[-1] + bin_s)
+            y = 100 * util["busy_share"].to_numpy()
+            mean = as_number(result.summary.get("link_busy_share"))
+            tail = "" if mean is None else f": {100 * mean:.1f}% of the run"
+            ax.plot(
+                x,
+                np.append(y, y[-1]),
+                drawstyle="steps-post",
+                color=system_color(i),
+                label=label(result.system, 28) + tail,
+            )
+        ax.set_ylim(0, 100)
+        ax.set_xlim(left=0)
+        ax.set_ylabel("ports busy %")
+        ax.set_xlabel(_time_label(shown))
+        handles, labels = ax.get_legend_handles_labels()
+        legend_below(fig, handles, labels, min(3, len(labels)))
+        fig.suptitle("KV link utilization over time (mean over ports)")
+        return save(fig, path)
+
+
+def plot_disagg_vs_colocated(results: Sequence[RunResult], path: Path) -> Path:
+    """Every system side by side: goodput per GPU, TPOT p50 and p99, TTFT p99."""
+    with figure(1, len(COMPARED), 3.2) as (fig, axes):
+        names = [label(r.system, 16) + _gpus(r) for r in results]
+        x = np.arange(len(results))
+        for col, (key, title, unit, scale) in enumerate(COMPARED):
+            ax = axes[0, col]
+            ax.set_title(title, loc="left", fontsize=9)
+            values = [as_number(r.summary.get(key)) for r in results]
+            heights = [np.nan if v is None else scale * v for v in values]
+            ax.bar(x, heights, color=[system_color(i) for i in range(len(results))])
+            for xi, h in zip(x, heights, strict=True):
+                text = "-" if np.isnan(h) else f"{h:.3g}"
+                ax.text(xi, 0 if np.isnan(h) else h, text, ha="center", va="bottom", fontsize=8)
+            ax.set_xticks(x, names, rotation=20, ha="right", fontsize=7)
+            ax.set_ylabel(unit)
+        handles = [axes[0, 0].patches[i] for i in range(len(results))]
+        legend_below(fig, handles, [r.system for r in results], min(4, len(results)))
+        fig.suptitle("Disaggregated and colocated side by side")
+        return save(fig, path)
