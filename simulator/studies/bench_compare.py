@@ -40,6 +40,10 @@ class Comparison:
         return self.before.wall_s / self.after.wall_s
 
     @property
+    def cpu_speedup(self) -> float:
+        return self.before.cpu_s / self.after.cpu_s
+
+    @property
     def memory_ratio(self) -> float:
         return self.after.peak_rss_mib / self.before.peak_rss_mib
 
