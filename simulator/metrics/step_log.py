@@ -228,4 +228,6 @@ class StepLog:
             if name in _COUNT_COLUMNS or (whole and name not in _FLOAT_COLUMNS):
                 column = column.astype(np.int64)
             columns[name] = column
-        return pd.DataFrame(columns)
+        # copy=False: the columns stay separate arrays, not copied into pandas' 2-D blocks (no
+        # second copy of the table at its peak; a fleet then frees each as it merges them)
+        return pd.DataFrame(columns, copy=False)

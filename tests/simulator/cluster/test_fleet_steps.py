@@ -28,17 +28,20 @@ def test_rows_interleave_by_start_then_replica_with_ties_in_table_order() -> Non
     # Replica 0 steps at 0.0, 1.0, 1.0 (two steps at one instant); replica 1 at 0.5 and 1.0.
     a = pd.DataFrame({"start_s": [0.0, 1.0, 1.0], "num_seqs": [1, 2, 3]})
     b = pd.DataFrame({"start_s": [0.5, 1.0], "num_seqs": [4, 5]})
+    want = _plain([a, b])
     got = _fleet_steps([a, b])
+    assert a.columns.empty and b.columns.empty, "the replicas' columns moved into the fleet's"
     assert got["num_seqs"].tolist() == [1, 4, 2, 3, 5]
     assert got["replica"].tolist() == [0, 1, 0, 0, 1]
     assert got.index.tolist() == [0, 3, 1, 2, 4]  # positions in the concatenation
-    _same(got, _plain([a, b]))
+    _same(got, want)
 
 
 def test_an_idle_replica_keeps_pandas_own_result() -> None:
     a = pd.DataFrame({"start_s": [0.0, 1.0], "num_seqs": [1, 2]})
     idle = pd.DataFrame({"start_s": [], "num_seqs": []})
-    _same(_fleet_steps([a, idle]), _plain([a, idle]))
+    want = _plain([a, idle])
+    _same(_fleet_steps([a, idle]), want)
 
 
 @settings(max_examples=60, deadline=None)
@@ -59,4 +62,5 @@ def test_the_table_is_the_plain_pandas_one(lengths: list[int], seed: int) -> Non
         )
         for n in lengths
     ]
-    _same(_fleet_steps(tables), _plain(tables))
+    want = _plain(tables)
+    _same(_fleet_steps(tables), want)
