@@ -56,7 +56,6 @@ def bench_sim(
     Example: pagesim bench sim --synthetic 100000 --rate 8 --against HEAD~5
     A fleet: pagesim bench sim --replicas 8 --model llama-2-70b --tensor-parallel 2
     """
-    from pagesim.simulator.core.errors import InputError
     from pagesim.simulator.studies.timing import BenchSpec
 
     spec = BenchSpec(
@@ -71,11 +70,6 @@ def bench_sim(
         model=model,
         tensor_parallel=tensor_parallel,
     )
-    if against is not None and spec.is_fleet:
-        raise InputError(
-            "--against: compares single replicas (older revisions have no fleets); drop "
-            "--replicas, --model and --tensor-parallel, or --against"
-        )
     if against is None:
         from pagesim.simulator.studies.bench import bench_sim
 

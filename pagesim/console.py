@@ -310,7 +310,8 @@ def echo_comparison(comparison: Comparison) -> None:
     echo_table(rows, BENCH_COLUMNS)
     differences = comparison.summary_differences()
     typer.echo(
-        f"after/before: {comparison.speedup:.2f}x faster, peak RSS x{comparison.memory_ratio:.2f}; "
+        f"after/before: {comparison.speedup:.2f}x faster (CPU time "
+        f"{comparison.cpu_speedup:.2f}x), peak RSS x{comparison.memory_ratio:.2f}; "
         + (
             "summaries agree (rel 1e-9)"
             if not differences

@@ -109,6 +109,34 @@ def _pooled_readmit_rate(run: FleetRun) -> float | None:
     return hits / queries if queries else None
 
 
+def _fleet_steps(tables: list[pd.DataFrame]) -> pd.DataFrame:
+    """The replicas' step tables as one, a `replica` column added, ordered by (start_s, replica)
+    with ties kept in table order; the index is each row's position in the tables concatenated.
+
+    The same table as `pd.concat([t.assign(replica=i) ...], ignore_index=True)
+    .sort_values(["start_s", "replica"], kind="stable")`, built a column at a time and taking
+    the columns out of `tables` as it goes (they are left empty: `fleet_result` reads only the
+    replicas' summaries after this). The pandas expression held three copies of every row at
+    once besides the replicas' own (`assign`'s, the concatenation, the sorted result): the
+    largest allocation of a long fleet run. This holds one, plus a column: on the whole Azure
+    trace x 8 replicas the run's peak falls by about the table's size.
+    """
+    if not all(len(t) for t in tables):  # an idle replica's empty table: pandas' own dtypes
+        return pd.concat(
+            [t.assign(replica=i) for i, t in enumerate(tables)], ignore_index=True
+        ).sort_values(["start_s", "replica"], kind="stable")
+    replica = np.repeat(np.arange(len(tables), dtype=np.int64), [len(t) for t in tables])
+    start_s = np.concatenate([t["start_s"].to_numpy() for t in tables])
+    order = np.lexsort((replica, start_s))  # stable: the last key sorts first
+    del start_s
+    columns = {}
+    for name in list(tables[0].columns):
+        # `pop` frees the replica's column (StepLog.frame stores each as its own array)
+        columns[name] = np.concatenate([t.pop(name).to_numpy() for t in tables])[order]
+    columns["replica"] = replica[order]
+    return pd.DataFrame(columns, index=pd.Index(order), copy=False)
+
+
 def fleet_result(run: FleetRun, scenario: str, system: str, warmup_s: float) -> RunResult:
     frames = []
     for i, result in enumerate(run.results):
@@ -120,9 +148,7 @@ def fleet_result(run: FleetRun, scenario: str, system: str, warmup_s: float) -> 
     if run.session_of:
         sessions = requests["request_id"].map(run.session_of)
         requests.insert(2, "session_id", sessions.astype("Int64"))
-    steps = pd.concat(
-        [r.steps.assign(replica=i) for i, r in enumerate(run.results)], ignore_index=True
-    ).sort_values(["start_s", "replica"], kind="stable")
+    steps = _fleet_steps([r.steps for r in run.results])
     first = run.replicas[0].capacity
     start, last = run.window_tokens
     window_tokens = None if start is None or last is None else last - start

@@ -36,6 +36,7 @@ memory: that block had no other holder.
 from __future__ import annotations
 
 from collections import OrderedDict, deque
+from collections.abc import Sequence
 from enum import Enum
 
 from pagesim.simulator.core.errors import KVCacheError
@@ -172,10 +173,16 @@ class BlockPool:
                 raise KVCacheError(f"no free block: all {self.num_blocks} blocks are referenced")
             hashes = self._hashes
             popitem = queue.popitem
+            blocks_of_hash = self._blocks_of_hash
             for _ in range(num_blocks):
                 block = popitem(last=False)[0]
-                if hashes[block] is not None:
-                    self._drop_hash(block)
+                block_hash = hashes[block]
+                if block_hash is not None:  # `_drop_hash`, inlined: most reused blocks hold one
+                    holders = blocks_of_hash[block_hash]
+                    del holders[block]
+                    if not holders:
+                        del blocks_of_hash[block_hash]
+                    hashes[block] = None
                 ref_counts[block] = 1
                 blocks.append(block)
             self._num_used += num_blocks
@@ -291,6 +298,25 @@ class BlockPool:
             return False
         self._hashes[block] = block_hash
         return True
+
+    def cache_many(self, blocks: Sequence[int], block_hashes: Sequence[int]) -> None:
+        """`cache_block` of each (block, hash) pair in order, results unused: a prompt chunk
+        registers dozens of blocks at once. The usual case (V1's duplicates allowed, a held block
+        with no hash yet) is inlined; anything else goes through `cache_block` and its checks."""
+        refs, hashes, blocks_of_hash = self._ref_counts, self._hashes, self._blocks_of_hash
+        num_blocks = len(refs)
+        plain = self._allow_duplicates
+        for block, block_hash in zip(blocks, block_hashes, strict=True):
+            usual = plain and 0 <= block < num_blocks and refs[block] and hashes[block] is None
+            if not usual:
+                self.cache_block(block, block_hash)
+                continue
+            holders = blocks_of_hash.get(block_hash)
+            if holders is None:
+                blocks_of_hash[block_hash] = {block: None}
+            else:
+                holders[block] = None
+            hashes[block] = block_hash
 
     def evict_one(self) -> int | None:
         """Drop the hash of the least recently freed cached block, making it plain free."""

@@ -214,8 +214,9 @@ class PagedSlots:
         seq.num_computed_tokens = num_computed_tokens
         if self._enable_prefix_cache and block_hashes:
             num_full = min(num_computed_tokens // bs, len(block_hashes))
-            for i in range(seq.num_registered_blocks, num_full):
-                self._gpu.cache_block(table[i], block_hashes[i])
+            first = seq.num_registered_blocks
+            if num_full > first:
+                self._gpu.cache_many(table[first:num_full], block_hashes[first:num_full])
             seq.num_registered_blocks = max(seq.num_registered_blocks, num_full)
 
     def cache_blocks(self, seq_id: int, num_tokens: int, block_hashes: Sequence[int]) -> None:
@@ -232,9 +233,9 @@ class PagedSlots:
                 f"seq {seq_id}: cannot cache {num_tokens} tokens, {seq.num_tokens} are allocated"
             )
         num_full = min(num_tokens // self._block_size, len(block_hashes))
-        table = seq.block_table
-        for i in range(seq.num_registered_blocks, num_full):
-            self._gpu.cache_block(table[i], block_hashes[i])
+        first = seq.num_registered_blocks
+        if num_full > first:
+            self._gpu.cache_many(seq.block_table[first:num_full], block_hashes[first:num_full])
         seq.num_registered_blocks = max(seq.num_registered_blocks, num_full)
 
     def commit_one(self, seq_id: int) -> None:

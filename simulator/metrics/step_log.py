@@ -156,7 +156,8 @@ def merge_rows(rows: np.ndarray, group: int) -> np.ndarray:
 
 
 class StepLog:
-    """Append one step at a time (`append`, C-level); read the table once at the end (`frame`)."""
+    """Append one step at a time (`append`, C-level); read the table once at the end (`frame`:
+    it hands the rows over, so a second call has none; `totals` stay)."""
 
     def __init__(
         self,
@@ -216,14 +217,17 @@ class StepLog:
             self._carry = self._carry[:0]
         if not self._stored:
             return pd.DataFrame({name: [] for name in STEP_COLUMNS})  # no rows: pandas' dtypes
-        rows = np.concatenate(self._stored)
+        # The rows move into the table: the log keeps none of them (the table is read once, at
+        # the run's end), and each column is gathered from the stored chunks without a second
+        # copy of every row (a fleet holds one log per replica until its table is built).
+        stored, self._stored, self._num_stored = self._stored, [], 0
         whole = self.row_steps == 1  # nothing merged: states are still whole numbers
         columns = {}
         for i, name in enumerate(STEP_COLUMNS):
-            column = rows[:, i]
+            column = np.concatenate([rows[:, i] for rows in stored])
             if name in _COUNT_COLUMNS or (whole and name not in _FLOAT_COLUMNS):
                 column = column.astype(np.int64)
-            else:
-                column = column.copy()
             columns[name] = column
-        return pd.DataFrame(columns)
+        # copy=False: the columns stay separate arrays, not copied into pandas' 2-D blocks (no
+        # second copy of the table at its peak; a fleet then frees each as it merges them)
+        return pd.DataFrame(columns, copy=False)

@@ -79,6 +79,8 @@ class BenchSpec:
             built = replace(built, systems=(system,))
         if not self.is_fleet:
             return built
+        if not hasattr(bench, "fleet_scenario"):
+            raise SystemExit("this revision has no fleets (simulator/cluster): drop --replicas")
         return bench.fleet_scenario(
             built, self.replicas, self.router, self.model, self.tensor_parallel
         )
@@ -89,6 +91,7 @@ class TimedRun:
     """One timed simulation: wall time, what it simulated, and its process's peak memory."""
 
     wall_s: float
+    cpu_s: float  # this process's CPU time over the run: steadier than wall on a busy machine
     num_requests: int
     num_tokens: float  # prompt + output tokens of every request
     num_steps: int
@@ -99,12 +102,14 @@ class TimedRun:
 def time_simulation(simulate: Callable[[Any], Any], scenario: Any) -> TimedRun:
     """Time `simulate(scenario)` (any revision's `simulate`: only its summary's num_requests,
     num_steps and its requests' token columns are read)."""
-    start = time.perf_counter()
+    start, start_cpu = time.perf_counter(), time.process_time()
     result = simulate(scenario)
     wall_s = time.perf_counter() - start
+    cpu_s = time.process_time() - start_cpu
     requests, summary = result.requests, result.summary
     return TimedRun(
         wall_s=wall_s,
+        cpu_s=cpu_s,
         num_requests=int(summary["num_requests"]),
         num_tokens=float(requests["output_len"].sum() + requests["prompt_len"].sum()),
         num_steps=int(summary["num_steps"]),

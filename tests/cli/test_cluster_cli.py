@@ -149,10 +149,20 @@ def test_bench_sim_times_a_fleet(capsys: pytest.CaptureFixture[str]) -> None:
     assert "200 requests" in result.out
 
 
+def test_bench_sim_compares_a_fleet_against_a_revision(capsys: pytest.CaptureFixture[str]) -> None:
+    # HEAD has fleets: both sides run the same 2-replica fleet and agree.
+    both = run_cli(
+        capsys, "bench", "sim", "--requests", "40", "--replicas", "2", "--against", "HEAD",
+        "--repeat", "1",
+    )  # fmt: skip
+    assert both.exit_code == 0, both.err
+    assert "on 2 x llama-2-7b TP1 (round-robin)" in both.out
+    assert "CPU time" in both.out and "summaries agree (rel 1e-9)" in both.out
+
+
 @pytest.mark.parametrize(
     ("args", "needle"),
     [
-        (["--replicas", "2", "--against", "HEAD"], "--against: compares single replicas"),
         (["--replicas", "2", "--router", "fastest"], "--router: unknown router 'fastest'"),
         (["--model", "llama-2-70b", "--tensor-parallel", "3"], "--tensor-parallel: 3 does not"),
         (["--replicas", "0"], "--replicas and --tensor-parallel must be >= 1"),

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pagesim.simulator.core.errors import KVCacheError
-from pagesim.simulator.kv.block_pool import BlockPool
+from pagesim.simulator.kv.block_pool import BlockPool, EvictionOrder
 
 
 def test_allocation_order_is_fifo() -> None:
@@ -143,3 +143,50 @@ def test_random_operations_keep_invariants(ops: list[tuple[str, int]]) -> None:
         pool.check_invariants()
         assert pool.num_used_blocks == len(refs)
         assert all(pool.ref_count(b) == n for b, n in refs.items())
+
+
+def test_cache_many_registers_a_chunk_and_checks_as_cache_block_does() -> None:
+    # V1's pool (duplicates allowed): blocks 0..2 held; 0 and 1 cached in one call, then 2 joins
+    # 0's hash as a duplicate; a held block under a second hash and a free block are refused.
+    pool = BlockPool(4, eviction=EvictionOrder.LRU, allow_duplicates=True)
+    a, b, c = pool.allocate_many(3)
+    pool.cache_many([a, b], [10, 0])  # 0 is a hash like any other
+    pool.cache_many([c, a], [10, 10])  # a: the same hash again, a no-op
+    assert pool.block_hash(a) == 10 and pool.block_hash(b) == 0 and pool.block_hash(c) == 10
+    with pytest.raises(KVCacheError, match="cached under hash 10, not 11"):
+        pool.cache_many([a], [11])
+    with pytest.raises(KVCacheError, match="cache_block of free block 3"):
+        pool.cache_many([3], [12])
+    pool.check_invariants()
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    pairs=st.lists(st.tuples(st.integers(0, 5), st.integers(0, 3)), max_size=12),
+    duplicates=st.booleans(),
+)
+def test_cache_many_is_cache_block_of_each_pair(
+    pairs: list[tuple[int, int]], duplicates: bool
+) -> None:
+    def pool() -> BlockPool:
+        made = BlockPool(6, eviction=EvictionOrder.LRU, allow_duplicates=duplicates)
+        made.allocate_many(4)  # blocks 4 and 5 stay free: caching them is an error
+        return made
+
+    one_by_one, at_once = pool(), pool()
+    expected: type[Exception] | None = None
+    for block, block_hash in pairs:
+        try:
+            one_by_one.cache_block(block, block_hash)
+        except KVCacheError:
+            expected = KVCacheError
+            break
+    if expected is None:
+        at_once.cache_many([b for b, _ in pairs], [h for _, h in pairs])
+        assert [one_by_one.block_hash(b) for b in range(6)] == [
+            at_once.block_hash(b) for b in range(6)
+        ]
+        at_once.check_invariants()
+    else:
+        with pytest.raises(expected):
+            at_once.cache_many([b for b, _ in pairs], [h for _, h in pairs])

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from kv_helpers import hash_token_blocks
 
 from pagesim.simulator.core.errors import KVCacheError
-from pagesim.simulator.kv.prefix_hash import SequenceHasher
+from pagesim.simulator.kv.prefix_hash import ROOT_HASH, SequenceHasher
 
 
 def test_hash_token_blocks_hashes_full_blocks_only() -> None:
@@ -126,6 +126,28 @@ def test_hashing_after_every_extend_equals_hashing_once(
             step_by_step.extend(key, 1)
             step_by_step.block_hashes()
     assert step_by_step.block_hashes() == _segments_hasher(block_size, segments)
+
+
+@settings(max_examples=100, deadline=None)
+@given(segments=segment_lists, block_size=st.integers(1, 5))
+def test_a_block_hashes_its_pieces_chained_to_its_parent(
+    segments: list[tuple[tuple[int, ...], int]], block_size: int
+) -> None:
+    # The module docstring's scheme, from token identities: block i's content is its runs of
+    # consecutive tokens of one segment as (key, start, end); its hash is
+    # hash((block i-1's hash, content)). Pins the values (whole-block fast path included).
+    tokens = _materialize([s for s in segments if s[1]])
+    expected, parent = [], ROOT_HASH
+    for first in range(0, len(tokens) - block_size + 1, block_size):
+        pieces: list[tuple[tuple[int, ...], int, int]] = []
+        for key, offset in tokens[first : first + block_size]:
+            if pieces and pieces[-1][0] == key and pieces[-1][2] == offset:
+                pieces[-1] = (key, pieces[-1][1], offset + 1)
+            else:
+                pieces.append((key, offset, offset + 1))
+        parent = hash((parent, tuple(pieces)))
+        expected.append(parent)
+    assert _segments_hasher(block_size, segments) == expected
 
 
 def test_hashes_do_not_depend_on_the_process_hash_seed() -> None:

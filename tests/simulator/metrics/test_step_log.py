@@ -165,3 +165,15 @@ def test_a_report_renders_from_merged_step_rows(
     assert result.provenance["step_table_row_steps"] > 1
     write_report([result], tmp_path, title="merged", scenario_text="", provenance={})
     assert (tmp_path / "report.html").stat().st_size > 0
+
+
+def test_the_table_takes_the_rows_and_the_totals_stay() -> None:
+    # 5 steps, chunks of 2: the table gets all five rows once; the log keeps none (a fleet holds
+    # one log per replica until its table is built) but still knows their totals.
+    rows = _steps(5, 0)
+    log = StepLog(chunk_steps=2)
+    for row in rows:
+        log.append(tuple(row))
+    first = log.frame()
+    assert len(first) == 5 and first["start_s"].tolist() == rows[:, 0].tolist()
+    assert len(log.frame()) == 0 and log.totals.num_steps == 5
