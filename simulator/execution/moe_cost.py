@@ -42,6 +42,7 @@ all-gather and reduce-scatter, which NCCL runs as half an all-reduce's ring each
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from pagesim.simulator.core.catalog import ModelSpec
@@ -62,9 +63,11 @@ def selection_probabilities(num_experts: int, experts_per_token: int, skew: floa
     rest = sum(weights)
     scale = k / rest
     while capped < k and scale * weights[capped] > 1:
-        rest -= weights[capped]
         capped += 1
-        scale = (k - capped) / rest
+        # Summed afresh, not by subtraction: at a steep skew the hottest weight is 1 and the
+        # others fall below its rounding, so `rest - 1` would be 0 (and the scale infinite).
+        rest = math.fsum(weights[capped:])
+        scale = (k - capped) / rest if rest > 0 else 0.0
     return [1.0] * capped + [scale * w for w in weights[capped:]]
 
 

@@ -69,7 +69,7 @@ from pagesim.simulator.core.config import ExecutionConfig
 from pagesim.simulator.core.errors import InputError
 from pagesim.simulator.core.plan import SeqWork, StepCost, StepPlan, step_cost_of
 from pagesim.simulator.execution.factors import resolve_factors, resolve_link
-from pagesim.simulator.execution.gemm import LinearCost
+from pagesim.simulator.execution.gemm import LinearCost, is_dense
 from pagesim.simulator.execution.layer_kinds import KindsCost
 from pagesim.simulator.execution.model import TransferPricer
 from pagesim.simulator.execution.moe_cost import ExpertLayout, ExpertTraffic
@@ -149,7 +149,9 @@ class RooflineModel(RooflineReport):
         # Weight dtypes, routed experts, MLA (precision.py, moe_cost.py, MLAShapes): a dense
         # 16-bit model with no MLA keeps the expressions above and below exactly.
         self.split = split = linear_split(model, gpu, t)
-        self.is_plain = model.moe is None and model.mla is None and model.weight_dtype.is_16_bit
+        # Plain: the four dense GEMMs of gemm.LinearCost in 16 bits (tiled); the others take one
+        # lumped GEMM in their dtypes below.
+        self.is_plain = is_dense(model) and model.weight_dtype.is_16_bit
         if not self.is_plain:
             self.linear_flops_per_token = split.flops_per_token
             self.linear_weight_bytes = split.fixed_weight_bytes
@@ -169,10 +171,6 @@ class RooflineModel(RooflineReport):
             self.upproject_flops_per_cached_token = L * mla.upproject_flops_per_cached_token
         self.kv_bytes_per_token = model.kv_bytes_per_token(kv_dtype, t)
         self.block_bytes = block_size * self.kv_bytes_per_token
-        ring = 2 * (t - 1) / t
-        self.allreduce_bytes_per_token = (
-            L * ALLREDUCES_PER_LAYER * ring * shapes.allreduce_bytes_per_token
-        )
 
         # Seconds per unit, so that `price` does only multiply-adds (and cached look-ups: a dense
         # 16-bit model's linear layers GEMM by GEMM (gemm.py), the LM head and the all-reduce,

@@ -40,7 +40,6 @@ class RooflineReport:
     block_overhead_bytes_per_block: float
     block_s_per_context: float
     block_s_per_seq: float
-    allreduce_bytes_per_token: float
     _overlap: float
     _linear_c: float
     _linear_m0: float
@@ -146,8 +145,9 @@ class RooflineReport:
             notes.append(f"all-reduce over {r.link.name}: {r.link.source}")
         split = r.split
         for peak in (split.fixed_peak, split.expert_peak):
-            if peak.mode != "W16A16" and peak.note not in notes:
-                notes.append(f"linear layers {peak.mode}: {peak.note}")
+            line = f"linear layers {peak.mode}: {peak.note}"
+            if peak.mode != "W16A16" and line not in notes:
+                notes.append(line)
         moe: dict[str, object] = {}
         if r.experts is not None:
             e = r.experts
@@ -182,8 +182,12 @@ class RooflineReport:
             "gemm_efficiency": f.gemm_efficiency,
             "gemm_overlap": f.gemm_overlap,
             "gemm_launch_s": f.gemm_launch_s,
-            "gemm_tile": f"{f.gemm_tile_m} x {f.gemm_tile_n} over {f.gemm_num_sms} SMs"
-            if f.gemm_num_sms and r.is_plain
+            # gemm.LinearCost tiles the linear layers of a dense 16-bit model and every LM head.
+            "gemm_tile": (
+                f"{f.gemm_tile_m} x {f.gemm_tile_n} over {f.gemm_num_sms} SMs"
+                + ("" if r.is_plain else " (LM head only; the linear layers one lumped GEMM)")
+            )
+            if f.gemm_num_sms
             else "none (smooth)",
             "weight_bw_efficiency": f.weight_bw_efficiency,
             "small_ops_layer_s": f.small_ops_layer_s,

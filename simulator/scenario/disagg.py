@@ -15,7 +15,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from pagesim.simulator.core.cluster import PoolConfig, PoolRole
-from pagesim.simulator.core.config import Scenario
+from pagesim.simulator.core.config import PreemptionPolicy, Scenario
+from pagesim.simulator.core.defaults import knobs_of, resolve_system
 from pagesim.simulator.core.errors import InputError, choices_text
 from pagesim.simulator.core.link import GB, LINK_PRESETS, LinkConfig, link_preset
 from pagesim.simulator.core.model_spec import LayerKind
@@ -120,6 +121,19 @@ def check_decode_memory(t: Table, scenario: Scenario) -> None:
                 f"system {system.name!r} speculates; pagesim's disaggregated fleets do not "
                 "model speculative decoding on the decode side yet: run it colocated (role = "
                 '"both") or remove its [systems.speculative]',
+            )
+        resolved = resolve_system(
+            system, scenario.model, scenario.gpu, scenario.tensor_parallel
+        ).system
+        if knobs_of(resolved).preemption is PreemptionPolicy.SWAP:
+            # A swapped-out request waits for blocks that landed prompts hold (they are admitted
+            # only when nothing is swapped): a decode replica could stall for good. vLLM V1,
+            # whose connector this models, preempts by recompute only.
+            t.fail(
+                "pools",
+                f"system {system.name!r} preempts by swapping; pagesim's disaggregated fleets "
+                'preempt by recompute only (as vLLM V1 does): set preemption = "recompute" or '
+                'run it colocated (role = "both")',
             )
     for table, pool in zip(t.tables("pools"), cluster.pools, strict=True):
         if pool.role is not PoolRole.DECODE:

@@ -115,6 +115,10 @@ def test_a_disaggregated_fleet_runs_beside_its_colocated_twin(
             ],
             "cluster.pools: system 'disagg' speculates",
         ),
+        (
+            ['systems[0].preemption="swap"', "systems[0].swap_space_gib=4"],
+            "cluster.pools: system 'disagg' preempts by swapping",
+        ),
     ],
 )
 def test_bad_disaggregation_input_is_one_error_line_exit_2(

@@ -164,6 +164,19 @@ def test_skewed_routing_reads_fewer_experts_but_one_token_still_reads_k() -> Non
         RooflineModel(qwen, H200, replace(CONFIG, routing_skew=-1.0))
 
 
+@pytest.mark.parametrize("skew", [40.0, 60.0, 100.0])
+def test_the_steepest_skews_still_price(skew: float) -> None:
+    # At a skew this steep the hottest expert's weight is 1 and the others fall below its
+    # rounding: a remainder found by subtraction would be 0 (a division by zero once, inside
+    # the scenario's accepted range up to 100). The 7 hottest experts are then chosen by every
+    # token and the 8th choice falls mostly on the 8th expert, a little on the 9th and 10th.
+    qwen = get_model("qwen3-30b-a3b")
+    experts = RooflineModel(qwen, H200, replace(CONFIG, routing_skew=skew)).experts
+    assert experts is not None
+    assert experts.touched(1) == pytest.approx(8, rel=1e-9)
+    assert 8 < experts.touched(4096) < 11
+
+
 # -- expert parallelism -----------------------------------------------------------------------
 
 
