@@ -23,6 +23,7 @@ import simpy
 from pagesim import __version__
 from pagesim.simulator.cluster.replica import ExecutionFactory, Replica, ReplicaStallError
 from pagesim.simulator.core.config import Scenario, SystemConfig
+from pagesim.simulator.core.errors import InputError
 from pagesim.simulator.core.scheduler import Scheduler
 from pagesim.simulator.execution.checks import utilization_warnings
 from pagesim.simulator.execution.model import ExecutionModel
@@ -57,7 +58,14 @@ def simulate(
     So does one with multi-turn sessions (whose next turns wait for answers): on one replica.
     """
     is_fleet = scenario.cluster is not None or scenario.workload.sessions is not None
-    if is_fleet and on_step is None and execution_factory is None:
+    if is_fleet and (on_step is not None or execution_factory is not None):
+        # Rather than run one replica of a fleet and say nothing.
+        raise InputError(
+            f"scenario {scenario.name!r} runs a fleet ([cluster] or [workload.sessions]); a step "
+            "hook or a measured execution model (a fidelity check) drives one replica: use a "
+            "scenario without them"
+        )
+    if is_fleet:
         from pagesim.simulator.cluster.disagg_result import simulate_any_fleet
 
         return simulate_any_fleet(scenario, system, check_invariants=check_invariants)

@@ -1,2 +1,2 @@
-"""Fleets: several replicas, each the single-replica engine loop, behind a router, in one SimPy
-environment (DESIGN.md, "Where it grows: fleets")."""
+"""Fleets: several replicas, each the step loop of cluster/replica.py (a single run's too),
+behind a router, in one SimPy environment (DESIGN.md, "Where it grows: fleets")."""

@@ -153,7 +153,7 @@ class Replica:
         if not self._wakeup.triggered:
             self._wakeup.succeed()
 
-    # --- the heartbeat (engine.simulate's replica loop) ---------------------------------------
+    # --- the heartbeat (every replica's, a single run's included) ---------------------------
 
     def _run(self) -> Generator[simpy.Event, None, None]:
         env, scheduler, execution = self._env, self.scheduler, self.execution

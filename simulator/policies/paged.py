@@ -64,7 +64,8 @@ class PagedScheduler(PolicyBase):
     def enable_fast_path(self) -> bool:
         """Advance lone decoding sequences as a group (simulator.policies.decode_group): same
         results, no per-sequence work between their block boundaries. Returns whether it is on
-        (the step policy must have a grouped running phase)."""
+        (the step policy must have a grouped running phase; off for a hybrid cache, whose window
+        frees break the group's closed form, and under speculative decoding)."""
         if not self.policy.groups_decodes or not isinstance(self.kv, PagedKVCache):
             return False  # a hybrid cache frees window blocks as decodes advance: no closed form
         if self.state.spec is not None:

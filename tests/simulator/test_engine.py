@@ -303,3 +303,14 @@ def test_the_host_overhead_is_among_the_era_defaults_a_run_names(
     s = scenario(explicit_workload([(30, 3, 0.0)]), system(policy))
     found = simulate(s).provenance["defaults_from"]
     assert "max_num_seqs" in found and words in found[HOST_OVERHEAD_KEY]
+
+
+def test_a_fleet_is_not_run_as_one_replica_behind_a_step_hook() -> None:
+    # A step hook or a measured execution model (fidelity checks) drives one replica; a fleet
+    # scenario used to run its first replica alone, silently.
+    from pagesim.simulator.core.errors import InputError
+    from pagesim.simulator.scenario.load import load_scenario
+
+    fleet = load_scenario("router_comparison")
+    with pytest.raises(InputError, match="runs a fleet"):
+        simulate(fleet, on_step=lambda now_s: None)
