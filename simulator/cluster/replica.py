@@ -68,7 +68,7 @@ class Replica:
         self.index, self.pool, self.system, self.scenario = index, pool, system, scenario
         self.capacity = kv_capacity(scenario, system)
         self.scheduler = make_scheduler(
-            system, scenario.model.max_seq_len, self.capacity, scenario.seed
+            system, scenario.model.max_seq_len, self.capacity, scenario.seed, index
         )
         if execution_factory is None:
             self.execution = make_execution_model(scenario, system)

@@ -46,9 +46,10 @@ def hybrid_refusal(system: SystemConfig, layout: HybridLayout | None) -> tuple[s
 
 
 def make_scheduler(
-    system: SystemConfig, max_seq_len: int, capacity: Capacity, seed: int = 0
+    system: SystemConfig, max_seq_len: int, capacity: Capacity, seed: int = 0, replica: int = 0
 ) -> Scheduler:
-    """`seed`: the scenario's, for the policy's own draws (speculative acceptance)."""
+    """`seed`: the scenario's, for the policy's own draws (speculative acceptance); `replica`:
+    the fleet replica it schedules for, whose draws are its own."""
     refusal = hybrid_refusal(system, capacity.layout)
     if refusal is not None:
         raise InputError(f"system {system.name!r}: {refusal[1]}")
@@ -66,4 +67,5 @@ def make_scheduler(
         step,
         capacity.layout,
         seed,
+        replica,
     )

@@ -51,13 +51,14 @@ class PagedScheduler(PolicyBase):
         policy: StepPolicy,
         layout: HybridLayout | None = None,
         seed: int = 0,
+        replica: int = 0,
     ) -> None:
         super().__init__(system, max_seq_len)
         self.state = PagedState(
             system, max_seq_len, num_blocks, num_cpu_blocks, policy.pieces(system), layout
         )
         if system.speculative is not None:  # the scenario allows it under vllm-v1 only
-            self.state.spec = SpecDecoder(system.speculative, max_seq_len, seed)
+            self.state.spec = SpecDecoder(system.speculative, max_seq_len, seed, replica)
         self.kv = self.state.kv  # read by the fidelity executor and tests
         self.policy = policy
 

@@ -42,13 +42,17 @@ class SpecStats:
 class SpecDecoder:
     """The speculative-decoding side of a V1 PagedState: demand, lookahead, verification."""
 
-    def __init__(self, config: SpeculativeConfig, max_seq_len: int, seed: int) -> None:
+    def __init__(
+        self, config: SpeculativeConfig, max_seq_len: int, seed: int, replica: int = 0
+    ) -> None:
         self.config = config
         self.k = config.num_speculative_tokens
         self.lookahead = 0 if config.method is SpecMethod.NGRAM else self.k
         self.max_seq_len = max_seq_len
         self._cdf = np.cumsum(np.asarray(config.accepted_pmf(), dtype=float))
-        self._rng = np.random.default_rng((seed, SPEC_STREAM))
+        # A fleet's replicas draw apart (replica 0, a single run's, keeps the stream it had).
+        stream = (seed, SPEC_STREAM) if replica == 0 else (seed, SPEC_STREAM, replica)
+        self._rng = np.random.default_rng(stream)
         self.stats = SpecStats()
 
     # -- scheduling -------------------------------------------------------------------------

@@ -165,6 +165,11 @@ def test_acceptance_draws_follow_the_distribution_and_the_seed() -> None:
     again = SpecDecoder(config, 4096, seed=7)
     assert [again.verify(2) for _ in range(100)] == draws[:100]
     assert max(decoder.verify(1) for _ in range(100)) == 1  # one draft: at most one accepted
+    # A fleet's second replica draws its own sequence; its first keeps a single run's.
+    first = SpecDecoder(config, 4096, seed=7, replica=0)
+    second = SpecDecoder(config, 4096, seed=7, replica=1)
+    assert [first.verify(2) for _ in range(100)] == draws[:100]
+    assert [second.verify(2) for _ in range(100)] != draws[:100]
 
 
 @settings(max_examples=40, deadline=None)
