@@ -8,8 +8,8 @@ by its KV read"). Two parts are added here:
 
     verify_lm_head   the LM head over the d extra positions of each sequence (vLLM computes the
                      target's logits at every draft position to verify it); the execution model
-                     counts one row per sequence. Priced as the roofline prices the LM head GEMM:
-                     g(S + X) - g(S), g(n) = max(c, m) + overlap x min(c, m).
+                     counts one row per sequence. Priced as the roofline prices the LM head GEMM
+                     (gemm.LinearCost, tiled where the GPU's factors tile): g(S + X) - g(S).
     draft            proposing the drafts, by method:
       draft-model    a smaller model of the catalog, priced by the roofline on its own ModelSpec
                      (same GPU, TP and factors): d sequential decode passes over the sequences,
@@ -104,21 +104,14 @@ class SpeculativeModel:
         self.name = base.name
         self.draft = draft
         self.method = method
-        f = target.factors
-        peak, bw = target.gpu.fp16_flops, target.gpu.mem_bandwidth_bps
-        self._lm_c = target.lm_head_flops_per_seq / (peak * f.gemm_efficiency)
-        self._lm_m0 = target.lm_head_weight_bytes / (bw * f.weight_bw_efficiency)
-        self._lm_m1 = target.lm_head_act_bytes_per_seq / (bw * f.weight_bw_efficiency)
-        self._overlap = f.gemm_overlap
+        self._lm_head = target._linear  # the roofline's LM head GEMM (gemm.LinearCost)
         self._lm_flops_per_row = target.lm_head_flops_per_seq
         self._lm_bytes_per_row = target.lm_head_act_bytes_per_seq
         self.draft_s = 0.0  # run totals of the parts added here (the summary reports them)
         self.verify_lm_head_s = 0.0
 
-    def _lm_head_s(self, rows: float) -> float:
-        c = rows * self._lm_c
-        m = self._lm_m0 + rows * self._lm_m1
-        return max(c, m) + self._overlap * min(c, m)
+    def _lm_head_s(self, rows: int) -> float:
+        return self._lm_head.lm_head_s(rows)
 
     def parts(self, plan: StepPlan) -> tuple[float, float, float, float]:
         """(draft_s, verify_lm_head_s, extra FLOPs, extra HBM bytes) of `plan`."""

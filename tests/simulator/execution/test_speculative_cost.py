@@ -26,6 +26,7 @@ from pagesim.simulator.core.plan import SeqWork, StepPlan
 from pagesim.simulator.core.scheduler import Scheduler
 from pagesim.simulator.engine import simulate
 from pagesim.simulator.execution.factory import make_execution_model
+from pagesim.simulator.execution.gemm import gemm_time_s
 from pagesim.simulator.execution.model import ExecutionModel
 from pagesim.simulator.execution.overhead import EngineEra
 from pagesim.simulator.execution.profile import ProfileModel
@@ -61,7 +62,8 @@ def test_a_step_without_drafts_costs_what_the_base_model_says() -> None:
 def test_verification_is_the_base_price_of_the_chunks_plus_lm_head_rows_plus_the_draft() -> None:
     """Two sequences with 3 drafts each: the base model prices the 4-token chunks; the extra
     6 LM-head rows cost g(2 + 6) - g(2) on the roofline's LM head GEMM; an n-gram draft costs
-    its host time per sequence."""
+    its host time per sequence (the LM head GEMM as the roofline prices it: execution/gemm.py,
+    tiled on H100, pinned by tests/simulator/execution/test_gemm.py)."""
     base = target()
     spec = SpeculativeModel(base, base, HostDraft(NGRAM_HOST_S_PER_SEQ, "n"), SpecMethod.NGRAM)
     plan = plan_of((4, 104, False), (4, 204, False))
@@ -69,11 +71,8 @@ def test_verification_is_the_base_price_of_the_chunks_plus_lm_head_rows_plus_the
     peak, bw = H100.fp16_flops, H100.mem_bandwidth_bps
 
     def lm_head(rows: int) -> float:
-        c = rows * base.lm_head_flops_per_seq / (peak * f.gemm_efficiency)
-        m = (base.lm_head_weight_bytes + rows * base.lm_head_act_bytes_per_seq) / (
-            bw * f.weight_bw_efficiency
-        )
-        return max(c, m) + f.gemm_overlap * min(c, m)
+        model = base.model
+        return float(gemm_time_s(rows, model.hidden_size, model.vocab_size, peak, bw, f))
 
     lm_s = lm_head(8) - lm_head(2)
     assert 0 < lm_s < 6 * base.lm_head_flops_per_seq / (peak * f.gemm_efficiency) + 1e-9
