@@ -17,9 +17,8 @@ from pagesim.simulator.execution.model import ExecutionModel
 from pagesim.simulator.policies.paged import PagedScheduler
 
 
-class PrefillReplica(Replica):
-    """Keeps finished requests' blocks until their KV has left; remembers its last step's
-    length (the compute a layer-wise transfer may overlap)."""
+class _PagedReplica(Replica):
+    """A replica of a disaggregated fleet: its scheduler must be paged (vLLM's)."""
 
     def __init__(
         self,
@@ -36,6 +35,17 @@ class PrefillReplica(Replica):
             index, pool, scenario, system, env, on_done, check_invariants=check_invariants
         )
         self.paged = _paged(self)
+        self._prepare()
+
+    def _prepare(self) -> None:
+        """What a kind of replica sets up once its paged scheduler is there."""
+
+
+class PrefillReplica(_PagedReplica):
+    """Keeps finished requests' blocks until their KV has left; remembers its last step's
+    length (the compute a layer-wise transfer may overlap)."""
+
+    def _prepare(self) -> None:
         self.paged.state.keeps_finished_blocks = True
         self.timed = _TimedExecution(self.execution)
         self.execution = self.timed
@@ -62,24 +72,10 @@ class _TimedExecution:
         return self.inner.describe()
 
 
-class DecodeReplica(Replica):
+class DecodeReplica(_PagedReplica):
     """Receives requests whose prompt KV arrived; calls `after_step` after each step."""
 
-    def __init__(
-        self,
-        index: int,
-        pool: str,
-        scenario: Scenario,
-        system: SystemConfig,
-        env: simpy.Environment,
-        on_done: Callable[[Replica, Request], None],
-        *,
-        check_invariants: bool = False,
-    ) -> None:
-        super().__init__(
-            index, pool, scenario, system, env, on_done, check_invariants=check_invariants
-        )
-        self.paged = _paged(self)
+    def _prepare(self) -> None:
         self.after_step: Callable[[DecodeReplica], None] = lambda replica: None
 
     def receive(self, request: Request) -> None:
