@@ -20,6 +20,8 @@ from pagesim.simulator.policies.paged import PagedScheduler
 class _PagedReplica(Replica):
     """A replica of a disaggregated fleet: its scheduler must be paged (vLLM's)."""
 
+    takes_windows = False  # its kinds' hooks look after every step (held blocks, transfers)
+
     def __init__(
         self,
         index: int,

@@ -140,7 +140,7 @@ def run_fleet(
     window_tokens: list[int | None] = [None, None]
 
     def send(request: Request) -> None:
-        tokens = sum(replica.scheduler.num_output_tokens for replica in replicas)
+        tokens = sum(replica.num_output_tokens for replica in replicas)
         if window_tokens[0] is None and request.arrival_s >= warmup_s:
             window_tokens[0] = tokens
         window_tokens[1] = tokens

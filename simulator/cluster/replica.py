@@ -22,6 +22,7 @@ from pagesim.simulator.core.defaults import (
     resolve_runnable,
     system_knobs,
 )
+from pagesim.simulator.core.plan import StepCost
 from pagesim.simulator.core.request import Request
 from pagesim.simulator.core.scheduler import Scheduler
 from pagesim.simulator.execution.factory import make_execution_model
@@ -30,7 +31,14 @@ from pagesim.simulator.execution.roofline import RooflineModel
 from pagesim.simulator.kv.capacity import kv_capacity
 from pagesim.simulator.metrics.recorder import Recorder
 from pagesim.simulator.metrics.result import RunResult
+from pagesim.simulator.policies.decode_window import PureRun
 from pagesim.simulator.policies.factory import make_scheduler
+from pagesim.simulator.policies.paged import PagedScheduler
+
+# Most pure decode steps a replica settles ahead in one event (a cut wastes the rest's pricing).
+WINDOW_STEPS = 128
+# Off: every step its own event (tests compare the two; the results are the same).
+USE_WINDOWS = True
 
 
 class ReplicaStallError(RuntimeError):
@@ -81,10 +89,22 @@ class Replica:
                 and not check_invariants
                 and on_step is None
             )
+        self._paged: PagedScheduler | None = None  # set when runs of pure steps are on
         if fast_path:
             enable = getattr(self.scheduler, "enable_fast_path", None)
-            if enable is not None:
-                enable()
+            if enable is not None and enable():
+                execution = self.execution
+                if (
+                    USE_WINDOWS
+                    and self.takes_windows
+                    and isinstance(self.scheduler, PagedScheduler)
+                    and isinstance(execution, RooflineModel)
+                    and execution.prices_statelessly
+                ):
+                    self._paged = self.scheduler
+        self._window: _Window | None = None
+        self.num_steps_ahead = 0  # steps applied from runs of pure steps (the rest one by one)
+        self._process: simpy.Process | None = None
         self._on_step = on_step
         self.recorder = Recorder(
             scenario.gpu, scenario.slo, scenario.stop.warmup_s, self.capacity.block_bytes
@@ -99,9 +119,14 @@ class Replica:
         self._num_pending = 0  # the scheduler's pending count after the last look
         self.num_routed = 0
 
+    # Runs of pure decode steps in one event (below): a disaggregated replica's own hooks
+    # look at every step, so its kinds set this off.
+    takes_windows = True
+
     def start(self) -> simpy.Process:
         """Start the loop (after the arrival process: the order engine.simulate creates them)."""
-        return self._env.process(self._run())
+        self._process = self._env.process(self._run())
+        return self._process
 
     # --- what a router may read (routers.py says which one reads what) ----------------------
 
@@ -112,13 +137,21 @@ class Replica:
 
     def kv_used_share(self) -> float:
         """Share of KV slots not free: what vLLM reports as its KV-cache usage gauge."""
+        self.catch_up()
         memory = self.scheduler.memory_breakdown()
         total = self.scheduler.kv_capacity_slots
         return 1.0 - memory.free_slots / total if total else 0.0
 
     # --- feeding it ---------------------------------------------------------------------------
 
+    @property
+    def num_output_tokens(self) -> int:
+        """Output tokens the replica has produced by now."""
+        self.catch_up()
+        return self.scheduler.num_output_tokens
+
     def add_request(self, request: Request) -> None:
+        self._cut()  # the next step may admit it
         self.num_routed += 1
         # The arrival window's edges for the token rate, as engine.simulate marks them: its
         # first in-window arrival opens it, each arrival moves its end (the last one's stays).
@@ -140,6 +173,7 @@ class Replica:
 
     def wake(self) -> None:
         """Re-plan now: something outside the replica changed what it can do."""
+        self._cut()
         if not self._wakeup.triggered:
             self._wakeup.succeed()
 
@@ -157,7 +191,13 @@ class Replica:
 
     def _run(self) -> Generator[simpy.Event, None, None]:
         env, scheduler, execution = self._env, self.scheduler, self.execution
+        paged = self._paged
         while True:
+            if paged is not None:
+                run = paged.pure_run(WINDOW_STEPS)
+                if run is not None and (window := self._open_window(run)) is not None:
+                    yield from self._wait_out(window)
+                    continue
             plan = scheduler.schedule(env.now)
             if plan.is_empty:
                 wake_at = scheduler.next_wakeup_s(env.now)
@@ -191,6 +231,90 @@ class Replica:
             if self._on_step is not None:
                 self._on_step(env.now)
 
+    # --- runs of pure decode steps ------------------------------------------------------------
+    # When the next steps are pure (policies/decode_window.py: only decode-group members, their
+    # outcome fixed now), the loop prices them all, schedules one timeout for the last one's end
+    # and applies each step as late as it can: when that timeout fires, or earlier when someone
+    # looks (`catch_up`: a router, the fleet's token count) or a request arrives (`_cut`: the
+    # step in flight finishes, then the loop plans again, as it would have). Every step keeps
+    # its own start and end times, plan, price and record: the run is the per-step loop's.
+
+    def _open_window(self, run: PureRun) -> _Window | None:
+        """Price `run`'s steps from now; None if fewer than two would survive SimPy's clock."""
+        start = now = self._env.now
+        execution = self.execution
+        assert isinstance(execution, RooflineModel)
+        contexts = map(run.context_tokens, range(run.num_steps))
+        starts, ends, costs = [], [], []
+        for cost in execution.decode_costs(run.num_members, contexts):
+            end = start + cost.duration_s  # what `env.timeout(duration)` at `start` reaches
+            # The one timeout, set at `now` (or at a cut, later), must land exactly on a step's
+            # end: `now + (end - now) == end` holds for end <= 2 * now (Sterbenz's lemma).
+            if end > 2 * now:
+                break
+            starts.append(start)
+            ends.append(end)
+            costs.append(cost)
+            start = end
+        if len(costs) < 2:
+            return None
+        window = _Window(run, costs, starts, ends)
+        self._window = window
+        self._paged_start()  # the first step is scheduled now, as the per-step loop would
+        return window
+
+    def _paged_start(self) -> None:
+        window = self._window
+        assert window is not None and self._paged is not None
+        self._paged.start_pure_step()
+        window.num_started += 1
+
+    def _wait_out(self, window: _Window) -> Generator[simpy.Event, None, None]:
+        env = self._env
+        while True:
+            try:
+                yield env.timeout(window.ends[window.num_steps - 1] - env.now)
+            except simpy.Interrupt:  # cut short by an arrival: wait for the step in flight
+                continue
+            break
+        self.catch_up()
+        self._window = None
+        if self._on_done is not None:
+            self._settle()
+
+    def catch_up(self) -> None:
+        """Apply the open run's steps up to now: those that ended are completed and recorded;
+        the one in flight is started."""
+        window = self._window
+        if window is None:
+            return
+        now = self._env.now
+        scheduler, recorder = self.scheduler, self.recorder
+        done = window.num_done
+        while done < window.num_steps and window.ends[done] <= now:
+            if window.num_started == done:
+                self._paged_start()
+            plan = window.run.plan(done)
+            scheduler.complete(plan, window.ends[done])
+            recorder.record_step(window.starts[done], plan, window.costs[done], scheduler)
+            done += 1
+            window.num_done = done
+            self.num_steps_ahead += 1
+        if done < window.num_steps and window.num_started == done:
+            self._paged_start()
+
+    def _cut(self) -> None:
+        """Something arrives: the open run ends with the step in flight (the next one may
+        admit it)."""
+        window = self._window
+        if window is None:
+            return
+        self.catch_up()
+        if window.num_started < window.num_steps:
+            window.num_steps = window.num_started
+            assert self._process is not None
+            self._process.interrupt()
+
     def _settle(self) -> None:
         """Tell the fleet of requests that ended in the last step (only if some did)."""
         assert self._on_done is not None
@@ -211,6 +335,7 @@ class Replica:
     # --- the end ------------------------------------------------------------------------------
 
     def result(self, scenario_name: str, end_s: float, workload: dict[str, object]) -> RunResult:
+        self.catch_up()  # a run stopped at its max time: the steps that ended by then
         system, capacity = self.system, self.capacity
         provenance: dict[str, object] = {
             "seed": self.scenario.seed,
@@ -246,3 +371,18 @@ def _defaults_from(sources: dict[str, str], execution: ExecutionModel) -> dict[s
     if isinstance(host, str):
         found[HOST_OVERHEAD_KEY] = host
     return found
+
+
+class _Window:
+    """An open run of pure steps: what they are, their prices and times; how many have been started
+    (scheduled) and done (completed and recorded); `num_steps` falls when a cut ends it early."""
+
+    __slots__ = ("costs", "ends", "num_done", "num_started", "num_steps", "run", "starts")
+
+    def __init__(
+        self, run: PureRun, costs: list[StepCost], starts: list[float], ends: list[float]
+    ) -> None:
+        self.run, self.costs, self.starts, self.ends = run, costs, starts, ends
+        self.num_steps = len(costs)
+        self.num_started = 0
+        self.num_done = 0

@@ -276,6 +276,27 @@ class DecodeGroup:
             num_requests=step.num_requests + len(self.bases),
         )
 
+    # -- what a run of pure steps (decode_window.py) reads ---------------------------------
+    @property
+    def sum_base(self) -> int:
+        return self._sum_base
+
+    @property
+    def members(self) -> dict[int, _Member]:
+        return self._members
+
+    @property
+    def finish_calendar(self) -> list[tuple[int, int, int, _Member]]:
+        return self._finish
+
+    @property
+    def crossing_calendar(self) -> list[set[int]]:
+        return self._crossing_at
+
+    def share_bases(self) -> None:
+        """Plans hold `bases` as their snapshot: it is copied before it next changes."""
+        self._is_bases_shared = True
+
     def _own_bases(self) -> dict[SeqGroup, int]:
         """`bases`, ready to change: copied first if a plan holds it as its snapshot."""
         if self._is_bases_shared:

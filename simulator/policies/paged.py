@@ -19,6 +19,7 @@ from pagesim.simulator.kv.hybrid_layout import HybridLayout
 from pagesim.simulator.kv.paged_cache import PagedKVCache
 from pagesim.simulator.policies.base import PolicyBase
 from pagesim.simulator.policies.decode_group import DecodeGroup, GroupedStepPlan
+from pagesim.simulator.policies.decode_window import PureRun, pure_run, start_pure_step
 from pagesim.simulator.policies.paged_state import PagedState
 from pagesim.simulator.policies.pieces import PagedPieces
 from pagesim.simulator.policies.seq_group import SeqGroup, StepBuilder, blocks_for
@@ -73,6 +74,17 @@ class PagedScheduler(PolicyBase):
             return False
         self.state.decode_group = DecodeGroup(self.kv)
         return True
+
+    def pure_run(self, limit: int) -> PureRun | None:
+        """The next steps that only the decode group's members take, fixed now (at most
+        `limit`; None unless the fast path is on and the next step is such a step):
+        simulator/policies/decode_window.py. Each must then be started (`start_pure_step`),
+        completed and recorded in order, as the per-step loop would."""
+        return pure_run(self.state, limit)
+
+    def start_pure_step(self) -> None:
+        """The schedule of the next of `pure_run`'s steps: what `schedule` would change."""
+        start_pure_step(self.state)
 
     # -- engine API -------------------------------------------------------------------------
     def add_request(self, request: Request, now_s: float) -> None:

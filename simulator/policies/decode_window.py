@@ -1,0 +1,114 @@
+"""Runs of pure decode-group steps, settled ahead: many engine steps for one SimPy event.
+
+Most steps of a long run are *pure*: every running request is a decode-group member
+(simulator/policies/decode_group.py), nothing waits, nothing is swapped out or landing, and the
+step's token budget holds every member. Such a step is the same function of the group's state
+whatever the clock says, and so is the next one, until something changes the state from
+outside (an arrival, a router's look) or from inside (a member finishes, the crossing members
+need more blocks than are free). `pure_run` says how many of the next steps are fixed that way
+and builds their plans on demand, exactly the plans the per-step scheduler would build
+(`tests/simulator/cluster/test_windows.py` compares the two runs row for row). The replica
+(simulator/cluster/replica.py) prices them at once and waits for the last one's end, applying
+each step's schedule (`start_pure_step`: crossing members take their blocks) and completion as
+late as nothing has looked, and cutting the run short when a request arrives.
+
+A run stops at the step in which the first member finishes (its completion changes the running
+set), and before the step whose crossing members would not find their blocks free (that step
+releases the group: the per-step path handles it). Blocks are only taken in a run, never
+freed (nobody leaves before its last step), so the free count at its start bounds them all.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+from pagesim.simulator.policies.decode_group import DecodeGroup, GroupedStepPlan
+from pagesim.simulator.policies.paged_state import PagedState
+from pagesim.simulator.policies.seq_group import SeqGroup
+
+
+class PureRun:
+    """The next `num_steps` pure steps: `num_members` sequences decode in each; step i (from
+    0) is the group's step `first_step + i` and reads `context_tokens(i)` KV tokens."""
+
+    __slots__ = ("_bases", "_running", "_sum_base", "first_step", "num_members", "num_steps")
+
+    def __init__(self, group: DecodeGroup, running: tuple[SeqGroup, ...], num_steps: int) -> None:
+        self.num_steps = num_steps
+        self.num_members = len(group.bases)
+        self.first_step = group.step
+        self._sum_base = group.sum_base
+        self._running = running
+        self._bases = group.bases
+        group.share_bases()  # plans hold it as their snapshot: copied before it next changes
+
+    def context_tokens(self, i: int) -> int:
+        """DecodeGroup.num_context_tokens at step i of the run."""
+        return self._sum_base + self.num_members * (self.first_step + i + 1)
+
+    def plan(self, i: int) -> GroupedStepPlan:
+        """Step i's plan: the one the scheduler would build (`DecodeGroup.plan` with nothing
+        listed)."""
+        m = self.num_members
+        return GroupedStepPlan(
+            (),
+            self._running,
+            self._bases,
+            self.first_step + i,
+            self.context_tokens(i),
+            preemptions=(),
+            num_swap_out_blocks=0,
+            num_swap_in_blocks=0,
+            copies=(),
+            num_prefill_tokens=0,
+            num_decode_tokens=m,
+            num_prefill_seqs=0,
+            num_decode_seqs=m,
+            num_requests=m,
+        )
+
+
+def pure_run(state: PagedState, limit: int) -> PureRun | None:
+    """The next pure steps (at most `limit`), or None when the next step is not pure."""
+    group = state.decode_group
+    if group is None or state.spec is not None:
+        return None
+    num_members = len(group.bases)
+    if not num_members or len(state.running) != num_members:
+        return None
+    if len(state.waiting) or state.swapped or state.receiving or state.landed:
+        return None
+    if num_members > state.knobs.max_num_batched_tokens:
+        return None  # the budget reaches only some members: the per-step path decides who
+    num_steps = _steps_before_change(group, limit)
+    if not num_steps:
+        return None
+    return PureRun(group, tuple(state.running), num_steps)
+
+
+def start_pure_step(state: PagedState) -> None:
+    """A pure step's schedule: its crossing members take their blocks (the step's only change
+    to the state before it completes; `pure_run` counted them as free)."""
+    group = state.decode_group
+    assert group is not None
+    group.grow(group.crossing())
+
+
+def _steps_before_change(group: DecodeGroup, limit: int) -> int:
+    """Steps the members can take alone: through the first in which one finishes, and short of
+    the first whose crossing members would not all find a free block."""
+    calendar = group.finish_calendar
+    members = group.members
+    while calendar and members.get(calendar[0][1]) is not calendar[0][3]:
+        heapq.heappop(calendar)  # stale: that member left (advance would drop it too)
+    if calendar:
+        limit = min(limit, calendar[0][0] - group.step)
+    free = group.kv.num_free_blocks
+    crossing_at = group.crossing_calendar
+    block_size = group.block_size
+    step = group.step
+    for i in range(limit):
+        free -= len(crossing_at[(step + i) % block_size])
+        if free < 0:
+            return i
+    return limit

@@ -1,0 +1,163 @@
+"""Runs of pure decode steps settled in one event (cluster/replica.py, policies/decode_window.py)
+against the loop that takes every step as its own event: the same runs, bit for bit.
+
+Each case runs twice, `USE_WINDOWS` on and off, and must give identical step and request tables,
+summaries, routing and router samples. A case counts as a test of the runs only if some steps
+were applied from one (`Replica.num_steps_ahead`); the cases below are drawn so that they are,
+and cover what may look at a replica or change it in the middle of a run: arrivals routed to
+it, routers reading its KV use live or from stale reports, the fleet's token count at every
+arrival, a session's next turn, a run stopped at its max time, a pool small enough that the
+crossing members' blocks end runs early or preemptions happen.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from pagesim.simulator.cluster import replica as replica_module
+from pagesim.simulator.cluster.fleet import FleetRun, run_fleet
+from pagesim.simulator.core.cluster import ClusterConfig, PoolConfig, RouterConfig, RouterKind
+from pagesim.simulator.core.config import Policy, PrefixGroup, Scenario, StopConfig
+from pagesim.simulator.engine import simulate
+from pagesim.simulator.metrics.result import RunResult
+from pagesim.simulator.policies.decode_group import GroupedStepPlan
+from pagesim.simulator.policies.decode_window import PureRun
+from pagesim.simulator.scenario.load import load_scenario
+from tests.sim_helpers import poisson_workload, scenario, system
+
+
+def _cluster(sc: Scenario, count: int, kind: RouterKind, interval_s: float = 0.0) -> ClusterConfig:
+    pool = PoolConfig("pool", count, sc.gpu, sc.tensor_parallel)
+    return ClusterConfig((pool,), RouterConfig(kind, report_interval_s=interval_s))
+
+
+def _fleet(
+    monkeypatch: pytest.MonkeyPatch, sc: Scenario, cluster: ClusterConfig, windows: bool
+) -> FleetRun:
+    monkeypatch.setattr(replica_module, "USE_WINDOWS", windows)
+    return run_fleet(sc, cluster)
+
+
+def _assert_same_result(a: RunResult, b: RunResult) -> None:
+    pd.testing.assert_frame_equal(a.steps, b.steps, check_exact=True)
+    pd.testing.assert_frame_equal(a.requests, b.requests, check_exact=True)
+    assert a.summary == b.summary
+
+
+def _assert_same_fleet(
+    monkeypatch: pytest.MonkeyPatch, sc: Scenario, cluster: ClusterConfig
+) -> int:
+    """Both ways; returns the steps the runs applied (0: the case tested nothing of them)."""
+    ahead = _fleet(monkeypatch, sc, cluster, windows=True)
+    plain = _fleet(monkeypatch, sc, cluster, windows=False)
+    assert all(r.num_steps_ahead == 0 for r in plain.replicas)
+    for a, b in zip(ahead.results, plain.results, strict=True):
+        _assert_same_result(a, b)
+    assert ahead.routed_to == plain.routed_to
+    assert ahead.in_flight_samples == plain.in_flight_samples
+    assert ahead.window_tokens == plain.window_tokens
+    assert ahead.end_s == plain.end_s
+    return sum(r.num_steps_ahead for r in ahead.replicas)
+
+
+def _v1_scenario(
+    seed: int, *, num_requests: int = 120, rate: float = 6.0, kv_tokens: int | None = None
+) -> Scenario:
+    knobs: dict[str, object] = {"enable_prefix_cache": True}
+    if kv_tokens is not None:
+        knobs |= {"block_size": 16, "num_kv_blocks": kv_tokens // 16}
+    workload = poisson_workload(
+        num_requests, rate, prompt_mean=300, output_mean=200, prefix_groups=(PrefixGroup(64, 0.5),)
+    )
+    return scenario(workload, system(Policy.VLLM_V1, **knobs), seed=seed)
+
+
+@pytest.mark.parametrize("kind", list(RouterKind))
+def test_three_replicas_behind_each_router_give_the_per_step_run(
+    monkeypatch: pytest.MonkeyPatch, kind: RouterKind
+) -> None:
+    sc = _v1_scenario(seed=3)
+    assert _assert_same_fleet(monkeypatch, sc, _cluster(sc, 3, kind)) > 1000
+
+
+@pytest.mark.parametrize("interval_s", [0.0, 0.05, 1.0])
+def test_a_router_reading_kv_use_live_or_from_stale_reports_sees_the_per_step_state(
+    monkeypatch: pytest.MonkeyPatch, interval_s: float
+) -> None:
+    sc = _v1_scenario(seed=5, rate=10.0)
+    cluster = _cluster(sc, 2, RouterKind.LEAST_KV, interval_s)
+    assert _assert_same_fleet(monkeypatch, sc, cluster) > 1000
+
+
+def test_a_pool_too_small_for_every_crossing_ends_runs_early_and_preempts_alike(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    sc = _v1_scenario(seed=7, rate=20.0, kv_tokens=4000)
+    ahead = _fleet(monkeypatch, sc, _cluster(sc, 2, RouterKind.ROUND_ROBIN), windows=True)
+    assert sum(res.summary["num_preemptions"] for res in ahead.results) > 0  # the pool is tight
+    assert _assert_same_fleet(monkeypatch, sc, _cluster(sc, 2, RouterKind.ROUND_ROBIN)) > 500
+
+
+@pytest.mark.parametrize("max_time_s", [7.3, 21.05])
+def test_a_run_stopped_at_its_max_time_keeps_the_steps_that_ended_by_then(
+    monkeypatch: pytest.MonkeyPatch, max_time_s: float
+) -> None:
+    sc = replace(_v1_scenario(seed=11, rate=8.0), stop=StopConfig(max_time_s=max_time_s))
+    ahead = _fleet(monkeypatch, sc, _cluster(sc, 2, RouterKind.LEAST_OUTSTANDING), windows=True)
+    assert sum(res.summary["num_unfinished"] for res in ahead.results) > 0  # stopped mid-run
+    cluster = _cluster(sc, 2, RouterKind.LEAST_OUTSTANDING)
+    assert _assert_same_fleet(monkeypatch, sc, cluster) > 100
+
+
+def test_session_turns_sent_after_answers_end_give_the_per_step_run(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from tests.simulator.cluster.test_traffic import SESSIONS, load
+
+    sc = load(tmp_path, SESSIONS)
+    assert sc.cluster is not None
+    assert _assert_same_fleet(monkeypatch, sc, sc.cluster) > 1000
+
+
+@pytest.mark.parametrize("name", ["shared_system_prompt", "vllm_v1_on_h200", "spec_decode"])
+def test_built_in_scenarios_run_alone_give_the_per_step_run(
+    monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    applied = [0]
+    plan = PureRun.plan
+
+    def counted(run: PureRun, i: int) -> GroupedStepPlan:
+        applied[0] += 1
+        return plan(run, i)
+
+    monkeypatch.setattr(PureRun, "plan", counted)
+    sc = load_scenario(name)
+    for sys_ in sc.systems:
+        monkeypatch.setattr(replica_module, "USE_WINDOWS", True)
+        ahead = simulate(sc, sys_)
+        monkeypatch.setattr(replica_module, "USE_WINDOWS", False)
+        _assert_same_result(ahead, simulate(sc, sys_))
+    # (spec_decode's speculating systems take none, its baseline does)
+    assert applied[0] > 100, applied
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_random_fleets_give_the_per_step_run(monkeypatch: pytest.MonkeyPatch, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    sc = _v1_scenario(
+        seed,
+        num_requests=int(rng.integers(40, 160)),
+        rate=float(rng.uniform(1.0, 30.0)),
+        kv_tokens=int(rng.choice([3000, 20000])) if rng.random() < 0.5 else None,
+    )
+    budget = int(rng.choice([64, 512, 4096]))
+    sys_ = replace(sc.systems[0], max_num_batched_tokens=budget, enable_prefix_cache=seed % 3 > 0)
+    sc = replace(sc, systems=(sys_,))
+    kind = RouterKind(rng.choice([k.value for k in RouterKind]))
+    count = int(rng.integers(1, 4))
+    assert _assert_same_fleet(monkeypatch, sc, _cluster(sc, count, kind)) > 0
