@@ -10,6 +10,7 @@ count of requests in flight stays a count a real router keeps: it sees each resp
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Callable, Generator
 
 import simpy
@@ -36,7 +37,7 @@ from pagesim.simulator.policies.factory import make_scheduler
 from pagesim.simulator.policies.paged import PagedScheduler
 
 # Most pure decode steps a replica settles ahead in one event (a cut wastes the rest's pricing).
-WINDOW_STEPS = 128
+WINDOW_STEPS = 64
 # Off: every step its own event (tests compare the two; the results are the same).
 USE_WINDOWS = True
 
@@ -146,9 +147,15 @@ class Replica:
 
     @property
     def num_output_tokens(self) -> int:
-        """Output tokens the replica has produced by now."""
-        self.catch_up()
-        return self.scheduler.num_output_tokens
+        """Output tokens the replica has produced by now (an open run's steps that ended by
+        now counted, not applied: each gives every member one token)."""
+        tokens = self.scheduler.num_output_tokens
+        window = self._window
+        if window is not None:
+            done = window.num_done
+            ended = bisect_right(window.ends, self._env.now, done, window.num_steps) - done
+            tokens += ended * window.run.num_members
+        return tokens
 
     def add_request(self, request: Request) -> None:
         self._cut()  # the next step may admit it
@@ -288,19 +295,22 @@ class Replica:
         window = self._window
         if window is None:
             return
-        now = self._env.now
-        scheduler, recorder = self.scheduler, self.recorder
-        done = window.num_done
-        while done < window.num_steps and window.ends[done] <= now:
-            if window.num_started == done:
-                self._paged_start()
-            plan = window.run.plan(done)
-            scheduler.complete(plan, window.ends[done])
-            recorder.record_step(window.starts[done], plan, window.costs[done], scheduler)
-            done += 1
-            window.num_done = done
-            self.num_steps_ahead += 1
-        if done < window.num_steps and window.num_started == done:
+        paged = self._paged
+        assert paged is not None
+        done, started = window.num_done, window.num_started
+        stop = bisect_right(window.ends, self._env.now, done, window.num_steps)
+        if stop > done:
+            after = paged.complete_pure_steps(window.ends[done:stop], started > done)
+            self.recorder.record_decode_steps(
+                window.starts[done:stop],
+                window.costs[done:stop],
+                window.run.num_members,
+                after,
+                paged.batch_capacity,
+            )
+            window.num_done = window.num_started = stop
+            self.num_steps_ahead += stop - done
+        if stop < window.num_steps and window.num_started == stop:
             self._paged_start()
 
     def _cut(self) -> None:

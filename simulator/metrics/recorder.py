@@ -8,11 +8,14 @@ only, however long the run. Frames are built once at the end. Metric definitions
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import pandas as pd
 
 from pagesim.simulator.core.catalog import GPUSpec
 from pagesim.simulator.core.config import SLO
+from pagesim.simulator.core.memory import MemoryBreakdown
 from pagesim.simulator.core.plan import StepCost, StepPlan
 from pagesim.simulator.core.request import Request
 from pagesim.simulator.core.scheduler import Scheduler
@@ -43,18 +46,11 @@ class Recorder:
     def record_step(
         self, start_s: float, plan: StepPlan, cost: StepCost, scheduler: Scheduler
     ) -> None:
-        duration = cost.duration_s
-        running, waiting, swapped = scheduler.queue_lengths()
-        memory = scheduler.memory_breakdown()
-        self.steps.append(
+        self._append(
+            start_s,
+            cost,
+            scheduler,
             (
-                start_s,
-                duration,
-                cost.compute_s,
-                cost.swap_s,
-                running,
-                waiting,
-                swapped,
                 plan.num_seqs,
                 plan.num_requests,
                 plan.num_prefill_tokens,
@@ -63,6 +59,63 @@ class Recorder:
                 plan.num_swap_in_blocks,
                 plan.num_swap_out_blocks,
                 len(plan.copies),
+            ),
+            scheduler.useful_slots(plan),
+        )
+
+    def record_decode_steps(
+        self,
+        starts: Sequence[float],
+        costs: Sequence[StepCost],
+        num_seqs: int,
+        after: Sequence[tuple[int, int, int, MemoryBreakdown]],
+        batch_capacity: int,
+    ) -> None:
+        """`record_step` of steps in which `num_seqs` lone sequences decoded and nothing else
+        happened (a run of pure steps, cluster/replica.py: no plan is built for them); `after`:
+        each one's queue lengths and memory once it completed; `batch_capacity`: the
+        scheduler's."""
+        counts = (num_seqs, num_seqs, 0, num_seqs, 0, 0, 0, 0)
+        useful_share = num_seqs / batch_capacity  # useful_slots: a paged plan's sequences
+        for start_s, cost, (running, waiting, swapped, memory) in zip(  # noqa: B905
+            starts, costs, after
+        ):
+            queues = (running, waiting, swapped)
+            self._append_row(start_s, cost, queues, counts, memory, useful_share)
+
+    def _append(
+        self,
+        start_s: float,
+        cost: StepCost,
+        scheduler: Scheduler,
+        counts: tuple[int, int, int, int, int, int, int, int],
+        useful_slots: int,
+    ) -> None:
+        """One step's row: `counts` are the plan's (sequences, requests, prefill and decode
+        tokens, preemptions, blocks swapped in and out, copies)."""
+        queues = scheduler.queue_lengths()
+        memory = scheduler.memory_breakdown()
+        useful_share = useful_slots / scheduler.batch_capacity
+        self._append_row(start_s, cost, queues, counts, memory, useful_share)
+
+    def _append_row(
+        self,
+        start_s: float,
+        cost: StepCost,
+        queues: tuple[int, int, int],
+        counts: tuple[int, int, int, int, int, int, int, int],
+        memory: MemoryBreakdown,
+        useful_share: float,
+    ) -> None:
+        duration = cost.duration_s
+        self.steps.append(
+            (
+                start_s,
+                duration,
+                cost.compute_s,
+                cost.swap_s,
+                *queues,
+                *counts,
                 memory.token_slots,
                 memory.reserved_slots,
                 memory.internal_frag_slots,
@@ -70,7 +123,7 @@ class Recorder:
                 memory.free_slots,
                 memory.prefix_saved_slots,
                 memory.fork_saved_slots,
-                scheduler.useful_slots(plan) / scheduler.batch_capacity,
+                useful_share,
                 cost.flops / (self._gpu.fp16_flops * duration) if duration > 0 else 0.0,
                 cost.bytes_moved / (self._gpu.mem_bandwidth_bps * duration)
                 if duration > 0

@@ -293,10 +293,6 @@ class DecodeGroup:
     def crossing_calendar(self) -> list[set[int]]:
         return self._crossing_at
 
-    def share_bases(self) -> None:
-        """Plans hold `bases` as their snapshot: it is copied before it next changes."""
-        self._is_bases_shared = True
-
     def _own_bases(self) -> dict[SeqGroup, int]:
         """`bases`, ready to change: copied first if a plan holds it as its snapshot."""
         if self._is_bases_shared:

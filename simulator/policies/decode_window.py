@@ -3,14 +3,15 @@
 Most steps of a long run are *pure*: every running request is a decode-group member
 (simulator/policies/decode_group.py), nothing waits, nothing is swapped out or landing, and the
 step's token budget holds every member. Such a step is the same function of the group's state
-whatever the clock says, and so is the next one, until something changes the state from
-outside (an arrival, a router's look) or from inside (a member finishes, the crossing members
-need more blocks than are free). `pure_run` says how many of the next steps are fixed that way
-and builds their plans on demand, exactly the plans the per-step scheduler would build
-(`tests/simulator/cluster/test_windows.py` compares the two runs row for row). The replica
-(simulator/cluster/replica.py) prices them at once and waits for the last one's end, applying
-each step's schedule (`start_pure_step`: crossing members take their blocks) and completion as
-late as nothing has looked, and cutting the run short when a request arrives.
+whatever the clock says, and so is the next one, until something changes that state from
+outside (an arrival) or from inside (a member finishes, or the crossing members need more
+blocks than are free). `pure_run` says how many of the next steps are fixed that way and what
+each one is (its sequences and context tokens, all the price and the step record need). The
+replica (simulator/cluster/replica.py) prices them at once and waits for the last one's end,
+applying each step's schedule (`start_pure_step`: crossing members take their blocks) and
+completion (`PagedScheduler.complete_pure_steps`) as late as nobody has looked, and cutting the
+run short when a request arrives. `tests/simulator/cluster/test_windows.py` compares such runs
+with the per-step loop's, row for row.
 
 A run stops at the step in which the first member finishes (its completion changes the running
 set), and before the step whose crossing members would not find their blocks free (that step
@@ -22,50 +23,25 @@ from __future__ import annotations
 
 import heapq
 
-from pagesim.simulator.policies.decode_group import DecodeGroup, GroupedStepPlan
+from pagesim.simulator.policies.decode_group import DecodeGroup
 from pagesim.simulator.policies.paged_state import PagedState
-from pagesim.simulator.policies.seq_group import SeqGroup
 
 
 class PureRun:
     """The next `num_steps` pure steps: `num_members` sequences decode in each; step i (from
     0) is the group's step `first_step + i` and reads `context_tokens(i)` KV tokens."""
 
-    __slots__ = ("_bases", "_running", "_sum_base", "first_step", "num_members", "num_steps")
+    __slots__ = ("_sum_base", "first_step", "num_members", "num_steps")
 
-    def __init__(self, group: DecodeGroup, running: tuple[SeqGroup, ...], num_steps: int) -> None:
+    def __init__(self, group: DecodeGroup, num_steps: int) -> None:
         self.num_steps = num_steps
         self.num_members = len(group.bases)
         self.first_step = group.step
         self._sum_base = group.sum_base
-        self._running = running
-        self._bases = group.bases
-        group.share_bases()  # plans hold it as their snapshot: copied before it next changes
 
     def context_tokens(self, i: int) -> int:
-        """DecodeGroup.num_context_tokens at step i of the run."""
+        """DecodeGroup.num_context_tokens at step i of the run (the plan's context tokens)."""
         return self._sum_base + self.num_members * (self.first_step + i + 1)
-
-    def plan(self, i: int) -> GroupedStepPlan:
-        """Step i's plan: the one the scheduler would build (`DecodeGroup.plan` with nothing
-        listed)."""
-        m = self.num_members
-        return GroupedStepPlan(
-            (),
-            self._running,
-            self._bases,
-            self.first_step + i,
-            self.context_tokens(i),
-            preemptions=(),
-            num_swap_out_blocks=0,
-            num_swap_in_blocks=0,
-            copies=(),
-            num_prefill_tokens=0,
-            num_decode_tokens=m,
-            num_prefill_seqs=0,
-            num_decode_seqs=m,
-            num_requests=m,
-        )
 
 
 def pure_run(state: PagedState, limit: int) -> PureRun | None:
@@ -83,7 +59,7 @@ def pure_run(state: PagedState, limit: int) -> PureRun | None:
     num_steps = _steps_before_change(group, limit)
     if not num_steps:
         return None
-    return PureRun(group, tuple(state.running), num_steps)
+    return PureRun(group, num_steps)
 
 
 def start_pure_step(state: PagedState) -> None:

@@ -9,6 +9,7 @@ of `Request.produce_token`.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol
 
 from pagesim.simulator.core.config import SystemConfig
@@ -85,6 +86,39 @@ class PagedScheduler(PolicyBase):
     def start_pure_step(self) -> None:
         """The schedule of the next of `pure_run`'s steps: what `schedule` would change."""
         start_pure_step(self.state)
+
+    def complete_pure_steps(
+        self, ends: Sequence[float], is_first_started: bool
+    ) -> list[tuple[int, int, int, MemoryBreakdown]]:
+        """Complete the next `len(ends)` of `pure_run`'s steps in order, step i ending at
+        `ends[i]` (each started first, but the first if `is_first_started`): what `complete`
+        does with their plans, which list nothing. Returns what a step record reads after each:
+        `queue_lengths()` and `memory_breakdown()`."""
+        state = self.state
+        group = state.decode_group
+        assert group is not None
+        num_members = len(group.bases)
+        kv = self.kv
+        after: list[tuple[int, int, int, MemoryBreakdown]] = []
+        for i, end_s in enumerate(ends):
+            if i or not is_first_started:
+                group.grow(group.crossing())  # start_pure_step
+            self.num_output_tokens += num_members  # one token each
+            finished = group.advance()  # members whose last token appeared now
+            if finished:
+                for member in finished:
+                    member.request.last_token_s = end_s
+                state.finish(finished, end_s)
+                after.append((*self.queue_lengths(), self.memory_breakdown()))
+                continue
+            # The group's closed form, as `memory_breakdown` takes it while nobody else runs.
+            memory = kv.memory_breakdown(
+                (),
+                num_uncommitted=group.num_deferred_computed,
+                num_reserved_elsewhere=group.num_reserved_slots,
+            )
+            after.append((len(state.running), len(state.waiting), len(state.swapped), memory))
+        return after
 
     # -- engine API -------------------------------------------------------------------------
     def add_request(self, request: Request, now_s: float) -> None:

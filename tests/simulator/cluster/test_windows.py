@@ -23,10 +23,10 @@ from pagesim.simulator.cluster import replica as replica_module
 from pagesim.simulator.cluster.fleet import FleetRun, run_fleet
 from pagesim.simulator.core.cluster import ClusterConfig, PoolConfig, RouterConfig, RouterKind
 from pagesim.simulator.core.config import Policy, PrefixGroup, Scenario, StopConfig
+from pagesim.simulator.core.memory import MemoryBreakdown
 from pagesim.simulator.engine import simulate
 from pagesim.simulator.metrics.result import RunResult
-from pagesim.simulator.policies.decode_group import GroupedStepPlan
-from pagesim.simulator.policies.decode_window import PureRun
+from pagesim.simulator.policies.paged import PagedScheduler
 from pagesim.simulator.scenario.load import load_scenario
 from tests.sim_helpers import poisson_workload, scenario, system
 
@@ -129,13 +129,15 @@ def test_built_in_scenarios_run_alone_give_the_per_step_run(
     monkeypatch: pytest.MonkeyPatch, name: str
 ) -> None:
     applied = [0]
-    plan = PureRun.plan
+    complete = PagedScheduler.complete_pure_steps
 
-    def counted(run: PureRun, i: int) -> GroupedStepPlan:
-        applied[0] += 1
-        return plan(run, i)
+    def counted(
+        scheduler: PagedScheduler, ends: list[float], is_first_started: bool
+    ) -> list[tuple[int, int, int, MemoryBreakdown]]:
+        applied[0] += len(ends)
+        return complete(scheduler, ends, is_first_started)
 
-    monkeypatch.setattr(PureRun, "plan", counted)
+    monkeypatch.setattr(PagedScheduler, "complete_pure_steps", counted)
     sc = load_scenario(name)
     for sys_ in sc.systems:
         monkeypatch.setattr(replica_module, "USE_WINDOWS", True)
