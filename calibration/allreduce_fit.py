@@ -1,7 +1,7 @@
 """The all-reduce part of `pagesim calibrate fit-roofline`: per node and GPU count, the measured
-medians at half-octave knots (8 KiB to 4 MiB, made non-decreasing in size) and `latency + ring
-bytes / bus bw` fitted to the larger messages; over all counts, one curve over every size (for
-counts nobody measured).
+medians at half-octave knots (8 KiB to 4 MiB, as measured: they fall with size where NCCL's
+measured regimes do) and `latency + ring bytes / bus bw` fitted to the larger messages; over all
+counts, one curve over every size (for counts nobody measured).
 
 *The measured median at a size* is defined once, here, and used by the fit, the knots and the
 error table alike: the median of the file's single-node medians within a factor 1.5 of the size
@@ -83,26 +83,17 @@ def fit_link(bins: list[tuple[int, float, float]]) -> tuple[float, float]:
     return math.exp(best[0]) * 1e-6, math.exp(best[1]) * 1e9
 
 
-def non_decreasing(values: list[float]) -> list[float]:
-    """The least-squares non-decreasing fit to `values` (pool adjacent violators): each run that
-    falls is replaced by its mean."""
-    blocks: list[list[float]] = []  # [mean, count]
-    for v in values:
-        blocks.append([v, 1.0])
-        while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
-            (m2, n2), (m1, n1) = blocks.pop(), blocks.pop()
-            blocks.append([(m1 * n1 + m2 * n2) / (n1 + n2), n1 + n2])
-    return [m for m, n in blocks for _ in range(int(n))]
-
-
 def knots_s(table: CollectiveTable, num_workers: int) -> tuple[float, ...]:
-    """The measured medians at ALLREDUCE_KNOT_BYTES (seconds), made non-decreasing in size by
-    `non_decreasing` on their logarithms (least squares in log time, as the other fits here):
-    the files' medians fall with size in places (runs of rows at one speed, then another:
-    allreduce_errors.py), and a simulator whose larger message cost less than a smaller one
-    would price more work below less."""
-    medians = [measured_allreduce_s(table, num_workers, s) for s in ALLREDUCE_KNOT_BYTES]
-    return tuple(math.exp(v) for v in non_decreasing([math.log(m) for m in medians]))
+    """The measured medians at ALLREDUCE_KNOT_BYTES (seconds), as measured: **not** made
+    non-decreasing in size. Vidur's files show size regimes, not noise. On 4 A100s
+    (network/a100_dgx/all_reduce.csv) the medians are ~21 us up to 98 KiB (10 of 13 rows at
+    <= 26 us), 60-64 us at each of the 26 rows from 106 to 306 KiB (23 with a minimum >= 56 us),
+    and ~23 us again at 338-546 KiB (26 of 27 rows with a minimum of 20-23 us): runs of
+    neighbouring sizes at one speed, then another, as NCCL's per-size choice of algorithm and
+    protocol behaves. A larger message may therefore cost less, and the simulator prices it so
+    (tests/simulator/execution/test_allreduce.py works this example); above the last knot the
+    fitted curve is non-decreasing."""
+    return tuple(measured_allreduce_s(table, num_workers, s) for s in ALLREDUCE_KNOT_BYTES)
 
 
 def fit_interconnect(table: CollectiveTable, name: str, source: str) -> Interconnect:

@@ -6,8 +6,10 @@ Each term of a step says where it comes from (`sources`, shown in the report):
 - linear layers and the small operators (`gemm`, per layer): Vidur's mlp.csv medians, summed per
   token count, made non-decreasing, interpolated as calibration's GEMM series are;
 - all-reduce (`all_reduce`, per call, 2 per layer): Vidur's single-node NCCL medians of the GPU's
-  node at t workers, by half-octave size bins, interpolated in bytes; the GPU's roofline link
-  where Vidur has no all-reduce (A40);
+  node at t workers, by half-octave size bins, interpolated in bytes, as measured: where they fall
+  with size (NCCL's size regimes, calibration/allreduce_fit.knots_s) a larger message costs less,
+  as the roofline's measured table does; the GPU's roofline link where Vidur has no all-reduce
+  (A40);
 - attention: Vidur's attention file where one exists for this (model, GPU, t); otherwise pagesim's
   own kernel profile when one is given (`--attention-profile`); otherwise the roofline's attention
   term with the GPU's factors;
@@ -134,18 +136,19 @@ def all_reduce_section(table: CollectiveTable, tensor_parallel: int, node: str) 
             f"{tensor_parallel}"
         )
     held = _held(len(sizes))
-    xs, medians = _bins(sizes[~held], times[~held])
-    ys = monotone(medians)
+    # The bins' medians as measured, not made non-decreasing: they fall with size in runs of
+    # neighbouring rows (NCCL's regimes), which the roofline's table follows too (core/hardware.py).
+    xs, ys = _bins(sizes[~held], times[~held])
     held_x, held_y = _bins(sizes[held], times[held])
     return {
         "source": f"measured: {VIDUR}, network/{node}/all_reduce.csv, {tensor_parallel} GPUs",
         "per": "call",
         "calls_per_layer": 2,
-        "interpolation": "piecewise-linear in message bytes through the non-decreasing medians "
-        "of half-octave size bins",
+        "interpolation": "piecewise-linear in message bytes through the medians of half-octave "
+        "size bins, as measured (they fall with size where NCCL's measured regimes do)",
         "bytes": xs,
         "time_s": ys,
-        "measured_median_s": medians,
+        "measured_median_s": ys,
         "range": {"bytes": [xs[0], xs[-1]]},
         "held_out": _errors(
             [f"all-reduce {int(x)} B" for x in held_x],

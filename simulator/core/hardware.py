@@ -54,10 +54,12 @@ class Interconnect:
     bytes = 2 (t - 1) / t x the message (NCCL's bus-bandwidth convention).
 
     Where the link was measured, messages up to `ALLREDUCE_KNOT_BYTES[-1]` instead take the
-    measured medians (`small_by_workers`: one time per knot, per GPU count, made non-decreasing
-    in size), interpolated linearly in log size and held flat below the first knot: at small
-    sizes NCCL switches protocol and algorithm with the size, and the medians do not follow one
-    curve (roofline_terms.allreduce_call_s).
+    measured medians (`small_by_workers`: one time per knot, per GPU count, as measured),
+    interpolated linearly in log size and held flat below the first knot: at small sizes NCCL
+    switches protocol and algorithm with the size, and the medians do not follow one curve: in
+    places a larger message was measured faster, in runs of neighbouring sizes (regimes, not
+    noise: calibration/allreduce_fit.knots_s), so the table is not non-decreasing in size
+    (roofline_terms.allreduce_call_s).
     """
 
     name: str
@@ -170,8 +172,12 @@ def _us(*values: float) -> tuple[float, ...]:
 
 # All-reduce links. DGX nodes (every GPU on NVSwitch): fitted to Vidur's
 # network/<node>/all_reduce.csv. Per GPU count (NCCL's algorithm and protocol change with it):
-# the measured medians at ALLREDUCE_KNOT_BYTES (8 KiB .. 4 MiB, every half octave), and latency +
-# bytes / bandwidth fitted above 4 MiB; over all counts and sizes, one curve, for other counts.
+# the measured medians at ALLREDUCE_KNOT_BYTES (8 KiB .. 4 MiB, every half octave; the median of
+# the file's medians within x1.5 of the size), and latency + bytes / bandwidth fitted above 4 MiB;
+# over all counts and sizes, one curve, for other counts. The knots are not non-decreasing: they
+# follow NCCL's measured size regimes (e.g. 4 A100s: 21 us at 64 KiB, 61-62 us at 128-256 KiB,
+# 26 us at 512 KiB; 2 H100s: 40 us at 64 KiB, 17 us at 128 KiB), which a non-decreasing fit
+# missed by up to 83% (calibration/allreduce_fit.knots_s, calibration/profiles/ERRORS.md).
 # fmt: off
 DGX_A100 = Interconnect(
     "nvlink3 (DGX A100)",
@@ -181,12 +187,12 @@ DGX_A100 = Interconnect(
     True,
     by_workers=((2, 4.241e-05, 1.679e11), (4, 6.003e-05, 1.833e11), (8, 6.554e-05, 1.715e11)),
     small_by_workers=(
-        (2, _us(46, 51.03, 51.03, 51.03, 51.03, 51.03, 51.03, 51.03, 51.03, 51.03,
-            51.03, 51.03, 54, 57.64, 57.64, 57.64, 58, 62, 66)),
-        (4, _us(20, 20, 20, 20, 21, 21, 21, 42, 43.68, 43.68,
-            43.68, 43.68, 43.68, 43.68, 56.32, 56.32, 58, 72, 91)),
-        (8, _us(31, 31, 31, 31, 31, 34, 36.5, 36.5, 50.01, 50.01,
-            50.01, 50.01, 50.01, 50.01, 61, 66, 73, 82, 102)),
+        (2, _us(46, 55, 55, 55, 60, 53, 49, 56, 51, 47,
+            39, 45, 54, 59, 59, 55, 58, 62, 66)),
+        (4, _us(20, 20, 20, 20, 21, 21, 21, 42, 61, 62,
+            61.5, 28, 26, 41, 61, 52, 58, 72, 91)),
+        (8, _us(31, 31, 31, 31, 31, 34, 37, 36, 51, 60,
+            60, 57.5, 38, 39, 61, 66, 73, 82, 102)),
     ),
 )
 DGX_H100 = Interconnect(
@@ -197,12 +203,12 @@ DGX_H100 = Interconnect(
     True,
     by_workers=((2, 2.197e-05, 3.042e11), (4, 2.56e-05, 3.537e11), (8, 3.739e-05, 3.778e11)),
     small_by_workers=(
-        (2, _us(7, 11, 11, 31, 31.19, 31.19, 31.19, 31.19, 31.19, 31.19,
-            38, 40, 40, 40.99, 40.99, 41, 42, 42, 43)),
-        (4, _us(38, 38, 38, 39.87, 39.87, 39.87, 39.87, 40.58, 40.58, 40.58,
-            40.58, 40.58, 40.58, 40.58, 40.58, 40.58, 40.58, 43, 46)),
-        (8, _us(30.22, 30.22, 30.22, 30.22, 30.22, 30.22, 30.22, 30.22, 30.22, 33.37,
-            33.37, 33.37, 33.37, 33.37, 33.37, 35, 44, 46, 56)),
+        (2, _us(7, 11, 11, 31, 33, 40, 40, 38, 17, 27,
+            38, 40, 40, 42, 40, 41, 42, 42, 43)),
+        (4, _us(38, 38, 38, 40, 40, 40, 39.5, 41, 41, 41,
+            41, 44, 44, 42, 41, 33, 39, 43, 46)),
+        (8, _us(35, 33, 33, 33, 35, 33, 23, 21, 30, 35,
+            36, 34.5, 31, 32, 32, 35, 44, 46, 56)),
     ),
 )
 # fmt: on

@@ -16,7 +16,9 @@ Cost of one step that computes T tokens for S sequences (D decoding, the rest pr
                      (peak · causal_eff)),  c · kv / (bw · attn_eff))
            + T · kv / (bw · attn_eff)                                  (KV writes)
            + [t > 1] L · 2 · (latency + 2(t−1)/t · T · hidden · 2 B / bus bw)
-             (messages up to 4 MiB on a measured link: its measured medians, interpolated)
+             (messages up to 4 MiB on a measured link: its measured medians, interpolated;
+             they fall with size where NCCL's measured regimes do, so this term alone may
+             shrink as the step grows)
     compute_s = gpu_s + host_s,  or max(gpu_s, host_s) under V1 async scheduling
                 host_s = fixed + per_seq · S      (overhead.py: by engine era)
     swap_s = (blocks in + blocks out) · block_bytes / host_link

@@ -229,7 +229,12 @@ class RooflineReport:
             "prefill_attention": "roofline (factors fitted to A100 attention)",
             "all_reduce": (
                 f"roofline ({link}: {r.link.name}"
-                + ("; measured medians up to 4 MiB" if r.link.small_s else "")
+                + (
+                    "; measured medians up to 4 MiB, falling with size where NCCL's measured "
+                    "regimes do"
+                    if r.link.small_s
+                    else ""
+                )
                 + ")"
             )
             if r.tensor_parallel > 1

@@ -10,7 +10,8 @@ One decoder layer on one GPU under t-way tensor parallelism, T tokens in the ste
                  m = (K N + T (K + N)) * 2 B / (bw * weight_eff)
     small ops  = small_ops_layer_s + T * S / (bw * small_ops_eff)     (2 norms, rotary, act, add)
     all-reduce = 2 calls * (latency + 2 (t-1)/t * T * hidden * 2 B / bus bw)       (t > 1)
-                 (messages <= 4 MiB on a measured link: the measured medians, allreduce_call_s)
+                 (messages <= 4 MiB on a measured link: the measured medians, allreduce_call_s;
+                 they fall with size in places, as NCCL's measured regimes do)
     decode attention  = attention_layer_s + D * attention_seq_s + KV bytes read / (bw * attn_eff)
     prefill attention = attention_prefill_layer_s + n * heads/t * attention_token_s
                         + n (c - n) * P / (peak * attention_flops_eff)          (cached context)
@@ -92,7 +93,9 @@ def allreduce_call_s(message_bytes: Number, tensor_parallel: int, link: Intercon
     """One ring all-reduce of `message_bytes` over `tensor_parallel` GPUs (0 when t = 1): the
     link's measured medians up to its last knot (log-size interpolation, flat below the first),
     `latency + ring bytes / bus bw` above it (at least the last knot) or where nothing was
-    measured. Non-decreasing in the message (the knots are)."""
+    measured. Up to the last knot the measured medians are followed where they fall with size
+    (NCCL's size regimes: core/hardware.py), so a larger message may cost less there; the curve
+    above, and the formula, are non-decreasing in the message."""
     if tensor_parallel <= 1:
         return 0.0 * message_bytes
     ring = 2 * (tensor_parallel - 1) / tensor_parallel
@@ -101,7 +104,8 @@ def allreduce_call_s(message_bytes: Number, tensor_parallel: int, link: Intercon
         return formula
     knots = np.log(ALLREDUCE_KNOT_BYTES)
     measured = np.interp(np.log(np.maximum(message_bytes, 1.0)), knots, link.small_s)
-    # Above the knots the curve, never below the last knot (a larger message never costs less).
+    # Above the knots the curve, never below the last knot (no step down where the measured
+    # table ends).
     return np.where(
         message_bytes <= ALLREDUCE_KNOT_BYTES[-1], measured, np.maximum(formula, link.small_s[-1])
     )

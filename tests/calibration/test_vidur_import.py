@@ -6,7 +6,6 @@ regenerate."""
 
 from __future__ import annotations
 
-import itertools
 import json
 import math
 import shutil
@@ -262,14 +261,42 @@ def test_the_error_table_is_what_the_command_writes(
 @needs_shared
 def test_the_fit_meets_its_targets_where_the_table_says() -> None:
     """Issue 13's step targets: median per-step error <= 10% and worst <= 25% on A100 and H100
-    (the all-reduce part of a grid step is the measured medians up to 4 MiB, so the rest of the
-    error is the linear layers', small operators' and attention's)."""
+    (the all-reduce part of a grid step is the measured medians up to 4 MiB, falls with size
+    included, so the rest of the error is the linear layers', small operators' and
+    attention's)."""
     from pagesim.calibration.step_errors import step_errors
 
     for gpu, worst in (("a100-80gb", 0.25), ("h100-sxm", 0.25)):
         rows = step_errors(read_gpu_measurements(SHARED, gpu))
         errors = np.abs([r.after_err for r in rows])
         assert np.median(errors) <= 0.10 and errors.max() <= worst, gpu
+
+
+@needs_shared
+def test_the_all_reduce_is_the_measured_medians_and_within_15_percent_at_every_grid_size() -> None:
+    """Issue 13's all-reduce target. The shipped knots (core/hardware.py) are the measured
+    neighbourhood medians at every knot, for every node and GPU count, falls with size included;
+    and at every message the error table's grid steps send (decode 1-256 sequences, prefill
+    128-4096 tokens, hidden 4096 and 8192: 16 sizes per node and count), the all-reduce per call
+    is within 15% of the measured median: up to 4 MiB exactly it, above it the fitted curve."""
+    from pagesim.calibration.allreduce_errors import allreduce_points
+    from pagesim.calibration.allreduce_fit import measured_allreduce_s
+    from pagesim.simulator.core.hardware import ALLREDUCE_KNOT_BYTES
+
+    measurements = [read_gpu_measurements(SHARED, gpu) for gpu in ("a100-80gb", "h100-sxm")]
+    for data in measurements:
+        assert data.all_reduce is not None
+        link = data.gpu.interconnect
+        assert [n for n, _ in link.small_by_workers] == [2, 4, 8]
+        for n, knots in link.small_by_workers:
+            medians = [measured_allreduce_s(data.all_reduce, n, s) for s in ALLREDUCE_KNOT_BYTES]
+            assert knots == pytest.approx(medians, rel=5e-4), (data.gpu.name, n)
+    points = allreduce_points(measurements)
+    assert len(points) == 96  # 2 nodes x 3 GPU counts x 16 sizes
+    for p in points:
+        assert abs(p.error) <= 0.15, (p.node, p.num_workers, p.size_bytes, p.error)
+        if p.size_bytes <= ALLREDUCE_KNOT_BYTES[-1]:
+            assert p.after_s == pytest.approx(p.measured_s, rel=5e-4)
 
 
 def test_an_all_reduce_miss_is_called_noisy_only_where_the_measurements_disagree() -> None:
@@ -288,33 +315,63 @@ def test_an_all_reduce_miss_is_called_noisy_only_where_the_measurements_disagree
     assert not tight.is_noisy and abs(tight.error) > 0.15
 
 
-def test_knots_are_the_least_squares_non_decreasing_fit_in_log_time() -> None:
-    from pagesim.calibration.allreduce_fit import non_decreasing
-
-    # 61, 62 then 26 (a run of faster rows): the falling run is pooled to one value.
-    assert non_decreasing([20.0, 61.0, 62.0, 26.0, 70.0]) == pytest.approx(
-        [20.0, 149 / 3, 149 / 3, 149 / 3, 70.0]
-    )
-    assert non_decreasing([1.0, 2.0, 3.0]) == [1.0, 2.0, 3.0]
-
-
-@settings(max_examples=100, deadline=None)
-@given(st.lists(st.floats(-5.0, 5.0), min_size=1, max_size=30))
-def test_the_non_decreasing_fit_is_ordered_and_keeps_the_sum(values: list[float]) -> None:
-    from pagesim.calibration.allreduce_fit import non_decreasing
-
-    fitted = non_decreasing(values)
-    assert len(fitted) == len(values)
-    assert all(a <= b + 1e-9 for a, b in itertools.pairwise(fitted))
-    assert sum(fitted) == pytest.approx(sum(values), abs=1e-6)
-
-
-def test_the_slices_all_reduce_knots_are_its_measured_medians_made_non_decreasing() -> None:
-    from pagesim.calibration.allreduce_fit import knots_s, measured_allreduce_s, non_decreasing
+def test_the_slices_all_reduce_knots_are_its_measured_medians_as_measured() -> None:
+    """The knots are the neighbourhood medians at each knot, not smoothed or reordered: the
+    slice's 2-GPU rows (every 8th row of the file) fall from 56.5 us at 512 KiB to 48 us at
+    1.4 MiB, and the knots keep that."""
+    from pagesim.calibration.allreduce_fit import knots_s, measured_allreduce_s
     from pagesim.simulator.core.hardware import ALLREDUCE_KNOT_BYTES
 
     table = read_gpu_measurements(SLICE, "a100-80gb").all_reduce
     assert table is not None
     medians = [measured_allreduce_s(table, 2, s) for s in ALLREDUCE_KNOT_BYTES]
-    expected = [math.exp(v) for v in non_decreasing([math.log(m) for m in medians])]
-    assert knots_s(table, 2) == pytest.approx(expected, rel=1e-12)
+    assert knots_s(table, 2) == tuple(medians)
+    assert knots_s(table, 2)[12] == pytest.approx(56.5e-6) and knots_s(table, 2)[15] == (
+        pytest.approx(48e-6)
+    )
+
+
+@st.composite
+def regimes(draw: st.DrawFn) -> list[tuple[float, float]]:
+    """Runs of message sizes at one speed each: (width in octaves, microseconds per call)."""
+    widths = draw(st.lists(st.floats(2.0, 3.5), min_size=2, max_size=6))
+    speeds = draw(st.lists(st.floats(5.0, 100.0), min_size=len(widths), max_size=len(widths)))
+    return list(zip(widths, speeds, strict=True))
+
+
+@settings(max_examples=100, deadline=None)
+@given(regimes())
+def test_a_regime_wider_than_the_neighbourhood_is_followed_faster_or_slower(
+    runs: list[tuple[float, float]],
+) -> None:
+    """A file whose rows (every 1/16 octave from 8 KiB) come in runs at one speed each: a knot
+    whose x1.5 neighbourhood lies inside one run takes that run's speed, whether it is faster
+    or slower than the run before (no smoothing across a fall in size). Runs of 2 octaves or
+    more always hold one: the neighbourhood spans 2 log2(1.5) = 1.17 octaves, knots lie every
+    half octave."""
+    from pagesim.calibration.allreduce_fit import knots_s
+    from pagesim.calibration.vidur_csv import CollectiveTable
+    from pagesim.simulator.core.hardware import ALLREDUCE_KNOT_BYTES
+
+    edges = np.cumsum([0.0] + [w for w, _ in runs]) + 13  # log2 bytes
+    log_sizes = np.arange(13, edges[-1], 1 / 16)
+    run = np.searchsorted(edges, log_sizes, side="right") - 1
+    times = np.array([runs[i][1] for i in run]) * 1e-6
+    n = len(log_sizes)
+    table = CollectiveTable(
+        path=Path("synthetic.csv"),
+        num_workers=np.full(n, 4),
+        devices_per_node=np.full(n, 4),
+        size_bytes=2.0**log_sizes,
+        median_s=times,
+        std_s=np.zeros(n),
+    )
+    half = math.log2(1.5)
+    checked = 0
+    for size, knot in zip(ALLREDUCE_KNOT_BYTES, knots_s(table, 4), strict=True):
+        x = math.log2(size)
+        inside = [i for i in range(len(runs)) if edges[i] < x - half and x + half < edges[i + 1]]
+        if inside and x + half < log_sizes[-1]:
+            assert knot == pytest.approx(runs[inside[0]][1] * 1e-6), size
+            checked += 1
+    assert checked >= 1

@@ -142,13 +142,20 @@ def seq_works(draw: st.DrawFn) -> SeqWork:
     extra=seq_works(),
     index=st.integers(0, len(HYBRIDS) - 1),
 )
-def test_more_work_never_costs_less_for_hybrid_models(
+def test_more_work_never_costs_less_for_hybrid_models_but_for_the_measured_all_reduce(
     work: list[SeqWork], extra: SeqWork, index: int
 ) -> None:
+    """Every term but the all-reduce grows with the work; the all-reduce (TP 2 and 4 here, on
+    the H200's NVLink) is the measured NCCL medians up to 4 MiB, which fall with size where
+    NCCL's measured regimes do (test_allreduce.py), so it is left out of the comparison."""
     roof = HYBRIDS[index]
     before = roof.price(StepPlan.build(work))
     after = roof.price(StepPlan.build([*work, extra]))
-    assert after.compute_s > before.compute_s
+
+    def all_reduce_s(plan_work: list[SeqWork]) -> float:
+        return roof.allreduce_step_s(sum(w.num_new_tokens for w in plan_work))
+
+    assert after.compute_s - all_reduce_s([*work, extra]) > before.compute_s - all_reduce_s(work)
     assert after.flops > before.flops
     assert after.bytes_moved > before.bytes_moved
     parts = roof.breakdown(StepPlan.build([*work, extra]))

@@ -89,15 +89,15 @@ def test_row6_two_allreduce_calls_per_layer_each_paying_latency_on_the_gpus_own_
     linear.py`) calls `tensor_model_parallel_all_reduce` (`vllm/distributed/communication_op.py`,
     NCCL) when tp > 1: two all-reduces of the hidden state per layer. Each costs a latency plus
     ring bytes over the link: Vidur's NCCL medians on a DGX A100 (network/a100_dgx/
-    all_reduce.csv, 2 GPUs: 51 us per call at 16 KiB, the measured median made non-decreasing in
-    size; above 4 MiB 42 us + bytes at 168 GB/s), not 300 GB/s alone."""
+    all_reduce.csv, 2 GPUs: 55 us per call at 16 KiB, the measured median of the file's rows
+    within x1.5 of the size; above 4 MiB 42 us + bytes at 168 GB/s), not 300 GB/s alone."""
     v0 = RooflineModel(LLAMA_70B, A100, CONFIG, tensor_parallel=2)
     link = A100.interconnect.at(2)
     assert (link.allreduce_latency_s, link.allreduce_bw_bps) == (4.241e-05, 1.679e11)
     # One decode token of Llama-2-70B: 160 calls of 8192 x 2 B = 16 KiB, the third knot
     # (8 KiB x 2).
-    assert link.small_s[2] == pytest.approx(51.03e-6)
-    expected = 160 * 51.03e-6
+    assert link.small_s[2] == pytest.approx(55e-6)
+    expected = 160 * 55e-6
     assert v0.breakdown(decode(1, 1024))["all_reduce"] == pytest.approx(expected, rel=1e-12)
     # Vidur measured ~0.05 ms per call at these sizes: ~8 ms a step; bandwidth alone gave 9 us.
     assert 6e-3 < expected < 10e-3
