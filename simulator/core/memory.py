@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+# A MemoryBreakdown's seven fields in order, as a plain tuple (a step record's columns).
+MemoryRow = tuple[int, int, int, int, int, int, int]
+
 
 @dataclass(frozen=True, slots=True)
 class MemoryBreakdown:
@@ -31,6 +34,19 @@ class MemoryBreakdown:
     free_slots: int
     prefix_saved_slots: int = field(default=0, compare=False)
     fork_saved_slots: int = field(default=0, compare=False)
+
+    @property
+    def row(self) -> MemoryRow:
+        """The fields in order (`MemoryRow`)."""
+        return (
+            self.token_slots,
+            self.reserved_slots,
+            self.internal_frag_slots,
+            self.external_frag_slots,
+            self.free_slots,
+            self.prefix_saved_slots,
+            self.fork_saved_slots,
+        )
 
     @property
     def total_slots(self) -> int:

@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from pagesim.simulator.core.errors import KVCacheError
-from pagesim.simulator.core.memory import MemoryBreakdown
+from pagesim.simulator.core.memory import MemoryBreakdown, MemoryRow
 from pagesim.simulator.core.plan import BlockCopy
 from pagesim.simulator.kv.block_pool import BlockPool, EvictionOrder
 from pagesim.simulator.kv.block_table import BlockTable, clamp_fill
@@ -301,20 +301,25 @@ class PagedSlots:
         `num_reserved_elsewhere` reserved slots of the sequences not walked (whose slots not
         yet appended here it counts as used: it appends them when its members leave).
         """
-        bs = self._block_size
         reserved = num_reserved_elsewhere
         if seq_ids is None or seq_ids:
             reserved += self.num_reserved_slots(seq_ids)
+        return MemoryBreakdown(*self.memory_row(num_uncommitted, reserved))
+
+    def memory_row(self, num_uncommitted: int, num_reserved: int) -> MemoryRow:
+        """`memory_breakdown`'s fields in order, walking nobody: `num_reserved` is every
+        reserved slot (a decode group's closed form when it is all that runs)."""
+        bs = self._block_size
         computed = self._num_computed_slots + num_uncommitted
         gpu = self._gpu
-        return MemoryBreakdown(
-            token_slots=computed,
-            reserved_slots=reserved,
-            internal_frag_slots=gpu.num_used_blocks * bs - computed - reserved,
-            external_frag_slots=0,
-            free_slots=gpu.num_free_blocks * bs,
-            prefix_saved_slots=gpu.num_prefix_saved_blocks * bs,  # O(1): the pool's counters
-            fork_saved_slots=gpu.num_fork_saved_blocks * bs,
+        return (
+            computed,
+            num_reserved,
+            gpu.num_used_blocks * bs - computed - num_reserved,  # internal fragmentation
+            0,  # no external fragmentation in a paged cache
+            gpu.num_free_blocks * bs,
+            gpu.num_prefix_saved_blocks * bs,  # O(1): the pool's counters
+            gpu.num_fork_saved_blocks * bs,
         )
 
     def num_reserved_slots(self, seq_ids: Iterable[int] | None = None) -> int:

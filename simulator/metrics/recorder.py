@@ -15,7 +15,7 @@ import pandas as pd
 
 from pagesim.simulator.core.catalog import GPUSpec
 from pagesim.simulator.core.config import SLO
-from pagesim.simulator.core.memory import MemoryBreakdown
+from pagesim.simulator.core.memory import MemoryRow
 from pagesim.simulator.core.plan import StepCost, StepPlan
 from pagesim.simulator.core.request import Request
 from pagesim.simulator.core.scheduler import Scheduler
@@ -68,7 +68,7 @@ class Recorder:
         starts: Sequence[float],
         costs: Sequence[StepCost],
         num_seqs: int,
-        after: Sequence[tuple[int, int, int, MemoryBreakdown]],
+        after: Sequence[tuple[int, int, int, MemoryRow]],
         batch_capacity: int,
     ) -> None:
         """`record_step` of steps in which `num_seqs` lone sequences decoded and nothing else
@@ -94,7 +94,7 @@ class Recorder:
         """One step's row: `counts` are the plan's (sequences, requests, prefill and decode
         tokens, preemptions, blocks swapped in and out, copies)."""
         queues = scheduler.queue_lengths()
-        memory = scheduler.memory_breakdown()
+        memory = scheduler.memory_breakdown().row
         useful_share = useful_slots / scheduler.batch_capacity
         self._append_row(start_s, cost, queues, counts, memory, useful_share)
 
@@ -104,7 +104,7 @@ class Recorder:
         cost: StepCost,
         queues: tuple[int, int, int],
         counts: tuple[int, int, int, int, int, int, int, int],
-        memory: MemoryBreakdown,
+        memory: MemoryRow,
         useful_share: float,
     ) -> None:
         duration = cost.duration_s
@@ -116,13 +116,7 @@ class Recorder:
                 cost.swap_s,
                 *queues,
                 *counts,
-                memory.token_slots,
-                memory.reserved_slots,
-                memory.internal_frag_slots,
-                memory.external_frag_slots,
-                memory.free_slots,
-                memory.prefix_saved_slots,
-                memory.fork_saved_slots,
+                *memory,
                 useful_share,
                 cost.flops / (self._gpu.fp16_flops * duration) if duration > 0 else 0.0,
                 cost.bytes_moved / (self._gpu.mem_bandwidth_bps * duration)

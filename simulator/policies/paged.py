@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from pagesim.simulator.core.config import SystemConfig
-from pagesim.simulator.core.memory import MemoryBreakdown
+from pagesim.simulator.core.memory import MemoryBreakdown, MemoryRow
 from pagesim.simulator.core.plan import StepPlan
 from pagesim.simulator.core.request import GENERATED_SEGMENT, Request, SamplingKind
 from pagesim.simulator.kv.hybrid_layout import HybridLayout
@@ -89,7 +89,7 @@ class PagedScheduler(PolicyBase):
 
     def complete_pure_steps(
         self, ends: Sequence[float], is_first_started: bool
-    ) -> list[tuple[int, int, int, MemoryBreakdown]]:
+    ) -> list[tuple[int, int, int, MemoryRow]]:
         """Complete the next `len(ends)` of `pure_run`'s steps in order, step i ending at
         `ends[i]` (each started first, but the first if `is_first_started`): what `complete`
         does with their plans, which list nothing. Returns what a step record reads after each:
@@ -99,7 +99,8 @@ class PagedScheduler(PolicyBase):
         assert group is not None
         num_members = len(group.bases)
         kv = self.kv
-        after: list[tuple[int, int, int, MemoryBreakdown]] = []
+        assert isinstance(kv, PagedKVCache)  # the fast path's (enable_fast_path)
+        after: list[tuple[int, int, int, MemoryRow]] = []
         for i, end_s in enumerate(ends):
             if i or not is_first_started:
                 group.grow(group.crossing())  # start_pure_step
@@ -109,14 +110,10 @@ class PagedScheduler(PolicyBase):
                 for member in finished:
                     member.request.last_token_s = end_s
                 state.finish(finished, end_s)
-                after.append((*self.queue_lengths(), self.memory_breakdown()))
+                after.append((*self.queue_lengths(), self.memory_breakdown().row))
                 continue
             # The group's closed form, as `memory_breakdown` takes it while nobody else runs.
-            memory = kv.memory_breakdown(
-                (),
-                num_uncommitted=group.num_deferred_computed,
-                num_reserved_elsewhere=group.num_reserved_slots,
-            )
+            memory = kv.memory_row(group.num_deferred_computed, group.num_reserved_slots)
             after.append((len(state.running), len(state.waiting), len(state.swapped), memory))
         return after
 
