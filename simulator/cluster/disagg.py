@@ -267,7 +267,7 @@ def run_disagg(
     samples: array[int] = array("q")
 
     def send(request: Request) -> None:
-        tokens = sum(replica.scheduler.num_output_tokens for replica in decodes)
+        tokens = sum(replica.num_output_tokens for replica in decodes)
         if window_tokens[0] is None and request.arrival_s >= warmup_s:
             window_tokens[0] = tokens
         window_tokens[1] = tokens

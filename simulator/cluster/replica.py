@@ -10,7 +10,7 @@ count of requests in flight stays a count a real router keeps: it sees each resp
 
 from __future__ import annotations
 
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Generator
 
 import simpy
@@ -26,6 +26,7 @@ from pagesim.simulator.core.defaults import (
 from pagesim.simulator.core.plan import StepCost
 from pagesim.simulator.core.request import Request
 from pagesim.simulator.core.scheduler import Scheduler
+from pagesim.simulator.execution.decode_costs import decode_costs
 from pagesim.simulator.execution.factory import make_execution_model
 from pagesim.simulator.execution.model import ExecutionModel
 from pagesim.simulator.execution.roofline import RooflineModel
@@ -95,9 +96,12 @@ class Replica:
             enable = getattr(self.scheduler, "enable_fast_path", None)
             if enable is not None and enable():
                 execution = self.execution
-                if (
+                if (  # and nobody looks at every step (as the default fast path asks)
                     USE_WINDOWS
                     and self.takes_windows
+                    and on_step is None
+                    and not check_invariants
+                    and execution_factory is None
                     and isinstance(self.scheduler, PagedScheduler)
                     and isinstance(execution, RooflineModel)
                     and execution.prices_statelessly
@@ -105,6 +109,7 @@ class Replica:
                     self._paged = self.scheduler
         self._window: _Window | None = None
         self.num_steps_ahead = 0  # steps applied from runs of pure steps (the rest one by one)
+        self.num_cuts = 0  # runs an arrival ended early
         self._process: simpy.Process | None = None
         self._on_step = on_step
         self.recorder = Recorder(
@@ -138,7 +143,7 @@ class Replica:
 
     def kv_used_share(self) -> float:
         """Share of KV slots not free: what vLLM reports as its KV-cache usage gauge."""
-        self.catch_up()
+        self.catch_up(before_now=True)
         memory = self.scheduler.memory_breakdown()
         total = self.scheduler.kv_capacity_slots
         return 1.0 - memory.free_slots / total if total else 0.0
@@ -153,7 +158,7 @@ class Replica:
         window = self._window
         if window is not None:
             done = window.num_done
-            ended = bisect_right(window.ends, self._env.now, done, window.num_steps) - done
+            ended = bisect_left(window.ends, self._env.now, done, window.num_steps) - done
             tokens += ended * window.run.num_members
         return tokens
 
@@ -242,9 +247,17 @@ class Replica:
     # When the next steps are pure (policies/decode_window.py: only decode-group members, their
     # outcome fixed now), the loop prices them all, schedules one timeout for the last one's end
     # and applies each step as late as it can: when that timeout fires, or earlier when someone
-    # looks (`catch_up`: a router, the fleet's token count) or a request arrives (`_cut`: the
-    # step in flight finishes, then the loop plans again, as it would have). Every step keeps
-    # its own start and end times, plan, price and record: the run is the per-step loop's.
+    # looks (`catch_up`: a router's KV read, a stop) or a request arrives (`_cut`: the step in
+    # flight finishes, then the loop plans again, as it would have). Every step keeps its own
+    # start and end times, price and record: the run is the per-step loop's.
+    #
+    # Ties: an outside look at the very instant a step ends sees it in flight, as the per-step
+    # loop's SimPy order has it for a stop (`env.run(until=...)`, urgent), a session turn's
+    # start (urgent) and an arrival whose timer was set before that step started (the usual
+    # case). Only an arrival whose timer was set while that step ran, landing exactly (to the
+    # last bit) on its end, is ordered otherwise: the per-step loop would complete the step
+    # first. Arrival times and step ends are floats from different sums; the tests
+    # (tests/simulator/cluster/test_windows.py) pin the ties that do order alike.
 
     def _open_window(self, run: PureRun) -> _Window | None:
         """Price `run`'s steps from now; None if fewer than two would survive SimPy's clock."""
@@ -253,7 +266,7 @@ class Replica:
         assert isinstance(execution, RooflineModel)
         contexts = map(run.context_tokens, range(run.num_steps))
         starts, ends, costs = [], [], []
-        for cost in execution.decode_costs(run.num_members, contexts):
+        for cost in decode_costs(execution, run.num_members, contexts):
             end = start + cost.duration_s  # what `env.timeout(duration)` at `start` reaches
             # The one timeout, set at `now` (or at a cut, later), must land exactly on a step's
             # end: `now + (end - now) == end` holds for end <= 2 * now (Sterbenz's lemma).
@@ -284,23 +297,26 @@ class Replica:
             except simpy.Interrupt:  # cut short by an arrival: wait for the step in flight
                 continue
             break
-        self.catch_up()
+        self.catch_up(before_now=False)  # its own timeout: the step ending now is done
         self._window = None
         if self._on_done is not None:
             self._settle()
 
-    def catch_up(self) -> None:
-        """Apply the open run's steps up to now: those that ended are completed and recorded;
-        the one in flight is started."""
+    def catch_up(self, before_now: bool = True) -> None:
+        """Apply the open run's steps up to now: those that ended are completed and recorded
+        (`before_now`: only those that ended before this instant, as an outside look sees
+        them), the one in flight is started."""
         window = self._window
         if window is None:
             return
         paged = self._paged
         assert paged is not None
-        done, started = window.num_done, window.num_started
-        stop = bisect_right(window.ends, self._env.now, done, window.num_steps)
+        done = window.num_done
+        assert window.num_started == done + 1  # the step in flight is always started
+        find = bisect_left if before_now else bisect_right
+        stop = find(window.ends, self._env.now, done, window.num_steps)
         if stop > done:
-            after = paged.complete_pure_steps(window.ends[done:stop], started > done)
+            after = paged.complete_pure_steps(window.ends[done:stop])
             self.recorder.record_decode_steps(
                 window.starts[done:stop],
                 window.costs[done:stop],
@@ -310,8 +326,8 @@ class Replica:
             )
             window.num_done = window.num_started = stop
             self.num_steps_ahead += stop - done
-        if stop < window.num_steps and window.num_started == stop:
-            self._paged_start()
+            if stop < window.num_steps:
+                self._paged_start()
 
     def _cut(self) -> None:
         """Something arrives: the open run ends with the step in flight (the next one may
@@ -319,9 +335,11 @@ class Replica:
         window = self._window
         if window is None:
             return
+        assert self._env.active_process is not self._process, "a replica cannot cut its own run"
         self.catch_up()
         if window.num_started < window.num_steps:
             window.num_steps = window.num_started
+            self.num_cuts += 1
             assert self._process is not None
             self._process.interrupt()
 
@@ -345,7 +363,7 @@ class Replica:
     # --- the end ------------------------------------------------------------------------------
 
     def result(self, scenario_name: str, end_s: float, workload: dict[str, object]) -> RunResult:
-        self.catch_up()  # a run stopped at its max time: the steps that ended by then
+        self.catch_up()  # a run stopped at its max time: the steps that ended before it
         system, capacity = self.system, self.capacity
         provenance: dict[str, object] = {
             "seed": self.scenario.seed,

@@ -11,20 +11,18 @@ operations, taken in `price`'s own order so that every value is the same to the 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING
 
 from pagesim.simulator.core.plan import StepCost, step_cost_of
-
-if TYPE_CHECKING:
-    from pagesim.simulator.execution.roofline import RooflineModel
+from pagesim.simulator.execution.roofline import RooflineModel
 
 
 def decode_costs(
     model: RooflineModel, num_seqs: int, contexts: Iterable[int]
 ) -> Iterator[StepCost]:
     """`model.price` of a pure decode step of `num_seqs` sequences with C context tokens, for
-    each C of `contexts` in turn (lazily: the caller stops when it has enough)."""
-    if model.kinds is not None or model.experts is not None:
+    each C of `contexts` in turn (lazily: the caller stops when it has enough). Only for a
+    model that `prices_statelessly`."""
+    if not model.prices_statelessly:
         raise ValueError("pure decode steps are priced ahead only without layer kinds or experts")
     s = num_seqs
     # `price`'s terms that depend on S alone, in its order.

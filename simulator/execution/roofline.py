@@ -63,7 +63,6 @@ Assumptions a reader of a report must know:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
 from itertools import compress
 from operator import itemgetter
 
@@ -71,7 +70,6 @@ from pagesim.simulator.core.catalog import GPUSpec, KVDtype, ModelSpec
 from pagesim.simulator.core.config import ExecutionConfig
 from pagesim.simulator.core.errors import InputError
 from pagesim.simulator.core.plan import SeqWork, StepCost, StepPlan, step_cost_of
-from pagesim.simulator.execution.decode_costs import decode_costs
 from pagesim.simulator.execution.factors import resolve_factors, resolve_link
 from pagesim.simulator.execution.gemm import LinearCost, is_dense
 from pagesim.simulator.execution.layer_kinds import KindsCost
@@ -382,14 +380,10 @@ class RooflineModel(RooflineReport):
 
     @property
     def prices_statelessly(self) -> bool:
-        """Whether `price` only reads the plan (a mixture of experts' pricing counts the experts
-        each step touches): a replica may then price steps ahead (cluster/replica.py)."""
-        return self.experts is None
-
-    def decode_costs(self, num_seqs: int, contexts: Iterable[int]) -> Iterator[StepCost]:
-        """`price` of pure decode steps of `num_seqs` sequences, one per context-token count
-        in `contexts` (execution/decode_costs.py: the same values, without building plans)."""
-        return decode_costs(self, num_seqs, contexts)
+        """Whether pure decode steps may be priced ahead (execution/decode_costs.py,
+        cluster/replica.py): `price` only reads the plan (a mixture of experts' pricing counts
+        the experts each step touches) and has no per-layer kinds (which that module omits)."""
+        return self.experts is None and self.kinds is None
 
     def allreduce_step_s(self, num_tokens: int) -> float:
         """The step's all-reduces: two calls per layer of the step's hidden states

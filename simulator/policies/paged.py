@@ -87,13 +87,11 @@ class PagedScheduler(PolicyBase):
         """The schedule of the next of `pure_run`'s steps: what `schedule` would change."""
         start_pure_step(self.state)
 
-    def complete_pure_steps(
-        self, ends: Sequence[float], is_first_started: bool
-    ) -> list[tuple[int, int, int, MemoryRow]]:
+    def complete_pure_steps(self, ends: Sequence[float]) -> list[tuple[int, int, int, MemoryRow]]:
         """Complete the next `len(ends)` of `pure_run`'s steps in order, step i ending at
-        `ends[i]` (each started first, but the first if `is_first_started`): what `complete`
+        `ends[i]`, the first already started, each later one started first: what `complete`
         does with their plans, which list nothing. Returns what a step record reads after each:
-        `queue_lengths()` and `memory_breakdown()`."""
+        `queue_lengths()` and `memory_breakdown()` (as a row)."""
         state = self.state
         group = state.decode_group
         assert group is not None
@@ -102,7 +100,7 @@ class PagedScheduler(PolicyBase):
         assert isinstance(kv, PagedKVCache)  # the fast path's (enable_fast_path)
         after: list[tuple[int, int, int, MemoryRow]] = []
         for i, end_s in enumerate(ends):
-            if i or not is_first_started:
+            if i:
                 group.grow(group.crossing())  # start_pure_step
             self.num_output_tokens += num_members  # one token each
             finished = group.advance()  # members whose last token appeared now

@@ -12,6 +12,7 @@ crossing members' blocks end runs early or preemptions happen.
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from pathlib import Path
 
@@ -28,7 +29,7 @@ from pagesim.simulator.engine import simulate
 from pagesim.simulator.metrics.result import RunResult
 from pagesim.simulator.policies.paged import PagedScheduler
 from pagesim.simulator.scenario.load import load_scenario
-from tests.sim_helpers import poisson_workload, scenario, system
+from tests.sim_helpers import explicit_workload, poisson_workload, scenario, system
 
 
 def _cluster(sc: Scenario, count: int, kind: RouterKind, interval_s: float = 0.0) -> ClusterConfig:
@@ -62,6 +63,7 @@ def _assert_same_fleet(
     assert ahead.in_flight_samples == plain.in_flight_samples
     assert ahead.window_tokens == plain.window_tokens
     assert ahead.end_s == plain.end_s
+    assert all(r.num_cuts == 0 for r in plain.replicas)
     return sum(r.num_steps_ahead for r in ahead.replicas)
 
 
@@ -83,6 +85,8 @@ def test_three_replicas_behind_each_router_give_the_per_step_run(
 ) -> None:
     sc = _v1_scenario(seed=3)
     assert _assert_same_fleet(monkeypatch, sc, _cluster(sc, 3, kind)) > 1000
+    cuts = sum(r.num_cuts for r in _fleet(monkeypatch, sc, _cluster(sc, 3, kind), True).replicas)
+    assert cuts > 10  # arrivals cut runs short: the applied steps include cut runs
 
 
 @pytest.mark.parametrize("interval_s", [0.0, 0.05, 1.0])
@@ -132,20 +136,23 @@ def test_built_in_scenarios_run_alone_give_the_per_step_run(
     complete = PagedScheduler.complete_pure_steps
 
     def counted(
-        scheduler: PagedScheduler, ends: list[float], is_first_started: bool
+        scheduler: PagedScheduler, ends: list[float]
     ) -> list[tuple[int, int, int, MemoryRow]]:
         applied[0] += len(ends)
-        return complete(scheduler, ends, is_first_started)
+        return complete(scheduler, ends)
 
     monkeypatch.setattr(PagedScheduler, "complete_pure_steps", counted)
     sc = load_scenario(name)
     for sys_ in sc.systems:
+        applied[0] = 0
         monkeypatch.setattr(replica_module, "USE_WINDOWS", True)
         ahead = simulate(sc, sys_)
+        taken = applied[0]
         monkeypatch.setattr(replica_module, "USE_WINDOWS", False)
         _assert_same_result(ahead, simulate(sc, sys_))
-    # (spec_decode's speculating systems take none, its baseline does)
-    assert applied[0] > 100, applied
+        assert applied[0] == taken  # none without runs
+        # speculating systems never take runs (their steps verify drafts); the others do
+        assert (taken > 50) is (sys_.speculative is None), (sys_.name, taken)
 
 
 @pytest.mark.parametrize("seed", range(12))
@@ -163,3 +170,121 @@ def test_random_fleets_give_the_per_step_run(monkeypatch: pytest.MonkeyPatch, se
     kind = RouterKind(rng.choice([k.value for k in RouterKind]))
     count = int(rng.integers(1, 4))
     assert _assert_same_fleet(monkeypatch, sc, _cluster(sc, count, kind)) > 0
+
+
+# --- exact ties: another event at the very instant a step in a run ends -----------------------
+
+EIGHT_DECODERS = [(100, 400, 0.0)] * 8  # one run after another of pure steps, from t ~ 0.5 s
+
+
+def _single(monkeypatch: pytest.MonkeyPatch, sc: Scenario, windows: bool) -> RunResult:
+    monkeypatch.setattr(replica_module, "USE_WINDOWS", windows)
+    return simulate(sc)
+
+
+def _inner_step_end(monkeypatch: pytest.MonkeyPatch, k: int = 150) -> float:
+    """The end of step k of the eight decoders, a pure step inside a run (float as SimPy
+    reaches it: the next step starts exactly there)."""
+    steps = _single(monkeypatch, scenario(explicit_workload(EIGHT_DECODERS), V1), False).steps
+    end = float(steps.start_s.iloc[k]) + float(steps.duration_s.iloc[k])
+    assert end == float(steps.start_s.iloc[k + 1])
+    assert steps.num_prefill_tokens.iloc[k - 5 : k + 5].sum() == 0  # pure decode around it
+    return end
+
+
+V1 = system(Policy.VLLM_V1)
+
+
+@pytest.mark.parametrize("offset_ulps", [0, 1])
+def test_an_arrival_exactly_at_a_step_end_inside_a_run_is_admitted_as_per_step(
+    monkeypatch: pytest.MonkeyPatch, offset_ulps: int
+) -> None:
+    # Its timer is set before that step starts (at the previous arrival, t = 0): SimPy fires it
+    # before the step's end, so the per-step loop admits it in the next step; 1 ulp later, the
+    # step ends first. Either way the run gives the same tables.
+    at = _inner_step_end(monkeypatch)
+    for _ in range(offset_ulps):
+        at = math.nextafter(at, math.inf)
+    sc = scenario(explicit_workload([*EIGHT_DECODERS, (50, 20, at)]), V1)
+    ahead = _single(monkeypatch, sc, True)
+    plain = _single(monkeypatch, sc, False)
+    _assert_same_result(ahead, plain)
+    admitted = plain.steps[plain.steps.num_prefill_tokens > 0].start_s.iloc[-1]
+    assert admitted == at if offset_ulps == 0 else admitted > at
+
+
+def test_a_max_time_exactly_at_a_step_end_inside_a_run_stops_before_that_step_completes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    at = _inner_step_end(monkeypatch)
+    sc = replace(scenario(explicit_workload(EIGHT_DECODERS), V1), stop=StopConfig(max_time_s=at))
+    ahead = _single(monkeypatch, sc, True)
+    _assert_same_result(ahead, _single(monkeypatch, sc, False))
+    assert len(ahead.steps) == 150  # steps 0..149: the one ending at max_time never completes
+
+
+LOCKSTEP = """
+name = "lockstep"
+seed = 1
+[model]
+preset = "llama-3-8b"
+[gpu]
+preset = "a100-80gb"
+[workload.arrival]
+kind = "burst"
+[workload.prompt]
+kind = "fixed"
+value = 300
+[workload.output]
+kind = "fixed"
+value = 200
+[workload.sessions]
+num_sessions = 4
+think_time_s = 0
+[workload.sessions.turns]
+kind = "fixed"
+value = 4
+[workload.sessions.new_tokens]
+kind = "fixed"
+value = 50
+[[systems]]
+name = "v1"
+policy = "vllm-v1"
+[cluster.router]
+kind = "round-robin"
+[[cluster.pools]]
+count = 2
+"""
+
+
+def test_replicas_in_lockstep_with_turns_sent_at_once_give_the_per_step_run(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # Two identical replicas step in lockstep; a turn answered on one is sent (think time 0)
+    # at the instant the other's step ends, and round-robin routes it there.
+    from tests.simulator.cluster.test_traffic import load
+
+    sc = load(tmp_path, LOCKSTEP)
+    assert sc.cluster is not None
+    assert _assert_same_fleet(monkeypatch, sc, sc.cluster) > 500
+
+
+# --- who looks at every step gets every step -------------------------------------------------
+
+
+def test_hooks_that_look_at_every_step_turn_runs_off_even_with_the_fast_path_asked_for(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    checks = [0]
+    check = PagedScheduler.check_invariants
+
+    def counted(scheduler: PagedScheduler) -> None:
+        checks[0] += 1
+        check(scheduler)
+
+    monkeypatch.setattr(PagedScheduler, "check_invariants", counted)
+    sc = scenario(explicit_workload(EIGHT_DECODERS), V1)
+    calls: list[float] = []
+    result = simulate(sc, on_step=calls.append, fast_path=True, check_invariants=True)
+    assert len(calls) == checks[0] == len(result.steps) == 400  # a prefill, 399 decodes
+    _assert_same_result(result, _single(monkeypatch, sc, True))

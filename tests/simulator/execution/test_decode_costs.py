@@ -1,4 +1,4 @@
-"""`RooflineModel.decode_costs` (execution/decode_costs.py) is `price` of the same pure decode
+"""`decode_costs` (execution/decode_costs.py) is `price` of the same pure decode
 steps, to the last bit, for every kind of model it takes; and it refuses the ones it does not."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from pagesim.simulator.core.catalog import KVDtype, WeightDtype, get_gpu, get_model
 from pagesim.simulator.core.config import ExecutionConfig
 from pagesim.simulator.core.plan import SeqWork, StepPlan
+from pagesim.simulator.execution.decode_costs import decode_costs
 from pagesim.simulator.execution.overhead import EngineEra
 from pagesim.simulator.execution.roofline import RooflineModel
 
@@ -56,7 +57,7 @@ def test_a_run_of_pure_decode_steps_is_priced_as_price_prices_each(
     model = MODELS[name]
     # A run: the same sequences, each one token longer a step.
     runs = [[c + step for c in contexts] for step in range(growth)]
-    ahead = list(model.decode_costs(len(contexts), [sum(r) for r in runs]))
+    ahead = list(decode_costs(model, len(contexts), [sum(r) for r in runs]))
     assert ahead == [model.price(_plan(r)) for r in runs]  # every field, exactly
 
 
@@ -70,7 +71,7 @@ def test_mla_is_priced_as_price_prices_it() -> None:
     )
     assert dense.prices_statelessly
     runs = [[1000 + s, 2000 + s, 3000 + s, 4000 + s] for s in range(3)]
-    ahead = list(dense.decode_costs(4, [sum(r) for r in runs]))
+    ahead = list(decode_costs(dense, 4, [sum(r) for r in runs]))
     assert ahead == [dense.price(_plan(r)) for r in runs]
 
 
@@ -78,5 +79,5 @@ def test_a_dense_model_prices_statelessly_and_a_mixture_of_experts_does_not() ->
     assert MODELS["llama-2-70b tp2"].prices_statelessly
     moe = RooflineModel(get_model("qwen3-30b-a3b"), H200, CONFIG, era=EngineEra.V1)
     assert not moe.prices_statelessly  # it tallies the experts each priced step touches
-    with pytest.raises(ValueError, match="experts"):
-        list(moe.decode_costs(8, [8000]))
+    with pytest.raises(ValueError, match="priced ahead"):
+        list(decode_costs(moe, 8, [8000]))

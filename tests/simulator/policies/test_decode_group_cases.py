@@ -12,6 +12,7 @@ from __future__ import annotations
 import pytest
 from sim_helpers import poisson_workload, scenario, system
 
+from pagesim.simulator.cluster import replica as replica_module
 from pagesim.simulator.core.config import AdmissionOrder, Policy, PreemptionPolicy, VictimPolicy
 from pagesim.simulator.core.plan import StepPlan
 from pagesim.simulator.core.request import SamplingKind
@@ -73,6 +74,9 @@ def test_grouped_plans_list_the_same_work(monkeypatch: pytest.MonkeyPatch) -> No
         return price(self, plan)
 
     monkeypatch.setattr(RooflineModel, "price", spy)
+    # Runs of pure steps are priced without plans (cluster/replica.py; tests/simulator/cluster/
+    # test_windows.py): here every step's plan is priced, as the per-step loop does.
+    monkeypatch.setattr(replica_module, "USE_WINDOWS", False)
     for i, watched in enumerate((False, True)):
         current = seen[i]
         _run(CASES["tight-recompute"], SamplingKind.SINGLE, watched, 0)
@@ -88,5 +92,8 @@ def test_a_grouped_step_is_actually_taken(monkeypatch: pytest.MonkeyPatch) -> No
         return price(self, plan)
 
     monkeypatch.setattr(RooflineModel, "price", spy)
+    # Runs of pure steps are priced without plans (cluster/replica.py; tests/simulator/cluster/
+    # test_windows.py): here every step's plan is priced, as the per-step loop does.
+    monkeypatch.setattr(replica_module, "USE_WINDOWS", False)
     _run(CASES["plain"], SamplingKind.SINGLE, False, 0)
     assert kinds.count("GroupedStepPlan") > len(kinds) // 2
