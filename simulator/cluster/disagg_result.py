@@ -31,7 +31,12 @@ import numpy as np
 import pandas as pd
 
 from pagesim.simulator.cluster.disagg import DisaggRun, run_disagg
-from pagesim.simulator.cluster.result import _step_figures, imbalance, simulate_cluster
+from pagesim.simulator.cluster.result import (
+    _fleet_steps,
+    _step_figures,
+    imbalance,
+    simulate_cluster,
+)
 from pagesim.simulator.core.config import Scenario, SystemConfig
 from pagesim.simulator.metrics.recorder import summarize
 from pagesim.simulator.metrics.result import RunResult
@@ -109,9 +114,7 @@ def disagg_result(run: DisaggRun, scenario: str, system: str, warmup_s: float) -
         requests[name] = values
     replicas = [*run.prefills, *run.decodes]
     results = [r.result(scenario, run.end_s, run.workload.provenance()) for r in replicas]
-    steps = pd.concat(
-        [r.steps.assign(replica=i) for i, r in enumerate(results)], ignore_index=True
-    ).sort_values(["start_s", "replica"], kind="stable")
+    steps = _fleet_steps([r.steps for r in results])  # empties the replicas' step tables
     start, last = run.window_tokens
     window_tokens = None if start is None or last is None else last - start
     block_bytes = run.decodes[0].capacity.block_bytes

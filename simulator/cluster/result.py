@@ -115,11 +115,12 @@ def _fleet_steps(tables: list[pd.DataFrame]) -> pd.DataFrame:
 
     The same table as `pd.concat([t.assign(replica=i) ...], ignore_index=True)
     .sort_values(["start_s", "replica"], kind="stable")`, built a column at a time and taking
-    the columns out of `tables` as it goes (they are left empty: `fleet_result` reads only the
-    replicas' summaries after this). The pandas expression held three copies of every row at
-    once besides the replicas' own (`assign`'s, the concatenation, the sorted result): the
-    largest allocation of a long fleet run. This holds one, plus a column: on the whole Azure
-    trace x 8 replicas the run's peak falls by about the table's size.
+    the columns out of `tables` as it goes (they are left empty: `fleet_result` and
+    disagg_result.py's `disagg_result` read only the replicas' summaries after this). The
+    pandas expression held three copies of every row at once besides the replicas' own
+    (`assign`'s, the concatenation, the sorted result): the largest allocation of a long fleet
+    run. This holds one, plus a column: on the whole Azure trace x 8 replicas the run's peak
+    falls by about the table's size.
     """
     if not all(len(t) for t in tables):  # an idle replica's empty table: pandas' own dtypes
         return pd.concat(
