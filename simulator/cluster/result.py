@@ -10,7 +10,10 @@ Cluster metrics (the request-level ones are DESIGN.md's, over all replicas' requ
 - `prefix_hit_rate`: prompt tokens served from the prefix caches over those looked up, pooled
   over the replicas (first admissions, as a single replica counts it).
 - `replica_<i>_*`: each replica's requests, throughput, busy share, time-averaged KV use and
-  prefix hit rate.
+  prefix hit rate; its draft acceptance rate (speculative decoding) and routed experts read per
+  MoE layer (a mixture of experts) where it has them.
+- `spec_*`, `moe_*`: as a single run has them, pooled over the replicas (cluster/model_keys.py);
+  each replica's result (`FleetRun.results`) gets its own, as its single run would.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from pagesim.simulator.cluster.fleet import FleetRun, run_fleet
+from pagesim.simulator.cluster.model_keys import add_replica_keys, fleet_keys, replica_figures
 from pagesim.simulator.core.cluster import ClusterConfig, PoolConfig
 from pagesim.simulator.core.config import Scenario, SystemConfig
 from pagesim.simulator.metrics.recorder import summarize
@@ -167,6 +171,8 @@ def fleet_result(run: FleetRun, scenario: str, system: str, warmup_s: float) -> 
         np.frombuffer(run.in_flight_samples, dtype=np.int64).reshape(-1, len(run.replicas))
     )
     summary |= _step_figures(run.results)
+    add_replica_keys(run.replicas, run.results)  # the keys each replica's single run would have
+    summary |= fleet_keys(run.replicas, run.results, summary["busy_s"])
     summary["prefix_hit_rate"] = _pooled_hit_rate(run)
     summary["prefix_readmit_hit_rate"] = _pooled_readmit_rate(run)
     for i, result in enumerate(run.results):
@@ -181,6 +187,7 @@ def fleet_result(run: FleetRun, scenario: str, system: str, warmup_s: float) -> 
             None if not isinstance(kv_free, float) else 1.0 - kv_free
         )
         summary[f"replica_{i}_prefix_hit_rate"] = own["prefix_hit_rate"]
+        summary |= replica_figures(i, own)
     provenance = dict(run.results[0].provenance)
     provenance["replicas"] = [
         {

@@ -158,6 +158,7 @@ class RooflineReport:
                 "expert_shards": e.layout.expert_shards,
                 "expert_bytes": e.expert_bytes,
                 "summary": e.summary(),  # the engine adds these to a run's summary
+                "summary_steps": e.num_steps,  # the priced steps they are means over
             }
             if e.layout.data_parallel > 1:
                 notes.append(
