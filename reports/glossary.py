@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pagesim.reports.glossary_disagg import DISAGG_METRICS, DISAGG_REQUEST_COLUMNS
 from pagesim.reports.glossary_fleet import FLEET_METRICS, REPLICA_METRICS, replica_metric
-from pagesim.reports.glossary_models import HYBRID_METRICS, SPEC_METRICS
+from pagesim.reports.glossary_models import HYBRID_METRICS, MOE_METRICS, SPEC_METRICS
 from pagesim.reports.glossary_types import GlossaryEntry, SummaryMetric, Unit
 from pagesim.simulator.metrics.result import KV_CATEGORIES, REQUEST_COLUMNS, STEP_COLUMNS
 
@@ -349,6 +349,7 @@ SUMMARY_METRICS: tuple[SummaryMetric, ...] = (
         "KV blocks copied before a write into a block shared by several sequences.",
     ),
     *SPEC_METRICS,
+    *MOE_METRICS,
     SummaryMetric("num_steps", "Steps", Unit.COUNT, "Engine", "Engine iterations simulated."),
     SummaryMetric(
         "busy_s", "Busy time", Unit.SECONDS, "Engine", "Simulated time spent executing steps."

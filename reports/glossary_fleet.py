@@ -77,6 +77,21 @@ REPLICA_METRICS: tuple[SummaryMetric, ...] = (
         FLEET,
         "Prompt tokens replica i served from its prefix cache / prompt tokens it looked up.",
     ),
+    SummaryMetric(
+        "replica_<i>_spec_acceptance_rate",
+        "draft acceptance rate",
+        Unit.SHARE,
+        FLEET,
+        "Accepted draft tokens / draft tokens on replica i (speculative decoding).",
+    ),
+    SummaryMetric(
+        "replica_<i>_moe_experts_touched_per_layer",
+        "experts read per MoE layer",
+        Unit.COUNT,
+        FLEET,
+        "Routed experts one MoE layer of replica i reads in a step, averaged over its steps "
+        "(a mixture of experts).",
+    ),
 )
 _BY_SUFFIX = {m.key.removeprefix("replica_<i>_"): m for m in REPLICA_METRICS}
 

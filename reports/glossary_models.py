@@ -1,6 +1,8 @@
 """Glossary entries of the summary keys only some runs have: speculative decoding's (a system
-with [systems.speculative]: simulator/policies/speculative.py, execution/speculative.py) and a
-hybrid model's KV layout (sliding-window or state layers: simulator/kv/hybrid_layout.py).
+with [systems.speculative]: simulator/policies/speculative.py, execution/speculative.py), a
+mixture of experts' expert reads (simulator/execution/moe_cost.py) and a hybrid model's KV layout
+(sliding-window or state layers: simulator/kv/hybrid_layout.py). A fleet pools them over its
+replicas (simulator/cluster/model_keys.py): the definitions below say how.
 
 `reports.glossary` places them in its SUMMARY_METRICS where their groups belong.
 """
@@ -31,7 +33,8 @@ SPEC_METRICS: tuple[SummaryMetric, ...] = (
         "Draft acceptance rate",
         Unit.SHARE,
         "Speculative decoding",
-        "Accepted draft tokens / draft tokens (vLLM's draft acceptance rate).",
+        "Accepted draft tokens / draft tokens (vLLM's draft acceptance rate). A fleet's: over "
+        "all replicas' tokens, not a mean of the replicas' rates.",
     ),
     SummaryMetric(
         "spec_mean_accepted_tokens",
@@ -62,6 +65,27 @@ SPEC_METRICS: tuple[SummaryMetric, ...] = (
         Unit.SHARE,
         "Speculative decoding",
         "Draft time / busy time.",
+    ),
+)
+
+MOE_METRICS: tuple[SummaryMetric, ...] = (
+    SummaryMetric(
+        "moe_experts_touched_per_layer",
+        "Experts read per MoE layer",
+        Unit.COUNT,
+        "Mixture of experts",
+        "Routed experts one MoE layer reads in a step, E × (1 − (1 − k/E)^T) for T tokens under "
+        "uniform routing (the expected distinct experts; routing_skew makes it fewer), averaged "
+        "over the priced steps (a fleet: over all replicas' steps). With expert parallelism, "
+        "over the whole group.",
+    ),
+    SummaryMetric(
+        "moe_expert_bytes_per_step",
+        "Expert weight bytes per step",
+        Unit.BYTES,
+        "Mixture of experts",
+        "Routed-expert weight bytes one GPU reads in a step, all MoE layers, averaged over the "
+        "priced steps (a fleet: over all replicas' steps).",
     ),
 )
 

@@ -21,12 +21,11 @@ import numpy as np
 import simpy
 
 from pagesim import __version__
+from pagesim.simulator.cluster.model_keys import replica_keys
 from pagesim.simulator.cluster.replica import ExecutionFactory, Replica, ReplicaStallError
 from pagesim.simulator.core.config import Scenario, SystemConfig
 from pagesim.simulator.core.errors import InputError
-from pagesim.simulator.core.scheduler import Scheduler
 from pagesim.simulator.execution.checks import utilization_warnings
-from pagesim.simulator.execution.model import ExecutionModel
 from pagesim.simulator.metrics.result import RunResult
 from pagesim.simulator.workload.stream import WorkloadStats, iter_requests
 
@@ -110,27 +109,7 @@ def simulate(
     device = described.get("device") if isinstance(described, dict) else None
     over = utilization_warnings(result.summary, scenario.gpu.name, device)
     provenance["warnings"] = [*priced, *over]
-    # Figures only some execution models have (a mixture of experts' expert reads).
-    extra = described.get("summary") if isinstance(described, dict) else None
-    if isinstance(extra, dict):
-        result.summary.update(extra)
-    if replica.system.speculative is not None:
-        result.summary.update(
-            speculative_summary(replica.scheduler, replica.execution, result.summary)
-        )
+    # Figures only some runs have (a mixture of experts' expert reads, speculative decoding's
+    # counts): cluster/model_keys.py, which gives a fleet's replicas the same.
+    result.summary.update(replica_keys(replica, result))
     return replace(result, provenance=provenance)
-
-
-def speculative_summary(
-    scheduler: Scheduler, execution: ExecutionModel, summary: dict[str, float | int | str | None]
-) -> dict[str, float | int | str | None]:
-    """The verifications' counts (policies/speculative.py SpecStats) and the draft's time
-    (execution/speculative.py), with its share of the busy time."""
-    spec = getattr(getattr(scheduler, "state", None), "spec", None)
-    out: dict[str, float | int | str | None] = {} if spec is None else dict(spec.stats.summary())
-    draft_s = getattr(execution, "draft_s", None)
-    if isinstance(draft_s, float):
-        busy = summary.get("busy_s")
-        out["spec_draft_s"] = draft_s
-        out["spec_draft_share"] = draft_s / busy if isinstance(busy, float) and busy > 0 else None
-    return out

@@ -17,7 +17,8 @@ the one vLLM's proxy streams back; `admitted_s` its admission on the prefill rep
 The four `ttft_*` parts add up to `ttft_s` exactly.
 
 Summary: DESIGN.md's metrics over all requests, the fleet figures of cluster/result.py
-(`num_gpus`, `goodput_req_s_per_gpu`, step figures, `replica_<i>_*`), and `num_prefill_gpus`,
+(`num_gpus`, `goodput_req_s_per_gpu`, step figures, `replica_<i>_*`, a mixture of experts'
+`moe_*` pooled over prefill and decode replicas), and `num_prefill_gpus`,
 `num_decode_gpus`, the mean and p99 of each TTFT part, `num_transfers`, `transfer_bytes_total`,
 `link_busy_share` (the ports' mean share of the run carrying data) and `link_busy_share_max`
 (the busiest port's). `link_utilization` bins the ports' busy time over the run.
@@ -31,7 +32,13 @@ import numpy as np
 import pandas as pd
 
 from pagesim.simulator.cluster.disagg import DisaggRun, run_disagg
-from pagesim.simulator.cluster.result import _step_figures, imbalance, simulate_cluster
+from pagesim.simulator.cluster.model_keys import add_replica_keys, fleet_keys, replica_figures
+from pagesim.simulator.cluster.result import (
+    _fleet_steps,
+    _step_figures,
+    imbalance,
+    simulate_cluster,
+)
 from pagesim.simulator.core.config import Scenario, SystemConfig
 from pagesim.simulator.metrics.recorder import summarize
 from pagesim.simulator.metrics.result import RunResult
@@ -109,9 +116,7 @@ def disagg_result(run: DisaggRun, scenario: str, system: str, warmup_s: float) -
         requests[name] = values
     replicas = [*run.prefills, *run.decodes]
     results = [r.result(scenario, run.end_s, run.workload.provenance()) for r in replicas]
-    steps = pd.concat(
-        [r.steps.assign(replica=i) for i, r in enumerate(results)], ignore_index=True
-    ).sort_values(["start_s", "replica"], kind="stable")
+    steps = _fleet_steps([r.steps for r in results])  # empties the replicas' step tables
     start, last = run.window_tokens
     window_tokens = None if start is None or last is None else last - start
     block_bytes = run.decodes[0].capacity.block_bytes
@@ -137,6 +142,8 @@ def disagg_result(run: DisaggRun, scenario: str, system: str, warmup_s: float) -
         "num_decode_gpus": num_decode_gpus,
     }
     summary |= _step_figures(results)
+    add_replica_keys(replicas, results)  # a mixture of experts' figures (speculation is refused)
+    summary |= fleet_keys(replicas, results, summary["busy_s"])
     done = requests[requests["status"] == "finished"]
     for part in (*TTFT_PARTS, "transfer_wait_s"):
         stem = part.removesuffix("_s")
@@ -157,6 +164,7 @@ def disagg_result(run: DisaggRun, scenario: str, system: str, warmup_s: float) -
         summary[f"replica_{i}_kv_used_share"] = (
             None if not isinstance(kv_free, float) else 1.0 - kv_free
         )
+        summary |= replica_figures(i, own)
     provenance = dict(results[0].provenance)
     provenance["replicas"] = [
         {

@@ -10,7 +10,10 @@ Cluster metrics (the request-level ones are DESIGN.md's, over all replicas' requ
 - `prefix_hit_rate`: prompt tokens served from the prefix caches over those looked up, pooled
   over the replicas (first admissions, as a single replica counts it).
 - `replica_<i>_*`: each replica's requests, throughput, busy share, time-averaged KV use and
-  prefix hit rate.
+  prefix hit rate; its draft acceptance rate (speculative decoding) and routed experts read per
+  MoE layer (a mixture of experts) where it has them.
+- `spec_*`, `moe_*`: as a single run has them, pooled over the replicas (cluster/model_keys.py);
+  each replica's result (`FleetRun.results`) gets its own, as its single run would.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from pagesim.simulator.cluster.fleet import FleetRun, run_fleet
+from pagesim.simulator.cluster.model_keys import add_replica_keys, fleet_keys, replica_figures
 from pagesim.simulator.core.cluster import ClusterConfig, PoolConfig
 from pagesim.simulator.core.config import Scenario, SystemConfig
 from pagesim.simulator.metrics.recorder import summarize
@@ -115,11 +119,12 @@ def _fleet_steps(tables: list[pd.DataFrame]) -> pd.DataFrame:
 
     The same table as `pd.concat([t.assign(replica=i) ...], ignore_index=True)
     .sort_values(["start_s", "replica"], kind="stable")`, built a column at a time and taking
-    the columns out of `tables` as it goes (they are left empty: `fleet_result` reads only the
-    replicas' summaries after this). The pandas expression held three copies of every row at
-    once besides the replicas' own (`assign`'s, the concatenation, the sorted result): the
-    largest allocation of a long fleet run. This holds one, plus a column: on the whole Azure
-    trace x 8 replicas the run's peak falls by about the table's size.
+    the columns out of `tables` as it goes (they are left empty: `fleet_result` and
+    disagg_result.py's `disagg_result` read only the replicas' summaries after this). The
+    pandas expression held three copies of every row at once besides the replicas' own
+    (`assign`'s, the concatenation, the sorted result): the largest allocation of a long fleet
+    run. This holds one, plus a column: on the whole Azure trace x 8 replicas the run's peak
+    falls by about the table's size.
     """
     if not all(len(t) for t in tables):  # an idle replica's empty table: pandas' own dtypes
         return pd.concat(
@@ -166,6 +171,8 @@ def fleet_result(run: FleetRun, scenario: str, system: str, warmup_s: float) -> 
         np.frombuffer(run.in_flight_samples, dtype=np.int64).reshape(-1, len(run.replicas))
     )
     summary |= _step_figures(run.results)
+    add_replica_keys(run.replicas, run.results)  # the keys each replica's single run would have
+    summary |= fleet_keys(run.replicas, run.results, summary["busy_s"])
     summary["prefix_hit_rate"] = _pooled_hit_rate(run)
     summary["prefix_readmit_hit_rate"] = _pooled_readmit_rate(run)
     for i, result in enumerate(run.results):
@@ -180,6 +187,7 @@ def fleet_result(run: FleetRun, scenario: str, system: str, warmup_s: float) -> 
             None if not isinstance(kv_free, float) else 1.0 - kv_free
         )
         summary[f"replica_{i}_prefix_hit_rate"] = own["prefix_hit_rate"]
+        summary |= replica_figures(i, own)
     provenance = dict(run.results[0].provenance)
     provenance["replicas"] = [
         {

@@ -4,6 +4,7 @@ with any value the scenario's [execution] sets in their place, checked."""
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import fields, replace
 
 from pagesim.simulator.core.config import ExecutionConfig
@@ -12,6 +13,16 @@ from pagesim.simulator.core.hardware import Interconnect, RooflineFactors
 
 # [execution] keys that replace a factor of the GPU preset.
 OVERRIDES = ("gemm_efficiency", "attention_bw_efficiency", "weight_bw_efficiency")
+# [execution] keys that replace the interconnect's all-reduce figures.
+LINK_OVERRIDES = ("allreduce_latency_us", "allreduce_bw_gbps")
+
+
+def set_in_scenario(config: ExecutionConfig, keys: Iterable[str]) -> list[str]:
+    """Those of `keys` (ExecutionConfig fields) the scenario sets, in the order given: their
+    figures are the user's, not fitted, extrapolated or estimated (reports say so)."""
+    return [key for key in keys if getattr(config, key) is not None]
+
+
 _SHARES = (
     "gemm_efficiency",
     "weight_bw_efficiency",
@@ -23,7 +34,7 @@ _SHARES = (
 
 
 def resolve_factors(base: RooflineFactors, config: ExecutionConfig) -> RooflineFactors:
-    given = {k: getattr(config, k) for k in OVERRIDES if getattr(config, k) is not None}
+    given = {k: getattr(config, k) for k in set_in_scenario(config, OVERRIDES)}
     factors = replace(base, **given)
     if given:
         factors = replace(factors, source=f"{base.source}; set in the scenario: {', '.join(given)}")
@@ -53,10 +64,13 @@ def resolve_link(base: Interconnect, config: ExecutionConfig, tensor_parallel: i
     if config.allreduce_latency_us is not None:
         link = replace(link, allreduce_latency_s=config.allreduce_latency_us * 1e-6)
     if link is not base:  # the scenario's formula replaces the measured medians too
+        given = set_in_scenario(config, LINK_OVERRIDES)
+        other = "bandwidth" if given == ["allreduce_latency_us"] else "latency"
+        rest = "" if len(given) == len(LINK_OVERRIDES) else f"; {other}: {base.source}"
         link = replace(
             link,
             name=f"{base.name}, set in the scenario",
-            source="[execution] allreduce_*",
+            source=f"set in the scenario: {', '.join(given)}{rest}",
             small_s=(),
         )
     if tensor_parallel > 1 and not link.allreduce_bw_bps > 0:

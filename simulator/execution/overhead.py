@@ -77,8 +77,15 @@ def host_overhead(config: ExecutionConfig, era: EngineEra) -> HostOverhead:
     fixed = config.step_overhead_s
     per_seq = config.step_overhead_s_per_seq
     source = _SOURCES[era]
-    if fixed is not None or per_seq is not None:
-        source = "set in the scenario ([execution] step_overhead_s / step_overhead_s_per_seq)"
+    if fixed is not None and per_seq is not None:
+        source = "set in the scenario ([execution] step_overhead_s, step_overhead_s_per_seq)"
+    elif fixed is not None or per_seq is not None:  # the other figure is still the era's
+        given, other = (
+            ("step_overhead_s", "per sequence")
+            if fixed is not None
+            else ("step_overhead_s_per_seq", "fixed")
+        )
+        source = f"set in the scenario ([execution] {given}); {other}: {_SOURCES[era]}"
     if fixed is None:
         fixed = V1_FIXED_S if era is EngineEra.V1 else V0_FIXED_S
     if per_seq is None:

@@ -6,8 +6,10 @@ inherits it and sets every attribute declared here."""
 from __future__ import annotations
 
 from pagesim.simulator.core.catalog import GPUSpec, KVDtype, ModelSpec
+from pagesim.simulator.core.config import ExecutionConfig
 from pagesim.simulator.core.hardware import Interconnect, RooflineFactors
 from pagesim.simulator.core.plan import StepPlan
+from pagesim.simulator.execution.factors import LINK_OVERRIDES, OVERRIDES, set_in_scenario
 from pagesim.simulator.execution.gemm import LinearCost
 from pagesim.simulator.execution.layer_kinds import KindsCost
 from pagesim.simulator.execution.moe_cost import ExpertTraffic
@@ -28,6 +30,7 @@ class RooflineReport:
     kv_dtype: KVDtype
     tensor_parallel: int
     block_size: int
+    config: ExecutionConfig
     factors: RooflineFactors
     link: Interconnect
     host: HostOverhead
@@ -141,8 +144,10 @@ class RooflineReport:
         notes = []
         if not f.is_fitted:
             notes.append(f"{r.gpu.name}: {f.source}")
-        if r.tensor_parallel > 1 and not r.link.is_fitted:
-            notes.append(f"all-reduce over {r.link.name}: {r.link.source}")
+        link_keys = set_in_scenario(r.config, LINK_OVERRIDES)
+        if r.tensor_parallel > 1 and not r.link.is_fitted and len(link_keys) < len(LINK_OVERRIDES):
+            # (a preset estimate still in use; not when the scenario set both figures)
+            notes.append(f"all-reduce over {r.gpu.interconnect.name}: {r.link.source}")
         split = r.split
         for peak in (split.fixed_peak, split.expert_peak):
             line = f"linear layers {peak.mode}: {peak.note}"
@@ -158,6 +163,7 @@ class RooflineReport:
                 "expert_shards": e.layout.expert_shards,
                 "expert_bytes": e.expert_bytes,
                 "summary": e.summary(),  # the engine adds these to a run's summary
+                "summary_steps": e.num_steps,  # the priced steps they are means over
             }
             if e.layout.data_parallel > 1:
                 notes.append(
@@ -205,6 +211,8 @@ class RooflineReport:
             "allreduce_latency_s": r.link.allreduce_latency_s,
             "allreduce_bw_bps": r.link.allreduce_bw_bps,
             "interconnect_source": r.link.source,
+            # [execution] factors and link figures the scenario set (the rest: the GPU preset's)
+            "set_in_scenario": set_in_scenario(r.config, (*OVERRIDES, *LINK_OVERRIDES)),
             **r.host.describe(),
             "block_overhead_bytes_per_block": r.block_overhead_bytes_per_block,
             "weight_bytes_per_step": r.weight_bytes_per_step,
@@ -217,34 +225,34 @@ class RooflineReport:
         }
 
     def term_sources(self) -> dict[str, str]:
-        """Where each term of a step's cost comes from (the report shows it)."""
+        """Where each term of a step's cost comes from (the report shows it). A factor or link
+        figure the scenario's [execution] sets is named "set in the scenario" in the terms it
+        enters; the term's other figures keep their label (fitted, extrapolated, estimate)."""
         r = self
         fitted = "fitted" if r.factors.is_fitted else "extrapolated"
-        link = "fitted" if r.link.is_fitted else "estimate"
+        gemm_keys = set_in_scenario(r.config, ("gemm_efficiency", "weight_bw_efficiency"))
+        attention_keys = set_in_scenario(r.config, ("attention_bw_efficiency",))
+        attention = "factors fitted to A100 attention"
         sources = {
-            "linear": f"roofline ({fitted} factors)",
+            "linear": _roofline(gemm_keys, f"{fitted} factors"),
             "small_ops": f"roofline ({fitted} factors)",
-            "lm_head": f"roofline ({fitted} factors)",
-            "decode_attention": "roofline (factors fitted to A100 attention; block term estimated)",
-            "prefill_attention": "roofline (factors fitted to A100 attention)",
-            "all_reduce": (
-                f"roofline ({link}: {r.link.name}"
-                + (
-                    "; measured medians up to 4 MiB, falling with size where NCCL's measured "
-                    "regimes do"
-                    if r.link.small_s
-                    else ""
-                )
-                + ")"
-            )
-            if r.tensor_parallel > 1
-            else "none (tensor_parallel 1)",
+            "lm_head": _roofline(gemm_keys, f"{fitted} factors"),
+            "decode_attention": _roofline(attention_keys, f"{attention}; block term estimated"),
+            "prefill_attention": _roofline(attention_keys, attention),
+            "all_reduce": self._all_reduce_source(),
             "host_overhead": r.host.source,
         }
         if r.experts is not None:
             sources["linear"] += "; routed experts: expected experts touched (moe_cost.py)"
             sources["moe_dispatch"] = (
-                "roofline (estimate: all-gather + reduce-scatter on the all-reduce link)"
+                "roofline (estimate: all-gather + reduce-scatter on the all-reduce link"
+                + (
+                    # moe_cost.ExpertTraffic takes the GPU preset's link, not resolve_link's
+                    "; the preset's figures, not the scenario's allreduce_*"
+                    if set_in_scenario(r.config, LINK_OVERRIDES)
+                    else ""
+                )
+                + ")"
                 if r.experts.layout.data_parallel > 1
                 else "none (data_parallel 1)"
             )
@@ -263,3 +271,29 @@ class RooflineReport:
             sources["decode_attention"] += "; MLA absorbed form"
             sources["prefill_attention"] += "; MLA non-absorbed form"
         return sources
+
+    def _all_reduce_source(self) -> str:
+        r = self
+        if r.tensor_parallel == 1:
+            return "none (tensor_parallel 1)"
+        given = set_in_scenario(r.config, LINK_OVERRIDES)
+        base = r.gpu.interconnect
+        label = "fitted" if base.is_fitted else "estimate"
+        if len(given) == len(LINK_OVERRIDES):
+            return f"roofline (set in the scenario: {', '.join(given)})"
+        if given:  # the other figure is still the preset link's
+            other = "bandwidth" if given[0] == "allreduce_latency_us" else "latency"
+            return f"roofline (set in the scenario: {given[0]}; {other} {label}: {base.name})"
+        medians = (
+            "; measured medians up to 4 MiB, falling with size where NCCL's measured regimes do"
+            if r.link.small_s
+            else ""
+        )
+        return f"roofline ({label}: {r.link.name}{medians})"
+
+
+def _roofline(given: list[str], rest: str) -> str:
+    """`roofline (<rest>)`, or with the keys the scenario set named first."""
+    if not given:
+        return f"roofline ({rest})"
+    return f"roofline (set in the scenario: {', '.join(given)}; other {rest})"

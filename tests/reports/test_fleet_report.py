@@ -139,3 +139,37 @@ def test_the_summary_table_names_replica_rows_in_replica_order() -> None:
 @pytest.mark.parametrize("key", ["num_replicas", "num_gpus", "load_imbalance"])
 def test_fleet_keys_sit_in_the_fleet_group(key: str) -> None:
     assert SUMMARY_BY_KEY[key].section == "Fleet"
+
+
+def test_the_glossary_covers_every_key_of_every_built_in_golden_summary() -> None:
+    for path in sorted((Path(BUILTIN_DIR) / "golden").glob("*.json")):
+        for summary in json.loads(path.read_text()).values():
+            unknown = [k for k in summary if k not in SUMMARY_BY_KEY and replica_metric(k) is None]
+            assert unknown == [], path.name
+
+
+def test_a_fleet_shows_its_spec_and_moe_keys_in_their_groups_and_per_replica() -> None:
+    """The keys cluster/model_keys.py adds to a fleet's summary: documented, grouped with a
+    single run's, and a row per replica in the fleet's group."""
+    summary = {
+        "spec_acceptance_rate": 30 / 57,
+        "moe_experts_touched_per_layer": 7.5,
+        "replica_0_spec_acceptance_rate": 1.0,
+        "replica_1_spec_acceptance_rate": 0.0,
+        "replica_1_moe_experts_touched_per_layer": 8.0,
+        "replica_0_num_requests": 1,
+    }
+    html = summary_table([RunResult("s", "f", pd.DataFrame(), pd.DataFrame(), summary)])
+    rows = [
+        'Speculative decoding</th></tr><tr><th title="spec_acceptance_rate">Draft acceptance '
+        'rate</th><td class="num">52.6%',
+        'Mixture of experts</th></tr><tr><th title="moe_experts_touched_per_layer">Experts read '
+        'per MoE layer</th><td class="num">7.5',
+        'Replica 0: requests</th><td class="num">1',
+        'Replica 0: draft acceptance rate</th><td class="num">100.0%',
+        'Replica 1: draft acceptance rate</th><td class="num">0.0%',
+        'Replica 1: experts read per MoE layer</th><td class="num">8<',
+    ]
+    positions = [html.index(row) for row in rows]
+    assert positions == sorted(positions)
+    assert "Other" not in html

@@ -1,5 +1,6 @@
-"""The fleet's step table (cluster/result.py `_fleet_steps`): built a column at a time, it must be
-exactly the table the plain pandas expression gives (rows, order, index, dtypes)."""
+"""The fleet's step table (cluster/result.py `_fleet_steps`, also a disaggregated fleet's): built a
+column at a time, it must be exactly the table the plain pandas expression gives (rows, order,
+index, dtypes)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,11 @@ import pandas as pd
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pagesim.simulator.cluster.disagg import run_disagg
 from pagesim.simulator.cluster.result import _fleet_steps
+from pagesim.simulator.core.link import LinkConfig
+from tests.sim_helpers import poisson_workload
+from tests.simulator.cluster.disagg_helpers import fleet, run, v1_scenario
 
 
 def _plain(tables: list[pd.DataFrame]) -> pd.DataFrame:
@@ -64,3 +69,18 @@ def test_the_table_is_the_plain_pandas_one(lengths: list[int], seed: int) -> Non
     ]
     want = _plain(tables)
     _same(_fleet_steps(tables), want)
+
+
+def test_a_disaggregated_fleet_builds_its_steps_the_same_way() -> None:
+    """disagg_result.py uses the same builder: its table is the plain pandas one over the
+    replicas' own step tables (prefill replicas first), rows, order, index and dtypes."""
+    sc = v1_scenario(poisson_workload(60, 40.0, 300, 40), max_seq_len=1024, num_kv_blocks=200)
+    cluster = fleet(sc, 2, 3, LinkConfig(25e9, 1e-5))
+    before = run_disagg(sc, cluster)  # the same seed: the same run twice
+    replicas = [*before.prefills, *before.decodes]
+    tables = [r.result(sc.name, before.end_s, {}).steps for r in replicas]
+    assert all(len(t) for t in tables) and len(tables) == 5
+    want = _plain(tables)
+    _, result = run(sc, cluster, check=False)
+    _same(result.steps, want)
+    assert sorted(set(result.steps["replica"])) == [0, 1, 2, 3, 4]

@@ -314,7 +314,10 @@ def test_breakdown_adds_up_to_the_price_for_the_new_kinds(work: list[SeqWork], i
     cost = roof.price(plan)
     assert sum(parts.values()) == pytest.approx(cost.compute_s, rel=1e-12)
     assert all(v >= 0 for v in parts.values())
-    # One more decoding sequence never makes the step cheaper or lighter.
+    # One more decoding sequence never makes the step cheaper or lighter, but for its
+    # all-reduce: under 4 MiB that follows NCCL's measured medians, which fall with size in
+    # places (core/hardware.py Interconnect; e.g. DeepSeek-V3 at TP 8 on H200: 3 -> 4 tokens).
     more = StepPlan.build([*plan.work, SeqWork(len(work), len(work), 1, 100, False)])
-    assert roof.price(more).compute_s >= cost.compute_s
+    more_s = roof.price(more).compute_s - roof.breakdown(more)["all_reduce"]
+    assert more_s >= cost.compute_s - parts["all_reduce"] - 1e-15
     assert roof.price(more).bytes_moved > cost.bytes_moved

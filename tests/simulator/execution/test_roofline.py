@@ -252,7 +252,11 @@ def test_describe_names_every_factor_and_its_source() -> None:
     assert info["block_bytes"] == 16 * 2 * 80 * 2 * 128 * 2
     assert info["factors_extrapolated"] is False and info["notes"] == []
     sources = info["sources"]
-    assert isinstance(sources, dict) and "fitted" in sources["linear"]
+    assert isinstance(sources, dict)
+    assert sources["linear"] == (
+        "roofline (set in the scenario: gemm_efficiency; other fitted factors)"
+    )
+    assert info["set_in_scenario"] == ["gemm_efficiency"]
     l4 = RooflineModel(LLAMA_7B, get_gpu("l4"), CONFIG, tensor_parallel=2).describe()
     assert l4["factors_extrapolated"] is True
     notes = str(l4["notes"])
