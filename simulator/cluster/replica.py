@@ -37,8 +37,10 @@ from pagesim.simulator.policies.decode_window import PureRun
 from pagesim.simulator.policies.factory import make_scheduler
 from pagesim.simulator.policies.paged import PagedScheduler
 
-# Most pure decode steps a replica settles ahead in one event (a cut wastes the rest's pricing).
+# Most pure decode steps a replica settles ahead in one run, and how many it prices first (then
+# twice as many each time those end uncut): a cut wastes the pricing of the steps past it.
 WINDOW_STEPS = 64
+FIRST_PRICED = 4
 # Off: every step its own event (tests compare the two; the results are the same).
 USE_WINDOWS = True
 
@@ -260,12 +262,26 @@ class Replica:
     # (tests/simulator/cluster/test_windows.py) pin the ties that do order alike.
 
     def _open_window(self, run: PureRun) -> _Window | None:
-        """Price `run`'s steps from now; None if fewer than two would survive SimPy's clock."""
-        start = now = self._env.now
+        """Price the first of `run`'s steps from now; None if fewer than two would survive
+        SimPy's clock."""
+        window = _Window(run)
+        if self._price_more(window, FIRST_PRICED) < 2:
+            return None
+        self._window = window
+        self._paged_start()  # the first step is scheduled now, as the per-step loop would
+        return window
+
+    def _price_more(self, window: _Window, count: int) -> int:
+        """Price up to `count` more of the run's steps, from the last priced one's end (now);
+        returns how many. Priced a chunk at a time: an arrival usually cuts a run short, and
+        the steps priced past the cut are wasted."""
+        now = self._env.now
         execution = self.execution
         assert isinstance(execution, RooflineModel)
-        contexts = map(run.context_tokens, range(run.num_steps))
-        starts, ends, costs = [], [], []
+        run, starts, ends, costs = window.run, window.starts, window.ends, window.costs
+        first = len(costs)
+        contexts = map(run.context_tokens, range(first, min(first + count, run.num_steps)))
+        start = ends[-1] if ends else now
         for cost in decode_costs(execution, run.num_members, contexts):
             end = start + cost.duration_s  # what `env.timeout(duration)` at `start` reaches
             # The one timeout, set at `now` (or at a cut, later), must land exactly on a step's
@@ -276,12 +292,8 @@ class Replica:
             ends.append(end)
             costs.append(cost)
             start = end
-        if len(costs) < 2:
-            return None
-        window = _Window(run, costs, starts, ends)
-        self._window = window
-        self._paged_start()  # the first step is scheduled now, as the per-step loop would
-        return window
+        window.num_steps = len(costs)
+        return len(costs) - first
 
     def _paged_start(self) -> None:
         window = self._window
@@ -296,7 +308,9 @@ class Replica:
                 yield env.timeout(window.ends[window.num_steps - 1] - env.now)
             except simpy.Interrupt:  # cut short by an arrival: wait for the step in flight
                 continue
-            break
+            # The priced steps ended uncut: price the next ones (twice as many each time).
+            if window.is_cut or not self._price_more(window, len(window.costs)):
+                break
         self.catch_up(before_now=False)  # its own timeout: the step ending now is done
         self._window = None
         if self._on_done is not None:
@@ -337,6 +351,7 @@ class Replica:
             return
         assert self._env.active_process is not self._process, "a replica cannot cut its own run"
         self.catch_up()
+        window.is_cut = True  # no more steps priced
         if window.num_started < window.num_steps:
             window.num_steps = window.num_started
             self.num_cuts += 1
@@ -402,15 +417,27 @@ def _defaults_from(sources: dict[str, str], execution: ExecutionModel) -> dict[s
 
 
 class _Window:
-    """An open run of pure steps: what they are, their prices and times; how many have been started
-    (scheduled) and done (completed and recorded); `num_steps` falls when a cut ends it early."""
+    """An open run of pure steps: what they are, the prices and times of those priced so far
+    (`num_steps` of them, fewer once a cut ends the run early), how many have been started
+    (scheduled) and done (completed and recorded)."""
 
-    __slots__ = ("costs", "ends", "num_done", "num_started", "num_steps", "run", "starts")
+    __slots__ = (
+        "costs",
+        "ends",
+        "is_cut",
+        "num_done",
+        "num_started",
+        "num_steps",
+        "run",
+        "starts",
+    )
 
-    def __init__(
-        self, run: PureRun, costs: list[StepCost], starts: list[float], ends: list[float]
-    ) -> None:
-        self.run, self.costs, self.starts, self.ends = run, costs, starts, ends
-        self.num_steps = len(costs)
+    def __init__(self, run: PureRun) -> None:
+        self.run = run
+        self.costs: list[StepCost] = []
+        self.starts: list[float] = []
+        self.ends: list[float] = []
+        self.num_steps = 0
         self.num_started = 0
         self.num_done = 0
+        self.is_cut = False

@@ -46,11 +46,18 @@ class Recorder:
     def record_step(
         self, start_s: float, plan: StepPlan, cost: StepCost, scheduler: Scheduler
     ) -> None:
-        self._append(
-            start_s,
-            cost,
-            scheduler,
+        duration = cost.duration_s
+        running, waiting, swapped = scheduler.queue_lengths()
+        memory = scheduler.memory_breakdown()
+        self.steps.append(
             (
+                start_s,
+                duration,
+                cost.compute_s,
+                cost.swap_s,
+                running,
+                waiting,
+                swapped,
                 plan.num_seqs,
                 plan.num_requests,
                 plan.num_prefill_tokens,
@@ -59,8 +66,20 @@ class Recorder:
                 plan.num_swap_in_blocks,
                 plan.num_swap_out_blocks,
                 len(plan.copies),
-            ),
-            scheduler.useful_slots(plan),
+                memory.token_slots,
+                memory.reserved_slots,
+                memory.internal_frag_slots,
+                memory.external_frag_slots,
+                memory.free_slots,
+                memory.prefix_saved_slots,
+                memory.fork_saved_slots,
+                scheduler.useful_slots(plan) / scheduler.batch_capacity,
+                cost.flops / (self._gpu.fp16_flops * duration) if duration > 0 else 0.0,
+                cost.bytes_moved / (self._gpu.mem_bandwidth_bps * duration)
+                if duration > 0
+                else 0.0,
+                1,  # row_steps
+            )
         )
 
     def record_decode_steps(
@@ -71,60 +90,42 @@ class Recorder:
         after: Sequence[tuple[int, int, int, MemoryRow]],
         batch_capacity: int,
     ) -> None:
-        """`record_step` of steps in which `num_seqs` lone sequences decoded and nothing else
-        happened (a run of pure steps, cluster/replica.py: no plan is built for them); `after`:
-        each one's queue lengths and memory once it completed; `batch_capacity`: the
-        scheduler's."""
-        counts = (num_seqs, num_seqs, 0, num_seqs, 0, 0, 0, 0)
+        """`record_step`'s rows of steps in which `num_seqs` lone sequences decoded and nothing
+        else happened (a run of pure steps, cluster/replica.py: no plan is built for them; the
+        plan's counts are these); `after`: each one's queue lengths and memory (a row) once it
+        completed; `batch_capacity`: the scheduler's. (tests/simulator/cluster/test_windows.py
+        compares these rows with `record_step`'s.)"""
         useful_share = num_seqs / batch_capacity  # useful_slots: a paged plan's sequences
+        peak_flops, bandwidth = self._gpu.fp16_flops, self._gpu.mem_bandwidth_bps
+        append = self.steps.append
         for start_s, cost, (running, waiting, swapped, memory) in zip(  # noqa: B905
             starts, costs, after
         ):
-            queues = (running, waiting, swapped)
-            self._append_row(start_s, cost, queues, counts, memory, useful_share)
-
-    def _append(
-        self,
-        start_s: float,
-        cost: StepCost,
-        scheduler: Scheduler,
-        counts: tuple[int, int, int, int, int, int, int, int],
-        useful_slots: int,
-    ) -> None:
-        """One step's row: `counts` are the plan's (sequences, requests, prefill and decode
-        tokens, preemptions, blocks swapped in and out, copies)."""
-        queues = scheduler.queue_lengths()
-        memory = scheduler.memory_breakdown().row
-        useful_share = useful_slots / scheduler.batch_capacity
-        self._append_row(start_s, cost, queues, counts, memory, useful_share)
-
-    def _append_row(
-        self,
-        start_s: float,
-        cost: StepCost,
-        queues: tuple[int, int, int],
-        counts: tuple[int, int, int, int, int, int, int, int],
-        memory: MemoryRow,
-        useful_share: float,
-    ) -> None:
-        duration = cost.duration_s
-        self.steps.append(
-            (
-                start_s,
-                duration,
-                cost.compute_s,
-                cost.swap_s,
-                *queues,
-                *counts,
-                *memory,
-                useful_share,
-                cost.flops / (self._gpu.fp16_flops * duration) if duration > 0 else 0.0,
-                cost.bytes_moved / (self._gpu.mem_bandwidth_bps * duration)
-                if duration > 0
-                else 0.0,
-                1,  # row_steps
+            duration = cost.duration_s  # > 0: a decode step always computes
+            append(
+                (
+                    start_s,
+                    duration,
+                    cost.compute_s,
+                    cost.swap_s,
+                    running,
+                    waiting,
+                    swapped,
+                    num_seqs,  # sequences
+                    num_seqs,  # requests (one sequence each)
+                    0,  # prefill tokens
+                    num_seqs,  # decode tokens
+                    0,  # preemptions
+                    0,  # blocks swapped in
+                    0,  # blocks swapped out
+                    0,  # copies
+                    *memory,
+                    useful_share,
+                    cost.flops / (peak_flops * duration),
+                    cost.bytes_moved / (bandwidth * duration),
+                    1,  # row_steps
+                )
             )
-        )
 
     def result(
         self,
