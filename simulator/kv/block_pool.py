@@ -52,12 +52,13 @@ class BlockPool:
 
     __slots__ = (
         "_allow_duplicates",
-        "_blocks_of_hash",
         "_evictable",
+        "_first_of_hash",
         "_fork_shares",
         "_free",
         "_hashes",
         "_is_lru",
+        "_later_of_hash",
         "_num_fork_shares",
         "_num_prefix_shares",
         "_num_used",
@@ -84,8 +85,10 @@ class BlockPool:
         self._evictable: OrderedDict[int, None] = (
             OrderedDict.fromkeys(range(num_blocks)) if self._is_lru else OrderedDict()
         )
-        # hash -> the blocks cached under it, oldest first (one unless duplicates are allowed)
-        self._blocks_of_hash: dict[int, dict[int, None]] = {}
+        # hash -> the oldest block cached under it, and (V1's duplicates) the later ones in
+        # order: one plain int per hash in the usual case, no container to build and drop
+        self._first_of_hash: dict[int, int] = {}
+        self._later_of_hash: dict[int, dict[int, None]] = {}
         self._num_used = 0
         self._fork_shares = [0] * num_blocks  # references taken by incref, per block
         self._num_fork_shares = 0  # copies saved by forks: the sum of the above
@@ -109,7 +112,7 @@ class BlockPool:
     @property
     def num_cached_blocks(self) -> int:
         """Blocks holding a hash, referenced or evictable."""
-        return self.num_blocks - self._hashes.count(None) if self._blocks_of_hash else 0
+        return self.num_blocks - self._hashes.count(None) if self._first_of_hash else 0
 
     @property
     def num_evictable_blocks(self) -> int:
@@ -144,8 +147,7 @@ class BlockPool:
 
     def lookup(self, block_hash: int) -> int | None:
         """The oldest block cached under `block_hash`, if any (referenced or evictable)."""
-        blocks = self._blocks_of_hash.get(block_hash)
-        return None if blocks is None else next(iter(blocks))
+        return self._first_of_hash.get(block_hash)
 
     # -- mutators ------------------------------------------------------------------------------
 
@@ -173,16 +175,16 @@ class BlockPool:
                 raise KVCacheError(f"no free block: all {self.num_blocks} blocks are referenced")
             hashes = self._hashes
             popitem = queue.popitem
-            blocks_of_hash = self._blocks_of_hash
+            first_of_hash = self._first_of_hash
             for _ in range(num_blocks):
                 block = popitem(last=False)[0]
                 block_hash = hashes[block]
-                if block_hash is not None:  # `_drop_hash`, inlined: most reused blocks hold one
-                    holders = blocks_of_hash[block_hash]
-                    del holders[block]
-                    if not holders:
-                        del blocks_of_hash[block_hash]
-                    hashes[block] = None
+                if block_hash is not None:
+                    if self._later_of_hash:  # some hash has duplicates: the general way
+                        self._drop_hash(block)
+                    else:  # `_drop_hash`, inlined: the block is its hash's only holder
+                        del first_of_hash[block_hash]
+                        hashes[block] = None
                 ref_counts[block] = 1
                 blocks.append(block)
             self._num_used += num_blocks
@@ -212,7 +214,7 @@ class BlockPool:
         self._num_used -= len(blocks)
         if self._is_lru:
             self._evictable.update(dict.fromkeys(blocks))
-        elif not self._blocks_of_hash or set(map(self._hashes.__getitem__, blocks)) == {None}:
+        elif not self._first_of_hash or set(map(self._hashes.__getitem__, blocks)) == {None}:
             self._free.extend(blocks)  # no prefix cache: never a hash to look at
         else:
             hashes, free, evictable = self._hashes, self._free, self._evictable
@@ -289,11 +291,10 @@ class BlockPool:
                     "a block's content cannot change while it is referenced"
                 )
             return True
-        holders = self._blocks_of_hash.get(block_hash)
-        if holders is None:
-            self._blocks_of_hash[block_hash] = {block: None}
+        if block_hash not in self._first_of_hash:
+            self._first_of_hash[block_hash] = block
         elif self._allow_duplicates:
-            holders[block] = None
+            self._later_of_hash.setdefault(block_hash, {})[block] = None
         else:
             return False
         self._hashes[block] = block_hash
@@ -303,19 +304,15 @@ class BlockPool:
         """`cache_block` of each (block, hash) pair in order, results unused: a prompt chunk
         registers dozens of blocks at once. The usual case (V1's duplicates allowed, a held block
         with no hash yet) is inlined; anything else goes through `cache_block` and its checks."""
-        refs, hashes, blocks_of_hash = self._ref_counts, self._hashes, self._blocks_of_hash
+        refs, hashes, first_of_hash = self._ref_counts, self._hashes, self._first_of_hash
         num_blocks = len(refs)
         plain = self._allow_duplicates
         for block, block_hash in zip(blocks, block_hashes, strict=True):
             usual = plain and 0 <= block < num_blocks and refs[block] and hashes[block] is None
-            if not usual:
+            if not usual or block_hash in first_of_hash:  # checks, or a duplicate
                 self.cache_block(block, block_hash)
                 continue
-            holders = blocks_of_hash.get(block_hash)
-            if holders is None:
-                blocks_of_hash[block_hash] = {block: None}
-            else:
-                holders[block] = None
+            first_of_hash[block_hash] = block
             hashes[block] = block_hash
 
     def evict_one(self) -> int | None:
@@ -355,13 +352,16 @@ class BlockPool:
         if not self._is_lru:
             for block in evictable:
                 invariant(hashes[block] is not None, f"evictable block {block} has no hash")
-        num_mapped = 0
-        for block_hash, blocks in self._blocks_of_hash.items():
-            invariant(bool(blocks), f"hash {block_hash} maps no block")
-            invariant(self._allow_duplicates or len(blocks) == 1, f"hash {block_hash}: copies")
-            for block in blocks:
+        num_mapped = len(self._first_of_hash)
+        for block_hash, block in self._first_of_hash.items():
+            invariant(hashes[block] == block_hash, f"hash {block_hash} -> block {block}")
+        for block_hash, later in self._later_of_hash.items():
+            invariant(bool(later), f"hash {block_hash} keeps an empty list of copies")
+            invariant(self._allow_duplicates, f"hash {block_hash}: copies")
+            invariant(block_hash in self._first_of_hash, f"hash {block_hash}: copies, no first")
+            for block in later:
                 invariant(hashes[block] == block_hash, f"hash {block_hash} -> block {block}")
-            num_mapped += len(blocks)
+            num_mapped += len(later)
         num_hashed = num_blocks - hashes.count(None)
         invariant(num_hashed == num_mapped, "a block holds a hash not in the map")
         forks = self._fork_shares
@@ -385,10 +385,18 @@ class BlockPool:
     def _drop_hash(self, block: int) -> None:
         block_hash = self._hashes[block]
         assert block_hash is not None
-        holders = self._blocks_of_hash[block_hash]
-        del holders[block]
-        if not holders:
-            del self._blocks_of_hash[block_hash]
+        later = self._later_of_hash.get(block_hash)
+        if self._first_of_hash[block_hash] == block:  # the oldest goes: the next takes its place
+            if later is None:
+                del self._first_of_hash[block_hash]
+            else:
+                self._first_of_hash[block_hash] = next(iter(later))
+                del later[self._first_of_hash[block_hash]]
+        else:
+            assert later is not None
+            del later[block]
+        if later is not None and not later:
+            del self._later_of_hash[block_hash]
         self._hashes[block] = None
 
 

@@ -190,3 +190,22 @@ def test_cache_many_is_cache_block_of_each_pair(
     else:
         with pytest.raises(expected):
             at_once.cache_many([b for b, _ in pairs], [h for _, h in pairs])
+
+
+def test_v1_duplicates_are_found_oldest_first_as_each_copy_is_evicted() -> None:
+    # V1 (v1/core/block_pool.py BlockHashToBlockMap): every copy is cached, a lookup finds the
+    # oldest; when a copy is reused for other content, the next oldest is found.
+    pool = BlockPool(5, eviction=EvictionOrder.LRU, allow_duplicates=True)
+    a, b, c = pool.allocate_many(3)
+    for block in (a, b, c):
+        assert pool.cache_block(block, 7)
+    assert pool.lookup(7) == a
+    for block in (c, a, b):  # freed in this order: evicted in this order after blocks 3, 4
+        pool.decref(block)
+    pool.check_invariants()
+    assert pool.allocate_many(2) == [3, 4] and pool.lookup(7) == a  # plain free blocks first
+    assert pool.allocate() == c and pool.lookup(7) == a  # a later copy goes: a still first
+    assert pool.allocate() == a and pool.lookup(7) == b  # the oldest goes: b is found now
+    pool.check_invariants()
+    assert pool.allocate() == b and pool.lookup(7) is None
+    pool.check_invariants()
