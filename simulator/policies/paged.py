@@ -98,12 +98,21 @@ class PagedScheduler(PolicyBase):
         num_members = len(group.bases)
         kv = self.kv
         assert isinstance(kv, PagedKVCache)  # the fast path's (enable_fast_path)
+        crossing_at, block_size = group.crossing_calendar, group.block_size
+        # The run's first finish (pure_run dropped the calendar's stale head; nobody joins or
+        # leaves before it): the steps before it advance the group without looking.
+        calendar = group.finish_calendar
+        first_finish = calendar[0][0] if calendar else None
         after: list[tuple[int, int, int, MemoryRow]] = []
         for i, end_s in enumerate(ends):
-            if i:
-                group.grow(group.crossing())  # start_pure_step
+            if i and crossing_at[group.step % block_size]:
+                group.grow(group.crossing())  # start_pure_step (nothing when none crosses)
             self.num_output_tokens += num_members  # one token each
-            finished = group.advance()  # members whose last token appeared now
+            if first_finish is None or group.step + 1 < first_finish:
+                group.step += 1  # `advance`, with nobody due
+                finished = None
+            else:
+                finished = group.advance()  # members whose last token appeared now
             if finished:
                 for member in finished:
                     member.request.last_token_s = end_s
