@@ -1,8 +1,9 @@
 """Runs of pure decode-group steps, settled ahead: many engine steps for one SimPy event.
 
 Most steps of a long run are *pure*: every running request is a decode-group member
-(simulator/policies/decode_group.py), nothing waits, nothing is swapped out or landing, and the
-step's token budget holds every member. Such a step is the same function of the group's state
+(simulator/policies/decode_group.py), nothing is swapped out or landing, the step's token budget
+holds every member, and nothing waits that the step could admit (nothing waits, or the batch is
+full: max_num_seqs, or the budget is spent). Such a step is the same function of the group's state
 whatever the clock says, and so is the next one, until something changes that state from
 outside (an arrival) or from inside (a member finishes, or the crossing members need more
 blocks than are free). `pure_run` says how many of the next steps are fixed that way and what
@@ -52,10 +53,18 @@ def pure_run(state: PagedState, limit: int) -> PureRun | None:
     num_members = len(group.bases)
     if not num_members or len(state.running) != num_members:
         return None
-    if len(state.waiting) or state.swapped or state.receiving or state.landed:
+    if state.swapped or state.receiving or state.landed:
         return None
-    if num_members > state.knobs.max_num_batched_tokens:
+    knobs = state.knobs
+    budget_left = knobs.max_num_batched_tokens - num_members
+    if budget_left < 0:
         return None  # the budget reaches only some members: the per-step path decides who
+    if len(state.waiting) and budget_left > 0:
+        # V1 admits the head unless the batch is full (vllm_v1.admit_chunks): then it waits,
+        # and keeps waiting while nobody finishes, which ends the run. Otherwise not pure.
+        head = state.waiting.peek()
+        if state.num_running_seqs + head.request.num_seqs <= knobs.max_num_seqs:
+            return None
     num_steps = _steps_before_change(group, limit)
     if not num_steps:
         return None

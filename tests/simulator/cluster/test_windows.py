@@ -288,3 +288,17 @@ def test_hooks_that_look_at_every_step_turn_runs_off_even_with_the_fast_path_ask
     result = simulate(sc, on_step=calls.append, fast_path=True, check_invariants=True)
     assert len(calls) == checks[0] == len(result.steps) == 400  # a prefill, 399 decodes
     _assert_same_result(result, _single(monkeypatch, sc, True))
+
+
+def test_a_full_batch_with_requests_waiting_takes_runs_and_gives_the_per_step_run(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # max_num_seqs 8 under 20 req/s: the queue is rarely empty, yet a step admits nobody while
+    # the batch is full (vllm_v1.admit_chunks): such steps are pure until a member finishes.
+    sc = _v1_scenario(seed=13, num_requests=150, rate=20.0)
+    sys_ = replace(sc.systems[0], max_num_seqs=8)
+    sc = replace(sc, systems=(sys_,))
+    ahead = _fleet(monkeypatch, sc, _cluster(sc, 2, RouterKind.ROUND_ROBIN), windows=True)
+    steps = pd.concat([r.steps for r in ahead.results])
+    assert (steps.num_waiting > 0).mean() > 0.75  # something waits at most steps
+    assert _assert_same_fleet(monkeypatch, sc, _cluster(sc, 2, RouterKind.ROUND_ROBIN)) > 2000
