@@ -10,11 +10,11 @@ count of requests in flight stays a count a real router keeps: it sees each resp
 
 from __future__ import annotations
 
-from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Generator
 
 import simpy
 
+from pagesim.simulator.cluster.pure_runs import PureRuns
 from pagesim.simulator.core.config import Scenario, SystemConfig
 from pagesim.simulator.core.defaults import (
     ERA,
@@ -23,24 +23,17 @@ from pagesim.simulator.core.defaults import (
     resolve_runnable,
     system_knobs,
 )
-from pagesim.simulator.core.plan import StepCost
 from pagesim.simulator.core.request import Request
 from pagesim.simulator.core.scheduler import Scheduler
-from pagesim.simulator.execution.decode_costs import decode_costs
 from pagesim.simulator.execution.factory import make_execution_model
 from pagesim.simulator.execution.model import ExecutionModel
 from pagesim.simulator.execution.roofline import RooflineModel
 from pagesim.simulator.kv.capacity import kv_capacity
 from pagesim.simulator.metrics.recorder import Recorder
 from pagesim.simulator.metrics.result import RunResult
-from pagesim.simulator.policies.decode_window import PureRun
 from pagesim.simulator.policies.factory import make_scheduler
 from pagesim.simulator.policies.paged import PagedScheduler
 
-# Most pure decode steps a replica settles ahead in one run, and how many it prices first (then
-# twice as many each time those end uncut): a cut wastes the pricing of the steps past it.
-WINDOW_STEPS = 64
-FIRST_PRICED = 4
 # Off: every step its own event (tests compare the two; the results are the same).
 USE_WINDOWS = True
 
@@ -93,30 +86,27 @@ class Replica:
                 and not check_invariants
                 and on_step is None
             )
-        self._paged: PagedScheduler | None = None  # set when runs of pure steps are on
+        self.recorder = Recorder(
+            scenario.gpu, scenario.slo, scenario.stop.warmup_s, self.capacity.block_bytes
+        )
+        self._runs: PureRuns | None = None  # runs of pure decode steps (cluster/pure_runs.py)
         if fast_path:
             enable = getattr(self.scheduler, "enable_fast_path", None)
             if enable is not None and enable():
                 execution = self.execution
+                scheduler = self.scheduler
                 if (  # and nobody looks at every step (as the default fast path asks)
                     USE_WINDOWS
                     and self.takes_windows
                     and on_step is None
                     and not check_invariants
                     and execution_factory is None
-                    and isinstance(self.scheduler, PagedScheduler)
+                    and isinstance(scheduler, PagedScheduler)
                     and isinstance(execution, RooflineModel)
                     and execution.prices_statelessly
                 ):
-                    self._paged = self.scheduler
-        self._window: _Window | None = None
-        self.num_steps_ahead = 0  # steps applied from runs of pure steps (the rest one by one)
-        self.num_cuts = 0  # runs an arrival ended early
-        self._process: simpy.Process | None = None
+                    self._runs = PureRuns(env, scheduler, execution, self.recorder)
         self._on_step = on_step
-        self.recorder = Recorder(
-            scenario.gpu, scenario.slo, scenario.stop.warmup_s, self.capacity.block_bytes
-        )
         self._provenance_sources = _defaults_from(resolved.sources, self.execution)
         self._warmup_s = scenario.stop.warmup_s
         self._env = env
@@ -133,8 +123,25 @@ class Replica:
 
     def start(self) -> simpy.Process:
         """Start the loop (after the arrival process: the order engine.simulate creates them)."""
-        self._process = self._env.process(self._run())
-        return self._process
+        process = self._env.process(self._run())
+        if self._runs is not None:
+            self._runs.process = process
+        return process
+
+    @property
+    def num_steps_ahead(self) -> int:
+        """Steps applied from runs of pure steps (the rest one by one)."""
+        return 0 if self._runs is None else self._runs.num_steps_ahead
+
+    @property
+    def num_cuts(self) -> int:
+        """Runs of pure steps an arrival ended early."""
+        return 0 if self._runs is None else self._runs.num_cuts
+
+    def catch_up(self) -> None:
+        """Apply an open run's steps that ended before now (an outside look's view)."""
+        if self._runs is not None:
+            self._runs.catch_up()
 
     # --- what a router may read (routers.py says which one reads what) ----------------------
 
@@ -145,7 +152,7 @@ class Replica:
 
     def kv_used_share(self) -> float:
         """Share of KV slots not free: what vLLM reports as its KV-cache usage gauge."""
-        self.catch_up(before_now=True)
+        self.catch_up()
         memory = self.scheduler.memory_breakdown()
         total = self.scheduler.kv_capacity_slots
         return 1.0 - memory.free_slots / total if total else 0.0
@@ -156,16 +163,13 @@ class Replica:
     def num_output_tokens(self) -> int:
         """Output tokens the replica has produced by now (an open run's steps that ended by
         now counted, not applied: each gives every member one token)."""
+        runs = self._runs
         tokens = self.scheduler.num_output_tokens
-        window = self._window
-        if window is not None:
-            done = window.num_done
-            ended = bisect_left(window.ends, self._env.now, done, window.num_steps) - done
-            tokens += ended * window.run.num_members
-        return tokens
+        return tokens if runs is None else tokens + runs.extra_output_tokens()
 
     def add_request(self, request: Request) -> None:
-        self._cut()  # the next step may admit it
+        if self._runs is not None:
+            self._runs.cut()  # the next step may admit it
         self.num_routed += 1
         # The arrival window's edges for the token rate, as engine.simulate marks them: its
         # first in-window arrival opens it, each arrival moves its end (the last one's stays).
@@ -187,7 +191,8 @@ class Replica:
 
     def wake(self) -> None:
         """Re-plan now: something outside the replica changed what it can do."""
-        self._cut()
+        if self._runs is not None:
+            self._runs.cut()
         if not self._wakeup.triggered:
             self._wakeup.succeed()
 
@@ -205,13 +210,13 @@ class Replica:
 
     def _run(self) -> Generator[simpy.Event, None, None]:
         env, scheduler, execution = self._env, self.scheduler, self.execution
-        paged = self._paged
+        runs = self._runs
         while True:
-            if paged is not None:
-                run = paged.pure_run(WINDOW_STEPS)
-                if run is not None and (window := self._open_window(run)) is not None:
-                    yield from self._wait_out(window)
-                    continue
+            if runs is not None and (window := runs.open()) is not None:
+                yield from runs.wait_out(window)
+                if self._on_done is not None:
+                    self._settle()
+                continue
             plan = scheduler.schedule(env.now)
             if plan.is_empty:
                 wake_at = scheduler.next_wakeup_s(env.now)
@@ -244,119 +249,6 @@ class Replica:
                 self._settle()
             if self._on_step is not None:
                 self._on_step(env.now)
-
-    # --- runs of pure decode steps ------------------------------------------------------------
-    # When the next steps are pure (policies/decode_window.py: only decode-group members, their
-    # outcome fixed now), the loop prices them all, schedules one timeout for the last one's end
-    # and applies each step as late as it can: when that timeout fires, or earlier when someone
-    # looks (`catch_up`: a router's KV read, a stop) or a request arrives (`_cut`: the step in
-    # flight finishes, then the loop plans again, as it would have). Every step keeps its own
-    # start and end times, price and record: the run is the per-step loop's.
-    #
-    # Ties: an outside look at the very instant a step ends sees it in flight, as the per-step
-    # loop's SimPy order has it for a stop (`env.run(until=...)`, urgent), a session turn's
-    # start (urgent) and an arrival whose timer was set before that step started (the usual
-    # case). Only an arrival whose timer was set while that step ran, landing exactly (to the
-    # last bit) on its end, is ordered otherwise: the per-step loop would complete the step
-    # first. Arrival times and step ends are floats from different sums; the tests
-    # (tests/simulator/cluster/test_windows.py) pin the ties that do order alike.
-
-    def _open_window(self, run: PureRun) -> _Window | None:
-        """Price the first of `run`'s steps from now; None if fewer than two would survive
-        SimPy's clock."""
-        window = _Window(run)
-        if self._price_more(window, FIRST_PRICED) < 2:
-            return None
-        self._window = window
-        self._paged_start()  # the first step is scheduled now, as the per-step loop would
-        return window
-
-    def _price_more(self, window: _Window, count: int) -> int:
-        """Price up to `count` more of the run's steps, from the last priced one's end (now);
-        returns how many. Priced a chunk at a time: an arrival usually cuts a run short, and
-        the steps priced past the cut are wasted."""
-        now = self._env.now
-        execution = self.execution
-        assert isinstance(execution, RooflineModel)
-        run, starts, ends, costs = window.run, window.starts, window.ends, window.costs
-        first = len(costs)
-        contexts = map(run.context_tokens, range(first, min(first + count, run.num_steps)))
-        start = ends[-1] if ends else now
-        for cost in decode_costs(execution, run.num_members, contexts):
-            end = start + cost.duration_s  # what `env.timeout(duration)` at `start` reaches
-            # The one timeout, set at `now` (or at a cut, later), must land exactly on a step's
-            # end: `now + (end - now) == end` holds for end <= 2 * now (Sterbenz's lemma).
-            if end > 2 * now:
-                break
-            starts.append(start)
-            ends.append(end)
-            costs.append(cost)
-            start = end
-        window.num_steps = len(costs)
-        return len(costs) - first
-
-    def _paged_start(self) -> None:
-        window = self._window
-        assert window is not None and self._paged is not None
-        self._paged.start_pure_step()
-        window.num_started += 1
-
-    def _wait_out(self, window: _Window) -> Generator[simpy.Event, None, None]:
-        env = self._env
-        while True:
-            try:
-                yield env.timeout(window.ends[window.num_steps - 1] - env.now)
-            except simpy.Interrupt:  # cut short by an arrival: wait for the step in flight
-                continue
-            # The priced steps ended uncut: price the next ones (twice as many each time).
-            if window.is_cut or not self._price_more(window, len(window.costs)):
-                break
-        self.catch_up(before_now=False)  # its own timeout: the step ending now is done
-        self._window = None
-        if self._on_done is not None:
-            self._settle()
-
-    def catch_up(self, before_now: bool = True) -> None:
-        """Apply the open run's steps up to now: those that ended are completed and recorded
-        (`before_now`: only those that ended before this instant, as an outside look sees
-        them), the one in flight is started."""
-        window = self._window
-        if window is None:
-            return
-        paged = self._paged
-        assert paged is not None
-        done = window.num_done
-        assert window.num_started == done + 1  # the step in flight is always started
-        find = bisect_left if before_now else bisect_right
-        stop = find(window.ends, self._env.now, done, window.num_steps)
-        if stop > done:
-            after = paged.complete_pure_steps(window.ends[done:stop])
-            self.recorder.record_decode_steps(
-                window.starts[done:stop],
-                window.costs[done:stop],
-                window.run.num_members,
-                after,
-                paged.batch_capacity,
-            )
-            window.num_done = window.num_started = stop
-            self.num_steps_ahead += stop - done
-            if stop < window.num_steps:
-                self._paged_start()
-
-    def _cut(self) -> None:
-        """Something arrives: the open run ends with the step in flight (the next one may
-        admit it)."""
-        window = self._window
-        if window is None:
-            return
-        assert self._env.active_process is not self._process, "a replica cannot cut its own run"
-        self.catch_up()
-        window.is_cut = True  # no more steps priced
-        if window.num_started < window.num_steps:
-            window.num_steps = window.num_started
-            self.num_cuts += 1
-            assert self._process is not None
-            self._process.interrupt()
 
     def _settle(self) -> None:
         """Tell the fleet of requests that ended in the last step (only if some did)."""
@@ -414,30 +306,3 @@ def _defaults_from(sources: dict[str, str], execution: ExecutionModel) -> dict[s
     if isinstance(host, str):
         found[HOST_OVERHEAD_KEY] = host
     return found
-
-
-class _Window:
-    """An open run of pure steps: what they are, the prices and times of those priced so far
-    (`num_steps` of them, fewer once a cut ends the run early), how many have been started
-    (scheduled) and done (completed and recorded)."""
-
-    __slots__ = (
-        "costs",
-        "ends",
-        "is_cut",
-        "num_done",
-        "num_started",
-        "num_steps",
-        "run",
-        "starts",
-    )
-
-    def __init__(self, run: PureRun) -> None:
-        self.run = run
-        self.costs: list[StepCost] = []
-        self.starts: list[float] = []
-        self.ends: list[float] = []
-        self.num_steps = 0
-        self.num_started = 0
-        self.num_done = 0
-        self.is_cut = False

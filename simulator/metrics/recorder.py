@@ -91,7 +91,7 @@ class Recorder:
         batch_capacity: int,
     ) -> None:
         """`record_step`'s rows of steps in which `num_seqs` lone sequences decoded and nothing
-        else happened (a run of pure steps, cluster/replica.py: no plan is built for them; the
+        else happened (a run of pure steps, cluster/pure_runs.py: no plan is built for them; the
         plan's counts are these); `after`: each one's queue lengths and memory (a row) once it
         completed; `batch_capacity`: the scheduler's. (tests/simulator/cluster/test_windows.py
         compares these rows with `record_step`'s.)"""

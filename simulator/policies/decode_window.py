@@ -8,7 +8,7 @@ whatever the clock says, and so is the next one, until something changes that st
 outside (an arrival) or from inside (a member finishes, or the crossing members need more
 blocks than are free). `pure_run` says how many of the next steps are fixed that way and what
 each one is (its sequences and context tokens, all the price and the step record need). The
-replica (simulator/cluster/replica.py) prices them at once and waits for the last one's end,
+replica (simulator/cluster/pure_runs.py) prices them at once and waits for the last one's end,
 applying each step's schedule (`start_pure_step`: crossing members take their blocks) and
 completion (`PagedScheduler.complete_pure_steps`) as late as nobody has looked, and cutting the
 run short when a request arrives. `tests/simulator/cluster/test_windows.py` compares such runs

@@ -74,7 +74,7 @@ def test_grouped_plans_list_the_same_work(monkeypatch: pytest.MonkeyPatch) -> No
         return price(self, plan)
 
     monkeypatch.setattr(RooflineModel, "price", spy)
-    # Runs of pure steps are priced without plans (cluster/replica.py; tests/simulator/cluster/
+    # Runs of pure steps are priced without plans (cluster/pure_runs.py; tests/simulator/cluster/
     # test_windows.py): here every step's plan is priced, as the per-step loop does.
     monkeypatch.setattr(replica_module, "USE_WINDOWS", False)
     for i, watched in enumerate((False, True)):
@@ -92,7 +92,7 @@ def test_a_grouped_step_is_actually_taken(monkeypatch: pytest.MonkeyPatch) -> No
         return price(self, plan)
 
     monkeypatch.setattr(RooflineModel, "price", spy)
-    # Runs of pure steps are priced without plans (cluster/replica.py; tests/simulator/cluster/
+    # Runs of pure steps are priced without plans (cluster/pure_runs.py; tests/simulator/cluster/
     # test_windows.py): here every step's plan is priced, as the per-step loop does.
     monkeypatch.setattr(replica_module, "USE_WINDOWS", False)
     _run(CASES["plain"], SamplingKind.SINGLE, False, 0)

@@ -1,0 +1,189 @@
+"""A replica's runs of pure decode steps, settled in one SimPy event (simulator/cluster/replica.py
+owns one `PureRuns` when they are on).
+
+When the next steps are pure (policies/decode_window.py: only decode-group members, their outcome
+fixed now), the replica's loop prices them (`open`), waits for the last priced one's end
+(`wait_out`) and applies each step as late as it can: when that timeout fires, or earlier when
+someone looks (`catch_up`: a router's KV read, a stop) or a request arrives (`cut`: the step in
+flight finishes, then the loop plans again, as it would have). Every step keeps its own start
+and end times, price and record: the run is the per-step loop's
+(tests/simulator/cluster/test_windows.py compares the two).
+
+Ties: an outside look at the very instant a step ends sees it in flight, as the per-step loop's
+SimPy order has it for a stop (`env.run(until=...)`, urgent), a session turn's start (urgent)
+and an arrival whose timer was set before that step started (the usual case). Only an arrival
+whose timer was set while that step ran, landing exactly (to the last bit) on its end, is
+ordered otherwise: the per-step loop would complete the step first. Arrival times and step ends
+are floats from different sums; the tests pin the ties that do order alike.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right
+from collections.abc import Generator
+
+import simpy
+
+from pagesim.simulator.core.plan import StepCost
+from pagesim.simulator.execution.decode_costs import decode_costs
+from pagesim.simulator.execution.roofline import RooflineModel
+from pagesim.simulator.metrics.recorder import Recorder
+from pagesim.simulator.policies.decode_window import PureRun
+from pagesim.simulator.policies.paged import PagedScheduler
+
+# Most pure decode steps a replica settles ahead in one run, and how many it prices first (then
+# twice as many each time those end uncut): a cut wastes the pricing of the steps past it.
+WINDOW_STEPS = 64
+FIRST_PRICED = 4
+
+
+class PureRuns:
+    """The runs of one replica: its paged scheduler, execution model (one that prices
+    statelessly) and recorder; `process` is the replica's loop, which a cut interrupts."""
+
+    def __init__(
+        self,
+        env: simpy.Environment,
+        paged: PagedScheduler,
+        execution: RooflineModel,
+        recorder: Recorder,
+    ) -> None:
+        self._env, self._paged, self._execution, self._recorder = env, paged, execution, recorder
+        self.process: simpy.Process | None = None
+        self._window: _Window | None = None
+        self.num_steps_ahead = 0  # steps applied from runs (the rest one by one)
+        self.num_cuts = 0  # runs an arrival ended early
+
+    def open(self) -> _Window | None:
+        """A run starting now, its first steps priced and the first one scheduled; None if the
+        next step is not pure or fewer than two would survive SimPy's clock."""
+        run = self._paged.pure_run(WINDOW_STEPS)
+        if run is None:
+            return None
+        window = _Window(run)
+        if self._price_more(window, FIRST_PRICED) < 2:
+            return None
+        self._window = window
+        self._start_next()  # the first step is scheduled now, as the per-step loop would
+        return window
+
+    def wait_out(self, window: _Window) -> Generator[simpy.Event, None, None]:
+        """Wait until the run's last step ends (pricing more while none cuts it), then apply
+        every step left."""
+        env = self._env
+        while True:
+            try:
+                yield env.timeout(window.ends[window.num_steps - 1] - env.now)
+            except simpy.Interrupt:  # cut short by an arrival: wait for the step in flight
+                continue
+            # The priced steps ended uncut: price the next ones (twice as many each time).
+            if window.is_cut or not self._price_more(window, len(window.costs)):
+                break
+        self.catch_up(before_now=False)  # its own timeout: the step ending now is done
+        self._window = None
+
+    def extra_output_tokens(self) -> int:
+        """Tokens of the open run's steps that ended before now, counted, not applied: each
+        gives every member one."""
+        window = self._window
+        if window is None:
+            return 0
+        done = window.num_done
+        ended = bisect_left(window.ends, self._env.now, done, window.num_steps) - done
+        return ended * window.run.num_members
+
+    def catch_up(self, before_now: bool = True) -> None:
+        """Apply the open run's steps up to now: those that ended are completed and recorded
+        (`before_now`: only those that ended before this instant, as an outside look sees
+        them), the one in flight is started."""
+        window = self._window
+        if window is None:
+            return
+        paged = self._paged
+        done = window.num_done
+        assert window.num_started == done + 1  # the step in flight is always started
+        find = bisect_left if before_now else bisect_right
+        stop = find(window.ends, self._env.now, done, window.num_steps)
+        if stop > done:
+            after = paged.complete_pure_steps(window.ends[done:stop])
+            self._recorder.record_decode_steps(
+                window.starts[done:stop],
+                window.costs[done:stop],
+                window.run.num_members,
+                after,
+                paged.batch_capacity,
+            )
+            window.num_done = window.num_started = stop
+            self.num_steps_ahead += stop - done
+            if stop < window.num_steps:
+                self._start_next()
+
+    def cut(self) -> None:
+        """Something arrives: the open run ends with the step in flight (the next one may
+        admit it)."""
+        window = self._window
+        if window is None:
+            return
+        assert self._env.active_process is not self.process, "a replica cannot cut its own run"
+        self.catch_up()
+        window.is_cut = True  # no more steps priced
+        if window.num_started < window.num_steps:
+            window.num_steps = window.num_started
+            self.num_cuts += 1
+            assert self.process is not None
+            self.process.interrupt()
+
+    def _price_more(self, window: _Window, count: int) -> int:
+        """Price up to `count` more of the run's steps, from the last priced one's end (now);
+        returns how many. Priced a chunk at a time: an arrival usually cuts a run short, and
+        the steps priced past the cut are wasted."""
+        now = self._env.now
+        run, starts, ends, costs = window.run, window.starts, window.ends, window.costs
+        first = len(costs)
+        contexts = map(run.context_tokens, range(first, min(first + count, run.num_steps)))
+        start = ends[-1] if ends else now
+        for cost in decode_costs(self._execution, run.num_members, contexts):
+            end = start + cost.duration_s  # what `env.timeout(duration)` at `start` reaches
+            # The one timeout, set at `now` (or at a cut, later), must land exactly on a step's
+            # end: `now + (end - now) == end` holds for end <= 2 * now (Sterbenz's lemma).
+            if end > 2 * now:
+                break
+            starts.append(start)
+            ends.append(end)
+            costs.append(cost)
+            start = end
+        window.num_steps = len(costs)
+        return len(costs) - first
+
+    def _start_next(self) -> None:
+        window = self._window
+        assert window is not None
+        self._paged.start_pure_step()
+        window.num_started += 1
+
+
+class _Window:
+    """An open run of pure steps: what they are, the prices and times of those priced so far
+    (`num_steps` of them, fewer once a cut ends the run early), how many have been started
+    (scheduled) and done (completed and recorded)."""
+
+    __slots__ = (
+        "costs",
+        "ends",
+        "is_cut",
+        "num_done",
+        "num_started",
+        "num_steps",
+        "run",
+        "starts",
+    )
+
+    def __init__(self, run: PureRun) -> None:
+        self.run = run
+        self.costs: list[StepCost] = []
+        self.starts: list[float] = []
+        self.ends: list[float] = []
+        self.num_steps = 0
+        self.num_started = 0
+        self.num_done = 0
+        self.is_cut = False
