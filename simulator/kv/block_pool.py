@@ -12,9 +12,9 @@ Which free block `allocate` takes is the eviction order, chosen per engine era:
     PLAIN_FIRST (vLLM V0's evictor)  plain free blocks first, FIFO; then cached ones, least
                                      recently freed first: cached prefixes live as long as
                                      possible
-    LRU (vLLM V1, v1/core/block_pool.py FreeKVCacheBlockQueue)  one queue of every free block,
-                                     cached or not, least recently freed first; a cached block
-                                     taken loses its hash
+    LRU (vLLM V1, v1/core/kv_cache_utils.py FreeKVCacheBlockQueue)  one queue of every free
+                                     block, cached or not, least recently freed first
+                                     (kv/lru_queue.py); a cached block taken loses its hash
 
     allocate():  head of the order ──▶ used   (a cached block's hash is dropped)
     decref → 0:  used ──▶ tail of the order   (its hash, if any, kept: it can still be hit)
@@ -22,8 +22,8 @@ Which free block `allocate` takes is the eviction order, chosen per engine era:
 
 Duplicate content: V1 caches a block under its hash even when another block already holds that
 hash (`allow_duplicates`; v1/core/block_pool.py cache_full_blocks, BlockHashToBlockMap), and a
-lookup finds the oldest; V0 keeps the first and leaves the copy uncached. Every operation is O(1):
-deques and insertion-ordered dicts.
+lookup finds the oldest; V0 keeps the first and leaves the copy uncached. Every operation is O(1)
+(amortized): deques and insertion-ordered dicts.
 
 Sharing saves memory: a block with ref_count r stands in for r copies, r - 1 of them saved. The
 pool counts the saved copies by cause, as references are taken: a prefix-cache hit on a block in
@@ -38,8 +38,10 @@ from __future__ import annotations
 from collections import OrderedDict, deque
 from collections.abc import Sequence
 from enum import Enum
+from itertools import repeat, starmap
 
 from pagesim.simulator.core.errors import KVCacheError
+from pagesim.simulator.kv.lru_queue import LruQueue
 
 
 class EvictionOrder(Enum):
@@ -59,6 +61,7 @@ class BlockPool:
         "_hashes",
         "_is_lru",
         "_later_of_hash",
+        "_lru",
         "_num_fork_shares",
         "_num_prefix_shares",
         "_num_used",
@@ -79,12 +82,12 @@ class BlockPool:
         self._is_lru = eviction is EvictionOrder.LRU
         self._allow_duplicates = allow_duplicates
         # PLAIN_FIRST: `_free` holds the uncached free blocks (FIFO, lowest ids first at the
-        # start), `_evictable` the cached ones (LRU first). LRU: `_evictable` holds every free
-        # block, cached or not, in one order, and `_free` stays empty.
-        self._free: deque[int] = deque() if self._is_lru else deque(range(num_blocks))
-        self._evictable: OrderedDict[int, None] = (
-            OrderedDict.fromkeys(range(num_blocks)) if self._is_lru else OrderedDict()
-        )
+        # start), `_evictable` the cached ones (LRU first), `_lru` stays empty. LRU: `_lru` holds
+        # every free block, cached or not, in one order, and the other two stay empty.
+        lru = self._is_lru
+        self._free: deque[int] = deque() if lru else deque(range(num_blocks))
+        self._evictable: OrderedDict[int, None] = OrderedDict()
+        self._lru = LruQueue(range(num_blocks), num_blocks) if lru else LruQueue((), 0)
         # hash -> the oldest block cached under it, and (V1's duplicates) the later ones in
         # order: one plain int per hash in the usual case, no container to build and drop
         self._first_of_hash: dict[int, int] = {}
@@ -103,6 +106,8 @@ class BlockPool:
     @property
     def num_free_blocks(self) -> int:
         """Blocks `allocate` can hand out now: plain free ones plus evictable cached ones."""
+        if self._is_lru:
+            return len(self._lru)
         return len(self._free) + len(self._evictable)
 
     @property
@@ -119,7 +124,7 @@ class BlockPool:
         """Free blocks that hold a hash."""
         if not self._is_lru:
             return len(self._evictable)
-        return sum(self._hashes[b] is not None for b in self._evictable)
+        return sum(self._hashes[b] is not None for b in self._lru)
 
     @property
     def num_prefix_saved_blocks(self) -> int:
@@ -155,8 +160,8 @@ class BlockPool:
         """A block with ref_count 1, from the head of the eviction order (its hash dropped)."""
         if self._free:
             block = self._free.popleft()
-        elif self._evictable:
-            block, _ = self._evictable.popitem(last=False)
+        elif self._evictable or self._lru:
+            block = self._lru.popleft() if self._is_lru else self._evictable.popitem(last=False)[0]
             if self._hashes[block] is not None:
                 self._drop_hash(block)
         else:
@@ -168,16 +173,14 @@ class BlockPool:
     def allocate_many(self, num_blocks: int) -> list[int]:
         """`num_blocks` calls of `allocate`, in order: a prompt chunk takes many blocks at once."""
         ref_counts = self._ref_counts
-        blocks: list[int] = []
         if self._is_lru:  # one queue of every free block, cached or not
-            queue = self._evictable
+            queue = self._lru
             if len(queue) < num_blocks:
                 raise KVCacheError(f"no free block: all {self.num_blocks} blocks are referenced")
             hashes = self._hashes
-            popitem = queue.popitem
             first_of_hash = self._first_of_hash
-            for _ in range(num_blocks):
-                block = popitem(last=False)[0]
+            blocks = queue.pop_many(num_blocks)
+            for block in blocks:
                 block_hash = hashes[block]
                 if block_hash is not None:
                     if self._later_of_hash:  # some hash has duplicates: the general way
@@ -186,17 +189,14 @@ class BlockPool:
                         del first_of_hash[block_hash]
                         hashes[block] = None
                 ref_counts[block] = 1
-                blocks.append(block)
             self._num_used += num_blocks
             return blocks
         free = self._free
         if len(free) < num_blocks:
             return [self.allocate() for _ in range(num_blocks)]
-        popleft = free.popleft
-        for _ in range(num_blocks):
-            block = popleft()
+        blocks = list(starmap(free.popleft, repeat((), num_blocks)))  # popped in C
+        for block in blocks:
             ref_counts[block] = 1
-            blocks.append(block)
         self._num_used += num_blocks
         return blocks
 
@@ -213,7 +213,7 @@ class BlockPool:
             ref_counts[block] = 0
         self._num_used -= len(blocks)
         if self._is_lru:
-            self._evictable.update(dict.fromkeys(blocks))
+            self._lru.extend(blocks)
         elif not self._first_of_hash or set(map(self._hashes.__getitem__, blocks)) == {None}:
             self._free.extend(blocks)  # no prefix cache: never a hash to look at
         else:
@@ -253,7 +253,9 @@ class BlockPool:
                 self._num_prefix_shares -= 1
         else:
             self._num_used -= 1
-            if self._hashes[block] is None and not self._is_lru:
+            if self._is_lru:
+                self._lru.append(block)
+            elif self._hashes[block] is None:
                 self._free.append(block)
             else:
                 self._evictable[block] = None  # tail: reused after everything freed earlier
@@ -265,7 +267,10 @@ class BlockPool:
         if self._hashes[block] is None:
             raise KVCacheError(f"touch of uncached block {block}: only cached blocks can be hit")
         if self._ref_counts[block] == 0:
-            del self._evictable[block]
+            if self._is_lru:
+                self._lru.remove(block)
+            else:
+                del self._evictable[block]
             self._num_used += 1
         else:
             self._num_prefix_shares += 1  # another holder of a block in use: one copy saved
@@ -317,7 +322,8 @@ class BlockPool:
 
     def evict_one(self) -> int | None:
         """Drop the hash of the least recently freed cached block, making it plain free."""
-        block = next((b for b in self._evictable if self._hashes[b] is not None), None)
+        queue = self._lru if self._is_lru else self._evictable
+        block = next((b for b in queue if self._hashes[b] is not None), None)
         if block is None:
             return None
         self._drop_hash(block)
@@ -338,9 +344,14 @@ class BlockPool:
         invariant(num_used == self._num_used, "used counter disagrees with ref_counts")
         invariant(len(set(self._free)) == len(self._free), "a block is twice in the free list")
         invariant(
-            len(self._free) + len(self._evictable) + num_used == num_blocks,
+            len(self._free) + len(self._evictable) + len(self._lru) + num_used == num_blocks,
             "free + evictable + used != total",
         )
+        if self._is_lru:
+            invariant(not self._free and not self._evictable, "LRU: a free block outside _lru")
+            self._lru.check(refs)
+        else:
+            invariant(not len(self._lru), "plain-first: a block in the LRU queue")
         free = self._free
         if sum(map(refs.__getitem__, free)) or set(map(hashes.__getitem__, free)) - {None}:
             block = next(b for b in free if refs[b] or hashes[b] is not None)

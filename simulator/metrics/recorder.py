@@ -1,6 +1,6 @@
 """Records every step and every request of a run, then builds the RunResult and its summary.
 
-Per-step values go, one C-level extend per step, into a bounded step log
+Per-step values go, one tuple per step, into a bounded step log
 (simulator.metrics.step_log) that keeps totals of every step; requests become compact rows as soon
 as they are done (simulator.metrics.request_log). Memory thus grows with the per-request records
 only, however long the run. Frames are built once at the end. Metric definitions are DESIGN.md's.
@@ -15,7 +15,6 @@ import pandas as pd
 
 from pagesim.simulator.core.catalog import GPUSpec
 from pagesim.simulator.core.config import SLO
-from pagesim.simulator.core.memory import MemoryRow
 from pagesim.simulator.core.plan import StepCost, StepPlan
 from pagesim.simulator.core.request import Request
 from pagesim.simulator.core.scheduler import Scheduler
@@ -87,21 +86,24 @@ class Recorder:
         starts: Sequence[float],
         costs: Sequence[StepCost],
         num_seqs: int,
-        after: Sequence[tuple[int, int, int, MemoryRow]],
+        after: Sequence[tuple[int, ...]],
         batch_capacity: int,
     ) -> None:
         """`record_step`'s rows of steps in which `num_seqs` lone sequences decoded and nothing
         else happened (a run of pure steps, cluster/pure_runs.py: no plan is built for them; the
-        plan's counts are these); `after`: each one's queue lengths and memory (a row) once it
-        completed; `batch_capacity`: the scheduler's. (tests/simulator/cluster/test_windows.py
-        compares these rows with `record_step`'s.)"""
+        plan's counts are these); `after`: each one's queue lengths and memory row, in one
+        tuple (`PagedScheduler.complete_pure_steps`), once it completed; `batch_capacity`: the
+        scheduler's. (tests/simulator/cluster/test_windows.py compares these rows with
+        `record_step`'s.)"""
         useful_share = num_seqs / batch_capacity  # useful_slots: a paged plan's sequences
         peak_flops, bandwidth = self._gpu.fp16_flops, self._gpu.mem_bandwidth_bps
         append = self.steps.append
-        for start_s, cost, (running, waiting, swapped, memory) in zip(  # noqa: B905
-            starts, costs, after
-        ):
+        # `record_step`'s counts for such a step: sequences, requests (one sequence each),
+        # prefill tokens, decode tokens, preemptions, blocks swapped in and out, copies
+        counts = (num_seqs, num_seqs, 0, num_seqs, 0, 0, 0, 0)
+        for start_s, cost, state in zip(starts, costs, after):  # noqa: B905
             duration = cost.duration_s  # > 0: a decode step always computes
+            running, waiting, swapped, *memory = state
             append(
                 (
                     start_s,
@@ -111,14 +113,7 @@ class Recorder:
                     running,
                     waiting,
                     swapped,
-                    num_seqs,  # sequences
-                    num_seqs,  # requests (one sequence each)
-                    0,  # prefill tokens
-                    num_seqs,  # decode tokens
-                    0,  # preemptions
-                    0,  # blocks swapped in
-                    0,  # blocks swapped out
-                    0,  # copies
+                    *counts,
                     *memory,
                     useful_share,
                     cost.flops / (peak_flops * duration),

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from pagesim.simulator.core.config import SystemConfig
-from pagesim.simulator.core.memory import MemoryBreakdown, MemoryRow
+from pagesim.simulator.core.memory import MemoryBreakdown
 from pagesim.simulator.core.plan import StepPlan
 from pagesim.simulator.core.request import GENERATED_SEGMENT, Request, SamplingKind
 from pagesim.simulator.kv.hybrid_layout import HybridLayout
@@ -87,11 +87,11 @@ class PagedScheduler(PolicyBase):
         """The schedule of the next of `pure_run`'s steps: what `schedule` would change."""
         start_pure_step(self.state)
 
-    def complete_pure_steps(self, ends: Sequence[float]) -> list[tuple[int, int, int, MemoryRow]]:
+    def complete_pure_steps(self, ends: Sequence[float]) -> list[tuple[int, ...]]:
         """Complete the next `len(ends)` of `pure_run`'s steps in order, step i ending at
         `ends[i]`, the first already started, each later one started first: what `complete`
-        does with their plans, which list nothing. Returns what a step record reads after each:
-        `queue_lengths()` and `memory_breakdown()` (as a row)."""
+        does with their plans, which list nothing. Returns what a step record reads after each,
+        in one tuple: `queue_lengths()`, then `memory_breakdown()`'s row."""
         state = self.state
         group = state.decode_group
         assert group is not None
@@ -103,7 +103,7 @@ class PagedScheduler(PolicyBase):
         # leaves before it): the steps before it advance the group without looking.
         calendar = group.finish_calendar
         first_finish = calendar[0][0] if calendar else None
-        after: list[tuple[int, int, int, MemoryRow]] = []
+        after: list[tuple[int, ...]] = []
         for i, end_s in enumerate(ends):
             if i and crossing_at[group.step % block_size]:
                 group.grow(group.crossing())  # start_pure_step (nothing when none crosses)
@@ -117,11 +117,11 @@ class PagedScheduler(PolicyBase):
                 for member in finished:
                     member.request.last_token_s = end_s
                 state.finish(finished, end_s)
-                after.append((*self.queue_lengths(), self.memory_breakdown().row))
+                after.append((*self.queue_lengths(), *self.memory_breakdown().row))
                 continue
             # The group's closed form, as `memory_breakdown` takes it while nobody else runs.
             memory = kv.memory_row(group.num_deferred_computed, group.num_reserved_slots)
-            after.append((len(state.running), len(state.waiting), len(state.swapped), memory))
+            after.append((len(state.running), len(state.waiting), len(state.swapped), *memory))
         return after
 
     # -- engine API -------------------------------------------------------------------------

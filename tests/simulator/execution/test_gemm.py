@@ -121,3 +121,23 @@ def test_quantization_never_helps_and_more_tokens_never_cost_less(
     # Vectorised (the fit) and scalar (the simulator) agree.
     both = gemm_time_s(np.array([tokens, tokens + 1.0]), k, n, 989e12, 3350e9, f)
     assert both == pytest.approx([now, more], rel=1e-12)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    tokens=st.integers(0, 1 << 20),
+    n=st.one_of(st.integers(1, 1 << 18), st.floats(1.0, 1e6, allow_nan=False)),
+    tile=st.sampled_from([(64, 128), (128, 128), (128, 256), (256, 128)]),
+    sms=st.integers(0, 160),
+)
+def test_the_scalar_quantization_is_the_array_ones_to_the_last_bit(
+    tokens: int, n: float, tile: tuple[int, int], sms: int
+) -> None:
+    # The simulator prices one token count at a time on Python floats; the fit on arrays. The
+    # two paths take the same float operations, so they agree exactly, not approximately (a
+    # step's cost must not depend on which path priced it).
+    f = replace(H100.factors, gemm_tile_m=tile[0], gemm_tile_n=tile[1], gemm_num_sms=sms)
+    scalar = quantization(tokens, n, f)
+    with np.errstate(divide="ignore", invalid="ignore"):  # 0 tokens: the array path's where
+        array = quantization(np.array([float(tokens)]), np.array([n]), f)
+    assert float(scalar) == float(array[0])

@@ -1,0 +1,99 @@
+"""vLLM V1's queue of free KV blocks, least recently freed first (v1/core/kv_cache_utils.py
+FreeKVCacheBlockQueue: a doubly linked list there), as a deque with lazy removal.
+
+V1 keeps every free block, cached or not, in one order: allocation takes blocks from the head,
+freeing appends at the tail, and a prefix-cache hit on a free block takes it out of the middle.
+A deque pops and extends a prompt's worth of blocks in C, ~10x faster than an OrderedDict (a
+measured 58 vs 576 ns a block, popped and pushed back); the middle removal is lazy: the block's
+entry stays and is skipped when it reaches the head. Which entry is stale needs no stamp: a block
+has at most one live entry, its latest, so the first `stale[b]` entries of block b met from the
+head are the stale ones.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable, Iterator
+from itertools import repeat, starmap
+
+# Stale entries past which the deque is rebuilt without them (and past half of its entries):
+# hits on free blocks that allocation does not reach for a long time cannot grow it unbounded.
+COMPACT_AFTER = 4096
+
+
+class LruQueue:
+    """Free blocks in the order they were freed (the head is reused first)."""
+
+    __slots__ = ("_entries", "_num_stale", "_stale")
+
+    def __init__(self, blocks: Iterable[int], num_blocks: int) -> None:
+        self._entries: deque[int] = deque(blocks)  # live entries and stale ones
+        self._stale = [0] * num_blocks  # per block: its stale entries still in `_entries`
+        self._num_stale = 0
+
+    def __len__(self) -> int:
+        """Free blocks in the queue (live entries)."""
+        return len(self._entries) - self._num_stale
+
+    def __iter__(self) -> Iterator[int]:
+        """The free blocks, head first."""
+        if not self._num_stale:
+            yield from self._entries
+            return
+        skip = self._stale.copy()
+        for block in self._entries:
+            if skip[block]:
+                skip[block] -= 1
+            else:
+                yield block
+
+    def append(self, block: int) -> None:
+        """`block` was freed: it goes to the tail. It must not be in the queue already."""
+        self._entries.append(block)
+
+    def extend(self, blocks: Iterable[int]) -> None:
+        """`append` of each, in order (a finished sequence's blocks)."""
+        self._entries.extend(blocks)
+
+    def popleft(self) -> int:
+        """The head block, out of the queue. The queue must not be empty."""
+        entries, stale = self._entries, self._stale
+        while True:
+            block = entries.popleft()
+            if not stale[block]:
+                return block
+            stale[block] -= 1
+            self._num_stale -= 1
+
+    def pop_many(self, count: int) -> list[int]:
+        """`popleft` `count` times, in order; at least `count` blocks must be in the queue."""
+        if not self._num_stale:  # the usual case: popped in C
+            return list(starmap(self._entries.popleft, repeat((), count)))
+        popleft = self.popleft
+        return [popleft() for _ in range(count)]
+
+    def remove(self, block: int) -> None:
+        """Take a block in the queue out of it (a prefix-cache hit on a free block)."""
+        self._stale[block] += 1
+        self._num_stale += 1
+        if self._num_stale > COMPACT_AFTER and 2 * self._num_stale > len(self._entries):
+            self._entries = deque(iter(self))
+            self._stale = [0] * len(self._stale)
+            self._num_stale = 0
+
+    def check(self, ref_counts: list[int]) -> None:
+        """Raise AssertionError unless the queue holds each free block (ref count 0) once and
+        nothing else, its stale entries counted exactly."""
+        live = list(iter(self))
+        if len(live) != len(set(live)):
+            raise AssertionError("a block is twice in the free queue")
+        if len(live) != ref_counts.count(0) or any(ref_counts[b] for b in live):
+            raise AssertionError("the free queue and the free blocks (ref count 0) differ")
+        if sum(self._stale) != self._num_stale:
+            raise AssertionError("stale entries disagree with their total")
+        seen = [0] * len(self._stale)
+        for block in self._entries:
+            seen[block] += 1
+        live_set = set(live)
+        if any(seen[b] != self._stale[b] + (b in live_set) for b in range(len(seen))):
+            raise AssertionError("a block's entries disagree with its stale count")
