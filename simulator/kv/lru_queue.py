@@ -67,8 +67,11 @@ class LruQueue:
 
     def pop_many(self, count: int) -> list[int]:
         """`popleft` `count` times, in order; at least `count` blocks must be in the queue."""
-        if not self._num_stale:  # the usual case: popped in C
-            return list(starmap(self._entries.popleft, repeat((), count)))
+        if not self._num_stale:  # the usual case: popped in C (one alone: cheaper without starmap)
+            popleft = self._entries.popleft
+            if count < 2:
+                return [popleft() for _ in range(count)]
+            return list(starmap(popleft, repeat((), count)))
         popleft = self.popleft
         return [popleft() for _ in range(count)]
 

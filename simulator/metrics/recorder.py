@@ -101,24 +101,21 @@ class Recorder:
         # `record_step`'s counts for such a step: sequences, requests (one sequence each),
         # prefill tokens, decode tokens, preemptions, blocks swapped in and out, copies
         counts = (num_seqs, num_seqs, 0, num_seqs, 0, 0, 0, 0)
+        # Built by concatenating tuples: half the time of unpacking each into one (measured),
+        # hence RUF005 off.
         for start_s, cost, state in zip(starts, costs, after):  # noqa: B905
-            duration = cost.duration_s  # > 0: a decode step always computes
-            running, waiting, swapped, *memory = state
+            compute_s, swap_s, copy_s, flops, bytes_moved = cost
+            duration = compute_s + swap_s + copy_s  # StepCost.duration_s; > 0: a decode computes
             append(
-                (
-                    start_s,
-                    duration,
-                    cost.compute_s,
-                    cost.swap_s,
-                    running,
-                    waiting,
-                    swapped,
-                    *counts,
-                    *memory,
+                (start_s, duration, compute_s, swap_s)  # noqa: RUF005
+                + state[:3]  # queue lengths
+                + counts
+                + state[3:]  # the memory row
+                + (
                     useful_share,
-                    cost.flops / (peak_flops * duration),
-                    cost.bytes_moved / (bandwidth * duration),
-                    1,  # row_steps
+                    flops / (peak_flops * duration),
+                    bytes_moved / (bandwidth * duration),
+                    1,
                 )
             )
 

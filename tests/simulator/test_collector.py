@@ -1,0 +1,63 @@
+"""The cyclic garbage collector is paused while a simulation runs (simulator/core/collector.py).
+That is safe only while a run leaves no cyclic garbage that grows with its length: pinned here
+for a single replica (preemptions included) and a fleet behind a router."""
+
+from __future__ import annotations
+
+import gc
+from dataclasses import replace
+
+import pytest
+
+from pagesim.simulator.core.cluster import ClusterConfig, PoolConfig, RouterConfig, RouterKind
+from pagesim.simulator.core.collector import collector_paused
+from pagesim.simulator.core.config import Policy, PrefixGroup, Scenario
+from pagesim.simulator.engine import simulate
+from tests.sim_helpers import poisson_workload, scenario, system
+
+
+def test_the_collector_is_back_as_it_was_after_the_block() -> None:
+    assert gc.isenabled()
+    with pytest.raises(RuntimeError), collector_paused():
+        assert not gc.isenabled()
+        raise RuntimeError("a run fails")
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with collector_paused():
+            assert not gc.isenabled()
+        assert not gc.isenabled()  # it was off: it stays off
+    finally:
+        gc.enable()
+
+
+def _cyclic_garbage_of(sc: Scenario) -> int:
+    """Objects only the collector can free after one run of `sc` (the collector off meanwhile)."""
+    gc.collect()
+    gc.disable()
+    try:
+        simulate(sc)
+        return gc.collect()
+    finally:
+        gc.enable()
+
+
+def _workload(num_requests: int, fleet: bool) -> Scenario:
+    groups = (PrefixGroup(num_tokens=256, fraction=0.5),)
+    workload = poisson_workload(num_requests, 40.0, 600, 200, prefix_groups=groups)
+    # A small pool: preemptions (recompute) and prefix-cache hits on free blocks happen.
+    v1 = system(Policy.VLLM_V1, "v1", num_kv_blocks=400)
+    sc = scenario(workload, v1)
+    if not fleet:
+        return sc
+    pool = PoolConfig("pool", 2, sc.gpu, sc.tensor_parallel)
+    cluster = ClusterConfig((pool,), RouterConfig(RouterKind.LEAST_OUTSTANDING))
+    return replace(sc, cluster=cluster)
+
+
+@pytest.mark.parametrize("fleet", [False, True], ids=["one replica", "a fleet of two"])
+def test_a_longer_run_leaves_no_more_cyclic_garbage(fleet: bool) -> None:
+    short = _cyclic_garbage_of(_workload(60, fleet))
+    long = _cyclic_garbage_of(_workload(480, fleet))  # 8x the requests, steps and events
+    # What a run leaves for the collector is its setup's and the result's, not its loop's.
+    assert long <= short + 200, (short, long)
