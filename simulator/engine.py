@@ -33,6 +33,7 @@ from pagesim.simulator.workload.stream import WorkloadStats, iter_requests
 StallError = ReplicaStallError  # the scheduler holds requests but can make no progress
 
 
+@collector_paused()  # core/collector.py: a run leaves nothing cyclic to collect; ~12% faster
 def simulate(
     scenario: Scenario,
     system: SystemConfig | None = None,
@@ -100,8 +101,7 @@ def simulate(
     # events that fall at one instant (fleets keep the same order, cluster/fleet.py).
     env.process(arrivals())
     done = replica.start()
-    with collector_paused():  # core/collector.py: nothing cyclic to collect, ~15% faster
-        env.run(until=done if max_time is None else max_time)
+    env.run(until=done if max_time is None else max_time)
     result = replica.result(scenario.name, env.now, workload_stats.provenance())
     provenance = {"pagesim_version": __version__} | {
         k: v for k, v in result.provenance.items() if k not in ("replica", "pool")

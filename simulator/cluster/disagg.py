@@ -53,7 +53,6 @@ from pagesim.simulator.cluster.link import Ports, transfer_bytes, transfer_s
 from pagesim.simulator.cluster.replica import Replica
 from pagesim.simulator.cluster.routers import LoadBoard, Router, make_router
 from pagesim.simulator.core.cluster import ClusterConfig, PoolConfig, PoolRole, RouterConfig
-from pagesim.simulator.core.collector import collector_paused
 from pagesim.simulator.core.config import Scenario, SystemConfig
 from pagesim.simulator.core.errors import InputError, choices_text
 from pagesim.simulator.core.link import LinkConfig
@@ -298,8 +297,7 @@ def run_disagg(
 
     env.process(arrivals())
     done = env.all_of([replica.start() for replica in [*prefills, *decodes]])
-    with collector_paused():  # core/collector.py: nothing cyclic to collect, ~15% faster
-        env.run(until=done if max_time is None else max_time)
+    env.run(until=done if max_time is None else max_time)
     return DisaggRun(
         prefills,
         decodes,

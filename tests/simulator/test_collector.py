@@ -61,3 +61,10 @@ def test_a_longer_run_leaves_no_more_cyclic_garbage(fleet: bool) -> None:
     long = _cyclic_garbage_of(_workload(480, fleet))  # 8x the requests, steps and events
     # What a run leaves for the collector is its setup's and the result's, not its loop's.
     assert long <= short + 200, (short, long)
+
+
+def test_simulate_runs_with_the_collector_paused_and_restores_it() -> None:
+    seen: list[bool] = []
+    simulate(_workload(20, fleet=False), on_step=lambda _now: seen.append(gc.isenabled()))
+    assert seen and not any(seen)  # paused at every step
+    assert gc.isenabled()  # and back after the run

@@ -187,3 +187,23 @@ def test_the_report_says_where_the_all_reduce_comes_from() -> None:
     )
     pcie = RooflineModel(llama, get_gpu("l40s"), ExecutionConfig(), tensor_parallel=2)
     assert pcie.term_sources()["all_reduce"] == "roofline (estimate: pcie4 (estimate))"
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    message=st.one_of(
+        st.integers(0, 64 * MIB), st.floats(0.0, 64.0 * MIB, allow_nan=False), st.just(4 * MIB)
+    ),
+    gpus=st.sampled_from([2, 4, 8]),
+    node=st.sampled_from([DGX_A100, DGX_H100]),
+)
+def test_one_message_costs_what_an_array_of_it_costs_to_the_last_bit(
+    message: float, gpus: int, node: Interconnect
+) -> None:
+    # The simulator prices one message at a time without arrays; the fit and the reports price
+    # arrays. The same operations either way: equal floats, not approximately equal ones (a
+    # step's cost must not depend on which path priced it).
+    link = node.at(gpus)
+    scalar = allreduce_call_s(message, gpus, link)
+    array = allreduce_call_s(np.array([float(message)]), gpus, link)
+    assert isinstance(scalar, float) and scalar == float(array[0])
