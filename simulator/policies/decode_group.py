@@ -167,17 +167,25 @@ class DecodeGroup:
         caller either gives each its block (`grow`) or releases every member."""
         return sorted(self._crossing_at[self.step % self.block_size])
 
-    def grow(self, crossing: list[int]) -> None:
+    def grow(self, crossing: list[int]) -> tuple[int, int]:
         """Each crossing member takes a new block (the pool has them) and stays a member: the
-        KV cache gets its skipped slots and this step's one."""
+        KV cache gets its skipped slots and this step's one. Returns the blocks taken and the
+        slots the members' caps gained (`num_reserved_slots` grows by that much)."""
         if not crossing:
-            return
+            return 0, 0
         step_tokens = self.step + 1  # each holds base + step tokens, all in full blocks
         bases = self.bases
         grown = list(map(self._members.__getitem__, crossing))
         counts = [bases[member.group] + step_tokens - member.synced for member in grown]
-        if self.kv.allocate_slots(crossing, counts) is None:
-            raise AssertionError("crossing members' blocks were counted as free")
+        kv = self.kv
+        # Each needs exactly one block (its slots fill its blocks, a block's worth or fewer
+        # skipped): the cache's short way; the general one otherwise (counting what it took).
+        taken = len(crossing)
+        if not kv.take_one_block_each(crossing, counts):
+            free_before = kv.num_free_blocks
+            if kv.allocate_slots(crossing, counts) is None:
+                raise AssertionError("crossing members' blocks were counted as free")
+            taken = free_before - kv.num_free_blocks
         bs = self.block_size
         gained = 0
         for member, count in zip(grown, counts):  # noqa: B905 (one count a member)
@@ -189,6 +197,7 @@ class DecodeGroup:
             gained += new_cap - cap
             member.cap = new_cap
         self._sum_cap += gained
+        return taken, gained
 
     def advance(self) -> list[SeqGroup]:
         """A grouped step completed: every member gained a token. Returns the members that

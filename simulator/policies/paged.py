@@ -41,6 +41,10 @@ class StepPolicy(Protocol):
     def schedule(self, state: PagedState, step: StepBuilder, now_s: float) -> None: ...
 
 
+# Positions in a MemoryRow (core/memory.py: MemoryBreakdown's fields in order).
+_COMPUTED, _RESERVED, _INTERNAL, _FREE = 0, 1, 2, 4
+
+
 class PagedScheduler(PolicyBase):
     """vLLM-style paged scheduling: `policy` decides, `state` remembers and acts."""
 
@@ -104,9 +108,19 @@ class PagedScheduler(PolicyBase):
         calendar = group.finish_calendar
         first_finish = calendar[0][0] if calendar else None
         after: list[tuple[int, ...]] = []
+        # The memory row after the last step, kept up to date in closed form while nobody
+        # finishes (then taken afresh): a step adds one computed slot a member and takes one
+        # reserved slot from each; a crossing member's new block moves block_size slots from
+        # free to held, its cap's gain to reserved and the rest to internal fragmentation.
+        row: list[int] | None = None
+        queues = (0, 0, 0)
         for i, end_s in enumerate(ends):
             if i and crossing_at[group.step % block_size]:
-                group.grow(group.crossing())  # start_pure_step (nothing when none crosses)
+                taken, gained = group.grow(group.crossing())  # start_pure_step
+                if row is not None:
+                    row[_RESERVED] += gained
+                    row[_INTERNAL] += taken * block_size - gained
+                    row[_FREE] -= taken * block_size
             self.num_output_tokens += num_members  # one token each
             if first_finish is None or group.step + 1 < first_finish:
                 group.step += 1  # `advance`, with nobody due
@@ -118,10 +132,15 @@ class PagedScheduler(PolicyBase):
                     member.request.last_token_s = end_s
                 state.finish(finished, end_s)
                 after.append((*self.queue_lengths(), *self.memory_breakdown().row))
+                row = None
                 continue
-            # The group's closed form, as `memory_breakdown` takes it while nobody else runs.
-            memory = kv.memory_row(group.num_deferred_computed, group.num_reserved_slots)
-            after.append((len(state.running), len(state.waiting), len(state.swapped), *memory))
+            if row is None:  # the group's closed form, as `memory_breakdown` takes it alone
+                row = list(kv.memory_row(group.num_deferred_computed, group.num_reserved_slots))
+                queues = (len(state.running), len(state.waiting), len(state.swapped))
+            else:
+                row[_COMPUTED] += num_members
+                row[_RESERVED] -= num_members
+            after.append(queues + tuple(row))
         return after
 
     # -- engine API -------------------------------------------------------------------------

@@ -111,3 +111,57 @@ def test_free_unshared_leaves_shared_blocks_to_decref_and_keeps_cached_ones_find
     assert pool.num_used_blocks == 0 and pool.lookup(99) == a
     assert pool.num_evictable_blocks == 1
     pool.check_invariants()
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_one_block_each_is_allocate_slots_where_it_applies_and_else_changes_nothing(
+    seed: int,
+) -> None:
+    # A decode group's crossing members take one block each (take_one_block_each); where a
+    # sequence's last block is partly filled (maybe shared: a copy), its count needs no block or
+    # two, or the pool is short, it refuses and the general path decides.
+    rng = random.Random(seed)
+    block_size = rng.choice([1, 2, 4, 16])
+    short, general = (PagedKVCache(160, block_size) for _ in range(2))
+    next_id, taken, refused = 0, 0, 0
+    for _ in range(200):
+        live = list(short.seq_ids())
+        action = rng.random()
+        if action < 0.2 or not live:
+            seq_id, next_id = next_id, next_id + 1
+            prompt = rng.choice([block_size, 2 * block_size, rng.randint(1, 3 * block_size)])
+            for cache in (short, general):
+                cache.add_seq(seq_id, final_len=10 * block_size)
+                if cache.allocate_slots([seq_id], prompt) is None:
+                    cache.free(seq_id)
+                else:
+                    cache.commit(seq_id, prompt)
+        elif action < 0.3:
+            parent = rng.choice(live)
+            for cache in (short, general):
+                cache.fork(parent, next_id)
+            next_id += 1
+        elif action < 0.4:
+            seq_id = rng.choice(live)
+            for cache in (short, general):
+                cache.free(seq_id)
+        else:
+            full = [s for s in live if short.num_tokens(s) % block_size == 0]  # no partial block
+            pick = full if full and rng.random() < 0.5 else live
+            ids = rng.sample(pick, rng.randint(1, min(3, len(pick))))
+            counts = [rng.choice([block_size, rng.randint(0, 2 * block_size)]) for _ in ids]
+            before = _state(short)
+            if short.take_one_block_each(ids, counts):
+                taken += 1
+                assert general.allocate_slots(ids, counts) == ()
+                assert short.num_free_blocks == before[2] - len(ids)  # one block each
+            else:
+                refused += 1
+                assert _state(short) == before  # nothing changed
+                assert short.allocate_slots(ids, counts) == general.allocate_slots(ids, counts)
+            for cache in (short, general):  # the step ran: its slots hold KV (forks need that)
+                for seq_id in ids:
+                    cache.commit(seq_id, cache.num_tokens(seq_id))
+        short.check_invariants()
+        assert _state(short) == _state(general)
+    assert taken > 5 and refused > 5, (taken, refused)  # both ways happened
