@@ -99,7 +99,7 @@ class PagedSlots:
         reserve_blocks: int = 0,
     ) -> tuple[BlockCopy, ...] | None:
         """Grow sequences by `num_new_tokens` slots each (one count for all, or one per sequence),
-        all or nothing: the way a sequence grows (`take_one_block_each` is a case of it).
+        all or nothing: the only way a sequence grows.
 
         Returns the copy-on-write copies made (usually none), or None when the free blocks less
         `reserve_blocks` cannot hold the growth; then nothing changed. Needs are counted per
@@ -174,29 +174,6 @@ class PagedSlots:
             if count:
                 self._append(self._seqs[seq_id], count, copies)
         return tuple(copies) if copies else _NO_COPIES
-
-    def take_one_block_each(self, seq_ids: Sequence[int], counts: Sequence[int]) -> bool:
-        """`allocate_slots(seq_ids, counts)` where it takes one new block a sequence and copies
-        nothing, which each sequence whose slots fill its blocks exactly and whose count is 1 to
-        block_size meets (a decode group's crossing members, every few steps): then True, done
-        without the general path's per-sequence plan. Otherwise, or if too few blocks are free,
-        False and nothing changed."""
-        seqs, bs = self._seqs, self._block_size
-        grown: list[BlockTable] = []
-        for seq_id, count in zip(seq_ids, counts, strict=True):
-            seq = seqs.get(seq_id)
-            if seq is None or seq.is_swapped or not 0 < count <= bs:
-                return False
-            if seq.num_tokens != len(seq.block_table) * bs:  # a partly filled last block
-                return False
-            grown.append(seq)
-        gpu = self._gpu
-        if len(grown) > gpu.num_free_blocks:
-            return False
-        for seq, count, block in zip(grown, counts, gpu.allocate_many(len(grown))):  # noqa: B905
-            seq.num_tokens += count
-            seq.block_table.append(block)
-        return True
 
     def commit(
         self, seq_id: int, num_computed_tokens: int, block_hashes: Sequence[int] = ()

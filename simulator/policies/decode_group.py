@@ -178,14 +178,10 @@ class DecodeGroup:
         grown = list(map(self._members.__getitem__, crossing))
         counts = [bases[member.group] + step_tokens - member.synced for member in grown]
         kv = self.kv
-        # Each needs exactly one block (its slots fill its blocks, a block's worth or fewer
-        # skipped): the cache's short way; the general one otherwise (counting what it took).
-        taken = len(crossing)
-        if not kv.take_one_block_each(crossing, counts):
-            free_before = kv.num_free_blocks
-            if kv.allocate_slots(crossing, counts) is None:
-                raise AssertionError("crossing members' blocks were counted as free")
-            taken = free_before - kv.num_free_blocks
+        free_before = kv.num_free_blocks
+        if kv.allocate_slots(crossing, counts) is None:
+            raise AssertionError("crossing members' blocks were counted as free")
+        taken = free_before - kv.num_free_blocks
         bs = self.block_size
         gained = 0
         for member, count in zip(grown, counts):  # noqa: B905 (one count a member)
