@@ -33,7 +33,7 @@ from pagesim.simulator.workload.stream import WorkloadStats, iter_requests
 StallError = ReplicaStallError  # the scheduler holds requests but can make no progress
 
 
-@collector_paused()  # core/collector.py: a run leaves nothing cyclic to collect; ~12% faster
+@collector_paused()  # core/collector.py: ~12% faster; a run leaves next to nothing cyclic
 def simulate(
     scenario: Scenario,
     system: SystemConfig | None = None,

@@ -74,7 +74,8 @@ def quantization(num_tokens: Number, n: Number, factors: RooflineFactors) -> Num
     if not isinstance(num_tokens, np.ndarray) and not isinstance(n, np.ndarray):
         # One GEMM (the simulator, a prefill's token count at a time): the same operations on
         # Python floats, ~10x faster than on NumPy scalars. ceil of a float below 2**53 is exact
-        # either way, so every value is the array path's (test_gemm.py compares the two).
+        # either way, so every finite value is the array path's (test_gemm.py compares the two;
+        # an infinite or NaN count raises here, where arrays would give NaN).
         m_tiles_s = float(math.ceil(num_tokens / tile_m))
         pad_s = m_tiles_s * tile_m / num_tokens if num_tokens > tile_m else 1.0
         tiles_s = m_tiles_s * float(math.ceil(n / tile_n))

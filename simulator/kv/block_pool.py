@@ -22,8 +22,9 @@ Which free block `allocate` takes is the eviction order, chosen per engine era:
 
 Duplicate content: V1 caches a block under its hash even when another block already holds that
 hash (`allow_duplicates`; v1/core/block_pool.py cache_full_blocks, BlockHashToBlockMap), and a
-lookup finds the oldest; V0 keeps the first and leaves the copy uncached. Every operation is O(1)
-(amortized): deques and insertion-ordered dicts.
+lookup finds the oldest; V0 keeps the first and leaves the copy uncached. Allocating, freeing,
+caching, looking up and hitting a block are O(1) (amortized): deques and insertion-ordered dicts
+(`evict_one` and `num_evictable_blocks` walk the free blocks).
 
 Sharing saves memory: a block with ref_count r stands in for r copies, r - 1 of them saved. The
 pool counts the saved copies by cause, as references are taken: a prefix-cache hit on a block in

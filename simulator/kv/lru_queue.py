@@ -12,9 +12,9 @@ head are the stale ones.
 
 from __future__ import annotations
 
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Iterable, Iterator
-from itertools import repeat, starmap
+from itertools import compress, repeat, starmap
 
 # Stale entries past which the deque is rebuilt without them (and past half of its entries):
 # hits on free blocks that allocation does not reach for a long time cannot grow it unbounded.
@@ -86,17 +86,18 @@ class LruQueue:
 
     def check(self, ref_counts: list[int]) -> None:
         """Raise AssertionError unless the queue holds each free block (ref count 0) once and
-        nothing else, its stale entries counted exactly."""
+        nothing else, its stale entries counted exactly (loops in C but over stale blocks)."""
         live = list(iter(self))
-        if len(live) != len(set(live)):
-            raise AssertionError("a block is twice in the free queue")
-        if len(live) != ref_counts.count(0) or any(ref_counts[b] for b in live):
-            raise AssertionError("the free queue and the free blocks (ref count 0) differ")
-        if sum(self._stale) != self._num_stale:
-            raise AssertionError("stale entries disagree with their total")
-        seen = [0] * len(self._stale)
-        for block in self._entries:
-            seen[block] += 1
         live_set = set(live)
-        if any(seen[b] != self._stale[b] + (b in live_set) for b in range(len(seen))):
-            raise AssertionError("a block's entries disagree with its stale count")
+        if len(live) != len(live_set):
+            raise AssertionError("a block is twice in the free queue")
+        if len(live) != ref_counts.count(0) or any(map(ref_counts.__getitem__, live)):
+            raise AssertionError("the free queue and the free blocks (ref count 0) differ")
+        stale = self._stale
+        if sum(stale) != self._num_stale or len(self._entries) != len(live) + self._num_stale:
+            raise AssertionError("stale entries disagree with their total")
+        if self._num_stale:
+            seen = Counter(self._entries)
+            for block in compress(range(len(stale)), stale):
+                if seen[block] != stale[block] + (block in live_set):
+                    raise AssertionError(f"block {block}'s entries disagree with its stale count")

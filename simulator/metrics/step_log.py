@@ -192,7 +192,9 @@ class StepLog:
         """Total the buffered steps and store them as rows, merging rows if over `max_rows`."""
         if not self._raw:
             return
-        num_values = len(self._raw) * _NUM_COLUMNS  # a row of the wrong length fails here
+        if set(map(len, self._raw)) != {_NUM_COLUMNS}:  # fromiter would shift the columns
+            raise ValueError(f"a step row must hold {_NUM_COLUMNS} values (STEP_COLUMNS)")
+        num_values = len(self._raw) * _NUM_COLUMNS
         values = np.fromiter(chain.from_iterable(self._raw), dtype=np.float64, count=num_values)
         steps = values.reshape(-1, _NUM_COLUMNS)
         self._raw = []

@@ -179,8 +179,11 @@ class DecodeGroup:
         counts = [bases[member.group] + step_tokens - member.synced for member in grown]
         kv = self.kv
         free_before = kv.num_free_blocks
-        if kv.allocate_slots(crossing, counts) is None:
+        copies = kv.allocate_slots(crossing, counts)
+        if copies is None:
             raise AssertionError("crossing members' blocks were counted as free")
+        if copies:  # a lone sequence's last block is never shared: the runs' rows rely on it
+            raise AssertionError(f"crossing members' blocks were copied: {copies}")
         taken = free_before - kv.num_free_blocks
         bs = self.block_size
         gained = 0

@@ -65,10 +65,18 @@ pool_ops = st.lists(st.tuples(st.sampled_from("aAtdcfe"), st.integers(0, 11)), m
 
 
 @settings(max_examples=150, deadline=None)
-@given(ops=pool_ops)
-def test_a_v1_pool_reuses_blocks_in_v1s_order(ops: list[tuple[str, int]]) -> None:
+@given(ops=pool_ops, compact_after=st.sampled_from([0, 2, 4096]))
+def test_a_v1_pool_reuses_blocks_in_v1s_order(
+    ops: list[tuple[str, int]], compact_after: int
+) -> None:
     # V1 (v1/core/kv_cache_utils.py FreeKVCacheBlockQueue): allocation takes the head, a freed
     # block goes to the tail, a hit takes a free block out, cached or not all in one order.
+    with pytest.MonkeyPatch.context() as patch:  # the queue's compaction too
+        patch.setattr(lru_queue, "COMPACT_AFTER", compact_after)
+        check_a_v1_pool(ops)
+
+
+def check_a_v1_pool(ops: list[tuple[str, int]]) -> None:
     num_blocks = 8
     pool = BlockPool(num_blocks, eviction=EvictionOrder.LRU, allow_duplicates=True)
     order = list(range(num_blocks))  # the model: free blocks, least recently freed first

@@ -177,3 +177,13 @@ def test_the_table_takes_the_rows_and_the_totals_stay() -> None:
     first = log.frame()
     assert len(first) == 5 and first["start_s"].tolist() == rows[:, 0].tolist()
     assert len(log.frame()) == 0 and log.totals.num_steps == 5
+
+
+def test_a_row_of_the_wrong_length_is_refused_not_shifted() -> None:
+    num_columns = len(STEP_COLUMNS)
+    for lengths in ((num_columns + 1,), (num_columns - 1, num_columns + 1)):
+        log = StepLog(chunk_steps=4)
+        for length in lengths:
+            log.append(tuple(float(i) for i in range(length)))
+        with pytest.raises(ValueError, match="must hold"):
+            log.flush()
