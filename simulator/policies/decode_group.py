@@ -167,24 +167,21 @@ class DecodeGroup:
         caller either gives each its block (`grow`) or releases every member."""
         return sorted(self._crossing_at[self.step % self.block_size])
 
-    def grow(self, crossing: list[int]) -> tuple[int, int]:
+    def grow(self, crossing: list[int]) -> int:
         """Each crossing member takes a new block (the pool has them) and stays a member: the
-        KV cache gets its skipped slots and this step's one. Returns the blocks taken and the
-        slots the members' caps gained (`num_reserved_slots` grows by that much)."""
+        KV cache gets its skipped slots and this step's one. Returns the slots the members'
+        caps gained (`num_reserved_slots` grows by that much)."""
         if not crossing:
-            return 0, 0
+            return 0
         step_tokens = self.step + 1  # each holds base + step tokens, all in full blocks
         bases = self.bases
         grown = list(map(self._members.__getitem__, crossing))
         counts = [bases[member.group] + step_tokens - member.synced for member in grown]
-        kv = self.kv
-        free_before = kv.num_free_blocks
-        copies = kv.allocate_slots(crossing, counts)
+        copies = self.kv.allocate_slots(crossing, counts)
         if copies is None:
             raise AssertionError("crossing members' blocks were counted as free")
         if copies:  # a lone sequence's last block is never shared: the runs' rows rely on it
             raise AssertionError(f"crossing members' blocks were copied: {copies}")
-        taken = free_before - kv.num_free_blocks
         bs = self.block_size
         gained = 0
         for member, count in zip(grown, counts):  # noqa: B905 (one count a member)
@@ -196,7 +193,7 @@ class DecodeGroup:
             gained += new_cap - cap
             member.cap = new_cap
         self._sum_cap += gained
-        return taken, gained
+        return gained
 
     def advance(self) -> list[SeqGroup]:
         """A grouped step completed: every member gained a token. Returns the members that

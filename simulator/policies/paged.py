@@ -116,8 +116,10 @@ class PagedScheduler(PolicyBase):
         queues = (0, 0, 0)
         for i, end_s in enumerate(ends):
             if i and crossing_at[group.step % block_size]:
-                taken, gained = group.grow(group.crossing())  # start_pure_step
+                free_before = kv.num_free_blocks
+                gained = group.grow(group.crossing())  # start_pure_step
                 if row is not None:
+                    taken = free_before - kv.num_free_blocks
                     row[_RESERVED] += gained
                     row[_INTERNAL] += taken * block_size - gained
                     row[_FREE] -= taken * block_size
