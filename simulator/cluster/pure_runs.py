@@ -105,18 +105,14 @@ class PureRuns:
         find = bisect_left if before_now else bisect_right
         stop = find(window.ends, self._env.now, done, window.num_steps)
         if stop > done:
-            after = paged.complete_pure_steps(window.ends[done:stop])
+            start_next = stop < window.num_steps  # the step in flight now: started with them
+            memory = paged.complete_pure_steps(window.ends[done:stop], start_next)
             self._recorder.record_decode_steps(
-                window.starts[done:stop],
-                window.costs[done:stop],
-                window.run.num_members,
-                after,
-                paged.batch_capacity,
+                window.starts[done:stop], window.costs[done:stop], memory, paged.batch_capacity
             )
-            window.num_done = window.num_started = stop
+            window.num_done = stop
+            window.num_started = stop + start_next
             self.num_steps_ahead += stop - done
-            if stop < window.num_steps:
-                self._start_next()
 
     def cut(self) -> None:
         """Something arrives: the open run ends with the step in flight (the next one may

@@ -57,3 +57,46 @@ class MemoryBreakdown:
             + self.external_frag_slots
             + self.free_slots
         )
+
+
+@dataclass(frozen=True, slots=True)
+class RunMemory:
+    """What a step record reads after each of a run's pure decode steps (the queue lengths,
+    then the memory row), in closed form: policies/paged.py `complete_pure_steps` gives it,
+    metrics/run_rows.py expands it for a whole chunk of steps at once.
+
+    The first `num_steps` steps (k = 0, 1, ...) keep `queues`, and their rows follow `first`
+    (the row after step 0): by step k each of `num_members` sequences added k computed slots
+    and used k reserved ones, and the steps' new blocks (`takes[j - 1]` at step j, one per
+    crossing member) moved block_size slots each from free to held, their caps' gain
+    (`gains[j - 1]`) to reserved and the rest to internal fragmentation. `last`: the queue
+    lengths and row after one more, final step in which members finished (taken afresh).
+    """
+
+    num_steps: int
+    num_members: int
+    block_size: int
+    queues: tuple[int, int, int]
+    first: MemoryRow | None  # None when num_steps is 0
+    gains: list[int]  # per step after the first (more entries are ignored)
+    takes: list[int]
+    last: tuple[int, ...] | None
+
+    def rows(self) -> list[tuple[int, ...]]:
+        """Each step's queue lengths and memory row, one tuple a step (the reference: one
+        step at a time, as the per-step loop's records have them)."""
+        out: list[tuple[int, ...]] = []
+        if self.first is not None:
+            row = list(self.first)
+            members, block_size = self.num_members, self.block_size
+            for k in range(self.num_steps):
+                if k:
+                    gained, taken = self.gains[k - 1], self.takes[k - 1]
+                    row[0] += members  # computed
+                    row[1] += gained - members  # reserved
+                    row[2] += taken * block_size - gained  # internal fragmentation
+                    row[4] -= taken * block_size  # free
+                out.append(self.queues + tuple(row))
+        if self.last is not None:
+            out.append(self.last)
+        return out

@@ -175,6 +175,51 @@ class PagedSlots:
                 self._append(self._seqs[seq_id], count, copies)
         return tuple(copies) if copies else _NO_COPIES
 
+    def grow_lone(self, seq_ids: Sequence[int], num_tokens: Sequence[int]) -> list[int]:
+        """Grow sequence `seq_ids[i]` to `num_tokens[i]` slots, entry by entry (a sequence may
+        come again, later with more): what `allocate_slots(seq_ids[i:i + 1], growth)` of each
+        entry in turn would do, with the blocks taken in one allocation, in the same order.
+        For sequences whose partly filled last block nobody shares (a decode group's members
+        crossing into new blocks over several steps). Returns the blocks each entry took.
+        All or nothing: KVCacheError if the free blocks cannot hold them (nothing changed)."""
+        seqs = self._seqs
+        bs = self._block_size
+        refs = self._gpu_refs
+        needs: list[int] = []
+        # Per sequence: (blocks, slots) after its entries so far; the cache is changed below.
+        ahead: dict[int, tuple[int, int]] = {}
+        for seq_id, tokens in zip(seq_ids, num_tokens, strict=True):
+            seq = seqs.get(seq_id)
+            if seq is None or seq.is_swapped:
+                self._gpu_seq(seq_id)  # raises, naming the problem
+            assert seq is not None
+            if seq_id in ahead:
+                num_blocks, held = ahead[seq_id]
+            else:
+                num_blocks, held = len(seq.block_table), seq.num_tokens
+                if held % bs and refs[seq.block_table[-1]] > 1 and tokens > held:
+                    raise KVCacheError(f"seq {seq_id}: its partly filled last block is shared")
+            if tokens < held:
+                raise KVCacheError(f"seq {seq_id}: cannot shrink from {held} to {tokens} slots")
+            need = max(0, (tokens + bs - 1) // bs - num_blocks)
+            needs.append(need)
+            ahead[seq_id] = (num_blocks + need, tokens)
+        total = sum(needs)
+        if total > self._gpu.num_free_blocks:
+            raise KVCacheError(f"{total} blocks asked for, {self._gpu.num_free_blocks} free")
+        blocks = self._gpu.allocate_many(total) if total else []
+        at = 0
+        for seq_id, tokens, need in zip(seq_ids, num_tokens, needs):  # noqa: B905 (checked)
+            seq = seqs[seq_id]
+            seq.num_tokens = tokens
+            if need == 1:
+                seq.block_table.append(blocks[at])
+                at += 1
+            elif need:
+                seq.block_table.extend(blocks[at : at + need])
+                at += need
+        return needs
+
     def commit(
         self, seq_id: int, num_computed_tokens: int, block_hashes: Sequence[int] = ()
     ) -> None:

@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from pagesim.simulator.metrics.result import KV_CATEGORIES, STEP_COLUMNS
+from pagesim.simulator.metrics.run_rows import DecodeRun, stack
 
 MAX_ROWS = 1 << 17  # ~24 MB of rows; reports plot a few hundred buckets, so a row per step is rare
 CHUNK_STEPS = 4096  # steps buffered raw before they are totalled and stored
@@ -173,9 +174,16 @@ class StepLog:
         self.max_rows = max_rows
         self.totals = StepTotals(window_start_s)
         self.row_steps = 1  # steps a stored row stands for (a power of two)
-        # The chunk's steps as given, one tuple each: converted to floats once a chunk is full,
-        # by NumPy in one call (a third of the time of extending an array("d") step by step).
+        # The steps not yet totalled: one tuple each (`append`), converted to floats a chunk at
+        # a time, by NumPy in one call (a third of the time of extending an array("d") step by
+        # step); runs of pure decode steps in closed form (`append_run`), each with its place
+        # among them, expanded then too (run_rows.py); and first `_ahead`, the rows past the
+        # last whole chunk (a run may overrun a chunk: chunks are totalled exactly
+        # `chunk_steps` steps at a time, whatever the runs, so that sums add up in one order).
+        self._ahead = np.empty((0, _NUM_COLUMNS))
         self._raw: list[Sequence[float]] = []
+        self._runs: list[tuple[int, DecodeRun]] = []
+        self._num_buffered = 0  # steps in all three
         self._chunk_steps = chunk_steps
         self._stored: list[np.ndarray] = []  # rows [n, len(STEP_COLUMNS)]
         self._carry = np.empty((0, _NUM_COLUMNS))  # raw steps short of a whole row
@@ -183,21 +191,63 @@ class StepLog:
 
     def append(self, values: Sequence[float]) -> None:
         """Add one step's values in STEP_COLUMNS order (`row_steps` last: 1)."""
-        raw = self._raw
-        raw.append(values)
-        if len(raw) >= self._chunk_steps:
-            self.flush()
+        self._raw.append(values)
+        self._num_buffered += 1
+        if self._num_buffered >= self._chunk_steps:
+            self._total(final=False)
+
+    def append_run(self, run: DecodeRun) -> None:
+        """Add the steps of a run of pure decode steps, in order (run_rows.py)."""
+        if not len(run):
+            return
+        self._runs.append((self._num_buffered, run))
+        self._num_buffered += len(run)
+        if self._num_buffered >= self._chunk_steps:
+            self._total(final=False)
 
     def flush(self) -> None:
         """Total the buffered steps and store them as rows, merging rows if over `max_rows`."""
-        if not self._raw:
-            return
-        if set(map(len, self._raw)) != {_NUM_COLUMNS}:  # fromiter would shift the columns
+        self._total(final=True)
+
+    def _total(self, final: bool) -> None:
+        """Total the buffered steps a chunk at a time: all of them if `final`, else the whole
+        chunks (the rest waits in `_ahead`)."""
+        steps = self._buffered()
+        self._raw, self._runs = [], []
+        chunk = self._chunk_steps
+        end = len(steps) if final else len(steps) // chunk * chunk
+        for at in range(0, end, chunk):
+            self._add(steps[at : at + chunk])
+        self._ahead = steps[end:]
+        self._num_buffered = len(self._ahead)
+
+    def _buffered(self) -> np.ndarray:
+        """The buffered steps' rows, in order."""
+        raw, runs, ahead = self._raw, self._runs, self._ahead
+        if raw and set(map(len, raw)) != {_NUM_COLUMNS}:  # fromiter would shift the columns
             raise ValueError(f"a step row must hold {_NUM_COLUMNS} values (STEP_COLUMNS)")
-        num_values = len(self._raw) * _NUM_COLUMNS
-        values = np.fromiter(chain.from_iterable(self._raw), dtype=np.float64, count=num_values)
-        steps = values.reshape(-1, _NUM_COLUMNS)
-        self._raw = []
+        plain = np.fromiter(
+            chain.from_iterable(raw), dtype=np.float64, count=len(raw) * _NUM_COLUMNS
+        ).reshape(-1, _NUM_COLUMNS)
+        if not runs and not len(ahead):
+            return plain
+        steps = np.empty((self._num_buffered, _NUM_COLUMNS))
+        steps[: len(ahead)] = ahead
+        is_plain = np.ones(self._num_buffered, dtype=bool)
+        is_plain[: len(ahead)] = False
+        if runs:
+            in_run = np.zeros(self._num_buffered, dtype=bool)
+            for at, run in runs:
+                in_run[at : at + len(run)] = True
+            steps[in_run] = stack([run for _, run in runs])
+            is_plain &= ~in_run
+        steps[is_plain] = plain
+        return steps
+
+    def _add(self, steps: np.ndarray) -> None:
+        """Total a chunk of steps and store them as rows, merging rows if over `max_rows`."""
+        if not len(steps):
+            return
         self.totals.add(steps)
         # Steps short of a whole row wait for the next chunk (rows may hold more than a chunk).
         pending = np.concatenate((self._carry, steps)) if len(self._carry) else steps

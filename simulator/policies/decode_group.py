@@ -195,6 +195,58 @@ class DecodeGroup:
         self._sum_cap += gained
         return gained
 
+    def grow_ahead(self, num_steps: int) -> tuple[list[int], list[int]]:
+        """`grow(crossing())` at the start of each of the group's next `num_steps` steps, from
+        `step` on, as if it advanced in between but without advancing it (the caller does,
+        and no member may leave meanwhile): a run of pure steps (decode_window.py) takes all
+        their blocks in one allocation, in the per-step order (step by step, each step's
+        crossing members by seq id). Returns each step's cap gain (slots) and blocks taken."""
+        bs = self.block_size
+        bases, members, crossing_at = self.bases, self._members, self._crossing_at
+        seq_ids: list[int] = []
+        tokens: list[int] = []
+        grown: list[_Member] = []
+        sizes = [0] * num_steps  # crossing members per step
+        step = self.step
+        for i in range(num_steps):
+            due = crossing_at[(step + i) % bs]
+            if not due:
+                continue
+            step_tokens = step + i + 1  # each holds base + step tokens, all in full blocks
+            sizes[i] = len(due)
+            for seq_id in sorted(due):
+                member = members[seq_id]
+                seq_ids.append(seq_id)
+                tokens.append(bases[member.group] + step_tokens)
+                grown.append(member)
+        if not seq_ids:
+            return sizes, sizes.copy()
+        needs = self.kv.grow_lone(seq_ids, tokens)
+        gains = [0] * num_steps
+        takes = [0] * num_steps
+        at = 0
+        total_gain = 0
+        for i, size in enumerate(sizes):
+            if not size:
+                continue
+            gained = taken = 0
+            for k in range(at, at + size):
+                member = grown[k]
+                member.synced = tokens[k]
+                cap = member.cap
+                new_cap = cap + bs
+                if new_cap > member.final_len:
+                    new_cap = member.final_len
+                gained += new_cap - cap
+                member.cap = new_cap
+                taken += needs[k]
+            at += size
+            gains[i] = gained
+            takes[i] = taken
+            total_gain += gained
+        self._sum_cap += total_gain
+        return gains, takes
+
     def advance(self) -> list[SeqGroup]:
         """A grouped step completed: every member gained a token. Returns the members that
         finished (released, their last token produced)."""

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from pagesim.simulator.core.config import SystemConfig
-from pagesim.simulator.core.memory import MemoryBreakdown
+from pagesim.simulator.core.memory import MemoryBreakdown, MemoryRow, RunMemory
 from pagesim.simulator.core.plan import StepPlan
 from pagesim.simulator.core.request import GENERATED_SEGMENT, Request, SamplingKind
 from pagesim.simulator.kv.hybrid_layout import HybridLayout
@@ -39,10 +39,6 @@ class StepPolicy(Protocol):
         ...
 
     def schedule(self, state: PagedState, step: StepBuilder, now_s: float) -> None: ...
-
-
-# Positions in a MemoryRow (core/memory.py: MemoryBreakdown's fields in order).
-_COMPUTED, _RESERVED, _INTERNAL, _FREE = 0, 1, 2, 4
 
 
 class PagedScheduler(PolicyBase):
@@ -91,59 +87,57 @@ class PagedScheduler(PolicyBase):
         """The schedule of the next of `pure_run`'s steps: what `schedule` would change."""
         start_pure_step(self.state)
 
-    def complete_pure_steps(self, ends: Sequence[float]) -> list[tuple[int, ...]]:
+    def complete_pure_steps(self, ends: Sequence[float], start_next: bool = False) -> RunMemory:
         """Complete the next `len(ends)` of `pure_run`'s steps in order, step i ending at
-        `ends[i]`, the first already started, each later one started first: what `complete`
-        does with their plans, which list nothing. Returns what a step record reads after each,
-        in one tuple: `queue_lengths()`, then `memory_breakdown()`'s row."""
+        `ends[i]`, the first already started, each later one started first, and then (if
+        `start_next`) start the one after them: what `complete` and `start_pure_step` do with
+        their plans, which list nothing. Returns what a step record reads after each (the
+        queue lengths, then `memory_breakdown()`'s row), in closed form."""
         state = self.state
         group = state.decode_group
         assert group is not None
         num_members = len(group.bases)
         kv = self.kv
         assert isinstance(kv, PagedKVCache)  # the fast path's (enable_fast_path)
-        crossing_at, block_size = group.crossing_calendar, group.block_size
+        num_steps = len(ends)
+        self.num_output_tokens += num_steps * num_members  # one token each a step
         # The run's first finish (pure_run dropped the calendar's stale head; nobody joins or
-        # leaves before it): the steps before it advance the group without looking.
+        # leaves before it, so only the run's last step can reach it): the steps before it
+        # advance the group without looking.
         calendar = group.finish_calendar
         first_finish = calendar[0][0] if calendar else None
-        after: list[tuple[int, ...]] = []
-        # The memory row after the last step, kept up to date in closed form while nobody
-        # finishes (then taken afresh): a step adds one computed slot a member and takes one
-        # reserved slot from each; a crossing member's new block moves block_size slots from
-        # free to held, its cap's gain to reserved and the rest to internal fragmentation.
-        row: list[int] | None = None
+        finishes = first_finish is not None and group.step + num_steps >= first_finish
+        assert not finishes or group.step + num_steps == first_finish, "a run ends at a finish"
+        plain = num_steps - finishes  # steps that advance without looking
+        first: MemoryRow | None = None
         queues = (0, 0, 0)
-        for i, end_s in enumerate(ends):
-            if i and crossing_at[group.step % block_size]:
-                free_before = kv.num_free_blocks
-                gained = group.grow(group.crossing())  # start_pure_step
-                if row is not None:
-                    taken = free_before - kv.num_free_blocks
-                    row[_RESERVED] += gained
-                    row[_INTERNAL] += taken * block_size - gained
-                    row[_FREE] -= taken * block_size
-            self.num_output_tokens += num_members  # one token each
-            if first_finish is None or group.step + 1 < first_finish:
-                group.step += 1  # `advance`, with nobody due
-                finished = None
-            else:
-                finished = group.advance()  # members whose last token appeared now
+        gains: list[int] = []
+        takes: list[int] = []
+        if plain:
+            group.step += 1  # the first step (started already)
+            # The row after it, as `memory_breakdown` takes the group alone; the later steps'
+            # rows follow in closed form (RunMemory) from their blocks, taken at once now.
+            first = kv.memory_row(group.num_deferred_computed, group.num_reserved_slots)
+            queues = (len(state.running), len(state.waiting), len(state.swapped))
+            if num_steps > 1 or start_next:
+                gains, takes = group.grow_ahead(num_steps - 1 + start_next)
+            group.step += plain - 1
+        last = None
+        if finishes:
+            assert not start_next, "no step follows a run's finish"
+            finished = group.advance()  # members whose last token appeared now
             if finished:
+                end_s = ends[-1]
                 for member in finished:
                     member.request.last_token_s = end_s
                 state.finish(finished, end_s)
-                after.append((*self.queue_lengths(), *self.memory_breakdown().row))
-                row = None
-                continue
-            if row is None:  # the group's closed form, as `memory_breakdown` takes it alone
-                row = list(kv.memory_row(group.num_deferred_computed, group.num_reserved_slots))
-                queues = (len(state.running), len(state.waiting), len(state.swapped))
-            else:
-                row[_COMPUTED] += num_members
-                row[_RESERVED] -= num_members
-            after.append(queues + tuple(row))
-        return after
+                last = (*self.queue_lengths(), *self.memory_breakdown().row)
+            else:  # nobody was due after all: one more step in closed form
+                plain += 1
+                if first is None:
+                    first = kv.memory_row(group.num_deferred_computed, group.num_reserved_slots)
+                    queues = (len(state.running), len(state.waiting), len(state.swapped))
+        return RunMemory(plain, num_members, group.block_size, queues, first, gains, takes, last)
 
     # -- engine API -------------------------------------------------------------------------
     def add_request(self, request: Request, now_s: float) -> None:

@@ -136,10 +136,10 @@ def test_built_in_scenarios_run_alone_give_the_per_step_run(
     complete = PagedScheduler.complete_pure_steps
 
     def counted(
-        scheduler: PagedScheduler, ends: list[float]
+        scheduler: PagedScheduler, ends: list[float], start_next: bool = False
     ) -> list[tuple[int, int, int, MemoryRow]]:
         applied[0] += len(ends)
-        return complete(scheduler, ends)
+        return complete(scheduler, ends, start_next)
 
     monkeypatch.setattr(PagedScheduler, "complete_pure_steps", counted)
     sc = load_scenario(name)

@@ -111,3 +111,51 @@ def test_free_unshared_leaves_shared_blocks_to_decref_and_keeps_cached_ones_find
     assert pool.num_used_blocks == 0 and pool.lookup(99) == a
     assert pool.num_evictable_blocks == 1
     pool.check_invariants()
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_grow_lone_is_allocate_slots_entry_by_entry(seed: int) -> None:
+    """A run's crossing members over several steps (a sequence may come again): one
+    allocation, the same blocks in the same order as one `allocate_slots` an entry."""
+    rng = random.Random(seed)
+    block_size = rng.choice([1, 4, 16])
+    bulk, one_by_one = (PagedKVCache(200, block_size) for _ in range(2))
+    prompts = [rng.randint(1, 3 * block_size) for _ in range(6)]
+    for cache in (bulk, one_by_one):
+        for seq_id, prompt in enumerate(prompts):
+            cache.add_seq(seq_id, final_len=1000)
+            assert cache.allocate_slots([seq_id], prompt) is not None
+    held = {s: bulk.num_tokens(s) for s in range(6)}
+    seq_ids, tokens = [], []
+    for _ in range(rng.randint(0, 12)):
+        seq_id = rng.randrange(6)
+        held[seq_id] += rng.randint(0, 2 * block_size)
+        seq_ids.append(seq_id)
+        tokens.append(held[seq_id])
+    needs = bulk.grow_lone(seq_ids, tokens)
+    for seq_id, count, need in zip(seq_ids, tokens, needs, strict=True):
+        before = one_by_one.num_free_blocks
+        growth = count - one_by_one.num_tokens(seq_id)
+        assert one_by_one.allocate_slots([seq_id], growth) == ()
+        assert before - one_by_one.num_free_blocks == need
+    assert _state(bulk) == _state(one_by_one)
+
+
+def test_grow_lone_refuses_without_changing_anything() -> None:
+    cache = PagedKVCache(4, 4)
+    for seq_id in (0, 1):
+        cache.add_seq(seq_id, final_len=100)
+        assert cache.allocate_slots([seq_id], 4) is not None
+    before = _state(cache)
+    with pytest.raises(KVCacheError, match="3 blocks asked for, 2 free"):
+        cache.grow_lone([0, 1, 0], [5, 5, 9])
+    with pytest.raises(KVCacheError, match="cannot shrink"):
+        cache.grow_lone([0, 0], [8, 6])
+    with pytest.raises(KVCacheError, match="unknown seq 7"):
+        cache.grow_lone([7], [4])
+    assert _state(cache) == before
+    assert cache.grow_lone([0, 1, 0], [5, 5, 8]) == [1, 1, 0]
+    cache.commit(1, 5)
+    cache.fork(1, 2)  # seq 1's partly filled last block is now shared: a copy would be needed
+    with pytest.raises(KVCacheError, match="shared"):
+        cache.grow_lone([1], [6])

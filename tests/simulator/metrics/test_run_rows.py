@@ -1,0 +1,137 @@
+"""Runs of pure decode steps recorded in closed form (metrics/run_rows.py): the rows NumPy
+expands must be the ones a step at a time would have made, to the last bit, and the step log
+must total them in the same chunks whatever the runs' lengths (sums of floats depend on order).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pagesim.simulator.core.memory import RunMemory
+from pagesim.simulator.core.plan import StepCost
+from pagesim.simulator.metrics.result import STEP_COLUMNS
+from pagesim.simulator.metrics.run_rows import DecodeRun, stack
+from pagesim.simulator.metrics.step_log import StepLog
+
+PEAK_FLOPS, BANDWIDTH = 312e12, 2.039e12  # A100's figures (any positive floats would do)
+
+
+def _python_rows(run: DecodeRun) -> list[tuple[float, ...]]:
+    """The rows as `Recorder.record_step` builds them, one step at a time."""
+    m = run.memory.num_members
+    rows = []
+    for start, cost, state in zip(run.starts, run.costs, run.memory.rows(), strict=False):
+        duration = cost.compute_s + cost.swap_s + cost.copy_s
+        rows.append(
+            (
+                start,
+                duration,
+                cost.compute_s,
+                cost.swap_s,
+                *state[:3],
+                *(m, m, 0, m, 0, 0, 0, 0),
+                *state[3:],
+                run.useful_share,
+                cost.flops / (run.peak_flops * duration),
+                cost.bytes_moved / (run.bandwidth * duration),
+                1,
+            )
+        )
+    return rows
+
+
+@st.composite
+def runs(draw: st.DrawFn) -> DecodeRun:
+    num_steps = draw(st.integers(0, 40))
+    members = draw(st.integers(1, 300))
+    block_size = draw(st.sampled_from([1, 16, 32]))
+    first = tuple(draw(st.lists(st.integers(0, 10**9), min_size=7, max_size=7)))
+    grows = st.lists(st.integers(0, 50), min_size=num_steps + 2, max_size=num_steps + 2)
+    floats = st.floats(1e-6, 10.0, allow_nan=False)
+    costs = [
+        StepCost(draw(floats), draw(st.sampled_from([0.0, 1e-3])), 0.0, draw(floats) * 1e12, 1e9)
+        for _ in range(num_steps)
+    ]
+    start = draw(st.floats(0, 1e5))
+    starts = [start + i * 0.25 for i in range(num_steps)]
+    memory = RunMemory(
+        num_steps,
+        members,
+        block_size,
+        (members, draw(st.integers(0, 9)), 0),
+        first if num_steps else None,
+        draw(grows),
+        draw(grows),
+        None,
+    )
+    return DecodeRun(starts, costs, memory, members / 256, PEAK_FLOPS, BANDWIDTH)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(runs(), min_size=1, max_size=6))
+def test_stacked_rows_are_the_step_at_a_time_rows_to_the_last_bit(batch: list[DecodeRun]) -> None:
+    expected = [row for run in batch for row in _python_rows(run)]
+    got = stack(batch)
+    assert got.shape == (len(expected), len(STEP_COLUMNS))
+    assert np.array_equal(got, np.array(expected, dtype=np.float64).reshape(got.shape))
+
+
+def test_a_run_narrated() -> None:
+    # Two members, block size 4: step 1 grows one member (cap +4, one block), step 2 nobody.
+    memory = RunMemory(3, 2, 4, (2, 1, 0), (10, 6, 0, 0, 40, 0, 0), [4, 0], [1, 0], None)
+    assert memory.rows() == [
+        (2, 1, 0, 10, 6, 0, 0, 40, 0, 0),
+        (2, 1, 0, 12, 8, 0, 0, 36, 0, 0),  # +2 computed, +4 - 2 reserved, a block from free
+        (2, 1, 0, 14, 6, 0, 0, 36, 0, 0),
+    ]
+    cost = StepCost(0.5, 0.0, 0.0, 1e12, 1e9)
+    run = DecodeRun([0.0, 0.5, 1.0], [cost] * 3, memory, 2 / 256, PEAK_FLOPS, BANDWIDTH)
+    rows = stack([run])
+    col = list(STEP_COLUMNS).index
+    assert rows[:, col("kv_token_slots")].tolist() == [10, 12, 14]
+    assert rows[:, col("kv_free_slots")].tolist() == [40, 36, 36]
+    assert rows[:, col("num_decode_tokens")].tolist() == [2, 2, 2]
+    assert rows[:, col("num_prefill_tokens")].tolist() == [0, 0, 0]
+    assert rows[:, col("mfu")].tolist() == [1e12 / (PEAK_FLOPS * 0.5)] * 3
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    pieces=st.lists(st.one_of(runs(), st.integers(1, 5)), min_size=1, max_size=25),
+    chunk_steps=st.integers(1, 50),
+    max_rows=st.integers(2, 40),
+)
+def test_runs_total_and_store_as_their_steps_one_by_one_would(
+    pieces: list[DecodeRun | int], chunk_steps: int, max_rows: int
+) -> None:
+    """Runs overrunning chunks: the same chunks, so the same totals (exactly) and rows."""
+    by_run = StepLog(max_rows, chunk_steps, window_start_s=1.0)
+    by_step = StepLog(max_rows, chunk_steps, window_start_s=1.0)
+    plain = 0
+    for piece in pieces:
+        if isinstance(piece, int):  # a few steps of the per-step loop
+            for _ in range(piece):
+                row = (2.0 + plain, 0.5, 0.5, 0.0, *[float(plain % 7)] * 21, 1)
+                by_run.append(row)
+                by_step.append(row)
+                plain += 1
+            continue
+        by_run.append_run(piece)
+        for row in _python_rows(piece):
+            by_step.append(row)
+    a, b = by_run.frame(), by_step.frame()
+    assert by_run.totals == by_step.totals
+    assert by_run.row_steps == by_step.row_steps
+    assert a.equals(b)
+
+
+def test_a_row_of_the_wrong_length_is_refused_beside_runs() -> None:
+    log = StepLog(chunk_steps=100)
+    memory = RunMemory(1, 1, 16, (1, 0, 0), (1, 15, 0, 0, 0, 0, 0), [], [], None)
+    log.append_run(DecodeRun([0.0], [StepCost(1.0, 0.0, 0.0, 1.0, 1.0)], memory, 1.0, 1.0, 1.0))
+    log.append((1.0, 2.0))
+    with pytest.raises(ValueError, match="must hold"):
+        log.flush()
