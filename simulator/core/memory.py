@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 # A MemoryBreakdown's seven fields in order, as a plain tuple (a step record's columns).
 MemoryRow = tuple[int, int, int, int, int, int, int]
@@ -59,8 +60,7 @@ class MemoryBreakdown:
         )
 
 
-@dataclass(frozen=True, slots=True)
-class RunMemory:
+class RunMemory(NamedTuple):
     """What a step record reads after each of a run's pure decode steps (the queue lengths,
     then the memory row), in closed form: policies/paged.py `complete_pure_steps` gives it,
     metrics/run_rows.py expands it for a whole chunk of steps at once.
@@ -71,6 +71,7 @@ class RunMemory:
     crossing member) moved block_size slots each from free to held, their caps' gain
     (`gains[j - 1]`) to reserved and the rest to internal fragmentation. `last`: the queue
     lengths and row after one more, final step in which members finished (taken afresh).
+    A tuple: one is made a catch-up, and a frozen dataclass's fields cost more to set.
     """
 
     num_steps: int

@@ -13,8 +13,8 @@ whole runs with the per-step loop's).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from itertools import chain, islice
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -23,6 +23,7 @@ from pagesim.simulator.core.plan import StepCost
 from pagesim.simulator.metrics.result import STEP_COLUMNS
 
 _NUM_COLUMNS = len(STEP_COLUMNS)
+_COST_FIELDS = len(StepCost._fields)
 _COL = {name: i for i, name in enumerate(STEP_COLUMNS)}
 _COUNT_COLUMNS = ("num_seqs", "num_batch_requests", "num_decode_tokens")  # one a sequence
 _QUEUES = ("num_running", "num_waiting", "num_swapped")
@@ -37,11 +38,11 @@ _MEMORY = (
 )
 
 
-@dataclass(frozen=True, slots=True)
-class DecodeRun:
-    """`memory.num_steps` steps of a run: their starts and prices, `memory.num_members` lone
-    sequences decoding in each; `useful_share` is the slot utilization (sequences over the
-    scheduler's batch capacity), `peak_flops` and `bandwidth` the GPU's (for MFU and MBU)."""
+class DecodeRun(NamedTuple):
+    """`memory.num_steps` steps of a run: their starts and prices (more entries are ignored),
+    `memory.num_members` lone sequences decoding in each; `useful_share` is the slot
+    utilization (sequences over the scheduler's batch capacity), `peak_flops` and `bandwidth`
+    the GPU's (for MFU and MBU)."""
 
     starts: Sequence[float]
     costs: Sequence[StepCost]
@@ -50,81 +51,115 @@ class DecodeRun:
     peak_flops: float
     bandwidth: float
 
-    def __len__(self) -> int:
-        return self.memory.num_steps
+
+class RunBuffer:
+    """Runs waiting to be expanded, in flat lists (a run adds to each in C, and `stack` reads
+    each in one call): its steps' starts, prices, cap gains and blocks taken (0 for its
+    first step), and one tuple of what holds throughout it."""
+
+    __slots__ = ("_constants", "_costs", "_gains", "_starts", "_takes", "num_steps")
+
+    def __init__(self) -> None:
+        self._starts: list[float] = []
+        self._costs: list[StepCost] = []
+        self._gains: list[int] = []
+        self._takes: list[int] = []
+        # (steps, members, block size, queue lengths (3), first row (7), share, FLOP/s, B/s)
+        self._constants: list[tuple[float, ...]] = []
+        self.num_steps = 0
+
+    def add(self, run: DecodeRun) -> None:
+        memory = run.memory
+        n = memory.num_steps
+        if not n:
+            return
+        assert memory.first is not None
+        self.num_steps += n
+        _add_first(self._starts, run.starts, n)
+        _add_first(self._costs, run.costs, n)
+        self._gains.append(0)
+        _add_first(self._gains, memory.gains, n - 1)
+        self._takes.append(0)
+        _add_first(self._takes, memory.takes, n - 1)
+        self._constants.append(
+            (
+                n,
+                memory.num_members,
+                memory.block_size,
+                *memory.queues,
+                *memory.first,
+                run.useful_share,
+                run.peak_flops,
+                run.bandwidth,
+            )
+        )
+
+    def stack(self) -> np.ndarray:
+        """The runs' rows, one per step, run after run: [steps, len(STEP_COLUMNS)]."""
+        num_steps = self.num_steps
+        out = np.zeros((num_steps, _NUM_COLUMNS))  # prefill tokens, preemptions, swaps: 0
+        if not num_steps:
+            return out
+        per_run = np.array(self._constants)
+        lengths = per_run[:, 0].astype(np.int64)
+        of_run = np.repeat(np.arange(len(per_run)), lengths)  # each step's run
+        first_step = np.cumsum(lengths) - lengths
+        k = np.arange(num_steps) - first_step[of_run]  # step index within its run
+        constants = per_run[of_run]
+        members = constants[:, 1].astype(np.int64)
+        block_size = constants[:, 2].astype(np.int64)
+        first = constants[:, 6 : 6 + len(_MEMORY)].astype(np.int64)
+        share, peak_flops, bandwidth = constants[:, 6 + len(_MEMORY) :].T
+
+        starts = np.array(self._starts, dtype=np.float64)
+        costs = np.fromiter(
+            chain.from_iterable(self._costs), dtype=np.float64, count=num_steps * _COST_FIELDS
+        ).reshape(num_steps, _COST_FIELDS)
+        compute_s, swap_s, copy_s, flops, bytes_moved = costs.T
+        duration = compute_s + swap_s + copy_s  # StepCost.duration_s, in its order
+
+        # Each step's grows, summed from its run's start: the first step's are in `first`.
+        gained = _sum_within(np.array(self._gains, dtype=np.int64), first_step, of_run)
+        taken = _sum_within(np.array(self._takes, dtype=np.int64), first_step, of_run)
+        taken_slots = taken * block_size
+        grown = k * members
+
+        out[:, _COL["start_s"]] = starts
+        out[:, _COL["duration_s"]] = duration
+        out[:, _COL["compute_s"]] = compute_s
+        out[:, _COL["swap_s"]] = swap_s
+        for i, name in enumerate(_QUEUES):
+            out[:, _COL[name]] = constants[:, 3 + i]
+        for name in _COUNT_COLUMNS:
+            out[:, _COL[name]] = members
+        memory = first
+        memory[:, 0] += grown  # computed
+        memory[:, 1] += gained - grown  # reserved
+        memory[:, 2] += taken_slots - gained  # internal fragmentation
+        memory[:, 4] -= taken_slots  # free
+        for i, name in enumerate(_MEMORY):
+            out[:, _COL[name]] = memory[:, i]
+        out[:, _COL["slot_utilization"]] = share
+        out[:, _COL["mfu"]] = flops / (peak_flops * duration)
+        out[:, _COL["mbu"]] = bytes_moved / (bandwidth * duration)
+        out[:, _COL["row_steps"]] = 1
+        return out
 
 
 def stack(runs: Sequence[DecodeRun]) -> np.ndarray:
-    """The runs' rows, one per step, run after run: [steps, len(STEP_COLUMNS)]."""
-    runs = [run for run in runs if len(run)]
-    lengths = np.fromiter(map(len, runs), dtype=np.int64, count=len(runs))
-    num_steps = int(lengths.sum())
-    out = np.zeros((num_steps, _NUM_COLUMNS))  # prefill tokens, preemptions, swaps, copies: 0
-    if not num_steps:
-        return out
-    of_run = np.repeat(np.arange(len(runs)), lengths)  # each step's run
-    first_step = np.cumsum(lengths) - lengths
-    k = np.arange(num_steps) - first_step[of_run]  # step index within its run
-
-    starts = _floats(chain.from_iterable(islice(r.starts, len(r)) for r in runs), num_steps)
-    costs = _floats(
-        chain.from_iterable(chain.from_iterable(islice(r.costs, len(r)) for r in runs)),
-        num_steps * len(StepCost._fields),
-    ).reshape(num_steps, len(StepCost._fields))
-    compute_s, swap_s, copy_s, flops, bytes_moved = costs.T
-    duration = compute_s + swap_s + copy_s  # StepCost.duration_s, in its order
-
-    # Per run: members, block size, queue lengths, the first row, slot share, GPU figures.
-    constants = np.array(
-        [
-            (
-                r.memory.num_members,
-                r.memory.block_size,
-                *r.memory.queues,
-                *(r.memory.first or (0,) * len(_MEMORY)),
-                r.useful_share,
-                r.peak_flops,
-                r.bandwidth,
-            )
-            for r in runs
-        ]
-    )[of_run]
-    members = constants[:, 0].astype(np.int64)
-    block_size = constants[:, 1].astype(np.int64)
-    first = constants[:, 5 : 5 + len(_MEMORY)].astype(np.int64)
-
-    # Each step's grows, summed from its run's start: the first step's are in `first`.
-    gains = _ints(chain.from_iterable(_after_first(r, r.memory.gains) for r in runs), num_steps)
-    takes = _ints(chain.from_iterable(_after_first(r, r.memory.takes) for r in runs), num_steps)
-    gained = _sum_within(gains, first_step, of_run)
-    taken_slots = _sum_within(takes, first_step, of_run) * block_size
-    grown = k * members
-
-    out[:, _COL["start_s"]] = starts
-    out[:, _COL["duration_s"]] = duration
-    out[:, _COL["compute_s"]] = compute_s
-    out[:, _COL["swap_s"]] = swap_s
-    for i, name in enumerate(_QUEUES):
-        out[:, _COL[name]] = constants[:, 2 + i]
-    for name in _COUNT_COLUMNS:
-        out[:, _COL[name]] = members
-    memory = first.copy()
-    memory[:, 0] += grown  # computed
-    memory[:, 1] += gained - grown  # reserved
-    memory[:, 2] += taken_slots - gained  # internal fragmentation
-    memory[:, 4] -= taken_slots  # free
-    for i, name in enumerate(_MEMORY):
-        out[:, _COL[name]] = memory[:, i]
-    out[:, _COL["slot_utilization"]] = constants[:, 5 + len(_MEMORY)]
-    out[:, _COL["mfu"]] = flops / (constants[:, 6 + len(_MEMORY)] * duration)
-    out[:, _COL["mbu"]] = bytes_moved / (constants[:, 7 + len(_MEMORY)] * duration)
-    out[:, _COL["row_steps"]] = 1
-    return out
+    """The runs' rows, one per step, run after run (`RunBuffer.stack` of them all)."""
+    buffer = RunBuffer()
+    for run in runs:
+        buffer.add(run)
+    return buffer.stack()
 
 
-def _after_first(run: DecodeRun, per_step: list[int]) -> chain[int]:
-    """0 for the run's first step, then `per_step`'s entries for its later ones."""
-    return chain((0,), islice(per_step, len(run) - 1))
+def _add_first(to: list[Any], values: Sequence[Any], count: int) -> None:
+    """Extend `to` by the first `count` of `values` (usually all of them)."""
+    if len(values) == count:
+        to += values
+    else:
+        to.extend(islice(values, count))
 
 
 def _sum_within(values: np.ndarray, first_step: np.ndarray, of_run: np.ndarray) -> np.ndarray:
@@ -133,11 +168,3 @@ def _sum_within(values: np.ndarray, first_step: np.ndarray, of_run: np.ndarray) 
     before = total[first_step] - values[first_step]  # the sum before each run
     within: np.ndarray = total - before[of_run]
     return within
-
-
-def _floats(values: chain[float], count: int) -> np.ndarray:
-    return np.fromiter(values, dtype=np.float64, count=count)
-
-
-def _ints(values: chain[int], count: int) -> np.ndarray:
-    return np.fromiter(values, dtype=np.int64, count=count)

@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from pagesim.simulator.metrics.result import KV_CATEGORIES, STEP_COLUMNS
-from pagesim.simulator.metrics.run_rows import DecodeRun, stack
+from pagesim.simulator.metrics.run_rows import DecodeRun, RunBuffer
 
 MAX_ROWS = 1 << 17  # ~24 MB of rows; reports plot a few hundred buckets, so a row per step is rare
 CHUNK_STEPS = 4096  # steps buffered raw before they are totalled and stored
@@ -182,7 +182,8 @@ class StepLog:
         # `chunk_steps` steps at a time, whatever the runs, so that sums add up in one order).
         self._ahead = np.empty((0, _NUM_COLUMNS))
         self._raw: list[Sequence[float]] = []
-        self._runs: list[tuple[int, DecodeRun]] = []
+        self._runs = RunBuffer()
+        self._run_spans: list[tuple[int, int]] = []  # (steps buffered before, its steps)
         self._num_buffered = 0  # steps in all three
         self._chunk_steps = chunk_steps
         self._stored: list[np.ndarray] = []  # rows [n, len(STEP_COLUMNS)]
@@ -198,10 +199,12 @@ class StepLog:
 
     def append_run(self, run: DecodeRun) -> None:
         """Add the steps of a run of pure decode steps, in order (run_rows.py)."""
-        if not len(run):
+        num_steps = run.memory.num_steps
+        if not num_steps:
             return
-        self._runs.append((self._num_buffered, run))
-        self._num_buffered += len(run)
+        self._runs.add(run)
+        self._run_spans.append((self._num_buffered, num_steps))
+        self._num_buffered += num_steps
         if self._num_buffered >= self._chunk_steps:
             self._total(final=False)
 
@@ -213,7 +216,7 @@ class StepLog:
         """Total the buffered steps a chunk at a time: all of them if `final`, else the whole
         chunks (the rest waits in `_ahead`)."""
         steps = self._buffered()
-        self._raw, self._runs = [], []
+        self._raw, self._runs, self._run_spans = [], RunBuffer(), []
         chunk = self._chunk_steps
         end = len(steps) if final else len(steps) // chunk * chunk
         for at in range(0, end, chunk):
@@ -223,23 +226,23 @@ class StepLog:
 
     def _buffered(self) -> np.ndarray:
         """The buffered steps' rows, in order."""
-        raw, runs, ahead = self._raw, self._runs, self._ahead
+        raw, spans, ahead = self._raw, self._run_spans, self._ahead
         if raw and set(map(len, raw)) != {_NUM_COLUMNS}:  # fromiter would shift the columns
             raise ValueError(f"a step row must hold {_NUM_COLUMNS} values (STEP_COLUMNS)")
         plain = np.fromiter(
             chain.from_iterable(raw), dtype=np.float64, count=len(raw) * _NUM_COLUMNS
         ).reshape(-1, _NUM_COLUMNS)
-        if not runs and not len(ahead):
+        if not spans and not len(ahead):
             return plain
         steps = np.empty((self._num_buffered, _NUM_COLUMNS))
         steps[: len(ahead)] = ahead
         is_plain = np.ones(self._num_buffered, dtype=bool)
         is_plain[: len(ahead)] = False
-        if runs:
+        if spans:
             in_run = np.zeros(self._num_buffered, dtype=bool)
-            for at, run in runs:
-                in_run[at : at + len(run)] = True
-            steps[in_run] = stack([run for _, run in runs])
+            for at, num_steps in spans:
+                in_run[at : at + num_steps] = True
+            steps[in_run] = self._runs.stack()
             is_plain &= ~in_run
         steps[is_plain] = plain
         return steps

@@ -88,12 +88,26 @@ def _steps_before_change(group: DecodeGroup, limit: int) -> int:
         heapq.heappop(calendar)  # stale: that member left (advance would drop it too)
     if calendar:
         limit = min(limit, calendar[0][0] - group.step)
-    free = group.kv.num_free_blocks
     crossing_at = group.crossing_calendar
     block_size = group.block_size
     step = group.step
-    for i in range(limit):
-        free -= len(crossing_at[(step + i) % block_size])
+    due = [len(crossing_at[(step + i) % block_size]) for i in range(block_size)]
+    return steps_that_fit(due, group.kv.num_free_blocks, limit)
+
+
+def steps_that_fit(due: list[int], free: int, limit: int) -> int:
+    """The first i < `limit` such that steps 0..i take more than `free` blocks, step j taking
+    `due[j % len(due)]` (the members crossing then: the pattern repeats every block_size
+    steps, each period a block per member); `limit` if none. Whole periods that fit are
+    skipped, not walked step by step."""
+    per_period = sum(due)
+    if not per_period:
+        return limit
+    periods = free // per_period
+    free -= periods * per_period
+    period = len(due)
+    for i in range(periods * period, limit):
+        free -= due[i % period]
         if free < 0:
             return i
     return limit

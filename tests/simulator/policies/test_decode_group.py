@@ -10,9 +10,13 @@ block at step K when its tokens before the step, n0 + K, fill its blocks:
 
 from __future__ import annotations
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from pagesim.simulator.core.request import Request
 from pagesim.simulator.kv.paged_cache import PagedKVCache
 from pagesim.simulator.policies.decode_group import DecodeGroup
+from pagesim.simulator.policies.decode_window import steps_that_fit
 from pagesim.simulator.policies.seq_group import SeqGroup
 
 BLOCK_SIZE = 4
@@ -86,3 +90,58 @@ def test_a_member_that_finishes_leaves_its_crossing_bucket() -> None:
     for _ in range(2 * BLOCK_SIZE):  # its residue comes round again: nobody is due
         assert group_.crossing() == [] and group_.advance() == []
     assert kv.num_tokens(0) == PROMPTS[0] + 2 == member.num_computed
+
+
+def test_grow_ahead_takes_the_blocks_steps_of_grow_would() -> None:
+    """Ten steps' crossings (seq 0 crosses at 0, 4, 8: three times) in one allocation: the
+    same blocks for each member, the same caps, and each step's gain and blocks taken."""
+    ahead_kv, stepwise_kv = _cache_with_seqs(), _cache_with_seqs()
+    ahead, stepwise = DecodeGroup(ahead_kv), DecodeGroup(stepwise_kv)
+    for group_ in (ahead, stepwise):
+        for seq_id in PROMPTS:
+            group_.join(_member(seq_id))
+    num_steps = 10
+    gains, takes = ahead.grow_ahead(num_steps)
+    ahead.step += num_steps
+    for step in range(num_steps):
+        free = stepwise_kv.num_free_blocks
+        assert stepwise.grow(stepwise.crossing()) == gains[step], step
+        assert free - stepwise_kv.num_free_blocks == takes[step] == len(CROSSINGS.get(step, []))
+        stepwise.step += 1
+    # Each crossing member's cap grows by a block (none nears its final length): seq 0's
+    # from 4 to 8 at step 0; nobody crosses at steps 2 and 6.
+    assert gains == [4, 4, 0, 4, 4, 4, 0, 4, 4, 4]
+    for seq_id in PROMPTS:
+        assert ahead_kv.block_table(seq_id) == stepwise_kv.block_table(seq_id)
+        assert ahead_kv.num_tokens(seq_id) == stepwise_kv.num_tokens(seq_id)
+        assert ahead.members[seq_id].cap == stepwise.members[seq_id].cap
+    ahead.check_invariants()
+    assert ahead.num_reserved_slots == stepwise.num_reserved_slots
+
+
+def _steps_that_fit_walked(due: list[int], free: int, limit: int) -> int:
+    """decode_window.steps_that_fit's definition, step by step."""
+    for i in range(limit):
+        free -= due[i % len(due)]
+        if free < 0:
+            return i
+    return limit
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    due=st.lists(st.integers(0, 5), min_size=1, max_size=32),
+    free=st.integers(0, 400),
+    limit=st.integers(0, 200),
+)
+def test_steps_that_fit_skips_whole_periods_as_walking_would(
+    due: list[int], free: int, limit: int
+) -> None:
+    assert steps_that_fit(due, free, limit) == _steps_that_fit_walked(due, free, limit)
+
+
+def test_steps_that_fit_narrated() -> None:
+    # Two members crossing at step 1 of every 4, one at step 3: 3 blocks a period.
+    assert steps_that_fit([0, 2, 0, 1], 7, 64) == 9  # 2 periods take 6; step 9 needs 2 more
+    assert steps_that_fit([0, 2, 0, 1], 7, 8) == 8  # the limit comes first
+    assert steps_that_fit([0, 0, 0, 0], 0, 64) == 64  # nobody crosses: nothing to take
