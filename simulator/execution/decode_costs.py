@@ -3,7 +3,8 @@
 A pure step decodes one token for each of its S sequences and nothing else: no prefill, no
 swap, no copy, so `RooflineModel.price` depends only on S and the step's context tokens C. Over
 a run S stays fixed and C grows by S a step; the terms that depend on S alone (linear layers,
-LM head, all-reduce, host time) are computed once, and each step then costs a few float
+LM head, all-reduce, host time) are computed once per S and model (kept by the model: a
+fleet's runs come back to the same few batch sizes), and each step then costs a few float
 operations, taken in `price`'s own order so that every value is the same to the last bit
 (tests/simulator/execution/test_decode_costs.py compares the two on random steps).
 """
@@ -13,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 
 from pagesim.simulator.core.plan import StepCost, step_cost_of
-from pagesim.simulator.execution.roofline import RooflineModel
+from pagesim.simulator.execution.roofline import DecodeTerms, RooflineModel
 
 
 def decode_costs(
@@ -24,34 +25,27 @@ def decode_costs(
     model that `prices_statelessly`."""
     if not model.prices_statelessly:
         raise ValueError("pure decode steps are priced ahead only without layer kinds or experts")
-    s = num_seqs
-    # `price`'s terms that depend on S alone, in its order.
-    if model.is_plain:
-        linear_s = model._linear.layers_s(s)
-    else:
-        overlap = model._overlap
-        c = s * model._linear_c
-        m = model._linear_m0 + s * model._linear_m1
-        linear_s = (m if c < m else c) + overlap * (c if c < m else m)
-    before_attention = linear_s + model._linear.lm_head_s(s) + model.allreduce_step_s(s)
-    fixed_s, token_s = model._fixed_s, s * model._per_token_s
-    host_s = model._host_fixed + s * model._host_per_seq
-    overlapped = model._host_overlapped
-    seq_s = model._attention_call_s + s * (model._attention_seq_s + model.block_s_per_seq)
-    context_s = model._kv_s_per_token + model.block_s_per_context
-    extra_s = model._decode_extra_s
-    base_flops = s * model.linear_flops_per_token + s * model.lm_head_flops_per_seq
-    pair_flops = model.attention_flops_per_pair
-    is_mla = model.model.mla is not None
-    mla_pair_flops = model.decode_flops_per_pair - model.attention_flops_per_pair
-    mla_upproject = (0 - 0) * model.upproject_flops_per_cached_token if is_mla else 0.0
-    base_bytes = (
-        model._weight_bytes
-        + 0.0
-        + s * model.linear_act_bytes_per_token
-        + s * model.lm_head_act_bytes_per_seq
-    )
-    kv_bytes_per_token = model.kv_bytes_per_token
+    terms = model.decode_terms.get(num_seqs)
+    if terms is None:  # a run of this many sequences: the first of many (kept per model)
+        terms = model.decode_terms[num_seqs] = _terms(model, num_seqs)
+    (
+        s,
+        before_attention,
+        fixed_s,
+        token_s,
+        host_s,
+        overlapped,
+        seq_s,
+        context_s,
+        extra_s,
+        base_flops,
+        pair_flops,
+        is_mla,
+        mla_pair_flops,
+        mla_upproject,
+        base_bytes,
+        kv_bytes_per_token,
+    ) = terms
     for context in contexts:
         attention_s = seq_s + context * context_s
         if extra_s:
@@ -64,3 +58,38 @@ def decode_costs(
             flops += mla_upproject
         bytes_moved = base_bytes + (context + s) * kv_bytes_per_token + 0.0
         yield step_cost_of((compute_s, 0.0, 0.0, flops, bytes_moved))
+
+
+def _terms(model: RooflineModel, s: int) -> DecodeTerms:
+    """`price`'s terms that depend on the number of sequences S alone, in its order."""
+    if model.is_plain:
+        linear_s = model._linear.layers_s(s)
+    else:
+        overlap = model._overlap
+        c = s * model._linear_c
+        m = model._linear_m0 + s * model._linear_m1
+        linear_s = (m if c < m else c) + overlap * (c if c < m else m)
+    is_mla = model.model.mla is not None
+    return (
+        s,
+        linear_s + model._linear.lm_head_s(s) + model.allreduce_step_s(s),
+        model._fixed_s,
+        s * model._per_token_s,
+        model._host_fixed + s * model._host_per_seq,
+        model._host_overlapped,
+        model._attention_call_s + s * (model._attention_seq_s + model.block_s_per_seq),
+        model._kv_s_per_token + model.block_s_per_context,
+        model._decode_extra_s,
+        s * model.linear_flops_per_token + s * model.lm_head_flops_per_seq,
+        model.attention_flops_per_pair,
+        is_mla,
+        model.decode_flops_per_pair - model.attention_flops_per_pair,
+        (0 - 0) * model.upproject_flops_per_cached_token if is_mla else 0.0,
+        (
+            model._weight_bytes
+            + 0.0
+            + s * model.linear_act_bytes_per_token
+            + s * model.lm_head_act_bytes_per_seq
+        ),
+        model.kv_bytes_per_token,
+    )

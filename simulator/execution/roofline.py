@@ -92,6 +92,25 @@ _IS_PREFILL = itemgetter(4)  # SeqWork.is_prefill
 BLOCK_TABLE_ENTRY_BYTES = 4  # one int32 per block per CTA (kernels/paged_attention.cu)
 BLOCK_RUN_START_BYTES = 2 * 32  # estimate: one 32-byte sector each in K and in V per block
 KERNEL_HEADS_PER_CTA = 8  # the kernel's tile of query heads sharing one KV head
+# A pure decode step's price terms for one sequence count (execution/decode_costs.py `_terms`).
+DecodeTerms = tuple[
+    int,
+    float,
+    float,
+    float,
+    float,
+    bool,
+    float,
+    float,
+    float,
+    float,
+    float,
+    bool,
+    float,
+    float,
+    float,
+    float,
+]
 
 
 def _require_positive(name: str, value: float) -> None:
@@ -256,6 +275,9 @@ class RooflineModel(RooflineReport):
         self._host_per_seq = self.host.per_seq_s
         self._host_overlapped = self.host.is_overlapped
         self._weight_bytes = self.linear_weight_bytes + self.lm_head_weight_bytes
+        # Pure decode steps' terms that depend on their sequence count alone, by that count
+        # (execution/decode_costs.py fills it)
+        self.decode_terms: dict[int, DecodeTerms] = {}
         self._transfers = TransferPricer(
             self.block_bytes,
             gpu.host_link_bps,

@@ -179,17 +179,20 @@ class BlockPool:
             if len(queue) < num_blocks:
                 raise KVCacheError(f"no free block: all {self.num_blocks} blocks are referenced")
             hashes = self._hashes
-            first_of_hash = self._first_of_hash
             blocks = queue.pop_many(num_blocks)
-            for block in blocks:
-                block_hash = hashes[block]
-                if block_hash is not None:
-                    if self._later_of_hash:  # some hash has duplicates: the general way
+            if self._later_of_hash:  # some hash has duplicates: the general way
+                for block in blocks:
+                    if hashes[block] is not None:
                         self._drop_hash(block)
-                    else:  # `_drop_hash`, inlined: the block is its hash's only holder
+                    ref_counts[block] = 1
+            else:  # `_drop_hash`, inlined: each cached block is its hash's only holder
+                first_of_hash = self._first_of_hash
+                for block in blocks:
+                    block_hash = hashes[block]
+                    if block_hash is not None:
                         del first_of_hash[block_hash]
                         hashes[block] = None
-                ref_counts[block] = 1
+                    ref_counts[block] = 1
             self._num_used += num_blocks
             return blocks
         free = self._free
