@@ -318,6 +318,19 @@ def echo_comparison(comparison: Comparison) -> None:
             else f"summaries differ in {len(differences)} keys: " + "; ".join(differences[:5])
         )
     )
+    if repeat > 1:
+        pairs = " ".join(f"{r:.2f}x" for r in comparison.paired_cpu_speedups)
+        spread = ", ".join(
+            f"{name} {min(times):.2f}-{max(times):.2f} s"
+            for name, times in (
+                ("before", comparison.before_cpu_s),
+                ("after", comparison.after_cpu_s),
+            )
+        )
+        typer.echo(
+            f"CPU time of each back-to-back pair, before/after: {pairs} (median "
+            f"{comparison.median_paired_cpu_speedup:.2f}x); CPU s of all runs: {spread}"
+        )
 
 
 def echo_fidelity(result: FidelityResult, html: Path) -> None:

@@ -35,6 +35,10 @@ class Comparison:
     revision: str
     num_repeats: int
     spec: BenchSpec  # as asked (a trace file by the path given)
+    # Every run's CPU seconds, in the order they ran (before, after, before, after, ...): the
+    # spread says how far one sitting's machine swings; each before/after pair ran back to back.
+    before_cpu_s: tuple[float, ...] = ()
+    after_cpu_s: tuple[float, ...] = ()
 
     @property
     def speedup(self) -> float:
@@ -43,6 +47,21 @@ class Comparison:
     @property
     def cpu_speedup(self) -> float:
         return self.before.cpu_s / self.after.cpu_s
+
+    @property
+    def paired_cpu_speedups(self) -> list[float]:
+        """Each back-to-back pair's CPU-time ratio, before / after, in run order."""
+        return [b / a for b, a in zip(self.before_cpu_s, self.after_cpu_s, strict=True)]
+
+    @property
+    def median_paired_cpu_speedup(self) -> float:
+        """The median of `paired_cpu_speedups` (the mean of the middle two for an even count):
+        a drift of the machine's speed over the sitting moves both runs of a pair alike."""
+        ratios = sorted(self.paired_cpu_speedups)
+        if not ratios:
+            return self.cpu_speedup
+        middle = len(ratios) // 2
+        return ratios[middle] if len(ratios) % 2 else (ratios[middle - 1] + ratios[middle]) / 2
 
     @property
     def memory_ratio(self) -> float:
@@ -107,6 +126,8 @@ def compare_revisions(revision: str, spec: BenchSpec, num_repeats: int) -> Compa
         revision=revision,
         num_repeats=num_repeats,
         spec=spec,
+        before_cpu_s=tuple(r.cpu_s for r in runs["before"]),
+        after_cpu_s=tuple(r.cpu_s for r in runs["after"]),
     )
 
 

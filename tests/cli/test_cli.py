@@ -196,15 +196,29 @@ def test_bench_sim_against_a_revision_prints_both_sides_and_the_ratio(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     # HEAD's committed tree against the working tree: the same simulator, so the same answers.
-    both = run_cli(capsys, "bench", "sim", "--requests", "60", "--against", "HEAD", "--repeat", "1")
+    both = run_cli(capsys, "bench", "sim", "--requests", "60", "--against", "HEAD", "--repeat", "2")
     assert both.exit_code == 0, both.err
     lines = both.out.splitlines()
     assert lines[0].startswith("azure-conv, vllm-v1: HEAD (before) vs this tree (after)")
     assert lines[2].startswith("before") and lines[3].startswith("after")
     assert "x faster" in lines[4] and "summaries agree (rel 1e-9)" in lines[4]
+    # each alternating pair's ratio and every run's CPU time: the sitting's noise in sight
+    assert lines[5].startswith("CPU time of each back-to-back pair, before/after: ")
+    assert lines[5].count("x ") == 2 and "(median " in lines[5] and "after " in lines[5]
     bad = run_cli(capsys, "bench", "sim", "--requests", "5", "--against", "no-such-rev-1")
     assert bad.exit_code == 2 and "--against: git worktree add" in bad.err
     assert "Traceback" not in bad.err
+
+
+def test_paired_speedups_and_their_median() -> None:
+    from pagesim.simulator.studies.bench_compare import Comparison
+    from pagesim.simulator.studies.timing import BenchSpec, TimedRun
+
+    run = TimedRun(1.0, 1.0, 1, 1.0, 1, 1.0, {})
+    odd = Comparison(run, run, "HEAD", 3, BenchSpec(), (2.0, 4.0, 3.0), (1.0, 2.0, 3.0))
+    assert odd.paired_cpu_speedups == [2.0, 2.0, 1.0] and odd.median_paired_cpu_speedup == 2.0
+    even = Comparison(run, run, "HEAD", 2, BenchSpec(), (2.0, 3.0), (1.0, 1.0))
+    assert even.median_paired_cpu_speedup == 2.5  # the middle two's mean
 
 
 def test_calibrate_on_cpu_then_run_a_scenario_priced_by_the_profile(
