@@ -12,9 +12,32 @@ operations, taken in `price`'s own order so that every value is the same to the 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from typing import NamedTuple
 
 from pagesim.simulator.core.plan import StepCost, step_cost_of
-from pagesim.simulator.execution.roofline import DecodeTerms, RooflineModel
+from pagesim.simulator.execution.roofline import RooflineModel
+
+
+class DecodeTerms(NamedTuple):
+    """A pure decode step's price terms that depend on its sequence count S alone, or on
+    nothing (execution/decode_costs.py: each step then adds its context's terms)."""
+
+    num_seqs: int
+    before_attention_s: float  # linear layers, LM head, all-reduces
+    fixed_s: float
+    token_s: float
+    host_s: float
+    host_overlapped: bool
+    attention_seq_s: float  # attention's cost per call and per sequence
+    attention_context_s: float  # per context token
+    decode_extra_s: float  # per context token, where decode attention is compute-bound
+    base_flops: float
+    pair_flops: float
+    is_mla: bool
+    mla_pair_flops: float
+    mla_upproject_flops: float
+    base_bytes: float
+    kv_bytes_per_token: float
 
 
 def decode_costs(
@@ -70,7 +93,7 @@ def _terms(model: RooflineModel, s: int) -> DecodeTerms:
         m = model._linear_m0 + s * model._linear_m1
         linear_s = (m if c < m else c) + overlap * (c if c < m else m)
     is_mla = model.model.mla is not None
-    return (
+    return DecodeTerms(
         s,
         linear_s + model._linear.lm_head_s(s) + model.allreduce_step_s(s),
         model._fixed_s,

@@ -65,6 +65,7 @@ from __future__ import annotations
 
 from itertools import compress
 from operator import itemgetter
+from typing import TYPE_CHECKING
 
 from pagesim.simulator.core.catalog import GPUSpec, KVDtype, ModelSpec
 from pagesim.simulator.core.config import ExecutionConfig
@@ -88,29 +89,13 @@ from pagesim.simulator.execution.roofline_terms import (
     allreduce_call_s,
 )
 
+if TYPE_CHECKING:  # decode_costs.py reads this module
+    from pagesim.simulator.execution.decode_costs import DecodeTerms
+
 _IS_PREFILL = itemgetter(4)  # SeqWork.is_prefill
 BLOCK_TABLE_ENTRY_BYTES = 4  # one int32 per block per CTA (kernels/paged_attention.cu)
 BLOCK_RUN_START_BYTES = 2 * 32  # estimate: one 32-byte sector each in K and in V per block
 KERNEL_HEADS_PER_CTA = 8  # the kernel's tile of query heads sharing one KV head
-# A pure decode step's price terms for one sequence count (execution/decode_costs.py `_terms`).
-DecodeTerms = tuple[
-    int,
-    float,
-    float,
-    float,
-    float,
-    bool,
-    float,
-    float,
-    float,
-    float,
-    float,
-    bool,
-    float,
-    float,
-    float,
-    float,
-]
 
 
 def _require_positive(name: str, value: float) -> None:

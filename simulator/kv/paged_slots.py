@@ -154,16 +154,7 @@ class PagedSlots:
         else:
             if gpu.num_free_blocks - needed < reserve_blocks:
                 return None
-            blocks = gpu.allocate_many(needed) if needed else ()
-            at = 0
-            for seq, num_new_blocks, num_tokens in grown:
-                seq.num_tokens = num_tokens
-                if num_new_blocks == 1:
-                    seq.block_table.append(blocks[at])
-                    at += 1
-                elif num_new_blocks:
-                    seq.block_table.extend(blocks[at : at + num_new_blocks])
-                    at += num_new_blocks
+            _hand_out(gpu.allocate_many(needed) if needed else [], grown)
             return _NO_COPIES
         # The general path: validated, copy-on-write copies made in order.
         needed = sum(map(self.num_blocks_needed, seq_ids, counts))  # raises on a bad sequence
@@ -185,7 +176,7 @@ class PagedSlots:
         seqs = self._seqs
         bs = self._block_size
         refs = self._gpu_refs
-        needs: list[int] = []
+        grown: list[tuple[BlockTable, int, int]] = []  # (sequence, new blocks, tokens after)
         # Per sequence: (blocks, slots) after its entries so far; the cache is changed below.
         ahead: dict[int, tuple[int, int]] = {}
         for seq_id, tokens in zip(seq_ids, num_tokens, strict=True):
@@ -202,22 +193,13 @@ class PagedSlots:
             if tokens < held:
                 raise KVCacheError(f"seq {seq_id}: cannot shrink from {held} to {tokens} slots")
             need = max(0, (tokens + bs - 1) // bs - num_blocks)
-            needs.append(need)
+            grown.append((seq, need, tokens))
             ahead[seq_id] = (num_blocks + need, tokens)
+        needs = [need for _, need, _ in grown]
         total = sum(needs)
         if total > self._gpu.num_free_blocks:
             raise KVCacheError(f"{total} blocks asked for, {self._gpu.num_free_blocks} free")
-        blocks = self._gpu.allocate_many(total) if total else []
-        at = 0
-        for seq_id, tokens, need in zip(seq_ids, num_tokens, needs):  # noqa: B905 (checked)
-            seq = seqs[seq_id]
-            seq.num_tokens = tokens
-            if need == 1:
-                seq.block_table.append(blocks[at])
-                at += 1
-            elif need:
-                seq.block_table.extend(blocks[at : at + need])
-                at += need
+        _hand_out(self._gpu.allocate_many(total) if total else [], grown)
         return needs
 
     def commit(
@@ -449,3 +431,17 @@ class PagedSlots:
         if self._gpu.decref(block) == 0:
             self._num_computed_slots -= self._computed_slots[block]
             self._computed_slots[block] = 0
+
+
+def _hand_out(blocks: Sequence[int], grown: list[tuple[BlockTable, int, int]]) -> None:
+    """Give each (sequence, new blocks, tokens after) of `grown` its blocks, taken in order
+    from `blocks`, and its new slot count."""
+    at = 0
+    for seq, num_new_blocks, num_tokens in grown:
+        seq.num_tokens = num_tokens
+        if num_new_blocks == 1:
+            seq.block_table.append(blocks[at])
+            at += 1
+        elif num_new_blocks:
+            seq.block_table.extend(blocks[at : at + num_new_blocks])
+            at += num_new_blocks

@@ -60,6 +60,17 @@ class _Member:
         self.final_len = final_len
         self.synced = self.n0  # slots the KV cache holds for it (appended, maybe uncommitted)
 
+    def grew(self, synced: int, block_size: int) -> int:
+        """The KV cache holds `synced` slots for it now, its new block included: its cap gains
+        that block's slots, up to its final length. Returns the gain."""
+        self.synced = synced
+        cap = self.cap
+        new_cap = cap + block_size
+        if new_cap > self.final_len:
+            new_cap = self.final_len
+        self.cap = new_cap
+        return new_cap - cap
+
 
 class DecodeGroup:
     """Members and their calendars; `step` counts the engine steps the members decoded in."""
@@ -185,13 +196,7 @@ class DecodeGroup:
         bs = self.block_size
         gained = 0
         for member, count in zip(grown, counts):  # noqa: B905 (one count a member)
-            member.synced += count
-            cap = member.cap
-            new_cap = cap + bs
-            if new_cap > member.final_len:
-                new_cap = member.final_len
-            gained += new_cap - cap
-            member.cap = new_cap
+            gained += member.grew(member.synced + count, bs)
         self._sum_cap += gained
         return gained
 
@@ -231,14 +236,7 @@ class DecodeGroup:
                 continue
             gained = taken = 0
             for k in range(at, at + size):
-                member = grown[k]
-                member.synced = tokens[k]
-                cap = member.cap
-                new_cap = cap + bs
-                if new_cap > member.final_len:
-                    new_cap = member.final_len
-                gained += new_cap - cap
-                member.cap = new_cap
+                gained += grown[k].grew(tokens[k], bs)
                 taken += needs[k]
             at += size
             gains[i] = gained
