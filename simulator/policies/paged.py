@@ -19,8 +19,9 @@ from pagesim.simulator.core.request import GENERATED_SEGMENT, Request, SamplingK
 from pagesim.simulator.kv.hybrid_layout import HybridLayout
 from pagesim.simulator.kv.paged_cache import PagedKVCache
 from pagesim.simulator.policies.base import PolicyBase
-from pagesim.simulator.policies.decode_group import DecodeGroup, GroupedStepPlan
+from pagesim.simulator.policies.decode_group import DecodeGroup
 from pagesim.simulator.policies.decode_window import PureRun, pure_run, start_pure_step
+from pagesim.simulator.policies.grouped_plan import GroupedStepPlan
 from pagesim.simulator.policies.paged_state import PagedState
 from pagesim.simulator.policies.pieces import PagedPieces
 from pagesim.simulator.policies.seq_group import SeqGroup, StepBuilder, blocks_for
