@@ -318,7 +318,7 @@ def echo_comparison(comparison: Comparison) -> None:
             else f"summaries differ in {len(differences)} keys: " + "; ".join(differences[:5])
         )
     )
-    if repeat > 1:
+    if repeat > 1 and comparison.before_cpu_s:
         pairs = " ".join(f"{r:.2f}x" for r in comparison.paired_cpu_speedups)
         spread = ", ".join(
             f"{name} {min(times):.2f}-{max(times):.2f} s"

@@ -71,7 +71,7 @@ class RunMemory(NamedTuple):
     crossing member) moved block_size slots each from free to held, their caps' gain
     (`gains[j - 1]`) to reserved and the rest to internal fragmentation. `last`: the queue
     lengths and row after one more, final step in which members finished (taken afresh).
-    A tuple: one is made a catch-up, and a frozen dataclass's fields cost more to set.
+    A tuple: one is made per catch-up, and a frozen dataclass's fields cost more to set.
     """
 
     num_steps: int
@@ -82,22 +82,3 @@ class RunMemory(NamedTuple):
     gains: list[int]  # per step after the first (more entries are ignored)
     takes: list[int]
     last: tuple[int, ...] | None
-
-    def rows(self) -> list[tuple[int, ...]]:
-        """Each step's queue lengths and memory row, one tuple a step (the reference: one
-        step at a time, as the per-step loop's records have them)."""
-        out: list[tuple[int, ...]] = []
-        if self.first is not None:
-            row = list(self.first)
-            members, block_size = self.num_members, self.block_size
-            for k in range(self.num_steps):
-                if k:
-                    gained, taken = self.gains[k - 1], self.takes[k - 1]
-                    row[0] += members  # computed
-                    row[1] += gained - members  # reserved
-                    row[2] += taken * block_size - gained  # internal fragmentation
-                    row[4] -= taken * block_size  # free
-                out.append(self.queues + tuple(row))
-        if self.last is not None:
-            out.append(self.last)
-        return out

@@ -1,7 +1,8 @@
 """Records every step and every request of a run, then builds the RunResult and its summary.
 
-Per-step values go, one tuple per step, into a bounded step log
-(simulator.metrics.step_log) that keeps totals of every step; requests become compact rows as soon
+Per-step values go into a bounded step log (simulator.metrics.step_log) that keeps totals of
+every step: one tuple a step, or a run of pure decode steps at once, in closed form
+(simulator.metrics.run_rows); requests become compact rows as soon
 as they are done (simulator.metrics.request_log). Memory thus grows with the per-request records
 only, however long the run. Frames are built once at the end. Metric definitions are DESIGN.md's.
 """

@@ -3,8 +3,8 @@ expanded with NumPy a chunk at a time.
 
 A run's steps differ only in their start, price and memory row, and the rows follow in closed
 form (core/memory.py `RunMemory`). Building each step's tuple in Python cost more than pricing
-it; the step log (step_log.py) keeps a `DecodeRun` instead and `stack` turns every run of a
-chunk into rows in one pass of array operations. The rows are exactly `Recorder.record_step`'s
+it; the step log (step_log.py) keeps a `DecodeRun` instead and `RunBuffer.stack` turns every run
+of a chunk into rows in one pass of array operations. The rows are exactly `Recorder.record_step`'s
 for such steps: the same values, the floats from the same operations in the same order
 (tests/simulator/metrics/test_run_rows.py; tests/simulator/cluster/test_windows.py compares
 whole runs with the per-step loop's).
@@ -144,14 +144,6 @@ class RunBuffer:
         out[:, _COL["mbu"]] = bytes_moved / (bandwidth * duration)
         out[:, _COL["row_steps"]] = 1
         return out
-
-
-def stack(runs: Sequence[DecodeRun]) -> np.ndarray:
-    """The runs' rows, one per step, run after run (`RunBuffer.stack` of them all)."""
-    buffer = RunBuffer()
-    for run in runs:
-        buffer.add(run)
-    return buffer.stack()
 
 
 def _add_first(to: list[Any], values: Sequence[Any], count: int) -> None:

@@ -27,6 +27,7 @@ CHUNK_STEPS = 4096  # steps buffered raw before they are totalled and stored
 
 _COL = {name: i for i, name in enumerate(STEP_COLUMNS)}
 _NUM_COLUMNS = len(STEP_COLUMNS)
+_NO_ROWS = np.empty((0, _NUM_COLUMNS))  # never written to: shared by every log
 # How a column merges across steps. "start_s" keeps the first; these add up; the rest (queue
 # lengths, KV slots, batch sizes, utilizations) are states or rates: duration-weighted means.
 SUMMED_COLUMNS = frozenset(
@@ -157,8 +158,9 @@ def merge_rows(rows: np.ndarray, group: int) -> np.ndarray:
 
 
 class StepLog:
-    """Append one step at a time (`append`: one tuple); read the table once at the end (`frame`:
-    it hands the rows over, so a second call has none; `totals` stay)."""
+    """Append one step at a time (`append`: one tuple) or a run of pure decode steps
+    (`append_run`: closed form, run_rows.py); read the table once at the end (`frame`: it
+    hands the rows over, so a second call has none; `totals` stay)."""
 
     def __init__(
         self,
@@ -180,7 +182,7 @@ class StepLog:
         # among them, expanded then too (run_rows.py); and first `_ahead`, the rows past the
         # last whole chunk (a run may overrun a chunk: chunks are totalled exactly
         # `chunk_steps` steps at a time, whatever the runs, so that sums add up in one order).
-        self._ahead = np.empty((0, _NUM_COLUMNS))
+        self._ahead = _NO_ROWS
         self._raw: list[Sequence[float]] = []
         self._runs = RunBuffer()
         self._run_spans: list[tuple[int, int]] = []  # (steps buffered before, its steps)
@@ -221,7 +223,8 @@ class StepLog:
         end = len(steps) if final else len(steps) // chunk * chunk
         for at in range(0, end, chunk):
             self._add(steps[at : at + chunk])
-        self._ahead = steps[end:]
+        # (a copy: a view would keep the whole buffer alive after the last chunk)
+        self._ahead = steps[end:].copy() if end < len(steps) else _NO_ROWS
         self._num_buffered = len(self._ahead)
 
     def _buffered(self) -> np.ndarray:

@@ -9,9 +9,10 @@ outside (an arrival) or from inside (a member finishes, or the crossing members 
 blocks than are free). `pure_run` says how many of the next steps are fixed that way and what
 each one is (its sequences and context tokens, all the price and the step record need). The
 replica (simulator/cluster/pure_runs.py) prices them at once and waits for the last one's end,
-applying each step's schedule (`start_pure_step`: crossing members take their blocks) and
-completion (`PagedScheduler.complete_pure_steps`) as late as nobody has looked, and cutting the
-run short when a request arrives. `tests/simulator/cluster/test_windows.py` compares such runs
+applying each step's schedule (crossing members take their blocks: `start_pure_step` for the
+first, `DecodeGroup.grow_ahead` for the later ones, several at once) and completion
+(`PagedScheduler.complete_pure_steps`) as late as nobody has looked, and cutting the run short
+when a request arrives. `tests/simulator/cluster/test_windows.py` compares such runs
 with the per-step loop's, row for row.
 
 A run stops at the step in which the first member finishes (its completion changes the running
@@ -72,8 +73,8 @@ def pure_run(state: PagedState, limit: int) -> PureRun | None:
 
 
 def start_pure_step(state: PagedState) -> None:
-    """A pure step's schedule: its crossing members take their blocks (the step's only change
-    to the state before it completes; `pure_run` counted them as free)."""
+    """A run's first step's schedule: its crossing members take their blocks (the step's only
+    change to the state before it completes; `pure_run` counted them as free)."""
     group = state.decode_group
     assert group is not None
     group.grow(group.crossing())

@@ -80,12 +80,13 @@ class PagedScheduler(PolicyBase):
     def pure_run(self, limit: int) -> PureRun | None:
         """The next steps that only the decode group's members take, fixed now (at most
         `limit`; None unless the fast path is on and the next step is such a step):
-        simulator/policies/decode_window.py. Each must then be started (`start_pure_step`),
-        completed and recorded in order, as the per-step loop would."""
+        simulator/policies/decode_window.py. The first must then be started
+        (`start_pure_step`); then they are completed and recorded in order, as the per-step loop
+        would, a few at a time (`complete_pure_steps`, which starts each later one)."""
         return pure_run(self.state, limit)
 
     def start_pure_step(self) -> None:
-        """The schedule of the next of `pure_run`'s steps: what `schedule` would change."""
+        """The schedule of the first of `pure_run`'s steps: what `schedule` would change."""
         start_pure_step(self.state)
 
     def complete_pure_steps(self, ends: Sequence[float], start_next: bool = False) -> RunMemory:
@@ -126,18 +127,14 @@ class PagedScheduler(PolicyBase):
         last = None
         if finishes:
             assert not start_next, "no step follows a run's finish"
+            # Someone is due: pure_run dropped the calendar's stale head, and nobody has left.
             finished = group.advance()  # members whose last token appeared now
-            if finished:
-                end_s = ends[-1]
-                for member in finished:
-                    member.request.last_token_s = end_s
-                state.finish(finished, end_s)
-                last = (*self.queue_lengths(), *self.memory_breakdown().row)
-            else:  # nobody was due after all: one more step in closed form
-                plain += 1
-                if first is None:
-                    first = kv.memory_row(group.num_deferred_computed, group.num_reserved_slots)
-                    queues = (len(state.running), len(state.waiting), len(state.swapped))
+            assert finished, "a run's finish finishes someone"
+            end_s = ends[-1]
+            for member in finished:
+                member.request.last_token_s = end_s
+            state.finish(finished, end_s)
+            last = (*self.queue_lengths(), *self.memory_breakdown().row)
         return RunMemory(plain, num_members, group.block_size, queues, first, gains, takes, last)
 
     # -- engine API -------------------------------------------------------------------------

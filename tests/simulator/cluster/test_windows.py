@@ -24,7 +24,7 @@ from pagesim.simulator.cluster import replica as replica_module
 from pagesim.simulator.cluster.fleet import FleetRun, run_fleet
 from pagesim.simulator.core.cluster import ClusterConfig, PoolConfig, RouterConfig, RouterKind
 from pagesim.simulator.core.config import Policy, PrefixGroup, Scenario, StopConfig
-from pagesim.simulator.core.memory import MemoryRow
+from pagesim.simulator.core.memory import RunMemory
 from pagesim.simulator.engine import simulate
 from pagesim.simulator.metrics.result import RunResult
 from pagesim.simulator.policies.paged import PagedScheduler
@@ -137,7 +137,7 @@ def test_built_in_scenarios_run_alone_give_the_per_step_run(
 
     def counted(
         scheduler: PagedScheduler, ends: list[float], start_next: bool = False
-    ) -> list[tuple[int, int, int, MemoryRow]]:
+    ) -> RunMemory:
         applied[0] += len(ends)
         return complete(scheduler, ends, start_next)
 

@@ -14,6 +14,7 @@ import random
 import pytest
 
 from pagesim.simulator.core.errors import KVCacheError
+from pagesim.simulator.kv.block_pool import EvictionOrder
 from pagesim.simulator.kv.paged_cache import PagedKVCache
 
 
@@ -113,13 +114,34 @@ def test_free_unshared_leaves_shared_blocks_to_decref_and_keeps_cached_ones_find
     pool.check_invariants()
 
 
+def _v1_cache(num_blocks: int, block_size: int) -> PagedKVCache:
+    return PagedKVCache(
+        num_blocks,
+        block_size,
+        enable_prefix_cache=True,
+        eviction=EvictionOrder.LRU,
+        allow_duplicate_hashes=True,
+    )
+
+
+@pytest.mark.parametrize("prefix_cache", [False, True])
 @pytest.mark.parametrize("seed", range(20))
-def test_grow_lone_is_allocate_slots_entry_by_entry(seed: int) -> None:
+def test_grow_lone_is_allocate_slots_entry_by_entry(seed: int, prefix_cache: bool) -> None:
     """A run's crossing members over several steps (a sequence may come again): one
-    allocation, the same blocks in the same order as one `allocate_slots` an entry."""
+    allocation, the same blocks in the same order as one `allocate_slots` an entry. With
+    vLLM V1's prefix cache, the free blocks taken are cached ones whose hashes go."""
     rng = random.Random(seed)
     block_size = rng.choice([1, 4, 16])
-    bulk, one_by_one = (PagedKVCache(200, block_size) for _ in range(2))
+    num_blocks = 200
+    if prefix_cache:
+        bulk, one_by_one = (_v1_cache(num_blocks, block_size) for _ in range(2))
+        for cache in (bulk, one_by_one):  # every block cached, then freed: all evictable
+            cache.add_seq(99, final_len=num_blocks * block_size)
+            assert cache.allocate_slots([99], num_blocks * block_size) is not None
+            cache.commit(99, num_blocks * block_size, range(1000, 1000 + num_blocks))
+            cache.free(99)
+    else:
+        bulk, one_by_one = (PagedKVCache(num_blocks, block_size) for _ in range(2))
     prompts = [rng.randint(1, 3 * block_size) for _ in range(6)]
     for cache in (bulk, one_by_one):
         for seq_id, prompt in enumerate(prompts):
@@ -139,6 +161,12 @@ def test_grow_lone_is_allocate_slots_entry_by_entry(seed: int) -> None:
         assert one_by_one.allocate_slots([seq_id], growth) == ()
         assert before - one_by_one.num_free_blocks == need
     assert _state(bulk) == _state(one_by_one)
+    if prefix_cache:  # the blocks taken lost their hashes, the same ones on both sides
+        hashes = [bulk.block_hash(b) for b in range(num_blocks)]
+        assert hashes == [one_by_one.block_hash(b) for b in range(num_blocks)]
+        taken = {b for s in bulk.seq_ids() for b in bulk.block_table(s)}
+        assert all((hashes[b] is None) == (b in taken) for b in range(num_blocks))
+        bulk.check_invariants()
 
 
 def test_grow_lone_refuses_without_changing_anything() -> None:

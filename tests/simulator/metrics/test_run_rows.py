@@ -13,17 +13,44 @@ from hypothesis import strategies as st
 from pagesim.simulator.core.memory import RunMemory
 from pagesim.simulator.core.plan import StepCost
 from pagesim.simulator.metrics.result import STEP_COLUMNS
-from pagesim.simulator.metrics.run_rows import DecodeRun, stack
+from pagesim.simulator.metrics.run_rows import DecodeRun, RunBuffer
 from pagesim.simulator.metrics.step_log import StepLog
 
 PEAK_FLOPS, BANDWIDTH = 312e12, 2.039e12  # A100's figures (any positive floats would do)
+
+
+def _memory_rows(memory: RunMemory) -> list[tuple[int, ...]]:
+    """Each step's queue lengths and memory row as RunMemory's docstring defines them, one step
+    at a time (as the per-step loop's records have them)."""
+    out: list[tuple[int, ...]] = []
+    if memory.first is not None:
+        row = list(memory.first)
+        members, block_size = memory.num_members, memory.block_size
+        for k in range(memory.num_steps):
+            if k:
+                gained, taken = memory.gains[k - 1], memory.takes[k - 1]
+                row[0] += members  # computed
+                row[1] += gained - members  # reserved
+                row[2] += taken * block_size - gained  # internal fragmentation
+                row[4] -= taken * block_size  # free
+            out.append(memory.queues + tuple(row))
+    if memory.last is not None:
+        out.append(memory.last)
+    return out
+
+
+def stack(runs: list[DecodeRun]) -> np.ndarray:
+    buffer = RunBuffer()
+    for run in runs:
+        buffer.add(run)
+    return buffer.stack()
 
 
 def _python_rows(run: DecodeRun) -> list[tuple[float, ...]]:
     """The rows as `Recorder.record_step` builds them, one step at a time."""
     m = run.memory.num_members
     rows = []
-    for start, cost, state in zip(run.starts, run.costs, run.memory.rows(), strict=False):
+    for start, cost, state in zip(run.starts, run.costs, _memory_rows(run.memory), strict=False):
         duration = cost.compute_s + cost.swap_s + cost.copy_s
         rows.append(
             (
@@ -82,7 +109,7 @@ def test_stacked_rows_are_the_step_at_a_time_rows_to_the_last_bit(batch: list[De
 def test_a_run_narrated() -> None:
     # Two members, block size 4: step 1 grows one member (cap +4, one block), step 2 nobody.
     memory = RunMemory(3, 2, 4, (2, 1, 0), (10, 6, 0, 0, 40, 0, 0), [4, 0], [1, 0], None)
-    assert memory.rows() == [
+    assert _memory_rows(memory) == [
         (2, 1, 0, 10, 6, 0, 0, 40, 0, 0),
         (2, 1, 0, 12, 8, 0, 0, 36, 0, 0),  # +2 computed, +4 - 2 reserved, a block from free
         (2, 1, 0, 14, 6, 0, 0, 36, 0, 0),
