@@ -6,16 +6,28 @@ sees it). Every `finally` and context manager on the way out runs: the staging f
 output is removed (reports.output_folder), busy sweep workers are stopped
 (simulator.studies.executors). A command says beforehand what an interruption would leave
 (`note`), and `main` prints that as one line; the exit status is 128 + the signal's number.
+
+A signal's exception cannot leave a finalizer or a weakref callback (Python reports it as
+"Exception ignored" and goes on): a signal that lands there, e.g. in an import's module-lock
+callback, would be lost. The `sys.unraisablehook` set here delivers such a signal again
+(`_thread.interrupt_main`) from a timer thread `REDELIVER_AFTER_S` later, once the hook has
+returned (a signal raised in the hook itself would be swallowed too), so it reaches the program
+where it runs then.
 """
 
 from __future__ import annotations
 
+import _thread
 import signal
+import sys
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
+from typing import Any
 
 _CAUGHT = (signal.SIGINT, signal.SIGTERM)
+REDELIVER_AFTER_S = 0.01
 _notes: list[Callable[[], str]] = []
 
 
@@ -40,12 +52,26 @@ def raising_on_signals() -> Iterator[None]:
     """Within the block, SIGINT and SIGTERM raise `Interrupted`; the old handlers come back
     after it (tests call the CLI in-process)."""
     previous = {s: signal.getsignal(s) for s in _CAUGHT}
+    previous_hook = sys.unraisablehook
+
+    def redeliver(unraisable: Any) -> None:
+        """A signal's `Interrupted` was swallowed (raised in a finalizer): raise it again."""
+        if isinstance(unraisable.exc_value, Interrupted):
+            signum = unraisable.exc_value.signum
+            timer = threading.Timer(REDELIVER_AFTER_S, _thread.interrupt_main, (signum,))
+            timer.daemon = True
+            timer.start()
+            return
+        previous_hook(unraisable)
+
     for s in _CAUGHT:
         signal.signal(s, _raise)
+    sys.unraisablehook = redeliver
     _notes.clear()
     try:
         yield
     finally:
+        sys.unraisablehook = previous_hook
         for s, handler in previous.items():
             signal.signal(s, handler)
 

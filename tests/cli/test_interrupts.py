@@ -1,0 +1,42 @@
+"""A signal whose exception lands in a finalizer (Python swallows exceptions there: "Exception
+ignored in ...") is delivered again, not lost: the kill tests (test_signals.py) once saw a
+SIGTERM land in an import's module-lock callback and the run go on to the end, exit 0."""
+
+from __future__ import annotations
+
+import signal
+import sys
+import time
+from typing import Any
+
+import pytest
+
+from pagesim.interrupts import Interrupted, raising_on_signals
+
+
+class _RaisesWhenCollected:
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+
+    def __del__(self) -> None:  # stands for the callback the signal's handler interrupted
+        raise self.exc
+
+
+def test_a_signal_swallowed_by_a_finalizer_is_raised_again() -> None:
+    with pytest.raises(Interrupted) as caught, raising_on_signals():
+        _RaisesWhenCollected(Interrupted(signal.SIGTERM))  # collected at once: swallowed
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:  # the program goes on: the signal comes back
+            time.sleep(0.001)
+    assert caught.value.signum == signal.SIGTERM
+
+
+def test_other_swallowed_exceptions_still_reach_the_previous_hook(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    seen: list[Any] = []
+    monkeypatch.setattr(sys, "unraisablehook", seen.append)
+    with raising_on_signals():
+        _RaisesWhenCollected(ValueError("not a signal"))
+    assert [type(u.exc_value) for u in seen] == [ValueError]
+    assert sys.unraisablehook == seen.append  # given back
