@@ -166,41 +166,32 @@ class PagedSlots:
                 self._append(self._seqs[seq_id], count, copies)
         return tuple(copies) if copies else _NO_COPIES
 
-    def grow_lone(self, seq_ids: Sequence[int], num_tokens: Sequence[int]) -> list[int]:
-        """Grow sequence `seq_ids[i]` to `num_tokens[i]` slots, entry by entry (a sequence may
-        come again, later with more): what `allocate_slots(seq_ids[i:i + 1], growth)` of each
-        entry in turn would do, with the blocks taken in one allocation, in the same order.
-        For sequences whose partly filled last block nobody shares (a decode group's members
-        crossing into new blocks over several steps). Returns the blocks each entry took.
-        All or nothing: KVCacheError if the free blocks cannot hold them (nothing changed)."""
+    def append_blocks(self, seq_ids: Sequence[int], num_tokens: Sequence[int]) -> None:
+        """Entry by entry, sequence `seq_ids[i]` takes one new block and holds `num_tokens[i]`
+        slots, the last of them in that block (a sequence may come again): what `allocate_slots`
+        of each entry's growth in turn does when each needs exactly one block, the blocks taken
+        in one allocation, in the same order. For a decode group's members crossing into new
+        blocks over several steps (its closed form rests on their needing one block a crossing
+        and on their last block being theirs alone). KVCacheError if the free blocks cannot
+        hold them (nothing changed); AssertionError if an entry would need another count of
+        blocks or a copy (the caller's bug: the tables are then left as they are)."""
+        gpu = self._gpu
+        if len(seq_ids) > gpu.num_free_blocks:
+            raise KVCacheError(f"{len(seq_ids)} blocks asked for, {gpu.num_free_blocks} free")
+        blocks = gpu.allocate_many(len(seq_ids))
         seqs = self._seqs
         bs = self._block_size
         refs = self._gpu_refs
-        grown: list[tuple[BlockTable, int, int]] = []  # (sequence, new blocks, tokens after)
-        # Per sequence: (blocks, slots) after its entries so far; the cache is changed below.
-        ahead: dict[int, tuple[int, int]] = {}
-        for seq_id, tokens in zip(seq_ids, num_tokens, strict=True):
-            seq = seqs.get(seq_id)
-            if seq is None or seq.is_swapped:
-                self._gpu_seq(seq_id)  # raises, naming the problem
-            assert seq is not None
-            if seq_id in ahead:
-                num_blocks, held = ahead[seq_id]
-            else:
-                num_blocks, held = len(seq.block_table), seq.num_tokens
-                if held % bs and refs[seq.block_table[-1]] > 1 and tokens > held:
-                    raise KVCacheError(f"seq {seq_id}: its partly filled last block is shared")
-            if tokens < held:
-                raise KVCacheError(f"seq {seq_id}: cannot shrink from {held} to {tokens} slots")
-            need = max(0, (tokens + bs - 1) // bs - num_blocks)
-            grown.append((seq, need, tokens))
-            ahead[seq_id] = (num_blocks + need, tokens)
-        needs = [need for _, need, _ in grown]
-        total = sum(needs)
-        if total > self._gpu.num_free_blocks:
-            raise KVCacheError(f"{total} blocks asked for, {self._gpu.num_free_blocks} free")
-        _hand_out(self._gpu.allocate_many(total) if total else [], grown)
-        return needs
+        for seq_id, tokens, block in zip(seq_ids, num_tokens, blocks, strict=True):
+            seq = seqs[seq_id]
+            table = seq.block_table
+            if (seq.num_tokens % bs and refs[table[-1]] > 1) or (tokens - 1) // bs != len(table):
+                raise AssertionError(
+                    f"seq {seq_id}: {seq.num_tokens} -> {tokens} slots over {len(table)} blocks "
+                    f"is not one new block of its own"
+                )
+            table.append(block)
+            seq.num_tokens = tokens
 
     def commit(
         self, seq_id: int, num_computed_tokens: int, block_hashes: Sequence[int] = ()

@@ -225,24 +225,21 @@ class DecodeGroup:
                 grown.append(member)
         if not seq_ids:
             return sizes, sizes.copy()
-        needs = self.kv.grow_lone(seq_ids, tokens)
+        self.kv.append_blocks(seq_ids, tokens)  # one block each (a member's crossing)
         gains = [0] * num_steps
-        takes = [0] * num_steps
         at = 0
         total_gain = 0
         for i, size in enumerate(sizes):
             if not size:
                 continue
-            gained = taken = 0
+            gained = 0
             for k in range(at, at + size):
                 gained += grown[k].grew(tokens[k], bs)
-                taken += needs[k]
             at += size
             gains[i] = gained
-            takes[i] = taken
             total_gain += gained
         self._sum_cap += total_gain
-        return gains, takes
+        return gains, sizes
 
     def advance(self) -> list[SeqGroup]:
         """A grouped step completed: every member gained a token. Returns the members that

@@ -126,9 +126,9 @@ def _v1_cache(num_blocks: int, block_size: int) -> PagedKVCache:
 
 @pytest.mark.parametrize("prefix_cache", [False, True])
 @pytest.mark.parametrize("seed", range(20))
-def test_grow_lone_is_allocate_slots_entry_by_entry(seed: int, prefix_cache: bool) -> None:
-    """A run's crossing members over several steps (a sequence may come again): one
-    allocation, the same blocks in the same order as one `allocate_slots` an entry. With
+def test_append_blocks_is_allocate_slots_entry_by_entry(seed: int, prefix_cache: bool) -> None:
+    """A run's crossing members over several steps (a sequence may come again), a block each:
+    one allocation, the same blocks in the same order as one `allocate_slots` an entry. With
     vLLM V1's prefix cache, the free blocks taken are cached ones whose hashes go."""
     rng = random.Random(seed)
     block_size = rng.choice([1, 4, 16])
@@ -147,19 +147,19 @@ def test_grow_lone_is_allocate_slots_entry_by_entry(seed: int, prefix_cache: boo
         for seq_id, prompt in enumerate(prompts):
             cache.add_seq(seq_id, final_len=1000)
             assert cache.allocate_slots([seq_id], prompt) is not None
-    held = {s: bulk.num_tokens(s) for s in range(6)}
+    tables = {s: len(bulk.block_table(s)) for s in range(6)}
     seq_ids, tokens = [], []
     for _ in range(rng.randint(0, 12)):
         seq_id = rng.randrange(6)
-        held[seq_id] += rng.randint(0, 2 * block_size)
+        tokens.append(tables[seq_id] * block_size + rng.randint(1, block_size))  # a block more
+        tables[seq_id] += 1
         seq_ids.append(seq_id)
-        tokens.append(held[seq_id])
-    needs = bulk.grow_lone(seq_ids, tokens)
-    for seq_id, count, need in zip(seq_ids, tokens, needs, strict=True):
+    bulk.append_blocks(seq_ids, tokens)
+    for seq_id, count in zip(seq_ids, tokens, strict=True):
         before = one_by_one.num_free_blocks
         growth = count - one_by_one.num_tokens(seq_id)
         assert one_by_one.allocate_slots([seq_id], growth) == ()
-        assert before - one_by_one.num_free_blocks == need
+        assert before - one_by_one.num_free_blocks == 1
     assert _state(bulk) == _state(one_by_one)
     if prefix_cache:  # the blocks taken lost their hashes, the same ones on both sides
         hashes = [bulk.block_hash(b) for b in range(num_blocks)]
@@ -169,21 +169,21 @@ def test_grow_lone_is_allocate_slots_entry_by_entry(seed: int, prefix_cache: boo
         bulk.check_invariants()
 
 
-def test_grow_lone_refuses_without_changing_anything() -> None:
+def test_append_blocks_refuses_what_is_not_a_block_each() -> None:
     cache = PagedKVCache(4, 4)
     for seq_id in (0, 1):
         cache.add_seq(seq_id, final_len=100)
         assert cache.allocate_slots([seq_id], 4) is not None
     before = _state(cache)
     with pytest.raises(KVCacheError, match="3 blocks asked for, 2 free"):
-        cache.grow_lone([0, 1, 0], [5, 5, 9])
-    with pytest.raises(KVCacheError, match="cannot shrink"):
-        cache.grow_lone([0, 0], [8, 6])
-    with pytest.raises(KVCacheError, match="unknown seq 7"):
-        cache.grow_lone([7], [4])
-    assert _state(cache) == before
-    assert cache.grow_lone([0, 1, 0], [5, 5, 8]) == [1, 1, 0]
+        cache.append_blocks([0, 1, 0], [5, 5, 9])
+    assert _state(cache) == before  # nothing changed
+    with pytest.raises(AssertionError, match="not one new block"):
+        cache.append_blocks([0], [9])  # 4 -> 9 slots: two blocks
+    cache = PagedKVCache(8, 4)
+    cache.add_seq(1, final_len=100)
+    assert cache.allocate_slots([1], 5) is not None  # its last block holds 1 of 4 slots
     cache.commit(1, 5)
-    cache.fork(1, 2)  # seq 1's partly filled last block is now shared: a copy would be needed
-    with pytest.raises(KVCacheError, match="shared"):
-        cache.grow_lone([1], [6])
+    cache.fork(1, 2)  # now shared: a write into it needs a copy first
+    with pytest.raises(AssertionError, match="not one new block"):
+        cache.append_blocks([1], [9])
