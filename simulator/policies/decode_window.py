@@ -89,11 +89,9 @@ def _steps_before_change(group: DecodeGroup, limit: int) -> int:
         heapq.heappop(calendar)  # stale: that member left (advance would drop it too)
     if calendar:
         limit = min(limit, calendar[0][0] - group.step)
-    crossing_at = group.crossing_calendar
-    block_size = group.block_size
-    step = group.step
-    due = [len(crossing_at[(step + i) % block_size]) for i in range(block_size)]
-    return steps_that_fit(due, group.kv.num_free_blocks, limit)
+    sizes = list(map(len, group.crossing_calendar))  # members crossing at K % block_size
+    at = group.step % group.block_size
+    return steps_that_fit(sizes[at:] + sizes[:at], group.kv.num_free_blocks, limit)
 
 
 def steps_that_fit(due: list[int], free: int, limit: int) -> int:
