@@ -3,9 +3,9 @@
 A pure step decodes one token for each of its S sequences and nothing else: no prefill, no
 swap, no copy, so `RooflineModel.price` depends only on S and the step's context tokens C. Over
 a run S stays fixed and C grows by S a step; the terms that depend on S alone (linear layers,
-LM head, all-reduce, host time) are computed once per S and model (kept by the model: a
-fleet's runs come back to the same few batch sizes), and each step then costs a few float
-operations, taken in `price`'s own order so that every value is the same to the last bit
+LM head, all-reduce, host time) are computed once per S and model (`_TERMS`: a fleet's runs
+come back to the same few batch sizes; a model's entry goes with it), and each step then costs
+a few float operations, taken in `price`'s own order so that every value is the same to the last bit
 (tests/simulator/execution/test_decode_costs.py compares the two on random steps).
 """
 
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from typing import NamedTuple
+from weakref import WeakKeyDictionary
 
 from pagesim.simulator.core.plan import StepCost, step_cost_of
 from pagesim.simulator.execution.roofline import RooflineModel
@@ -40,6 +41,11 @@ class DecodeTerms(NamedTuple):
     kv_bytes_per_token: float
 
 
+# Each live model's DecodeTerms by sequence count (a model's attributes never change after it
+# is built: nothing in simulator/ or calibration/ assigns them).
+_TERMS: WeakKeyDictionary[RooflineModel, dict[int, DecodeTerms]] = WeakKeyDictionary()
+
+
 def decode_costs(
     model: RooflineModel, num_seqs: int, contexts: Iterable[int]
 ) -> Iterator[StepCost]:
@@ -48,9 +54,12 @@ def decode_costs(
     model that `prices_statelessly`."""
     if not model.prices_statelessly:
         raise ValueError("pure decode steps are priced ahead only without layer kinds or experts")
-    terms = model.decode_terms.get(num_seqs)
+    by_count = _TERMS.get(model)
+    if by_count is None:
+        by_count = _TERMS[model] = {}
+    terms = by_count.get(num_seqs)
     if terms is None:  # a run of this many sequences: the first of many (kept per model)
-        terms = model.decode_terms[num_seqs] = _terms(model, num_seqs)
+        terms = by_count[num_seqs] = _terms(model, num_seqs)
     (
         s,
         before_attention,

@@ -65,7 +65,6 @@ from __future__ import annotations
 
 from itertools import compress
 from operator import itemgetter
-from typing import TYPE_CHECKING
 
 from pagesim.simulator.core.catalog import GPUSpec, KVDtype, ModelSpec
 from pagesim.simulator.core.config import ExecutionConfig
@@ -88,9 +87,6 @@ from pagesim.simulator.execution.roofline_terms import (
     MLAShapes,
     allreduce_call_s,
 )
-
-if TYPE_CHECKING:  # decode_costs.py reads this module
-    from pagesim.simulator.execution.decode_costs import DecodeTerms
 
 _IS_PREFILL = itemgetter(4)  # SeqWork.is_prefill
 BLOCK_TABLE_ENTRY_BYTES = 4  # one int32 per block per CTA (kernels/paged_attention.cu)
@@ -260,9 +256,6 @@ class RooflineModel(RooflineReport):
         self._host_per_seq = self.host.per_seq_s
         self._host_overlapped = self.host.is_overlapped
         self._weight_bytes = self.linear_weight_bytes + self.lm_head_weight_bytes
-        # Pure decode steps' terms that depend on their sequence count alone, by that count
-        # (execution/decode_costs.py fills it)
-        self.decode_terms: dict[int, DecodeTerms] = {}
         self._transfers = TransferPricer(
             self.block_bytes,
             gpu.host_link_bps,
