@@ -32,11 +32,15 @@ _notes: list[Callable[[], str]] = []
 
 
 class Interrupted(BaseException):
-    """SIGINT (Ctrl-C) or SIGTERM arrived; `signum` says which."""
+    """SIGINT (Ctrl-C) or SIGTERM arrived; `signum` says which (its only argument: SimPy
+    re-raises an exception from a process as `type(e)(*e.args)`, which must rebuild it)."""
 
     def __init__(self, signum: int) -> None:
-        super().__init__(signal.Signals(signum).name)
+        super().__init__(signum)
         self.signum = signum
+
+    def __str__(self) -> str:
+        return signal.Signals(self.signum).name
 
     @property
     def exit_code(self) -> int:

@@ -40,3 +40,19 @@ def test_other_swallowed_exceptions_still_reach_the_previous_hook(
         _RaisesWhenCollected(ValueError("not a signal"))
     assert [type(u.exc_value) for u in seen] == [ValueError]
     assert sys.unraisablehook == seen.append  # given back
+
+
+def test_a_signal_raised_inside_a_simpy_process_reaches_the_caller() -> None:
+    """SimPy re-raises a process's exception as `type(e)(*e.args)` (the kill test once got a
+    ValueError and exit 1 that way): Interrupted must survive being rebuilt."""
+    import simpy
+
+    def process(env: simpy.Environment) -> Any:
+        yield env.timeout(1)
+        raise Interrupted(signal.SIGINT)  # as the handler does, wherever the signal lands
+
+    env = simpy.Environment()
+    env.process(process(env))
+    with pytest.raises(Interrupted) as caught:
+        env.run()
+    assert caught.value.signum == signal.SIGINT and str(caught.value) == "SIGINT"
