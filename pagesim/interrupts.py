@@ -9,10 +9,12 @@ output is removed (reports.output_folder), busy sweep workers are stopped
 
 A signal's exception cannot leave a finalizer or a weakref callback (Python reports it as
 "Exception ignored" and goes on): a signal that lands there, e.g. in an import's module-lock
-callback, would be lost. The `sys.unraisablehook` set here delivers such a signal again
-(`_thread.interrupt_main`) from a timer thread `REDELIVER_AFTER_S` later, once the hook has
-returned (a signal raised in the hook itself would be swallowed too), so it reaches the program
-where it runs then.
+callback, would be lost. The `sys.unraisablehook` set here sends such a signal again to the
+main thread from a timer thread `REDELIVER_AFTER_S` later, once the hook has returned (a signal
+raised in the hook itself would be swallowed too), so it reaches the program where it runs
+then. A real signal (`pthread_kill`), not `_thread.interrupt_main`: it waits, as the first did,
+while the main thread holds signals back (reports/output_folder.py `signals_held`, around the
+steps that must not stop half-way).
 """
 
 from __future__ import annotations
@@ -51,6 +53,14 @@ def _raise(signum: int, _frame: FrameType | None) -> None:
     raise Interrupted(signum)
 
 
+def _send_to_main_thread(signum: int) -> None:
+    main = threading.main_thread().ident
+    if hasattr(signal, "pthread_kill") and main is not None:
+        signal.pthread_kill(main, signum)
+    else:  # no POSIX threads' signals (Windows): the handler runs, held or not
+        _thread.interrupt_main(signal.Signals(signum))
+
+
 @contextmanager
 def raising_on_signals() -> Iterator[None]:
     """Within the block, SIGINT and SIGTERM raise `Interrupted`; the old handlers come back
@@ -62,7 +72,7 @@ def raising_on_signals() -> Iterator[None]:
         """A signal's `Interrupted` was swallowed (raised in a finalizer): raise it again."""
         if isinstance(unraisable.exc_value, Interrupted):
             signum = unraisable.exc_value.signum
-            timer = threading.Timer(REDELIVER_AFTER_S, _thread.interrupt_main, (signum,))
+            timer = threading.Timer(REDELIVER_AFTER_S, _send_to_main_thread, (signum,))
             timer.daemon = True
             timer.start()
             return

@@ -56,3 +56,21 @@ def test_a_signal_raised_inside_a_simpy_process_reaches_the_caller() -> None:
     with pytest.raises(Interrupted) as caught:
         env.run()
     assert caught.value.signum == signal.SIGINT and str(caught.value) == "SIGINT"
+
+
+@pytest.mark.skipif(not hasattr(signal, "pthread_sigmask"), reason="POSIX signal masks")
+def test_a_signal_sent_again_waits_while_signals_are_held() -> None:
+    """The second delivery is a real signal: it respects a held section (output_folder's
+    commit and abandon), arriving when it ends, not in its middle."""
+    from pagesim.reports.output_folder import signals_held
+
+    steps: list[str] = []
+    with pytest.raises(Interrupted), raising_on_signals():
+        with signals_held():
+            _RaisesWhenCollected(Interrupted(signal.SIGTERM))  # swallowed: sent again
+            time.sleep(0.2)  # well past the re-send: held back meanwhile
+            steps.append("held section done")
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            time.sleep(0.001)
+    assert steps == ["held section done"]
