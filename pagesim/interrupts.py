@@ -54,6 +54,8 @@ def _raise(signum: int, _frame: FrameType | None) -> None:
 
 
 def _send_to_main_thread(signum: int) -> None:
+    if signal.getsignal(signum) is not _raise:
+        return  # the block has ended meanwhile: the default action would kill the process
     main = threading.main_thread().ident
     if hasattr(signal, "pthread_kill") and main is not None:
         signal.pthread_kill(main, signum)

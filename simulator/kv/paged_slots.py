@@ -174,7 +174,8 @@ class PagedSlots:
         blocks over several steps (its closed form rests on their needing one block a crossing
         and on their last block being theirs alone). KVCacheError if the free blocks cannot
         hold them (nothing changed); AssertionError if an entry would need another count of
-        blocks or a copy (the caller's bug: the tables are then left as they are)."""
+        blocks or a copy (the caller's bug: the blocks taken stay taken, the tables as they
+        are)."""
         gpu = self._gpu
         if len(seq_ids) > gpu.num_free_blocks:
             raise KVCacheError(f"{len(seq_ids)} blocks asked for, {gpu.num_free_blocks} free")

@@ -74,3 +74,14 @@ def test_a_signal_sent_again_waits_while_signals_are_held() -> None:
         while time.monotonic() < deadline:
             time.sleep(0.001)
     assert steps == ["held section done"]
+
+
+def test_nothing_is_sent_again_once_the_block_has_ended() -> None:
+    """A re-send that comes after the handlers were given back would meet the default action
+    (SIGTERM: the process killed): it is dropped instead."""
+    from pagesim import interrupts
+
+    with raising_on_signals():
+        pass
+    interrupts._send_to_main_thread(signal.SIGTERM)  # this test process survives it
+    assert signal.getsignal(signal.SIGTERM) is not interrupts._raise
