@@ -25,7 +25,7 @@ from collections.abc import Generator
 import simpy
 
 from pagesim.simulator.core.plan import StepCost
-from pagesim.simulator.execution.decode_costs import decode_costs
+from pagesim.simulator.execution.decode_costs import DecodeTerms, decode_terms, priced
 from pagesim.simulator.execution.roofline import RooflineModel
 from pagesim.simulator.metrics.recorder import Recorder
 from pagesim.simulator.policies.decode_window import PureRun
@@ -53,6 +53,7 @@ class PureRuns:
         self._window: _Window | None = None
         self.num_steps_ahead = 0  # steps applied from runs (the rest one by one)
         self.num_cuts = 0  # runs an arrival ended early
+        self._terms: dict[int, DecodeTerms] = {}  # decode price terms by sequence count
 
     def open(self) -> _Window | None:
         """A run starting now, its first steps priced and the first one scheduled; None if the
@@ -138,7 +139,10 @@ class PureRuns:
         first = len(costs)
         contexts = map(run.context_tokens, range(first, min(first + count, run.num_steps)))
         start = ends[-1] if ends else now
-        for cost in decode_costs(self._execution, run.num_members, contexts):
+        terms = self._terms.get(run.num_members)
+        if terms is None:
+            terms = self._terms[run.num_members] = decode_terms(self._execution, run.num_members)
+        for cost in priced(terms, contexts):
             end = start + cost.duration_s  # what `env.timeout(duration)` at `start` reaches
             # The one timeout, set at `now` (or at a cut, later), must land exactly on a step's
             # end: `now + (end - now) == end` holds for end <= 2 * now (Sterbenz's lemma).

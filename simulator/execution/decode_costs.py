@@ -3,9 +3,9 @@
 A pure step decodes one token for each of its S sequences and nothing else: no prefill, no
 swap, no copy, so `RooflineModel.price` depends only on S and the step's context tokens C. Over
 a run S stays fixed and C grows by S a step; the terms that depend on S alone (linear layers,
-LM head, all-reduce, host time) are computed once per S and model (`_TERMS`: a fleet's runs
-come back to the same few batch sizes; a model's entry goes with it), and each step then costs
-a few float operations, taken in `price`'s own order so that every value is the same to the last bit
+LM head, all-reduce, host time) are computed once per S (`decode_terms`; a replica keeps them:
+its runs come back to the same few batch sizes), and each step then costs a few float
+operations, taken in `price`'s own order so that every value is the same to the last bit
 (tests/simulator/execution/test_decode_costs.py compares the two on random steps).
 """
 
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from typing import NamedTuple
-from weakref import WeakKeyDictionary
 
 from pagesim.simulator.core.plan import StepCost, step_cost_of
 from pagesim.simulator.execution.roofline import RooflineModel
@@ -41,25 +40,18 @@ class DecodeTerms(NamedTuple):
     kv_bytes_per_token: float
 
 
-# Each live model's DecodeTerms by sequence count (a model's attributes never change after it
-# is built: nothing in simulator/ or calibration/ assigns them).
-_TERMS: WeakKeyDictionary[RooflineModel, dict[int, DecodeTerms]] = WeakKeyDictionary()
-
-
 def decode_costs(
     model: RooflineModel, num_seqs: int, contexts: Iterable[int]
 ) -> Iterator[StepCost]:
     """`model.price` of a pure decode step of `num_seqs` sequences with C context tokens, for
     each C of `contexts` in turn (lazily: the caller stops when it has enough). Only for a
     model that `prices_statelessly`."""
-    if not model.prices_statelessly:
-        raise ValueError("pure decode steps are priced ahead only without layer kinds or experts")
-    by_count = _TERMS.get(model)
-    if by_count is None:
-        by_count = _TERMS[model] = {}
-    terms = by_count.get(num_seqs)
-    if terms is None:  # a run of this many sequences: the first of many (kept per model)
-        terms = by_count[num_seqs] = _terms(model, num_seqs)
+    return priced(decode_terms(model, num_seqs), contexts)
+
+
+def priced(terms: DecodeTerms, contexts: Iterable[int]) -> Iterator[StepCost]:
+    """`decode_costs` from its terms (`decode_terms`): a caller pricing many runs keeps the
+    terms of each sequence count (cluster/pure_runs.py)."""
     (
         s,
         before_attention,
@@ -92,19 +84,14 @@ def decode_costs(
         yield step_cost_of((compute_s, 0.0, 0.0, flops, bytes_moved))
 
 
-def _terms(model: RooflineModel, s: int) -> DecodeTerms:
+def decode_terms(model: RooflineModel, s: int) -> DecodeTerms:
     """`price`'s terms that depend on the number of sequences S alone, in its order."""
-    if model.is_plain:
-        linear_s = model._linear.layers_s(s)
-    else:
-        overlap = model._overlap
-        c = s * model._linear_c
-        m = model._linear_m0 + s * model._linear_m1
-        linear_s = (m if c < m else c) + overlap * (c if c < m else m)
+    if not model.prices_statelessly:
+        raise ValueError("pure decode steps are priced ahead only without layer kinds or experts")
     is_mla = model.model.mla is not None
     return DecodeTerms(
         s,
-        linear_s + model._linear.lm_head_s(s) + model.allreduce_step_s(s),
+        model.linear_layers_s(s) + model._linear.lm_head_s(s) + model.allreduce_step_s(s),
         model._fixed_s,
         s * model._per_token_s,
         model._host_fixed + s * model._host_per_seq,

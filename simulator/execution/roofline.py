@@ -333,18 +333,12 @@ class RooflineModel(RooflineReport):
         # the routed experts the step touches. LM head GEMM by GEMM, all-reduce per call.
         experts = self.experts
         expert_bytes = 0.0
-        if self.is_plain:
-            linear_s = self._linear.layers_s(num_tokens)
-        else:
-            overlap = self._overlap
-            c = num_tokens * self._linear_c
-            m = self._linear_m0 + num_tokens * self._linear_m1
-            if experts is not None:
-                expert_bytes = experts.note_step(num_tokens)
-                m += expert_bytes / self._weight_bps
-            linear_s = (m if c < m else c) + overlap * (c if c < m else m)
-            if experts is not None:
-                linear_s += experts.dispatch_s(num_tokens)
+        if experts is None:
+            linear_s = self.linear_layers_s(num_tokens)
+        else:  # never plain: a mixture of experts is not a dense model
+            expert_bytes = experts.note_step(num_tokens)
+            linear_s = self.linear_layers_s(num_tokens, expert_bytes / self._weight_bps)
+            linear_s += experts.dispatch_s(num_tokens)
         gpu_s = (
             linear_s
             + self._linear.lm_head_s(num_seqs)
@@ -377,6 +371,18 @@ class RooflineModel(RooflineReport):
             + copy_bytes
         )
         return step_cost_of((compute_s, swap_s, copy_s, flops, bytes_moved))
+
+    def linear_layers_s(self, num_tokens: int, expert_weight_s: float = 0.0) -> float:
+        """The linear layers' time for `num_tokens` tokens: a dense 16-bit model's GEMM by GEMM
+        (execution/gemm.py), other models' lumped, max(c, m) + overlap · min(c, m) as
+        roofline_terms.overlapped, the routed experts' weight reads (`expert_weight_s`) in m."""
+        if self.is_plain:
+            return self._linear.layers_s(num_tokens)
+        c = num_tokens * self._linear_c
+        m = self._linear_m0 + num_tokens * self._linear_m1
+        if expert_weight_s:
+            m += expert_weight_s
+        return (m if c < m else c) + self._overlap * (c if c < m else m)
 
     @property
     def prices_statelessly(self) -> bool:
