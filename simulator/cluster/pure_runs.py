@@ -25,7 +25,7 @@ from collections.abc import Generator
 import simpy
 
 from pagesim.simulator.core.plan import StepCost
-from pagesim.simulator.execution.decode_costs import DecodeTerms, decode_terms, priced
+from pagesim.simulator.execution.decode_costs import DecodeTerms, decode_terms, price_steps
 from pagesim.simulator.execution.roofline import RooflineModel
 from pagesim.simulator.metrics.recorder import Recorder
 from pagesim.simulator.policies.decode_window import PureRun
@@ -135,25 +135,19 @@ class PureRuns:
         returns how many. Priced a chunk at a time: an arrival usually cuts a run short, and
         the steps priced past the cut are wasted."""
         now = self._env.now
-        run, starts, ends, costs = window.run, window.starts, window.ends, window.costs
+        run, costs = window.run, window.costs
         first = len(costs)
         contexts = map(run.context_tokens, range(first, min(first + count, run.num_steps)))
-        start = ends[-1] if ends else now
+        start = window.ends[-1] if window.ends else now
         terms = self._terms.get(run.num_members)
         if terms is None:
             terms = self._terms[run.num_members] = decode_terms(self._execution, run.num_members)
-        for cost in priced(terms, contexts):
-            end = start + cost.duration_s  # what `env.timeout(duration)` at `start` reaches
-            # The one timeout, set at `now` (or at a cut, later), must land exactly on a step's
-            # end: `now + (end - now) == end` holds for end <= 2 * now (Sterbenz's lemma).
-            if end > 2 * now:
-                break
-            starts.append(start)
-            ends.append(end)
-            costs.append(cost)
-            start = end
+        # The one timeout, set at `now` (or at a cut, later), must land exactly on a step's end:
+        # `now + (end - now) == end` holds for end <= 2 * now (Sterbenz's lemma). Each end is
+        # what `env.timeout(duration)` at its start reaches.
+        num_priced = price_steps(terms, contexts, start, 2 * now, window.starts, window.ends, costs)
         window.num_steps = len(costs)
-        return len(costs) - first
+        return num_priced
 
     def _start_next(self) -> None:
         window = self._window

@@ -11,7 +11,7 @@ operations, taken in `price`'s own order so that every value is the same to the 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from typing import NamedTuple
 
 from pagesim.simulator.core.plan import StepCost, step_cost_of
@@ -40,18 +40,23 @@ class DecodeTerms(NamedTuple):
     kv_bytes_per_token: float
 
 
-def decode_costs(
-    model: RooflineModel, num_seqs: int, contexts: Iterable[int]
-) -> Iterator[StepCost]:
-    """`model.price` of a pure decode step of `num_seqs` sequences with C context tokens, for
-    each C of `contexts` in turn (lazily: the caller stops when it has enough). Only for a
-    model that `prices_statelessly`."""
-    return priced(decode_terms(model, num_seqs), contexts)
+def price_steps(
+    terms: DecodeTerms,
+    contexts: Iterable[int],
+    start: float,
+    limit: float,
+    starts: list[float],
+    ends: list[float],
+    costs: list[StepCost],
+) -> int:
+    """Price pure decode steps back to back from `start`, one a context token count C of
+    `contexts`, in turn (`decode_terms` gives `terms`; a caller pricing many runs keeps them per
+    sequence count, cluster/pure_runs.py): each step's start, end and price go to `starts`,
+    `ends` and `costs` while its end stays <= `limit`. Returns how many were priced.
 
-
-def priced(terms: DecodeTerms, contexts: Iterable[int]) -> Iterator[StepCost]:
-    """`decode_costs` from its terms (`decode_terms`): a caller pricing many runs keeps the
-    terms of each sequence count (cluster/pure_runs.py)."""
+    Its price is `RooflineModel.price`'s for the same step, every field to the last bit; its
+    duration is its compute time (a pure step swaps and copies nothing: `duration_s` adds 0.0
+    twice, which leaves a positive float as it is)."""
     (
         s,
         before_attention,
@@ -70,18 +75,27 @@ def priced(terms: DecodeTerms, contexts: Iterable[int]) -> Iterator[StepCost]:
         base_bytes,
         kv_bytes_per_token,
     ) = terms
+    num_priced = 0
     for context in contexts:
         attention_s = seq_s + context * context_s
         if extra_s:
             attention_s += context * extra_s
         gpu_s = before_attention + attention_s + fixed_s + token_s
         compute_s = (gpu_s if gpu_s > host_s else host_s) if overlapped else gpu_s + host_s
+        end = start + compute_s
+        if end > limit:
+            break
         flops = base_flops + context * pair_flops
         if is_mla:
             flops += context * mla_pair_flops
             flops += mla_upproject
         bytes_moved = base_bytes + (context + s) * kv_bytes_per_token + 0.0
-        yield step_cost_of((compute_s, 0.0, 0.0, flops, bytes_moved))
+        starts.append(start)
+        ends.append(end)
+        costs.append(step_cost_of((compute_s, 0.0, 0.0, flops, bytes_moved)))
+        start = end
+        num_priced += 1
+    return num_priced
 
 
 def decode_terms(model: RooflineModel, s: int) -> DecodeTerms:

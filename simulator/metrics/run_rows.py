@@ -36,6 +36,7 @@ _MEMORY = (
     "kv_prefix_saved_slots",
     "kv_fork_saved_slots",
 )
+_NUM_CONSTANTS = 6 + len(_MEMORY) + 3  # RunBuffer's numbers a run (see its `_constants`)
 
 
 class DecodeRun(NamedTuple):
@@ -64,8 +65,9 @@ class RunBuffer:
         self._costs: list[StepCost] = []
         self._gains: list[int] = []
         self._takes: list[int] = []
-        # (steps, members, block size, queue lengths (3), first row (7), share, FLOP/s, B/s)
-        self._constants: list[tuple[float, ...]] = []
+        # Per run, flat (one list of numbers, which NumPy reads far faster than tuples): steps,
+        # members, block size, queue lengths (3), first row (7), share, FLOP/s, B/s
+        self._constants: list[float] = []
         self.num_steps = 0
 
     def add(self, run: DecodeRun) -> None:
@@ -81,17 +83,15 @@ class RunBuffer:
         _add_first(self._gains, memory.gains, n - 1)
         self._takes.append(0)
         _add_first(self._takes, memory.takes, n - 1)
-        self._constants.append(
-            (
-                n,
-                memory.num_members,
-                memory.block_size,
-                *memory.queues,
-                *memory.first,
-                run.useful_share,
-                run.peak_flops,
-                run.bandwidth,
-            )
+        self._constants += (
+            n,
+            memory.num_members,
+            memory.block_size,
+            *memory.queues,
+            *memory.first,
+            run.useful_share,
+            run.peak_flops,
+            run.bandwidth,
         )
 
     def stack(self) -> np.ndarray:
@@ -100,12 +100,12 @@ class RunBuffer:
         out = np.zeros((num_steps, _NUM_COLUMNS))  # prefill tokens, preemptions, swaps: 0
         if not num_steps:
             return out
-        per_run = np.array(self._constants)
+        per_run = np.array(self._constants, dtype=np.float64).reshape(-1, _NUM_CONSTANTS)
         lengths = per_run[:, 0].astype(np.int64)
         of_run = np.repeat(np.arange(len(per_run)), lengths)  # each step's run
         first_step = np.cumsum(lengths) - lengths
         k = np.arange(num_steps) - first_step[of_run]  # step index within its run
-        constants = per_run[of_run]
+        constants = np.repeat(per_run, lengths, axis=0)  # each step's run's row
         members = constants[:, 1].astype(np.int64)
         block_size = constants[:, 2].astype(np.int64)
         first = constants[:, 6 : 6 + len(_MEMORY)].astype(np.int64)

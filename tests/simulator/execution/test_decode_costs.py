@@ -1,5 +1,6 @@
-"""`decode_costs` (execution/decode_costs.py) is `price` of the same pure decode
-steps, to the last bit, for every kind of model it takes; and it refuses the ones it does not."""
+"""`price_steps` (execution/decode_costs.py) is `price` of the same pure decode steps, to the
+last bit, for every kind of model it takes, back to back up to its limit; and `decode_terms`
+refuses the models it does not take."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ from hypothesis import strategies as st
 
 from pagesim.simulator.core.catalog import KVDtype, WeightDtype, get_gpu, get_model
 from pagesim.simulator.core.config import ExecutionConfig
-from pagesim.simulator.core.plan import SeqWork, StepPlan
-from pagesim.simulator.execution.decode_costs import decode_costs
+from pagesim.simulator.core.plan import SeqWork, StepCost, StepPlan
+from pagesim.simulator.execution.decode_costs import decode_terms, price_steps
 from pagesim.simulator.execution.overhead import EngineEra
 from pagesim.simulator.execution.roofline import RooflineModel
 
@@ -41,6 +42,16 @@ MODELS = {
 }
 
 
+def decode_costs(model: RooflineModel, num_seqs: int, contexts: list[int]) -> list[StepCost]:
+    """Every step of `contexts` priced ahead, with no limit."""
+    starts: list[float] = []
+    ends: list[float] = []
+    costs: list[StepCost] = []
+    terms = decode_terms(model, num_seqs)
+    assert price_steps(terms, contexts, 0.0, float("inf"), starts, ends, costs) == len(contexts)
+    return costs
+
+
 def _plan(contexts: list[int]) -> StepPlan:
     return StepPlan.build([SeqWork(i, i, 1, c, False) for i, c in enumerate(contexts)])
 
@@ -57,8 +68,32 @@ def test_a_run_of_pure_decode_steps_is_priced_as_price_prices_each(
     model = MODELS[name]
     # A run: the same sequences, each one token longer a step.
     runs = [[c + step for c in contexts] for step in range(growth)]
-    ahead = list(decode_costs(model, len(contexts), [sum(r) for r in runs]))
+    ahead = decode_costs(model, len(contexts), [sum(r) for r in runs])
     assert ahead == [model.price(_plan(r)) for r in runs]  # every field, exactly
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    start=st.floats(0.0, 1e4),
+    span=st.floats(0.0, 2.0),
+    contexts=st.lists(st.integers(1, 40_000), min_size=1, max_size=50),
+)
+def test_steps_are_priced_back_to_back_until_one_would_end_past_the_limit(
+    start: float, span: float, contexts: list[int]
+) -> None:
+    model = MODELS["llama-2-70b tp2"]
+    starts: list[float] = [-1.0]  # appended to, never read
+    ends: list[float] = [-1.0]
+    costs: list[StepCost] = []
+    limit = start + span
+    num = price_steps(decode_terms(model, 4), contexts, start, limit, starts, ends, costs)
+    assert len(costs) == num and len(starts) == len(ends) == num + 1
+    assert starts[1:] == [start, *ends[1:-1]][:num]
+    for i in range(num):
+        assert ends[i + 1] == starts[i + 1] + costs[i].duration_s <= limit  # as a timeout lands
+    if num < len(contexts):  # the next step would have ended past the limit
+        (cost,) = decode_costs(model, 4, [contexts[num]])
+        assert (ends[-1] if num else start) + cost.duration_s > limit
 
 
 def test_mla_is_priced_as_price_prices_it() -> None:
@@ -71,7 +106,7 @@ def test_mla_is_priced_as_price_prices_it() -> None:
     )
     assert dense.prices_statelessly
     runs = [[1000 + s, 2000 + s, 3000 + s, 4000 + s] for s in range(3)]
-    ahead = list(decode_costs(dense, 4, [sum(r) for r in runs]))
+    ahead = decode_costs(dense, 4, [sum(r) for r in runs])
     assert ahead == [dense.price(_plan(r)) for r in runs]
 
 
@@ -80,4 +115,4 @@ def test_a_dense_model_prices_statelessly_and_a_mixture_of_experts_does_not() ->
     moe = RooflineModel(get_model("qwen3-30b-a3b"), H200, CONFIG, era=EngineEra.V1)
     assert not moe.prices_statelessly  # it tallies the experts each priced step touches
     with pytest.raises(ValueError, match="priced ahead"):
-        list(decode_costs(moe, 8, [8000]))
+        decode_terms(moe, 8)
