@@ -314,15 +314,22 @@ class BlockPool:
         registers dozens of blocks at once. The usual case (V1's duplicates allowed, a held block
         with no hash yet) is inlined; anything else goes through `cache_block` and its checks."""
         refs, hashes, first_of_hash = self._ref_counts, self._hashes, self._first_of_hash
-        num_blocks = len(refs)
-        plain = self._allow_duplicates
-        for block, block_hash in zip(blocks, block_hashes, strict=True):
-            usual = plain and 0 <= block < num_blocks and refs[block] and hashes[block] is None
-            if not usual or block_hash in first_of_hash:  # checks, or a duplicate
+        if len(blocks) != len(block_hashes):
+            raise ValueError(f"{len(blocks)} blocks, {len(block_hashes)} hashes")
+        # The usual case needs every block in range (else a list index wraps round), checked
+        # once for all of them; duplicates are allowed (V1). Anything else: cache_block.
+        if not blocks or not (
+            self._allow_duplicates and 0 <= min(blocks) and max(blocks) < len(refs)
+        ):
+            for block, block_hash in zip(blocks, block_hashes):  # noqa: B905 (checked above)
                 self.cache_block(block, block_hash)
-                continue
-            first_of_hash[block_hash] = block
-            hashes[block] = block_hash
+            return
+        for block, block_hash in zip(blocks, block_hashes):  # noqa: B905 (checked above)
+            if refs[block] and hashes[block] is None and block_hash not in first_of_hash:
+                first_of_hash[block_hash] = block
+                hashes[block] = block_hash
+            else:  # free, cached already, or a duplicate: checks, or the duplicates' way
+                self.cache_block(block, block_hash)
 
     def evict_one(self) -> int | None:
         """Drop the hash of the least recently freed cached block, making it plain free."""
