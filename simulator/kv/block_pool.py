@@ -319,7 +319,7 @@ class BlockPool:
         # The usual case needs every block in range (else a list index wraps round), checked
         # once for all of them; duplicates are allowed (V1). Anything else: cache_block.
         if not blocks or not (
-            self._allow_duplicates and 0 <= min(blocks) and max(blocks) < len(refs)
+            self._allow_duplicates and min(blocks) >= 0 and max(blocks) < len(refs)
         ):
             for block, block_hash in zip(blocks, block_hashes):  # noqa: B905 (checked above)
                 self.cache_block(block, block_hash)

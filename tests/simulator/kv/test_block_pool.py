@@ -162,7 +162,7 @@ def test_cache_many_registers_a_chunk_and_checks_as_cache_block_does() -> None:
 
 @settings(max_examples=80, deadline=None)
 @given(
-    pairs=st.lists(st.tuples(st.integers(0, 5), st.integers(0, 3)), max_size=12),
+    pairs=st.lists(st.tuples(st.integers(-2, 7), st.integers(0, 3)), max_size=12),
     duplicates=st.booleans(),
 )
 def test_cache_many_is_cache_block_of_each_pair(
@@ -173,6 +173,7 @@ def test_cache_many_is_cache_block_of_each_pair(
         made.allocate_many(4)  # blocks 4 and 5 stay free: caching them is an error
         return made
 
+    # Blocks -2..7: out of range ones are unknown blocks (a negative index must not wrap round).
     one_by_one, at_once = pool(), pool()
     expected: type[Exception] | None = None
     for block, block_hash in pairs:
@@ -190,6 +191,14 @@ def test_cache_many_is_cache_block_of_each_pair(
     else:
         with pytest.raises(expected):
             at_once.cache_many([b for b, _ in pairs], [h for _, h in pairs])
+
+
+def test_cache_many_refuses_lists_of_different_lengths_before_caching_any() -> None:
+    pool = BlockPool(4, eviction=EvictionOrder.LRU, allow_duplicates=True)
+    a, b = pool.allocate_many(2)
+    with pytest.raises(ValueError, match="2 blocks, 1 hashes"):
+        pool.cache_many([a, b], [10])
+    assert pool.block_hash(a) is None
 
 
 def test_v1_duplicates_are_found_oldest_first_as_each_copy_is_evicted() -> None:
