@@ -78,7 +78,10 @@ class PureRuns:
             except simpy.Interrupt:  # cut short by an arrival: wait for the step in flight
                 continue
             # The priced steps ended uncut: price the next ones (twice as many each time).
-            if window.is_cut or not self._price_more(window, len(window.costs)):
+            num_priced = len(window.costs)
+            if window.is_cut or num_priced == window.run.num_steps:
+                break
+            if not self._price_more(window, num_priced):
                 break
         self.catch_up(before_now=False)  # its own timeout: the step ending now is done
         self._window = None

@@ -77,7 +77,7 @@ def start_pure_step(state: PagedState) -> None:
     change to the state before it completes; `pure_run` counted them as free)."""
     group = state.decode_group
     assert group is not None
-    group.grow(group.crossing())
+    group.grow_ahead(1)  # `grow(crossing())`, a block each in one allocation
 
 
 def _steps_before_change(group: DecodeGroup, limit: int) -> int:
