@@ -312,7 +312,8 @@ class BlockPool:
     def cache_many(self, blocks: Sequence[int], block_hashes: Sequence[int]) -> None:
         """`cache_block` of each (block, hash) pair in order, results unused: a prompt chunk
         registers dozens of blocks at once. The usual case (V1's duplicates allowed, a held block
-        with no hash yet) is inlined; anything else goes through `cache_block` and its checks."""
+        with no hash yet) is inlined; anything else goes through `cache_block` and its checks.
+        Lists of different lengths are refused (ValueError) before any block is cached."""
         refs, hashes, first_of_hash = self._ref_counts, self._hashes, self._first_of_hash
         if len(blocks) != len(block_hashes):
             raise ValueError(f"{len(blocks)} blocks, {len(block_hashes)} hashes")

@@ -14,8 +14,16 @@ from __future__ import annotations
 
 from pagesim.simulator.core.errors import KVCacheError
 
-# The parent hash of block 0. Any fixed int works; it only has to be the same everywhere.
+# Block 0's parent is hash((ROOT_HASH, block size)) (`root_hash`): any fixed int works as the
+# root, it only has to be the same everywhere; the block size in it keeps hashers of different
+# block sizes apart, as a one-piece block's content leaves its end (start + block size) implied.
 ROOT_HASH = 0x5A6E_51A1
+
+
+def root_hash(block_size: int) -> int:
+    """The parent hash of block 0 for blocks of `block_size` tokens."""
+    return hash((ROOT_HASH, block_size))
+
 
 SegmentKey = tuple[int, ...]
 
@@ -34,10 +42,10 @@ class SequenceHasher:
     tokens (3, seq_id). A block's content is the tuple of (key, start, end) pieces that cover it,
     offsets counted within each segment; a block inside one segment (nearly every block) is
     written (key, start) instead, its end implied, and hashed flat with its parent:
-    hash((parent, key, start)) against hash((parent, pieces)), one tuple built instead of three
-    (measured: 3.3% fewer instructions over the fleet bench's simulation). Two sequences
-    therefore get equal hashes for block i iff their first (i + 1) * block_size tokens come from
-    the same segments at the same offsets.
+    hash((parent, key, start)) against hash((parent, pieces)), one tuple built a block instead
+    of three. Two sequences hashed at one block size therefore get equal hashes for block i iff
+    their first (i + 1) * block_size tokens come from the same segments at the same offsets;
+    at different block sizes, never (the chain's root holds the block size).
 
     Hashing is lazy and incremental: `block_hashes` hashes only the blocks filled since the last
     call, so the total work over a sequence's life is linear in its tokens.
@@ -103,7 +111,7 @@ class SequenceHasher:
         segments = self._segments
         seg_index, seg_offset = self._seg_index, self._seg_offset
         hashes, bs = self._hashes, self._block_size
-        parent = hashes[-1] if hashes else ROOT_HASH
+        parent = hashes[-1] if hashes else root_hash(bs)
         while len(hashes) < num_full:
             key, seg_len = segments[seg_index]
             if seg_len - seg_offset >= bs:

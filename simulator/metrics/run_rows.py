@@ -36,7 +36,9 @@ _MEMORY = (
     "kv_prefix_saved_slots",
     "kv_fork_saved_slots",
 )
-_NUM_CONSTANTS = 6 + len(_MEMORY) + 3  # RunBuffer's numbers a run (see its `_constants`)
+# RunBuffer's numbers a run (its `_constants`): steps, members, block size, the queues, the
+# first row, share, FLOP/s, B/s
+_NUM_CONSTANTS = 3 + len(_QUEUES) + len(_MEMORY) + 3
 
 
 class DecodeRun(NamedTuple):
@@ -56,7 +58,7 @@ class DecodeRun(NamedTuple):
 class RunBuffer:
     """Runs waiting to be expanded, in flat lists (a run adds to each in C, and `stack` reads
     each in one call): its steps' starts, prices, cap gains and blocks taken (0 for its
-    first step), and one tuple of what holds throughout it."""
+    first step), and `_NUM_CONSTANTS` numbers, flat, of what holds throughout it."""
 
     __slots__ = ("_constants", "_costs", "_gains", "_starts", "_takes", "num_steps")
 

@@ -160,20 +160,26 @@ def test_cache_many_registers_a_chunk_and_checks_as_cache_block_does() -> None:
     pool.check_invariants()
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=120, deadline=None)
 @given(
     pairs=st.lists(st.tuples(st.integers(-2, 7), st.integers(0, 3)), max_size=12),
     duplicates=st.booleans(),
+    eviction=st.sampled_from(EvictionOrder),
 )
 def test_cache_many_is_cache_block_of_each_pair(
-    pairs: list[tuple[int, int]], duplicates: bool
+    pairs: list[tuple[int, int]], duplicates: bool, eviction: EvictionOrder
 ) -> None:
+    # Blocks -2..7: out of range ones are unknown blocks (a negative index must not wrap
+    # round); blocks 4 and 5 stay free (caching them is an error). Both pools end alike, an
+    # error or not: each pair before the failing one cached, the same blocks found.
     def pool() -> BlockPool:
-        made = BlockPool(6, eviction=EvictionOrder.LRU, allow_duplicates=duplicates)
-        made.allocate_many(4)  # blocks 4 and 5 stay free: caching them is an error
+        made = BlockPool(6, eviction=eviction, allow_duplicates=duplicates)
+        made.allocate_many(4)
         return made
 
-    # Blocks -2..7: out of range ones are unknown blocks (a negative index must not wrap round).
+    def state(of: BlockPool) -> tuple[list[int | None], list[int | None]]:
+        return [of.block_hash(b) for b in range(6)], [of.lookup(h) for h in range(4)]
+
     one_by_one, at_once = pool(), pool()
     expected: type[Exception] | None = None
     for block, block_hash in pairs:
@@ -184,13 +190,21 @@ def test_cache_many_is_cache_block_of_each_pair(
             break
     if expected is None:
         at_once.cache_many([b for b, _ in pairs], [h for _, h in pairs])
-        assert [one_by_one.block_hash(b) for b in range(6)] == [
-            at_once.block_hash(b) for b in range(6)
-        ]
-        at_once.check_invariants()
     else:
         with pytest.raises(expected):
             at_once.cache_many([b for b, _ in pairs], [h for _, h in pairs])
+    assert state(at_once) == state(one_by_one)
+    at_once.check_invariants()
+    # The copies of a hash found in turn as they are evicted one by one (the duplicates' order).
+    for of in (one_by_one, at_once):
+        for block in range(4):
+            of.decref(block)
+    while True:
+        evicted = one_by_one.evict_one()
+        assert at_once.evict_one() == evicted
+        assert state(at_once) == state(one_by_one)
+        if evicted is None:
+            break
 
 
 def test_cache_many_refuses_lists_of_different_lengths_before_caching_any() -> None:

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from kv_helpers import hash_token_blocks
 
 from pagesim.simulator.core.errors import KVCacheError
-from pagesim.simulator.kv.prefix_hash import ROOT_HASH, SequenceHasher
+from pagesim.simulator.kv.prefix_hash import SequenceHasher, root_hash
 
 
 def test_hash_token_blocks_hashes_full_blocks_only() -> None:
@@ -139,7 +139,7 @@ def test_a_block_hashes_its_pieces_chained_to_its_parent(
     # one run. Pins the values (whole-block fast path and one-run blocks met across a segment's
     # end included).
     tokens = _materialize([s for s in segments if s[1]])
-    expected, parent = [], ROOT_HASH
+    expected, parent = [], root_hash(block_size)
     for first in range(0, len(tokens) - block_size + 1, block_size):
         pieces: list[tuple[tuple[int, ...], int, int]] = []
         for key, offset in tokens[first : first + block_size]:
@@ -171,3 +171,12 @@ def test_hashes_do_not_depend_on_the_process_hash_seed() -> None:
         )
         outputs.add(result.stdout)
     assert len(outputs) == 1
+
+
+def test_hashers_of_different_block_sizes_never_agree() -> None:
+    # A one-piece block leaves its end implied: the chain's root holds the block size instead.
+    small, large = SequenceHasher(16), SequenceHasher(32)
+    for hasher in (small, large):
+        hasher.extend((2, 7), 64)
+    assert small.block_hashes()[0] != large.block_hashes()[0]
+    assert root_hash(16) != root_hash(32)
