@@ -48,6 +48,14 @@ def bench_sim(
         str | None, typer.Option(help="A catalog model in place of Llama-2-7B.")
     ] = None,
     tensor_parallel: Annotated[int, typer.Option(help="Tensor-parallel degree per replica.")] = 1,
+    instructions: Annotated[
+        bool,
+        typer.Option(
+            "--instructions",
+            help="Count the simulation's CPU instructions under valgrind instead of timing it "
+            "(the same on every run; ~50x slower: use --requests); with --against, both sides.",
+        ),
+    ] = False,
 ) -> None:
     """Time the simulator: replay a trace (or --synthetic N requests) on Llama-2-7B / A100-80GB.
 
@@ -55,6 +63,7 @@ def bench_sim(
     --against REV, the same for git revision REV and this tree, and their ratio.
     Example: pagesim bench sim --synthetic 100000 --rate 8 --against HEAD~5
     A fleet: pagesim bench sim --replicas 8 --model llama-2-70b --tensor-parallel 2
+    Instructions, not time: pagesim bench sim --requests 2000 --against HEAD~5 --instructions
     """
     from pagesim.simulator.studies.timing import BenchSpec
 
@@ -70,7 +79,11 @@ def bench_sim(
         model=model,
         tensor_parallel=tensor_parallel,
     )
-    if against is None:
+    if instructions:
+        from pagesim.simulator.studies.bench_count import count_instructions
+
+        console.echo_instructions(count_instructions(spec, against))
+    elif against is None:
         from pagesim.simulator.studies.bench import bench_sim
 
         console.echo_speed(spec, bench_sim(spec))

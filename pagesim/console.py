@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from pagesim.reports.output_folder import OutputFolder
     from pagesim.simulator.metrics.result import RunResult
     from pagesim.simulator.studies.bench_compare import Comparison
+    from pagesim.simulator.studies.bench_count import CountComparison
     from pagesim.simulator.studies.fleet_study import FleetStudy
     from pagesim.simulator.studies.runs import CapacityStudy, CheckedScenario, ResolvedSystem
     from pagesim.simulator.studies.sweep import SweepRun
@@ -331,6 +332,36 @@ def echo_comparison(comparison: Comparison) -> None:
             f"CPU time of each back-to-back pair, before/after: {pairs} (median "
             f"{comparison.median_paired_cpu_speedup:.2f}x); CPU s of all runs: {spread}"
         )
+
+
+def echo_instructions(counts: CountComparison) -> None:
+    """`pagesim bench sim --instructions`: the simulation's instructions (setup subtracted), per
+    side, their ratio, and with --against whether the summaries agree."""
+    spec = counts.spec
+    sides = [("this tree", counts.after)]
+    if counts.before is not None:
+        sides.insert(0, (f"{counts.revision} (before)", counts.before))
+        sides[1] = ("this tree (after)", counts.after)
+    typer.echo(
+        f"{spec.label}, {spec.policy}: instructions of the simulation (valgrind cachegrind, "
+        f"bench_count.COUNT_ENV; setup subtracted), {counts.after.run.num_steps:,} steps"
+    )
+    for name, side in sides:
+        typer.echo(
+            f"  {name}: {side.instructions:,} ({side.instructions / 1e9:.3f} G; the whole run "
+            f"{side.run_instructions / 1e9:.3f} G, setup {side.setup_instructions / 1e9:.3f} G)"
+        )
+    if counts.before is None:
+        return
+    differences = counts.summary_differences()
+    typer.echo(
+        f"after/before: {counts.ratio:.4f} ({counts.ratio - 1:+.2%} instructions); "
+        + (
+            "summaries agree (rel 1e-9)"
+            if not differences
+            else f"summaries differ in {len(differences)} keys: " + "; ".join(differences[:5])
+        )
+    )
 
 
 def echo_fidelity(result: FidelityResult, html: Path) -> None:

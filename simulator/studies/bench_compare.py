@@ -10,14 +10,19 @@ the same answers.
 
 from __future__ import annotations
 
+import compileall
 import json
 import os
+import re
 import site
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from pagesim.simulator.core.errors import InputError
 from pagesim.simulator.studies import bench, timing
@@ -26,6 +31,7 @@ from pagesim.simulator.studies.timing import BenchSpec, TimedRun
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TIMING_SCRIPT = Path(timing.__file__).resolve()  # run by path in each child: see its docstring
+_NOT_COMPILED = re.compile(r"[/\\](tests|build|\.git|\.venv|venv)([/\\]|$)")
 
 
 @dataclass(frozen=True)
@@ -68,30 +74,36 @@ class Comparison:
         return self.after.peak_rss_mib / self.before.peak_rss_mib
 
     def summary_differences(self) -> list[str]:
-        """Summary keys whose values differ as a golden comparison would see it (floats beyond
-        `golden.REL_TOL`), or exist on one side only."""
-        before, after = self.before.summary, self.after.summary
-        out = []
-        for key in sorted(set(before) | set(after)):
-            if key not in before or key not in after:
-                out.append(f"{key} (only {'after' if key in after else 'before'})")
-            elif not same_value(before[key], after[key]):
-                out.append(f"{key}: {before[key]!r} -> {after[key]!r}")
-        return out
+        """Summary keys whose values differ (`summary_differences`)."""
+        return summary_differences(self.before.summary, self.after.summary)
 
 
 def timed_run(root: Path, spec: BenchSpec) -> TimedRun:
     """Time `spec` in a fresh interpreter with the simulator of the tree at `root`."""
+    return TimedRun(**json.loads(run_child(root, spec).stdout.strip().splitlines()[-1]))
+
+
+def run_child(
+    root: Path,
+    spec: BenchSpec,
+    mode: str = "time",
+    wrapper: tuple[str, ...] = (),
+    env: dict[str, str] | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """Run the benchmark child (timing.py, `mode` "time" or "setup") with the simulator of the
+    tree at `root`, under `wrapper` (a command such as valgrind) and these extra environment
+    variables; InputError naming the tree if it fails."""
     # `-S`: no site processing, so no installed pagesim (an editable install's import hook
     # would serve this tree's modules to the other revision); the dependencies come from the
     # site-packages folders named after the revision's tree, which wins. PYTHONSAFEPATH keeps
     # the script's own folder (this tree's simulator/studies) off sys.path.
     path = os.pathsep.join([str(root), *site.getsitepackages()])
-    env = os.environ | {"PYTHONPATH": path, "PYTHONSAFEPATH": "1"}
+    child_env = os.environ | {"PYTHONPATH": path, "PYTHONSAFEPATH": "1"} | (env or {})
+    command = [sys.executable, "-S", str(TIMING_SCRIPT), str(root), json.dumps(asdict(spec))]
     done = subprocess.run(
-        [sys.executable, "-S", str(TIMING_SCRIPT), str(root), json.dumps(asdict(spec))],
+        [*wrapper, *command, mode],
         cwd=root,
-        env=env,
+        env=child_env,
         capture_output=True,
         text=True,
         check=False,
@@ -99,27 +111,19 @@ def timed_run(root: Path, spec: BenchSpec) -> TimedRun:
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
         raise InputError(f"the benchmark failed under {root}: {last}")
-    return TimedRun(**json.loads(done.stdout.strip().splitlines()[-1]))
+    return done
 
 
 def compare_revisions(revision: str, spec: BenchSpec, num_repeats: int) -> Comparison:
     """Time `spec` at git `revision` (before) and in this tree (after), alternating."""
-    spec.scenario(bench)  # a bad --policy, --requests or --synthetic is said before git runs
     if num_repeats < 1:
         raise InputError(f"--repeat must be at least 1, got {num_repeats}")
-    timed = spec
-    if Path(spec.trace).is_file():  # each run's folder is its own tree's root
-        timed = replace(spec, trace=str(Path(spec.trace).resolve()))
-    with tempfile.TemporaryDirectory(prefix="pagesim-bench-") as folder:
-        worktree = Path(folder) / "before"
-        _git("worktree", "add", "--detach", str(worktree), revision)
-        try:
-            runs: dict[str, list[TimedRun]] = {"before": [], "after": []}
-            for _ in range(num_repeats):
-                runs["before"].append(timed_run(worktree, timed))
-                runs["after"].append(timed_run(REPO_ROOT, timed))
-        finally:
-            _git("worktree", "remove", "--force", str(worktree))
+    runs: dict[str, list[TimedRun]] = {"before": [], "after": []}
+    with revision_tree(revision, spec) as (worktree, timed):
+        compile_tree(REPO_ROOT)
+        for _ in range(num_repeats):
+            runs["before"].append(timed_run(worktree, timed))
+            runs["after"].append(timed_run(REPO_ROOT, timed))
     return Comparison(
         before=min(runs["before"], key=lambda r: r.cpu_s),
         after=min(runs["after"], key=lambda r: r.cpu_s),
@@ -129,6 +133,51 @@ def compare_revisions(revision: str, spec: BenchSpec, num_repeats: int) -> Compa
         before_cpu_s=tuple(r.cpu_s for r in runs["before"]),
         after_cpu_s=tuple(r.cpu_s for r in runs["after"]),
     )
+
+
+@contextmanager
+def revision_tree(revision: str, spec: BenchSpec) -> Iterator[tuple[Path, BenchSpec]]:
+    """Git `revision` checked out into a temporary worktree (removed after), and `spec` as
+    each run's child reads it (a trace file by its absolute path: each child runs in its own
+    tree's root)."""
+    timed = checked_spec(spec)  # a bad --policy, --requests or --synthetic: said before git runs
+    with tempfile.TemporaryDirectory(prefix="pagesim-bench-") as folder:
+        worktree = Path(folder) / "before"
+        _git("worktree", "add", "--detach", str(worktree), revision)
+        try:
+            compile_tree(worktree)
+            yield worktree, timed
+        finally:
+            _git("worktree", "remove", "--force", str(worktree))
+
+
+def compile_tree(root: Path) -> None:
+    """Byte-compile the tree's modules (tests and build outputs aside) into its __pycache__
+    folders first, so that no run compiles them: a fresh worktree has none, and where
+    PYTHONDONTWRITEBYTECODE is set no import writes them, so the other revision's every run
+    would compile what it imports (lazily imported modules inside the timed simulation)."""
+    compileall.compile_dir(root, quiet=2, rx=_NOT_COMPILED)
+
+
+def checked_spec(spec: BenchSpec) -> BenchSpec:
+    """`spec` as a child reads it, its scenario built once here (InputError if it cannot be): a
+    trace file by its absolute path, since each child runs in its own tree's root."""
+    spec.scenario(bench)
+    if Path(spec.trace).is_file():
+        return replace(spec, trace=str(Path(spec.trace).resolve()))
+    return spec
+
+
+def summary_differences(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
+    """Summary keys whose values differ as a golden comparison would see it (floats beyond
+    `golden.REL_TOL`), or exist on one side only."""
+    out = []
+    for key in sorted(set(before) | set(after)):
+        if key not in before or key not in after:
+            out.append(f"{key} (only {'after' if key in after else 'before'})")
+        elif not same_value(before[key], after[key]):
+            out.append(f"{key}: {before[key]!r} -> {after[key]!r}")
+    return out
 
 
 def _git(*args: str) -> None:

@@ -134,12 +134,18 @@ def import_layout(root: str) -> tuple[ModuleType, Callable[[Any], Any]]:
     raise ImportError(f"{root}: no bench module; tried {', '.join(b for b, _ in LAYOUTS)}")
 
 
-def _run_child(root: str, spec_json: str) -> None:
-    """Time the benchmark `spec_json` describes with the tree at `root`; print it as JSON."""
+def _run_child(root: str, spec_json: str, mode: str = "time") -> None:
+    """Time the benchmark `spec_json` describes with the tree at `root`; print it as JSON.
+    `mode` "setup": stop before simulating, printing `{}` (an instruction count's baseline:
+    the imports and the scenario built, bench_count.py)."""
     bench, simulate = import_layout(root)
-    run = time_simulation(simulate, BenchSpec(**json.loads(spec_json)).scenario(bench))
+    scenario = BenchSpec(**json.loads(spec_json)).scenario(bench)
+    if mode == "setup":
+        print("{}")
+        return
+    run = time_simulation(simulate, scenario)
     print(json.dumps(asdict(run)))
 
 
 if __name__ == "__main__":
-    _run_child(sys.argv[1], sys.argv[2])
+    _run_child(*sys.argv[1:4])
