@@ -338,13 +338,16 @@ def echo_instructions(counts: CountComparison) -> None:
     """`pagesim bench sim --instructions`: the simulation's instructions (setup subtracted), per
     side, their ratio, and with --against whether the summaries agree."""
     spec = counts.spec
-    sides = [("this tree", counts.after)]
-    if counts.before is not None:
-        sides.insert(0, (f"{counts.revision} (before)", counts.before))
-        sides[1] = ("this tree (after)", counts.after)
+    if counts.before is None:
+        sides = [("this tree", counts.after)]
+    else:
+        sides = [
+            (f"{counts.revision} (before)", counts.before),
+            ("this tree (after)", counts.after),
+        ]
     typer.echo(
-        f"{spec.label}, {spec.policy}: instructions of the simulation (valgrind cachegrind, "
-        f"bench_count.COUNT_ENV; setup subtracted), {counts.after.run.num_steps:,} steps"
+        f"{spec.label}, {spec.policy}: instructions of the simulation (valgrind cachegrind, one "
+        f"BLAS thread, PYTHONHASHSEED=0; setup subtracted), {counts.after.run.num_steps:,} steps"
     )
     for name, side in sides:
         typer.echo(
