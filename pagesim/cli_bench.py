@@ -30,7 +30,9 @@ def bench_sim(
             help="A git revision to time beside this tree (before/after, alternating runs)."
         ),
     ] = None,
-    repeat: Annotated[int, typer.Option(help="Runs per side with --against; best kept.")] = 2,
+    repeat: Annotated[
+        int | None, typer.Option(help="Runs per side with --against (default 2); best kept.")
+    ] = None,
     prefix_cache: Annotated[
         bool | None,
         typer.Option(
@@ -80,8 +82,11 @@ def bench_sim(
         tensor_parallel=tensor_parallel,
     )
     if instructions:
+        from pagesim.simulator.core.errors import InputError
         from pagesim.simulator.studies.bench_count import count_instructions
 
+        if repeat is not None:
+            raise InputError("--repeat does not apply to --instructions: a count repeats itself")
         console.echo_instructions(count_instructions(spec, against))
     elif against is None:
         from pagesim.simulator.studies.bench import bench_sim
@@ -90,7 +95,7 @@ def bench_sim(
     else:
         from pagesim.simulator.studies.bench_compare import compare_revisions
 
-        console.echo_comparison(compare_revisions(against, spec, repeat))
+        console.echo_comparison(compare_revisions(against, spec, 2 if repeat is None else repeat))
 
 
 @bench_app.command("report")

@@ -13,7 +13,6 @@ from __future__ import annotations
 import compileall
 import json
 import os
-import re
 import site
 import subprocess
 import sys
@@ -22,7 +21,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pagesim.simulator.core.errors import InputError
 from pagesim.simulator.studies import bench, timing
@@ -31,7 +30,9 @@ from pagesim.simulator.studies.timing import BenchSpec, TimedRun
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TIMING_SCRIPT = Path(timing.__file__).resolve()  # run by path in each child: see its docstring
-_NOT_COMPILED = re.compile(r"[/\\](tests|build|\.git|\.venv|venv)([/\\]|$)")
+# Folders of a tree that hold no module a run imports (hidden ones too: .git, .venv, .tox)
+_NOT_COMPILED = frozenset(("tests", "build", "dist", "venv", "env", "node_modules", "__pycache__"))
+ChildMode = Literal["time", "setup"]  # timing.py's: time the simulation, or stop before it
 
 
 @dataclass(frozen=True)
@@ -80,13 +81,18 @@ class Comparison:
 
 def timed_run(root: Path, spec: BenchSpec) -> TimedRun:
     """Time `spec` in a fresh interpreter with the simulator of the tree at `root`."""
-    return TimedRun(**json.loads(run_child(root, spec).stdout.strip().splitlines()[-1]))
+    return parse_run(run_child(root, spec).stdout)
+
+
+def parse_run(output: str) -> TimedRun:
+    """The run a timing child printed (its last line, JSON)."""
+    return TimedRun(**json.loads(output.strip().splitlines()[-1]))
 
 
 def run_child(
     root: Path,
     spec: BenchSpec,
-    mode: str = "time",
+    mode: ChildMode = "time",
     wrapper: tuple[str, ...] = (),
     env: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
@@ -155,8 +161,15 @@ def compile_tree(root: Path) -> None:
     """Byte-compile the tree's modules (tests and build outputs aside) into its __pycache__
     folders first, so that no run compiles them: a fresh worktree has none, and where
     PYTHONDONTWRITEBYTECODE is set no import writes them, so the other revision's every run
-    would compile what it imports (lazily imported modules inside the timed simulation)."""
-    compileall.compile_dir(root, quiet=2, rx=_NOT_COMPILED)
+    would compile what it imports (lazily imported modules inside the timed simulation). The
+    folders skipped are named relative to the tree, whatever folder holds it."""
+    for folder, subfolders, files in os.walk(root):
+        subfolders[:] = [
+            name for name in subfolders if name not in _NOT_COMPILED and not name.startswith(".")
+        ]
+        for name in files:
+            if name.endswith(".py"):  # for the children's optimization level: plain .pyc
+                compileall.compile_file(os.path.join(folder, name), quiet=2, optimize=0)
 
 
 def checked_spec(spec: BenchSpec) -> BenchSpec:

@@ -6,8 +6,10 @@ An instruction count does not move: valgrind's cachegrind (`--cache-sim=no`: cou
 runs the same benchmark child as `--against` does, with Python's string hashing fixed and the
 BLAS libraries on one thread (`COUNT_ENV`), each tree's modules compiled first, and reports the
 instructions executed: the same tree gives the same count to a few thousand instructions in
-~1.5 G. The simulation's own count is the run's minus that of a run that stops just before
-simulating (imports, the trace read, the scenario built). Instructions are not
+~1.5 G. The simulation's count is the whole run's minus that of a run that stops just before
+`simulate` (the imports and the scenario built); so it holds what `simulate` does (the trace is
+read inside it, and a fleet imports its cluster modules there: ~20 M) and the child's report of
+it (~2 M: token sums, JSON), the same code on both sides of a comparison. Instructions are not
 time: cache misses, which pagesim's fleets meet often, cost time without instructions, so a
 speed claim still needs a timed comparison; counts rank changes too small for timing to see.
 Valgrind slows a run some 50 times: count a few thousand requests (`--requests`), not a trace.
@@ -15,24 +17,27 @@ Valgrind slows a run some 50 times: count a few thousand requests (`--requests`)
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from pagesim.simulator.core.errors import InputError
 from pagesim.simulator.studies.bench_compare import (
     REPO_ROOT,
+    ChildMode,
     checked_spec,
     compile_tree,
+    parse_run,
     revision_tree,
     run_child,
     summary_differences,
 )
 from pagesim.simulator.studies.timing import BenchSpec, TimedRun
 
-# Counting only (no cache simulation), no output file; the count is on stderr ("I refs").
+# Counting only (no cache simulation), no output file; valgrind's own report (its "I refs" line)
+# goes to a log file (`--log-file`), the child's stderr stays the child's (its error, if any).
 VALGRIND = ("valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null")
 # str hashes, hence dict and set orders, alike every run; the BLAS libraries on one thread (their
 # worker threads spin for a varying while: ~100 M instructions at NumPy's import, and the count
@@ -77,27 +82,36 @@ class CountComparison:
         return self.after.instructions / self.before.instructions
 
     def summary_differences(self) -> list[str]:
+        """Summary keys whose values differ between the sides (`summary_differences`)."""
         assert self.before is not None
         return summary_differences(self.before.run.summary, self.after.run.summary)
 
 
-def instructions_of(stderr: str) -> int:
+def instructions_of(report: str) -> int:
     """The instruction count in valgrind's report (its last "I refs" line)."""
-    found = _I_REFS.findall(stderr)
+    found = _I_REFS.findall(report)
     if not found:
         raise InputError("--instructions: valgrind printed no instruction count ('I refs')")
     return int(found[-1].replace(",", ""))
 
 
+def counted(root: Path, spec: BenchSpec, mode: ChildMode) -> tuple[int, str]:
+    """The instructions of one child run (`mode`) of `spec` with the tree at `root`, under
+    valgrind, and the child's output."""
+    with tempfile.TemporaryDirectory(prefix="pagesim-count-") as folder:
+        log = Path(folder) / "valgrind.log"
+        done = run_child(root, spec, mode, (*VALGRIND, f"--log-file={log}"), COUNT_ENV)
+        report = log.read_text() if log.is_file() else ""
+    return instructions_of(report), done.stdout
+
+
 def counted_run(root: Path, spec: BenchSpec) -> CountedRun:
-    """Count `spec`'s instructions with the simulator of the tree at `root`, its modules
-    compiled first (`compile_tree`: else a fresh worktree counts compiling them, some in the
-    setup and the lazily imported ones in the simulation)."""
-    compile_tree(root)
-    setup = run_child(root, spec, "setup", VALGRIND, COUNT_ENV)
-    done = run_child(root, spec, "time", VALGRIND, COUNT_ENV)
-    run = TimedRun(**json.loads(done.stdout.strip().splitlines()[-1]))
-    return CountedRun(instructions_of(done.stderr), instructions_of(setup.stderr), run)
+    """Count `spec`'s instructions with the simulator of the tree at `root` (compiled already:
+    `compile_tree`; else the count includes compiling modules, some in the setup and the
+    lazily imported ones in the simulation)."""
+    setup, _ = counted(root, spec, "setup")
+    whole, output = counted(root, spec, "time")
+    return CountedRun(whole, setup, parse_run(output))
 
 
 def count_instructions(spec: BenchSpec, revision: str | None = None) -> CountComparison:
@@ -108,8 +122,11 @@ def count_instructions(spec: BenchSpec, revision: str | None = None) -> CountCom
             "valgrind); without it, compare times with --against and --repeat"
         )
     if revision is None:
-        return CountComparison(None, counted_run(REPO_ROOT, checked_spec(spec)), None, spec)
-    with revision_tree(revision, spec) as (worktree, counted):
-        before = counted_run(worktree, counted)
-        after = counted_run(REPO_ROOT, counted)
+        checked = checked_spec(spec)
+        compile_tree(REPO_ROOT)
+        return CountComparison(None, counted_run(REPO_ROOT, checked), None, spec)
+    with revision_tree(revision, spec) as (worktree, checked):  # the worktree compiled
+        compile_tree(REPO_ROOT)
+        before = counted_run(worktree, checked)
+        after = counted_run(REPO_ROOT, checked)
     return CountComparison(before, after, revision, spec)

@@ -2,11 +2,12 @@
 
 In process, `time_simulation(simulate, scenario)` times this tree's simulator. For `--against`,
 this file is also run *by path* in a fresh interpreter whose sys.path starts with another git
-revision's tree (see `bench_compare.timed_run`): `python -S timing.py TREE '<spec as JSON>'`
-imports whichever layout that revision has, builds the same benchmark scenario with that
-revision's own code, times it with the function below and prints one JSON line. So this module
-imports only the standard library at the top: run as a script it must not pull in this tree's
-pagesim.
+revision's tree (see `bench_compare.run_child`): `python -S timing.py TREE '<spec as JSON>'
+MODE` imports whichever layout that revision has, builds the same benchmark scenario with that
+revision's own code, times it with the function below and prints one JSON line (MODE "time"),
+or stops before simulating (MODE "setup": an instruction count's baseline, bench_count.py).
+So this module imports only the standard library at the top: run as a script it must not pull
+in this tree's pagesim.
 """
 
 from __future__ import annotations
@@ -138,6 +139,8 @@ def _run_child(root: str, spec_json: str, mode: str = "time") -> None:
     """Time the benchmark `spec_json` describes with the tree at `root`; print it as JSON.
     `mode` "setup": stop before simulating, printing `{}` (an instruction count's baseline:
     the imports and the scenario built, bench_count.py)."""
+    if mode not in ("time", "setup"):
+        raise SystemExit(f"timing.py: unknown mode {mode!r}; valid: time, setup")
     bench, simulate = import_layout(root)
     scenario = BenchSpec(**json.loads(spec_json)).scenario(bench)
     if mode == "setup":

@@ -23,14 +23,19 @@ REPORT = """==4242== Cachegrind, a cache and branch-prediction profiler
 ==4242== I   refs:      5,898,013,566
 """
 
-# Stands in for valgrind: drops its options, runs the command, and reports 1,000 instructions
-# for a run that stops before simulating ("setup", the command's last word) and 5,000 otherwise.
+# Stands in for valgrind: takes its leading options (cachegrind's, counting only, and a log
+# file), runs the command, and logs 1,000 instructions for a run that stops before simulating
+# ("setup", the command's last word) and 5,000 otherwise, as valgrind logs its report.
 FAKE_VALGRIND = f"""#!{sys.executable}
-import subprocess, sys
-command = [arg for arg in sys.argv[1:] if not arg.startswith("--")]
+import itertools, subprocess, sys
+options = list(itertools.takewhile(lambda arg: arg.startswith("--"), sys.argv[1:]))
+command = sys.argv[1 + len(options):]
+assert "--tool=cachegrind" in options and "--cache-sim=no" in options, options
+(log,) = [arg.split("=", 1)[1] for arg in options if arg.startswith("--log-file=")]
 done = subprocess.run(command)
 count = "1,000" if command[-1] == "setup" else "5,000"
-print(f"==1== I   refs:      {{count}}", file=sys.stderr)
+with open(log, "w") as report:
+    print(f"==1== I   refs:      {{count}}", file=report)
 sys.exit(done.returncode)
 """
 
@@ -69,6 +74,22 @@ def test_counts_subtract_the_setup_on_each_side_and_compare_the_summaries(
     assert lines[3] == "after/before: 1.0000 (+0.00% instructions); summaries agree (rel 1e-9)"
 
 
+@pytest.mark.usefixtures("fake_valgrind")
+def test_bad_input_under_valgrind_is_one_line_naming_the_problem(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # The child's own error, not valgrind's report (which goes to its log file).
+    missing = tmp_path / "no_such_trace.csv"
+    bad = run_cli(capsys, "bench", "sim", "--trace", str(missing), "--instructions")
+    assert bad.exit_code == 2 and "unknown trace" in bad.err and "I   refs" not in bad.err
+    repeat = run_cli(capsys, "bench", "sim", "--instructions", "--repeat", "3")
+    assert repeat.exit_code == 2 and "--repeat does not apply to --instructions" in repeat.err
+    revision = run_cli(capsys, "bench", "sim", "--instructions", "--against", "no-such-rev-1")
+    assert revision.exit_code == 2 and "--against: git worktree add" in revision.err
+    for result in (bad, repeat, revision):
+        assert "Traceback" not in result.err
+
+
 def test_without_valgrind_it_says_so(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
@@ -79,13 +100,20 @@ def test_without_valgrind_it_says_so(
     assert "Traceback" not in result.err
 
 
-def test_a_tree_is_compiled_but_for_its_tests(tmp_path: Path) -> None:
-    for name in ("simulator/engine.py", "tests/test_x.py"):
-        (tmp_path / name).parent.mkdir(parents=True)
-        (tmp_path / name).write_text("X = 1\n")
-    compile_tree(tmp_path)
-    assert list((tmp_path / "simulator" / "__pycache__").glob("engine.*.pyc"))
-    assert not (tmp_path / "tests" / "__pycache__").exists()
+def test_a_tree_is_compiled_but_for_its_tests_and_build_outputs(tmp_path: Path) -> None:
+    # The tree itself under a folder named like a skipped one: the names are the tree's own.
+    root = tmp_path / "build" / "tests" / "tree"
+    compiled = ("simulator/engine.py", "tests_data/x.py", "rebuild/x.py")
+    skipped = ("tests/test_x.py", "build/lib/x.py", ".venv/x.py", "simulator/venv/x.py")
+    for name in (*compiled, *skipped):
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text("X = 1\n")
+    compile_tree(root)
+    for name in compiled:
+        path = root / name
+        assert list((path.parent / "__pycache__").glob(f"{path.stem}.*.pyc")), name
+    for name in skipped:
+        assert not ((root / name).parent / "__pycache__").exists(), name
 
 
 @pytest.mark.slow
@@ -103,5 +131,5 @@ def test_a_real_count_repeats_to_a_few_thousand_instructions(
         line = result.out.splitlines()[1]
         assert line.startswith("  this tree: ")
         counts.append(int(line.split(": ")[1].split(" (")[0].replace(",", "")))
-    assert counts[0] > 1_000_000  # a simulation ran
+    assert counts[0] > 10_000_000  # a simulation ran (~30 M; the child's report alone: ~2 M)
     assert abs(counts[0] - counts[1]) < 50_000
