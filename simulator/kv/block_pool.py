@@ -43,6 +43,7 @@ from itertools import repeat, starmap
 
 from pagesim.simulator.core.errors import KVCacheError
 from pagesim.simulator.kv.lru_queue import LruQueue
+from pagesim.simulator.kv.pool_audit import PoolParts, check_pool_invariants
 
 
 class EvictionOrder(Enum):
@@ -347,56 +348,23 @@ class BlockPool:
     # -- checks --------------------------------------------------------------------------------
 
     def check_invariants(self) -> None:
-        """Raise AssertionError if the pool's bookkeeping is inconsistent (O(num_blocks), with
-        the per-block loops left to C where the pool is large and mostly idle: a CPU swap pool)."""
-        refs, hashes = self._ref_counts, self._hashes
-        num_blocks = self.num_blocks
-        invariant(not refs or min(refs) >= 0, "negative ref_count")
-        num_used = num_blocks - refs.count(0)
-        invariant(num_used == self._num_used, "used counter disagrees with ref_counts")
-        invariant(len(set(self._free)) == len(self._free), "a block is twice in the free list")
-        invariant(
-            len(self._free) + len(self._evictable) + len(self._lru) + num_used == num_blocks,
-            "free + evictable + used != total",
-        )
-        if self._is_lru:
-            invariant(not self._free and not self._evictable, "LRU: a free block outside _lru")
-            self._lru.check(refs)
-        else:
-            invariant(not len(self._lru), "plain-first: a block in the LRU queue")
-        free = self._free
-        if sum(map(refs.__getitem__, free)) or set(map(hashes.__getitem__, free)) - {None}:
-            block = next(b for b in free if refs[b] or hashes[b] is not None)
-            raise AssertionError(f"free block {block} is referenced or holds a hash")
-        evictable = self._evictable
-        if sum(map(refs.__getitem__, evictable)):
-            block = next(b for b in evictable if refs[b])
-            raise AssertionError(f"evictable block {block} is referenced")
-        if not self._is_lru:
-            for block in evictable:
-                invariant(hashes[block] is not None, f"evictable block {block} has no hash")
-        num_mapped = len(self._first_of_hash)
-        for block_hash, block in self._first_of_hash.items():
-            invariant(hashes[block] == block_hash, f"hash {block_hash} -> block {block}")
-        for block_hash, later in self._later_of_hash.items():
-            invariant(bool(later), f"hash {block_hash} keeps an empty list of copies")
-            invariant(self._allow_duplicates, f"hash {block_hash}: copies")
-            invariant(block_hash in self._first_of_hash, f"hash {block_hash}: copies, no first")
-            for block in later:
-                invariant(hashes[block] == block_hash, f"hash {block_hash} -> block {block}")
-            num_mapped += len(later)
-        num_hashed = num_blocks - hashes.count(None)
-        invariant(num_hashed == num_mapped, "a block holds a hash not in the map")
-        forks = self._fork_shares
-        invariant(sum(forks) == self._num_fork_shares, "fork shares disagree with their total")
-        if self._num_fork_shares:
-            invariant(
-                all(f <= max(0, r - 1) for f, r in zip(forks, refs, strict=True)),
-                "a block has more fork shares than references beyond its first",
+        """Raise AssertionError if the pool's bookkeeping is inconsistent (kv/pool_audit.py)."""
+        check_pool_invariants(
+            PoolParts(
+                self._ref_counts,
+                self._hashes,
+                self._free,
+                self._evictable,
+                self._lru,
+                self._first_of_hash,
+                self._later_of_hash,
+                self._fork_shares,
+                self._num_used,
+                self._num_fork_shares,
+                self._num_prefix_shares,
+                self._is_lru,
+                self._allow_duplicates,
             )
-        invariant(
-            sum(refs) - num_used == self._num_fork_shares + self._num_prefix_shares,
-            "saved copies (references beyond each block's first) disagree with their causes",
         )
 
     # -- internals -----------------------------------------------------------------------------
@@ -421,9 +389,3 @@ class BlockPool:
         if later is not None and not later:
             del self._later_of_hash[block_hash]
         self._hashes[block] = None
-
-
-def invariant(condition: bool, message: str) -> None:
-    """Like assert, but kept under `python -O`: invariant checks are what tests run."""
-    if not condition:
-        raise AssertionError(message)

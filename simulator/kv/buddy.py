@@ -38,8 +38,8 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right, insort
 
 from pagesim.simulator.core.errors import KVCacheError
-from pagesim.simulator.kv.block_pool import invariant
 from pagesim.simulator.kv.contiguous import RegionCache
+from pagesim.simulator.kv.pool_audit import invariant
 
 
 def block_order(num_slots: int) -> int:

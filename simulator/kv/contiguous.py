@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from pagesim.simulator.core.config import Reservation
 from pagesim.simulator.core.errors import KVCacheError
 from pagesim.simulator.core.memory import MemoryBreakdown
-from pagesim.simulator.kv.block_pool import invariant
+from pagesim.simulator.kv.pool_audit import invariant
 
 
 def reservation_slots(policy: Reservation, prompt_len: int, output_len: int, max_len: int) -> int:

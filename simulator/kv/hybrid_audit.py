@@ -12,9 +12,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from pagesim.simulator.core.memory import MemoryBreakdown
-from pagesim.simulator.kv.block_pool import BlockPool, invariant
+from pagesim.simulator.kv.block_pool import BlockPool
 from pagesim.simulator.kv.hybrid_layout import HybridLayout, cdiv
 from pagesim.simulator.kv.hybrid_table import HybridSeq, blocks_at
+from pagesim.simulator.kv.pool_audit import invariant
 
 
 def check_hybrid_invariants(

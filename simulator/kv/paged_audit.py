@@ -12,8 +12,9 @@ from collections.abc import Mapping
 
 from pagesim.simulator.core.errors import KVCacheError
 from pagesim.simulator.core.memory import MemoryBreakdown
-from pagesim.simulator.kv.block_pool import BlockPool, invariant
+from pagesim.simulator.kv.block_pool import BlockPool
 from pagesim.simulator.kv.block_table import BlockTable, clamp_fill
+from pagesim.simulator.kv.pool_audit import invariant
 from pagesim.simulator.kv.swap_space import SwapSpace
 
 
