@@ -24,14 +24,10 @@ Cost of one step that computes T tokens for S sequences (D decoding, the rest pr
     swap_s = (blocks in + blocks out) · block_bytes / host_link
     copy_s = copies · block_bytes · 2 / (bw · attn_eff)
 
-The block term (decode only) prices what the paged kernel (kernels/paged_attention.cu) does per
-KV block beyond reading its KV: each CTA — one per KV head (per tile of at most 8 of its query
-heads) per sequence — reads the block's table entry (4 B, exact) and starts a new contiguous run
-in K and in V; we price that run's start as one 32-byte DRAM sector each (an **estimate**, not
-measured: pagesim's kernel has not been timed across block sizes yet). Blocks read =
-ceil(c / B) per sequence; in O(1) as Σc / B + D · (B − 1) / (2B) (the last block's expected part,
-c mod B uniform). The kernel never reads a partial block's empty slots (it clamps to the last
-token), so the partial last block costs a lookup, not bytes.
+The block term (decode only) prices what the paged kernel does per KV block beyond reading its
+KV: bytes per block (roofline_terms.block_overhead_bytes; the 64 B of a run's start an
+**estimate**) × blocks read, ceil(c / B) per sequence, in O(1) as Σc / B + D · (B − 1) / (2B) (the
+last block's expected part, c mod B uniform).
 
 Assumptions a reader of a report must know:
 
@@ -86,12 +82,10 @@ from pagesim.simulator.execution.roofline_terms import (
     LayerShapes,
     MLAShapes,
     allreduce_call_s,
+    block_overhead_bytes,
 )
 
 _IS_PREFILL = itemgetter(4)  # SeqWork.is_prefill
-BLOCK_TABLE_ENTRY_BYTES = 4  # one int32 per block per CTA (kernels/paged_attention.cu)
-BLOCK_RUN_START_BYTES = 2 * 32  # estimate: one 32-byte sector each in K and in V per block
-KERNEL_HEADS_PER_CTA = 8  # the kernel's tile of query heads sharing one KV head
 
 
 def _require_positive(name: str, value: float) -> None:
@@ -216,12 +210,7 @@ class RooflineModel(RooflineReport):
             + self._kv_s_per_token
         )
         # The block term: per decode context token and per decoding sequence (module docstring).
-        if model.mla is None:
-            group = max(1, model.num_heads // model.num_kv_heads)
-            ctas = model.kv_heads_per_gpu(t) * -(-group // KERNEL_HEADS_PER_CTA)
-        else:  # one latent "KV head" shared by the GPU's query heads (an estimate)
-            ctas = -(-max(1, model.num_heads // t) // KERNEL_HEADS_PER_CTA)
-        block_bytes_overhead = L * ctas * (BLOCK_TABLE_ENTRY_BYTES + BLOCK_RUN_START_BYTES)
+        block_bytes_overhead = L * block_overhead_bytes(model, t)
         self.block_overhead_bytes_per_block = block_bytes_overhead
         self.block_s_per_context = block_bytes_overhead / block_size / kv_bps
         self.block_s_per_seq = block_bytes_overhead * (block_size - 1) / (2 * block_size) / kv_bps
@@ -379,9 +368,7 @@ class RooflineModel(RooflineReport):
         if self.is_plain:
             return self._linear.layers_s(num_tokens)
         c = num_tokens * self._linear_c
-        m = self._linear_m0 + num_tokens * self._linear_m1
-        if expert_weight_s:
-            m += expert_weight_s
+        m = self._linear_m0 + num_tokens * self._linear_m1 + expert_weight_s
         return (m if c < m else c) + self._overlap * (c if c < m else m)
 
     @property

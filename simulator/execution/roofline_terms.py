@@ -37,6 +37,28 @@ ACTIVATION_BYTES = 2  # fp16/bf16 activations
 GEMMS_PER_LAYER = 4  # QKV, output projection, MLP gate+up (or up), MLP down: each fused
 ALLREDUCES_PER_LAYER = 2  # after attention and after the MLP (Megatron-style tensor parallelism)
 
+# The paged kernel's work per KV block beyond its KV (kernels/paged_attention.cu), the block term
+# of roofline.py: each CTA (one per KV head and tile of query heads, per sequence) reads the
+# block's table entry and starts a new contiguous run in K and in V.
+BLOCK_TABLE_ENTRY_BYTES = 4  # one int32 per block per CTA (kernels/paged_attention.cu)
+BLOCK_RUN_START_BYTES = 2 * 32  # estimate: one 32-byte sector each in K and in V per block
+KERNEL_HEADS_PER_CTA = 8  # the kernel's tile of query heads sharing one KV head
+
+
+def block_overhead_bytes(model: ModelSpec, tensor_parallel: int) -> int:
+    """Bytes one GPU's paged kernel reads per KV block per layer beyond the block's KV: its CTAs
+    (a KV head's query heads in tiles of KERNEL_HEADS_PER_CTA) times the table entry (exact) and
+    a run's start in K and in V, one 32-byte DRAM sector each (an **estimate**, not measured:
+    pagesim's kernel has not been timed across block sizes yet). A partial last block costs a
+    lookup, not bytes: the kernel clamps to the last token."""
+    if model.mla is None:
+        group = max(1, model.num_heads // model.num_kv_heads)
+        ctas = model.kv_heads_per_gpu(tensor_parallel) * -(-group // KERNEL_HEADS_PER_CTA)
+    else:  # one latent "KV head" shared by the GPU's query heads (an estimate)
+        ctas = -(-max(1, model.num_heads // tensor_parallel) // KERNEL_HEADS_PER_CTA)
+    return ctas * (BLOCK_TABLE_ENTRY_BYTES + BLOCK_RUN_START_BYTES)
+
+
 # The helpers below take and return a float or a NumPy array of floats (`Any`: either works).
 Number = Any
 

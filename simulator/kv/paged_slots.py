@@ -34,7 +34,7 @@ from pagesim.simulator.core.errors import KVCacheError
 from pagesim.simulator.core.memory import MemoryBreakdown, MemoryRow
 from pagesim.simulator.core.plan import BlockCopy
 from pagesim.simulator.kv.block_pool import BlockPool, EvictionOrder
-from pagesim.simulator.kv.block_table import BlockTable, clamp_fill
+from pagesim.simulator.kv.block_table import BlockTable, clamp_fill, hand_out, reserved_slots
 from pagesim.simulator.kv.swap_space import SwapSpace
 
 _NO_COPIES: tuple[BlockCopy, ...] = ()
@@ -154,7 +154,7 @@ class PagedSlots:
         else:
             if gpu.num_free_blocks - needed < reserve_blocks:
                 return None
-            _hand_out(gpu.allocate_many(needed) if needed else [], grown)
+            hand_out(gpu.allocate_many(needed) if needed else [], grown)
             return _NO_COPIES
         # The general path: validated, copy-on-write copies made in order.
         needed = sum(map(self.num_blocks_needed, seq_ids, counts))  # raises on a bad sequence
@@ -347,38 +347,9 @@ class PagedSlots:
         `seq_ids`: walk only these sequences' tails (a caller that accounts for the others'
         reserved slots in closed form, as a decode group does); all live ones by default.
         """
-        bs = self._block_size
-        refs = self._gpu_refs
-        computed_slots = self._computed_slots
-        reserved = 0
-        need_of: dict[int, int] = {}  # shared block -> slots some holder will fill, from offset 0
-        # Called every step over every sequence: the loop body is kept to integer arithmetic,
-        # and a block with one holder (the usual) is counted at once, without the dict.
         seqs = self._seqs
         items = seqs.items() if seq_ids is None else ((s, seqs[s]) for s in seq_ids)
-        for seq_id, seq in items:
-            if seq.is_swapped:
-                continue
-            final_len = seq.final_len
-            if final_len is None:
-                raise KVCacheError(f"memory_breakdown: no final length for seq {seq_id}")
-            table = seq.block_table
-            for i in range(seq.num_computed_tokens // bs, len(table)):
-                need = final_len - i * bs
-                if need > bs:
-                    need = bs
-                block = table[i]
-                if refs[block] == 1:
-                    gap = need - computed_slots[block]
-                    if gap > 0:
-                        reserved += gap
-                elif need > need_of.get(block, 0):
-                    need_of[block] = need
-        for block, need in need_of.items():
-            gap = need - computed_slots[block]
-            if gap > 0:
-                reserved += gap
-        return reserved
+        return reserved_slots(items, self._gpu_refs, self._computed_slots, self._block_size)
 
     # -- internals -----------------------------------------------------------------------------
 
@@ -423,17 +394,3 @@ class PagedSlots:
         if self._gpu.decref(block) == 0:
             self._num_computed_slots -= self._computed_slots[block]
             self._computed_slots[block] = 0
-
-
-def _hand_out(blocks: Sequence[int], grown: list[tuple[BlockTable, int, int]]) -> None:
-    """Give each (sequence, new blocks, tokens after) of `grown` its blocks, taken in order
-    from `blocks`, and its new slot count."""
-    at = 0
-    for seq, num_new_blocks, num_tokens in grown:
-        seq.num_tokens = num_tokens
-        if num_new_blocks == 1:
-            seq.block_table.append(blocks[at])
-            at += 1
-        elif num_new_blocks:
-            seq.block_table.extend(blocks[at : at + num_new_blocks])
-            at += num_new_blocks
