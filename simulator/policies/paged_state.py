@@ -30,6 +30,7 @@ from pagesim.simulator.core.request import (
     SamplingKind,
     prompt_segments,
 )
+from pagesim.simulator.kv.block_pool import EvictionOrder
 from pagesim.simulator.kv.hybrid_cache import HybridKVCache
 from pagesim.simulator.kv.hybrid_layout import HybridLayout
 from pagesim.simulator.kv.paged_cache import PagedKVCache
@@ -84,6 +85,11 @@ class PagedState:
                 allow_duplicate_hashes=pieces.duplicate_hashes,
             )
         self._caches_at_allocation = pieces.caches_at_allocation and knobs.enable_prefix_cache
+        # V1's paged cache hashes a private request's blocks only if it is preempted
+        # (`_is_private`, `hash_private`); a hybrid model's layer groups always hash.
+        self._defers_private = (
+            self._caches_at_allocation and layout is None and pieces.eviction is EvictionOrder.LRU
+        )
         self.block_size = self.kv.block_size
         self.watermark_blocks = int(knobs.watermark * num_blocks)
         self.waiting = waiting_queue(system, _request_of)
@@ -107,7 +113,7 @@ class PagedState:
     # -- requests -------------------------------------------------------------------------------
     def new_group(self, request: Request, fan_out: FanOut | None = None) -> SeqGroup:
         group = SeqGroup(request, [self.new_seq_id()], target=request.prompt_len, fan_out=fan_out)
-        if self.knobs.enable_prefix_cache:
+        if self.knobs.enable_prefix_cache and not self._is_private(request):
             group.hashers = [prompt_hasher(request, self.block_size)]
         self.groups[request.request_id] = group
         return group
@@ -135,6 +141,39 @@ class PagedState:
             )
         fan_out = FanOut(request, children)
         return [self.new_group(child, fan_out) for child in children]
+
+    def _is_private(self, request: Request) -> bool:
+        """Whether no block of `request` can ever be another request's prefix-cache hit, so
+        that under V1 it is hashed only when preempted (`hash_private`), the one time its
+        blocks can be hit (by its own re-admission). True for one sequence whose first block
+        already holds its own prompt (a shared prefix shorter than a block, or none), which is
+        no turn of a session (the next turn repeats its prompt), whose workload gave no content
+        keys (a trace's block ids are shared on purpose) and which is no sample of another's
+        prompt. Nothing observable changes: V1's free
+        queue orders blocks whatever their hashes (block_pool.py), and a lookup of a private
+        hash misses until the request is preempted. Not with speculative decoding, nor on a
+        prefill replica, which keep their own ways of extending and holding blocks."""
+        return (
+            self._defers_private
+            and request.content is None
+            and request.session_id is None
+            and request.prompt_of is None
+            and request.num_seqs == 1
+            and (request.prefix_group is None or request.prefix_len < self.block_size)
+            and self.spec is None
+            and not self.keeps_finished_blocks
+        )
+
+    def hash_private(self, group: SeqGroup) -> None:
+        """A private group (`_is_private`) about to lose its blocks (preemption) hashes them
+        now and registers those V1 would have cached as they filled (`add_to_step`): its
+        full allocated blocks, prompt and generated tokens. It keeps its hasher from then on."""
+        request = group.request
+        (seq_id,) = group.seq_ids
+        hasher = prompt_hasher(request, self.block_size)
+        hasher.extend((GENERATED_SEGMENT, seq_id), request.num_generated)
+        self.kv.cache_blocks(seq_id, self.kv.num_tokens(seq_id), hasher.block_hashes())
+        group.hashers = [hasher]
 
     def new_seq_id(self) -> int:
         self._next_seq_id += 1
@@ -172,7 +211,7 @@ class PagedState:
             kv.free(seq_id)
             return 0
         request = group.request
-        if group.hashers is not None:
+        if self.knobs.enable_prefix_cache:
             self.prefix_stats.record(request, group.target, num_hit)
         group.num_computed = num_hit
         request.num_cached_tokens += num_hit
@@ -211,9 +250,8 @@ class PagedState:
         these copy-on-write copies). Under V1 its blocks this step fills are cached now."""
         if copies:
             step.copies.extend(copies)
-        if self._caches_at_allocation:
-            hashers = group.hashers
-            assert hashers is not None
+        hashers = group.hashers
+        if self._caches_at_allocation and hashers is not None:  # None: private (`_is_private`)
             num_tokens = group.num_computed + num_new
             for seq_id, hasher in zip(group.seq_ids, hashers, strict=True):
                 self.kv.cache_blocks(seq_id, num_tokens, hasher.block_hashes())
@@ -257,6 +295,8 @@ class PagedState:
         """Take `group` off the GPU by the configured mode. Swap falls back to recompute when the
         CPU swap space is full."""
         request = group.request
+        if group.hashers is None and self._caches_at_allocation:
+            self.hash_private(group)
         mode = self.knobs.preemption.mode_for(request.num_seqs)
         self.num_running_seqs -= group.num_seqs
         if mode is PreemptionMode.SWAP and self.kv.can_swap_out(group.seq_ids):
