@@ -250,11 +250,14 @@ class PagedState:
         these copy-on-write copies). Under V1 its blocks this step fills are cached now."""
         if copies:
             step.copies.extend(copies)
-        hashers = group.hashers
-        if self._caches_at_allocation and hashers is not None:  # None: private (`_is_private`)
-            num_tokens = group.num_computed + num_new
-            for seq_id, hasher in zip(group.seq_ids, hashers, strict=True):
-                self.kv.cache_blocks(seq_id, num_tokens, hasher.block_hashes())
+        if self._caches_at_allocation:
+            hashers = group.hashers
+            if hashers is not None:
+                num_tokens = group.num_computed + num_new
+                for seq_id, hasher in zip(group.seq_ids, hashers, strict=True):
+                    self.kv.cache_blocks(seq_id, num_tokens, hasher.block_hashes())
+            else:  # hashed only if preempted; a group built without hashers would be a bug
+                assert self._is_private(group.request), "a V1 group with no hashers"
         step.add(group, num_new, is_prefill)
 
     def grow(
@@ -295,7 +298,7 @@ class PagedState:
         """Take `group` off the GPU by the configured mode. Swap falls back to recompute when the
         CPU swap space is full."""
         request = group.request
-        if group.hashers is None and self._caches_at_allocation:
+        if group.hashers is None and self._defers_private:
             self.hash_private(group)
         mode = self.knobs.preemption.mode_for(request.num_seqs)
         self.num_running_seqs -= group.num_seqs

@@ -51,10 +51,11 @@ def eager() -> Iterator[None]:
 Story = list[tuple[Work, list[int], dict[int, int]]]
 
 
-def _story(num_steps: int) -> tuple[list[Request], Story]:
-    """Eight blocks of 4 tokens, three requests of 6 prompt and 12 output tokens: the requests,
-    and each step's work, its preemptions and the blocks holding a hash after it (-> hash)."""
-    sched = paged_scheduler(Policy.VLLM_V1, num_blocks=8)
+def _story(mode: PreemptionPolicy, num_steps: int) -> tuple[list[Request], Story]:
+    """Eight blocks of 4 tokens, three requests of 6 prompt and 12 output tokens, preempted by
+    `mode`: the requests, and each step's work, its preemptions and the blocks holding a hash
+    after it (-> hash)."""
+    sched = paged_scheduler(Policy.VLLM_V1, num_blocks=8, preemption=mode)
     requests = [request(rid, 6, 12, arrival_s=rid / 10) for rid in range(3)]
     for r in requests:
         sched.add_request(r, 0.3)
@@ -67,11 +68,16 @@ def _story(num_steps: int) -> tuple[list[Request], Story]:
     return requests, steps
 
 
-def test_a_private_request_is_hashed_when_preempted_and_hits_its_own_blocks_back() -> None:
-    requests, deferred = _story(13)
+@pytest.mark.parametrize("mode", [PreemptionPolicy.RECOMPUTE, PreemptionPolicy.SWAP])
+def test_a_private_request_is_hashed_when_preempted_as_v1_had_it(mode: PreemptionPolicy) -> None:
+    requests, deferred = _story(mode, 24)
     with eager():
-        _, hashed = _story(13)
+        _, hashed = _story(mode, 24)
     assert [(w, p) for w, p, _ in deferred] == [(w, p) for w, p, _ in hashed]  # same steps
+    # Whatever a block holds deferred, it holds hashing every block (a block's hash only
+    # goes missing: a running private request's, or a finished one's, never looked up).
+    for (_, _, few), (_, _, every) in zip(deferred, hashed, strict=True):
+        assert few.items() <= every.items()
     # Steps 0-2: all three prefill, then decode. V1 caches their full blocks as allocated
     # (blocks 0, 2, 4 after the prompts' 6 tokens); deferred, no block holds a hash yet.
     assert [sorted(h) for _, _, h in hashed[:3]] == [[0, 2, 4], [0, 2, 4], list(range(6))]
@@ -82,12 +88,19 @@ def test_a_private_request_is_hashed_when_preempted_and_hits_its_own_blocks_back
     assert deferred[3][2] == {b: hashed[3][2][b] for b in (4, 5)}
     # Step 11: request 1 goes too (its 16 tokens in blocks 2, 3, 7 and one being written).
     assert deferred[11][1] == [1]
-    # Step 12: it comes back and computes 5 of its 17 tokens: 12 hit its own three blocks,
-    # which hold the hashes V1 gave them. Request 2 re-prefills all 9: its blocks were reused.
-    assert deferred[12][0] == [(1, 1, 5, 17, True), (2, 2, 9, 9, True)]
-    assert requests[1].num_cached_tokens == 12
-    # From here on both hash every live request: the caches agree block for block.
-    assert deferred[12][2] == hashed[12][2]
+    if mode is PreemptionPolicy.RECOMPUTE:
+        # Step 12: it comes back and computes 5 of its 17 tokens: 12 hit its own three
+        # blocks, which hold the hashes V1 gave them. Request 2 re-prefills all 9: its blocks
+        # were reused.
+        assert deferred[12][0] == [(1, 1, 5, 17, True), (2, 2, 9, 9, True)]
+        assert requests[1].num_cached_tokens == 12
+    else:
+        # Step 12: both come back from CPU memory, their blocks cached again under the
+        # hashes they left with (swap_space.py).
+        assert deferred[12][0] == [(2, 2, 1, 9, False), (1, 1, 1, 17, False)]
+        assert [r.num_swaps for r in requests] == [0, 1, 1]
+    # From here on every live request is hashed both ways: the caches agree block for block.
+    assert [h for _, _, h in deferred[12:]] == [h for _, _, h in hashed[12:]]
 
 
 def test_shared_sessions_samples_and_long_prefixes_are_never_private() -> None:
@@ -124,15 +137,20 @@ def v1_runs(draw: st.DrawFn) -> tuple[Scenario, bool]:
         output_mean=draw(st.sampled_from([10, 40, 120])),
         prefix_groups=(PrefixGroup(prefix_len, 0.6),) if prefix_len else (),
     )
+    if draw(st.booleans()):  # swap, with room for it (or by chance, below)
+        preemption, swap_gib = PreemptionPolicy.SWAP, 4.0
+    else:
+        preemption = draw(st.sampled_from(list(PreemptionPolicy)))
+        swap_gib = draw(st.sampled_from([0.0, 0.01, 4.0]))
     knobs = dict(
         block_size=block_size,
         num_kv_blocks=draw(st.integers(200, 1200)) // block_size,  # small pools preempt
         max_num_seqs=draw(st.sampled_from([4, 16, 64])),
         max_num_batched_tokens=draw(st.sampled_from([32, 256, 2048])),
-        preemption=draw(st.sampled_from(list(PreemptionPolicy))),
+        preemption=preemption,
         victim=draw(st.sampled_from(list(VictimPolicy))),
         admission=draw(st.sampled_from(list(AdmissionOrder))),
-        swap_space_gib=draw(st.sampled_from([0.0, 0.01, 4.0])),
+        swap_space_gib=swap_gib,
     )
     seed = draw(st.integers(0, 1000))
     fast_path = draw(st.booleans())
