@@ -181,7 +181,10 @@ class BlockPool:
                 raise KVCacheError(f"no free block: all {self.num_blocks} blocks are referenced")
             hashes = self._hashes
             blocks = queue.pop_many(num_blocks)
-            if self._later_of_hash:  # some hash has duplicates: the general way
+            if not self._first_of_hash:  # no block holds a hash (V1's private requests)
+                for block in blocks:
+                    ref_counts[block] = 1
+            elif self._later_of_hash:  # some hash has duplicates: the general way
                 for block in blocks:
                     if hashes[block] is not None:
                         self._drop_hash(block)
