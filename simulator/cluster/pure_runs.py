@@ -140,7 +140,7 @@ class PureRuns:
         now = self._env.now
         run, costs = window.run, window.costs
         first = len(costs)
-        contexts = map(run.context_tokens, range(first, min(first + count, run.num_steps)))
+        contexts = run.contexts(first, min(first + count, run.num_steps))
         start = window.ends[-1] if window.ends else now
         terms = self._terms.get(run.num_members)
         if terms is None:

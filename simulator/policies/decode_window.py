@@ -31,7 +31,7 @@ from pagesim.simulator.policies.paged_state import PagedState
 
 class PureRun:
     """The next `num_steps` pure steps: `num_members` sequences decode in each; step i (from
-    0) is the group's step `first_step + i` and reads `context_tokens(i)` KV tokens."""
+    0) is the group's step `first_step + i` and reads `contexts(i, i + 1)[0]` KV tokens."""
 
     __slots__ = ("_sum_base", "first_step", "num_members", "num_steps")
 
@@ -41,9 +41,12 @@ class PureRun:
         self.first_step = group.step
         self._sum_base = group.sum_base
 
-    def context_tokens(self, i: int) -> int:
-        """DecodeGroup.num_context_tokens at step i of the run (the plan's context tokens)."""
-        return self._sum_base + self.num_members * (self.first_step + i + 1)
+    def contexts(self, first: int, stop: int) -> range:
+        """DecodeGroup.num_context_tokens (the plan's context tokens) at steps first..stop - 1
+        of the run: each step adds a token a member (a run has members, so a range)."""
+        s = self.num_members
+        at = self._sum_base + s * (self.first_step + 1)
+        return range(at + s * first, at + s * stop, s)
 
 
 def pure_run(state: PagedState, limit: int) -> PureRun | None:
