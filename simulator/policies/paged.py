@@ -24,6 +24,7 @@ from pagesim.simulator.policies.decode_window import PureRun, pure_run, start_pu
 from pagesim.simulator.policies.grouped_plan import GroupedStepPlan
 from pagesim.simulator.policies.paged_state import PagedState
 from pagesim.simulator.policies.pieces import PagedPieces
+from pagesim.simulator.policies.samples import fan_out, fork, refork_beam
 from pagesim.simulator.policies.seq_group import SeqGroup, StepBuilder, blocks_for
 from pagesim.simulator.policies.spec_decoder import SpecDecoder
 from pagesim.simulator.policies.speculative import complete_speculative
@@ -145,7 +146,7 @@ class PagedScheduler(PolicyBase):
             return
         state = self.state
         if request.num_seqs > 1 and self.policy.fans_out:
-            for child in state.fan_out(request):
+            for child in fan_out(state, request):
                 state.waiting.push(child)
             return
         state.waiting.push(state.new_group(request))
@@ -196,9 +197,9 @@ class PagedScheduler(PolicyBase):
                     for seq_id, hasher in zip(group.seq_ids, group.hashers, strict=True):
                         hasher.extend((GENERATED_SEGMENT, seq_id), 1)
                 if is_prefill and request.num_seqs > len(group.seq_ids):
-                    state.fork(group)
+                    fork(state, group)
                 elif len(group.seq_ids) > 1 and request.sampling is SamplingKind.BEAM:
-                    state.refork_beam(group)
+                    refork_beam(state, group)
             if decode_group is not None and len(group.seq_ids) == 1:
                 joining.append(group)
         if decode_group is not None:

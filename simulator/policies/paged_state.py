@@ -17,25 +17,25 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from pagesim.simulator.core.config import SystemConfig
 from pagesim.simulator.core.defaults import knobs_of
 from pagesim.simulator.core.plan import BlockCopy, Preemption, PreemptionMode
 from pagesim.simulator.core.request import (
-    GENERATED_SEGMENT,
     Request,
     RequestStatus,
-    SamplingKind,
-    prompt_segments,
 )
 from pagesim.simulator.kv.block_pool import EvictionOrder
 from pagesim.simulator.kv.hybrid_cache import HybridKVCache
 from pagesim.simulator.kv.hybrid_layout import HybridLayout
 from pagesim.simulator.kv.paged_cache import PagedKVCache
-from pagesim.simulator.kv.prefix_hash import SequenceHasher
 from pagesim.simulator.policies.decode_group import DecodeGroup
+from pagesim.simulator.policies.group_hashes import (
+    has_private_blocks,
+    hash_private,
+    prompt_hasher,
+)
 from pagesim.simulator.policies.pieces import PagedPieces, PrefixStats, VictimKey, waiting_queue
 from pagesim.simulator.policies.seq_group import FanOut, SeqGroup, StepBuilder, blocks_for
 
@@ -86,7 +86,7 @@ class PagedState:
             )
         self._caches_at_allocation = pieces.caches_at_allocation and knobs.enable_prefix_cache
         # V1's paged cache hashes a private request's blocks only if it is preempted
-        # (`_is_private`, `hash_private`); a hybrid model's layer groups always hash.
+        # (policies/group_hashes.py); a hybrid model's layer groups always hash.
         self._defers_private = (
             self._caches_at_allocation and layout is None and pieces.eviction is EvictionOrder.LRU
         )
@@ -118,66 +118,25 @@ class PagedState:
         self.groups[request.request_id] = group
         return group
 
-    def fan_out(self, request: Request) -> list[SeqGroup]:
-        """vLLM V1's n > 1 (v1/engine/parallel_sampling.py): one group per sample, each a child
-        request of the parent's prompt and of its own output length (`FanOut`): the parent's,
-        or each sample's when they differ (`Request.sample_output_lens`). Children's ids are counted
-        from CHILD_ID_BASE, far above any workload's request ids."""
-        children = []
-        lengths = request.sample_output_lens or (request.output_len,) * request.num_seqs
-        for output_len in lengths:
-            self._next_child_id += 1
-            children.append(
-                replace(
-                    request,
-                    request_id=CHILD_ID_BASE + self._next_child_id,
-                    output_len=output_len,
-                    sample_output_lens=(),
-                    sampling=SamplingKind.SINGLE,
-                    num_seqs=1,
-                    history=[],
-                    prompt_of=request.request_id,
-                )
-            )
-        fan_out = FanOut(request, children)
-        return [self.new_group(child, fan_out) for child in children]
-
     def _is_private(self, request: Request) -> bool:
-        """Whether no block of `request` can ever be another request's prefix-cache hit, so
-        that under V1 it is hashed only when preempted (`hash_private`), the one time its
-        blocks can be hit (by its own re-admission). True for one sequence whose first block
-        already holds its own prompt (a shared prefix shorter than a block, or none), which is
-        no turn of a session (the next turn repeats its prompt), whose workload gave no content
-        keys (a trace's block ids are shared on purpose) and which is no sample of another's
-        prompt. Nothing observable changes: V1's free
-        queue orders blocks whatever their hashes (block_pool.py), and a lookup of a private
-        hash misses until the request is preempted. Not with speculative decoding, nor on a
-        prefill replica, which keep their own ways of extending and holding blocks."""
+        """Whether `request` is hashed only if preempted (policies/group_hashes.py): under V1's
+        paged cache, not with speculative decoding nor on a prefill replica, which keep their
+        own ways of extending and holding blocks."""
         return (
             self._defers_private
-            and request.content is None
-            and request.session_id is None
-            and request.prompt_of is None
-            and request.num_seqs == 1
-            and (request.prefix_group is None or request.prefix_len < self.block_size)
+            and has_private_blocks(request, self.block_size)
             and self.spec is None
             and not self.keeps_finished_blocks
         )
 
-    def hash_private(self, group: SeqGroup) -> None:
-        """A private group (`_is_private`) about to lose its blocks (preemption) hashes them
-        now and registers those V1 would have cached as they filled (`add_to_step`): its
-        full allocated blocks, prompt and generated tokens. It keeps its hasher from then on."""
-        request = group.request
-        (seq_id,) = group.seq_ids
-        hasher = prompt_hasher(request, self.block_size)
-        hasher.extend((GENERATED_SEGMENT, seq_id), request.num_generated)
-        self.kv.cache_blocks(seq_id, self.kv.num_tokens(seq_id), hasher.block_hashes())
-        group.hashers = [hasher]
-
     def new_seq_id(self) -> int:
         self._next_seq_id += 1
         return self._next_seq_id - 1
+
+    def new_child_id(self) -> int:
+        """A request id for one of V1's child requests (n > 1): policies/samples.py."""
+        self._next_child_id += 1
+        return CHILD_ID_BASE + self._next_child_id
 
     # -- admission and growth -----------------------------------------------------------------
     def reserve(self) -> int:
@@ -299,7 +258,7 @@ class PagedState:
         CPU swap space is full."""
         request = group.request
         if group.hashers is None and self._defers_private:
-            self.hash_private(group)
+            hash_private(self.kv, group)
         mode = self.knobs.preemption.mode_for(request.num_seqs)
         self.num_running_seqs -= group.num_seqs
         if mode is PreemptionMode.SWAP and self.kv.can_swap_out(group.seq_ids):
@@ -385,33 +344,6 @@ class PagedState:
             for seq_id, hasher in zip(group.seq_ids, group.hashers, strict=True):
                 commit(seq_id, num_computed, hasher.block_hashes())
 
-    def fork(self, group: SeqGroup) -> None:
-        """Prompt done: fork the remaining sequences, sharing its blocks copy-on-write."""
-        request = group.request
-        parent = group.seq_ids[0]
-        for _ in range(group.num_seqs, request.num_seqs):
-            child = self.new_seq_id()
-            self.kv.fork(parent, child)
-            group.seq_ids.append(child)
-            if group.hashers is not None:
-                hasher = prompt_hasher(request, self.block_size)
-                hasher.extend((GENERATED_SEGMENT, child), request.num_generated)
-                group.hashers.append(hasher)
-        self.num_running_seqs += request.num_seqs - 1
-
-    def refork_beam(self, group: SeqGroup) -> None:
-        """Beam search: each step one beam gives way to a copy of the leading beam (a fixed
-        rotation stands in for the scores), so beams share generated blocks copy-on-write and
-        the next write into a shared partial block copies it, as in vLLM's beam search."""
-        request = group.request
-        index = 1 + request.num_generated % (group.num_seqs - 1)
-        self.kv.free(group.seq_ids[index])
-        new = self.new_seq_id()
-        self.kv.fork(group.seq_ids[0], new)
-        group.seq_ids[index] = new
-        if group.hashers is not None:
-            group.hashers[index] = group.hashers[0].fork()
-
     def finish(self, finished: Sequence[SeqGroup], now_s: float) -> None:
         """Finished groups free their blocks (in this order) and leave the running list."""
         for group in finished:
@@ -448,14 +380,6 @@ class PagedState:
         receiving = [g.seq_ids[0] for g in self.receiving.values()]
         assert all(self.kv.has_seq(s) for s in [*self.held.values(), *receiving])
         assert all(g.is_remote and self.kv.has_seq(g.seq_ids[0]) for g in self.landed.values())
-
-
-def prompt_hasher(request: Request, block_size: int) -> SequenceHasher:
-    """Block hashes of the request's prompt, as its content keys say (`prompt_segments`)."""
-    hasher = SequenceHasher(block_size)
-    for key, length in prompt_segments(request):
-        hasher.extend(key, length)
-    return hasher
 
 
 def _request_of(group: SeqGroup) -> Request:

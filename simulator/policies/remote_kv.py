@@ -24,8 +24,9 @@ prompts holding the rest behind it, would then wait forever (nothing running fre
 from __future__ import annotations
 
 from pagesim.simulator.core.request import Request, RequestStatus
+from pagesim.simulator.policies.group_hashes import prompt_hasher
 from pagesim.simulator.policies.paged import PagedScheduler
-from pagesim.simulator.policies.paged_state import PagedState, prompt_hasher
+from pagesim.simulator.policies.paged_state import PagedState
 from pagesim.simulator.policies.seq_group import SeqGroup, StepBuilder
 
 

@@ -2,7 +2,8 @@
 
 A request none of whose blocks another request can hit (no shared prefix block, no session, no
 trace content, no sibling sample) is hashed by PagedState only when it is preempted, the one
-time its blocks can be hit: by its own re-admission (`PagedState._is_private`, `hash_private`).
+time its blocks can be hit: by its own re-admission (policies/group_hashes.py; the state's
+rule is `PagedState._is_private`).
 V1 caches every full block as it is allocated; these tests hold the deferred way to that one,
 step by step on a story and over random runs, by turning the deferral off (`eager`).
 """
