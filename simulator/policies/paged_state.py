@@ -22,10 +22,7 @@ from typing import TYPE_CHECKING
 from pagesim.simulator.core.config import SystemConfig
 from pagesim.simulator.core.defaults import knobs_of
 from pagesim.simulator.core.plan import BlockCopy, Preemption, PreemptionMode
-from pagesim.simulator.core.request import (
-    Request,
-    RequestStatus,
-)
+from pagesim.simulator.core.request import Request, RequestStatus
 from pagesim.simulator.kv.block_pool import EvictionOrder
 from pagesim.simulator.kv.hybrid_cache import HybridKVCache
 from pagesim.simulator.kv.hybrid_layout import HybridLayout
