@@ -3,9 +3,9 @@
 A request none of whose blocks another request can hit (no shared prefix block, no session, no
 trace content, no sibling sample) is hashed by PagedState only when it is preempted, the one
 time its blocks can be hit: by its own re-admission (policies/group_hashes.py; the state's
-rule is `PagedState._is_private`).
-V1 caches every full block as it is allocated; these tests hold the deferred way to that one,
-step by step on a story and over random runs, by turning the deferral off (`eager`).
+rule is `PagedState._is_private`). V1 caches every full block as it is allocated; these tests
+hold the deferred way to that one, step by step on a story and over random runs, by turning the
+deferral off (`eager`).
 """
 
 from __future__ import annotations
@@ -31,7 +31,6 @@ from pagesim.simulator.core.config import (
 )
 from pagesim.simulator.core.request import Request
 from pagesim.simulator.engine import simulate
-from pagesim.simulator.metrics.result import RunResult
 from pagesim.simulator.policies.paged_state import PagedState
 
 Work = list[tuple[int, ...]]
@@ -156,10 +155,6 @@ def v1_runs(draw: st.DrawFn) -> tuple[Scenario, bool]:
     seed = draw(st.integers(0, 1000))
     fast_path = draw(st.booleans())
     return scenario(workload, system(Policy.VLLM_V1, **knobs), seed=seed), fast_path
-
-
-def _frames(result: RunResult) -> tuple[pd.DataFrame, pd.DataFrame]:
-    return result.steps, result.requests
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
