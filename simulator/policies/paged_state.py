@@ -212,8 +212,8 @@ class PagedState:
                 num_tokens = group.num_computed + num_new
                 for seq_id, hasher in zip(group.seq_ids, hashers, strict=True):
                     self.kv.cache_blocks(seq_id, num_tokens, hasher.block_hashes())
-            else:  # hashed only if preempted; a group built without hashers would be a bug
-                assert self._is_private(group.request), "a V1 group with no hashers"
+            else:  # private: hashed only if preempted (policies/group_hashes.py)
+                assert self._defers_private, "a V1 group with no hashers"
         step.add(group, num_new, is_prefill)
 
     def grow(
