@@ -65,7 +65,7 @@ from operator import itemgetter
 from pagesim.simulator.core.catalog import GPUSpec, KVDtype, ModelSpec
 from pagesim.simulator.core.config import ExecutionConfig
 from pagesim.simulator.core.errors import InputError
-from pagesim.simulator.core.plan import SeqWork, StepCost, StepPlan, step_cost_of
+from pagesim.simulator.core.plan import StepCost, StepPlan, step_cost_of
 from pagesim.simulator.execution.factors import resolve_factors, resolve_link
 from pagesim.simulator.execution.gemm import LinearCost, is_dense
 from pagesim.simulator.execution.layer_kinds import KindsCost
@@ -389,19 +389,3 @@ class RooflineModel(RooflineReport):
             call_s = allreduce_call_s(message, self.tensor_parallel, self.link)
             found = self._allreduce[num_tokens] = self._allreduce_calls * float(call_s)
         return found
-
-    def prefill_time_s(self, prompt_len: int, num_cached: int = 0) -> float:
-        """compute_s of one prefill of `prompt_len` tokens, `num_cached` of them already in KV."""
-        work = SeqWork(0, 0, prompt_len - num_cached, prompt_len, True)
-        return self.price(StepPlan.build((work,))).compute_s
-
-    def decode_time_s(self, batch: int, context: int) -> float:
-        """compute_s of one decode step of `batch` sequences, each `context` KV tokens long."""
-        work = tuple(SeqWork(i, i, 1, context, False) for i in range(batch))
-        return self.price(StepPlan.build(work)).compute_s
-
-    @property
-    def weight_bytes_per_step(self) -> float:
-        """Weight bytes one GPU streams every step: linear layers and LM head (for a mixture of
-        experts, all but the routed experts, whose bytes depend on the step: moe_cost.py)."""
-        return self._weight_bytes

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pagesim.simulator.core.catalog import GPUSpec, KVDtype, ModelSpec
 from pagesim.simulator.core.config import ExecutionConfig
 from pagesim.simulator.core.hardware import Interconnect, RooflineFactors
-from pagesim.simulator.core.plan import StepPlan
+from pagesim.simulator.core.plan import SeqWork, StepCost, StepPlan
 from pagesim.simulator.execution.factors import LINK_OVERRIDES, OVERRIDES, set_in_scenario
 from pagesim.simulator.execution.gemm import LinearCost
 from pagesim.simulator.execution.layer_kinds import KindsCost
@@ -22,7 +22,8 @@ from pagesim.simulator.execution.roofline_terms import (
 
 
 class RooflineReport:
-    """`breakdown`, `describe` and `term_sources` of a `RooflineModel`."""
+    """`breakdown`, `describe` and `term_sources` of a `RooflineModel`, and its probes (one
+    prefill's or one decode step's time, the weight bytes a step streams)."""
 
     name: str
     model: ModelSpec
@@ -63,12 +64,29 @@ class RooflineReport:
     _host_per_seq: float
     _host_overlapped: bool
 
-    @property
-    def weight_bytes_per_step(self) -> float:
+    _weight_bytes: float
+
+    def price(self, plan: StepPlan) -> StepCost:
         raise NotImplementedError
 
     def allreduce_step_s(self, num_tokens: int) -> float:
         raise NotImplementedError
+
+    @property
+    def weight_bytes_per_step(self) -> float:
+        """Weight bytes one GPU streams every step: linear layers and LM head (for a mixture of
+        experts, all but the routed experts, whose bytes depend on the step: moe_cost.py)."""
+        return self._weight_bytes
+
+    def prefill_time_s(self, prompt_len: int, num_cached: int = 0) -> float:
+        """compute_s of one prefill of `prompt_len` tokens, `num_cached` of them already in KV."""
+        work = SeqWork(0, 0, prompt_len - num_cached, prompt_len, True)
+        return self.price(StepPlan.build((work,))).compute_s
+
+    def decode_time_s(self, batch: int, context: int) -> float:
+        """compute_s of one decode step of `batch` sequences, each `context` KV tokens long."""
+        work = tuple(SeqWork(i, i, 1, context, False) for i in range(batch))
+        return self.price(StepPlan.build(work)).compute_s
 
     def breakdown(self, plan: StepPlan) -> dict[str, float]:
         """compute_s of `plan` term by term (a test checks that they add up to `price`)."""
