@@ -59,67 +59,13 @@ class HybridKVCache(HybridSlots):
     """Per-group block tables of sequences (ids chosen by the caller) over one block pool."""
 
     @property
-    def num_blocks(self) -> int:
-        return self._gpu.num_blocks
-
-    @property
     def num_cpu_blocks(self) -> int:
         return 0
-
-    @property
-    def enable_prefix_cache(self) -> bool:
-        return self._enable_prefix_cache
-
-    @property
-    def num_free_blocks(self) -> int:
-        return self._gpu.num_free_blocks
-
-    @property
-    def num_used_blocks(self) -> int:
-        return self._gpu.num_used_blocks
-
-    @property
-    def num_cached_blocks(self) -> int:
-        return self._gpu.num_cached_blocks
-
-    @property
-    def num_prefix_saved_blocks(self) -> int:
-        return self._gpu.num_prefix_saved_blocks
-
-    @property
-    def num_prefix_query_tokens(self) -> int:
-        return self._num_prefix_query_tokens
-
-    @property
-    def num_prefix_hit_tokens(self) -> int:
-        return self._num_prefix_hit_tokens
 
     @property
     def num_state_blocks(self) -> int:
         """Blocks holding requests' state now (one per state group per live request)."""
         return sum(len(seq.state) for seq in self._seqs.values())
-
-    def has_seq(self, seq_id: int) -> bool:
-        return seq_id in self._seqs
-
-    def seq_ids(self) -> tuple[int, ...]:
-        return tuple(self._seqs)
-
-    def is_swapped(self, seq_id: int) -> bool:
-        self._seq(seq_id)
-        return False
-
-    def num_tokens(self, seq_id: int) -> int:
-        return self._seq(seq_id).num_tokens
-
-    def num_computed_tokens(self, seq_id: int) -> int:
-        return self._seq(seq_id).num_computed_tokens
-
-    def ref_count(self, block: int) -> int:
-        return self._gpu.ref_count(block)
-
-    def block_hash(self, block: int) -> int | None:
-        return self._gpu.block_hash(block)
 
     def tables(self, seq_id: int) -> tuple[list[list[int | None]], list[int]]:
         """Per attention group, the block ids of logical blocks 0.. (None: out of the window),

@@ -15,11 +15,12 @@ from pagesim.simulator.core.plan import BlockCopy
 from pagesim.simulator.kv.block_pool import BlockPool, EvictionOrder
 from pagesim.simulator.kv.hybrid_layout import HybridLayout, cdiv
 from pagesim.simulator.kv.hybrid_table import HybridSeq, blocks_at, group_key
+from pagesim.simulator.kv.pool_slots import PoolSlots
 
 _NO_COPIES: tuple[BlockCopy, ...] = ()
 
 
-class HybridSlots:
+class HybridSlots(PoolSlots[HybridSeq]):
     """Per-group block tables of sequences (ids chosen by the caller) over one block pool: the
     per-step operations. Sequences enter through `HybridKVCache.add_seq`."""
 
@@ -34,27 +35,15 @@ class HybridSlots:
     ) -> None:
         if num_blocks < 1:
             raise KVCacheError(f"need num_blocks >= 1, got {num_blocks}")
+        gpu = BlockPool(num_blocks, eviction=eviction, allow_duplicates=allow_duplicate_hashes)
+        super().__init__(gpu, layout.block_size, enable_prefix_cache)
         self.layout = layout
-        self._block_size = layout.block_size
         self._num_full = layout.num_full_groups
         self._num_sliding = layout.num_sliding_groups
         self._num_state = layout.num_state_groups
         # Prefix hits need every group to hit; state groups never do.
-        self._enable_prefix_cache = enable_prefix_cache
         self._can_hit = enable_prefix_cache and not self._num_state
-        self._gpu = BlockPool(
-            num_blocks, eviction=eviction, allow_duplicates=allow_duplicate_hashes
-        )
-        self._seqs: dict[int, HybridSeq] = {}
-        self._computed_slots = [0] * num_blocks  # per block; 0 while the block is free
-        self._num_computed_slots = 0
         self.num_window_freed_blocks = 0  # blocks freed out of a window so far
-        self._num_prefix_query_tokens = 0
-        self._num_prefix_hit_tokens = 0
-
-    @property
-    def block_size(self) -> int:
-        return self._block_size
 
     def allocate_slots(
         self,
@@ -129,7 +118,7 @@ class HybridSlots:
         freed = sliding[first:last]
         for i in range(first, last):
             sliding[i] = None
-        release = self._release
+        release = self._release_gpu
         for g in range(self._num_sliding):
             for bundle in reversed(freed):
                 assert bundle is not None
@@ -203,7 +192,7 @@ class HybridSlots:
         manager by manager), each group's blocks tail first."""
         seq = self._seq(seq_id)
         del self._seqs[seq_id]
-        release = self._release
+        release = self._release_gpu
         for kind in self.layout.kind_order:
             if kind is LayerKind.FULL:
                 for g in range(self._num_full):
@@ -257,20 +246,3 @@ class HybridSlots:
                     if need > need_of.get(block, 0):
                         need_of[block] = need
         return sum(max(0, need - computed_slots[b]) for b, need in need_of.items())
-
-    def _seq(self, seq_id: int) -> HybridSeq:
-        seq = self._seqs.get(seq_id)
-        if seq is None:
-            raise KVCacheError(f"unknown seq {seq_id}")
-        return seq
-
-    def _note_computed(self, block: int, fill: int) -> None:
-        gained = fill - self._computed_slots[block]
-        if gained > 0:
-            self._computed_slots[block] = fill
-            self._num_computed_slots += gained
-
-    def _release(self, block: int) -> None:
-        if self._gpu.decref(block) == 0:
-            self._num_computed_slots -= self._computed_slots[block]
-            self._computed_slots[block] = 0

@@ -24,7 +24,6 @@ from itertools import islice
 
 from pagesim.simulator.core.errors import KVCacheError
 from pagesim.simulator.core.memory import MemoryBreakdown
-from pagesim.simulator.kv.block_pool import EvictionOrder
 from pagesim.simulator.kv.block_table import BlockTable, clamp_fill, unique_blocks
 from pagesim.simulator.kv.paged_audit import check_paged_invariants, walk_memory_breakdown
 from pagesim.simulator.kv.paged_slots import PagedSlots
@@ -33,102 +32,24 @@ from pagesim.simulator.kv.paged_slots import PagedSlots
 class PagedKVCache(PagedSlots):
     """Block tables of sequences (ids chosen by the caller) over `num_blocks` GPU blocks."""
 
-    def __init__(
-        self,
-        num_blocks: int,
-        block_size: int,
-        *,
-        num_cpu_blocks: int = 0,
-        enable_prefix_cache: bool = False,
-        eviction: EvictionOrder = EvictionOrder.PLAIN_FIRST,
-        allow_duplicate_hashes: bool = False,
-    ) -> None:
-        super().__init__(
-            num_blocks,
-            block_size,
-            num_cpu_blocks=num_cpu_blocks,
-            enable_prefix_cache=enable_prefix_cache,
-            eviction=eviction,
-            allow_duplicate_hashes=allow_duplicate_hashes,
-        )
-        self._num_prefix_query_tokens = 0
-        self._num_prefix_hit_tokens = 0
-
     # -- queries -------------------------------------------------------------------------------
-
-    @property
-    def num_blocks(self) -> int:
-        return self._gpu.num_blocks
 
     @property
     def num_cpu_blocks(self) -> int:
         return self._swap_space.pool.num_blocks
 
     @property
-    def enable_prefix_cache(self) -> bool:
-        return self._enable_prefix_cache
-
-    @property
-    def num_free_blocks(self) -> int:
-        """GPU blocks allocatable now; evictable cached blocks count as free."""
-        return self._gpu.num_free_blocks
-
-    @property
-    def num_used_blocks(self) -> int:
-        return self._gpu.num_used_blocks
-
-    @property
-    def num_cached_blocks(self) -> int:
-        return self._gpu.num_cached_blocks
-
-    @property
     def num_cpu_free_blocks(self) -> int:
         return self._swap_space.pool.num_free_blocks
-
-    @property
-    def num_prefix_saved_blocks(self) -> int:
-        """GPU blocks prefix-cache hits share instead of holding copies (BlockPool's count)."""
-        return self._gpu.num_prefix_saved_blocks
 
     @property
     def num_fork_saved_blocks(self) -> int:
         """GPU blocks forked sequences share instead of holding copies (BlockPool's count)."""
         return self._gpu.num_fork_saved_blocks
 
-    @property
-    def num_prefix_query_tokens(self) -> int:
-        """Prompt tokens of every `add_seq` made with the prefix cache on (vLLM's 'queries')."""
-        return self._num_prefix_query_tokens
-
-    @property
-    def num_prefix_hit_tokens(self) -> int:
-        """Tokens served from the prefix cache; hit rate = hits / queries, as vLLM reports it."""
-        return self._num_prefix_hit_tokens
-
-    def has_seq(self, seq_id: int) -> bool:
-        return seq_id in self._seqs
-
-    def seq_ids(self) -> tuple[int, ...]:
-        return tuple(self._seqs)
-
-    def is_swapped(self, seq_id: int) -> bool:
-        return self._seq(seq_id).is_swapped
-
     def block_table(self, seq_id: int) -> tuple[int, ...]:
         """Physical block ids, GPU ones (CPU ones while the sequence is swapped out)."""
         return tuple(self._seq(seq_id).block_table)
-
-    def num_tokens(self, seq_id: int) -> int:
-        return self._seq(seq_id).num_tokens
-
-    def num_computed_tokens(self, seq_id: int) -> int:
-        return self._seq(seq_id).num_computed_tokens
-
-    def ref_count(self, block: int) -> int:
-        return self._gpu.ref_count(block)
-
-    def block_hash(self, block: int) -> int | None:
-        return self._gpu.block_hash(block)
 
     def count_prefix_hit_tokens(self, block_hashes: Sequence[int], num_prompt_tokens: int) -> int:
         """The tokens `add_seq` would hit now, without touching anything or counting a query."""

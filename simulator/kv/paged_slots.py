@@ -35,12 +35,13 @@ from pagesim.simulator.core.memory import MemoryBreakdown, MemoryRow
 from pagesim.simulator.core.plan import BlockCopy
 from pagesim.simulator.kv.block_pool import BlockPool, EvictionOrder
 from pagesim.simulator.kv.block_table import BlockTable, clamp_fill, hand_out, reserved_slots
+from pagesim.simulator.kv.pool_slots import PoolSlots
 from pagesim.simulator.kv.swap_space import SwapSpace
 
 _NO_COPIES: tuple[BlockCopy, ...] = ()
 
 
-class PagedSlots:
+class PagedSlots(PoolSlots[BlockTable]):
     """Block tables of sequences (ids chosen by the caller) over `num_blocks` GPU blocks: the
     per-step operations. Sequences enter through `PagedKVCache.add_seq` and `fork`."""
 
@@ -59,20 +60,10 @@ class PagedSlots:
                 f"need num_blocks >= 1, block_size >= 1, num_cpu_blocks >= 0; got "
                 f"{num_blocks}, {block_size}, {num_cpu_blocks}"
             )
-        self._block_size = block_size
-        self._enable_prefix_cache = enable_prefix_cache
-        self._gpu = BlockPool(
-            num_blocks, eviction=eviction, allow_duplicates=allow_duplicate_hashes
-        )
-        self._gpu_refs = self._gpu.ref_counts  # read-only view for the hot paths
+        gpu = BlockPool(num_blocks, eviction=eviction, allow_duplicates=allow_duplicate_hashes)
+        super().__init__(gpu, block_size, enable_prefix_cache)
+        self._gpu_refs = gpu.ref_counts  # read-only view for the hot paths
         self._swap_space = SwapSpace(num_cpu_blocks)  # the CPU pool
-        self._seqs: dict[int, BlockTable] = {}
-        self._computed_slots = [0] * num_blocks  # per GPU block; 0 while the block is free
-        self._num_computed_slots = 0  # sum of the above
-
-    @property
-    def block_size(self) -> int:
-        return self._block_size
 
     def num_blocks_needed(self, seq_id: int, num_new_tokens: int) -> int:
         """New GPU blocks `append_slots` would take, a copy-on-write copy included."""
@@ -353,12 +344,6 @@ class PagedSlots:
 
     # -- internals -----------------------------------------------------------------------------
 
-    def _seq(self, seq_id: int) -> BlockTable:
-        seq = self._seqs.get(seq_id)
-        if seq is None:
-            raise KVCacheError(f"unknown seq {seq_id}")
-        return seq
-
     def _gpu_seq(self, seq_id: int) -> BlockTable:
         seq = self._seq(seq_id)
         if seq.is_swapped:
@@ -382,15 +367,3 @@ class PagedSlots:
         num_new_blocks = (seq.num_tokens + bs - 1) // bs - len(table)
         if num_new_blocks:
             table.extend(gpu.allocate_many(num_new_blocks))
-
-    def _note_computed(self, block: int, fill: int) -> None:
-        """Block `block` now holds computed KV in its first `fill` slots."""
-        gained = fill - self._computed_slots[block]
-        if gained > 0:
-            self._computed_slots[block] = fill
-            self._num_computed_slots += gained
-
-    def _release_gpu(self, block: int) -> None:
-        if self._gpu.decref(block) == 0:
-            self._num_computed_slots -= self._computed_slots[block]
-            self._computed_slots[block] = 0
