@@ -264,7 +264,7 @@ def test_the_fit_meets_its_targets_where_the_table_says() -> None:
     (the all-reduce part of a grid step is the measured medians up to 4 MiB, falls with size
     included, so the rest of the error is the linear layers', small operators' and
     attention's)."""
-    from pagesim.calibration.step_errors import step_errors
+    from pagesim.calibration.step_error_rows import step_errors
 
     for gpu, worst in (("a100-80gb", 0.25), ("h100-sxm", 0.25)):
         rows = step_errors(read_gpu_measurements(SHARED, gpu))
