@@ -16,8 +16,7 @@ Each term of a step says where it comes from (`sources`, shown in the report):
 - LM head and copy bandwidth: the roofline's (Vidur did not measure them);
 - host overhead: not measured; the engine era's (execution/overhead.py) is added at run time.
 
-Every fifth measured point (not the first or the last) is held out of the fit, and the profile
-reports its error there (`held_out`). Times are seconds.
+Held-out points and units: vidur_sections.py's docstring.
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 CPU swap space, contiguous (reserving) allocators, the memory breakdown, and KV sizing.
 
 The paged cache is `paged_cache.PagedKVCache`, built from `block_pool`, `block_table`,
-`paged_slots` (the per-step operations), `swap_space` and `paged_audit` (its module docstring
-draws the map).
+`cache_slots` (what it shares with the hybrid cache, `hybrid_cache.HybridKVCache`), `paged_slots`
+(the per-step operations), `swap_space` and `paged_audit` (its module docstring draws the map).
 
 Mechanism only, no policy: it never decides who runs. Imports `core` alone.
 """

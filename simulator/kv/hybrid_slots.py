@@ -1,7 +1,9 @@
 """Hybrid KV cache, the per-step part: per-group block tables over one block pool, grown (after
 freeing what left the windows), committed, cached and freed every step, and the memory they
-hold. `HybridKVCache` (hybrid_cache.py, whose docstring tells the rules and their vLLM sources)
-adds the rest: sequences entering with prefix-cache hits, queries, audits.
+hold; what it shares with the paged cache (sequences by id, computed-slot counts, prefix
+counters, the pool's queries) is cache_slots.py's `CacheSlots`. `HybridKVCache` (hybrid_cache.py,
+whose docstring tells the rules and their vLLM sources) adds the rest: sequences entering with
+prefix-cache hits, its own queries, audits.
 """
 
 from __future__ import annotations
@@ -13,14 +15,14 @@ from pagesim.simulator.core.memory import MemoryBreakdown
 from pagesim.simulator.core.model_spec import LayerKind
 from pagesim.simulator.core.plan import BlockCopy
 from pagesim.simulator.kv.block_pool import BlockPool, EvictionOrder
+from pagesim.simulator.kv.cache_slots import CacheSlots
 from pagesim.simulator.kv.hybrid_layout import HybridLayout, cdiv
 from pagesim.simulator.kv.hybrid_table import HybridSeq, blocks_at, group_key
-from pagesim.simulator.kv.pool_slots import PoolSlots
 
 _NO_COPIES: tuple[BlockCopy, ...] = ()
 
 
-class HybridSlots(PoolSlots[HybridSeq]):
+class HybridSlots(CacheSlots[HybridSeq]):
     """Per-group block tables of sequences (ids chosen by the caller) over one block pool: the
     per-step operations. Sequences enter through `HybridKVCache.add_seq`."""
 

@@ -6,12 +6,14 @@ Its parts (DESIGN.md: BlockPool · BlockTable · PrefixCache · SwapSpace):
 
     block_pool    BlockPool: one device's blocks, reference counts, the content-hash cache (LRU)
     block_table   BlockTable: one sequence's table and slot counts
+    cache_slots   CacheSlots: what it shares with the hybrid cache: sequences by id, the
+                  computed-slot counts, the prefix counters, the GPU pool's queries
     paged_slots   PagedSlots: the per-step operations (grow, commit, free), copy-on-write, and
                   the memory breakdown kept in O(sequences); the picture of copy-on-write
     swap_space    SwapSpace: the CPU pool and the copy of blocks between the pools
     paged_audit   the O(blocks) checks: invariants, the memory breakdown walked block by block
     this module   PagedKVCache: sequences entering (with prefix-cache hits) and forking,
-                  swapping out and in, and the queries
+                  swapping out and in, and the CPU-pool, fork and block-table queries
 
 The prefix cache is the GPU pool's hash cache: `commit` registers full computed blocks, `add_seq`
 maps a prompt's longest cached prefix.

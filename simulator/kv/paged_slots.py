@@ -18,7 +18,8 @@ in this step is never a hit for another sequence in the same step. `free` releas
 first: its tail blocks reach the LRU queue first and are evicted first, so shared prefixes live
 longest.
 
-Memory accounting keeps a running count of computed slots per GPU block (`_computed_slots`), so
+Memory accounting keeps a running count of computed slots per GPU block (`_computed_slots`, kept
+by cache_slots.py's `CacheSlots`), so
 `memory_breakdown` only walks each live sequence's not-yet-computed tail (one block per sequence
 after a step's commit), never the whole pool.
 
@@ -35,13 +36,13 @@ from pagesim.simulator.core.memory import MemoryBreakdown, MemoryRow
 from pagesim.simulator.core.plan import BlockCopy
 from pagesim.simulator.kv.block_pool import BlockPool, EvictionOrder
 from pagesim.simulator.kv.block_table import BlockTable, clamp_fill, hand_out, reserved_slots
-from pagesim.simulator.kv.pool_slots import PoolSlots
+from pagesim.simulator.kv.cache_slots import CacheSlots
 from pagesim.simulator.kv.swap_space import SwapSpace
 
 _NO_COPIES: tuple[BlockCopy, ...] = ()
 
 
-class PagedSlots(PoolSlots[BlockTable]):
+class PagedSlots(CacheSlots[BlockTable]):
     """Block tables of sequences (ids chosen by the caller) over `num_blocks` GPU blocks: the
     per-step operations. Sequences enter through `PagedKVCache.add_seq` and `fork`."""
 

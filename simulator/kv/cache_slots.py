@@ -1,7 +1,7 @@
 """What the paged and the hybrid KV cache share (paged_slots.py, hybrid_slots.py): sequences by
 id over one GPU `BlockPool`, a running count of the computed slots each block holds (so memory
 accounting never walks the pool), the prefix cache's query and hit counters, and the queries that
-read them alone.
+read only those.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ class _Seq(Protocol):
 SeqT = TypeVar("SeqT", bound=_Seq)
 
 
-class PoolSlots(Generic[SeqT]):
+class CacheSlots(Generic[SeqT]):
     """Sequences (`SeqT`, by id) over the GPU block pool `gpu` of `block_size`-token blocks."""
 
     def __init__(self, gpu: BlockPool, block_size: int, enable_prefix_cache: bool) -> None:
