@@ -20,7 +20,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from pagesim.reports.frames import as_number, bucket_edges, state_means
-from pagesim.reports.glossary import WASTE_SHARES
+from pagesim.reports.glossary_memory import WASTE_SHARES
 from pagesim.reports.style import (
     KV_COLORS,
     figure,
