@@ -155,10 +155,33 @@ class PagedScheduler(PolicyBase):
         step = StepBuilder()
         state = self.state
         self.policy.schedule(state, step, now_s)
+        if step.preemptions and step.is_idle:
+            step = self._schedule_again(step, now_s)
         if step.is_grouped:
             assert state.decode_group is not None
             return state.decode_group.plan(step, state.running)
         return step.plan()
+
+    def _schedule_again(self, step: StepBuilder, now_s: float) -> StepBuilder:
+        """`step` only preempted (by recompute: a swap moves blocks, which is work): it runs
+        nothing, and the engine schedules again at once. vLLM's model runner skips the forward
+        pass of a step with no token scheduled (V1: v1/worker/gpu_model_runner.py
+        `execute_model` returns EMPTY_MODEL_RUNNER_OUTPUT; V0: engine/llm_engine.py `step`
+        executes only a non-empty `SchedulerOutputs`, v0.5.4) and its engine loop steps again
+        while requests are unfinished. Only a replica whose blocks are also held by requests
+        not running (a disaggregated decode replica's landed prompts, a prefill replica's
+        finished prompts awaiting transfer) can preempt its last running request; without
+        this it would idle with blocks free for the next request, until something woke it.
+        The step that follows now carries these preemptions (the step table counts them)."""
+        state = self.state
+        while True:
+            earlier = step.preemptions
+            step = StepBuilder()
+            self.policy.schedule(state, step, now_s)
+            num_new = len(step.preemptions)
+            step.preemptions[:0] = earlier
+            if not step.is_idle or not num_new:
+                return step
 
     def complete(self, plan: StepPlan, now_s: float) -> None:
         state = self.state

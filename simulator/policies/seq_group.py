@@ -119,6 +119,11 @@ class StepBuilder:
         self.swap_in = 0  # blocks
         self.is_grouped = False  # a decode group's members decode too (summed, not listed)
 
+    @property
+    def is_idle(self) -> bool:
+        """Nothing to compute and no block to move (the plan's `is_empty`, before the plan)."""
+        return not (self.work or self.is_grouped or self.swap_out or self.swap_in)
+
     def add(self, group: SeqGroup, num_new: int, is_prefill: bool) -> None:
         """`group` computes `num_new` tokens per sequence this step. Its entries carry contexts
         as of now: nothing changes a scheduled group before the plan is built."""

@@ -158,17 +158,24 @@ def test_the_colocated_system_runs_the_same_gpus_as_one_fleet() -> None:
 
 
 def test_landed_prompts_run_past_a_preempted_request_that_does_not_fit() -> None:
-    # Decode replica of 16 blocks. A (49 + 33 tokens) decodes while B's and C's prompts (65 and
-    # 81 tokens: 5 and 6 blocks) are received; A's growth then finds no block and A, alone
-    # running, is preempted to the queue's head, which it cannot leave (its 6 blocks are B's
-    # and C's). B and C need no new block: they are admitted past it, finish, and A resumes.
-    # (vLLM's waiting loop would stop at A: policies/remote_kv.py.)
+    # Decode replica of 16 blocks. A (49 + 33 tokens) decodes while B's prompt (65 tokens, 5
+    # blocks) is received; C's (81 tokens, 6 blocks) is sent after it, over a slow link. A's
+    # growth then finds no block and A, alone running, is preempted to the queue's head, which
+    # it cannot leave (B holds its blocks). The engine schedules again at once: B, landed,
+    # needs no new block and is admitted past A (vLLM's waiting loop would stop at A:
+    # policies/remote_kv.py), in the step that counts A's preemption. B finishes; A comes back
+    # (its blocks hit in the prefix cache: one token to compute) and finishes before C lands.
     sc = scenario_of(
         [(49, 33, 0.0), (65, 1, 0.0), (81, 1, 0.0)], prefill_blocks=14, decode_blocks=16
     )
     disagg, result = run(sc, fleet(sc, link=LinkConfig(1e8), prefill_system="p", decode_system="d"))
     a, b, c = (row for _, row in result.requests.iterrows())
-    assert a.num_preemptions == 1 and a.finish_s > b.finish_s == c.finish_s
+    assert a.num_preemptions == 1
+    assert b.transfer_end_s < b.finish_s < a.finish_s < c.transfer_end_s < c.finish_s
+    steps = result.steps[result.steps["replica"] == 1]
+    (preempting,) = steps.index[steps["num_preemptions"] > 0]
+    assert steps.loc[preempting, "num_prefill_tokens"] == 1  # B's last prompt token
+    assert steps.loc[preempting + 1, "start_s"] == b.finish_s  # A's one token, next
     assert (result.requests["status"] == "finished").all()
     assert_all_blocks_back(disagg)
 
@@ -184,3 +191,35 @@ def test_the_decode_fast_path_changes_nothing() -> None:
     _, fast = run(sc, cluster, check=False)
     assert checked.summary == fast.summary
     pd.testing.assert_frame_equal(checked.requests, fast.requests)
+
+
+def test_a_decode_replica_that_preempts_its_last_request_schedules_again_at_once() -> None:
+    # Found by test_disagg_properties (hypothesis). The decode replica has 22 blocks of 16
+    # tokens. Requests 0 (160 + 3) and 1 (182 + 12) arrive together; request 2 (145 + 1) lands
+    # later and holds its prompt's 10 blocks while it waits to be admitted. At t ~ 0.346 s
+    # request 1, alone running, needs a 13th block with none free: it preempts itself (a
+    # recompute, nothing to move). vLLM runs no forward pass for such a step and schedules
+    # again at once: request 1 (193 tokens to recompute, 13 blocks) does not fit the 12 free,
+    # and the landed request 2 is admitted behind it. The replica used to idle on that empty
+    # step and, nothing being due to wake it, stall.
+    sc = scenario_of(
+        [(160, 3, 0.0), (182, 12, 0.0), (145, 1, 0.25)], prefill_blocks=14, decode_blocks=22
+    )
+    disagg, result = run(
+        sc, fleet(sc, link=LinkConfig(1e9, 0.0), prefill_system="p", decode_system="d")
+    )
+    table = result.requests.set_index("request_id")
+    assert (table["status"] == "finished").all()
+    assert table["num_preemptions"].tolist() == [0, 1, 0]
+    steps = result.steps[result.steps["replica"] == 1]
+    preempting = steps[steps["num_preemptions"] > 0]
+    assert len(preempting) == 1  # the preemption is counted in the step that follows it
+    at = steps.index.get_loc(preempting.index[0])
+    before, row = steps.iloc[at - 1], steps.iloc[at]
+    # ... which starts as the step in which request 1 last decoded ends, and computes request
+    # 2's last prompt token alone (vLLM recomputes it after WAITING_FOR_REMOTE_KVS).
+    assert row["start_s"] == before["start_s"] + before["duration_s"]
+    assert row["num_prefill_tokens"] == 1 and row["num_decode_tokens"] == 0
+    assert table.loc[2, "finish_s"] < table.loc[1, "finish_s"]
+    assert result.summary["num_preemptions"] == steps["num_preemptions"].sum() == 1
+    assert_all_blocks_back(disagg)
