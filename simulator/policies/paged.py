@@ -14,7 +14,7 @@ from typing import Protocol
 
 from pagesim.simulator.core.config import SystemConfig
 from pagesim.simulator.core.memory import MemoryBreakdown, MemoryRow, RunMemory
-from pagesim.simulator.core.plan import StepPlan
+from pagesim.simulator.core.plan import Preemption, StepPlan
 from pagesim.simulator.core.request import GENERATED_SEGMENT, Request, SamplingKind
 from pagesim.simulator.kv.hybrid_layout import HybridLayout
 from pagesim.simulator.kv.paged_cache import PagedKVCache
@@ -64,6 +64,9 @@ class PagedScheduler(PolicyBase):
         if system.speculative is not None:  # the scenario allows it under vllm-v1 only
             self.state.spec = SpecDecoder(system.speculative, max_seq_len, seed, replica)
         self.kv = self.state.kv  # read by the fidelity executor and tests
+        # Preemptions made by steps that ran nothing (`_schedule_again`), for the step table's
+        # row of the next step that runs.
+        self._unrecorded: list[Preemption] = []
         self.policy = policy
 
     def enable_fast_path(self) -> bool:
@@ -84,6 +87,8 @@ class PagedScheduler(PolicyBase):
         simulator/policies/decode_window.py. The first must then be started
         (`start_pure_step`); then they are completed and recorded in order, as the per-step loop
         would, a few at a time (`complete_pure_steps`, which starts each later one)."""
+        if self._unrecorded:  # the next step records them: it must be a planned one
+            return None
         return pure_run(self.state, limit)
 
     def start_pure_step(self) -> None:
@@ -157,22 +162,31 @@ class PagedScheduler(PolicyBase):
         self.policy.schedule(state, step, now_s)
         if step.preemptions and step.is_idle:
             step = self._schedule_again(step, now_s)
+            if step.is_idle:  # a step that runs nothing has no row: the next that runs counts them
+                self._unrecorded += step.preemptions
+                step.preemptions = []
+        if self._unrecorded and not step.is_idle:
+            step.preemptions[:0] = self._unrecorded
+            self._unrecorded = []
         if step.is_grouped:
             assert state.decode_group is not None
             return state.decode_group.plan(step, state.running)
         return step.plan()
 
     def _schedule_again(self, step: StepBuilder, now_s: float) -> StepBuilder:
-        """`step` only preempted (by recompute: a swap moves blocks, which is work): it runs
-        nothing, and the engine schedules again at once. vLLM's model runner skips the forward
-        pass of a step with no token scheduled (V1: v1/worker/gpu_model_runner.py
-        `execute_model` returns EMPTY_MODEL_RUNNER_OUTPUT; V0: engine/llm_engine.py `step`
-        executes only a non-empty `SchedulerOutputs`, v0.5.4) and its engine loop steps again
-        while requests are unfinished. Only a replica whose blocks are also held by requests
-        not running (a disaggregated decode replica's landed prompts, a prefill replica's
-        finished prompts awaiting transfer) can preempt its last running request; without
-        this it would idle with blocks free for the next request, until something woke it.
-        The step that follows now carries these preemptions (the step table counts them)."""
+        """`step` only preempted (by recompute: a swap moves blocks, which is work), so it runs
+        nothing and the engine schedules again at once, no time passing. vLLM runs no forward
+        pass for a step with no token scheduled (V1, v0.11: v1/worker/gpu_model_runner.py
+        `execute_model` returns EMPTY_MODEL_RUNNER_OUTPUT, or `kv_connector_no_forward` with
+        a KV connector; V0, v0.5.4: engine/llm_engine.py `step` executes only a non-empty
+        `SchedulerOutputs`) and its engine loop steps again while requests are unfinished (V1
+        v1/engine/core.py `step`; V0 engine/async_llm_engine.py `run_engine_loop`); the ~1 ms of
+        host work of that empty step is not charged. Only a replica whose blocks are also held
+        by requests not running (a disaggregated decode replica's landed prompts, a prefill
+        replica's finished prompts awaiting transfer) can preempt its last running request;
+        without this it idled with blocks free for the next request until something woke it.
+        One more pass settles it: a step that ran nothing preempted every running request (one
+        it did not preempt would have run), so the next preempts nobody; the loop only guards."""
         state = self.state
         while True:
             earlier = step.preemptions

@@ -173,10 +173,31 @@ def test_landed_prompts_run_past_a_preempted_request_that_does_not_fit() -> None
     assert a.num_preemptions == 1
     assert b.transfer_end_s < b.finish_s < a.finish_s < c.transfer_end_s < c.finish_s
     steps = result.steps[result.steps["replica"] == 1]
-    (preempting,) = steps.index[steps["num_preemptions"] > 0]
-    assert steps.loc[preempting, "num_prefill_tokens"] == 1  # B's last prompt token
-    assert steps.loc[preempting + 1, "start_s"] == b.finish_s  # A's one token, next
+    (at,) = (steps["num_preemptions"] > 0).to_numpy().nonzero()[0]
+    preempting, after = steps.iloc[at], steps.iloc[at + 1]
+    assert preempting["num_prefill_tokens"] == 1  # B's last prompt token
+    assert after["start_s"] == b.finish_s and after["num_prefill_tokens"] == 1  # A's one token
     assert (result.requests["status"] == "finished").all()
+    assert_all_blocks_back(disagg)
+
+
+def test_a_preemption_by_a_step_that_runs_nothing_is_counted_by_the_next_step_that_runs() -> None:
+    # The story above over a slower link: when A preempts itself, B has not landed yet, so the
+    # step scheduled at once runs nothing either and the replica idles until B lands. The
+    # preemption goes in the row of the step that admits B then.
+    sc = scenario_of(
+        [(49, 33, 0.0), (65, 1, 0.0), (81, 1, 0.0)], prefill_blocks=14, decode_blocks=16
+    )
+    disagg, result = run(sc, fleet(sc, link=LinkConfig(9e7), prefill_system="p", decode_system="d"))
+    a, b, _ = (row for _, row in result.requests.iterrows())
+    steps = result.steps[result.steps["replica"] == 1]
+    preempting = steps[steps["num_preemptions"] > 0]
+    assert a.num_preemptions == 1 and len(preempting) == 1
+    assert preempting["num_preemptions"].iloc[0] == 1
+    # B's last prompt token, in the first step after B landed (steps before it ran back to
+    # back while A decoded: the replica idled between them)
+    assert preempting["start_s"].iloc[0] == b.transfer_end_s
+    assert preempting["num_prefill_tokens"].iloc[0] == 1
     assert_all_blocks_back(disagg)
 
 

@@ -80,4 +80,12 @@ def test_random_fleets_conserve_requests_and_blocks(
     parts = table.loc[done, ["ttft_queue_s", "ttft_prefill_s", "ttft_transfer_s"]].sum(axis=1)
     gap = (parts + table.loc[done, "ttft_first_decode_s"] - table.loc[done, "ttft_s"]).abs()
     assert (gap < 1e-9).all()
+    # Every preemption is in the step table once, on its side (a prefill replica preempts the
+    # request's clone, which the request table does not list).
+    steps = result.steps
+    on_prefill = steps["replica"].isin([replica.index for replica in disagg.prefills])
+    decode_side = steps.loc[~on_prefill, "num_preemptions"].sum()
+    assert decode_side == table["num_preemptions"].sum()
+    prefill_side = sum(handoff.clone.num_preemptions for handoff in disagg.handoffs.values())
+    assert steps.loc[on_prefill, "num_preemptions"].sum() == prefill_side
     assert_all_blocks_back(disagg)
