@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Generic, Protocol, TypeVar
 
 from pagesim.simulator.core.errors import KVCacheError
-from pagesim.simulator.kv.block_pool import BlockPool
+from pagesim.simulator.kv.block_pool import BlockPool, EvictionOrder
 
 
 class _Seq(Protocol):
@@ -22,9 +22,18 @@ SeqT = TypeVar("SeqT", bound=_Seq)
 
 
 class CacheSlots(Generic[SeqT]):
-    """Sequences (`SeqT`, by id) over the GPU block pool `gpu` of `block_size`-token blocks."""
+    """Sequences (`SeqT`, by id) over a GPU block pool of `num_blocks` `block_size`-token
+    blocks (`BlockPool`, with its eviction order and duplicate-hash rule)."""
 
-    def __init__(self, gpu: BlockPool, block_size: int, enable_prefix_cache: bool) -> None:
+    def __init__(
+        self,
+        num_blocks: int,
+        block_size: int,
+        enable_prefix_cache: bool,
+        eviction: EvictionOrder,
+        allow_duplicate_hashes: bool,
+    ) -> None:
+        gpu = BlockPool(num_blocks, eviction=eviction, allow_duplicates=allow_duplicate_hashes)
         self._gpu = gpu
         self._block_size = block_size
         self._enable_prefix_cache = enable_prefix_cache

@@ -14,7 +14,7 @@ from pagesim.simulator.core.errors import KVCacheError
 from pagesim.simulator.core.memory import MemoryBreakdown
 from pagesim.simulator.core.model_spec import LayerKind
 from pagesim.simulator.core.plan import BlockCopy
-from pagesim.simulator.kv.block_pool import BlockPool, EvictionOrder
+from pagesim.simulator.kv.block_pool import EvictionOrder
 from pagesim.simulator.kv.cache_slots import CacheSlots
 from pagesim.simulator.kv.hybrid_layout import HybridLayout, cdiv
 from pagesim.simulator.kv.hybrid_table import HybridSeq, blocks_at, group_key
@@ -37,8 +37,9 @@ class HybridSlots(CacheSlots[HybridSeq]):
     ) -> None:
         if num_blocks < 1:
             raise KVCacheError(f"need num_blocks >= 1, got {num_blocks}")
-        gpu = BlockPool(num_blocks, eviction=eviction, allow_duplicates=allow_duplicate_hashes)
-        super().__init__(gpu, layout.block_size, enable_prefix_cache)
+        super().__init__(
+            num_blocks, layout.block_size, enable_prefix_cache, eviction, allow_duplicate_hashes
+        )
         self.layout = layout
         self._num_full = layout.num_full_groups
         self._num_sliding = layout.num_sliding_groups

@@ -34,7 +34,7 @@ from collections.abc import Iterable, Sequence
 from pagesim.simulator.core.errors import KVCacheError
 from pagesim.simulator.core.memory import MemoryBreakdown, MemoryRow
 from pagesim.simulator.core.plan import BlockCopy
-from pagesim.simulator.kv.block_pool import BlockPool, EvictionOrder
+from pagesim.simulator.kv.block_pool import EvictionOrder
 from pagesim.simulator.kv.block_table import BlockTable, clamp_fill, hand_out, reserved_slots
 from pagesim.simulator.kv.cache_slots import CacheSlots
 from pagesim.simulator.kv.swap_space import SwapSpace
@@ -61,9 +61,10 @@ class PagedSlots(CacheSlots[BlockTable]):
                 f"need num_blocks >= 1, block_size >= 1, num_cpu_blocks >= 0; got "
                 f"{num_blocks}, {block_size}, {num_cpu_blocks}"
             )
-        gpu = BlockPool(num_blocks, eviction=eviction, allow_duplicates=allow_duplicate_hashes)
-        super().__init__(gpu, block_size, enable_prefix_cache)
-        self._gpu_refs = gpu.ref_counts  # read-only view for the hot paths
+        super().__init__(
+            num_blocks, block_size, enable_prefix_cache, eviction, allow_duplicate_hashes
+        )
+        self._gpu_refs = self._gpu.ref_counts  # read-only view for the hot paths
         self._swap_space = SwapSpace(num_cpu_blocks)  # the CPU pool
 
     def num_blocks_needed(self, seq_id: int, num_new_tokens: int) -> int:

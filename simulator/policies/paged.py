@@ -186,16 +186,12 @@ class PagedScheduler(PolicyBase):
         replica's finished prompts awaiting transfer) can preempt its last running request;
         without this it idled with blocks free for the next request until something woke it.
         One more pass settles it: a step that ran nothing preempted every running request (one
-        it did not preempt would have run), so the next preempts nobody; the loop only guards."""
-        state = self.state
-        while True:
-            earlier = step.preemptions
-            step = StepBuilder()
-            self.policy.schedule(state, step, now_s)
-            num_new = len(step.preemptions)
-            step.preemptions[:0] = earlier
-            if not step.is_idle or not num_new:
-                return step
+        it did not preempt would have run), so the next has nobody running to preempt."""
+        earlier = step.preemptions
+        step = StepBuilder()
+        self.policy.schedule(self.state, step, now_s)
+        step.preemptions[:0] = earlier
+        return step
 
     def complete(self, plan: StepPlan, now_s: float) -> None:
         state = self.state
