@@ -1,9 +1,10 @@
 """The sweep point cache: a folder of small JSON files, one per point, written atomically.
 
 `<key>.json` holds the point's summary and a few extra metrics; `<key>/requests.csv, steps.csv,
-summary.json` hold the frames of the few points a report draws. Files are written whole and
-renamed into place, so a sweep killed at any instant leaves only complete entries, and a rerun
-simulates just the points without one.
+summary.json` hold the frames of the few points a report draws. Files are written whole under a
+staging name (a leading dot, never `.json`) and renamed into place, so a sweep killed at any
+instant leaves only complete entries, and a rerun simulates just the points without one; staging
+litter a kill left behind is swept by the next run that opens the folder.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import json
 import os
 import shutil
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +25,10 @@ from pagesim.simulator.studies.points import Point, PointOutcome
 CACHE_DIR = "cache"  # under a sweep's --out folder
 # Keys every simulated summary holds, as whole numbers: an entry without them is not ours.
 _COUNT_KEYS = ("num_requests", "num_finished", "num_rejected", "num_steps")
+# Staging names: an entry or a frames folder being written, a writability probe. A live writer
+# renames its staging within seconds, so one an hour old was left by a killed run.
+_STAGING_PREFIXES = (".point-", ".frames-", ".probe-")
+_STALE_STAGING_S = 3600.0
 
 
 def is_valid_summary(summary: object) -> bool:
@@ -68,6 +74,20 @@ class PointCache:
                 pass
         except OSError as exc:
             raise InputError(f"cannot write {where}: {exc.strerror or exc}") from None
+        self._sweep_stale_staging()
+
+    def _sweep_stale_staging(self) -> None:
+        """Staging files and folders a killed run left, gone; a fresh one may be another live
+        sweep's in the same folder and is left alone."""
+        now = time.time()
+        for path in self.folder.iterdir():
+            if not path.name.startswith(_STAGING_PREFIXES):
+                continue
+            try:
+                if now - path.lstat().st_mtime > _STALE_STAGING_S:
+                    _remove(path)
+            except OSError:
+                pass  # gone already (another sweep swept it) or not ours to remove
 
     def summary(self, key: str) -> dict[str, Any] | None:
         try:
@@ -100,7 +120,7 @@ class PointCache:
             "summary": outcome.summary,
         }
         text = json.dumps(payload, indent=1, default=str) + "\n"
-        fd, tmp = tempfile.mkstemp(dir=self.folder, prefix=".point-", suffix=".json")
+        fd, tmp = tempfile.mkstemp(dir=self.folder, prefix=".point-", suffix=".tmp")
         with os.fdopen(fd, "w") as f:
             f.write(text)
         entry = self.folder / f"{point.key}.json"

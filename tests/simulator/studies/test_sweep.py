@@ -256,3 +256,36 @@ def test_make_points_pairs_every_variant_with_every_system() -> None:
         (n, s) for n in (2, 4, 8) for s in ("static", "continuous")
     ]
     assert len({p.key for p in made}) == 6
+
+
+def test_staging_a_kill_leaves_is_never_an_entry_and_is_swept_once_stale(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # CI once killed the sweep between an entry's write and its rename: the staging file then
+    # matched `*.json` and was counted as a cached point that no run could read back.
+    import pagesim.simulator.studies.point_cache as point_cache
+
+    def killed(src: str, dst: str) -> None:
+        raise KeyboardInterrupt  # the kill, between the staging write and the rename
+
+    cache = PointCache(tmp_path / CACHE_DIR)
+    points = plan_sweep(ABLATION, TINY, ["systems.block_size=16,32"])
+    run_points(points[:1], SerialExecutor(), cache=cache)
+    (entry,) = _cached_keys(tmp_path)
+    with monkeypatch.context() as patch:
+        patch.setattr(point_cache.os, "replace", killed)
+        with pytest.raises(KeyboardInterrupt):
+            run_points(points[1:], SerialExecutor(), cache=cache)
+    (stale,) = (p for p in cache.folder.iterdir() if p.name.startswith("."))
+    assert _cached_keys(tmp_path) == {entry}, stale.name
+    fresh = cache.folder / ".point-l1ve.tmp"  # another live sweep's, mid-write
+    fresh.write_text("{")
+    cache.prepare()
+    assert stale.exists()  # too young to be litter: it could be a live sweep's
+    hour_ago = time.time() - 3601
+    os.utime(stale, (hour_ago, hour_ago))
+    cache.prepare()
+    assert not stale.exists() and fresh.exists()
+    resumed = run_points(points, SerialExecutor(), cache=cache)
+    assert (resumed.num_cached, resumed.num_computed) == (1, 1)
+    assert [p.name for p in cache.folder.iterdir() if p.name.startswith(".")] == [fresh.name]
