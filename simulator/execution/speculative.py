@@ -24,6 +24,15 @@ by its KV read"). Two parts are added here:
       ngram          host work only, no GPU: prompt-lookup matching over each sequence's tokens.
                      NGRAM_HOST_S_PER_SEQ is an **estimate**, not a measurement.
 
+A model draft (draft-model, eagle, mtp) also reads every prompt chunk the step computes: vLLM V1's
+proposer runs its first pass over all the tokens the target computed in the step, prompt chunks
+included, which writes the draft's KV of the prompt (v1/spec_decode/eagle.py
+EagleProposer.propose at 008603a3: `num_tokens = target_token_ids.shape[0]`, one forward over
+them, logits only at each request's last token; the draft-model proposer shares it). So a step
+with prompt chunks adds the draft's forward over those chunks to its first pass, whether or not a
+decode in it verifies drafts; this is also what a disaggregated prefill replica computes for the
+draft KV it sends (cluster/link.py). The n-gram proposer has no prompt pass.
+
 Each draft pass is a full forward of the draft (its GEMM launches and fixed costs included) with
 no host overhead of its own: the passes run inside the engine step whose host work the execution
 model already counts. A draft pass's cost sits in the step whose verification uses its drafts
@@ -34,7 +43,6 @@ The drafter's weights and KV come out of the KV capacity (kv/capacity.py).
 from __future__ import annotations
 
 from dataclasses import replace
-from operator import itemgetter
 from typing import Protocol
 
 from pagesim.simulator.core.config import ExecutionConfig, SpecMethod, SpeculativeConfig
@@ -47,34 +55,47 @@ from pagesim.simulator.execution.roofline import RooflineModel
 # history on the CPU (numba-compiled KMP over at most the last few thousand tokens).
 NGRAM_HOST_S_PER_SEQ = 20e-6
 
-_IS_PREFILL = itemgetter(4)
-
 
 class DraftPricer(Protocol):
     label: str
+    reads_prompts: bool  # its first pass covers the step's prompt chunks (module docstring)
 
-    def price(self, drafts: list[tuple[int, int]]) -> tuple[float, float, float]:
+    def price(
+        self, drafts: list[tuple[int, int]], prompts: list[tuple[int, int]]
+    ) -> tuple[float, float, float]:
         """(seconds, FLOPs, HBM bytes) of proposing `drafts`: (context before the drafts,
-        number of drafts) per decoding sequence."""
+        number of drafts) per decoding sequence, beside `prompts`: (chunk tokens, context after
+        the chunk) per prompt chunk of the step, which a model draft's first pass reads."""
         ...
 
 
 class ModelDraft:
-    """A draft priced by the roofline: d sequential one-token passes over the sequences."""
+    """A draft priced by the roofline: d sequential one-token passes over the sequences, the
+    first of them also over the step's prompt chunks."""
+
+    reads_prompts = True
 
     def __init__(self, roofline: RooflineModel, label: str) -> None:
         self.roofline = roofline
         self.label = label
 
-    def price(self, drafts: list[tuple[int, int]]) -> tuple[float, float, float]:
+    def price(
+        self, drafts: list[tuple[int, int]], prompts: list[tuple[int, int]]
+    ) -> tuple[float, float, float]:
         seconds = flops = moved = 0.0
-        num_passes = max((d for _, d in drafts), default=0)
+        num_passes = max(max((d for _, d in drafts), default=0), 1 if prompts else 0)
         for j in range(num_passes):
             work = [
                 SeqWork(i, i, 1, context + j + 1, False)
                 for i, (context, d) in enumerate(drafts)
                 if d > j
             ]
+            if j == 0:
+                first = len(drafts)
+                work += [
+                    SeqWork(first + i, first + i, num_new, context, True)
+                    for i, (num_new, context) in enumerate(prompts)
+                ]
             cost = self.roofline.price(StepPlan.build(work))
             seconds += cost.compute_s
             flops += cost.flops
@@ -83,13 +104,18 @@ class ModelDraft:
 
 
 class HostDraft:
-    """A draft proposed on the host (n-gram): a fixed time per sequence, no GPU work."""
+    """A draft proposed on the host (n-gram): a fixed time per sequence, no GPU work, no prompt
+    pass."""
+
+    reads_prompts = False
 
     def __init__(self, s_per_seq: float, label: str) -> None:
         self.s_per_seq = s_per_seq
         self.label = label
 
-    def price(self, drafts: list[tuple[int, int]]) -> tuple[float, float, float]:
+    def price(
+        self, drafts: list[tuple[int, int]], prompts: list[tuple[int, int]]
+    ) -> tuple[float, float, float]:
         return sum(1 for _, d in drafts if d) * self.s_per_seq, 0.0, 0.0
 
 
@@ -113,25 +139,36 @@ class SpeculativeModel:
     def _lm_head_s(self, rows: int) -> float:
         return self._lm_head.lm_head_s(rows)
 
+    def _adds_nothing(self, plan: StepPlan) -> bool:
+        """No decode in `plan` verifies a draft and the draft reads none of its prompt chunks."""
+        return plan.num_decode_tokens == plan.num_decode_seqs and (
+            not plan.num_prefill_seqs or not self.draft.reads_prompts
+        )
+
     def parts(self, plan: StepPlan) -> tuple[float, float, float, float]:
         """(draft_s, verify_lm_head_s, extra FLOPs, extra HBM bytes) of `plan`."""
-        if plan.num_decode_tokens == plan.num_decode_seqs:
-            return 0.0, 0.0, 0.0, 0.0  # no decode verifies a draft
+        if self._adds_nothing(plan):
+            return 0.0, 0.0, 0.0, 0.0
         drafts = [
             (context - num_new + 1, num_new - 1)
             for _, _, num_new, context, is_prefill in plan.work
-            if not is_prefill
+            if not is_prefill and num_new > 1
+        ]
+        prompts = [
+            (num_new, context)
+            for _, _, num_new, context, is_prefill in plan.work
+            if is_prefill and self.draft.reads_prompts
         ]
         rows = plan.num_decode_tokens - plan.num_decode_seqs
         seqs = plan.num_seqs
-        lm_s = self._lm_head_s(seqs + rows) - self._lm_head_s(seqs)
-        draft_s, draft_flops, draft_bytes = self.draft.price(drafts)
+        lm_s = self._lm_head_s(seqs + rows) - self._lm_head_s(seqs) if rows else 0.0
+        draft_s, draft_flops, draft_bytes = self.draft.price(drafts, prompts)
         flops = draft_flops + rows * self._lm_flops_per_row
         return draft_s, lm_s, flops, draft_bytes + rows * self._lm_bytes_per_row
 
     def price(self, plan: StepPlan) -> StepCost:
         cost = self.base.price(plan)
-        if plan.num_decode_tokens == plan.num_decode_seqs:
+        if self._adds_nothing(plan):
             return cost
         draft_s, lm_s, flops, moved = self.parts(plan)
         self.draft_s += draft_s

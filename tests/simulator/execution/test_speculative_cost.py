@@ -95,12 +95,42 @@ def test_an_eagle_draft_is_k_one_layer_decode_passes_without_host_overhead() -> 
         H100,
         replace(CONFIG, step_overhead_s=0.0, step_overhead_s_per_seq=0.0),
     )
-    seconds, flops, _ = eagle.price([(100, 3), (200, 3)])
+    seconds, flops, _ = eagle.price([(100, 3), (200, 3)], [])
     passes = [layer.price(plan_of((1, 100 + j, False), (1, 200 + j, False))) for j in (1, 2, 3)]
     assert seconds == pytest.approx(sum(p.compute_s for p in passes), rel=1e-12)
     assert flops == pytest.approx(sum(p.flops for p in passes), rel=1e-12)
     # One layer + LM head: far cheaper than the 32-layer target's decode, dearer than nothing.
     assert 0 < seconds / 3 < base.decode_time_s(2, 200) / 2
+
+
+def test_a_model_draft_first_pass_reads_the_steps_prompt_chunks() -> None:
+    """vLLM V1's proposer runs its first pass over every token the target computed in the step
+    (v1/spec_decode/eagle.py EagleProposer.propose): a prompt chunk of 64 tokens at context 64
+    joins the first of the three one-layer passes; an n-gram draft has no such pass."""
+    base = target()
+    eagle = draft_pricer(SpeculativeConfig(SpecMethod.EAGLE, 3, 0.5), base, CONFIG)
+    layer = RooflineModel(
+        replace(LLAMA, name="x", num_layers=1),
+        H100,
+        replace(CONFIG, step_overhead_s=0.0, step_overhead_s_per_seq=0.0),
+    )
+    seconds, flops, _ = eagle.price([(100, 3)], [(64, 64)])
+    first = layer.price(plan_of((1, 101, False), (64, 64, True)))
+    later = [layer.price(plan_of((1, 100 + j, False))) for j in (2, 3)]
+    assert seconds == pytest.approx(first.compute_s + sum(p.compute_s for p in later), rel=1e-12)
+    assert flops == pytest.approx(first.flops + sum(p.flops for p in later), rel=1e-12)
+    # A step of prompt chunks only: the target's price plus the draft's pass over the chunks.
+    spec = SpeculativeModel(base, base, eagle, SpecMethod.EAGLE)
+    prompts = plan_of((64, 64, True), (512, 1024, True))
+    pass_s = layer.price(prompts).compute_s
+    assert spec.parts(prompts) == pytest.approx(
+        (pass_s, 0.0, layer.price(prompts).flops, layer.price(prompts).bytes_moved)
+    )
+    assert spec.price(prompts).compute_s == pytest.approx(base.price(prompts).compute_s + pass_s)
+    assert spec.draft_s == pytest.approx(pass_s)
+    ngram = SpeculativeModel(base, base, HostDraft(1.0, "n"), SpecMethod.NGRAM)
+    assert ngram.price(prompts) == base.price(prompts)
+    assert HostDraft(1.0, "n").price([(100, 3)], [(64, 64)]) == (1.0, 0.0, 0.0)
 
 
 def test_a_draft_model_is_priced_on_its_own_model_spec() -> None:
@@ -114,7 +144,7 @@ def test_a_draft_model_is_priced_on_its_own_model_spec() -> None:
         replace(CONFIG, step_overhead_s=0.0, step_overhead_s_per_seq=0.0),
         tensor_parallel=4,
     )
-    seconds, _, _ = draft.price([(50, 2)])
+    seconds, _, _ = draft.price([(50, 2)], [])
     assert seconds == pytest.approx(small.decode_time_s(1, 51) + small.decode_time_s(1, 52))
 
 
@@ -194,9 +224,9 @@ def test_a_profile_priced_system_verifies_on_its_profile_and_drafts_on_the_roofl
     )
     model = make_execution_model(sc, sc.systems[0])
     assert isinstance(model, SpeculativeModel) and isinstance(model.base, ProfileModel)
-    plain = plan_of((1, 100, False), (64, 64, True))
+    plain = plan_of((1, 100, False), (1, 300, False))
     assert model.price(plain) == model.base.price(plain)
-    verify = plan_of((3, 102, False))
+    verify = plan_of((3, 102, False), (64, 64, True))
     draft_s, lm_s, _, _ = model.parts(verify)
     assert draft_s > 0 and lm_s > 0
     cost = model.price(verify)
