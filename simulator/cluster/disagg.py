@@ -20,6 +20,10 @@ As vLLM does it:
   they were read (connector `request_finished` -> delay_free_blocks).
 - The decode leg: blocks for the prompt first, then the transfer, then WAITING with all but the
   last prompt token computed (policies/remote_kv.py, vLLM V1 WAITING_FOR_REMOTE_KVS).
+- Speculative decoding runs on both sides with the same draft (scenario/disagg.py refuses
+  pools whose model drafts differ, as vLLM's NIXL handshake does since PR #49230): the prefill
+  step pays the draft's pass over the prompt (execution/speculative.py), the transfer carries
+  the draft's KV too (cluster/link.py), and the decode replica verifies drafts.
 
 When memory runs short:
 
@@ -54,6 +58,7 @@ from pagesim.simulator.cluster.replica import Replica
 from pagesim.simulator.cluster.routers import LoadBoard, Router, make_router
 from pagesim.simulator.core.cluster import ClusterConfig, PoolConfig, PoolRole, RouterConfig
 from pagesim.simulator.core.config import Scenario, SystemConfig
+from pagesim.simulator.core.draft import draft_model_spec
 from pagesim.simulator.core.errors import InputError, choices_text
 from pagesim.simulator.core.link import LinkConfig
 from pagesim.simulator.core.request import Request, RequestStatus
@@ -174,7 +179,7 @@ def run_disagg(
             return
         assert isinstance(replica, PrefillReplica)
         handoff.prefill_done_s = env.now
-        handoff.prefill_step_s = replica.timed.last_step_s
+        handoff.prefill_step_s = replica.last_step_s
         index = decode_router.route(handoff.request, env.now)
         handoff.decode = index
         waiting[index].append(handoff)
@@ -198,7 +203,13 @@ def run_disagg(
     def send_kv(handoff: Handoff, decode: DecodeReplica) -> Generator[simpy.Event, None, None]:
         prefill = prefills[handoff.prefill]
         tp_p, tp_d = prefill.scenario.tensor_parallel, decode.scenario.tensor_parallel
-        num_bytes = transfer_bytes(scenario.model, scenario.kv_dtype, handoff.num_tokens, tp_d)
+        drafter = drafters[decode.system.name]  # the prefill side's agrees (scenario/disagg.py)
+        num_bytes = transfer_bytes(
+            scenario.model, scenario.kv_dtype, handoff.num_tokens, tp_d, drafter
+        )
+        num_layers = scenario.model.num_kv_layers + (
+            0 if drafter is None else drafter.num_kv_layers
+        )
         handoff.num_bytes = num_bytes
 
         def seconds_after(waited: float) -> float:
@@ -207,7 +218,7 @@ def run_disagg(
                 link,
                 num_bytes,
                 min(tp_p, tp_d),
-                num_layers=scenario.model.num_kv_layers,
+                num_layers=num_layers,
                 overlap_step_s=handoff.prefill_step_s if at_step_end else 0.0,
             )
 
@@ -249,6 +260,12 @@ def run_disagg(
     for i, member in enumerate([*prefills, *decodes]):
         member.index = i  # prefill replicas first, then decode replicas: ports and report
     _check_decode_memory(decodes, scenario.model.max_seq_len)
+    drafters = {
+        r.system.name: None
+        if r.system.speculative is None
+        else draft_model_spec(r.system.speculative, scenario.model)
+        for r in decodes
+    }
     waiting: list[deque[Handoff]] = [deque() for _ in decodes]
     ports = Ports(env, len(prefills) + len(decodes))
     prefill_router = _router(

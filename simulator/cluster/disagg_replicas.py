@@ -11,9 +11,7 @@ import simpy
 from pagesim.simulator.cluster.replica import Replica
 from pagesim.simulator.core.config import Scenario, SystemConfig
 from pagesim.simulator.core.errors import InputError
-from pagesim.simulator.core.plan import StepCost, StepPlan
 from pagesim.simulator.core.request import Request
-from pagesim.simulator.execution.model import ExecutionModel
 from pagesim.simulator.policies.paged import PagedScheduler
 
 
@@ -49,29 +47,9 @@ class PrefillReplica(_PagedReplica):
 
     def _prepare(self) -> None:
         self.paged.state.keeps_finished_blocks = True
-        self.timed = _TimedExecution(self.execution)
-        self.execution = self.timed
 
     def waits_on_others(self) -> bool:
         return bool(self.paged.state.held)
-
-
-class _TimedExecution:
-    """The replica's execution model, remembering the length of the step it priced last (the
-    step that just ended when the replica looks for finished requests)."""
-
-    def __init__(self, inner: ExecutionModel) -> None:
-        self.inner = inner
-        self.name = inner.name
-        self.last_step_s = 0.0
-
-    def price(self, plan: StepPlan) -> StepCost:
-        cost = self.inner.price(plan)
-        self.last_step_s = cost.duration_s
-        return cost
-
-    def describe(self) -> dict[str, object]:
-        return self.inner.describe()
 
 
 class DecodeReplica(_PagedReplica):

@@ -142,7 +142,7 @@ def disagg_result(run: DisaggRun, scenario: str, system: str, warmup_s: float) -
         "num_decode_gpus": num_decode_gpus,
     }
     summary |= _step_figures(results)
-    add_replica_keys(replicas, results)  # a mixture of experts' figures (speculation is refused)
+    add_replica_keys(replicas, results)  # a mixture of experts' and speculation's figures
     summary |= fleet_keys(replicas, results, summary["busy_s"])
     done = requests[requests["status"] == "finished"]
     for part in (*TTFT_PARTS, "transfer_wait_s"):

@@ -8,7 +8,11 @@ GPU (FACTS.md), so each of its GPUs must receive that shard of every layer, for 
                                                            when t_d divides the KV heads)
 
 Block padding is not sent (a connector moving whole blocks sends up to block_size - 1 tokens
-more per request). With t_d > kv_heads the replicated heads are each sent.
+more per request). With t_d > kv_heads the replicated heads are each sent. A system with a model
+draft (eagle, mtp, draft-model) sends the draft's KV of the prompt too, computed by the prefill
+replica's draft pass (execution/speculative.py): its layers join the target's in the sum
+(vLLM's NIXL connector moves every KV cache group of the instance, the drafter's among them:
+vllm-project/vllm PR #49230). Its layers count among the L below, as layers of equal cost.
 
 Time. The shards travel in parallel over min(t_p, t_d) lanes, one per GPU port on the side
 with fewer GPUs (each of its ports carries the shards of the other side's GPUs it serves):
@@ -37,9 +41,19 @@ from pagesim.simulator.core.link import LinkConfig
 from pagesim.simulator.core.model_spec import KVDtype, ModelSpec
 
 
-def transfer_bytes(model: ModelSpec, dtype: KVDtype, num_tokens: int, decode_tp: int) -> int:
-    """Bytes the decode replica's GPUs receive for `num_tokens` prompt tokens."""
-    return num_tokens * decode_tp * model.kv_bytes_per_token(dtype, decode_tp)
+def transfer_bytes(
+    model: ModelSpec,
+    dtype: KVDtype,
+    num_tokens: int,
+    decode_tp: int,
+    drafter: ModelSpec | None = None,
+) -> int:
+    """Bytes the decode replica's GPUs receive for `num_tokens` prompt tokens (the target's KV
+    and, with a model draft, the drafter's)."""
+    per_token = model.kv_bytes_per_token(dtype, decode_tp)
+    if drafter is not None:
+        per_token += drafter.kv_bytes_per_token(dtype, decode_tp)
+    return num_tokens * decode_tp * per_token
 
 
 def transfer_s(

@@ -89,6 +89,9 @@ class Replica:
         self.recorder = Recorder(
             scenario.gpu, scenario.slo, scenario.stop.warmup_s, self.capacity.block_bytes
         )
+        # The step that ran last, in seconds (a disaggregated prefill replica's transfer may
+        # overlap it layer by layer; not kept through runs of pure decode steps).
+        self.last_step_s = 0.0
         self._runs: PureRuns | None = None  # runs of pure decode steps (cluster/pure_runs.py)
         if fast_path:
             enable = getattr(self.scheduler, "enable_fast_path", None)
@@ -240,6 +243,7 @@ class Replica:
                 continue
             cost = execution.price(plan)
             start = env.now
+            self.last_step_s = cost.duration_s
             yield env.timeout(cost.duration_s)
             scheduler.complete(plan, env.now)
             if self._check:

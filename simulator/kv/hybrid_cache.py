@@ -123,7 +123,14 @@ class HybridKVCache(HybridSlots):
                 self._gpu.touch(block)
                 self._note_computed(block, bs)
 
-    def fork(self, parent_seq_id: int, child_seq_id: int, *, final_len: int | None = None) -> None:
+    def fork(
+        self,
+        parent_seq_id: int,
+        child_seq_id: int,
+        *,
+        final_len: int | None = None,
+        parent_done: bool = False,
+    ) -> None:
         raise KVCacheError("a hybrid KV cache does not fork: vLLM V1 fans n > 1 out instead")
 
     def can_swap_out(self, seq_ids: Iterable[int]) -> bool:

@@ -105,13 +105,22 @@ class PagedKVCache(PagedSlots):
         )
         return num_hit_tokens
 
-    def fork(self, parent_seq_id: int, child_seq_id: int, *, final_len: int | None = None) -> None:
+    def fork(
+        self,
+        parent_seq_id: int,
+        child_seq_id: int,
+        *,
+        final_len: int | None = None,
+        parent_done: bool = False,
+    ) -> None:
         """The child shares every block of the parent (copy-on-write later); its final length
-        is the parent's unless given."""
+        is the parent's unless given. `parent_done`: the parent writes nothing more (a finished
+        request whose blocks are kept for a transfer), so slots it holds uncomputed (the
+        lookahead of speculative decoding) may be shared too."""
         parent = self._gpu_seq(parent_seq_id)
         if child_seq_id in self._seqs:
             raise KVCacheError(f"fork: seq {child_seq_id} already exists")
-        if parent.num_computed_tokens != parent.num_tokens:
+        if parent.num_computed_tokens != parent.num_tokens and not parent_done:
             # Its pending writes would land in blocks the child now shares.
             raise KVCacheError(
                 f"fork of seq {parent_seq_id} with uncomputed slots: commit its step first"

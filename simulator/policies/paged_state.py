@@ -359,10 +359,12 @@ class PagedState:
     def hold(self, group: SeqGroup) -> None:
         """Keep a finishing group's blocks under a holder sequence until released: vLLM
         V1 frees a prefill request's blocks only once its KV was sent (the connector's
-        request_finished returns delay_free_blocks; v1/core/sched/scheduler.py _free_request)."""
+        request_finished returns delay_free_blocks; v1/core/sched/scheduler.py _free_request):
+        every block the request holds, those of speculative decoding's lookahead slots too (a
+        prompt chunk after the first is a running request's, allocated with lookahead)."""
         seq_id = group.seq_ids[0]
         holder = self.new_seq_id()
-        self.kv.fork(seq_id, holder, final_len=self.kv.num_tokens(seq_id))
+        self.kv.fork(seq_id, holder, final_len=self.kv.num_tokens(seq_id), parent_done=True)
         self.held[group.request.request_id] = holder
 
     # -- checks -------------------------------------------------------------------------------

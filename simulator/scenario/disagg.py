@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from pagesim.simulator.core.cluster import PoolConfig, PoolRole
-from pagesim.simulator.core.config import PreemptionPolicy, Scenario
+from pagesim.simulator.core.config import PreemptionPolicy, Scenario, SpecMethod, SystemConfig
 from pagesim.simulator.core.defaults import knobs_of, resolve_system
 from pagesim.simulator.core.errors import InputError, choices_text
 from pagesim.simulator.core.link import GB, LINK_PRESETS, LinkConfig, link_preset
@@ -96,6 +96,51 @@ def read_colocated(t: Table, system_names: list[str], pools: list[PoolConfig]) -
     return tuple(names)
 
 
+def _drafter_key(system: SystemConfig) -> tuple[str, str | None] | None:
+    """What of a system's drafter travels with a prompt's KV: a model draft (draft-model, eagle,
+    mtp) has attention layers of its own, an n-gram draft (or none) has nothing to send."""
+    spec = system.speculative
+    if spec is None or spec.method is SpecMethod.NGRAM:
+        return None
+    return spec.method.value, spec.draft_model
+
+
+def _drafter_text(system: SystemConfig) -> str:
+    key = _drafter_key(system)
+    if key is None:
+        return "no model draft"
+    method, model = key
+    return f"speculative method {method}" + (f" (draft_model {model!r})" if model else "")
+
+
+def _check_drafters_agree(
+    t: Table, pools: tuple[PoolConfig, ...], system: SystemConfig, by_name: dict[str, SystemConfig]
+) -> None:
+    """Every pool that runs `system` disaggregated (its own, or the system a pool names) has the
+    same model draft, or none: the draft's KV of the prompt is computed on the prefill replica
+    and travels with the target's (cluster/link.py). vLLM's NIXL connector refuses the
+    handshake between a prefill and a decode instance whose model-based speculative setups
+    differ (vllm-project/vllm PR #49230, 2026-07: eagle, eagle3, mtp and draft models add a KV
+    cache group; n-gram ones do not)."""
+    first: tuple[PoolConfig, SystemConfig] | None = None
+    for pool in pools:
+        runs = by_name[pool.system] if pool.system is not None else system
+        if first is None:
+            first = (pool, runs)
+            continue
+        other_pool, other = first
+        if _drafter_key(runs) != _drafter_key(other):
+            t.fail(
+                "pools",
+                f"pool {pool.name!r} runs system {runs.name!r} with {_drafter_text(runs)} but "
+                f"pool {other_pool.name!r} runs {other.name!r} with {_drafter_text(other)}; the "
+                "prefill and decode replicas of a disaggregated fleet must agree on a model "
+                "draft (its KV travels with the prompt's, and vLLM's connector refuses the "
+                "pair otherwise): give every pool systems with the same "
+                "[systems.speculative] method and draft_model",
+            )
+
+
 def check_decode_memory(t: Table, scenario: Scenario) -> None:
     """Each decode pool's KV cache must hold one request of the model's maximum length, for
     every system that runs it disaggregated (a pool without `system` runs each of them)."""
@@ -115,13 +160,7 @@ def check_decode_memory(t: Table, scenario: Scenario) -> None:
             '"both")',
         )
     for system in runs:
-        if system.speculative is not None:
-            t.fail(
-                "pools",
-                f"system {system.name!r} speculates; pagesim's disaggregated fleets do not "
-                "model speculative decoding on the decode side yet: run it colocated (role = "
-                '"both") or remove its [systems.speculative]',
-            )
+        _check_drafters_agree(t, cluster.pools, system, by_name)
         resolved = resolve_system(
             system, scenario.model, scenario.gpu, scenario.tensor_parallel
         ).system

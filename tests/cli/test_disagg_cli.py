@@ -80,6 +80,41 @@ def test_a_disaggregated_fleet_runs_beside_its_colocated_twin(
     assert header[1:3] == ["replica", "prefill_replica"] and "ttft_transfer_s" in header
 
 
+def test_a_disaggregated_fleet_speculates_on_both_sides(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The same EAGLE head on the prefill and the decode pools (the system runs both): its KV
+    # travels with the prompt's, one layer more than Llama-3-8B's 32.
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "disagg.toml").write_text(DISAGG)
+    summaries = {}
+    for name, sets in (
+        ("plain", []),
+        (
+            "eagle",
+            [
+                'systems[0].speculative.method="eagle"',
+                "systems[0].speculative.num_speculative_tokens=3",
+                "systems[0].speculative.acceptance_rate=0.7",
+            ],
+        ),
+    ):
+        out = tmp_path / name
+        args = ["run", "disagg.toml", "--out", str(out), "--no-report", "--set"]
+        result = run_cli(capsys, *args, "systems[2].num_kv_blocks=4096", *_sets(sets))
+        assert result.exit_code == 0, result.err
+        summaries[name] = json.loads((out / "disagg" / "summary.json").read_text())["summary"]
+    plain, eagle = summaries["plain"], summaries["eagle"]
+    assert eagle["num_finished"] == eagle["num_transfers"] == 40
+    assert eagle["transfer_bytes_total"] * 32 == plain["transfer_bytes_total"] * 33
+    assert eagle["spec_num_draft_tokens"] > 0 and eagle["spec_draft_s"] > 0
+    assert eagle["tpot_p50_s"] < plain["tpot_p50_s"]
+
+
+def _sets(values: list[str]) -> list[str]:
+    return [part for value in values for part in ("--set", value)]
+
+
 @pytest.mark.parametrize(
     ("args", "needle"),
     [
@@ -109,11 +144,15 @@ def test_a_disaggregated_fleet_runs_beside_its_colocated_twin(
         ),
         (
             [
-                'systems[0].speculative.method="ngram"',
-                "systems[0].speculative.num_speculative_tokens=2",
-                "systems[0].speculative.acceptance_rate=0.5",
+                'systems[2].speculative.method="eagle"',
+                "systems[2].speculative.num_speculative_tokens=3",
+                "systems[2].speculative.acceptance_rate=0.7",
+                "systems[2].num_kv_blocks=4096",
+                'cluster.pools[1].system="tiny"',
             ],
-            "cluster.pools: system 'disagg' speculates",
+            "cluster.pools: pool 'd' runs system 'tiny' with speculative method eagle but pool "
+            "'p' runs 'disagg' with no model draft; the prefill and decode replicas of a "
+            "disaggregated fleet must agree on a model draft",
         ),
         (
             ['systems[0].preemption="swap"', "systems[0].swap_space_gib=4"],

@@ -9,12 +9,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pagesim.simulator.core.cluster import RouterConfig, RouterKind
-from pagesim.simulator.core.config import Policy
+from pagesim.simulator.core.config import Policy, SpecMethod, SpeculativeConfig
 from pagesim.simulator.core.link import LinkConfig
 from tests.sim_helpers import explicit_workload, scenario, system
 from tests.simulator.cluster.disagg_helpers import assert_all_blocks_back, fleet, run
 
 ROUTERS = [RouterKind.ROUND_ROBIN, RouterKind.LEAST_OUTSTANDING, RouterKind.LEAST_KV]
+DRAFTS = [  # vLLM V1 only; both sides alike (scenario/disagg.py refuses model drafts that differ)
+    None,
+    SpeculativeConfig(SpecMethod.NGRAM, 2, acceptance_rate=0.5),
+    SpeculativeConfig(SpecMethod.EAGLE, 3, acceptance_rate=0.7),
+]
 
 
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -34,6 +39,7 @@ ROUTERS = [RouterKind.ROUND_ROBIN, RouterKind.LEAST_OUTSTANDING, RouterKind.LEAS
     layerwise=st.booleans(),
     prefill_router=st.sampled_from(ROUTERS),
     decode_router=st.sampled_from(ROUTERS),
+    speculative=st.sampled_from(DRAFTS),
 )
 def test_random_fleets_conserve_requests_and_blocks(
     requests: list[tuple[int, int, float]],
@@ -47,6 +53,7 @@ def test_random_fleets_conserve_requests_and_blocks(
     layerwise: bool,
     prefill_router: RouterKind,
     decode_router: RouterKind,
+    speculative: SpeculativeConfig | None,
 ) -> None:
     # max_seq_len 256: prompt + output <= 250 always fits; a decode replica needs 16 blocks
     # for one request of that length, a prefill replica 13 for the longest prompt.
@@ -56,6 +63,8 @@ def test_random_fleets_conserve_requests_and_blocks(
         system(policy, "p", num_kv_blocks=prefill_blocks, max_num_batched_tokens=256),
         system(policy, "d", num_kv_blocks=decode_blocks, max_num_batched_tokens=256),
     )
+    if policy is Policy.VLLM_V1:
+        sc = replace(sc, systems=tuple(replace(s, speculative=speculative) for s in sc.systems))
     sc = replace(sc, model=replace(sc.model, max_seq_len=256))
     cluster = replace(
         fleet(
