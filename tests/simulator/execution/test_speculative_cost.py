@@ -47,6 +47,15 @@ def target() -> RooflineModel:
     return RooflineModel(LLAMA, H100, CONFIG, era=EngineEra.V1)
 
 
+def eagle_layer() -> RooflineModel:
+    """An EAGLE head as the draft pricer builds it: one layer of the target, no host overhead."""
+    return RooflineModel(
+        replace(LLAMA, name="x", num_layers=1),
+        H100,
+        replace(CONFIG, step_overhead_s=0.0, step_overhead_s_per_seq=0.0),
+    )
+
+
 def plan_of(*work: tuple[int, int, bool]) -> StepPlan:
     return StepPlan.build([SeqWork(i, i, n, c, p) for i, (n, c, p) in enumerate(work)])
 
@@ -90,11 +99,7 @@ def test_an_eagle_draft_is_k_one_layer_decode_passes_without_host_overhead() -> 
     passes of a one-layer copy of the target at contexts +1, +2, +3."""
     base = target()
     eagle = draft_pricer(SpeculativeConfig(SpecMethod.EAGLE, 3, 0.5), base, CONFIG)
-    layer = RooflineModel(
-        replace(LLAMA, name="x", num_layers=1),
-        H100,
-        replace(CONFIG, step_overhead_s=0.0, step_overhead_s_per_seq=0.0),
-    )
+    layer = eagle_layer()
     seconds, flops, _ = eagle.price([(100, 3), (200, 3)], [])
     passes = [layer.price(plan_of((1, 100 + j, False), (1, 200 + j, False))) for j in (1, 2, 3)]
     assert seconds == pytest.approx(sum(p.compute_s for p in passes), rel=1e-12)
@@ -109,11 +114,7 @@ def test_a_model_draft_first_pass_reads_the_steps_prompt_chunks() -> None:
     joins the first of the three one-layer passes; an n-gram draft has no such pass."""
     base = target()
     eagle = draft_pricer(SpeculativeConfig(SpecMethod.EAGLE, 3, 0.5), base, CONFIG)
-    layer = RooflineModel(
-        replace(LLAMA, name="x", num_layers=1),
-        H100,
-        replace(CONFIG, step_overhead_s=0.0, step_overhead_s_per_seq=0.0),
-    )
+    layer = eagle_layer()
     seconds, flops, _ = eagle.price([(100, 3)], [(64, 64)])
     first = layer.price(plan_of((1, 101, False), (64, 64, True)))
     later = [layer.price(plan_of((1, 100 + j, False))) for j in (2, 3)]
