@@ -168,7 +168,8 @@ def kept_after_interrupt(out: Path, folder: OutputFolder | None) -> str:
     None when it was interrupted before the folder was opened)."""
     cache = out / "cache"
     try:
-        num_points = len(list(cache.glob("*.json"))) if cache.is_dir() else 0
+        entries = cache.glob("*.json") if cache.is_dir() else ()
+        num_points = sum(1 for p in entries if not p.name.startswith("."))  # not staging
     except OSError:
         num_points = 0
     created = folder is not None and folder.created

@@ -4,7 +4,7 @@
 summary.json` hold the frames of the few points a report draws. Files are written whole under a
 staging name (a leading dot, never `.json`) and renamed into place, so a sweep killed at any
 instant leaves only complete entries, and a rerun simulates just the points without one; staging
-litter a kill left behind is swept by the next run that opens the folder.
+litter a kill left behind is swept, once an hour old, by the next run that opens the folder.
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ class PointCache:
 
     def prepare(self) -> None:
         """Make the folder, or say (InputError) why points could not be cached there: checked
-        before anything is simulated."""
+        before anything is simulated. Then sweep staging a killed run left (an hour old)."""
         where = f"the sweep cache {self.folder}"
         if self.folder.exists() and not self.folder.is_dir():
             raise InputError(f"{where} is not a folder; move it away (it holds cached points)")
@@ -80,9 +80,11 @@ class PointCache:
         """Staging files and folders a killed run left, gone; a fresh one may be another live
         sweep's in the same folder and is left alone."""
         now = time.time()
-        for path in self.folder.iterdir():
-            if not path.name.startswith(_STAGING_PREFIXES):
-                continue
+        try:
+            staging = [p for p in self.folder.iterdir() if p.name.startswith(_STAGING_PREFIXES)]
+        except OSError:
+            return  # unreadable (writable only): the litter stays, the sweep goes on
+        for path in staging:
             try:
                 if now - path.lstat().st_mtime > _STALE_STAGING_S:
                     _remove(path)
