@@ -56,8 +56,9 @@ SPEC_METRICS: tuple[SummaryMetric, ...] = (
         "Draft time",
         Unit.SECONDS,
         "Speculative decoding",
-        "Simulated time spent proposing drafts (draft model, EAGLE head or MTP layer on the GPU; "
-        "n-gram on the host, an estimate), included in busy time.",
+        "Simulated time spent proposing drafts (draft model, EAGLE head or MTP layer on the GPU, "
+        "its first pass also over the step's prompt chunks; n-gram on the host, an estimate), "
+        "included in busy time.",
     ),
     SummaryMetric(
         "spec_draft_share",

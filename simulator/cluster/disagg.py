@@ -58,7 +58,7 @@ from pagesim.simulator.cluster.replica import Replica
 from pagesim.simulator.cluster.routers import LoadBoard, Router, make_router
 from pagesim.simulator.core.cluster import ClusterConfig, PoolConfig, PoolRole, RouterConfig
 from pagesim.simulator.core.config import Scenario, SystemConfig
-from pagesim.simulator.core.draft import draft_model_spec
+from pagesim.simulator.core.draft import draft_model_spec, model_draft_key
 from pagesim.simulator.core.errors import InputError, choices_text
 from pagesim.simulator.core.link import LinkConfig
 from pagesim.simulator.core.request import Request, RequestStatus
@@ -207,9 +207,7 @@ def run_disagg(
         num_bytes = transfer_bytes(
             scenario.model, scenario.kv_dtype, handoff.num_tokens, tp_d, drafter
         )
-        num_layers = scenario.model.num_kv_layers + (
-            0 if drafter is None else drafter.num_kv_layers
-        )
+        target_bytes = transfer_bytes(scenario.model, scenario.kv_dtype, handoff.num_tokens, tp_d)
         handoff.num_bytes = num_bytes
 
         def seconds_after(waited: float) -> float:
@@ -218,8 +216,9 @@ def run_disagg(
                 link,
                 num_bytes,
                 min(tp_p, tp_d),
-                num_layers=num_layers,
+                num_layers=scenario.model.num_kv_layers,
                 overlap_step_s=handoff.prefill_step_s if at_step_end else 0.0,
+                tail_bytes=num_bytes - target_bytes,
             )
 
         held = env.process(ports.hold(prefill.index, decode.index, seconds_after))
@@ -259,7 +258,21 @@ def run_disagg(
                 decodes.append(replica)
     for i, member in enumerate([*prefills, *decodes]):
         member.index = i  # prefill replicas first, then decode replicas: ports and report
+    for member in [*prefills, *decodes]:
+        if member.capacity.layout is not None:  # scenario/disagg.py says so for scenario files
+            raise InputError(
+                f"cluster pool {member.pool!r}: system {member.system.name!r} lays "
+                f"{scenario.model.name}'s KV out in layer groups (sliding-window or state "
+                "layers); a disaggregated fleet moves one block table per sequence: set "
+                "hybrid_kv_cache_manager = false (window layers only) or run it colocated"
+            )
     _check_decode_memory(decodes, scenario.model.max_seq_len)
+    if len({model_draft_key(r.system.speculative) for r in [*prefills, *decodes]}) > 1:
+        raise InputError(  # scenario/disagg.py says so for scenario files, naming the pools
+            "cluster pools: the prefill and decode replicas' systems differ in their model "
+            "draft (speculative method or draft_model); its KV travels with the prompt's, so "
+            "give every pool the same [systems.speculative] method and draft_model"
+        )
     drafters = {
         r.system.name: None
         if r.system.speculative is None
@@ -361,7 +374,9 @@ def _check_decode_memory(decodes: list[DecodeReplica], max_seq_len: int) -> None
     """A decode pool must hold one request of the model's maximum length."""
     for replica in {r.pool: r for r in decodes}.values():
         capacity = replica.capacity
-        needed = blocks_for(max_seq_len - 1, capacity.block_size)
+        # speculation's drafts and lookahead take a max-length request to max_seq_len slots
+        peak = max_seq_len if replica.system.speculative is not None else max_seq_len - 1
+        needed = blocks_for(peak, capacity.block_size)
         if capacity.num_gpu_blocks < needed:
             raise InputError(
                 f"cluster pool {replica.pool!r} (decode): its KV cache holds "

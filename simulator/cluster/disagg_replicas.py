@@ -42,8 +42,8 @@ class _PagedReplica(Replica):
 
 
 class PrefillReplica(_PagedReplica):
-    """Keeps finished requests' blocks until their KV has left; remembers its last step's
-    length (the compute a layer-wise transfer may overlap)."""
+    """Keeps finished requests' blocks until their KV has left (its last step's length, which a
+    layer-wise transfer may overlap, is `Replica.last_step_s`)."""
 
     def _prepare(self) -> None:
         self.paged.state.keeps_finished_blocks = True

@@ -12,7 +12,8 @@ more per request). With t_d > kv_heads the replicated heads are each sent. A sys
 draft (eagle, mtp, draft-model) sends the draft's KV of the prompt too, computed by the prefill
 replica's draft pass (execution/speculative.py): its layers join the target's in the sum
 (vLLM's NIXL connector moves every KV cache group of the instance, the drafter's among them:
-vllm-project/vllm PR #49230). Its layers count among the L below, as layers of equal cost.
+vllm-project/vllm PR #49230). Layer-wise, those bytes leave after the target's: the draft pass
+that writes them runs after the target's last layer, so they overlap nothing (`tail_bytes`).
 
 Time. The shards travel in parallel over min(t_p, t_d) lanes, one per GPU port on the side
 with fewer GPUs (each of its ports carries the shards of the other side's GPUs it serves):
@@ -63,14 +64,19 @@ def transfer_s(
     *,
     num_layers: int = 1,
     overlap_step_s: float = 0.0,
+    tail_bytes: int = 0,
 ) -> float:
     """Seconds from taking the ports to the last byte's arrival. `overlap_step_s`: the
-    prefill step the transfer may overlap layer by layer (only with `link.layerwise`)."""
+    prefill step the transfer may overlap layer by layer (only with `link.layerwise`);
+    `tail_bytes` of `num_bytes` are written after the `num_layers` layers (a draft's KV) and
+    overlap nothing."""
     wire_s = num_bytes / (lanes * link.bandwidth_bytes_s)
     if not link.layerwise or num_layers <= 1:
         return link.latency_s + wire_s
+    tail_s = tail_bytes / (lanes * link.bandwidth_bytes_s)
+    body_s = wire_s - tail_s
     hidden_s = overlap_step_s * (num_layers - 1) / num_layers
-    return link.latency_s + max(wire_s / num_layers, wire_s - hidden_s)
+    return link.latency_s + max(body_s / num_layers, body_s - hidden_s) + tail_s
 
 
 class Ports:

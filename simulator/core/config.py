@@ -297,6 +297,9 @@ class SystemConfig:
     # scenario's [execution] kind), so one scenario can show both side by side
     defaults: DefaultsMode = DefaultsMode.SERVER  # vLLM V1's server or offline defaults
     speculative: SpeculativeConfig | None = None  # [systems.speculative]: vllm-v1 only
+    # vllm-v1: the hybrid KV-cache manager; False is vLLM's --disable-hybrid-kv-cache-manager
+    # (a sliding-window layer then keeps KV for every token, kv/capacity.py block_shape)
+    hybrid_kv_cache_manager: bool = True
 
     def __post_init__(self) -> None:
         # The allocator in force, resolved once: orca places its reservations with a buddy

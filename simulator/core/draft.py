@@ -35,3 +35,11 @@ def draft_model_spec(spec: SpeculativeConfig, target: ModelSpec) -> ModelSpec | 
         moe=moe,
     )
     return replace(layer, num_params=layer.layer_params(0))
+
+
+def model_draft_key(spec: SpeculativeConfig | None) -> tuple[str, str | None] | None:
+    """What of a drafter has KV of its own (its method and draft model), None for n-gram or no
+    speculation: the part a disaggregated fleet's prefill and decode sides must agree on."""
+    if spec is None or spec.method is SpecMethod.NGRAM:
+        return None
+    return spec.method.value, spec.draft_model

@@ -10,6 +10,12 @@ with bytes per block = KV bytes per token (per GPU under tensor parallelism) x b
 A hybrid model (sliding-window or state layers) is laid out as vLLM V1 lays it out
 (kv/hybrid_layout.py): a block is one layer group's page, `block_bytes` = block size x one
 layer's bytes per token x layers per group, and its block size may be raised for state layers.
+With the hybrid manager off (`hybrid_kv_cache_manager = false`, vLLM's
+--disable-hybrid-kv-cache-manager) a model of full and sliding-window layers is laid out as one
+group of all of them: every layer keeps KV for every token (vLLM v1/core/kv_cache_utils.py
+unify_hybrid_kv_cache_specs turns each SlidingWindowSpec into a FullAttentionSpec, "blocks are
+allocated for all tokens", while the attention still computes over the window only); a model with
+state layers cannot be (vLLM: "failed to convert the KV cache specs to one unified type").
 
 A system that speculates with a draft model, an EAGLE head or an MTP layer holds the drafter too:
 its weights, and its attention layers' KV in every block (vLLM V1 loads the drafter into the
@@ -22,10 +28,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pagesim.simulator.core.catalog import GIB, GPUSpec, ModelSpec
-from pagesim.simulator.core.config import Scenario, SystemConfig
+from pagesim.simulator.core.config import Policy, Scenario, SystemConfig
 from pagesim.simulator.core.defaults import driver_memory_bytes, resolve_system
 from pagesim.simulator.core.draft import draft_model_spec
 from pagesim.simulator.core.errors import InputError
+from pagesim.simulator.core.model_spec import LayerKind
 from pagesim.simulator.kv.hybrid_layout import HybridLayout, hybrid_layout
 
 
@@ -115,10 +122,35 @@ def no_kv_memory_reason(scenario: Scenario, system: SystemConfig) -> str | None:
     )
 
 
+def hybrid_off_reason(system: SystemConfig, model: ModelSpec) -> str | None:
+    """Why `system` cannot run with its hybrid KV-cache manager off, or None (also when on)."""
+    if system.hybrid_kv_cache_manager:
+        return None
+    if system.policy is not Policy.VLLM_V1:
+        return (
+            "false: the hybrid KV-cache manager is vLLM V1's (--disable-hybrid-kv-cache-manager); "
+            f"the policy is {system.policy.value!r}; remove the key"
+        )
+    if LayerKind.STATE in model.kinds():
+        return (
+            f"false: model {model.name!r} has state (linear-attention) layers, which vLLM cannot "
+            'lay out without its hybrid KV-cache manager (it refuses to start: "failed to '
+            'convert the KV cache specs to one unified type"); set it true'
+        )
+    return None
+
+
 def block_shape(scenario: Scenario, system: SystemConfig) -> tuple[int, int, HybridLayout | None]:
     """(tokens per block, bytes per block, hybrid layout or None) of `system` on the scenario."""
     model, tp = scenario.model, scenario.tensor_parallel
-    layout = hybrid_layout(model, scenario.kv_dtype, tp, system.block_size)
+    reason = hybrid_off_reason(system, model)
+    if reason is not None:
+        raise InputError(f"system {system.name!r}: hybrid_kv_cache_manager = {reason}")
+    layout = (
+        hybrid_layout(model, scenario.kv_dtype, tp, system.block_size)
+        if system.hybrid_kv_cache_manager
+        else None
+    )
     if layout is not None:
         return layout.block_size, layout.block_bytes, layout
     return system.block_size, kv_bytes_per_token(scenario, system) * system.block_size, None

@@ -361,10 +361,12 @@ class PagedState:
         V1 frees a prefill request's blocks only once its KV was sent (the connector's
         request_finished returns delay_free_blocks; v1/core/sched/scheduler.py _free_request):
         every block the request holds, those of speculative decoding's lookahead slots too (a
-        prompt chunk after the first is a running request's, allocated with lookahead)."""
+        prompt chunk after the first is a running request's, allocated with lookahead). Its
+        final length is what it computed: lookahead slots are never written (internal
+        fragmentation in the memory breakdown, not a reservation)."""
         seq_id = group.seq_ids[0]
         holder = self.new_seq_id()
-        self.kv.fork(seq_id, holder, final_len=self.kv.num_tokens(seq_id), parent_done=True)
+        self.kv.fork(seq_id, holder, final_len=group.num_computed, parent_done=True)
         self.held[group.request.request_id] = holder
 
     # -- checks -------------------------------------------------------------------------------

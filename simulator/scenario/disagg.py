@@ -15,8 +15,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 from pagesim.simulator.core.cluster import PoolConfig, PoolRole
-from pagesim.simulator.core.config import PreemptionPolicy, Scenario, SpecMethod, SystemConfig
+from pagesim.simulator.core.config import PreemptionPolicy, Scenario, SystemConfig
 from pagesim.simulator.core.defaults import knobs_of, resolve_system
+from pagesim.simulator.core.draft import model_draft_key
 from pagesim.simulator.core.errors import InputError, choices_text
 from pagesim.simulator.core.link import GB, LINK_PRESETS, LinkConfig, link_preset
 from pagesim.simulator.core.model_spec import LayerKind
@@ -96,17 +97,8 @@ def read_colocated(t: Table, system_names: list[str], pools: list[PoolConfig]) -
     return tuple(names)
 
 
-def _drafter_key(system: SystemConfig) -> tuple[str, str | None] | None:
-    """What of a system's drafter travels with a prompt's KV: a model draft (draft-model, eagle,
-    mtp) has attention layers of its own, an n-gram draft (or none) has nothing to send."""
-    spec = system.speculative
-    if spec is None or spec.method is SpecMethod.NGRAM:
-        return None
-    return spec.method.value, spec.draft_model
-
-
 def _drafter_text(system: SystemConfig) -> str:
-    key = _drafter_key(system)
+    key = model_draft_key(system.speculative)
     if key is None:
         return "no model draft"
     method, model = key
@@ -129,7 +121,7 @@ def _check_drafters_agree(
             first = (pool, runs)
             continue
         other_pool, other = first
-        if _drafter_key(runs) != _drafter_key(other):
+        if model_draft_key(runs.speculative) != model_draft_key(other.speculative):
             t.fail(
                 "pools",
                 f"pool {pool.name!r} runs system {runs.name!r} with {_drafter_text(runs)} but "
@@ -138,6 +130,32 @@ def _check_drafters_agree(
                 "draft (its KV travels with the prompt's, and vLLM's connector refuses the "
                 "pair otherwise): give every pool systems with the same "
                 "[systems.speculative] method and draft_model",
+            )
+
+
+def _check_hybrid_manager_off(
+    t: Table,
+    pools: tuple[PoolConfig, ...],
+    system: SystemConfig,
+    by_name: dict[str, SystemConfig],
+    model: str,
+) -> None:
+    """A model with sliding-window layers runs disaggregated with the hybrid KV-cache manager
+    off: every layer keeps, and the transfer sends, KV for every prompt token, as vLLM does
+    with it off. Before PR #41847 (mid-2026) vLLM turned it off for any KV connector unless
+    asked (vllm/config/vllm.py: "turn HMA off for connector unless specifically enabled");
+    since then NIXL keeps it on and sends a window layer's blocks within the window only, a
+    layout pagesim's transfers do not model yet."""
+    for pool in pools:
+        runs = by_name[pool.system] if pool.system is not None else system
+        if runs.hybrid_kv_cache_manager:
+            t.fail(
+                "pools",
+                f"pool {pool.name!r} runs system {runs.name!r} on model {model!r}, which has "
+                "sliding-window layers, with the hybrid KV-cache manager on; pagesim's "
+                "disaggregated fleets move every layer's KV of the whole prompt, as vLLM does "
+                "with it off: set hybrid_kv_cache_manager = false on that system (vLLM's "
+                '--disable-hybrid-kv-cache-manager) or run it colocated (role = "both")',
             )
 
 
@@ -150,17 +168,18 @@ def check_decode_memory(t: Table, scenario: Scenario) -> None:
     max_len = scenario.model.max_seq_len
     by_name = {s.name: s for s in scenario.systems}
     runs = [s for s in scenario.systems if s.name not in cluster.colocated_systems]
-    if any(kind is not LayerKind.FULL for kind in scenario.model.kinds()):
-        # The transfer is sized as every layer's KV of the whole prompt, and the decode side
-        # receives into one block table per sequence: a window or state layer's is neither.
+    kinds = set(scenario.model.kinds())
+    if LayerKind.STATE in kinds:
         t.fail(
             "pools",
-            f"model {scenario.model.name!r} has sliding-window or state layers; pagesim's "
-            "disaggregated fleets move full-attention KV only: run it colocated (role = "
-            '"both")',
+            f"model {scenario.model.name!r} has state (linear-attention) layers; pagesim's "
+            "disaggregated fleets move one block table per sequence, every layer's KV of the "
+            'whole prompt: run it colocated (role = "both")',
         )
     for system in runs:
         _check_drafters_agree(t, cluster.pools, system, by_name)
+        if LayerKind.SLIDING in kinds:
+            _check_hybrid_manager_off(t, cluster.pools, system, by_name, scenario.model.name)
         resolved = resolve_system(
             system, scenario.model, scenario.gpu, scenario.tensor_parallel
         ).system
@@ -183,7 +202,10 @@ def check_decode_memory(t: Table, scenario: Scenario) -> None:
                 capacity = kv_capacity(pool_scenario, system)
             except InputError:
                 continue  # no KV memory at all: the run says so, as for any system
-            needed = -(-(max_len - 1) // capacity.block_size)
+            # A speculating request of the maximum length peaks at max_len slots (its drafts
+            # and lookahead, capped at the model's length: policies/spec_decoder.py peak_slots).
+            peak = max_len if system.speculative is not None else max_len - 1
+            needed = -(-peak // capacity.block_size)
             if capacity.num_gpu_blocks < needed:
                 table.fail(
                     "role",

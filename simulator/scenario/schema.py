@@ -41,6 +41,7 @@ SYSTEM_KEYS = (
     "execution",
     "defaults",
     "speculative",
+    "hybrid_kv_cache_manager",
 )
 
 

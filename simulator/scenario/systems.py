@@ -33,7 +33,7 @@ from pagesim.simulator.core.defaults import (
 )
 from pagesim.simulator.core.errors import choices_text
 from pagesim.simulator.core.limits import MAX_KV_BLOCKS
-from pagesim.simulator.kv.capacity import kv_capacity, no_kv_memory_reason
+from pagesim.simulator.kv.capacity import hybrid_off_reason, kv_capacity, no_kv_memory_reason
 from pagesim.simulator.policies.factory import hybrid_refusal
 from pagesim.simulator.scenario.schema import SYSTEM_KEYS
 from pagesim.simulator.scenario.speculative import read_speculative
@@ -64,6 +64,7 @@ SYSTEM_READERS: dict[str, Callable[[Table, str], Any]] = {
     "execution": lambda t, k: t.choice(k, ExecutionKind),
     "defaults": lambda t, k: t.choice(k, DefaultsMode),
     "speculative": read_speculative,
+    "hybrid_kv_cache_manager": lambda t, k: t.flag(k),
 }
 assert tuple(SYSTEM_READERS) == SYSTEM_KEYS
 
@@ -152,6 +153,9 @@ def _check_system(
     )
     if swaps and s.swap_space_gib == 0:
         ctx.fail(at("swap_space_gib"), f"must be > 0: preemption {knobs.preemption.value!r} swaps")
+    reason = hybrid_off_reason(s, scenario.model)
+    if reason is not None:
+        ctx.fail(at("hybrid_kv_cache_manager"), reason)
     reason = no_kv_memory_reason(scenario, s)
     if reason is not None:
         ctx.fail(at("gpu_memory_utilization"), reason)

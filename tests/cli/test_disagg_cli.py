@@ -140,7 +140,14 @@ def _sets(values: list[str]) -> list[str]:
         ),
         (
             ['model.preset="gpt-oss-20b"'],
-            "cluster.pools: model 'gpt-oss-20b' has sliding-window or state layers",
+            "cluster.pools: pool 'p' runs system 'disagg' on model 'gpt-oss-20b', which has "
+            "sliding-window layers, with the hybrid KV-cache manager on; pagesim's disaggregated "
+            "fleets move every layer's KV of the whole prompt, as vLLM does with it off: set "
+            "hybrid_kv_cache_manager = false on that system",
+        ),
+        (
+            ['model.preset="qwen3-next-80b-a3b"', "model.tensor_parallel=4"],
+            "cluster.pools: model 'qwen3-next-80b-a3b' has state (linear-attention) layers",
         ),
         (
             [

@@ -28,6 +28,12 @@ from cli_helpers import run_cli, tiny_scenario
             "lookahead slots are laid out for one block table per sequence",
             "speculative",
         ),
+        (
+            "vllm-v0",
+            "hybrid_kv_cache_manager = false\n",
+            "the hybrid KV-cache manager is vLLM V1's",
+            "hybrid_kv_cache_manager",
+        ),
     ],
 )
 def test_hybrid_models_are_refused_where_they_cannot_run(
@@ -61,3 +67,20 @@ def test_gpt_oss_runs_under_v1(
     Path("s.toml").write_text(text.replace('policy = "vllm-v0"', 'policy = "vllm-v1"'))
     result = run_cli(capsys, "run", "s.toml", "--no-report", "--out", "o")
     assert result.exit_code == 0, (result.out, result.err)
+
+
+def test_qwen3_next_cannot_turn_the_hybrid_manager_off(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # vLLM refuses to start a model with state layers without its hybrid KV-cache manager.
+    monkeypatch.chdir(tmp_path)
+    model = 'preset = "qwen3-next-80b-a3b"\ntensor_parallel = 2'
+    text = tiny_scenario("hybrid").replace('preset = "llama-2-7b"', model)
+    text = text.replace('preset = "a100-80gb"', 'preset = "h200-sxm"')
+    text = text.replace('policy = "vllm-v0"', 'policy = "vllm-v1"\nhybrid_kv_cache_manager = false')
+    Path("s.toml").write_text(text)
+    result = run_cli(capsys, "validate", "s.toml")
+    assert result.exit_code == 2, (result.out, result.err)
+    (line,) = [line for line in result.err.splitlines() if line.startswith("error:")]
+    assert "systems[0].hybrid_kv_cache_manager: false: model 'qwen3-next-80b-a3b' has state" in line
+    assert "set it true" in line and "Traceback" not in result.err

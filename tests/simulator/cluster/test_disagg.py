@@ -11,6 +11,7 @@ import pytest
 
 from pagesim.simulator.cluster.disagg_result import TTFT_PARTS, link_utilization
 from pagesim.simulator.core.config import Policy, Scenario
+from pagesim.simulator.core.errors import InputError
 from pagesim.simulator.core.link import LinkConfig
 from pagesim.simulator.core.plan import SeqWork, StepPlan
 from pagesim.simulator.engine import simulate
@@ -244,3 +245,31 @@ def test_a_decode_replica_that_preempts_its_last_request_schedules_again_at_once
     assert table.loc[2, "finish_s"] < table.loc[1, "finish_s"]
     assert result.summary["num_preemptions"] == steps["num_preemptions"].sum() == 1
     assert_all_blocks_back(disagg)
+
+
+def test_a_window_model_sends_every_layers_kv_with_the_hybrid_manager_off() -> None:
+    # gpt-oss-20b, hybrid KV-cache manager off (vLLM's --disable-hybrid-kv-cache-manager, its
+    # default with a KV connector before PR #41847): its 12 window layers keep, and send, KV for
+    # every prompt token like its 12 full ones: 300 x 24 x 2 x 8 heads x 64 x 2 bytes.
+    sc = scenario(
+        explicit_workload([(300, 4, 0.0)]),
+        system(Policy.VLLM_V1, "off", hybrid_kv_cache_manager=False),
+        model="gpt-oss-20b",
+        gpu="h100-sxm",
+    )
+    disagg, result = run(sc, fleet(sc, link=LinkConfig(10e9, 0.0)))
+    row = result.requests.iloc[0]
+    assert row.status == "finished" and row.transfer_bytes == 300 * 49_152 == 14_745_600
+    assert row.transfer_end_s - row.transfer_start_s == pytest.approx(14_745_600 / 10e9)
+    assert_all_blocks_back(disagg)
+
+
+def test_a_fleet_built_in_code_refuses_a_layered_kv_cache() -> None:
+    sc = scenario(
+        explicit_workload([(300, 4, 0.0)]),
+        system(Policy.VLLM_V1, "on"),
+        model="gpt-oss-20b",
+        gpu="h100-sxm",
+    )
+    with pytest.raises(InputError, match="set hybrid_kv_cache_manager = false"):
+        run(sc, fleet(sc))

@@ -10,6 +10,7 @@ import pytest
 
 from pagesim.simulator.cluster.disagg import run_disagg
 from pagesim.simulator.core.config import SpecMethod, SpeculativeConfig
+from pagesim.simulator.core.errors import InputError
 from pagesim.simulator.core.link import LinkConfig
 from pagesim.simulator.core.plan import SeqWork, StepPlan
 from pagesim.simulator.execution.speculative import SpeculativeModel
@@ -86,4 +87,55 @@ def test_a_prefill_replica_holds_a_finished_prompts_lookahead_blocks_until_its_k
         prefill = disagg.prefills[0].paged
         assert len(prefill.state.held) == 2 and not prefill.state.groups
         held[spec] = prefill.kv.num_used_blocks
+        # 276 computed slots; the rest of the blocks is padding (the 3 lookahead slots
+        # included: never written, so not a reservation)
+        breakdown = prefill.memory_breakdown()
+        assert breakdown.token_slots == 276 and breakdown.reserved_slots == 0
+        assert breakdown.internal_frag_slots == held[spec] * 16 - 276
     assert held == {None: 7 + 11, EAGLE: 7 + 12}
+
+
+def test_a_layerwise_transfer_sends_the_draft_kv_after_the_prefill_step() -> None:
+    # 512 tokens of Llama-2-7B at 10 GB/s: the target's 268,435,456 bytes leave layer by layer
+    # under the prefill step P (all but the last of 32 layers' share hidden: max(X/32,
+    # X - P x 31/32)); the EAGLE head's 8,388,608 bytes only after it.
+    sc = v1_scenario(explicit_workload([(512, 2, 0.0)]), speculative=EAGLE)
+    link = LinkConfig(10e9, 0.0, layerwise=True)
+    disagg, result = run(sc, fleet(sc, link=link))
+    row = result.requests.iloc[0]
+    target_s, draft_s = 512 * LLAMA2_7B_KV_BYTES_PER_TOKEN / 10e9, 512 * 16_384 / 10e9
+    step_s = row.ttft_prefill_s
+    expected = max(target_s / 32, target_s - step_s * 31 / 32) + draft_s
+    assert row.transfer_end_s - row.transfer_start_s == pytest.approx(expected, rel=1e-12)
+    assert_all_blocks_back(disagg)
+
+
+def test_the_summary_counts_both_sides_draft_time() -> None:
+    sc = v1_scenario(explicit_workload([(300, 6, 0.0), (200, 5, 0.01)]), speculative=EAGLE)
+    disagg, result = run(sc, fleet(sc))
+    prefill_s = disagg.prefills[0].execution.draft_s  # type: ignore[attr-defined]
+    decode_s = disagg.decodes[0].execution.draft_s  # type: ignore[attr-defined]
+    assert prefill_s > 0 and decode_s > 0
+    assert result.summary["spec_draft_s"] == pytest.approx(prefill_s + decode_s, rel=1e-12)
+
+
+def test_a_decode_pool_must_hold_a_speculating_request_of_the_maximum_length() -> None:
+    # max_seq_len 257, blocks of 16: a request peaks at 256 slots without speculation (16
+    # blocks) but at 257 with drafts and lookahead (17): 16 blocks hold only the first.
+    for spec, fits in ((None, True), (EAGLE, False)):
+        sc = v1_scenario(explicit_workload([(200, 57, 0.0)]), max_seq_len=257, speculative=spec)
+        cluster = fleet(sc)
+        sc = replace(sc, systems=(replace(sc.systems[0], num_kv_blocks=16),))
+        if fits:
+            assert run(sc, cluster)[1].requests.iloc[0].status == "finished"
+        else:
+            with pytest.raises(InputError, match=r"needs \(17\)"):
+                run(sc, cluster)
+
+
+def test_a_fleet_built_in_code_refuses_drafts_that_differ() -> None:
+    sc = v1_scenario(explicit_workload([(100, 3, 0.0)]))
+    base = sc.systems[0]
+    sc = replace(sc, systems=(replace(base, name="p", speculative=EAGLE), replace(base, name="d")))
+    with pytest.raises(InputError, match="differ in their model draft"):
+        run(sc, fleet(sc, prefill_system="p", decode_system="d"))

@@ -55,3 +55,23 @@ def test_a_layerwise_transfer_hides_under_the_prefills_later_layers() -> None:
     # Without layerwise the step overlaps nothing.
     plain = LinkConfig(1e9, 0.0)
     assert transfer_s(plain, 8_000_000, 1, num_layers=4, overlap_step_s=4e-3) == pytest.approx(8e-3)
+
+
+def test_a_drafters_kv_travels_with_the_targets() -> None:
+    # Llama-3-70B drafted by Llama-3-8B, decode TP 8: each GPU keeps one KV head of each, so
+    # a token is 80 x 2 x 128 x 2 + 32 x 2 x 128 x 2 = 40,960 + 16,384 bytes per GPU.
+    target, draft = get_model("llama-3-70b"), get_model("llama-3-8b")
+    assert transfer_bytes(target, KVDtype.FP16, 10, 8, draft) == 10 * 8 * (40_960 + 16_384)
+    # TP 16: both models' heads replicated, each GPU receives its copy.
+    assert transfer_bytes(target, KVDtype.FP16, 10, 16, draft) == 10 * 16 * (40_960 + 16_384)
+    assert transfer_bytes(target, KVDtype.FP16, 10, 8, None) == 3_276_800
+
+
+def test_a_drafters_bytes_leave_after_the_targets_layers() -> None:
+    # The layer-wise case above plus 1 ms of draft KV: written by the draft pass after the
+    # target's last layer, it hides under nothing (5 + 1 ms; 2 + 1 ms under a long step).
+    link = LinkConfig(1e9, 0.0, layerwise=True)
+    args = {"num_layers": 4, "tail_bytes": 1_000_000}
+    assert transfer_s(link, 9_000_000, 1, overlap_step_s=4e-3, **args) == pytest.approx(6e-3)
+    assert transfer_s(link, 9_000_000, 1, overlap_step_s=40e-3, **args) == pytest.approx(3e-3)
+    assert transfer_s(LinkConfig(1e9, 0.0), 9_000_000, 1, **args) == pytest.approx(9e-3)

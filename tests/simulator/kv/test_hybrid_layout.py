@@ -5,11 +5,13 @@ with the arithmetic in the test; and the capacity a run gets from it."""
 
 from __future__ import annotations
 
-from sim_helpers import poisson_workload, scenario, system
+import pytest
+from sim_helpers import explicit_workload, poisson_workload, scenario, system
 
 from pagesim.simulator.core.catalog import get_model
 from pagesim.simulator.core.config import Policy
 from pagesim.simulator.core.model_spec import KVDtype
+from pagesim.simulator.engine import simulate
 from pagesim.simulator.kv.capacity import kv_capacity
 from pagesim.simulator.kv.hybrid_layout import group_size_of, hybrid_layout
 
@@ -143,3 +145,27 @@ def test_a_sliding_first_model_takes_and_frees_its_window_blocks_first() -> None
     kv.add_seq(1, final_len=16)
     kv.allocate_slots([1], 16)  # the window group first: 4..7; the full group: 1, 0, 3, 2
     assert kv.tables(1) == ([[1, 0, 3, 2], [4, 5, 6, 7]], [])
+
+
+def test_with_the_hybrid_manager_off_every_layer_keeps_kv_for_every_token() -> None:
+    """vLLM's --disable-hybrid-kv-cache-manager (v1/core/kv_cache_utils.py
+    unify_hybrid_kv_cache_specs): gpt-oss-20b's 12 window layers become full ones, one group of
+    24 layers: a block is 24 x 2 x 8 heads x 64 x 2 bytes x 16 tokens, twice a group page, so
+    the same budget holds half the blocks (issue vllm-project/vllm#42024: "halving KV cache
+    capacity"). A 1,000-token prompt then holds all its 63 blocks, none freed by its window."""
+    s = scenario(
+        explicit_workload([(1000, 2, 0.0)]),
+        system(Policy.VLLM_V1, "on"),
+        system(Policy.VLLM_V1, "off", hybrid_kv_cache_manager=False),
+        model="gpt-oss-20b",
+        gpu="h100-sxm",
+    )
+    on, off = (kv_capacity(s, system) for system in s.systems)
+    assert on.layout is not None and off.layout is None
+    assert off.block_bytes == 24 * 2 * 8 * 64 * 2 * 16 == 2 * on.block_bytes
+    assert off.kv_bytes_per_token == get_model("gpt-oss-20b").kv_bytes_per_token()
+    assert off.num_gpu_blocks == on.num_gpu_blocks // 2
+    hma = simulate(s, s.systems[0], check_invariants=True).summary
+    flat = simulate(s, s.systems[1], check_invariants=True).summary
+    assert hma["kv_window_freed_blocks"] > 0 and "kv_window_freed_blocks" not in flat
+    assert flat["peak_kv_used_share"] * off.num_gpu_blocks == pytest.approx(63)
