@@ -269,8 +269,9 @@ SUMMARY_METRICS: tuple[SummaryMetric, ...] = (
         Unit.TOKENS,
         "Engine",
         "Tokens of KV the GPU can hold (blocks × block size, or the contiguous pool). For a "
-        "model with sliding-window or state layers, token slots of its layer groups' blocks: "
-        "a sequence's token takes one in each group that keeps it.",
+        "model laid out in layer groups (sliding-window or state layers, the hybrid KV-cache "
+        "manager on), token slots of its groups' blocks: a sequence's token takes one in each "
+        "group that keeps it.",
     ),
     *HYBRID_METRICS,
     *DISAGG_METRICS,  # before the fleet's, whose replica rows close the summary table

@@ -96,8 +96,8 @@ HYBRID_METRICS: tuple[SummaryMetric, ...] = (
         "KV layer groups",
         Unit.COUNT,
         "Hybrid KV cache",
-        "A model with sliding-window or state layers: its layer groups (vLLM V1's hybrid "
-        "KV-cache manager), each with its own block table per request over one pool; a block "
+        "A model with sliding-window or state layers, the hybrid KV-cache manager on: its layer "
+        "groups (vLLM V1's), each with its own block table per request over one pool; a block "
         "is block size tokens of one group's layers.",
     ),
     SummaryMetric(

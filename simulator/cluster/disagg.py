@@ -382,6 +382,6 @@ def _check_decode_memory(decodes: list[DecodeReplica], max_seq_len: int) -> None
                 f"cluster pool {replica.pool!r} (decode): its KV cache holds "
                 f"{capacity.num_gpu_blocks} blocks of {capacity.block_size} tokens, less than "
                 f"one request of the model's max_seq_len {max_seq_len} needs ({needed}); use a "
-                "GPU with more memory, a larger tensor_parallel, a smaller [model] max_seq_len "
-                "or more num_kv_blocks"
+                "GPU with more memory, a larger tensor_parallel or more num_kv_blocks (or a "
+                "model config.json with a smaller max_position_embeddings)"
             )

@@ -21,9 +21,11 @@ with fewer GPUs (each of its ports carries the shards of the other side's GPUs i
     seconds = latency_s + bytes / (lanes x bandwidth_bytes_s)
 
 Layer-wise (`LinkConfig.layerwise`): layer l's KV leaves while layers > l compute. With L KV
-layers and a prefill step of P seconds, sending finishes max(X / L, X - P (L - 1) / L) after the
-step's end (X = the bytes' time): the last layer's share, or what did not fit under the compute.
-This assumes layers of equal cost, and the ports free at the step's end; a transfer that had to
+layers and a prefill step of P seconds, sending finishes max(X / L, X - P (L - 1) / L) + D after
+the step's end (X = the target's bytes' time, D = the draft's, 0 without one): the last layer's
+share, or what did not fit under the compute, then the draft's KV. This assumes layers of equal
+cost over the whole step (with a draft, P includes its pass, which the target's last layer could
+overlap: a little conservative), and the ports free at the step's end; a transfer that had to
 wait for a port overlaps nothing (an approximation: the ports are taken at the step's end).
 
 Contention. Each replica has one port (its GPUs' links together, one transfer at a time, FIFO):

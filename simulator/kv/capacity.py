@@ -14,8 +14,9 @@ With the hybrid manager off (`hybrid_kv_cache_manager = false`, vLLM's
 --disable-hybrid-kv-cache-manager) a model of full and sliding-window layers is laid out as one
 group of all of them: every layer keeps KV for every token (vLLM v1/core/kv_cache_utils.py
 unify_hybrid_kv_cache_specs turns each SlidingWindowSpec into a FullAttentionSpec, "blocks are
-allocated for all tokens", while the attention still computes over the window only); a model with
-state layers cannot be (vLLM: "failed to convert the KV cache specs to one unified type").
+allocated for all tokens", while the attention still computes over the window only); a model of
+one layer kind keeps its layout; one mixing state layers with attention cannot run (vLLM: "failed
+to convert the KV cache specs to one unified type").
 
 A system that speculates with a draft model, an EAGLE head or an MTP layer holds the drafter too:
 its weights, and its attention layers' KV in every block (vLLM V1 loads the drafter into the
@@ -122,6 +123,19 @@ def no_kv_memory_reason(scenario: Scenario, system: SystemConfig) -> str | None:
     )
 
 
+def flattens(system: SystemConfig, model: ModelSpec) -> bool:
+    """Whether the hybrid manager off lays `model` out as one group of full layers: only a mix
+    of full and sliding-window layers (vLLM's unify_hybrid_kv_cache_specs returns early when
+    every layer is of one kind, which keeps an all-window model's window)."""
+    kinds = set(model.kinds())
+    return (
+        not system.hybrid_kv_cache_manager
+        and LayerKind.FULL in kinds
+        and LayerKind.SLIDING in kinds
+        and LayerKind.STATE not in kinds
+    )
+
+
 def hybrid_off_reason(system: SystemConfig, model: ModelSpec) -> str | None:
     """Why `system` cannot run with its hybrid KV-cache manager off, or None (also when on)."""
     if system.hybrid_kv_cache_manager:
@@ -129,9 +143,10 @@ def hybrid_off_reason(system: SystemConfig, model: ModelSpec) -> str | None:
     if system.policy is not Policy.VLLM_V1:
         return (
             "false: the hybrid KV-cache manager is vLLM V1's (--disable-hybrid-kv-cache-manager); "
-            f"the policy is {system.policy.value!r}; remove the key"
+            f"the policy is {system.policy.value!r}: set it on vllm-v1 systems only"
         )
-    if LayerKind.STATE in model.kinds():
+    kinds = set(model.kinds())
+    if LayerKind.STATE in kinds and len(kinds) > 1:
         return (
             f"false: model {model.name!r} has state (linear-attention) layers, which vLLM cannot "
             'lay out without its hybrid KV-cache manager (it refuses to start: "failed to '
@@ -147,9 +162,9 @@ def block_shape(scenario: Scenario, system: SystemConfig) -> tuple[int, int, Hyb
     if reason is not None:
         raise InputError(f"system {system.name!r}: hybrid_kv_cache_manager = {reason}")
     layout = (
-        hybrid_layout(model, scenario.kv_dtype, tp, system.block_size)
-        if system.hybrid_kv_cache_manager
-        else None
+        None
+        if flattens(system, model)
+        else hybrid_layout(model, scenario.kv_dtype, tp, system.block_size)
     )
     if layout is not None:
         return layout.block_size, layout.block_bytes, layout

@@ -21,7 +21,8 @@ def hybrid_refusal(system: SystemConfig, layout: HybridLayout | None) -> tuple[s
     Only vLLM V1 has a hybrid KV-cache manager (v1/core/kv_cache_coordinator.py). V0 allocated
     every layer for every token (core/block_manager.py knows one block table per sequence) and
     left the window to the attention kernel; the contiguous policies reserve per request. pagesim
-    does not model those layouts for hybrid models rather than model them wrong."""
+    does not model those for hybrid models rather than model them wrong. (vLLM V1 with its
+    hybrid manager off, `hybrid_kv_cache_manager = false`, gets no layout: one block table.)"""
     if layout is None:
         return None
     if system.policy is not Policy.VLLM_V1:
@@ -40,7 +41,8 @@ def hybrid_refusal(system: SystemConfig, layout: HybridLayout | None) -> tuple[s
         return "speculative", (
             "speculative decoding with a model with sliding-window or state layers: pagesim's "
             "lookahead slots are laid out for one block table per sequence, not per layer "
-            "group; remove [systems.speculative] or use a model with full attention only"
+            "group; remove [systems.speculative], use a model with full attention only, or "
+            "(sliding-window layers, no state layers) set hybrid_kv_cache_manager = false"
         )
     return None
 

@@ -213,5 +213,6 @@ def check_decode_memory(t: Table, scenario: Scenario) -> None:
                     f"{capacity.num_gpu_blocks} KV blocks of {capacity.block_size} tokens per "
                     f"replica, fewer than one request of the model's max_seq_len {max_len} needs "
                     f"({needed}); give it a GPU with more memory, a larger tensor_parallel or "
-                    "more num_kv_blocks, or lower [model] max_seq_len",
+                    "more num_kv_blocks, or a model config.json with a smaller "
+                    "max_position_embeddings",
                 )

@@ -19,6 +19,7 @@ from pagesim.simulator.core.config import (
     ArrivalKind,
     LengthDist,
     LengthKind,
+    Policy,
     SampleLengths,
     Scenario,
 )
@@ -164,6 +165,8 @@ def describe_scenario(scenario: Scenario, overrides: Sequence[str] = ()) -> str:
             out += _lines("[workload.sessions.new_tokens]", _length_fields(ss.new_tokens))
     for system in s.systems:
         keys = {f: getattr(system, f) for f in SCHEMA["systems"][0]}
+        if system.policy is not Policy.VLLM_V1:
+            del keys["hybrid_kv_cache_manager"]  # vLLM V1's knob (core.defaults.system_knobs)
         if system.speculative is not None:  # an inline table: { method = "eagle", ... }
             keys["speculative"] = system.speculative.describe()
         out += _lines("[[systems]]", keys)

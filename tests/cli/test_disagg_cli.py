@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from cli_helpers import run_cli
 
@@ -183,3 +184,24 @@ def test_bad_disaggregation_input_is_one_error_line_exit_2(
     assert len(lines) == 1 and lines[0].startswith("error: ") and "scenario.toml" in lines[0]
     assert needle in lines[0], lines[0]
     assert "Traceback" not in result.err + result.out
+
+
+def test_a_window_model_runs_disaggregated_with_the_hybrid_manager_off(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # gpt-oss-20b: 24 layers x 2 x 8 KV heads x 64 x 2 bytes = 49,152 bytes a prompt token, all
+    # of them sent (the colocated twin keeps its hybrid manager: no KV connector there).
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "disagg.toml").write_text(DISAGG)
+    sets = [
+        'model.preset="gpt-oss-20b"',
+        "systems[0].hybrid_kv_cache_manager=false",
+        "systems[2].hybrid_kv_cache_manager=false",
+        "systems[2].num_kv_blocks=8192",  # a 131,072-token request (gpt-oss's maximum)
+    ]
+    result = run_cli(capsys, "run", "disagg.toml", "--out", "out", "--no-report", *_sets(sets))
+    assert result.exit_code == 0, result.err
+    summary = json.loads((tmp_path / "out" / "disagg" / "summary.json").read_text())["summary"]
+    requests = pd.read_csv(tmp_path / "out" / "disagg" / "requests.csv")
+    assert summary["num_finished"] == summary["num_transfers"] == 40
+    assert (requests["transfer_bytes"] == requests["prompt_len"] * 49_152).all()

@@ -84,3 +84,36 @@ def test_qwen3_next_cannot_turn_the_hybrid_manager_off(
     (line,) = [line for line in result.err.splitlines() if line.startswith("error:")]
     assert "systems[0].hybrid_kv_cache_manager: false: model 'qwen3-next-80b-a3b' has state" in line
     assert "set it true" in line and "Traceback" not in result.err
+
+
+def test_with_the_manager_off_a_window_model_speculates(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # One block table per sequence (every layer keeps every token): the lookahead slots fit.
+    monkeypatch.chdir(tmp_path)
+    text = tiny_scenario("hybrid").replace('preset = "llama-2-7b"', 'preset = "gpt-oss-20b"')
+    text = text.replace('preset = "a100-80gb"', 'preset = "h100-sxm"')
+    system = (
+        'policy = "vllm-v1"\nhybrid_kv_cache_manager = false\n'
+        'speculative = { method = "eagle", num_speculative_tokens = 2, acceptance_rate = 0.5 }'
+    )
+    Path("s.toml").write_text(text.replace('policy = "vllm-v0"', system))
+    result = run_cli(capsys, "run", "s.toml", "--no-report", "--out", "o")
+    assert result.exit_code == 0, (result.out, result.err)
+
+
+def test_the_manager_off_in_defaults_is_refused_for_a_v0_system_beside(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    text = tiny_scenario("hybrid").replace(
+        "[[systems]]", "[defaults]\nhybrid_kv_cache_manager = false\n[[systems]]", 1
+    )
+    Path("s.toml").write_text(text + '[[systems]]\nname = "v1"\npolicy = "vllm-v1"\n')
+    result = run_cli(capsys, "validate", "s.toml")
+    assert result.exit_code == 2, (result.out, result.err)
+    (line,) = [line for line in result.err.splitlines() if line.startswith("error:")]
+    assert (
+        "defaults.hybrid_kv_cache_manager: false: the hybrid KV-cache manager is vLLM V1's" in line
+    )
+    assert "set it on vllm-v1 systems only" in line

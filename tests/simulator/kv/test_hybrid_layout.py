@@ -5,12 +5,14 @@ with the arithmetic in the test; and the capacity a run gets from it."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from sim_helpers import explicit_workload, poisson_workload, scenario, system
 
 from pagesim.simulator.core.catalog import get_model
 from pagesim.simulator.core.config import Policy
-from pagesim.simulator.core.model_spec import KVDtype
+from pagesim.simulator.core.model_spec import KVDtype, LayerKind
 from pagesim.simulator.engine import simulate
 from pagesim.simulator.kv.capacity import kv_capacity
 from pagesim.simulator.kv.hybrid_layout import group_size_of, hybrid_layout
@@ -169,3 +171,19 @@ def test_with_the_hybrid_manager_off_every_layer_keeps_kv_for_every_token() -> N
     flat = simulate(s, s.systems[1], check_invariants=True).summary
     assert hma["kv_window_freed_blocks"] > 0 and "kv_window_freed_blocks" not in flat
     assert flat["peak_kv_used_share"] * off.num_gpu_blocks == pytest.approx(63)
+    # Memory only: the window layers still attend within their window, at the same price.
+    assert flat["busy_s"] == pytest.approx(hma["busy_s"], rel=1e-12)
+
+
+def test_a_model_of_window_layers_only_keeps_its_layout_with_the_manager_off() -> None:
+    # vLLM's unify_hybrid_kv_cache_specs returns early when every layer is of one kind.
+    s = scenario(
+        poisson_workload(1, 1.0),
+        system(Policy.VLLM_V1, "off", hybrid_kv_cache_manager=False),
+        model="gpt-oss-20b",
+        gpu="h100-sxm",
+    )
+    model = s.model
+    windows = replace(model, layer_kinds=(LayerKind.SLIDING,) * model.num_layers)
+    s = replace(s, model=windows)
+    assert kv_capacity(s, s.systems[0]).layout is not None
