@@ -10,6 +10,12 @@ import pytest
 from cli_helpers import run_cli, tiny_scenario
 
 
+def gpt_oss_scenario() -> str:
+    """The tiny scenario (one vllm-v0 system) on gpt-oss-20b and an H100."""
+    text = tiny_scenario("hybrid").replace('preset = "llama-2-7b"', 'preset = "gpt-oss-20b"')
+    return text.replace('preset = "a100-80gb"', 'preset = "h100-sxm"')
+
+
 @pytest.mark.parametrize(
     ("policy", "extra", "needle", "field"),
     [
@@ -46,8 +52,7 @@ def test_hybrid_models_are_refused_where_they_cannot_run(
     field: str,
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    text = tiny_scenario("hybrid").replace('preset = "llama-2-7b"', 'preset = "gpt-oss-20b"')
-    text = text.replace('preset = "a100-80gb"', 'preset = "h100-sxm"')
+    text = gpt_oss_scenario()
     text = text.replace('policy = "vllm-v0"\n', f'policy = "{policy}"\n{extra}')
     Path("s.toml").write_text(text)
     result = run_cli(capsys, "run", "s.toml", "--no-report", "--out", "o")
@@ -62,8 +67,7 @@ def test_gpt_oss_runs_under_v1(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    text = tiny_scenario("hybrid").replace('preset = "llama-2-7b"', 'preset = "gpt-oss-20b"')
-    text = text.replace('preset = "a100-80gb"', 'preset = "h100-sxm"')
+    text = gpt_oss_scenario()
     Path("s.toml").write_text(text.replace('policy = "vllm-v0"', 'policy = "vllm-v1"'))
     result = run_cli(capsys, "run", "s.toml", "--no-report", "--out", "o")
     assert result.exit_code == 0, (result.out, result.err)
@@ -91,8 +95,7 @@ def test_with_the_manager_off_a_window_model_speculates(
 ) -> None:
     # One block table per sequence (every layer keeps every token): the lookahead slots fit.
     monkeypatch.chdir(tmp_path)
-    text = tiny_scenario("hybrid").replace('preset = "llama-2-7b"', 'preset = "gpt-oss-20b"')
-    text = text.replace('preset = "a100-80gb"', 'preset = "h100-sxm"')
+    text = gpt_oss_scenario()
     system = (
         'policy = "vllm-v1"\nhybrid_kv_cache_manager = false\n'
         'speculative = { method = "eagle", num_speculative_tokens = 2, acceptance_rate = 0.5 }'
