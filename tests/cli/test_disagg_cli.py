@@ -9,6 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from cli_helpers import run_cli
+from sim_helpers import TINY_CONFIG
 
 DISAGG = """
 name = "disagg"
@@ -205,3 +206,20 @@ def test_a_window_model_runs_disaggregated_with_the_hybrid_manager_off(
     requests = pd.read_csv(tmp_path / "out" / "disagg" / "requests.csv")
     assert summary["num_finished"] == summary["num_transfers"] == 40
     assert (requests["transfer_bytes"] == requests["prompt_len"] * 49_152).all()
+
+
+def test_a_model_of_window_layers_only_is_refused_on_prefill_decode_pools(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # It keeps its window layout even with the hybrid manager off (vLLM unifies a mix only).
+    monkeypatch.chdir(tmp_path)
+    config = dict(TINY_CONFIG, layer_types=["sliding_attention"] * 2, sliding_window=64)
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    (tmp_path / "s.toml").write_text(
+        DISAGG.replace('preset = "llama-3-8b"', 'config = "config.json"')
+    )
+    result = run_cli(
+        capsys, "validate", "s.toml", "--set", "systems[0].hybrid_kv_cache_manager=false"
+    )
+    assert result.exit_code == 2, (result.out, result.err)
+    assert "cluster.pools: model 'config' has only sliding-window layers" in result.err
