@@ -204,10 +204,9 @@ def run_disagg(
         prefill = prefills[handoff.prefill]
         tp_p, tp_d = prefill.scenario.tensor_parallel, decode.scenario.tensor_parallel
         drafter = drafters[decode.system.name]  # the prefill side's agrees (scenario/disagg.py)
-        num_bytes = transfer_bytes(
-            scenario.model, scenario.kv_dtype, handoff.num_tokens, tp_d, drafter
-        )
-        target_bytes = transfer_bytes(scenario.model, scenario.kv_dtype, handoff.num_tokens, tp_d)
+        num_tokens, dtype = handoff.num_tokens, scenario.kv_dtype
+        draft_bytes = 0 if drafter is None else transfer_bytes(drafter, dtype, num_tokens, tp_d)
+        num_bytes = transfer_bytes(scenario.model, dtype, num_tokens, tp_d) + draft_bytes
         handoff.num_bytes = num_bytes
 
         def seconds_after(waited: float) -> float:
@@ -218,7 +217,7 @@ def run_disagg(
                 min(tp_p, tp_d),
                 num_layers=scenario.model.num_kv_layers,
                 overlap_step_s=handoff.prefill_step_s if at_step_end else 0.0,
-                tail_bytes=num_bytes - target_bytes,
+                tail_bytes=draft_bytes,
             )
 
         held = env.process(ports.hold(prefill.index, decode.index, seconds_after))

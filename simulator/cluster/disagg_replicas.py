@@ -11,6 +11,7 @@ import simpy
 from pagesim.simulator.cluster.replica import Replica
 from pagesim.simulator.core.config import Scenario, SystemConfig
 from pagesim.simulator.core.errors import InputError
+from pagesim.simulator.core.plan import StepCost, StepPlan
 from pagesim.simulator.core.request import Request
 from pagesim.simulator.policies.paged import PagedScheduler
 
@@ -42,11 +43,20 @@ class _PagedReplica(Replica):
 
 
 class PrefillReplica(_PagedReplica):
-    """Keeps finished requests' blocks until their KV has left (its last step's length, which a
-    layer-wise transfer may overlap, is `Replica.last_step_s`)."""
+    """Keeps finished requests' blocks until their KV has left; remembers its last step's
+    length (`last_step_s`: the compute a layer-wise transfer may overlap)."""
 
     def _prepare(self) -> None:
         self.paged.state.keeps_finished_blocks = True
+        self.last_step_s = 0.0
+        price = self.execution.price
+
+        def timed(plan: StepPlan) -> StepCost:
+            cost = price(plan)
+            self.last_step_s = cost.duration_s
+            return cost
+
+        self._price_step = timed  # the loop's; `execution` stays the model (its run totals)
 
     def waits_on_others(self) -> bool:
         return bool(self.paged.state.held)

@@ -23,6 +23,7 @@ from pagesim.simulator.core.defaults import (
     resolve_runnable,
     system_knobs,
 )
+from pagesim.simulator.core.plan import StepCost, StepPlan
 from pagesim.simulator.core.request import Request
 from pagesim.simulator.core.scheduler import Scheduler
 from pagesim.simulator.execution.factory import make_execution_model
@@ -89,9 +90,9 @@ class Replica:
         self.recorder = Recorder(
             scenario.gpu, scenario.slo, scenario.stop.warmup_s, self.capacity.block_bytes
         )
-        # The step that ran last, in seconds (a disaggregated prefill replica's transfer may
-        # overlap it layer by layer; not kept through runs of pure decode steps).
-        self.last_step_s = 0.0
+        # What prices a step in the loop: the execution model's, unless a kind of replica
+        # watches each step's cost (disagg_replicas.PrefillReplica).
+        self._price_step: Callable[[StepPlan], StepCost] = self.execution.price
         self._runs: PureRuns | None = None  # runs of pure decode steps (cluster/pure_runs.py)
         if fast_path:
             enable = getattr(self.scheduler, "enable_fast_path", None)
@@ -212,7 +213,7 @@ class Replica:
     # --- the heartbeat (every replica's, a single run's included) ---------------------------
 
     def _run(self) -> Generator[simpy.Event, None, None]:
-        env, scheduler, execution = self._env, self.scheduler, self.execution
+        env, scheduler, price = self._env, self.scheduler, self._price_step
         runs = self._runs
         while True:
             if runs is not None and (window := runs.open()) is not None:
@@ -241,9 +242,8 @@ class Replica:
                     waits.append(env.timeout(delay_s))
                 yield env.any_of(waits)
                 continue
-            cost = execution.price(plan)
+            cost = price(plan)
             start = env.now
-            self.last_step_s = cost.duration_s
             yield env.timeout(cost.duration_s)
             scheduler.complete(plan, env.now)
             if self._check:

@@ -105,6 +105,14 @@ def _drafter_text(system: SystemConfig) -> str:
     return f"speculative method {method}" + (f" (draft_model {model!r})" if model else "")
 
 
+def _pool_systems(
+    pools: tuple[PoolConfig, ...], system: SystemConfig, by_name: dict[str, SystemConfig]
+) -> list[tuple[PoolConfig, SystemConfig]]:
+    """Each pool with the system it runs when `system` runs disaggregated: its own, or the one
+    the pool names."""
+    return [(p, by_name[p.system] if p.system is not None else system) for p in pools]
+
+
 def _check_drafters_agree(
     t: Table, pools: tuple[PoolConfig, ...], system: SystemConfig, by_name: dict[str, SystemConfig]
 ) -> None:
@@ -114,13 +122,8 @@ def _check_drafters_agree(
     handshake between a prefill and a decode instance whose model-based speculative setups
     differ (vllm-project/vllm PR #49230, 2026-07: eagle, eagle3, mtp and draft models add a KV
     cache group; n-gram ones do not)."""
-    first: tuple[PoolConfig, SystemConfig] | None = None
-    for pool in pools:
-        runs = by_name[pool.system] if pool.system is not None else system
-        if first is None:
-            first = (pool, runs)
-            continue
-        other_pool, other = first
+    (other_pool, other), *rest = _pool_systems(pools, system, by_name)
+    for pool, runs in rest:
         if model_draft_key(runs.speculative) != model_draft_key(other.speculative):
             t.fail(
                 "pools",
@@ -146,8 +149,7 @@ def _check_hybrid_manager_off(
     asked (vllm/config/vllm.py: "turn HMA off for connector unless specifically enabled");
     since then NIXL keeps it on and sends a window layer's blocks within the window only, a
     layout pagesim's transfers do not model yet."""
-    for pool in pools:
-        runs = by_name[pool.system] if pool.system is not None else system
+    for pool, runs in _pool_systems(pools, system, by_name):
         if runs.hybrid_kv_cache_manager:
             t.fail(
                 "pools",
