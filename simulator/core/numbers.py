@@ -55,7 +55,10 @@ def column_numbers(values: np.ndarray[Any, Any]) -> np.ndarray[Any, np.dtype[np.
 
 
 def short_repr(value: object, limit: int = 40) -> str:
-    """`repr(value)`, cut to `limit` characters for an error message."""
+    """A value as an error message shows it: `repr` (a NumPy scalar as the Python number it
+    holds, a cell's text quoted), cut to `limit` characters."""
+    if isinstance(value, np.generic):
+        value = value.item()
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
 

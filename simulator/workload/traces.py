@@ -17,7 +17,7 @@ import pandas as pd
 
 from pagesim.simulator.core.errors import InputError, choices_text
 from pagesim.simulator.core.limits import TOKENS
-from pagesim.simulator.core.numbers import column_numbers
+from pagesim.simulator.core.numbers import column_numbers, short_repr
 from pagesim.simulator.workload.checks import bad_int
 from pagesim.simulator.workload.trace_files import (
     ARRIVAL_COLUMN,
@@ -82,7 +82,7 @@ def token_column(
         i = int(np.argmax(bad))
         raise InputError(
             f"{field}: {path}, column {column!r}, line {first_row + i + 2}: "
-            f"{frame[column].iloc[i]!r} is not {TOKENS.describe()}"
+            f"{short_repr(frame[column].iloc[i])} is not {TOKENS.describe()}"
         )
     return values.astype(np.int64)
 

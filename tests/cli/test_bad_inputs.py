@@ -206,7 +206,7 @@ def test_13_a_trace_row_with_an_extra_field(
     )
     refused(
         run_cli(capsys, "run", name, "--no-report", "--out", "o"),
-        "line 2 has 4 fields, the header 3",
+        "line 2: 4 fields, the header has 3",
     )
 
 
