@@ -110,7 +110,7 @@ def _read(path: str, label: str, mtime_ns: int, size: int) -> MooncakeRows:
     inputs: list[int] = []
     outputs: list[int] = []
     ids: list[tuple[int, ...]] = []
-    with open(path, encoding="utf-8") as lines:
+    with open(path, encoding="utf-8-sig") as lines:  # a BOM first, as CSV readers accept
         for number, line in enumerate(lines, start=1):
             if not line.strip():
                 continue

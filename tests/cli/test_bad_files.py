@@ -357,3 +357,21 @@ def test_24_a_profile_with_free_gemms_or_no_block_size_is_refused_at_validate(
     profile = synthetic_profile(LLAMA_7B)
     profile[path[0]][path[1]] = value  # type: ignore[index]
     refused(run_cli(capsys, "validate", profile_scenario(here, profile)), "p.json", needle)
+
+
+def test_a_samples_csv_that_does_not_match_its_profile_plots_the_curves_alone(here: Path) -> None:
+    from pagesim.calibration.profile import calibration_panels
+
+    profile = synthetic_profile(LLAMA_7B) | {"samples_csv": "s.csv"}
+    (here / "p.json").write_text(json.dumps(profile))
+    (here / "s.csv").write_text("kind,label,time_s\ndecode,x,1_0\n")
+    panels = calibration_panels(here / "p.json")["panels"]
+    assert [p["title"] for p in panels] == ["linear layers + small operators (per layer)"]  # type: ignore[index]
+
+
+def test_a_mooncake_trace_with_a_byte_order_mark_is_read(here: Path) -> None:
+    from pagesim.simulator.workload.mooncake import read_mooncake
+
+    row = {"timestamp": 0, "input_length": 600, "output_length": 10, "hash_ids": [1, 2]}
+    (here / "mc.jsonl").write_text("\ufeff" + json.dumps(row) + "\n")
+    assert len(read_mooncake(here / "mc.jsonl")) == 1
