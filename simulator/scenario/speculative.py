@@ -93,6 +93,19 @@ def _rates(t: Table, k: int) -> tuple[float, ...]:
 _WEIGHT = Range(0, math.inf)
 
 
+def _cell(
+    t: Table, where: str, cells: dict[str, str], column: str, allowed: Range, why: str = ""
+) -> float:
+    """The row's `column`, a number `allowed` holds, or a failure of acceptance_file."""
+    value = allowed.take(cells[column])
+    if value is None:
+        t.fail(
+            "acceptance_file",
+            f"{where}: {column} must be {allowed.describe()}{why}, got {cells[column][:40]!r}",
+        )
+    return value
+
+
 def _read_pmf(t: Table, path: Path, k: int) -> tuple[float, ...]:
     """The file's weights over 0..k accepted drafts, normalized. Read as the traces are
     (simulator/core/csv_rows.py, simulator/core/numbers.py)."""
@@ -111,20 +124,9 @@ def _read_pmf(t: Table, path: Path, k: int) -> tuple[float, ...]:
     weights = [0.0] * (k + 1)
     for line, row in rows[1:]:
         cells = dict(zip(header, row, strict=True))
-        accepted = accepted_range.take(cells["num_accepted"])
-        if accepted is None:
-            t.fail(
-                "acceptance_file",
-                f"{name!r} line {line}: num_accepted must be {accepted_range.describe()} "
-                f"(num_speculative_tokens = {k}), got {cells['num_accepted'][:40]!r}",
-            )
-        weight = _WEIGHT.take(cells["weight"])
-        if weight is None:
-            t.fail(
-                "acceptance_file",
-                f"{name!r} line {line}: weight must be {_WEIGHT.describe()}, got "
-                f"{cells['weight'][:40]!r}",
-            )
+        where = f"{name!r} line {line}"
+        accepted = _cell(t, where, cells, "num_accepted", accepted_range, f" ({k} drafts)")
+        weight = _cell(t, where, cells, "weight", _WEIGHT)
         weights[int(accepted)] += weight
     # Scaled by the largest first: weights near the float maximum would add up to infinity.
     largest = max(weights)

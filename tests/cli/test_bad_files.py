@@ -11,7 +11,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from cli_helpers import CliResult, run_cli, tiny_scenario
+from cli_helpers import CliResult, refused, run_cli, tiny_scenario
 from profile_helpers import synthetic_profile
 
 from pagesim.simulator.core.catalog import get_model
@@ -25,17 +25,6 @@ SESSION_HEADER = "session_id,turn,arrived_at,num_prefill_tokens,num_decode_token
 WORKLOAD = tiny_scenario()[
     tiny_scenario().index("[workload]") : tiny_scenario().index("[[systems]]")
 ]
-
-
-def refused(result: CliResult, *needles: str) -> str:
-    """Exit 2, one `error:` line holding every needle, no traceback; the line."""
-    assert result.exit_code == 2, (result.exit_code, result.out, result.err)
-    lines = [line for line in result.err.splitlines() if line.startswith("error:")]
-    assert len(lines) == 1, result.err
-    for needle in needles:
-        assert needle in lines[0], (needle, lines[0])
-    assert "Traceback" not in result.err + result.out
-    return lines[0]
 
 
 @pytest.fixture
