@@ -15,7 +15,8 @@ MAX_GIB = 1e6  # a memory figure in GiB: a million GiB is beyond any GPU or host
 MAX_KV_BLOCKS = 1 << 24
 MAX_TENSOR_PARALLEL = 1024  # GPUs a model is split over ([[fleet.pools]] tensor_parallel's bound)
 MAX_BLOCK_SIZE = 1 << 20  # tokens per KV block (the systems' block_size bound)
-# The latest a request may arrive, in seconds after the first one: the simulated clock's range.
+# The latest a request may arrive, in seconds into the run (a trace's first replayed row arrives
+# at 0): the simulated clock's range.
 # The clock is a float64, so at t seconds its adjacent values are t x 2^-52 apart: 0.12 us at
 # 10^9 s (32 years), a ten-thousandth of the ~1 ms host step the cost models price at the least
 # (simulator/execution/overhead.py). Near 10^17 s a millisecond step no longer moves the clock at

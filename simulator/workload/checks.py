@@ -44,13 +44,13 @@ def positive_float(value: object, field: str, allow_zero: bool = False) -> float
 
 
 def late_arrival(what: str, arrival_s: float, fix: str) -> str | None:
-    """Why `what` (a request, a trace's last row) cannot arrive `arrival_s` seconds after the
-    first request, or None when it can: past MAX_ARRIVAL_S the simulated clock cannot resolve a
+    """Why `what` (a request, a trace's last row) cannot arrive `arrival_s` seconds into the run,
+    or None when it can: past MAX_ARRIVAL_S the simulated clock cannot resolve a
     step (simulator/core/limits.py). `fix` says what to change."""
     if arrival_s <= MAX_ARRIVAL_S:
         return None
     return (
-        f"{what} would arrive {arrival_s:g} s after the first request, past "
+        f"{what} would arrive {arrival_s:g} s into the run, past "
         f"{MAX_ARRIVAL_S:g} s, where the simulated clock (a float64) no longer resolves "
         f"millisecond steps; {fix}"
     )

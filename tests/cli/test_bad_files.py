@@ -167,7 +167,7 @@ def test_15_arrivals_past_the_clocks_range_are_refused_at_validate(
     refused(
         run_cli(capsys, "validate", scenario(here, mooncake)),
         "workload.mooncake.time_scale",
-        "row 3 would arrive 2.5e+299 s after the first request, past 1e+09 s",
+        "row 3 would arrive 2.5e+299 s into the run, past 1e+09 s",
     )
     # A request trace and a session trace: the same bound, on the rows they replay.
     (here / "t.csv").write_text(
@@ -194,7 +194,7 @@ def test_15_a_rate_that_places_arrivals_past_the_clock_is_refused_by_the_run(
     slow = WORKLOAD.replace('kind = "burst"', 'kind = "constant"\nrate_per_s = 1e-12')
     refused(
         run_cli(capsys, "run", scenario(here, slow), "--out", "o", "--no-report"),
-        "workload.arrival.rate_per_s: request 0 would arrive 1e+12 s after the first request",
+        "workload.arrival.rate_per_s: request 0 would arrive 1e+12 s into the run",
     )
 
 
