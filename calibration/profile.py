@@ -39,8 +39,16 @@ import numpy as np
 from pagesim.calibration.floor import FLOOR_MODES
 from pagesim.calibration.measure import Grid, Point, context_mix
 from pagesim.simulator.core.catalog import ModelSpec
+from pagesim.simulator.core.csv_rows import csv_rows
 from pagesim.simulator.core.errors import InputError
-from pagesim.simulator.execution.profile_file import PROFILE_SCHEMA, PROFILE_SCHEMA_VERSION
+from pagesim.simulator.core.numbers import Range
+from pagesim.simulator.execution.profile_file import (
+    MAX_STEP_S,
+    PROFILE_SCHEMA,
+    PROFILE_SCHEMA_VERSION,
+    ProfileReader,
+    load_profile,
+)
 
 CSV_COLUMNS = (
     "kind",
@@ -55,6 +63,10 @@ CSV_COLUMNS = (
     "sample",
     "time_s",
 )
+
+
+MAX_SAMPLES_BYTES = 256 * 2**20  # a samples CSV beside its profile: a few MB at most
+_SAMPLE_S = Range(0, MAX_STEP_S, lo_open=True, unit="seconds")  # one timed repeat
 
 
 def write_samples_csv(points: list[Point], path: Path) -> None:
@@ -150,22 +162,51 @@ def with_floor_mode(json_path: Path, mode: str, out: Path) -> Path:
 
 
 def _samples_by_label(csv_path: Path) -> dict[tuple[str, str], list[float]]:
+    """The samples CSV's times by (kind, label), every cell checked (InputError otherwise)."""
     samples: dict[tuple[str, str], list[float]] = {}
-    with csv_path.open(newline="") as handle:
-        for row in csv.DictReader(handle):
-            samples.setdefault((row["kind"], row["label"]), []).append(float(row["time_s"]))
+    rows = csv_rows(csv_path, str(csv_path), MAX_SAMPLES_BYTES)
+    header = next(rows)[1]
+    if not {"kind", "label", "time_s"} <= set(header):
+        raise InputError(f"{csv_path}: needs the columns kind,label,time_s")
+    for line, row in rows:
+        cells = dict(zip(header, row, strict=True))
+        time_s = _SAMPLE_S.take(cells["time_s"])
+        if time_s is None:
+            raise InputError(f"{csv_path} line {line}: time_s: not {_SAMPLE_S.describe()}")
+        samples.setdefault((cells["kind"], cells["label"]), []).append(time_s)
     return samples
+
+
+def _curve(reader: ProfileReader, section: str) -> tuple[list[float], list[float], list[float]]:
+    """A measured series of the profile, checked: (tokens, measured medians, fitted times)."""
+    xs, fitted = reader.series(f"{section}.tokens", f"{section}.time_s")
+    measured = fitted
+    if "measured_median_s" in reader.get(section):
+        measured = reader.series(f"{section}.tokens", f"{section}.measured_median_s")[1]
+    return xs, measured, fitted
 
 
 def calibration_panels(json_path: Path) -> dict[str, object]:
     """A profile's measured points against its fits, in the input format of
     `reports.curves.plot_calibration` (device + panels: decode, GEMMs, LM head, prefill)."""
-    profile = json.loads(json_path.read_text())
+    profile = load_profile(json_path)
+    reader = ProfileReader(json_path, profile)
     samples_path = json_path.with_name(str(profile.get("samples_csv")))
     if "samples_csv" not in profile or not samples_path.is_file():
         # Imported (import-vidur: medians, no raw samples), or the CSV did not travel with it.
-        return _series_panels(profile)
-    samples = _samples_by_label(samples_path)
+        return _series_panels(reader)
+    try:
+        return _sample_panels(reader, _samples_by_label(samples_path))
+    except (InputError, KeyError, TypeError, ValueError):
+        # Samples that do not match this profile's grid (another profile's, an edited file)
+        # are plotted as a CSV that did not travel: the fitted curves alone. They price nothing.
+        return _series_panels(reader)
+
+
+def _sample_panels(
+    reader: ProfileReader, samples: dict[tuple[str, str], list[float]]
+) -> dict[str, object]:
+    profile = reader.data
 
     def stats(kind: str, label: str) -> tuple[float, float, float]:
         values = samples[(kind, label)]
@@ -208,14 +249,14 @@ def calibration_panels(json_path: Path) -> dict[str, object]:
         }
 
     def token_panel(section: str, title: str, x_label: str) -> dict[str, Any]:
-        fit = profile[section]
+        xs, measured, fitted = _curve(reader, section)
         return {
             "title": title,
             "x_label": x_label,
-            "x": fit["tokens"],
-            "measured_s": fit.get("measured_median_s", fit["time_s"]),
-            "model_x": fit["tokens"],
-            "fitted_s": fit["time_s"],
+            "x": xs,
+            "measured_s": measured,
+            "model_x": xs,
+            "fitted_s": fitted,
             "log_x": True,
             "log_y": True,
         }
@@ -231,34 +272,38 @@ def calibration_panels(json_path: Path) -> dict[str, object]:
     }
 
 
-def _series_panels(profile: dict[str, Any]) -> dict[str, object]:
+def _series_panels(reader: ProfileReader) -> dict[str, object]:
     """A profile's curves without raw samples: the per-layer GEMM (+ small operator) medians
     against the interpolated series, and the all-reduce medians per call where measured."""
-    gemm = profile["gemm"]
+    xs, measured, fitted = _curve(reader, "gemm")
     panels: list[dict[str, object]] = [
         {
             "title": "linear layers + small operators (per layer)",
             "x_label": "tokens in the step",
-            "x": gemm["tokens"],
-            "measured_s": gemm.get("measured_median_s", gemm["time_s"]),
-            "model_x": gemm["tokens"],
-            "fitted_s": gemm["time_s"],
+            "x": xs,
+            "measured_s": measured,
+            "model_x": xs,
+            "fitted_s": fitted,
             "log_x": True,
             "log_y": True,
         }
     ]
-    if "all_reduce" in profile:
-        series = profile["all_reduce"]
+    if "all_reduce" in reader.data:
+        sizes, times = reader.series("all_reduce.bytes", "all_reduce.time_s")
+        if "measured_median_s" in reader.get("all_reduce"):
+            medians = reader.series("all_reduce.bytes", "all_reduce.measured_median_s")[1]
+        else:
+            medians = times
         panels.append(
             {
                 "title": "all-reduce (per call)",
                 "x_label": "message bytes",
-                "x": series["bytes"],
-                "measured_s": series.get("measured_median_s", series["time_s"]),
-                "model_x": series["bytes"],
-                "fitted_s": series["time_s"],
+                "x": sizes,
+                "measured_s": medians,
+                "model_x": sizes,
+                "fitted_s": times,
                 "log_x": True,
                 "log_y": True,
             }
         )
-    return {"device": profile["provenance"]["device"], "panels": panels}
+    return {"device": str(reader.get("provenance.device")), "panels": panels}

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,7 @@ import numpy as np
 from pagesim.calibration.allreduce_fit import fit_interconnect, measured_allreduce_s
 from pagesim.calibration.fit import fit_nonnegative
 from pagesim.calibration.minimize import nelder_mead
+from pagesim.calibration.outputs import write_out
 from pagesim.calibration.vidur_csv import (
     LINEAR_OPS,
     SMALL_OPS,
@@ -42,9 +44,8 @@ from pagesim.calibration.vidur_csv import (
     read_attention,
     read_operators,
 )
-from pagesim.calibration.vidur_layout import VIDUR_GPUS, VIDUR_MODELS, vidur_files
+from pagesim.calibration.vidur_layout import VIDUR_GPUS, VIDUR_MEASURED, vidur_files, vidur_gpu
 from pagesim.simulator.core.catalog import GPUSpec, ModelSpec, get_gpu, get_model
-from pagesim.simulator.core.errors import InputError
 from pagesim.simulator.core.hardware import A100, Interconnect, RooflineFactors
 from pagesim.simulator.execution.gemm import gemm_dims, gemm_time_s
 from pagesim.simulator.execution.roofline_terms import GEMMS_PER_LAYER, LayerShapes
@@ -69,15 +70,17 @@ class GpuMeasurements:
     all_reduce: CollectiveTable | None
 
 
-def read_gpu_measurements(root: Path, gpu_name: str) -> GpuMeasurements:
+def read_gpu_measurements(
+    root: Path, gpu_name: str, models: Sequence[str] | None = None
+) -> GpuMeasurements:
+    """Every model's measurements on `gpu_name` (default: every model Vidur published for it,
+    each file required: vidur_layout.vidur_files names a missing one)."""
     gpu = get_gpu(gpu_name)
+    vidur_gpu(gpu_name)  # one Vidur measured (InputError otherwise)
     operators, attention = [], []
     all_reduce = None
-    for model_name in VIDUR_MODELS:
-        try:
-            files = vidur_files(root, gpu_name, model_name, 2)
-        except InputError:  # a model Vidur did not measure on this GPU
-            continue
+    for model_name in VIDUR_MEASURED[gpu.name] if models is None else models:
+        files = vidur_files(root, gpu_name, model_name, 2, complete=models is None)
         model = get_model(model_name)
         operators.append((model, read_operators(files.operators, model)))
         if files.attention is not None:
@@ -270,10 +273,17 @@ class FittedGpu:
     files: list[str]
 
 
-def fit_gpu(root: Path, gpu_name: str, base: RooflineFactors) -> FittedGpu:
-    """The factors of `gpu_name` fitted to the files under `root`; the attention factors stay
-    `base`'s where the GPU has no attention measurement."""
-    data = read_gpu_measurements(root, gpu_name)
+def fit_gpu(
+    root: Path, gpu_name: str, base: RooflineFactors, models: Sequence[str] | None = None
+) -> FittedGpu:
+    """The factors of `gpu_name` fitted to the files under `root` (of `models`, default every
+    one Vidur published for the GPU); the attention factors stay `base`'s where the GPU has no
+    attention measurement."""
+    return fit_measured(read_gpu_measurements(root, gpu_name, models), base)
+
+
+def fit_measured(data: GpuMeasurements, base: RooflineFactors) -> FittedGpu:
+    gpu_name = data.gpu.name
     rows = layer_rows(data)
     found: dict[str, Any] = fit_linear(data.gpu, rows, base) | fit_small_ops(data.gpu, rows)
     files = [str(t.path) for _, t in data.operators]
@@ -291,9 +301,11 @@ def fit_gpu(root: Path, gpu_name: str, base: RooflineFactors) -> FittedGpu:
 
 
 def fit_all(root: Path) -> list[FittedGpu]:
-    """A100 first (its attention factors are the others'), then H100 and A40."""
-    a100 = fit_gpu(root, "a100-80gb", A100)
-    return [a100, fit_gpu(root, "h100-sxm", a100.factors), fit_gpu(root, "a40", a100.factors)]
+    """A100 first (its attention factors are the others'), then H100 and A40; every file is read
+    (and checked) before the first fit."""
+    data = [read_gpu_measurements(root, gpu) for gpu in ("a100-80gb", "h100-sxm", "a40")]
+    a100 = fit_measured(data[0], A100)
+    return [a100, *(fit_measured(d, a100.factors) for d in data[1:])]
 
 
 def constants_text(fitted: FittedGpu) -> str:
@@ -335,6 +347,4 @@ def write_fitted(fitted: list[FittedGpu], out: Path) -> Path:
         }
         for f in fitted
     }
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(payload, indent=1) + "\n")
-    return out
+    return write_out(out, json.dumps(payload, indent=1) + "\n")

@@ -201,9 +201,9 @@ def held_out_table(root: Path) -> list[str]:
             f" ({section['num_points']})"
         )
 
-    for model_name, gpu in measured_combinations(root):
+    for model_name, gpu in measured_combinations():
         for tp in TENSOR_PARALLEL:
-            profile = import_vidur(root, get_model(model_name), gpu, tp)
+            profile = import_vidur(root, get_model(model_name), gpu, tp, complete=True)
             lines.append(
                 f"| {model_name} | {gpu} | {tp} | {cell(profile['gemm']['held_out'])} | "
                 f"{cell(profile.get('all_reduce', {}).get('held_out'))} | "

@@ -8,8 +8,9 @@ it):
     compute/<gpu>/meta-llama/<model>/attention_tp<t>.csv   attention kernels (decode, prefill)
     network/<node>/all_reduce.csv                      NCCL all-reduce over message size, workers
 
-Every time column a file needs must be present, numeric, finite and >= 0 in every row that uses
-it; a model shape column (n_head, n_embd, ...) must match the model being imported. Rows measured
+Every column a file needs must be present and hold, in every row that uses it, a number in the
+column's range (below: a kernel's median above 0, a count from 1, ...); a model shape column
+(n_head, n_embd, ...) must match the model being imported. Rows measured
 twice keep the median of their medians. Times are returned in **seconds**.
 """
 
@@ -24,6 +25,15 @@ import pandas as pd
 
 from pagesim.simulator.core.catalog import ModelSpec
 from pagesim.simulator.core.errors import InputError
+from pagesim.simulator.core.limits import (
+    MAX_BLOCK_SIZE,
+    MAX_COUNT,
+    MAX_GIB,
+    MAX_TENSOR_PARALLEL,
+    TOKENS,
+)
+from pagesim.simulator.core.numbers import Range, column_numbers, short_repr
+from pagesim.simulator.execution.profile_file import MAX_PROFILE_SECONDS
 
 MS = 1e-3  # Vidur's files are in milliseconds
 # QKV, output projection, MLP gate+up, MLP down
@@ -190,33 +200,38 @@ def _read(path: Path) -> pd.DataFrame:
     return frame
 
 
+# What each column may hold. A kernel's median was measured, so it is never 0 (a 0 would reach
+# divisions and logarithms in the fit); a spread, or a reshape below the timer's resolution, may
+# be. Times stop where a profile's do (execution/profile_file.py: a minute per piece of a step).
+KERNEL_MS = Range(0, MAX_PROFILE_SECONDS / MS, lo_open=True, unit="ms")
+SPREAD_MS = Range(0, MAX_PROFILE_SECONDS / MS, unit="ms")
+TENSOR_PARALLEL = Range(1, MAX_TENSOR_PARALLEL, whole=True, unit="GPUs")
+MESSAGE_BYTES = Range(1, MAX_GIB * 2**30, whole=True, unit="bytes")
+BLOCK_TOKENS = Range(1, MAX_BLOCK_SIZE, whole=True, unit="tokens")
+SEQUENCES = Range(1, MAX_COUNT, whole=True, unit="sequences")
+CACHED_TOKENS = Range(0, MAX_COUNT, whole=True, unit="tokens")
+
+
 def _numbers(
     frame: pd.DataFrame,
     path: Path,
     column: str,
+    allowed: Range,
     rows: np.ndarray | None = None,
-    is_time: bool = True,
 ) -> np.ndarray:
-    """Column `column` as floats over `rows` (all by default): present, numeric, finite, >= 0."""
+    """Column `column` as floats over `rows` (all by default): present, and every cell a number
+    `allowed` holds (simulator/core/numbers.py: the grammar every data file is read with)."""
     if column not in frame.columns:
         raise InputError(f"{path}: column {column!r} is missing")
     raw = frame[column] if rows is None else frame[column][rows]
-    values = pd.to_numeric(raw, errors="coerce").to_numpy(dtype=float)
-    bad = ~np.isfinite(values)
+    values = column_numbers(raw.to_numpy())
+    bad = allowed.outside(values)
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
         line = int(raw.index[i]) + 2  # the header is line 1
         shown = raw.iloc[i]
-        what = "empty" if pd.isna(shown) else f"{shown!r} is not a finite number"
+        what = "empty" if pd.isna(shown) else f"{short_repr(shown)} is not {allowed.describe()}"
         raise InputError(f"{path}: column {column!r}, line {line}: {what}")
-    negative = values < 0
-    if negative.any():
-        i = int(np.flatnonzero(negative)[0])
-        unit = " ms (a time)" if is_time else ""
-        raise InputError(
-            f"{path}: column {column!r}, line {int(raw.index[i]) + 2}: negative value "
-            f"{float(values[i])!r}{unit}"
-        )
     return values
 
 
@@ -238,7 +253,7 @@ def _check_shapes(
             got = pd.to_numeric(value, errors="coerce")
         if got != expected:
             raise InputError(
-                f"{path}: column {column!r} is {value!r} but {model.name} has {field} "
+                f"{path}: column {column!r} is {short_repr(value)} but {model.name} has {field} "
                 f"{expected!r}: these measurements are of another model"
             )
         shapes[column] = int(expected)
@@ -258,11 +273,11 @@ def read_operators(path: Path, model: ModelSpec) -> OperatorTable:
     """An mlp.csv measured for `model`'s shapes (InputError naming the column otherwise)."""
     frame = _read(path)
     shapes = _check_shapes(frame, path, model, MLP_SHAPES)
-    tokens = _numbers(frame, path, "num_tokens", is_time=False)
-    tp = _numbers(frame, path, "num_tensor_parallel_workers", is_time=False)
+    tokens = _numbers(frame, path, "num_tokens", TOKENS)
+    tp = _numbers(frame, path, "num_tensor_parallel_workers", TENSOR_PARALLEL)
     ops = (*LINEAR_OPS, *SMALL_OPS)
-    medians = [_numbers(frame, path, f"time_stats.{op}.median") * MS for op in ops]
-    stds = [_numbers(frame, path, f"time_stats.{op}.std") * MS for op in ops]
+    medians = [_numbers(frame, path, f"time_stats.{op}.median", KERNEL_MS) * MS for op in ops]
+    stds = [_numbers(frame, path, f"time_stats.{op}.std", SPREAD_MS) * MS for op in ops]
     merged = _by_key([tokens.astype(int), tp.astype(int)], medians + stds)
     return OperatorTable(
         path,
@@ -276,10 +291,11 @@ def read_operators(path: Path, model: ModelSpec) -> OperatorTable:
 
 def read_all_reduce(path: Path) -> CollectiveTable:
     frame = _read(path)
-    columns = ("num_workers", "devices_per_node", "size")
-    workers, per_node, size = (_numbers(frame, path, c, is_time=False) for c in columns)
-    median = _numbers(frame, path, "time_stats.all_reduce.median") * MS
-    std = _numbers(frame, path, "time_stats.all_reduce.std") * MS
+    workers = _numbers(frame, path, "num_workers", TENSOR_PARALLEL)
+    per_node = _numbers(frame, path, "devices_per_node", TENSOR_PARALLEL)
+    size = _numbers(frame, path, "size", MESSAGE_BYTES)
+    median = _numbers(frame, path, "time_stats.all_reduce.median", KERNEL_MS) * MS
+    std = _numbers(frame, path, "time_stats.all_reduce.std", SPREAD_MS) * MS
     return CollectiveTable(path, workers.astype(int), per_node.astype(int), size, median, std)
 
 
@@ -287,13 +303,13 @@ def read_attention(path: Path, model: ModelSpec, tensor_parallel: int) -> Attent
     """An attention csv for `model` at `tensor_parallel` (decode and prefill rows)."""
     frame = _read(path)
     _check_shapes(frame, path, model, ATTENTION_SHAPES)
-    tp_values = _numbers(frame, path, "num_tensor_parallel_workers", is_time=False)
+    tp_values = _numbers(frame, path, "num_tensor_parallel_workers", TENSOR_PARALLEL)
     if set(tp_values.astype(int)) != {tensor_parallel}:
         raise InputError(
             f"{path}: column 'num_tensor_parallel_workers' is {sorted(set(tp_values.astype(int)))}"
             f", not the tensor parallelism asked for ({tensor_parallel})"
         )
-    block = _numbers(frame, path, "block_size", is_time=False)
+    block = _numbers(frame, path, "block_size", BLOCK_TOKENS)
     if "is_prefill" not in frame.columns:
         raise InputError(f"{path}: column 'is_prefill' is missing")
     flags = frame["is_prefill"].astype(str).str.strip().str.lower()
@@ -306,28 +322,28 @@ def read_attention(path: Path, model: ModelSpec, tensor_parallel: int) -> Attent
         raise InputError(f"{path}: column 'is_prefill': needs both decode and prefill rows")
 
     def timed(rows: np.ndarray, kernel: str) -> np.ndarray:
-        total = _numbers(frame, path, f"time_stats.{kernel}.median", rows)
+        total = _numbers(frame, path, f"time_stats.{kernel}.median", KERNEL_MS, rows)
         for part in ("attn_input_reshape", "attn_output_reshape"):
             if f"time_stats.{part}.median" in frame.columns:
-                total = total + _numbers(frame, path, f"time_stats.{part}.median", rows)
+                total = total + _numbers(frame, path, f"time_stats.{part}.median", SPREAD_MS, rows)
         return total * MS
 
-    batch = _numbers(frame, path, "batch_size", dec, is_time=False)
-    kv = _numbers(frame, path, "kv_cache_size", dec, is_time=False)
+    batch = _numbers(frame, path, "batch_size", SEQUENCES, dec)
+    kv = _numbers(frame, path, "kv_cache_size", CACHED_TOKENS, dec)
     decode = _by_key(
         [batch.astype(int), kv.astype(int)],
         [
             timed(dec, "attn_decode"),
-            _numbers(frame, path, "time_stats.attn_decode.std", dec) * MS,
+            _numbers(frame, path, "time_stats.attn_decode.std", SPREAD_MS, dec) * MS,
         ],
     )
-    chunk = _numbers(frame, path, "prefill_chunk_size", pre, is_time=False)
-    cached = _numbers(frame, path, "kv_cache_size", pre, is_time=False)
+    chunk = _numbers(frame, path, "prefill_chunk_size", TOKENS, pre)
+    cached = _numbers(frame, path, "kv_cache_size", CACHED_TOKENS, pre)
     prefill = _by_key(
         [chunk.astype(int), cached.astype(int)],
         [
             timed(pre, "attn_prefill"),
-            _numbers(frame, path, "time_stats.attn_prefill.std", pre) * MS,
+            _numbers(frame, path, "time_stats.attn_prefill.std", SPREAD_MS, pre) * MS,
         ],
     )
     return AttentionTable(

@@ -26,6 +26,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from pagesim.calibration.outputs import check_out_file, check_out_folder, write_out
 from pagesim.calibration.vidur_csv import read_all_reduce, read_attention, read_operators
 from pagesim.calibration.vidur_layout import VIDUR_GPUS, vidur_files
 from pagesim.calibration.vidur_sections import (
@@ -51,15 +52,17 @@ def import_vidur(
     gpu_name: str,
     tensor_parallel: int,
     attention_profile: Path | None = None,
+    complete: bool = False,
 ) -> dict[str, Any]:
     """The profile (a dict, written as JSON by `write_imported`) of `model` on `gpu_name` at
-    `tensor_parallel`, from the files under `root`."""
+    `tensor_parallel`, from the files under `root` (every one Vidur published for it when
+    `complete`: vidur_layout.vidur_files)."""
     if tensor_parallel < 1 or model.num_heads % tensor_parallel:
         raise InputError(
             f"--tp {tensor_parallel} must be >= 1 and divide {model.name}'s {model.num_heads} heads"
         )
     gpu = get_gpu(gpu_name)
-    files = vidur_files(root, gpu_name, model.name, tensor_parallel)
+    files = vidur_files(root, gpu_name, model.name, tensor_parallel, complete)
     operators = read_operators(files.operators, model)
     if not (operators.tensor_parallel == tensor_parallel).any():
         measured = sorted(set(operators.tensor_parallel.tolist()))
@@ -132,17 +135,13 @@ def _rounded(value: Any) -> Any:
 
 
 def write_imported(profile: dict[str, Any], out: Path) -> Path:
-    out = Path(out)
-    if out.suffix != ".json":
-        raise InputError(f"--out {out}: give a .json file name")
-    out.parent.mkdir(parents=True, exist_ok=True)
+    out = check_out_file(Path(out), ".json")
     text = json.dumps(_rounded(profile), indent=1)
     # Lists of numbers on one line each: a shipped profile stays short and diffs stay readable.
     text = re.sub(
         r"\[\s*([^\[\]{}\"]*?)\s*\]", lambda m: "[" + re.sub(r"\s+", " ", m[1]) + "]", text
     )
-    out.write_text(text + "\n")
-    return out
+    return write_out(out, text + "\n")
 
 
 def builtin_name(model_name: str, gpu_name: str, tensor_parallel: int) -> str:
@@ -155,12 +154,13 @@ def import_every(root: Path, folder: Path) -> list[Path]:
     from pagesim.calibration.vidur_layout import measured_combinations
     from pagesim.simulator.core.catalog import get_model
 
-    written = []
-    for model_name, gpu_name in measured_combinations(root):
+    check_out_folder(folder)
+    profiles = {}  # all imported (every file read and checked) before the first is written
+    for model_name, gpu_name in measured_combinations():
         model = get_model(model_name)
-        operators = read_operators(vidur_files(root, gpu_name, model_name, 1).operators, model)
+        files = vidur_files(root, gpu_name, model_name, 1, complete=True)
+        operators = read_operators(files.operators, model)
         for tp in sorted(set(operators.tensor_parallel.tolist())):
-            profile = import_vidur(root, model, gpu_name, int(tp))
             name = builtin_name(model_name, gpu_name, int(tp))
-            written.append(write_imported(profile, folder / f"{name}.json"))
-    return written
+            profiles[name] = import_vidur(root, model, gpu_name, int(tp), complete=True)
+    return [write_imported(profile, folder / f"{name}.json") for name, profile in profiles.items()]

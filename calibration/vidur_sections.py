@@ -28,7 +28,12 @@ from pagesim.calibration.vidur_csv import (
 from pagesim.simulator.core.catalog import GPUSpec, ModelSpec
 from pagesim.simulator.core.errors import InputError
 from pagesim.simulator.execution.profile import piecewise_linear
-from pagesim.simulator.execution.profile_file import ProfileReader, check_shapes, load_profile
+from pagesim.simulator.execution.profile_file import (
+    ProfileReader,
+    check_shapes,
+    load_profile,
+    read_terms,
+)
 from pagesim.simulator.execution.roofline import RooflineModel
 
 HELD_OUT_EVERY = 5
@@ -235,13 +240,13 @@ def profile_attention(
     from pagesim.simulator.core.catalog import KVDtype
 
     check_shapes(reader, model, tensor_parallel, KVDtype.FP16)
+    terms = read_terms(reader)  # every number checked, as a run would check it
     if reader.get("provenance.device") == "cpu":
         raise InputError(f"{path}: a CPU (NumPy) profile predicts no GPU's attention")
     source = f"pagesim kernel profile: {path.name} ({reader.get('provenance.device')})"
     decode = dict(reader.get("decode_attention")) | {"source": source}
     prefill = dict(reader.get("prefill_attention")) | {"source": source}
-    block = data.get("measured", {}).get("block_size")
-    return decode, prefill, block if isinstance(block, int) else None
+    return decode, prefill, terms.measured_block_size
 
 
 def lm_head_section(roof: RooflineModel) -> dict[str, Any]:

@@ -63,9 +63,13 @@ def calibrate(
             f"calibrate needs {missing} (or a command: import-vidur, fit-roofline, error-table; "
             "see pagesim calibrate --help)"
         )
+    from pagesim.calibration.outputs import check_out_file
+    from pagesim.calibration.profile import profile_paths
     from pagesim.calibration.run import calibrate as run_calibration
     from pagesim.simulator.core.catalog import resolve_model
 
+    for path in profile_paths(out):  # the profile JSON and its samples CSV beside it
+        check_out_file(path)
     path = run_calibration(
         resolve_model(model),
         backend=backend,
@@ -116,6 +120,7 @@ def import_vidur(
     Example: pagesim calibrate import-vidur ../shared/vidur_profiling --model llama-2-70b
     --gpu a100-80gb --tp 2 --out a100-70b-tp2.json
     """
+    from pagesim.calibration.outputs import check_out_file
     from pagesim.calibration.vidur_import import import_every, import_vidur, write_imported
     from pagesim.simulator.core.catalog import get_model
     from pagesim.simulator.core.errors import InputError
@@ -128,6 +133,7 @@ def import_vidur(
         return
     if model is None or gpu is None:
         raise InputError("import-vidur needs --model and --gpu (or --all)")
+    check_out_file(out, ".json")
     profile = import_vidur(directory, get_model(model), gpu, tp, attention_profile)
     path = write_imported(profile, out)
     for term, source in profile["sources"].items():
@@ -145,8 +151,11 @@ def fit_roofline(
 
     Example: pagesim calibrate fit-roofline ../shared/vidur_profiling
     """
+    from pagesim.calibration.outputs import check_out_file
     from pagesim.calibration.roofline_fit import constants_text, fit_all, write_fitted
 
+    if out is not None:
+        check_out_file(out)
     fitted = fit_all(directory)
     for found in fitted:
         typer.echo(constants_text(found))
@@ -166,10 +175,11 @@ def error_table(
 
     Example: pagesim calibrate error-table ../shared/vidur_profiling
     """
+    from pagesim.calibration.outputs import check_out_file, write_out
     from pagesim.calibration.step_errors import error_page
 
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(error_page(directory) + "\n")
+    check_out_file(out)
+    write_out(out, error_page(directory) + "\n")
     typer.echo(f"error table: {out}")
 
 
@@ -205,7 +215,11 @@ def bench_kernel(
     """
     from pagesim.calibration.bench import KV_DTYPES, bench_models, format_row
     from pagesim.calibration.harness import FLUSH_MODES
+    from pagesim.calibration.outputs import check_out_file
     from pagesim.simulator.core.catalog import resolve_model
+
+    if out is not None:
+        check_out_file(out)
 
     rows = bench_models(
         [resolve_model(name) for name in model or ["llama-2-7b"]],
@@ -256,7 +270,10 @@ def validate_fidelity(
     Example: pagesim validate-fidelity my_small_model.toml --calibrate-quick --requests 200
     """
     from pagesim.calibration.fidelity import check_fidelity
+    from pagesim.calibration.outputs import check_out_folder
     from pagesim.reports.fidelity import write_fidelity_report
+
+    check_out_folder(out)
 
     result = check_fidelity(
         scenario,

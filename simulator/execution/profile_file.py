@@ -13,6 +13,9 @@ from __future__ import annotations
 
 import json
 import math
+import re
+import stat as stat_mode
+from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 from pathlib import Path
@@ -20,7 +23,9 @@ from typing import Any
 
 from pagesim.simulator.core.catalog import KVDtype, ModelSpec
 from pagesim.simulator.core.errors import InputError
+from pagesim.simulator.core.limits import MAX_BLOCK_SIZE
 from pagesim.simulator.core.model_spec import DENSE_SHAPE_FIELDS, LayerKind
+from pagesim.simulator.core.numbers import Range, short_repr
 
 # No real step is this slow: a profile time above it is a broken file, not a measurement (it would
 # otherwise price a run to infinity). Per-layer and per-unit coefficients are bounded by 1 s.
@@ -40,6 +45,14 @@ SHAPE_FIELDS = tuple(
 MAX_PROFILE_SECONDS = 60.0
 # Counts and rates (tokens, sequences, bytes per second) a profile may give.
 MAX_PROFILE_COUNT = 1e18
+_PROFILE_COUNT = Range(0, MAX_PROFILE_COUNT)
+_BLOCK_TOKENS = Range(1, MAX_BLOCK_SIZE, whole=True, unit="tokens")
+# A profile file: a few hundred KB with its points, nested 5 deep; far beyond either is not one
+# (and a JSON nested 50,000 deep would exhaust Python's recursion in json.loads).
+MAX_PROFILE_BYTES = 64 * 2**20
+MAX_PROFILE_DEPTH = 32
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+_BRACKET = re.compile(r"[\[\]{}]")
 
 
 class ProfileReader:
@@ -63,50 +76,72 @@ class ProfileReader:
                 raise self.fail(f"missing field {dotted!r}")
         return node
 
-    def number(self, dotted: str, minimum: float = 0.0, maximum: float | None = None) -> float:
-        value = self.get(dotted)
-        if (
-            isinstance(value, bool)
-            or not isinstance(value, int | float)
-            or not math.isfinite(value)
-        ):
-            raise self.fail(f"field {dotted!r} must be a number, got {value!r}")
-        if value < minimum:
-            raise self.fail(f"field {dotted!r} must be >= {minimum}, got {value!r}")
-        if maximum is not None and value > maximum:
+    def checked(self, dotted: str, value: object, allowed: Range) -> float:
+        """`value` (found at `dotted`), a JSON number `allowed` holds, or an InputError (its
+        upper bound the largest plausible value: no GPU step, count or rate comes near it)."""
+        number = None if isinstance(value, str) else allowed.take(value)
+        if number is None:
+            bound = "" if math.isinf(allowed.hi) else " (its top: the largest plausible value)"
             raise self.fail(
-                f"field {dotted!r} must be <= {maximum:g} (the largest plausible value), "
-                f"got {value!r}"
+                f"field {dotted!r} must be {allowed.describe()}{bound}, got {short_repr(value)}"
             )
-        return float(value)
+        return number
+
+    def number(self, dotted: str, minimum: float = 0.0, maximum: float = math.inf) -> float:
+        return self.checked(dotted, self.get(dotted), Range(minimum, maximum))
 
     def series(
         self, dotted_x: str, dotted_y: str, max_y: float = MAX_STEP_S
     ) -> tuple[list[float], list[float]]:
+        """A measured curve: x from 0 up (strictly increasing), and a time above 0 at each (a
+        measured kernel is never free: a zero would price steps at nothing and divide by 0 in
+        MFU / MBU)."""
         xs, ys = self.get(dotted_x), self.get(dotted_y)
         if not isinstance(xs, list) or not isinstance(ys, list) or not xs or len(xs) != len(ys):
             raise self.fail(f"{dotted_x!r} and {dotted_y!r} must be non-empty lists of one length")
-        for name, values in ((dotted_x, xs), (dotted_y, ys)):
-            if not all(
-                isinstance(v, int | float)
-                and not isinstance(v, bool)
-                and math.isfinite(v)
-                and v >= 0
-                for v in values
-            ):
-                raise self.fail(f"{name!r} must hold non-negative numbers")
-        if max(ys) > max_y:
-            raise self.fail(f"{dotted_y!r} must hold times <= {max_y:g} s, got {max(ys)!r}")
-        if any(b <= a for a, b in pairwise(xs)):
+        times = Range(0, max_y, lo_open=True, unit="seconds")
+        x = [self.checked(f"{dotted_x}.{i}", v, _PROFILE_COUNT) for i, v in enumerate(xs)]
+        y = [self.checked(f"{dotted_y}.{i}", v, times) for i, v in enumerate(ys)]
+        if any(b <= a for a, b in pairwise(x)):
             raise self.fail(f"{dotted_x!r} must be strictly increasing")
-        return [float(x) for x in xs], [float(y) for y in ys]
+        return x, y
+
+    def coefficients(self, section: str, names: Sequence[str]) -> tuple[float, ...]:
+        """A fitted cost's coefficients: each from 0 to MAX_COEF_S s, not all 0 (the fit always
+        prices the measured points above 0: calibration/fit.py fit_nonnegative)."""
+        found = tuple(self.number(f"{section}.coef.{n}", maximum=MAX_COEF_S) for n in names)
+        if not any(found):
+            raise self.fail(
+                f"field '{section}.coef': every coefficient is 0, which prices the term at "
+                "nothing; a measured profile has at least one above 0"
+            )
+        return found
+
+
+def json_depth(text: str) -> int:
+    """How deep the arrays and objects of JSON `text` nest (brackets inside strings ignored)."""
+    depth = deepest = 0
+    for bracket in _BRACKET.findall(_STRING.sub("", text)):
+        depth += 1 if bracket in "[{" else -1
+        deepest = max(deepest, depth)
+    return deepest
 
 
 def load_profile(path: str | Path) -> dict[str, Any]:
     """The profile JSON as a dict, or an InputError saying what is wrong with the file."""
     path = Path(path)
     try:
-        data = json.loads(path.read_text())
+        if not stat_mode.S_ISREG(path.stat().st_mode):
+            raise InputError(f"{path}: not a regular file (a folder, FIFO or device?)")
+        if path.stat().st_size > MAX_PROFILE_BYTES:
+            raise InputError(f"{path}: larger than {MAX_PROFILE_BYTES >> 20} MiB: not a profile")
+        text = path.read_text()
+        if json_depth(text) > MAX_PROFILE_DEPTH:
+            raise InputError(
+                f"{path}: arrays or objects nested more than {MAX_PROFILE_DEPTH} deep: not a "
+                "profile"
+            )
+        data = json.loads(text)
     except FileNotFoundError:
         raise InputError(
             f"{path}: no such profile file (make one with `pagesim calibrate`)"
@@ -115,6 +150,10 @@ def load_profile(path: str | Path) -> dict[str, Any]:
         raise InputError(f"{path}: cannot read profile: {exc}") from None
     except json.JSONDecodeError as exc:
         raise InputError(f"{path}: not valid JSON (line {exc.lineno}): {exc.msg}") from None
+    except RecursionError:  # the depth check counts brackets; a broken file may hide some
+        raise InputError(f"{path}: not a profile: arrays or objects nested too deeply") from None
+    except ValueError as exc:  # e.g. an integer beyond Python's digit limit
+        raise InputError(f"{path}: not valid JSON: {str(exc).split(';')[0]}") from None
     if not isinstance(data, dict) or data.get("schema") != PROFILE_SCHEMA:
         raise InputError(f'{path}: not a pagesim profile (no "schema": "{PROFILE_SCHEMA}")')
     version = data.get("schema_version")
@@ -202,19 +241,20 @@ def read_terms(r: ProfileReader) -> ProfileTerms:
     sources = data.get("sources", {})
     if not isinstance(sources, dict) or not all(isinstance(v, str) for v in sources.values()):
         raise r.fail("field 'sources' must map terms to text")
-    block = (
-        data.get("measured", {}).get("block_size")
-        if isinstance(data.get("measured"), dict)
-        else None
-    )
-
-    def coefs(section: str, names: tuple[str, str, str]) -> tuple[float, float, float]:
-        a, b, c = (r.number(f"{section}.coef.{n}", maximum=MAX_COEF_S) for n in names)
-        return a, b, c
+    measured = data.get("measured")
+    block = None
+    if isinstance(measured, dict) and measured.get("block_size") is not None:
+        block = int(r.checked("measured.block_size", measured["block_size"], _BLOCK_TOKENS))
 
     all_reduce = None
     if "all_reduce" in data:
         all_reduce = Series(*r.series("all_reduce.bytes", "all_reduce.time_s", max_y=60.0))
+    a, b, c = r.coefficients("decode_attention", ("a_s", "b_s_per_kv_token", "c_s_per_seq"))
+    prefill = ["a_s", "b_s_per_token_sq", "c_s_per_token"]
+    coef = r.get("prefill_attention.coef")
+    if isinstance(coef, dict) and "d_s_per_new_token_sq" in coef:
+        prefill.append("d_s_per_new_token_sq")  # optional: the causal triangle's extra cost
+    a_p, b_p, c_p, d_p = (*r.coefficients("prefill_attention", prefill), 0.0)[:4]
     host = r.get("overhead").get("host") if isinstance(r.get("overhead"), dict) else None
     if host not in (None, "engine"):
         raise r.fail(f"field 'overhead.host' must be \"engine\" when given, got {host!r}")
@@ -222,26 +262,19 @@ def read_terms(r: ProfileReader) -> ProfileTerms:
         path=r.path,
         provenance=provenance,
         sources=dict(sources),
-        measured_block_size=block
-        if isinstance(block, int) and not isinstance(block, bool)
-        else None,
-        decode=coefs("decode_attention", ("a_s", "b_s_per_kv_token", "c_s_per_seq")),
-        prefill=(
-            *coefs("prefill_attention", ("a_s", "b_s_per_token_sq", "c_s_per_token")),
-            r.number("prefill_attention.coef.d_s_per_new_token_sq", maximum=MAX_COEF_S)
-            if "d_s_per_new_token_sq" in r.get("prefill_attention.coef")
-            else 0.0,
-        ),
+        measured_block_size=block,
+        decode=(a, b, c),
+        prefill=(a_p, b_p, c_p, d_p),
         gemm=Series(*r.series("gemm.tokens", "gemm.time_s")),
         lm_head=Series(*r.series("lm_head.tokens", "lm_head.time_s")),
         all_reduce=all_reduce,
         empty_step_s=r.number("overhead.empty_step_s", maximum=60.0),
         adds_host_overhead=host == "engine",
         copy_bps=r.number("copy_bandwidth.median_bps", minimum=1e6, maximum=1e15),
-        max_decode_kv=r.number("decode_attention.range.kv_tokens.1"),
-        max_decode_seqs=r.number("decode_attention.range.num_seqs.1"),
-        max_prefill_sq=r.number("prefill_attention.range.sum_sq.1"),
-        max_prefill_tokens=r.number("prefill_attention.range.tokens.1"),
+        max_decode_kv=r.number("decode_attention.range.kv_tokens.1", maximum=MAX_PROFILE_COUNT),
+        max_decode_seqs=r.number("decode_attention.range.num_seqs.1", maximum=MAX_PROFILE_COUNT),
+        max_prefill_sq=r.number("prefill_attention.range.sum_sq.1", maximum=MAX_PROFILE_COUNT),
+        max_prefill_tokens=r.number("prefill_attention.range.tokens.1", maximum=MAX_PROFILE_COUNT),
         held_out={
             section: r.get(f"{section}.held_out")
             for section in ("decode_attention", "prefill_attention", "gemm", "lm_head")

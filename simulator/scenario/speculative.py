@@ -12,14 +12,15 @@ Every problem is one line naming the file, the key, what is wrong and the valid 
 
 from __future__ import annotations
 
-import csv
 import math
 from pathlib import Path
 
 from pagesim.simulator.core.catalog import MODELS
 from pagesim.simulator.core.config import SpecMethod, SpeculativeConfig
-from pagesim.simulator.core.errors import choices_text
-from pagesim.simulator.scenario.table import Table, described, display, is_file, show, suggest
+from pagesim.simulator.core.csv_rows import csv_rows
+from pagesim.simulator.core.errors import InputError, choices_text
+from pagesim.simulator.core.numbers import Range
+from pagesim.simulator.scenario.table import Table, described, display, show, suggest
 
 MAX_SPECULATIVE_TOKENS = 64  # the simulator's bound (vLLM sets none); deployments use 1-8
 MAX_ACCEPTANCE_FILE_BYTES = 1 << 20
@@ -88,52 +89,51 @@ def _rates(t: Table, k: int) -> tuple[float, ...]:
     return rates
 
 
+# A weight is a count or share of verifications: any finite number >= 0 (normalized below).
+_WEIGHT = Range(0, math.inf)
+
+
+def _cell(
+    t: Table, where: str, cells: dict[str, str], column: str, allowed: Range, why: str = ""
+) -> float:
+    """The row's `column`, a number `allowed` holds, or a failure of acceptance_file."""
+    value = allowed.take(cells[column])
+    if value is None:
+        t.fail(
+            "acceptance_file",
+            f"{where}: {column} must be {allowed.describe()}{why}, got {cells[column][:40]!r}",
+        )
+    return value
+
+
 def _read_pmf(t: Table, path: Path, k: int) -> tuple[float, ...]:
-    """The file's weights over 0..k accepted drafts, normalized."""
+    """The file's weights over 0..k accepted drafts, normalized. Read as the traces are
+    (simulator/core/csv_rows.py, simulator/core/numbers.py)."""
     name = display(path)
-    if not is_file(path):
-        problem = "not a regular file" if path.exists() else "no such file"
-        t.fail("acceptance_file", f"{problem} {name!r}")
-    if path.stat().st_size > MAX_ACCEPTANCE_FILE_BYTES:
-        t.fail("acceptance_file", f"{name!r} is larger than 1 MiB: not an acceptance table")
-    weights = [0.0] * (k + 1)
     try:
-        with path.open(newline="", encoding="utf-8") as f:
-            reader = csv.DictReader(f)
-            if reader.fieldnames is None or not {"num_accepted", "weight"} <= set(
-                reader.fieldnames
-            ):
-                t.fail(
-                    "acceptance_file",
-                    f"{name!r} needs the columns num_accepted,weight; it has "
-                    f"{choices_text(reader.fieldnames) if reader.fieldnames else 'no header'}",
-                )
-            for line, row in enumerate(reader, start=2):
-                try:
-                    accepted = int(row["num_accepted"])
-                    weight = float(row["weight"])
-                except (TypeError, ValueError):
-                    t.fail(
-                        "acceptance_file",
-                        f"{name!r} line {line}: expected an integer "
-                        "num_accepted and a number weight",
-                    )
-                if not 0 <= accepted <= k:
-                    t.fail(
-                        "acceptance_file",
-                        f"{name!r} line {line}: num_accepted {accepted} "
-                        f"is outside 0..{k} (num_speculative_tokens)",
-                    )
-                if not (math.isfinite(weight) and weight >= 0):
-                    t.fail(
-                        "acceptance_file",
-                        f"{name!r} line {line}: weight must be a finite "
-                        f"number >= 0, got {row['weight']!r}",
-                    )
-                weights[accepted] += weight
-    except (OSError, UnicodeDecodeError, csv.Error) as exc:
-        t.fail("acceptance_file", f"cannot read {name!r}: {exc}")
-    total = sum(weights)
-    if not total > 0:
+        rows = list(csv_rows(path, repr(name), MAX_ACCEPTANCE_FILE_BYTES))
+    except InputError as exc:
+        t.fail("acceptance_file", str(exc))
+    header = rows[0][1]
+    if not {"num_accepted", "weight"} <= set(header):
+        t.fail(
+            "acceptance_file",
+            f"{name!r} needs the columns num_accepted,weight; it has {choices_text(header)}",
+        )
+    accepted_range = Range(0, k, whole=True)
+    weights = [0.0] * (k + 1)
+    for line, row in rows[1:]:
+        cells = dict(zip(header, row, strict=True))
+        where = f"{name!r} line {line}"
+        accepted = _cell(t, where, cells, "num_accepted", accepted_range, f" ({k} drafts)")
+        weight = _cell(t, where, cells, "weight", _WEIGHT)
+        weights[int(accepted)] += weight
+    # Scaled by the largest first: weights near the float maximum would add up to infinity.
+    largest = max(weights)
+    if not largest > 0:
         t.fail("acceptance_file", f"{name!r}: the weights add up to 0; give at least one > 0")
-    return tuple(w / total for w in weights)
+    if math.isinf(largest):
+        t.fail("acceptance_file", f"{name!r}: the weights of one num_accepted add up to infinity")
+    scaled = [w / largest for w in weights]
+    total = sum(scaled)
+    return tuple(w / total for w in scaled)

@@ -8,7 +8,6 @@ the same files with pandas), and remembers each file by size and modification ti
 
 from __future__ import annotations
 
-import csv
 import functools
 import math
 import stat as stat_mode
@@ -16,10 +15,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from pagesim.simulator.core.errors import choices_text
-from pagesim.simulator.core.limits import MAX_COUNT
+from pagesim.simulator.core.csv_rows import csv_rows
+from pagesim.simulator.core.errors import InputError, choices_text
+from pagesim.simulator.core.limits import TOKENS
+from pagesim.simulator.core.numbers import parse_decimal
 from pagesim.simulator.scenario.table import Ctx, Table, display, is_file
-from pagesim.simulator.workload.trace_files import BUILTIN_TRACES
+from pagesim.simulator.workload.checks import late_arrival
+from pagesim.simulator.workload.trace_files import ARRIVAL_COLUMN, BUILTIN_TRACES
 
 MAX_TRACE_BYTES = 512 * 2**20
 
@@ -32,49 +34,60 @@ class CsvInfo:
     num_rows: int
     not_tokens: dict[str, str]  # column -> its first cell that is not a whole number >= 1
     not_times: dict[str, str]  # column -> its first cell that is not a finite, non-decreasing time
+    spans: dict[str, float]  # time column -> its last time minus its first
 
 
 def _cell_problems(cell: str, last: float) -> tuple[bool, bool, float]:
-    """(is not a token count, is not a time after `last`, the cell as a number)."""
-    try:
-        number = float(cell)
-    except ValueError:
+    """(is not a token count, is not a time after `last`, the cell as a number): read as the
+    run reads it (simulator/core/numbers.py)."""
+    number = parse_decimal(cell)
+    if number is None:
         return True, True, last
-    is_count = 1 <= number <= MAX_COUNT and number.is_integer()  # NaN and inf fail too
-    return not is_count, not number >= last, number
+    return not TOKENS.holds(number), not number >= last, number
 
 
 @functools.lru_cache(maxsize=32)
 def _read_csv(path: str, _mtime_ns: int, _size: int) -> CsvInfo | str:
-    """Header, row count and each column's first bad cell of a CSV file, or why it is unreadable."""
+    """Header, row count and each column's first bad cell of a CSV file, or why it is unreadable
+    (the file named by its path, as `display` shows it)."""
     try:
-        with open(path, encoding="utf-8", newline="") as file:
-            rows = csv.reader(file)
-            header = tuple(c.strip() for c in next(rows, ()))
-            if not header:
-                return "is empty"
-            not_tokens: dict[str, str] = {}
-            not_times: dict[str, str] = {}
-            last = dict.fromkeys(header, -math.inf)
-            num_rows = 0
-            for row in rows:
-                if not row:
-                    continue  # a blank line
-                num_rows += 1
-                if len(row) != len(header):
-                    # One field more would make pandas take the first column as the index and
-                    # shift every other one: refused, like one field less.
-                    return f"line {rows.line_num} has {len(row)} fields, the header {len(header)}"
-                for column, cell in zip(header, row, strict=False):
-                    bad_tokens, bad_time, last[column] = _cell_problems(cell, last[column])
-                    where = f"line {rows.line_num} holds {cell[:30]!r}"
-                    if bad_tokens:
-                        not_tokens.setdefault(column, where)
-                    if bad_time:
-                        not_times.setdefault(column, where)
-    except (OSError, UnicodeDecodeError, csv.Error) as exc:
-        return f"cannot be read as a CSV file ({exc})"
-    return CsvInfo(header, num_rows, not_tokens, not_times)
+        rows = csv_rows(Path(path), repr(display(Path(path))), MAX_TRACE_BYTES)
+        _, header_cells = next(rows)
+        header = tuple(header_cells)
+        not_tokens: dict[str, str] = {}
+        not_times: dict[str, str] = {}
+        first = dict.fromkeys(header, math.nan)
+        last = dict.fromkeys(header, -math.inf)
+        num_rows = 0
+        for line, row in rows:
+            num_rows += 1
+            for column, cell in zip(header, row, strict=True):
+                bad_tokens, bad_time, last[column] = _cell_problems(cell, last[column])
+                if num_rows == 1:
+                    first[column] = last[column]
+                where = f"line {line} holds {cell[:30]!r}"
+                if bad_tokens:
+                    not_tokens.setdefault(column, where)
+                if bad_time:
+                    not_times.setdefault(column, where)
+    except InputError as exc:
+        return str(exc)
+    spans = {c: last[c] - first[c] for c in header if c not in not_times}
+    return CsvInfo(header, num_rows, not_tokens, not_times, spans)
+
+
+def _row_times(path: Path, column: str, first: int, last: int) -> tuple[float, float]:
+    """The `column` cells of data rows `first` and `last` (0: the first row below the header) of
+    a file `check_csv` found to hold times there."""
+    rows = csv_rows(path, repr(display(path)), MAX_TRACE_BYTES)
+    at = next(rows)[1].index(column)
+    found = {}
+    for i, (_, row) in enumerate(rows):
+        if i in (first, last):
+            found[i] = float(row[at])  # a plain decimal: check_csv read the column
+        if i >= last:
+            break
+    return found[first], found[last]
 
 
 def check_csv(
@@ -94,11 +107,11 @@ def check_csv(
         ctx.fail(key, f"{shown!r} is larger than {MAX_TRACE_BYTES >> 20} MiB")
     info = _read_csv(str(path), stat.st_mtime_ns, stat.st_size)
     if isinstance(info, str):
-        ctx.fail(key, f"{shown!r} {info}")
+        ctx.fail(key, info)
     if info.num_rows == 0:
         ctx.fail(key, f"{shown!r} has no rows")
     for columns, problems, wanted in (
-        (tokens, info.not_tokens, f"a whole number of tokens from 1 to {MAX_COUNT:,}"),
+        (tokens, info.not_tokens, TOKENS.describe()),
         (times, info.not_times, "a finite time at or after the previous row's"),
     ):
         for column in columns:
@@ -108,6 +121,21 @@ def check_csv(
             if column in problems:
                 ctx.fail(key, f"{shown!r} column {column!r}: {problems[column]}, not {wanted}")
     return info
+
+
+def check_trace_span(
+    ctx: Ctx, key: str, path: Path, info: CsvInfo, rows: tuple[int, int], time_scale: float
+) -> None:
+    """The arrival times of data rows `rows` (the first and last a workload replays, from 0) of
+    the file `check_csv` read as `info` span no more than the simulated clock's range once divided
+    by `time_scale`."""
+    fix = "raise workload.time_scale, or replay fewer rows"
+    if late_arrival("", info.spans[ARRIVAL_COLUMN] / time_scale, fix) is None:
+        return  # the whole file fits: so does any slice
+    first_s, last_s = _row_times(path, ARRIVAL_COLUMN, *rows)
+    problem = late_arrival(f"row {rows[1] + 1}", (last_s - first_s) / time_scale, fix)
+    if problem is not None:
+        ctx.fail(key, problem)
 
 
 def trace_file(t: Table, name: str) -> tuple[str | None, Path]:

@@ -24,11 +24,12 @@ from pagesim.simulator.core.config import (
     WorkloadConfig,
 )
 from pagesim.simulator.core.errors import InputError, choices_text
-from pagesim.simulator.core.limits import MAX_COUNT
+from pagesim.simulator.core.limits import MAX_ARRIVAL_S, MAX_COUNT
 from pagesim.simulator.core.request import SamplingKind
 from pagesim.simulator.scenario.schema import LENGTH_USES, SCHEMA
 from pagesim.simulator.scenario.table import REQUIRED, Table, display, is_file
-from pagesim.simulator.scenario.traces import check_csv, trace_file
+from pagesim.simulator.scenario.traces import check_csv, check_trace_span, trace_file
+from pagesim.simulator.workload.checks import late_arrival
 from pagesim.simulator.workload.mooncake import BUILTIN_MOONCAKE, read_mooncake
 from pagesim.simulator.workload.session_trace import COLUMNS, read_session_trace
 from pagesim.simulator.workload.trace_files import (
@@ -116,6 +117,9 @@ def _mooncake(t: Table) -> MooncakeTrace:
             f"{display(path)!r} has {len(rows)}",
         )
     scale = m.number("time_scale", 1.0, hi=1e6, lo_open=True)
+    last = len(rows) - 1 if count is None else offset + count - 1
+    span_s = (rows.timestamps_ms[last] - rows.timestamps_ms[offset]) / 1000.0 / scale
+    _check_span(m, f"row {last + 1}", span_s, "raise time_scale, or replay fewer rows")
     return MooncakeTrace(path, name, offset, count, scale)
 
 
@@ -126,10 +130,20 @@ def _session_trace(t: Table) -> SessionTrace:
     if not is_file(path):
         st.fail("path", f"no such file {display(path)!r} (a CSV of turns: {','.join(COLUMNS)})")
     try:
-        read_session_trace(path, display(path))
+        turns = read_session_trace(path, display(path))
     except InputError as exc:
         st.fail("path", str(exc))
-    return SessionTrace(path, st.number("time_scale", 1.0, hi=1e6, lo_open=True))
+    scale = st.number("time_scale", 1.0, hi=1e6, lo_open=True)
+    span_s = (turns[-1].arrived_at - turns[0].arrived_at) / scale
+    _check_span(st, f"line {turns[-1].line}", span_s, "raise time_scale, or shorten the trace")
+    return SessionTrace(path, scale)
+
+
+def _check_span(t: Table, what: str, span_s: float, fix: str) -> None:
+    """A trace's `what` (its last row replayed) arrives within the simulated clock's range."""
+    problem = late_arrival(what, span_s, fix)
+    if problem is not None:
+        t.fail("time_scale", problem)
 
 
 def _sessions(t: Table) -> SessionConfig:
@@ -160,7 +174,7 @@ def read_workload(t: Table, max_seq_len: int) -> WorkloadConfig:
             ExplicitRequest(
                 prompt_len=r.integer("prompt_len"),
                 output_len=r.integer("output_len"),
-                arrival_s=r.number("arrival_s", 0.0),
+                arrival_s=r.number("arrival_s", 0.0, hi=MAX_ARRIVAL_S),
                 priority=r.integer("priority", 0, lo=-MAX_COUNT),
             )
             for r in requests
@@ -223,8 +237,9 @@ def read_workload(t: Table, max_seq_len: int) -> WorkloadConfig:
                 t.fail(role, f"required table [workload.{role}] is missing")
             sub = Table(t.ctx, sub.key, {"kind": "trace"}, sub.schema)
         lengths.append(_length(sub, column, trace_path, t.key))
+    time_scale = t.number("time_scale", 1.0, hi=1e6, lo_open=True)
     if trace_path is not None:
-        _check_trace_use(t, trace_path, offset, num_requests, arrival, *lengths)
+        _check_trace_use(t, trace_path, offset, num_requests, arrival, time_scale, *lengths)
     pairing = _pairing(t, *lengths)
     groups = tuple(
         PrefixGroup(g.integer("num_tokens", hi=max_seq_len), g.fraction("fraction"))
@@ -240,7 +255,7 @@ def read_workload(t: Table, max_seq_len: int) -> WorkloadConfig:
         trace_name=trace_name,
         trace_path=trace_path,
         trace_offset=offset,
-        time_scale=t.number("time_scale", 1.0, hi=1e6, lo_open=True),
+        time_scale=time_scale,
         prefix_groups=groups,
         sampling=sampling,
         num_seqs=num_seqs,
@@ -279,9 +294,11 @@ def _check_trace_use(
     offset: int,
     num_requests: int | None,
     arrival: ArrivalProcess,
+    time_scale: float,
     *lengths: LengthDist,
 ) -> None:
-    """The workload's trace is read by something, and holds the rows it is asked for."""
+    """The workload's trace is read by something, holds the rows it is asked for, and replays
+    its arrival times within the simulated clock's range."""
     is_read = arrival.kind is ArrivalKind.TRACE or any(d.kind is LengthKind.TRACE for d in lengths)
     if not is_read:
         t.fail("trace", 'not used: no [workload.arrival|prompt|output] has kind = "trace"')
@@ -298,6 +315,9 @@ def _check_trace_use(
             f"{num_requests} requests from row {offset} need {offset + num_requests} rows; "
             f"{shown!r} has {info.num_rows}",
         )
+    if arrival.kind is ArrivalKind.TRACE:
+        last = info.num_rows - 1 if num_requests is None else offset + num_requests - 1
+        check_trace_span(t.ctx, t.path("time_scale"), path, info, (offset, last), time_scale)
 
 
 def _arrival(t: Table, workload: Table, trace: Path | None) -> ArrivalProcess:

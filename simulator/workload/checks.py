@@ -13,6 +13,7 @@ from typing import Any, TypeGuard
 import numpy as np
 
 from pagesim.simulator.core.errors import InputError
+from pagesim.simulator.core.limits import MAX_ARRIVAL_S
 
 
 def is_int(value: object) -> TypeGuard[int | np.integer[Any]]:
@@ -40,3 +41,25 @@ def positive_float(value: object, field: str, allow_zero: bool = False) -> float
         return float(value)
     bound = ">= 0" if allow_zero else "> 0"
     raise InputError(f"{field} must be a finite number {bound}, got {value!r}")
+
+
+def late_arrival(what: str, arrival_s: float, fix: str) -> str | None:
+    """Why `what` (a request, a trace's last row) cannot arrive `arrival_s` seconds into the run,
+    or None when it can: past MAX_ARRIVAL_S the simulated clock cannot resolve a
+    step (simulator/core/limits.py). `fix` says what to change."""
+    if arrival_s <= MAX_ARRIVAL_S:
+        return None
+    return (
+        f"{what} would arrive {arrival_s:g} s into the run, past "
+        f"{MAX_ARRIVAL_S:g} s, where the simulated clock (a float64) no longer resolves "
+        f"millisecond steps; {fix}"
+    )
+
+
+def check_arrival(knob: str, request_id: int, arrival_s: float, fix: str) -> float:
+    """`arrival_s`, or an InputError naming `knob` when request `request_id` would arrive past
+    the clock's range (see `late_arrival`)."""
+    problem = late_arrival(f"request {request_id}", arrival_s, fix)
+    if problem is not None:
+        raise InputError(f"{knob}: {problem}")
+    return arrival_s

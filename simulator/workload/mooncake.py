@@ -26,7 +26,10 @@ from pathlib import Path
 
 from pagesim.simulator.core.config import MooncakeTrace
 from pagesim.simulator.core.errors import InputError, choices_text
+from pagesim.simulator.core.limits import TOKENS
+from pagesim.simulator.core.numbers import Range, short_repr
 from pagesim.simulator.core.request import TRACE_BLOCK_SEGMENT, Request
+from pagesim.simulator.workload.checks import check_arrival
 from pagesim.simulator.workload.counts import StreamCounts
 from pagesim.simulator.workload.trace_files import DATA_DIR
 
@@ -36,6 +39,7 @@ BUILTIN_MOONCAKE: dict[str, Path] = {
     "mooncake-synthetic": DATA_DIR / "mooncake_synthetic.jsonl",
 }
 MAX_TRACE_BYTES = 256 * 2**20
+_TIMESTAMP = Range(0, math.inf, unit="milliseconds")
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,12 +53,13 @@ class MooncakeRows:
         return len(self.input_lengths)
 
 
-def _count(row: dict[str, object], key: str, where: str, minimum: int) -> int:
+def _count(row: dict[str, object], key: str, where: str) -> int:
+    """A token count: a JSON integer in a request trace's range (simulator/core/limits.py)."""
     value = row.get(key)
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+    if not isinstance(value, int) or TOKENS.take(value) is None:
         raise InputError(
-            f"{where}: {key}: expected an integer >= {minimum}, got {value!r}; fix the row or "
-            "remove it"
+            f"{where}: {key}: expected {TOKENS.describe()}, got {short_repr(value)}; fix the row "
+            "or remove it"
         )
     return value
 
@@ -72,12 +77,12 @@ def _row(line: str, where: str) -> tuple[float, int, int, tuple[int, ...]]:
     if missing:
         raise InputError(f"{where}: missing {choices_text(missing)}; every row needs all four")
     stamp = row["timestamp"]
-    if isinstance(stamp, bool) or not isinstance(stamp, int | float) or not stamp >= 0:
-        raise InputError(f"{where}: timestamp: expected milliseconds >= 0, got {stamp!r}")
-    if not math.isfinite(stamp):
-        raise InputError(f"{where}: timestamp: expected a finite number, got {stamp!r}")
-    input_len = _count(row, "input_length", where, 1)
-    output_len = _count(row, "output_length", where, 1)
+    if isinstance(stamp, str) or _TIMESTAMP.take(stamp) is None:
+        raise InputError(
+            f"{where}: timestamp: expected {_TIMESTAMP.describe()}, got {short_repr(stamp)}"
+        )
+    input_len = _count(row, "input_length", where)
+    output_len = _count(row, "output_length", where)
     ids = row["hash_ids"]
     expected = math.ceil(input_len / BLOCK_TOKENS)
     shown = json.dumps(ids)[:60]
@@ -105,7 +110,7 @@ def _read(path: str, label: str, mtime_ns: int, size: int) -> MooncakeRows:
     inputs: list[int] = []
     outputs: list[int] = []
     ids: list[tuple[int, ...]] = []
-    with open(path, encoding="utf-8") as lines:
+    with open(path, encoding="utf-8-sig") as lines:  # a BOM first, as CSV readers accept
         for number, line in enumerate(lines, start=1):
             if not line.strip():
                 continue
@@ -181,9 +186,15 @@ def _stream(
         capped = 0 < room < output_len
         if capped:
             output_len = room
+        arrival_s = check_arrival(
+            "workload.mooncake.time_scale",
+            request_id,
+            (rows.timestamps_ms[row] - first_ms) / 1000.0 / trace.time_scale,
+            "raise time_scale, or replay fewer rows",
+        )
         yield Request(
             request_id=request_id,
-            arrival_s=(rows.timestamps_ms[row] - first_ms) / 1000.0 / trace.time_scale,
+            arrival_s=arrival_s,
             prompt_len=prompt_len,
             output_len=output_len,
             content=content(rows.hash_ids[row], prompt_len),

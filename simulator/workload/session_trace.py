@@ -17,15 +17,18 @@ with a reason) or has its answer capped, as stream.py treats lengths drawn on th
 
 from __future__ import annotations
 
-import csv
 import itertools
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from pagesim.simulator.core.csv_rows import csv_rows
 from pagesim.simulator.core.errors import InputError, choices_text
+from pagesim.simulator.core.limits import MAX_COUNT, TOKENS
+from pagesim.simulator.core.numbers import Range
 from pagesim.simulator.core.request import ANSWER_SEGMENT, UNIQUE_SEGMENT, Request
+from pagesim.simulator.workload.checks import check_arrival
 from pagesim.simulator.workload.counts import StreamCounts
 
 COLUMNS = ("session_id", "turn", "arrived_at", "num_prefill_tokens", "num_decode_tokens")
@@ -42,14 +45,23 @@ class Turn:
     output_tokens: int
 
 
-def _int(text: str, column: str, where: str, minimum: int) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = None
-    if value is None or value < minimum:
+# What each column may hold: ids and turn numbers from 0, token counts as a request trace's.
+_ID = Range(0, MAX_COUNT, whole=True)
+_RANGES = {
+    "session_id": _ID,
+    "turn": _ID,
+    "arrived_at": Range(0, math.inf, unit="seconds"),
+    "num_prefill_tokens": TOKENS,
+    "num_decode_tokens": TOKENS,
+}
+
+
+def _cell(cells: dict[str, str], column: str, where: str) -> float:
+    value = _RANGES[column].take(cells[column])
+    if value is None:
         raise InputError(
-            f"{where}: {column}: expected an integer >= {minimum}, got {text!r}; fix the row"
+            f"{where}: {column}: expected {_RANGES[column].describe()}, got "
+            f"{cells[column][:40]!r}; fix the row"
         )
     return value
 
@@ -57,20 +69,11 @@ def _int(text: str, column: str, where: str, minimum: int) -> int:
 def read_session_trace(path: Path, label: str | None = None) -> list[Turn]:
     """The turns in arrival order (ties: session, then turn); InputError naming the file (as
     `label` says, default its path), line, column and fix for any row or session that cannot be
-    replayed."""
+    replayed. Cells are read as request traces read theirs (simulator/core/csv_rows.py,
+    simulator/core/numbers.py)."""
     shown = str(path) if label is None else label
-    try:
-        if path.stat().st_size > MAX_TRACE_BYTES:
-            raise InputError(f"{shown}: larger than {MAX_TRACE_BYTES >> 20} MiB: not a trace")
-        with open(path, encoding="utf-8", newline="") as handle:
-            rows = list(csv.reader(handle))
-    except OSError as exc:
-        raise InputError(f"{shown}: cannot read: {exc.strerror or exc}") from None
-    except (UnicodeDecodeError, csv.Error) as exc:
-        raise InputError(f"{shown}: not a UTF-8 CSV file ({exc})") from None
-    if not rows:
-        raise InputError(f"{shown}: empty; the header is {','.join(COLUMNS)}")
-    header = [name.strip() for name in rows[0]]
+    rows = csv_rows(path, shown, MAX_TRACE_BYTES)
+    _, header = next(rows)
     missing = [c for c in COLUMNS if c not in header]
     if missing:
         raise InputError(
@@ -79,31 +82,11 @@ def read_session_trace(path: Path, label: str | None = None) -> list[Turn]:
         )
     at = {c: header.index(c) for c in COLUMNS}
     turns: list[Turn] = []
-    for line, row in enumerate(rows[1:], start=2):
-        if not any(cell.strip() for cell in row):
-            continue
+    for line, row in rows:
         where = f"{shown} line {line}"
-        if len(row) < len(header):
-            raise InputError(f"{where}: {len(row)} fields, the header has {len(header)}")
-        cell = {c: row[i].strip() for c, i in at.items()}
-        try:
-            arrived = float(cell["arrived_at"])
-        except ValueError:
-            arrived = math.nan
-        if not math.isfinite(arrived) or arrived < 0:
-            raise InputError(
-                f"{where}: arrived_at: expected seconds >= 0, got {cell['arrived_at']!r}"
-            )
-        turns.append(
-            Turn(
-                line,
-                _int(cell["session_id"], "session_id", where, 0),
-                _int(cell["turn"], "turn", where, 0),
-                arrived,
-                _int(cell["num_prefill_tokens"], "num_prefill_tokens", where, 1),
-                _int(cell["num_decode_tokens"], "num_decode_tokens", where, 1),
-            )
-        )
+        cells = {c: row[i] for c, i in at.items()}
+        session_id, turn, arrived, new, output = (_cell(cells, c, where) for c in COLUMNS)
+        turns.append(Turn(line, int(session_id), int(turn), arrived, int(new), int(output)))
     if not turns:
         raise InputError(f"{shown}: no rows below the header")
     _check_sessions(shown, turns)
@@ -170,9 +153,15 @@ def _stream(
             output_len = room
         # The next turn repeats the answer as recorded, whatever this one was capped to.
         last[t.session_id] = (request_id, segments, prompt_len, t.output_tokens)
+        arrival_s = check_arrival(
+            "workload.session_trace.time_scale",
+            request_id,
+            (t.arrived_at - first_s) / time_scale,
+            "raise time_scale, or replay less of the trace",
+        )
         yield Request(
             request_id=request_id,
-            arrival_s=(t.arrived_at - first_s) / time_scale,
+            arrival_s=arrival_s,
             prompt_len=prompt_len,
             output_len=output_len,
             session_id=t.session_id,

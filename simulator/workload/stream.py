@@ -37,8 +37,9 @@ import numpy as np
 
 from pagesim.simulator.core.config import ArrivalKind, LengthKind, SampleLengths, WorkloadConfig
 from pagesim.simulator.core.errors import InputError, choices_text
+from pagesim.simulator.core.limits import MAX_ARRIVAL_S
 from pagesim.simulator.core.request import Request, SamplingKind
-from pagesim.simulator.workload.checks import bad_int, positive_float, positive_int
+from pagesim.simulator.workload.checks import bad_int, check_arrival, positive_float, positive_int
 from pagesim.simulator.workload.samplers import (
     Fixed,
     Independent,
@@ -104,6 +105,8 @@ class _Plan:
     # lengths a request draws beside its own; 0 when every sample runs the request's length.
     num_extra_lengths: int = 0
     stats: WorkloadStats = field(default_factory=WorkloadStats)
+    # The key that places arrivals late, and how to bring them within the clock's range.
+    arrival_knob: tuple[str, str] = ("workload.arrival.rate_per_s", "raise the rate")
 
 
 def _trace_file(workload: WorkloadConfig) -> Path | None:
@@ -207,6 +210,11 @@ def _plan(workload: WorkloadConfig, max_seq_len: int) -> _Plan:
         sampling=workload.sampling,
         num_seqs=num_seqs,
         num_extra_lengths=num_seqs - 1 if independent else 0,
+        arrival_knob=(
+            ("workload.time_scale", "raise time_scale, or replay fewer rows")
+            if workload.arrival.kind is ArrivalKind.TRACE
+            else ("workload.arrival.rate_per_s", "raise the rate, or send fewer requests")
+        ),
     )
 
 
@@ -233,6 +241,7 @@ def _explicit_plan(workload: WorkloadConfig, num_seqs: int) -> _Plan:
         group_tokens=np.zeros(1, dtype=np.int64),
         sampling=workload.sampling,
         num_seqs=num_seqs,
+        arrival_knob=("workload.requests.arrival_s", "give an earlier arrival_s"),
     )
 
 
@@ -246,6 +255,10 @@ def _stream(plan: _Plan, max_seq_len: int, rng: np.random.Generator) -> Iterator
     while next_id < plan.num_requests:
         n = min(CHUNK_SIZE, plan.num_requests - next_id)
         arrival_s = plan.arrivals.take(n, rng)
+        if n and arrival_s.max() > MAX_ARRIVAL_S:
+            late = int(np.argmax(arrival_s > MAX_ARRIVAL_S))
+            knob, fix = plan.arrival_knob
+            check_arrival(knob, next_id + late, float(arrival_s[late]), fix)
         user_len, output_len = plan.lengths.take(n, rng)
         group = plan.groups.take(n, rng)
         priority = plan.priority.take(n, rng)

@@ -16,7 +16,8 @@ import numpy as np
 import pandas as pd
 
 from pagesim.simulator.core.errors import InputError, choices_text
-from pagesim.simulator.core.limits import MAX_COUNT
+from pagesim.simulator.core.limits import TOKENS
+from pagesim.simulator.core.numbers import column_numbers, short_repr
 from pagesim.simulator.workload.checks import bad_int
 from pagesim.simulator.workload.trace_files import (
     ARRIVAL_COLUMN,
@@ -75,13 +76,13 @@ def token_column(
     """The column as int64 [rows]; every value must be a whole number from 1 to MAX_COUNT
     (tokens; beyond it int64 arithmetic on lengths could overflow)."""
     _require_column(frame, column, path, field)
-    values = pd.to_numeric(frame[column], errors="coerce").to_numpy(dtype=np.float64)
-    bad = ~np.isfinite(values) | (values < 1) | (values > MAX_COUNT) | (values != np.rint(values))
+    values = column_numbers(frame[column].to_numpy())
+    bad = TOKENS.outside(values)
     if bad.any():
         i = int(np.argmax(bad))
         raise InputError(
             f"{field}: {path}, column {column!r}, line {first_row + i + 2}: "
-            f"{frame[column].iloc[i]!r} is not a whole number of tokens from 1 to {MAX_COUNT:,}"
+            f"{short_repr(frame[column].iloc[i])} is not {TOKENS.describe()}"
         )
     return values.astype(np.int64)
 
@@ -113,7 +114,7 @@ def load_trace(
     rows = frame.iloc[offset:end]
     out = {name: token_column(rows, name, path, field, offset) for name in TRACE_COLUMNS.values()}
     if ARRIVAL_COLUMN in rows.columns:
-        times = pd.to_numeric(rows[ARRIVAL_COLUMN], errors="coerce").to_numpy(dtype=np.float64)
+        times = column_numbers(rows[ARRIVAL_COLUMN].to_numpy())
         bad = ~np.isfinite(times)
         bad[1:] |= times[1:] < times[:-1]
         if bad.any():

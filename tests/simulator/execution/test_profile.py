@@ -216,7 +216,7 @@ def test_malformed_files(tmp_path: Path) -> None:
     _expect_error(tmp_path, unsorted, "strictly increasing")
     negative = synthetic_profile()
     negative["decode_attention"]["coef"]["b_s_per_kv_token"] = -1.0
-    _expect_error(tmp_path, negative, "must be >= 0")
+    _expect_error(tmp_path, negative, "must be a finite number from 0 to 1")
 
 
 def test_profile_for_other_shapes_is_refused(tmp_path: Path) -> None:

@@ -74,7 +74,7 @@ def test_a_profile_is_found_by_bare_name_in_the_installed_profiles(
 
 
 TRACES = [
-    ("", "'t.csv' is empty"),
+    ("", "'t.csv': empty (no header line)"),
     ("arrived_at,num_prefill_tokens,num_decode_tokens\n", "'t.csv' has no rows"),
     (
         "arrived_at,num_prefill_tokens\n0,5\n",
@@ -97,7 +97,7 @@ TRACES = [
     ),
     (
         "arrived_at,num_prefill_tokens,num_decode_tokens\n1,5\n",
-        "'t.csv' line 2 has 2 fields, the header 3",
+        "'t.csv' line 2: 2 fields, the header has 3",
     ),
 ]
 

@@ -106,7 +106,9 @@ def test_the_shipped_traces_read_whole() -> None:
         (row(0, 1000, 5, [1, 2, 3]), "hash_ids: 3 ids for input_length 1000"),
         (row(0, 1000, 5, [-1, 2]), "hash_ids: expected a list of integers >= 0"),
         ({"timestamp": 0, "input_length": 10, "output_length": 1}, "missing hash_ids"),
-        (row(0, 0, 5, []), "input_length: expected an integer >= 1"),
+        (row(0, 0, 5, []), "input_length: expected a whole number of tokens from 1 to"),
+        (row(0, 10**12, 5, []), "input_length: expected a whole number of tokens from 1 to"),
+        ({**row(10**400, 10, 5, [1]), "hash_ids": [1]}, "timestamp: expected a finite number"),
         ("nope", "expected a JSON object"),
     ],
 )

@@ -61,9 +61,9 @@ def test_a_turn_past_the_maximum_length_keeps_its_prompt_for_the_scheduler(
             "line 3: turn: turn 2 of session 1 follows turn 0 (no turn 1)",
         ),
         ("1,0,0,10,10\n1,0,5,10,10\n", "turn 0 of session 1 appears twice"),
-        ("1,0,soon,10,10\n", "line 2: arrived_at: expected seconds >= 0"),
-        ("1,0,0,0,10\n", "line 2: num_prefill_tokens: expected an integer >= 1"),
-        ("x,0,0,1,10\n", "line 2: session_id: expected an integer >= 0"),
+        ("1,0,soon,10,10\n", "line 2: arrived_at: expected a finite number of seconds >= 0"),
+        ("1,0,0,0,10\n", "line 2: num_prefill_tokens: expected a whole number of tokens from 1 to"),
+        ("x,0,0,1,10\n", "line 2: session_id: expected a whole number from 0 to"),
     ],
 )
 def test_a_session_trace_that_cannot_be_replayed_names_line_field_and_fix(
