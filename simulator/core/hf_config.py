@@ -190,6 +190,34 @@ def _state(config: Config, path: Path, kinds: tuple[LayerKind, ...]) -> StateSpe
 
 QUANT_METHODS = ("fp8", "awq", "gptq", "mxfp4", "modelopt")
 
+# Checkpoints that ship a multi-token-prediction module: the model types (and architectures)
+# vLLM maps to an MTP drafter for speculative method "mtp" (v0.11.0 vllm/config/speculative.py
+# SpeculativeConfig.hf_config_override); any other model has none to draft with.
+MTP_MODEL_TYPES = frozenset(
+    (
+        "deepseek_v3",
+        "deepseek_v32",
+        "deepseek_mtp",
+        "ernie4_5_moe",
+        "ernie_mtp",
+        "qwen3_next",
+        "qwen3_next_mtp",
+        "longcat_flash",
+        "longcat_flash_mtp",
+        "glm4_moe_mtp",
+        "mimo_mtp",
+    )
+)
+MTP_ARCHITECTURES = frozenset(("MiMoForCausalLM", "Glm4MoeForCausalLM"))
+
+
+def _has_mtp(config: Config) -> bool:
+    architectures = config.get("architectures")
+    first = architectures[0] if isinstance(architectures, list) and architectures else None
+    if config.get("num_nextn_predict_layers") == 0:
+        return False  # a DeepSeek config that says it ships none
+    return config.get("model_type") in MTP_MODEL_TYPES or first in MTP_ARCHITECTURES
+
 
 def _quantization(config: Config, path: Path, is_moe: bool) -> tuple[WeightDtype, QuantScope]:
     quant = config.get("quantization_config")
@@ -267,5 +295,6 @@ def load_hf_config(path: str | Path) -> ModelSpec:
         sliding_window=_window(config, path, kinds),
         state=_state(config, path, kinds),
         tied_embeddings=tied,
+        has_mtp=_has_mtp(config),
     )
     return replace(spec, num_params=spec.count_params())

@@ -233,6 +233,9 @@ class ModelSpec:
     sliding_window: int | None = None  # tokens a SLIDING layer keeps
     state: StateSpec | None = None  # what a STATE layer keeps
     tied_embeddings: bool = False
+    # The checkpoint ships a multi-token-prediction module, which speculative method "mtp"
+    # drafts with (DeepSeek-V3's num_nextn_predict_layers; hf_config.MTP_MODEL_TYPES).
+    has_mtp: bool = False
 
     def dense_shape(self) -> dict[str, object]:
         """The fields a dense model is described by (what a calibration profile records): the
