@@ -14,7 +14,13 @@ simulator/scenario/disagg.py.
 from __future__ import annotations
 
 from pagesim.simulator.core.catalog import GPUS, GPUSpec, ModelSpec, get_gpu
-from pagesim.simulator.core.cluster import ClusterConfig, PoolConfig, RouterConfig, RouterKind
+from pagesim.simulator.core.cluster import (
+    ClusterConfig,
+    PoolConfig,
+    PoolRole,
+    RouterConfig,
+    RouterKind,
+)
 from pagesim.simulator.core.errors import InputError, choices_text
 from pagesim.simulator.scenario.disagg import check_roles, read_colocated, read_link, read_role
 from pagesim.simulator.scenario.table import Table
@@ -62,6 +68,14 @@ def read_cluster(
             )
         pools.append(PoolConfig(name, count, pool_gpu, tp, system, read_role(p)))
     check_roles(t, pools)
+    if all(pool.role is PoolRole.BOTH for pool in pools):
+        for name in ("prefill_router", "decode_router"):
+            if t.has(name):
+                t.ctx.fail(
+                    t.table(name).key,
+                    'a router per phase needs prefill and decode pools (role = "prefill" / '
+                    '"decode"); every pool here does both: set the router in [cluster.router]',
+                )
     cluster = ClusterConfig(
         tuple(pools),
         router,

@@ -12,11 +12,32 @@ from typing import Any
 
 from pagesim.simulator.core.catalog import GB, GIB
 from pagesim.simulator.core.config import (
+    CONTIGUOUS_POLICIES,
     LengthKind,
+    Policy,
 )
 
 MAX_AXES = 2
 MAX_SWEEP_POINTS = 10_000
+
+PAGED_POLICIES = (Policy.VLLM_V0, Policy.VLLM_V1)
+# Knobs only some policies read (the policies, and who they are in words). Set on a [[systems]]
+# entry of another policy such a knob would silently do nothing: refused. In [defaults] it is
+# meant for the systems that read it, and refused only when none does.
+_CONTIGUOUS = "the contiguous policies (static, orca)"
+_PAGED_WORDS = "the paged policies (vllm-v0, vllm-v1)"
+KNOB_READERS: dict[str, tuple[tuple[Policy, ...], str]] = {
+    "contiguous_allocator": (CONTIGUOUS_POLICIES, _CONTIGUOUS),
+    "reservation": (CONTIGUOUS_POLICIES, _CONTIGUOUS),
+    "static_batch_size": ((Policy.STATIC,), "static batching (policy static)"),
+    "static_batch_timeout_s": ((Policy.STATIC,), "static batching (policy static)"),
+    "watermark": (PAGED_POLICIES, _PAGED_WORDS),
+    "max_prefill_chunk": (PAGED_POLICIES, _PAGED_WORDS),
+    # the contiguous policies never preempt: a reservation holds a request's whole future
+    "preemption": (PAGED_POLICIES, f"{_PAGED_WORDS}, which preempt"),
+    "victim": (PAGED_POLICIES, f"{_PAGED_WORDS}, which preempt"),
+    "defaults": ((Policy.VLLM_V1,), "vllm-v1 (vLLM V1's default sets, server or offline)"),
+}
 
 # Every [[systems]] key but name (config.py's SystemConfig fields); scenario.systems reads them.
 SYSTEM_KEYS = (
