@@ -71,7 +71,7 @@ from pagesim.simulator.core.model_spec import WeightDtype
 from pagesim.simulator.execution.moe_cost import ExpertLayout
 from pagesim.simulator.execution.profile_file import check_profile
 from pagesim.simulator.scenario.capacity import read_capacity
-from pagesim.simulator.scenario.cluster import read_cluster
+from pagesim.simulator.scenario.cluster import check_router_keys, read_cluster
 from pagesim.simulator.scenario.deployments import check_deployments
 from pagesim.simulator.scenario.disagg import check_disaggregated
 from pagesim.simulator.scenario.files import (
@@ -294,6 +294,9 @@ def _parse(raw: object, source: Path | None, check_sweep: bool) -> Scenario:
     capacity = read_capacity(top.table("capacity"), scenario, top.has("capacity"))
     if capacity is not None:
         scenario = replace(scenario, capacity=capacity)
+    if scenario.cluster is not None:
+        searched = capacity.routers if capacity is not None else ()
+        check_router_keys(top.table("cluster"), scenario.cluster, searched)
     for i, axis in enumerate(scenario.sweep if check_sweep else ()):
         for j, value in enumerate(axis.values):
             point = with_value(raw, axis.path, value, ctx, f"sweep.axes[{i}]")

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from pagesim.simulator.core.catalog import GB, GIB
+from pagesim.simulator.core.cluster import ClusterConfig, RouterConfig, RouterKind
 from pagesim.simulator.core.config import (
     CONTIGUOUS_POLICIES,
     LengthKind,
@@ -38,6 +39,44 @@ KNOB_READERS: dict[str, tuple[tuple[Policy, ...], str]] = {
     "victim": (PAGED_POLICIES, f"{_PAGED_WORDS}, which preempt"),
     "defaults": ((Policy.VLLM_V1,), "vllm-v1 (vLLM V1's default sets, server or offline)"),
 }
+
+# [cluster.router] keys only some router kinds read (simulator/cluster/routers.py): set where no
+# router of those kinds runs, such a key would do nothing, and is refused.
+_PREFIX_AWARE = (RouterKind.PREFIX_AWARE,)
+ROUTER_KEY_READERS: dict[str, tuple[RouterKind, ...]] = {
+    "report_interval_s": (RouterKind.LEAST_KV,),  # the replicas' reported KV use
+    "cache_threshold": _PREFIX_AWARE,
+    "balance_abs_threshold": _PREFIX_AWARE,
+    "balance_rel_threshold": _PREFIX_AWARE,
+    "prefix_block_tokens": _PREFIX_AWARE,
+    "ring_points": (RouterKind.SESSION_AFFINITY,),
+}
+
+
+def router_tables(
+    cluster: ClusterConfig, searched: tuple[RouterKind, ...]
+) -> list[tuple[str, RouterConfig, set[RouterKind]]]:
+    """Each router table of `cluster` ("router", "prefill_router", "decode_router"), its config
+    and the router kinds that read its keys: [cluster.router]'s serve its kind, the systems'
+    (`by_system`), the kinds a fleet search tries (`searched`) and the phase routers, which start
+    from it; a phase router's serve its own kind."""
+    phases = [
+        (name, router)
+        for name, router in (
+            ("prefill_router", cluster.prefill_router),
+            ("decode_router", cluster.decode_router),
+        )
+        if router is not None
+    ]
+    main = {cluster.router.kind, *(kind for _, kind in cluster.router_by_system), *searched}
+    main |= {router.kind for _, router in phases}
+    return [("router", cluster.router, main), *((n, r, {r.kind}) for n, r in phases)]
+
+
+def is_read(key: str, kinds: set[RouterKind]) -> bool:
+    """Whether a router of one of `kinds` reads router key `key`."""
+    return key not in ROUTER_KEY_READERS or bool(kinds & set(ROUTER_KEY_READERS[key]))
+
 
 # Every [[systems]] key but name (config.py's SystemConfig fields); scenario.systems reads them.
 SYSTEM_KEYS = (

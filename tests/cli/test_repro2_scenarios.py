@@ -264,6 +264,17 @@ def test_11_a_contiguous_policy_in_a_pd_pool_is_refused_by_validate(
             ("cluster.prefill_router: a router per phase needs prefill and decode pools",),
         ),
         (
+            POOLS + "[cluster.router]\ncache_threshold = 0.7\n",
+            (
+                "cluster.router.cache_threshold: only read by the prefix-aware router; the "
+                "routers here: round-robin",
+            ),
+        ),
+        (
+            POOLS + '[cluster.router]\nkind = "least-kv"\nring_points = 40\n',
+            ("cluster.router.ring_points: only read by the session-affinity router",),
+        ),
+        (
             "[execution]\nrouting_skew = 1.2\n",
             ("execution.routing_skew: only used by a mixture of experts", "llama-3-8b"),
         ),
@@ -292,6 +303,16 @@ def test_12_a_knob_its_policy_does_not_read(
     text = BASE.replace('policy = "vllm-v1"', f'policy = "{policy}"\n{knob}')
     key = knob.split(" = ")[0]
     both_refuse(capsys, text, f"systems[0].{key}: only used by {reader}", f"'{policy}'")
+
+
+def test_12_a_router_key_serves_every_router_that_starts_from_the_table(
+    here: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """cache_threshold in [cluster.router] is read by the prefix-aware router one system runs."""
+    two = BASE + '[[systems]]\nname = "p"\npolicy = "vllm-v1"\n' + POOLS
+    router = '[cluster.router]\ncache_threshold = 0.7\nby_system = { p = "prefix-aware" }\n'
+    Path("s.toml").write_text(two + router)
+    assert run_cli(capsys, "validate", "s.toml").exit_code == 0
 
 
 def test_12_a_defaults_key_serves_the_systems_that_read_it_and_no_other(
