@@ -204,16 +204,24 @@ def echo_checked(checked: CheckedScenario) -> None:
             f"{replicas.label}: {replicas.system.policy.value}, {capacity.num_gpu_blocks:,} KV "
             f"blocks of {capacity.block_size} tokens"
         )
+    for line in _fleet_lines(checked):
+        typer.echo(line)
+    typer.echo(f"steps priced by the {checked.execution}")
+    num_systems = len(checked.scenario.systems)
+    typer.echo(f"{checked.path}: valid ({num_systems} systems)")
+
+
+def _fleet_lines(checked: CheckedScenario) -> list[str]:
+    """Each system's fleet: replicas, GPUs, routers, KV blocks; a P/D fleet's link and terms."""
+    lines = []
     for fleet in checked.fleets:
-        typer.echo(
+        lines.append(
             f"{fleet.runs}'s fleet: {fleet.num_replicas:,} replicas on {fleet.num_gpus:,} GPUs, "
             f"{fleet.routers}; {fleet.blocks_text}"
         )
         if fleet.link:
-            typer.echo(f"{fleet.runs}'s {fleet.link}")
-    typer.echo(f"steps priced by the {checked.execution}")
-    num_systems = len(checked.scenario.systems)
-    typer.echo(f"{checked.path}: valid ({num_systems} systems)")
+            lines.append(f"{fleet.runs}'s {fleet.link}")
+    return lines
 
 
 def echo_resolved(checked: CheckedScenario, systems: Sequence[ResolvedSystem]) -> None:
@@ -221,13 +229,8 @@ def echo_resolved(checked: CheckedScenario, systems: Sequence[ResolvedSystem]) -
     pools), its era, knobs with sources, capacity; each fleet; how steps are priced."""
     typer.echo(f"# {checked.path}: the values a run uses")
     typer.echo(f"# steps priced by the {checked.execution}")
-    for fleet in checked.fleets:
-        typer.echo(
-            f"# {fleet.runs}'s fleet: {fleet.num_replicas:,} replicas on {fleet.num_gpus:,} "
-            f"GPUs, {fleet.routers}; {fleet.blocks_text}"
-        )
-        if fleet.link:
-            typer.echo(f"# {fleet.runs}'s {fleet.link}")
+    for line in _fleet_lines(checked):
+        typer.echo(f"# {line}")
     for system in systems:
         where = f"{system.where}; " if system.where else ""
         typer.echo(f"\n[{system.name}]  # {where}{system.era}")

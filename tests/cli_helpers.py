@@ -36,6 +36,17 @@ def run_cli(capsys: pytest.CaptureFixture[str], *args: str) -> CliResult:
     return CliResult(code, captured.out, captured.err)
 
 
+def refused(result: CliResult, *needles: str) -> str:
+    """Exit 2, one `error:` line holding every needle, no traceback; the line."""
+    assert result.exit_code == 2, (result.exit_code, result.out, result.err)
+    lines = [line for line in result.err.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1, result.err
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+    assert "Traceback" not in result.err + result.out
+    return lines[0]
+
+
 @contextmanager
 def read_only(folder: Path) -> Iterator[None]:
     """`folder` unwritable for this process: chmod 555, and as root (whom modes do not stop)

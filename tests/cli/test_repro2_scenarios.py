@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from cli_helpers import CliResult, run_cli
+from cli_helpers import refused, run_cli
 
 BASE = """name = "s"
 seed = 1
@@ -57,17 +57,6 @@ count = 2
 def here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.chdir(tmp_path)
     return tmp_path
-
-
-def refused(result: CliResult, *needles: str) -> str:
-    """Exit 2, one `error:` line holding every needle, no traceback; the line."""
-    assert result.exit_code == 2, (result.exit_code, result.out, result.err)
-    lines = [line for line in result.err.splitlines() if line.startswith("error:")]
-    assert len(lines) == 1, result.err
-    for needle in needles:
-        assert needle in lines[0], (needle, lines[0])
-    assert "Traceback" not in result.err + result.out
-    return lines[0]
 
 
 def both_refuse(capsys: pytest.CaptureFixture[str], text: str, *needles: str) -> None:
