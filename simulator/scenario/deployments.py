@@ -49,7 +49,8 @@ def check_deployments(top: Table, scenario: Scenario, places: dict[str, SystemPl
         if d.role is not PoolRole.BOTH:
             reason = policy_reason(d.system)
             if reason is not None:
-                ctx.fail(f"{place[0]}.policy", f"{reason}, in {d.where}")
+                key = place[1].get("policy", f"{place[0]}.policy")  # maybe [defaults]'s
+                ctx.fail(key, f"{reason}, in {d.where}")
         resolved = resolve_system(
             d.system, d.scenario.model, d.scenario.gpu, d.scenario.tensor_parallel
         )
