@@ -209,7 +209,7 @@ def validate(
     set_: SetOption = None,
 ) -> None:
     """Check a scenario file without running it."""
-    from pagesim.simulator.studies.runs import check_scenario
+    from pagesim.simulator.studies.resolved import check_scenario
 
     console.echo_checked(check_scenario(scenario, list(set_ or [])))
 
@@ -244,7 +244,7 @@ def scenarios_show(
         text = scenario_text(name)  # a file that is not text is refused (reproducer 06)
         typer.echo(text, nl=not text.endswith("\n"))
         return
-    from pagesim.simulator.studies.runs import resolve_scenario_systems
+    from pagesim.simulator.studies.resolved import resolve_scenario_systems
 
     console.echo_resolved(*resolve_scenario_systems(name, list(set_ or [])))
 

@@ -23,7 +23,8 @@ if TYPE_CHECKING:
     from pagesim.simulator.studies.bench_compare import Comparison
     from pagesim.simulator.studies.bench_count import CountComparison
     from pagesim.simulator.studies.fleet_study import FleetStudy
-    from pagesim.simulator.studies.runs import CapacityStudy, CheckedScenario, ResolvedSystem
+    from pagesim.simulator.studies.resolved import CheckedScenario, ResolvedSystem
+    from pagesim.simulator.studies.runs import CapacityStudy
     from pagesim.simulator.studies.sweep import SweepRun
     from pagesim.simulator.studies.timing import BenchSpec, TimedRun
 
@@ -195,20 +196,44 @@ def echo_replaced(folder: OutputFolder, scenario: str) -> None:
 
 
 def echo_checked(checked: CheckedScenario) -> None:
-    """`pagesim validate`: each system's policy and KV blocks, then the verdict."""
-    for system, capacity in checked.capacities:
+    """`pagesim validate`: each kind of replica (a pool's, when there are pools) with its policy
+    and KV blocks, each system's fleet, how steps are priced, then the verdict."""
+    for replicas in checked.replicas:
+        capacity = replicas.capacity
         typer.echo(
-            f"{system.name}: {system.policy.value}, {capacity.num_gpu_blocks:,} KV blocks of "
-            f"{capacity.block_size} tokens"
+            f"{replicas.label}: {replicas.system.policy.value}, {capacity.num_gpu_blocks:,} KV "
+            f"blocks of {capacity.block_size} tokens"
         )
-    typer.echo(f"{checked.path}: valid ({len(checked.capacities)} systems)")
+    for line in _fleet_lines(checked):
+        typer.echo(line)
+    typer.echo(f"steps priced by the {checked.execution}")
+    num_systems = len(checked.scenario.systems)
+    typer.echo(f"{checked.path}: valid ({num_systems} systems)")
 
 
-def echo_resolved(path: Path, systems: Sequence[ResolvedSystem]) -> None:
-    """`pagesim scenarios show --resolved`: per system, its era, knobs with sources, capacity."""
-    typer.echo(f"# {path}: the values a run uses")
+def _fleet_lines(checked: CheckedScenario) -> list[str]:
+    """Each system's fleet: replicas, GPUs, routers, KV blocks; a P/D fleet's link and terms."""
+    lines = []
+    for fleet in checked.fleets:
+        lines.append(
+            f"{fleet.runs}'s fleet: {fleet.num_replicas:,} replicas on {fleet.num_gpus:,} GPUs, "
+            f"{fleet.routers}; {fleet.blocks_text}"
+        )
+        if fleet.link:
+            lines.append(f"{fleet.runs}'s {fleet.link}")
+    return lines
+
+
+def echo_resolved(checked: CheckedScenario, systems: Sequence[ResolvedSystem]) -> None:
+    """`pagesim scenarios show --resolved`: per kind of replica (per pool, when there are
+    pools), its era, knobs with sources, capacity; each fleet; how steps are priced."""
+    typer.echo(f"# {checked.path}: the values a run uses")
+    typer.echo(f"# steps priced by the {checked.execution}")
+    for line in _fleet_lines(checked):
+        typer.echo(f"# {line}")
     for system in systems:
-        typer.echo(f"\n[{system.name}]  # {system.era}")
+        where = f"{system.where}; " if system.where else ""
+        typer.echo(f"\n[{system.name}]  # {where}{system.era}")
         knobs = [knob for knob in system.knobs if knob.name not in ("name", "policy")]
         typer.echo(f"policy = {system.policy!r}")
         width = max(len(knob.name) for knob in knobs)

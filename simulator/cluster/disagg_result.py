@@ -5,7 +5,7 @@ the one vLLM's proxy streams back; `admitted_s` its admission on the prefill rep
 
 | column | meaning |
 |---|---|
-| `replica` | the decode replica (fleet index: prefill replicas first) |
+| `replica` | the decode replica (fleet index: prefill replicas first); empty until KV lands |
 | `prefill_replica` | the prefill replica |
 | `ttft_queue_s` | arrival -> admitted on the prefill replica |
 | `ttft_prefill_s` | admitted -> its last prompt chunk computed (chunks, preemptions included) |
@@ -59,7 +59,11 @@ def _handoff_columns(run: DisaggRun, ids: np.ndarray) -> dict[str, np.ndarray]:
         admitted = clone.admitted_s
         rows.append(
             (
-                nan if h.decode is None else len(run.prefills) + h.decode,
+                # the decode replica holds the request once its KV landed there; routed but not
+                # landed (the run stopped first), it is still the prefill replica's
+                nan
+                if h.decode is None or h.transfer_end_s is None
+                else len(run.prefills) + h.decode,
                 h.prefill,
                 nan if admitted is None else admitted - h.request.arrival_s,
                 nan

@@ -128,7 +128,7 @@ class ExpertTraffic:
         assert moe is not None
         self.num_experts = moe.num_experts
         self.experts_per_token = moe.experts_per_token
-        self.num_moe_layers = model.num_layers - moe.num_dense_layers
+        self.num_moe_layers = model.num_layers - model.num_dense_mlp_layers
         self.skew = skew
         self.layout = layout
         self.expert_bytes = expert_bytes  # one routed expert's weights, all of it

@@ -47,7 +47,7 @@ from pagesim.simulator.core.catalog import GPUSpec, KVDtype, ModelSpec
 from pagesim.simulator.core.config import ExecutionConfig
 from pagesim.simulator.core.errors import InputError
 from pagesim.simulator.core.plan import StepCost, StepPlan
-from pagesim.simulator.execution.checks import profile_warnings
+from pagesim.simulator.execution.checks import other_gpu_reason, profile_warnings
 from pagesim.simulator.execution.model import TransferPricer
 from pagesim.simulator.execution.overhead import EngineEra
 from pagesim.simulator.execution.profile_file import check_profile
@@ -102,6 +102,9 @@ class ProfileModel:
             )
         self.path = Path(config.profile_path)
         self.terms = terms = check_profile(self.path, model, tensor_parallel, kv_dtype)
+        other_gpu = other_gpu_reason(terms.provenance.get("device"), gpu)
+        if other_gpu is not None:
+            raise InputError(f"{self.path}: {other_gpu}")
         self.model = model
         self.gpu = gpu
         self.kv_dtype = kv_dtype

@@ -71,8 +71,9 @@ from pagesim.simulator.core.model_spec import WeightDtype
 from pagesim.simulator.execution.moe_cost import ExpertLayout
 from pagesim.simulator.execution.profile_file import check_profile
 from pagesim.simulator.scenario.capacity import read_capacity
-from pagesim.simulator.scenario.cluster import read_cluster
-from pagesim.simulator.scenario.disagg import check_decode_memory
+from pagesim.simulator.scenario.cluster import check_router_keys, read_cluster
+from pagesim.simulator.scenario.deployments import check_deployments
+from pagesim.simulator.scenario.disagg import check_disaggregated
 from pagesim.simulator.scenario.files import (
     BUILTIN_DIR,
     list_builtin,
@@ -244,6 +245,14 @@ def _parse(raw: object, source: Path | None, check_sweep: bool) -> Scenario:
     layout_problem = ExpertLayout(tp, dp, ep).problem(model)
     if layout_problem is not None:
         model_t.fail(*layout_problem)
+    execution_t = top.table("execution")
+    skew = execution_t.data.get("routing_skew")
+    if model.moe is None and skew is not None and skew != 0:  # 0, uniform, is the default
+        execution_t.fail(
+            "routing_skew",
+            f"only used by a mixture of experts (how tokens pick routed experts); "
+            f"{model.name} has no experts: remove it",
+        )
     slo_t, stop_t = top.table("slo"), top.table("stop")
     stop = StopConfig(
         max_time_s=stop_t.number("max_time_s", None, hi=1e9, lo_open=True),
@@ -272,17 +281,22 @@ def _parse(raw: object, source: Path | None, check_sweep: bool) -> Scenario:
         sweep=read_sweep(top.table("sweep")),
         source=source,
     )
-    scenario = replace(scenario, systems=read_systems(top, scenario))
+    systems, places = read_systems(top, scenario)
+    scenario = replace(scenario, systems=systems)
     _check_profile(top, scenario)
     cluster = read_cluster(
         top.table("cluster"), scenario.gpu, model, tp, [s.name for s in scenario.systems]
     )
     if cluster is not None:
         scenario = replace(scenario, cluster=cluster)
-        check_decode_memory(top.table("cluster"), scenario)
+    check_deployments(top, scenario, places)  # every pool's GPU and degree, as the run's
+    check_disaggregated(top.table("cluster"), scenario)
     capacity = read_capacity(top.table("capacity"), scenario, top.has("capacity"))
     if capacity is not None:
         scenario = replace(scenario, capacity=capacity)
+    if scenario.cluster is not None:
+        searched = capacity.routers if capacity is not None else ()
+        check_router_keys(top.table("cluster"), scenario.cluster, searched)
     for i, axis in enumerate(scenario.sweep if check_sweep else ()):
         for j, value in enumerate(axis.values):
             point = with_value(raw, axis.path, value, ctx, f"sweep.axes[{i}]")

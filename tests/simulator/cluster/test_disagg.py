@@ -273,3 +273,23 @@ def test_a_fleet_built_in_code_refuses_a_layered_kv_cache() -> None:
     )
     with pytest.raises(InputError, match="set hybrid_kv_cache_manager = false"):
         run(sc, fleet(sc))
+
+
+def test_a_request_whose_kv_never_left_the_prefill_replica_names_no_decode_replica() -> None:
+    """repro2 16: a link so slow that no prompt's KV lands before the stop. Every request was
+    routed to a decode replica when its prefill ended, but none got there: requests.csv names
+    no decode replica, and the per-replica counts say the same (the prefill replica took all,
+    the decode replicas none)."""
+    sc = v1_scenario(explicit_workload([(256, 4, 0.0), (256, 4, 0.0), (256, 4, 0.01)]))
+    sc = replace(sc, stop=replace(sc.stop, max_time_s=1.0))
+    slow = LinkConfig(1e3, 0.0)  # 1 kB/s: a 256-token prompt's 128 MiB take days
+    _, result = run(sc, fleet(sc, num_decode=2, link=slow), check=False)
+    requests = result.requests
+    assert (requests["status"] == "unfinished").all()
+    assert requests["replica"].isna().all()
+    assert list(requests["prefill_replica"]) == [0, 0, 0]
+    assert requests["transfer_end_s"].isna().all()
+    counts = [result.summary[f"replica_{i}_num_requests"] for i in range(3)]
+    assert counts == [3, 0, 0]
+    for i, count in enumerate(counts[1:], start=1):
+        assert (requests["replica"] == i).sum() == count

@@ -122,7 +122,7 @@ BAD_FILES = [
     (
         replaced('name = "a"', 'name = "a"\ncontiguous_allocator = "buddy"'),
         "s.toml: systems[0].contiguous_allocator: only used by the contiguous policies "
-        "(static, orca); the policy is 'vllm-v0', which allocates blocks",
+        "(static, orca); the policy is 'vllm-v0'",
     ),
     (
         replaced("num_requests = 10", 'num_requests = 10\nempirical_pairing = "rows"'),
@@ -140,7 +140,10 @@ BAD_FILES = [
         'or set "independent"',
     ),
     (
-        replaced('reservation = "pow2"', 'preemption = "swap"\nswap_space_gib = 0'),
+        replaced(
+            'policy = "orca"\nreservation = "pow2"',
+            'policy = "vllm-v0"\npreemption = "swap"\nswap_space_gib = 0',
+        ),
         "s.toml: systems[1].swap_space_gib: must be > 0: preemption 'swap' swaps",
     ),
     (
