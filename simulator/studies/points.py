@@ -35,6 +35,7 @@ from pagesim.simulator.core.defaults import resolve_system
 from pagesim.simulator.core.errors import InputError
 from pagesim.simulator.metrics.result import RunResult
 from pagesim.simulator.scenario.load import describe_scenario
+from pagesim.simulator.studies.backlog import backlog_figures
 
 
 @dataclass(frozen=True)
@@ -129,9 +130,10 @@ class PointOutcome:
     wall_s: float = 0.0
 
 
-def extra_metrics(result: RunResult) -> dict[str, float | int]:
+def extra_metrics(result: RunResult) -> dict[str, float | int | None]:
     """Per-point figures the summary lacks, used by the capacity search
-    (simulator.studies.capacity_search).
+    (simulator.studies.capacity_search) and by a sweep's findings (the arrival window's
+    backlog: simulator.studies.backlog).
 
     slo_share: in-window requests that finished meeting the SLO / in-window requests offered
     (rejected and unfinished ones count as misses). queue_delay_p99_s: 99th percentile of the
@@ -157,7 +159,7 @@ def extra_metrics(result: RunResult) -> dict[str, float | int]:
         "queue_delay_p99_s": p99,
         "num_gpus": num_gpus,
         "num_tokens_served": int(served),
-    }
+    } | backlog_figures(result.requests)
 
 
 def evaluate_point(task: PointTask) -> PointOutcome:
