@@ -80,6 +80,7 @@ def write_run(
             provenance=provenance(run.results, run.overrides),
             calibration=calibration_curves(run.scenario),
             num_workers=num_workers,
+            question=run.scenario.report,
         )
     names = unique_slugs([r.system for r in run.results], reserved=RESERVED_NAMES)
     for result, name in zip(run.results, names, strict=True):
@@ -98,6 +99,7 @@ def write_sweep(done: SweepRun, out: Path, overrides: Sequence[str]) -> Path:
         provenance=provenance(done.detail_results, overrides),
         sweep=done.table,
         detail=done.detail_label,
+        question=done.first_scenario.report,
     )
 
 
@@ -134,6 +136,7 @@ def write_capacity(study: CapacityStudy, out: Path, overrides: Sequence[str]) ->
             provenance=provenance(study.best, overrides),
             sweep=curves,
             detail="each configuration's highest sustained rate",
+            question=scenario.report,
         )
         report_name = html.name
     return write_capacity_page(

@@ -23,7 +23,16 @@ from pathlib import Path
 import pandas as pd
 
 from pagesim.reports import disagg_plots, fleet_plots, plots
-from pagesim.reports.curves import RATE_COLUMN, curve_metrics, other_axis, sweep_column
+from pagesim.reports.curves import (
+    LATENCY_COLUMNS,
+    RATE_COLUMN,
+    curve_metrics,
+    other_axis,
+    sweep_column,
+)
+from pagesim.reports.sweep_axes import is_categorical, numeric_axes
+from pagesim.reports.sweep_bars import plot_sweep_bars
+from pagesim.simulator.core.config import ReportConfig
 from pagesim.simulator.metrics.result import RunResult
 
 
@@ -193,9 +202,14 @@ def _bind(
     return lambda path: fn(results, path)
 
 
-def sweep_plot_jobs(sweep: pd.DataFrame) -> list[PlotJob]:
-    """The curves a sweep table's axes call for: latency vs rate, the block-size ablation, and
-    the key metrics against any other numeric axis (a second axis as line groups)."""
+MAX_PANELS = 4  # metrics in one sweep plot: the scenario's [report] ones first
+
+
+def sweep_plot_jobs(sweep: pd.DataFrame, question: ReportConfig | None = None) -> list[PlotJob]:
+    """The curves a sweep table's axes call for: latency vs rate, the block-size ablation, the
+    scenario's [report] metrics and the key metrics against any other numeric axis (a second
+    axis as line groups), or, with no numeric axis, bars of them at every point. `sweep` has
+    its axis values in words (sweep_axes.label_axes)."""
     jobs = []
     rate = sweep_column(sweep, RATE_COLUMN)
     if rate is not None and "normalized_latency_mean_s" in sweep:
@@ -222,9 +236,21 @@ def sweep_plot_jobs(sweep: pd.DataFrame) -> list[PlotJob]:
                 1.0,
             )
         )
-    metrics = curve_metrics(sweep)
-    for axis in _numeric_axes(sweep):
-        if axis in (rate, block) or not metrics:
+    metrics = _panels(sweep, question or ReportConfig())
+    numeric = numeric_axes(sweep)
+    if is_categorical(sweep) and metrics and len(sweep) > 1:
+        jobs.append(
+            PlotJob(
+                "sweep_points",
+                "Metrics at every point",
+                "The scenario's key metrics at each point of the sweep, one bar per point, "
+                "named by what differs between the points.",
+                _bars(sweep, metrics),
+                1.0,
+            )
+        )
+    for axis in numeric:
+        if axis == block or (axis == rate and not _asks_beyond_latency(question)) or not metrics:
             continue
         group = other_axis(sweep, axis)
         short = axis.rsplit(".", 1)[-1]
@@ -242,20 +268,30 @@ def sweep_plot_jobs(sweep: pd.DataFrame) -> list[PlotJob]:
     return jobs
 
 
+def _asks_beyond_latency(question: ReportConfig | None) -> bool:
+    """Whether the scenario asks about a metric the latency-vs-rate plot does not draw."""
+    asked = () if question is None else (question.key_metric, *question.metrics)
+    return any(m is not None and m not in LATENCY_COLUMNS for m in asked)
+
+
+def _panels(sweep: pd.DataFrame, question: ReportConfig) -> list[str]:
+    """The scenario's [report] metrics the table has values of, then the general ones."""
+    asked = [m for m in (question.key_metric, *question.metrics) if m is not None]
+    present = [
+        m for m in asked if m in sweep and pd.to_numeric(sweep[m], errors="coerce").notna().any()
+    ]
+    more = [m for m in curve_metrics(sweep) if m not in present]
+    return (present + more)[:MAX_PANELS]
+
+
+def _bars(sweep: pd.DataFrame, metrics: list[str]) -> Callable[[Path], Path]:
+    return lambda path: plot_sweep_bars(sweep, path, metrics=metrics)
+
+
 def _curves(
     sweep: pd.DataFrame, axis: str, group: str | None, metrics: list[str]
 ) -> Callable[[Path], Path]:
     return lambda path: plots.plot_sweep_curves(sweep, path, x=axis, group=group, metrics=metrics)
-
-
-def _numeric_axes(sweep: pd.DataFrame) -> list[str]:
-    """Dotted axis columns whose values are all numbers and take several values."""
-    found = []
-    for column in (str(c) for c in sweep.columns if "." in str(c)):
-        values = pd.to_numeric(sweep[column], errors="coerce")
-        if values.notna().all() and values.nunique() > 1:
-            found.append(column)
-    return found
 
 
 # --- drawing -------------------------------------------------------------------------------
