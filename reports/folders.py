@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pagesim import __version__
-from pagesim.reports.capacity import write_capacity_page
+from pagesim.reports.capacity import capacity_findings, write_capacity_page
 from pagesim.reports.frames import unique_slugs
 from pagesim.reports.render import RESERVED_NAMES, write_report
 from pagesim.simulator.core.config import ExecutionKind, Scenario
@@ -136,6 +136,7 @@ def write_capacity(study: CapacityStudy, out: Path, overrides: Sequence[str]) ->
             provenance=provenance(study.best, overrides),
             sweep=curves,
             detail="each configuration's highest sustained rate",
+            findings=capacity_findings(study.ranking),  # capacity.html's answer, word for word
             question=scenario.report,
         )
         report_name = html.name
