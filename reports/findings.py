@@ -145,8 +145,8 @@ def warmup_warning(results: Sequence[RunResult]) -> str | None:
     who = "every system" if len(empty) == len(results) > 1 else ", ".join(empty)
     return (
         f"every request of {who} arrived inside the warm-up (stop.warmup_s), so nothing was "
-        "measured: throughput and latencies are empty, not zero; lower stop.warmup_s or offer "
-        "more requests"
+        "measured: its 0 req/s and empty latencies are not results; lower stop.warmup_s or "
+        "offer more requests"
     )
 
 
@@ -189,7 +189,7 @@ def derive_findings(
     kept = [g for g, key in zip(general, _GENERAL_KEYS, strict=True) if key not in asked]
     candidates = [
         f"Warning: {warning}." if (warning := warmup_warning(results)) else None,
-        *question_findings(results, question),
+        *question_findings(measured, question),
         *_pricing_warnings(results),
         *(kept if is_contest else []),
         *_events(results),

@@ -54,6 +54,7 @@ RunPlot = tuple[
     float,
     Callable[[Sequence[RunResult]], bool],
 ]
+MAX_PANELS = 4  # metrics in one plot of the question's: the scenario's [report] ones first
 _ALWAYS: Callable[[Sequence[RunResult]], bool] = lambda results: True  # noqa: E731
 RUN_PLOTS: tuple[RunPlot, ...] = (
     (
@@ -185,9 +186,15 @@ LEFT_OUT = {  # why a plot is not drawn, shown in its place
 }
 
 
-def run_plot_jobs(results: Sequence[RunResult]) -> tuple[list[PlotJob], list[str]]:
-    """The per-run plots worth drawing for `results`, and notes on those left out."""
+def run_plot_jobs(
+    results: Sequence[RunResult], question: ReportConfig | None = None
+) -> tuple[list[PlotJob], list[str]]:
+    """The per-run plots worth drawing for `results`, and notes on those left out: first the
+    scenario's [report] metrics by system (when two systems or more have them)."""
     jobs, notes = [], []
+    asked = _question_job(results, question or ReportConfig())
+    if asked is not None:
+        jobs.append(asked)
     for stem, fn, title, caption, cost, worth in RUN_PLOTS:
         if worth(results):
             jobs.append(PlotJob(stem, title, caption, _bind(fn, results), cost))
@@ -196,13 +203,32 @@ def run_plot_jobs(results: Sequence[RunResult]) -> tuple[list[PlotJob], list[str
     return jobs, notes
 
 
+def _question_job(results: Sequence[RunResult], question: ReportConfig) -> PlotJob | None:
+    """Bars of the metrics the scenario asks about, one per system: its answer as a picture."""
+    table = pd.DataFrame([{"system": r.system, **r.summary} for r in results])
+    metrics = [
+        m
+        for m in (question.key_metric, *question.metrics)
+        if m is not None
+        and m in table
+        and pd.to_numeric(table[m], errors="coerce").notna().sum() >= 2
+    ][:MAX_PANELS]
+    if not metrics:
+        return None
+    return PlotJob(
+        "question",
+        "What the scenario asks, by system",
+        "The metrics the scenario's [report] asks about (the headlines' first sentences), one "
+        "bar per system.",
+        _bars(table, metrics, "The scenario's key metrics by system"),
+        0.6,
+    )
+
+
 def _bind(
     fn: Callable[[Sequence[RunResult], Path], Path], results: Sequence[RunResult]
 ) -> Callable[[Path], Path]:
     return lambda path: fn(results, path)
-
-
-MAX_PANELS = 4  # metrics in one sweep plot: the scenario's [report] ones first
 
 
 def sweep_plot_jobs(sweep: pd.DataFrame, question: ReportConfig | None = None) -> list[PlotJob]:
@@ -245,7 +271,7 @@ def sweep_plot_jobs(sweep: pd.DataFrame, question: ReportConfig | None = None) -
                 "Metrics at every point",
                 "The scenario's key metrics at each point of the sweep, one bar per point, "
                 "named by what differs between the points.",
-                _bars(sweep, metrics),
+                _bars(sweep, metrics, "The key metrics at every point of the sweep"),
                 1.0,
             )
         )
@@ -284,8 +310,8 @@ def _panels(sweep: pd.DataFrame, question: ReportConfig) -> list[str]:
     return (present + more)[:MAX_PANELS]
 
 
-def _bars(sweep: pd.DataFrame, metrics: list[str]) -> Callable[[Path], Path]:
-    return lambda path: plot_sweep_bars(sweep, path, metrics=metrics)
+def _bars(table: pd.DataFrame, metrics: list[str], title: str) -> Callable[[Path], Path]:
+    return lambda path: plot_sweep_bars(table, path, metrics=metrics, title=title)
 
 
 def _curves(

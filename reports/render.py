@@ -156,7 +156,7 @@ def write_report(
     _write_data(results, slugs, out_dir, sweep)
     question = question or ReportConfig()
     shown = label_axes(sweep) if sweep is not None else None  # axis values in words
-    run_jobs, notes = run_plot_jobs(results) if results else ([], [])
+    run_jobs, notes = run_plot_jobs(results, question) if results else ([], [])
     sweep_jobs = sweep_plot_jobs(shown, question) if shown is not None else []
     extra = [_calibration_job(calibration)] if calibration else []
     draw_all([*sweep_jobs, *run_jobs, *extra], out_dir / PLOTS_DIR, num_workers)

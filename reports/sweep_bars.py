@@ -1,6 +1,6 @@
-"""The plot of a sweep whose points are not numbers (models, dtypes, traces): one bar panel per
-metric, a bar per point named by what differs, so that "KV capacity per model" is a picture and
-not only a column of sweep.csv."""
+"""Bars of the metrics a scenario asks about: one panel per metric, a bar per sweep point named by
+what differs (a sweep over models, dtypes, traces: "KV capacity per model" as a picture, not
+only a column of sweep.csv) or per system of a run."""
 
 from __future__ import annotations
 
@@ -16,9 +16,10 @@ from pagesim.reports.style import figure, label, no_data, save, system_color
 from pagesim.reports.sweep_axes import point_names
 
 
-def plot_sweep_bars(sweep: pd.DataFrame, path: Path, *, metrics: Sequence[str]) -> Path:
-    """Each of `metrics` (a panel each) at every row of `sweep`, one horizontal bar per row
-    named by `point_names`, with its value written beside it. Rows missing a value show none."""
+def plot_sweep_bars(sweep: pd.DataFrame, path: Path, *, metrics: Sequence[str], title: str) -> Path:
+    """Each of `metrics` (a panel each) at every row of `sweep` (a sweep's points, or a run's
+    systems), one horizontal bar per row named by `point_names`, with its value written beside
+    it. Rows missing a value show none."""
     names = [label(n, 36) for n in point_names(sweep)]
     # One panel a row: the points' names take the left of every panel, its title the width.
     height = len(metrics) * (0.9 + 0.38 * len(names)) + 0.6
@@ -26,8 +27,8 @@ def plot_sweep_bars(sweep: pd.DataFrame, path: Path, *, metrics: Sequence[str]) 
         y = np.arange(len(names))[::-1]  # the first point on top
         colors = [system_color(i) for i in range(len(names))]
         for ax, column in zip(axes.ravel(), metrics, strict=False):
-            title, scale = panel(column)
-            ax.set_title(label(title, 60), loc="left")
+            heading, scale = panel(column)
+            ax.set_title(label(heading, 60), loc="left")
             values = scale * pd.to_numeric(sweep[column], errors="coerce").to_numpy(float)
             if not np.isfinite(values).any():
                 no_data(ax, f"no values of {column}")
@@ -42,7 +43,7 @@ def plot_sweep_bars(sweep: pd.DataFrame, path: Path, *, metrics: Sequence[str]) 
                 ax.xaxis.set_major_formatter(EngFormatter(sep=""))
             ax.set_yticks(y, names)
             ax.grid(axis="y", visible=False)
-        fig.suptitle("The key metrics at every point of the sweep")
+        fig.suptitle(label(title, 90))
         return save(fig, path)
 
 

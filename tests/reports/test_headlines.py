@@ -23,6 +23,7 @@ from pagesim.reports.headlines import (
     rank_sentence,
     show,
 )
+from pagesim.reports.plot_jobs import run_plot_jobs
 from pagesim.reports.saved import question_from_json, question_to_json
 from pagesim.simulator.core.config import Comparison, ReportConfig
 from pagesim.simulator.core.errors import InputError
@@ -148,3 +149,12 @@ def test_report_json_keeps_the_question(tmp_path: Path) -> None:
         question_from_json({"key_metric": 3}, tmp_path)
     with pytest.raises(InputError, match="'question' holds"):
         question_from_json({"compare": "contest"}, tmp_path)
+
+
+def test_a_run_report_draws_the_question_first_when_systems_differ_on_it(tmp_path: Path) -> None:
+    runs = [result("static", slot_utilization=0.633), result("continuous", slot_utilization=0.758)]
+    jobs, _ = run_plot_jobs(runs, TEXTBOOK)
+    assert jobs[0].stem == "question"
+    assert jobs[0].draw(tmp_path / "question.png").stat().st_size > 0
+    alone, _ = run_plot_jobs(runs[:1], TEXTBOOK)  # one bar answers nothing: left out
+    assert all(job.stem != "question" for job in alone)
