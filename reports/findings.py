@@ -1,9 +1,9 @@
 """Headline findings derived from the summaries: measured facts with numbers, no advice.
 
-The first answers the scenario's own question, its [report] key metric (reports.headlines):
-ranked, or, with compare = "agreement", how closely the systems agree; then its other
-[report] metrics the same way. Then a run that measured nothing (every request inside the
-warm-up) or was priced with a caveat says so, and the general sentences follow: throughput,
+A run that measured nothing (every request inside the warm-up) says so first. Then the answer
+to the scenario's own question, its [report] key metric (reports.headlines): ranked, or, with
+compare = "agreement", how closely the systems agree; then its other [report] metrics the same
+way. Then a run priced with a caveat says so, and the general sentences follow: throughput,
 tail TTFT, normalized latency and KV waste compared best vs worst (none that the question's
 sentences already gave, and no contest at all when the scenario asks for agreement),
 rejections and preemptions. Nothing is said of a metric the summaries lack; a scenario with one
@@ -167,7 +167,7 @@ def question_findings(results: Sequence[RunResult], question: ReportConfig) -> l
     return found
 
 
-# The general sentences, each with the summary key it compares (None: not a comparison).
+# The summary key each general sentence compares, in derive_findings' order.
 _GENERAL_KEYS = ("throughput_req_s", "ttft_p99_s", "normalized_latency_mean_s", "kv_waste_share")
 
 
