@@ -152,15 +152,20 @@ def rejected_everything(result: RunResult) -> str | None:
 
 
 def echo_warnings(results: Sequence[RunResult]) -> bool:
-    """A warning line for each system that served nothing because it rejected every request
-    (a utilization past 100% is among the provenance warnings `echo_summaries` prints).
+    """A warning line for each system that served nothing because it rejected every request,
+    and for systems that measured nothing (every request inside the warm-up); a utilization
+    past 100% is among the provenance warnings `echo_summaries` prints.
     Returns True when every system
     rejected everything: the run failed (the caller exits 1 once the output, evidence of why,
     is written)."""
+    from pagesim.reports.findings import warmup_warning
+
     reasons = [(r.system, rejected_everything(r)) for r in results]
     for system, reason in reasons:
         if reason is not None:
             typer.echo(f"warning: {system} rejected every request ({reason})", err=True)
+    if (measured_nothing := warmup_warning(results)) is not None:
+        typer.echo(f"warning: {measured_nothing}", err=True)
     return bool(reasons) and all(reason is not None for _, reason in reasons)
 
 
@@ -258,11 +263,28 @@ def echo_golden(name: str, problems: Sequence[str]) -> None:
     typer.echo(f"{name}: {'differs' if problems else 'matches'}")
 
 
+def _metric_format(key: str) -> str:
+    """How the sweep table prints a [report] metric, by its glossary unit."""
+    from pagesim.reports.glossary import SUMMARY_BY_KEY, Unit
+
+    unit = SUMMARY_BY_KEY[key].unit if key in SUMMARY_BY_KEY else None
+    formats = {Unit.SHARE: ".1%", Unit.TOKENS: ",.0f", Unit.COUNT: ",.4g", Unit.BYTES: ".4g"}
+    return formats.get(unit, ".4g") if unit is not None else ".4g"
+
+
 def echo_sweep(done: SweepRun) -> None:
-    """`pagesim sweep`: one row per point (its axis values, then the summary), and the counts."""
+    """`pagesim sweep`: one row per point (its axis values in words, then the summary and the
+    scenario's [report] metrics), and the counts."""
+    from pagesim.reports.headlines import metric_label
+    from pagesim.reports.sweep_axes import label_axes
+
     axes = list(done.points.records[0].point.axes)
-    rows = done.table.to_dict("records")
-    echo_table(rows, [(k, k.rsplit(".", 1)[-1], "") for k in axes] + SUMMARY_COLUMNS)
+    rows = label_axes(done.table).to_dict("records")
+    report = done.first_scenario.report
+    shown = {key for key, _, _ in SUMMARY_COLUMNS}
+    asked = [m for m in (report.key_metric, *report.metrics) if m is not None and m not in shown]
+    extra = [(m, metric_label(m), _metric_format(m)) for m in asked]
+    echo_table(rows, [(k, k.rsplit(".", 1)[-1], "") for k in axes] + SUMMARY_COLUMNS + extra)
     ran = done.points
     typer.echo(
         f"{len(ran.records)} points: {ran.num_computed} simulated, {ran.num_cached} from the "

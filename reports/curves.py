@@ -20,6 +20,7 @@ import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.lines import Line2D
 
+from pagesim.reports.glossary import SUMMARY_BY_KEY, Unit
 from pagesim.reports.style import (
     LINE_STYLES,
     figure,
@@ -30,6 +31,7 @@ from pagesim.reports.style import (
     save,
     system_color,
 )
+from pagesim.reports.sweep_axes import is_axis
 
 RATE_COLUMN = "rate"  # requests per second, the swept arrival rate
 LATENCY_COLUMNS = {  # column -> line style
@@ -49,15 +51,20 @@ def sweep_column(table: pd.DataFrame, name: str) -> str | None:
     workload.arrival.rate_per_s), else `name` itself (a hand-made table; `block_size` is also a
     summary key, which varies only when the block size was swept)."""
     names = (name, f"{name}_per_s") if name == RATE_COLUMN else (name,)
-    dotted = [str(c) for c in table.columns if "." in str(c)]
+    dotted = [str(c) for c in table.columns if "." in str(c) and is_axis(c)]
     found = next((c for c in dotted if c.rsplit(".", 1)[-1] in names), None)
     return found or next((c for c in names if c in table), None)
 
 
 def other_axis(table: pd.DataFrame, axis: str) -> str | None:
-    """A second swept axis (a dotted column with several values), to facet panels by."""
+    """A second swept axis (a column named by a scenario path, with several values), to facet
+    panels by."""
     return next(
-        (str(c) for c in table.columns if "." in str(c) and c != axis and table[c].nunique() > 1),
+        (
+            str(c)
+            for c in table.columns
+            if is_axis(c) and c != axis and table[c].astype(str).nunique() > 1
+        ),
         None,
     )
 
@@ -186,6 +193,26 @@ CURVE_METRICS: dict[str, tuple[str, float]] = {  # column -> (panel title, scale
 }
 
 
+def panel(column: str) -> tuple[str, float]:
+    """(title, scale) of a metric's panel: CURVE_METRICS's, else the glossary's label with its
+    unit (a share in %, a time in ms)."""
+    if column in CURVE_METRICS:
+        return CURVE_METRICS[column]
+    metric = SUMMARY_BY_KEY.get(column)
+    if metric is None:
+        return column, 1.0
+    if metric.unit is Unit.SHARE:
+        return f"{metric.label} (%)", 100.0
+    if metric.unit in (Unit.SECONDS, Unit.SECONDS_PER_TOKEN):
+        return (
+            f"{metric.label} (ms{'/token' if metric.unit is Unit.SECONDS_PER_TOKEN else ''})",
+            1e3,
+        )
+    if metric.unit in (Unit.COUNT, Unit.RATIO):
+        return metric.label, 1.0
+    return f"{metric.label} ({metric.unit.value})", 1.0
+
+
 def curve_metrics(sweep: pd.DataFrame) -> list[str]:
     """The CURVE_METRICS a sweep table holds with some non-zero value."""
     found = []
@@ -214,7 +241,7 @@ def plot_sweep_curves(
         for ax in axes.ravel()[len(metrics) :]:
             ax.set_visible(False)
         for ax, column in zip(axes.ravel(), metrics, strict=False):
-            title, scale = CURVE_METRICS.get(column, (column, 1.0))
+            title, scale = panel(column)
             ax.set_title(label(title, 60), loc="left")
             ax.set_xlabel(label(x.rsplit(".", 1)[-1], 40))
             rows = _usable(sweep, [x, column])

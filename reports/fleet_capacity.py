@@ -155,6 +155,7 @@ def write_fleet_capacity(study: FleetStudy, out: Path, overrides: Sequence[str])
             scenario_text=describe_scenario(scenario),
             provenance=provenance(study.best, overrides),
             findings=study.answer,
+            question=scenario.report,
         )
         report_name = html.name
     plot = Plot(

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pagesim import __version__
-from pagesim.reports.capacity import write_capacity_page
+from pagesim.reports.capacity import capacity_findings, write_capacity_page
 from pagesim.reports.frames import unique_slugs
 from pagesim.reports.render import RESERVED_NAMES, write_report
 from pagesim.simulator.core.config import ExecutionKind, Scenario
@@ -80,6 +80,7 @@ def write_run(
             provenance=provenance(run.results, run.overrides),
             calibration=calibration_curves(run.scenario),
             num_workers=num_workers,
+            question=run.scenario.report,
         )
     names = unique_slugs([r.system for r in run.results], reserved=RESERVED_NAMES)
     for result, name in zip(run.results, names, strict=True):
@@ -98,6 +99,7 @@ def write_sweep(done: SweepRun, out: Path, overrides: Sequence[str]) -> Path:
         provenance=provenance(done.detail_results, overrides),
         sweep=done.table,
         detail=done.detail_label,
+        question=done.first_scenario.report,
     )
 
 
@@ -134,6 +136,8 @@ def write_capacity(study: CapacityStudy, out: Path, overrides: Sequence[str]) ->
             provenance=provenance(study.best, overrides),
             sweep=curves,
             detail="each configuration's highest sustained rate",
+            findings=capacity_findings(study.ranking),  # capacity.html's answer, word for word
+            question=scenario.report,
         )
         report_name = html.name
     return write_capacity_page(

@@ -23,7 +23,16 @@ from pathlib import Path
 import pandas as pd
 
 from pagesim.reports import disagg_plots, fleet_plots, plots
-from pagesim.reports.curves import RATE_COLUMN, curve_metrics, other_axis, sweep_column
+from pagesim.reports.curves import (
+    LATENCY_COLUMNS,
+    RATE_COLUMN,
+    curve_metrics,
+    other_axis,
+    sweep_column,
+)
+from pagesim.reports.sweep_axes import is_categorical, numeric_axes
+from pagesim.reports.sweep_bars import plot_sweep_bars
+from pagesim.simulator.core.config import ReportConfig
 from pagesim.simulator.metrics.result import RunResult
 
 
@@ -45,6 +54,7 @@ RunPlot = tuple[
     float,
     Callable[[Sequence[RunResult]], bool],
 ]
+MAX_PANELS = 4  # metrics in one plot of the question's: the scenario's [report] ones first
 _ALWAYS: Callable[[Sequence[RunResult]], bool] = lambda results: True  # noqa: E731
 RUN_PLOTS: tuple[RunPlot, ...] = (
     (
@@ -176,9 +186,15 @@ LEFT_OUT = {  # why a plot is not drawn, shown in its place
 }
 
 
-def run_plot_jobs(results: Sequence[RunResult]) -> tuple[list[PlotJob], list[str]]:
-    """The per-run plots worth drawing for `results`, and notes on those left out."""
+def run_plot_jobs(
+    results: Sequence[RunResult], question: ReportConfig | None = None
+) -> tuple[list[PlotJob], list[str]]:
+    """The per-run plots worth drawing for `results`, and notes on those left out: first the
+    scenario's [report] metrics by system (when two systems or more have them)."""
     jobs, notes = [], []
+    asked = _question_job(results, question or ReportConfig())
+    if asked is not None:
+        jobs.append(asked)
     for stem, fn, title, caption, cost, worth in RUN_PLOTS:
         if worth(results):
             jobs.append(PlotJob(stem, title, caption, _bind(fn, results), cost))
@@ -187,15 +203,39 @@ def run_plot_jobs(results: Sequence[RunResult]) -> tuple[list[PlotJob], list[str
     return jobs, notes
 
 
+def _question_job(results: Sequence[RunResult], question: ReportConfig) -> PlotJob | None:
+    """Bars of the metrics the scenario asks about, one per system: its answer as a picture."""
+    table = pd.DataFrame([{"system": r.system, **r.summary} for r in results])
+    metrics = [
+        m
+        for m in (question.key_metric, *question.metrics)
+        if m is not None
+        and m in table
+        and pd.to_numeric(table[m], errors="coerce").notna().sum() >= 2
+    ][:MAX_PANELS]
+    if not metrics:
+        return None
+    return PlotJob(
+        "question",
+        "What the scenario asks, by system",
+        "The metrics the scenario's [report] asks about (the headlines' first sentences), one "
+        "bar per system.",
+        _bars(table, metrics, "The scenario's key metrics by system"),
+        0.6,
+    )
+
+
 def _bind(
     fn: Callable[[Sequence[RunResult], Path], Path], results: Sequence[RunResult]
 ) -> Callable[[Path], Path]:
     return lambda path: fn(results, path)
 
 
-def sweep_plot_jobs(sweep: pd.DataFrame) -> list[PlotJob]:
-    """The curves a sweep table's axes call for: latency vs rate, the block-size ablation, and
-    the key metrics against any other numeric axis (a second axis as line groups)."""
+def sweep_plot_jobs(sweep: pd.DataFrame, question: ReportConfig | None = None) -> list[PlotJob]:
+    """The curves a sweep table's axes call for: latency vs rate, the block-size ablation, the
+    scenario's [report] metrics and the key metrics against any other numeric axis (a second
+    axis as line groups), or, with no numeric axis, bars of them at every point. `sweep` has
+    its axis values in words (sweep_axes.label_axes)."""
     jobs = []
     rate = sweep_column(sweep, RATE_COLUMN)
     if rate is not None and "normalized_latency_mean_s" in sweep:
@@ -222,9 +262,21 @@ def sweep_plot_jobs(sweep: pd.DataFrame) -> list[PlotJob]:
                 1.0,
             )
         )
-    metrics = curve_metrics(sweep)
-    for axis in _numeric_axes(sweep):
-        if axis in (rate, block) or not metrics:
+    metrics = _panels(sweep, question or ReportConfig())
+    numeric = numeric_axes(sweep)
+    if is_categorical(sweep) and metrics and len(sweep) > 1:
+        jobs.append(
+            PlotJob(
+                "sweep_points",
+                "Metrics at every point",
+                "The scenario's key metrics at each point of the sweep, one bar per point, "
+                "named by what differs between the points.",
+                _bars(sweep, metrics, "The key metrics at every point of the sweep"),
+                1.0,
+            )
+        )
+    for axis in numeric:
+        if axis == block or (axis == rate and not _asks_beyond_latency(question)) or not metrics:
             continue
         group = other_axis(sweep, axis)
         short = axis.rsplit(".", 1)[-1]
@@ -242,20 +294,30 @@ def sweep_plot_jobs(sweep: pd.DataFrame) -> list[PlotJob]:
     return jobs
 
 
+def _asks_beyond_latency(question: ReportConfig | None) -> bool:
+    """Whether the scenario asks about a metric the latency-vs-rate plot does not draw."""
+    asked = () if question is None else (question.key_metric, *question.metrics)
+    return any(m is not None and m not in LATENCY_COLUMNS for m in asked)
+
+
+def _panels(sweep: pd.DataFrame, question: ReportConfig) -> list[str]:
+    """The scenario's [report] metrics the table has values of, then the general ones."""
+    asked = [m for m in (question.key_metric, *question.metrics) if m is not None]
+    present = [
+        m for m in asked if m in sweep and pd.to_numeric(sweep[m], errors="coerce").notna().any()
+    ]
+    more = [m for m in curve_metrics(sweep) if m not in present]
+    return (present + more)[:MAX_PANELS]
+
+
+def _bars(table: pd.DataFrame, metrics: list[str], title: str) -> Callable[[Path], Path]:
+    return lambda path: plot_sweep_bars(table, path, metrics=metrics, title=title)
+
+
 def _curves(
     sweep: pd.DataFrame, axis: str, group: str | None, metrics: list[str]
 ) -> Callable[[Path], Path]:
     return lambda path: plots.plot_sweep_curves(sweep, path, x=axis, group=group, metrics=metrics)
-
-
-def _numeric_axes(sweep: pd.DataFrame) -> list[str]:
-    """Dotted axis columns whose values are all numbers and take several values."""
-    found = []
-    for column in (str(c) for c in sweep.columns if "." in str(c)):
-        values = pd.to_numeric(sweep[column], errors="coerce")
-        if values.notna().all() and values.nunique() > 1:
-            found.append(column)
-    return found
 
 
 # --- drawing -------------------------------------------------------------------------------

@@ -330,6 +330,27 @@ class StopConfig:
     warmup_s: float = 0.0  # requests arriving before this are excluded from the metrics
 
 
+class Comparison(Enum):
+    """How a report's headlines compare the systems on the key metric ([report] compare)."""
+
+    RANK = "rank"  # best to worst, ties said to be ties
+    AGREEMENT = "agreement"  # how closely each system agrees with the reference (% difference)
+
+
+@dataclass(frozen=True, slots=True)
+class ReportConfig:
+    """[report]: what the scenario asks, so that its report leads with the answer.
+
+    `key_metric` is the summary key the first headline is about; `metrics` are the ones the next
+    headlines compare, in order; `reference` (agreement only) is the system the others are
+    measured against (None: the first system)."""
+
+    key_metric: str | None = None
+    metrics: tuple[str, ...] = ()
+    compare: Comparison = Comparison.RANK
+    reference: str | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class ExecutionConfig:
     """How a step is priced. A factor left None takes the default of the GPU preset (the
@@ -388,3 +409,4 @@ class Scenario:
     source: Path | None = None  # the TOML file it came from, for messages and reports
     cluster: ClusterConfig | None = None  # [cluster]: a fleet behind a router (None: one replica)
     capacity: CapacityConfig | None = None  # [capacity]: the fleets `pagesim capacity` tries
+    report: ReportConfig = field(default_factory=ReportConfig)  # [report]: its question

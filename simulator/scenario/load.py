@@ -34,6 +34,7 @@ scenarios/README.md; keys are simulator/core/config.py field names):
     [slo]        ttft_s, tpot_s
     [stop]       max_time_s, warmup_s
     [sweep]      axes = [{ path = "workload.arrival.rate_per_s", values = [1, 2, 4] }]  (1 or 2)
+    [report]     key_metric, metrics, compare = "rank"|"agreement", reference (what it asks)
 
 An override or sweep axis path is a dotted key into that schema: `systems.block_size` sets the
 key in every system, `systems[0].block_size` in one. Override values are TOML values when they
@@ -43,8 +44,8 @@ This module reads [execution], [slo] and [stop], puts the sections together and 
 file-level API (`load_scenario`, `expand_sweep`); the rest lives beside it: `schema` (the valid
 keys and limits), `table` (`Table`, `ScenarioError`, values in messages), `hardware` ([model],
 [gpu]), `workload` and `systems` (the two big sections), `traces` (trace CSV checks),
-`overrides` (paths, `--set`, `--param`, [sweep]), `files` (finding and reading scenario files),
-`toml_writer` (`describe_scenario`).
+`overrides` (paths, `--set`, `--param`, [sweep]), `report` ([report]), `files` (finding and
+reading scenario files), `toml_writer` (`describe_scenario`).
 """
 
 from __future__ import annotations
@@ -91,6 +92,7 @@ from pagesim.simulator.scenario.overrides import (
     read_sweep,
     with_value,
 )
+from pagesim.simulator.scenario.report import read_report
 from pagesim.simulator.scenario.schema import MAX_AXES, MAX_SWEEP_POINTS, SCHEMA
 from pagesim.simulator.scenario.systems import read_systems
 from pagesim.simulator.scenario.table import (
@@ -291,6 +293,8 @@ def _parse(raw: object, source: Path | None, check_sweep: bool) -> Scenario:
         scenario = replace(scenario, cluster=cluster)
     check_deployments(top, scenario, places)  # every pool's GPU and degree, as the run's
     check_disaggregated(top.table("cluster"), scenario)
+    names = [s.name for s in scenario.systems]
+    scenario = replace(scenario, report=read_report(top.table("report"), names))
     capacity = read_capacity(top.table("capacity"), scenario, top.has("capacity"))
     if capacity is not None:
         scenario = replace(scenario, capacity=capacity)

@@ -187,6 +187,12 @@ def describe_scenario(scenario: Scenario, overrides: Sequence[str] = ()) -> str:
     if s.sweep:
         axes = [{"path": a.path, "values": list(a.values)} for a in s.sweep]
         out += _lines("[sweep]", {"axes": axes})
+    asks = s.report
+    if asks.key_metric is not None:
+        report: dict[str, object] = {"key_metric": asks.key_metric}
+        report |= {"metrics": list(asks.metrics) or None, "compare": asks.compare}
+        report["reference"] = asks.reference
+        out += _lines("[report]", report)
     if s.cluster is not None:
         out += _cluster_lines(s)
     if s.capacity is not None:
