@@ -68,8 +68,9 @@ SCHEMA: Schema = {
     "gpu": _keys("preset name memory_gib mem_bandwidth_gbps fp16_tflops host_link_gbps"),
     "execution": _keys(
         "kind profile gemm_efficiency attention_bw_efficiency weight_bw_efficiency "
-        "step_overhead_s step_overhead_s_per_seq async_scheduling allreduce_bw_gbps "
-        "allreduce_latency_us swap_copy_latency_s routing_skew"
+        "step_overhead_s step_overhead_s_per_seq async_scheduling frontend_s allreduce_bw_gbps "
+        "allreduce_latency_us custom_allreduce_stage_us fused_moe_bw_efficiency "
+        "swap_copy_latency_s routing_skew"
     ),
     "workload": {
         **_keys(
