@@ -92,3 +92,42 @@ def call_s(
     if not is_graphed:  # the input copied into the registered buffer first
         seconds += 2 * message_bytes / copy_bps
     return seconds
+
+
+class StepAllReduce:
+    """A step's all-reduces: `calls` per step (two per layer) of its tokens' hidden states, each
+    the kernel vLLM of `era` runs (None: NCCL's, as the operators were measured); cached per
+    (tokens, graphed)."""
+
+    def __init__(
+        self,
+        calls: int,
+        bytes_per_token: float,
+        num_gpus: int,
+        link: Interconnect,
+        era: EngineEra | None,
+        gpu_name: str,
+        copy_bps: float,
+    ) -> None:
+        self.calls, self.bytes_per_token, self.num_gpus = calls, bytes_per_token, num_gpus
+        self.link, self.era, self.gpu_name, self.copy_bps = link, era, gpu_name, copy_bps
+        self._cache: dict[tuple[int, bool], float] = {}
+
+    def route_of(self, num_tokens: int) -> Route:
+        if self.era is None:
+            return Route.NCCL
+        message = num_tokens * self.bytes_per_token
+        return route(message, self.num_gpus, self.link, self.era, self.gpu_name)
+
+    def step_s(self, num_tokens: int, is_graphed: bool = False) -> float:
+        """Seconds of the step's calls (0 without tensor parallelism: no calls)."""
+        if not self.calls:
+            return 0.0
+        key = (num_tokens, is_graphed)
+        found = self._cache.get(key)
+        if found is None:
+            message = num_tokens * self.bytes_per_token
+            chosen = self.route_of(num_tokens)
+            one = call_s(message, self.num_gpus, self.link, chosen, is_graphed, self.copy_bps)
+            found = self._cache[key] = self.calls * one
+        return found

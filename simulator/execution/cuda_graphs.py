@@ -67,6 +67,14 @@ class CudaGraphs:
             return None
         return self.sizes[bisect.bisect_left(self.sizes, size)]
 
+    def shape(self, num_tokens: int, num_seqs: int, is_decode_only: bool) -> tuple[int, bool]:
+        """(tokens the step computes, whether it replays a graph): its padded size (a V0 graph
+        pads sequences of one token each), or its own when it runs eagerly."""
+        padded = self.padded(num_tokens, num_seqs, is_decode_only)
+        if padded is None:
+            return num_tokens, False
+        return (padded if self.by_tokens else num_tokens + padded - num_seqs), True
+
     def describe(self) -> str:
         if not self.sizes:
             return "eager (no CUDA graphs)"

@@ -18,9 +18,13 @@ Cost of one step that computes T tokens for S sequences (D decoding, the rest pr
            + [t > 1] L · 2 · (latency + 2(t−1)/t · T · hidden · 2 B / bus bw)
              (messages up to 4 MiB on a measured link: its measured medians, interpolated;
              they fall with size where NCCL's measured regimes do, so this term alone may
-             shrink as the step grows)
-    compute_s = gpu_s + host_s,  or max(gpu_s, host_s) under V1 async scheduling
-                host_s = fixed + per_seq · S      (overhead.py: by engine era)
+             shrink as the step grows; as vLLM runs the step, its custom kernel where it runs:
+             allreduce.py)
+    compute_s = serial host + max(gpu_s, overlapped host)   (overhead.py: by engine era)
+
+As vLLM runs the step (a `VllmRuntime`, vllm_runtime.py), a step replaying a CUDA graph is priced
+at its padded size T' (cuda_graphs.py) in the linear layers, small operators, KV writes and
+all-reduces; attention and the LM head at its real sequences.
     swap_s = (blocks in + blocks out) · block_bytes / host_link
     copy_s = copies · block_bytes · 2 / (bw · attn_eff)
 
@@ -67,7 +71,7 @@ from pagesim.simulator.core.catalog import GPUSpec, KVDtype, ModelSpec
 from pagesim.simulator.core.config import ExecutionConfig
 from pagesim.simulator.core.errors import InputError
 from pagesim.simulator.core.plan import StepCost, StepPlan, step_cost_of
-from pagesim.simulator.execution.allreduce import Route, call_s, route
+from pagesim.simulator.execution.allreduce import Route, StepAllReduce
 from pagesim.simulator.execution.factors import resolve_factors, resolve_link
 from pagesim.simulator.execution.gemm import LinearCost, is_dense
 from pagesim.simulator.execution.layer_kinds import KindsCost
@@ -87,7 +91,6 @@ from pagesim.simulator.execution.roofline_terms import (
     WEIGHT_BYTES,
     LayerShapes,
     MLAShapes,
-    allreduce_call_s,
     block_overhead_bytes,
 )
 from pagesim.simulator.execution.vllm_runtime import VllmRuntime
@@ -201,8 +204,6 @@ class RooflineModel(RooflineReport):
         )
         self._linear_m0 = self.linear_weight_bytes / weight_bps
         self._linear_m1 = self.linear_act_bytes_per_token / weight_bps
-        self._allreduce_message_per_token = shapes.allreduce_bytes_per_token
-        self._allreduce: dict[tuple[int, bool], float] = {}
         self._kv_s_per_token = self.kv_bytes_per_token / kv_bps
         self._cached_pair_s = self.attention_flops_per_pair / (peak * f.attention_flops_efficiency)
         self._causal_pair_s = self.attention_flops_per_pair / (peak * f.attention_causal_efficiency)
@@ -215,7 +216,17 @@ class RooflineModel(RooflineReport):
         # Cached context up-projected in a prefill (non-absorbed form), at the 16-bit GEMM peak.
         self._decode_flop_s = self.decode_flops_per_pair / (peak * f.attention_flops_efficiency)
         self._upproject_s = self.upproject_flops_per_cached_token / gemm_flops_s
-        self._allreduce_calls = L * ALLREDUCES_PER_LAYER if t > 1 else 0
+        # The step's all-reduces, each the kernel vLLM runs (allreduce.py; NCCL's without a
+        # runtime).
+        self._allreduce = StepAllReduce(
+            L * ALLREDUCES_PER_LAYER if t > 1 else 0,
+            shapes.allreduce_bytes_per_token,
+            t,
+            self.link,
+            runtime.era if runtime is not None else None,
+            gpu.name,
+            bw,
+        )
         # Fixed per step with work: GEMM launches (the layers' and the LM head's), the small ops'
         # fixed cost.
         self._fixed_s = (L * GEMMS_PER_LAYER + 1) * f.gemm_launch_s + L * f.small_ops_layer_s
@@ -404,40 +415,19 @@ class RooflineModel(RooflineReport):
         return self.experts is None and self.kinds is None
 
     def graph_shape(self, num_tokens: int, num_seqs: int, is_decode_only: bool) -> tuple[int, bool]:
-        """(tokens the step computes, whether it replays a CUDA graph): its padded size under
-        the runtime's graphs (a V0 graph pads sequences of one token each), else its own."""
+        """(tokens the step computes, whether it replays a CUDA graph): cuda_graphs.py."""
         graphs = self._graphs
         if graphs is None:
             return num_tokens, False
-        padded = graphs.padded(num_tokens, num_seqs, is_decode_only)
-        if padded is None:
-            return num_tokens, False
-        return (padded if graphs.by_tokens else num_tokens + padded - num_seqs), True
+        return graphs.shape(num_tokens, num_seqs, is_decode_only)
 
     def allreduce_route(self, num_tokens: int) -> Route:
         """The kernel vLLM runs for a step of `num_tokens` tokens (allreduce.py); NCCL without
         a runtime."""
-        runtime = self.runtime
-        if runtime is None:
-            return Route.NCCL
-        message = num_tokens * self._allreduce_message_per_token
-        return route(message, self.tensor_parallel, self.link, runtime.era, runtime.gpu_name)
+        return self._allreduce.route_of(num_tokens)
 
     def allreduce_step_s(self, num_tokens: int, is_graphed: bool = False) -> float:
         """The step's all-reduces: two calls per layer of the step's hidden states, each the
         kernel vLLM runs (allreduce.py; without a runtime, NCCL's: roofline_terms.
         allreduce_call_s); 0 without tensor parallelism."""
-        if not self._allreduce_calls:
-            return 0.0
-        key = (num_tokens, is_graphed)
-        found = self._allreduce.get(key)
-        if found is None:
-            message = num_tokens * self._allreduce_message_per_token
-            chosen = self.allreduce_route(num_tokens)
-            if chosen is Route.NCCL:
-                one = float(allreduce_call_s(message, self.tensor_parallel, self.link))
-            else:
-                t, bps = self.tensor_parallel, self.gpu.mem_bandwidth_bps
-                one = call_s(message, t, self.link, chosen, is_graphed, bps)
-            found = self._allreduce[key] = self._allreduce_calls * one
-        return found
+        return self._allreduce.step_s(num_tokens, is_graphed)
