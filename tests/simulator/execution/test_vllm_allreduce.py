@@ -1,14 +1,12 @@
 """vLLM's own all-reduce (execution/allreduce.py): which kernel a call runs, by the rules of
-vLLM v0.6.4 and v0.11, and what it costs in a CUDA graph and eagerly; and steps priced as vLLM
-runs them still cost more for more work, but for the all-reduce."""
+vLLM v0.6.4 and v0.11, and what it costs in a CUDA graph and eagerly (that a step priced so
+still costs more for more work: test_roofline_properties.py)."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from pagesim.simulator.core.catalog import get_gpu, get_model
 from pagesim.simulator.core.config import ExecutionConfig
@@ -120,37 +118,3 @@ def test_a_decode_step_runs_the_custom_kernel_in_its_graph_and_a_prefill_eagerly
     assert roof.allreduce_route(1024) is Route.NCCL
     expected = 160 * allreduce_call_s(1024 * 8192 * 2, 4, roof.link)
     assert roof.breakdown(big)["all_reduce"] == pytest.approx(expected, rel=1e-12)
-
-
-@st.composite
-def seq_works(draw: st.DrawFn) -> SeqWork:
-    if draw(st.booleans()):
-        num_new = draw(st.integers(1, 2048))
-        return SeqWork(0, 0, num_new, num_new + draw(st.integers(0, 2048)), True)
-    return SeqWork(0, 0, 1, draw(st.integers(1, 8192)), False)
-
-
-MODELS = [_vllm(V0), _vllm(V1), _vllm(V1, async_scheduling=True)]
-
-
-@settings(max_examples=150, deadline=None)
-@given(
-    work=st.lists(seq_works(), max_size=30),
-    extra=seq_works(),
-    index=st.integers(0, len(MODELS) - 1),
-)
-def test_as_vllm_runs_it_more_work_never_costs_less_but_for_the_all_reduce(
-    work: list[SeqWork], extra: SeqWork, index: int
-) -> None:
-    """A step priced at a CUDA graph's padded size never costs less for more work: the padded
-    size never shrinks, and attention grows with every sequence. The all-reduce is exempt: vLLM
-    switches kernels with the message size, and NCCL's measured medians fall in places."""
-    roof = MODELS[index]
-    before, after = StepPlan.build(work), StepPlan.build([*work, extra])
-
-    def without_allreduce(plan: StepPlan) -> float:
-        parts = roof.breakdown(plan)
-        return roof.price(plan).compute_s - parts.get("all_reduce", 0.0)
-
-    assert without_allreduce(after) >= without_allreduce(before)
-    assert roof.price(after).flops > roof.price(before).flops
