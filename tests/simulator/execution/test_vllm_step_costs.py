@@ -76,10 +76,11 @@ def test_row1_v1_host_work_is_about_a_millisecond_and_hides_under_async_scheduli
         model, H100, replace(CONFIG, async_scheduling=True), era=EngineEra.V1
     )
     gpu_s = sum(v for k, v in parts.items() if k != "host")
-    assert overlapped.price(step).compute_s == pytest.approx(gpu_s)  # the GPU is the longer
+    # The GPU is the longer; a 0.16 ms gap stays between steps (vLLM PR #11133, an estimate).
+    assert overlapped.price(step).compute_s == pytest.approx(gpu_s + 0.16e-3)
     tiny = ModelSpec("tiny", 2, 4, 2, 64, 256, 512, 1000, True, 2048, 2_000_000)
     fast = RooflineModel(tiny, H100, replace(CONFIG, async_scheduling=True), era=EngineEra.V1)
-    assert fast.price(step).compute_s == pytest.approx(1.0e-3)  # the host is the longer
+    assert fast.price(step).compute_s == pytest.approx(1.16e-3)  # the host is the longer
     # Async scheduling is V1's: a V0 system ignores it.
     v0 = RooflineModel(model, H100, replace(CONFIG, async_scheduling=True), era=EngineEra.V0)
     assert not v0.host.is_overlapped
