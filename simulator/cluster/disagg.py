@@ -69,6 +69,7 @@ from pagesim.simulator.core.draft import draft_model_spec, model_draft_key
 from pagesim.simulator.core.errors import InputError
 from pagesim.simulator.core.link import LinkConfig
 from pagesim.simulator.core.request import Request, RequestStatus
+from pagesim.simulator.execution.frontend import frontend_of
 from pagesim.simulator.metrics.request_log import RequestLog
 from pagesim.simulator.policies.remote_kv import (
     can_receive,
@@ -159,7 +160,10 @@ def run_disagg(
     handoffs: dict[int, Handoff] = {}
     counts = {"outstanding": 0}  # sent to a prefill replica, not yet landed nor rejected
     arrivals_ended = [False]
-    log = RequestLog(scenario.slo, scenario.stop.warmup_s)
+    # A served fleet's front end (execution/frontend.py: P/D adds it, not V0's late delivery).
+    log = RequestLog(
+        scenario.slo, scenario.stop.warmup_s, frontend_of(scenario.execution, system).frontend_s
+    )
 
     def settle_one() -> None:
         counts["outstanding"] -= 1

@@ -368,6 +368,16 @@ class ExecutionConfig:
     step_overhead_s: float | None = None
     step_overhead_s_per_seq: float | None = None
     async_scheduling: bool = False  # V1: host work overlaps the GPU step (vLLM v0.33's default)
+    # A served system's time per request outside the engine's steps (API server, tokenization,
+    # the hop to the engine, detokenization, the streamed chunk), added to TTFT and E2E
+    # (execution/frontend.py; None: the era's default; offline systems have none).
+    frontend_s: float | None = None
+    # vLLM's custom all-reduce: one stage's latency in a model step (execution/allreduce.py;
+    # None: the GPU's link's, core/hardware.py).
+    custom_allreduce_stage_us: float | None = None
+    # The fused-MoE kernel's share of datasheet bandwidth streaming routed experts (moe_cost.py;
+    # None: the fitted default).
+    fused_moe_bw_efficiency: float | None = None
     # Tensor-parallel all-reduce per call: latency + ring bytes / bandwidth (None: the GPU's link).
     allreduce_bw_gbps: float | None = None
     allreduce_latency_us: float | None = None

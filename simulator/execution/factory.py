@@ -8,6 +8,7 @@ from pagesim.simulator.execution.model import ExecutionModel
 from pagesim.simulator.execution.overhead import era_of
 from pagesim.simulator.execution.roofline import RooflineModel
 from pagesim.simulator.execution.speculative import speculative_model
+from pagesim.simulator.execution.vllm_runtime import runtime_of
 from pagesim.simulator.kv.capacity import block_shape
 
 
@@ -18,6 +19,7 @@ def make_execution_model(scenario: Scenario, system: SystemConfig) -> ExecutionM
     # The capacity's block size: a hybrid model with state layers raises it as vLLM does
     # (kv/hybrid_layout.py: 544 tokens for Qwen3-Next), and the block term prices those blocks.
     block_size = block_shape(s, system)[0]
+    runtime = runtime_of(s, system)  # CUDA graphs and vLLM's all-reduce (vllm_runtime.py)
 
     def roofline() -> RooflineModel:
         return RooflineModel(
@@ -30,6 +32,7 @@ def make_execution_model(scenario: Scenario, system: SystemConfig) -> ExecutionM
             era,
             data_parallel=s.data_parallel,
             expert_parallel=s.expert_parallel,
+            runtime=runtime,
         )
 
     model: ExecutionModel
@@ -37,7 +40,7 @@ def make_execution_model(scenario: Scenario, system: SystemConfig) -> ExecutionM
         from pagesim.simulator.execution.profile import ProfileModel
 
         model = ProfileModel(
-            s.model, s.gpu, s.execution, s.kv_dtype, s.tensor_parallel, block_size, era
+            s.model, s.gpu, s.execution, s.kv_dtype, s.tensor_parallel, block_size, era, runtime
         )
     else:
         model = roofline()

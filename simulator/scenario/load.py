@@ -16,9 +16,11 @@ scenarios/README.md; keys are simulator/core/config.py field names):
     [execution]  kind = "roofline" | "profile";  profile = "file.json" (relative to this file, a
                  bare file name in calibration/profiles/, or "builtin:<name>");  gemm_efficiency,
                  attention_bw_efficiency, weight_bw_efficiency (default: the GPU's fitted
-                 factors); step_overhead_s, step_overhead_s_per_seq (default: the engine era's),
-                 async_scheduling; allreduce_bw_gbps, allreduce_latency_us (default: the GPU's
-                 interconnect); routing_skew (MoE: Zipf exponent, 0 = uniform)
+                 factors); step_overhead_s, step_overhead_s_per_seq, frontend_s (default: the
+                 engine era's),
+                 async_scheduling; allreduce_bw_gbps, allreduce_latency_us,
+                 custom_allreduce_stage_us (default: the GPU's interconnect);
+                 fused_moe_bw_efficiency, routing_skew (MoE: Zipf exponent, 0 = uniform)
     [workload]   num_requests, trace ("azure-conv", "azure-code", "arxiv-summarization" or a CSV
                  path), trace_offset, time_scale, sampling = "single"|"parallel"|"beam", num_seqs,
                  empirical_pairing = "rows"|"independent" (two empirical lengths),
@@ -191,8 +193,11 @@ def _execution(t: Table) -> ExecutionConfig:
         step_overhead_s=t.number("step_overhead_s", None, hi=59.0),
         step_overhead_s_per_seq=t.number("step_overhead_s_per_seq", None, hi=1.0),
         async_scheduling=t.flag("async_scheduling", False),
+        frontend_s=t.number("frontend_s", None, hi=59.0),
         allreduce_bw_gbps=t.number("allreduce_bw_gbps", None, hi=1e5, lo_open=True),
         allreduce_latency_us=t.number("allreduce_latency_us", None, hi=1e6),
+        custom_allreduce_stage_us=t.number("custom_allreduce_stage_us", None, hi=1e6),
+        fused_moe_bw_efficiency=_optional_fraction(t, "fused_moe_bw_efficiency"),
         swap_copy_latency_s=t.number(
             "swap_copy_latency_s", ExecutionConfig().swap_copy_latency_s, hi=1.0
         ),

@@ -37,7 +37,8 @@ KNOB_READERS: dict[str, tuple[tuple[Policy, ...], str]] = {
     # the contiguous policies never preempt: a reservation holds a request's whole future
     "preemption": (PAGED_POLICIES, f"{_PAGED_WORDS}, which preempt"),
     "victim": (PAGED_POLICIES, f"{_PAGED_WORDS}, which preempt"),
-    "defaults": ((Policy.VLLM_V1,), "vllm-v1 (vLLM V1's default sets, server or offline)"),
+    # `defaults` is read by every policy: served or offline decides the front end's time in TTFT
+    # and E2E (simulator/execution/frontend.py); vllm-v1 also takes that set's knob defaults.
 }
 
 # [cluster.router] keys only some router kinds read (simulator/cluster/routers.py): set where no
@@ -128,8 +129,9 @@ SCHEMA: Schema = {
     "gpu": _keys("preset name memory_gib mem_bandwidth_gbps fp16_tflops host_link_gbps"),
     "execution": _keys(
         "kind profile gemm_efficiency attention_bw_efficiency weight_bw_efficiency "
-        "step_overhead_s step_overhead_s_per_seq async_scheduling allreduce_bw_gbps "
-        "allreduce_latency_us swap_copy_latency_s routing_skew"
+        "step_overhead_s step_overhead_s_per_seq async_scheduling frontend_s allreduce_bw_gbps "
+        "allreduce_latency_us custom_allreduce_stage_us fused_moe_bw_efficiency "
+        "swap_copy_latency_s routing_skew"
     ),
     "workload": {
         **_keys(

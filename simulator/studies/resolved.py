@@ -219,7 +219,4 @@ def _host_knob(scenario: Scenario, system: SystemConfig) -> ResolvedKnob:
     (execution/overhead.py), so it is listed beside core.defaults' knobs under the key a run's
     provenance uses. A profile measured by pagesim prices its own empty step instead."""
     host = host_overhead(scenario.execution, era_of(system.policy))
-    value = f"{1e3 * host.fixed_s:.3g} ms + {1e3 * host.per_seq_s:.3g} ms x sequences"
-    if host.is_overlapped:
-        value += ", overlapped with the GPU step"
-    return ResolvedKnob(HOST_OVERHEAD_KEY, value, host.source)
+    return ResolvedKnob(HOST_OVERHEAD_KEY, host.text(), host.source)

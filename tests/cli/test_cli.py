@@ -94,7 +94,7 @@ def test_scenarios_show_resolved_names_every_value_and_its_source(
     # 28,433 blocks at 256 sequences; fewer sequences, a smaller sampler reserve, more blocks:
     assert "# KV cache: 28,527 blocks of 16 tokens" in v1
     # The host overhead is the era's too, priced by the execution model (execution/overhead.py).
-    assert "# host overhead per step (execution.step_overhead_s): 1.2 ms + 0.1 ms" in v0
+    assert "# host overhead per step (execution.step_overhead_s): 1.18 ms + 0.1 ms" in v0
     assert "1 ms + 0 ms x sequences; estimate" in v1
 
 

@@ -278,7 +278,6 @@ def test_12_keys_that_do_nothing_where_they_are_set_are_refused(
 @pytest.mark.parametrize(
     ("policy", "knob", "reader"),
     [
-        ("vllm-v0", 'defaults = "server"', "vllm-v1"),
         ("vllm-v1", 'reservation = "pow2"', "the contiguous policies (static, orca)"),
         ("orca", "static_batch_size = 4", "static batching"),
         ("orca", "watermark = 0.01", "the paged policies (vllm-v0, vllm-v1)"),
@@ -292,6 +291,17 @@ def test_12_a_knob_its_policy_does_not_read(
     text = BASE.replace('policy = "vllm-v1"', f'policy = "{policy}"\n{knob}')
     key = knob.split(" = ")[0]
     both_refuse(capsys, text, f"systems[0].{key}: only used by {reader}", f"'{policy}'")
+
+
+def test_12_defaults_is_read_by_every_policy(
+    here: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Served or offline sets the front end's time for every policy (execution/frontend.py), so
+    `defaults` on vllm-v0 is no inert key."""
+    for mode in ("server", "offline"):
+        text = BASE.replace('policy = "vllm-v1"', f'policy = "vllm-v0"\ndefaults = "{mode}"')
+        Path("s.toml").write_text(text)
+        assert run_cli(capsys, "validate", "s.toml").exit_code == 0
 
 
 def test_12_a_router_key_serves_every_router_that_starts_from_the_table(

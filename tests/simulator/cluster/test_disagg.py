@@ -15,6 +15,7 @@ from pagesim.simulator.core.errors import InputError
 from pagesim.simulator.core.link import LinkConfig
 from pagesim.simulator.core.plan import SeqWork, StepPlan
 from pagesim.simulator.engine import simulate
+from pagesim.simulator.execution.frontend import frontend_of
 from tests.sim_helpers import explicit_workload, scenario, system
 from tests.simulator.cluster.disagg_helpers import (
     assert_all_blocks_back,
@@ -54,10 +55,13 @@ def test_a_free_link_gives_ttft_of_queueing_prefill_step_and_first_decode_step()
     step_s = price(prefill, SeqWork(0, 0, 512, 512, True))
     first_decode_s = price(decode, SeqWork(0, 0, 1, 512, True))
     a, b = (row for _, row in result.requests.iterrows())
-    assert a.ttft_queue_s == 0 and a.ttft_prefill_s == step_s and a.ttft_transfer_s == 0
+    # A served fleet's front end (execution/frontend.py) is counted in the queue part.
+    front = frontend_of(sc.execution, sc.systems[0]).frontend_s
+    assert front > 0
+    assert a.ttft_queue_s == front and a.ttft_prefill_s == step_s and a.ttft_transfer_s == 0
     assert a.ttft_first_decode_s == pytest.approx(first_decode_s, abs=1e-15)
-    assert a.ttft_s == pytest.approx(step_s + first_decode_s, abs=1e-15)
-    assert b.ttft_queue_s == pytest.approx(step_s, abs=1e-15)
+    assert a.ttft_s == pytest.approx(front + step_s + first_decode_s, abs=1e-15)
+    assert b.ttft_queue_s == pytest.approx(front + step_s, abs=1e-15)
     assert b.ttft_prefill_s == pytest.approx(step_s, abs=1e-15)
     assert b.ttft_transfer_s == 0 and b.ttft_first_decode_s >= first_decode_s
     for _, row in result.requests.iterrows():
@@ -122,8 +126,9 @@ def test_a_decode_replica_without_room_keeps_the_request_waiting_with_its_prefil
     a, b = (row for _, row in result.requests.iterrows())
     assert a.transfer_wait_s == 0 and a.status == b.status == "finished"
     assert b.transfer_start_s == a.finish_s
+    front = frontend_of(sc.execution, sc.systems[0]).frontend_s  # in ttft_queue_s, not engine time
     assert b.transfer_wait_s == pytest.approx(
-        a.finish_s - (a.arrival_s + a.ttft_queue_s + a.ttft_prefill_s)
+        a.finish_s - (a.arrival_s + a.ttft_queue_s - front + a.ttft_prefill_s)
     )
     assert_all_blocks_back(disagg)
 
