@@ -42,6 +42,8 @@ SYSTEM_KEYS = (
     "defaults",
     "speculative",
     "hybrid_kv_cache_manager",
+    "vllm_version",
+    "scheduler_reserve_full_isl",
 )
 
 

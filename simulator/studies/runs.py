@@ -18,9 +18,9 @@ import pandas as pd
 
 from pagesim.simulator.core.config import Scenario, SystemConfig
 from pagesim.simulator.core.defaults import (
-    ERA,
     HOST_OVERHEAD_KEY,
     era_notes,
+    era_text,
     resolve_system,
     system_knobs,
 )
@@ -166,7 +166,7 @@ def resolve_scenario_systems(
             ResolvedSystem(
                 system.name,
                 system.policy.value,
-                ERA[system.policy],
+                era_text(system),
                 knobs,
                 capacity,
                 era_notes(resolved.system, scenario.workload.sampling),
