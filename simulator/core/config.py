@@ -377,7 +377,8 @@ class ExecutionConfig:
     # step_overhead_s + step_overhead_s_per_seq x sequences in the step (None: the era's default).
     step_overhead_s: float | None = None
     step_overhead_s_per_seq: float | None = None
-    async_scheduling: bool = False  # V1: host work overlaps the GPU step (vLLM v0.33's default)
+    # V1: host work overlaps the GPU step (vLLM's default from v0.14.0: core/vllm_eras.py)
+    async_scheduling: bool = False
     # Tensor-parallel all-reduce per call: latency + ring bytes / bandwidth (None: the GPU's link).
     allreduce_bw_gbps: float | None = None
     allreduce_latency_us: float | None = None
