@@ -247,3 +247,36 @@ def test_a_prompt_whose_kv_arrived_is_padded_too() -> None:
         assert _work(_step(sched, 1.0)) == [work]
         assert (sched.kv.num_tokens(0), sched.kv.num_used_blocks) == (slots, blocks)
         assert first.num_generated == 1
+
+
+def test_vllms_priority_preemption_and_resumption_when_out_of_kv() -> None:
+    """tests/v1/core/test_scheduler.py test_priority_scheduling_preemption_and_resumption_when_
+    out_of_kv (vllm-project/vllm), ported: 4 blocks of 16 (vLLM's 5 less its null block). The
+    low-priority request (30 tokens) decodes; the high-priority one (32) fills the cache. Next
+    step the low one's decode (32 tokens, 2 blocks) is scheduled first, then the high one's
+    33rd token needs a third block: the victim is the low one, scheduled already, and only the
+    high one runs. It finishes; the low one resumes with its 30 prompt tokens and 2 decoded
+    (its first block still cached: 16 recomputed)."""
+    for version in (V0_34, V0_11):
+        sched = paged_scheduler(
+            Policy.VLLM_V1,
+            num_blocks=4,
+            block_size=16,
+            admission=AdmissionOrder.PRIORITY,
+            max_num_seqs=2,
+            max_num_batched_tokens=200,
+            vllm_version=version,
+        )
+        low = request(0, 30, 10, priority=1)
+        sched.add_request(low, 0.0)
+        assert _work(_step(sched, 0.0)) == [(0, 0, 30, 30, True)]
+        sched.add_request(request(1, 32, 2, priority=0, arrival_s=1.0), 1.0)
+        assert _work(_step(sched, 1.0)) == [(0, 0, 1, 31, False), (1, 1, 32, 32, True)]
+        assert sched.kv.num_free_blocks == 0
+        plan = sched.schedule(2.0)
+        assert _work(plan) == [(1, 1, 1, 33, False)] and _preempted(plan) == [0]
+        assert _tables(sched, 0, 1) == {1: (2, 3, 1)}  # the victim's blocks, tail first
+        sched.complete(plan, 2.01)
+        assert sched.queue_lengths() == (0, 1, 0)  # the high one finished
+        assert _work(_step(sched, 3.0)) == [(0, 0, 16, 32, True)]
+        assert low.num_generated == 3 and low.num_cached_tokens == 16

@@ -247,3 +247,30 @@ HYBRID_KEYS = (
     "kv_window_freed_bytes",
     "kv_state_bytes_per_seq",
 )
+
+
+def test_the_whole_prompt_a_window_group_needs_is_the_window_and_a_chunk() -> None:
+    """scheduler_reserve_full_isl on a hybrid model (v0.34.0, the default): the admission counts
+    every block of the prompt in the full group but only what a window group holds at most
+    (pagesim's model of a window's peak: the window and a chunk, cdiv(5 - 1 + 8, 4) + 1 = 4;
+    vLLM v0.34.0 caps it at the window and the tokens in flight, a budget per concurrent step:
+    SlidingWindowSpec.max_admission_blocks_per_request).
+    Request 1's 24 tokens need 6 + 4 = 10 blocks, and after request 0's step 10 are free: it is
+    admitted (12, uncapped, would not fit)."""
+    layout = layout_of(tiny_hybrid((FULL, SLIDING), window=5))
+    assert layout.blocks_alone(24, 8) == 10
+    sched = hybrid_scheduler(
+        layout, num_blocks=15, enable_prefix_cache=False, max_num_batched_tokens=8
+    )
+    sched.add_request(request(0, 8, 10), 0.0)
+    assert _work(_step(sched, 0.0)) == [(0, 0, 8, 8, True)]
+    sched.add_request(request(1, 24, 2), 0.1)
+    assert _work(_step(sched, 0.1)) == [(0, 0, 1, 9, False), (1, 1, 7, 7, True)]
+    # A 25-token prompt needs 7 + 4 = 11: it waits.
+    sched = hybrid_scheduler(
+        layout, num_blocks=15, enable_prefix_cache=False, max_num_batched_tokens=8
+    )
+    sched.add_request(request(0, 8, 10), 0.0)
+    _step(sched, 0.0)
+    sched.add_request(request(1, 25, 2), 0.1)
+    assert _work(_step(sched, 0.1)) == [(0, 0, 1, 9, False)]
