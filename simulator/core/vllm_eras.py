@@ -35,8 +35,9 @@ differ. Everything not listed here is pagesim's single V1 model, checked at v0.1
     0.25.0   v1/core/sched/scheduler.py Scheduler.schedule    a waiting request with one token
                                                               to compute is padded to 1 + k
                                                               tokens beside decoding requests
-                                                              (speculative decoding); 0.33.0 also
-                                                              pads it when it has computed tokens
+                                                              (speculative decoding); from 0.30.0
+                                                              also with no decode beside it if it
+                                                              has computed tokens
     0.28.0   engine/arg_utils.py get_batch_defaults           a tier for GPUs of >= 160 GiB
     0.28.0   config/vllm.py VllmConfig.__post_init__          async scheduling by default with a
                                                               draft model too

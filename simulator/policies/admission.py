@@ -15,11 +15,12 @@ hit, the blocks of its first step, and what the engine's release adds (core/vllm
                               a prompt whose KV arrived from a prefill replica)
     V1 from v0.25.0           speculative decoding: a request with one token left to compute (a
                               prompt all but fully cached, or whose KV arrived) admitted beside
-                              decoding requests, with no running prompt chunk in the step,
-                              schedules 1 + k tokens: k placeholder drafts, always rejected, so
-                              the batch stays a uniform decode for its CUDA graph; if 1 + k do
-                              not fit the budget it is not admitted this step (the caller
-                              decides when the step allows it: `pad_to`)
+                              decoding requests (from v0.30.0 also alone, having computed
+                              tokens), with no running prompt chunk in the step, schedules
+                              1 + k tokens: k placeholder drafts, always rejected, so the batch
+                              stays a uniform decode for its CUDA graph; if 1 + k do not fit the
+                              budget it is not admitted this step (the caller decides when the
+                              step allows it: `pad_to`); pagesim follows v0.30.0's form
 """
 
 from __future__ import annotations

@@ -170,26 +170,6 @@ class PagedState:
                 assert self._defers_private, "a V1 group with no hashers"
         step.add(group, num_new, is_prefill)
 
-    def grow(
-        self,
-        group: SeqGroup,
-        num_new: int,
-        is_prefill: bool,
-        remaining: deque[SeqGroup],
-        step: StepBuilder,
-        now_s: float,
-    ) -> bool:
-        """`group` computes `num_new` more tokens per sequence this step, preempting victims
-        among the not-yet-scheduled `remaining` while its slots do not fit. False if `group`
-        itself had to go (it is preempted then, and not scheduled)."""
-        allocate_slots = self.kv.allocate_slots
-        seq_ids = group.seq_ids
-        while (copies := allocate_slots(seq_ids, num_new)) is None:
-            if not self.preempt_for(group, remaining, step, now_s):
-                return False
-        self.add_to_step(step, group, num_new, is_prefill, copies)
-        return True
-
     def preempt_for(
         self, group: SeqGroup, remaining: deque[SeqGroup], step: StepBuilder, now_s: float
     ) -> bool:
