@@ -17,9 +17,9 @@ import simpy
 from pagesim.simulator.cluster.pure_runs import PureRuns
 from pagesim.simulator.core.config import Scenario, SystemConfig
 from pagesim.simulator.core.defaults import (
-    ERA,
     HOST_OVERHEAD_KEY,
     era_notes,
+    era_text,
     resolve_runnable,
     system_knobs,
 )
@@ -288,7 +288,7 @@ class Replica:
         provenance: dict[str, object] = {
             "seed": self.scenario.seed,
             "policy": system.policy.value,
-            "era": ERA[system.policy],
+            "era": era_text(system),
             "system": system_knobs(system),
             "defaults_from": self._provenance_sources,
             "era_notes": era_notes(system, self.scenario.workload.sampling),

@@ -200,6 +200,29 @@ class WorkloadConfig:
     session_trace: SessionTrace | None = None  # when given, replaces every generator above
 
 
+class VllmVersion(Enum):
+    """The vLLM release a vllm-v1 system follows: its defaults and the scheduler and KV-cache
+    rules that changed between releases (core/vllm_eras.py names each change and its release).
+    Releases between these are not selectable: pagesim's rules were checked against these."""
+
+    V0_11 = "0.11"  # v0.11.0 (Oct 2025)
+    V0_33 = "0.33"  # v0.33.0
+    V0_34 = "0.34"  # v0.34.0, the newest on PyPI when checked (2026-12-07)
+
+    @property
+    def release(self) -> tuple[int, int, int]:
+        """(major, minor, patch) of the release, for comparing with the one a change came in."""
+        major, minor = self.value.split(".")
+        return int(major), int(minor), 0
+
+    def has(self, since: tuple[int, int, int]) -> bool:
+        """Whether this release has a change that arrived in release `since`."""
+        return self.release >= since
+
+
+NEWEST_VLLM = VllmVersion.V0_34  # a vllm-v1 system's default
+
+
 class DefaultsMode(Enum):
     """Which of vLLM V1's default sets: `vllm serve` (server) or the offline `LLM` class."""
 
@@ -300,6 +323,11 @@ class SystemConfig:
     # vllm-v1: the hybrid KV-cache manager; False is vLLM's --disable-hybrid-kv-cache-manager
     # (a sliding-window layer then keeps KV for every token, kv/capacity.py block_shape)
     hybrid_kv_cache_manager: bool = True
+    # vllm-v1: the vLLM release whose defaults and rules it follows (None: NEWEST_VLLM)
+    vllm_version: VllmVersion | None = None
+    # vllm-v1: admit a waiting request only if blocks for its whole prompt fit, not just its
+    # first chunk (vLLM --scheduler-reserve-full-isl; None: the release's default)
+    scheduler_reserve_full_isl: bool | None = None
 
     def __post_init__(self) -> None:
         # The allocator in force, resolved once: orca places its reservations with a buddy
@@ -316,6 +344,9 @@ class SystemConfig:
                 else ContiguousAllocator.FIRST_FIT
             )
         object.__setattr__(self, "contiguous_allocator", allocator)
+        if self.policy is not Policy.VLLM_V1:  # V1's knobs (a [defaults] value meant for V1)
+            object.__setattr__(self, "vllm_version", None)
+            object.__setattr__(self, "scheduler_reserve_full_isl", None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -367,7 +398,8 @@ class ExecutionConfig:
     # step_overhead_s + step_overhead_s_per_seq x sequences in the step (None: the era's default).
     step_overhead_s: float | None = None
     step_overhead_s_per_seq: float | None = None
-    async_scheduling: bool = False  # V1: host work overlaps the GPU step (vLLM v0.33's default)
+    # V1: host work overlaps the GPU step (vLLM's default from v0.14.0: core/vllm_eras.py)
+    async_scheduling: bool = False
     # A served system's time per request outside the engine's steps (API server, tokenization,
     # the hop to the engine, detokenization, the streamed chunk), added to TTFT and E2E
     # (execution/frontend.py; None: the era's default; offline systems have none).

@@ -37,6 +37,9 @@ KNOB_READERS: dict[str, tuple[tuple[Policy, ...], str]] = {
     # the contiguous policies never preempt: a reservation holds a request's whole future
     "preemption": (PAGED_POLICIES, f"{_PAGED_WORDS}, which preempt"),
     "victim": (PAGED_POLICIES, f"{_PAGED_WORDS}, which preempt"),
+    # A vLLM V1 release's rules (core/vllm_eras.py); from [defaults], meant for the V1 systems.
+    "vllm_version": ((Policy.VLLM_V1,), "vllm-v1 (vLLM V1's releases)"),
+    "scheduler_reserve_full_isl": ((Policy.VLLM_V1,), "vllm-v1 (vLLM V1's scheduler)"),
     # `defaults` is read by every policy: served or offline decides the front end's time in TTFT
     # and E2E (simulator/execution/frontend.py); vllm-v1 also takes that set's knob defaults.
 }
@@ -103,6 +106,8 @@ SYSTEM_KEYS = (
     "defaults",
     "speculative",
     "hybrid_kv_cache_manager",
+    "vllm_version",
+    "scheduler_reserve_full_isl",
 )
 
 

@@ -35,6 +35,7 @@ from pagesim.simulator.core.errors import choices_text
 from pagesim.simulator.core.limits import MAX_KV_BLOCKS
 from pagesim.simulator.kv.capacity import hybrid_off_reason, kv_capacity, no_kv_memory_reason
 from pagesim.simulator.policies.factory import hybrid_refusal
+from pagesim.simulator.scenario.engine_version import read_vllm_version
 from pagesim.simulator.scenario.schema import KNOB_READERS, PAGED_POLICIES, SYSTEM_KEYS
 from pagesim.simulator.scenario.speculative import read_speculative
 from pagesim.simulator.scenario.table import Ctx, Table
@@ -63,6 +64,8 @@ SYSTEM_READERS: dict[str, Callable[[Table, str], Any]] = {
     "defaults": lambda t, k: t.choice(k, DefaultsMode),
     "speculative": read_speculative,
     "hybrid_kv_cache_manager": lambda t, k: t.flag(k),
+    "vllm_version": read_vllm_version,
+    "scheduler_reserve_full_isl": lambda t, k: t.flag(k),
 }
 assert tuple(SYSTEM_READERS) == SYSTEM_KEYS
 

@@ -17,9 +17,9 @@ from pathlib import Path
 from pagesim.simulator.cluster.host_memory import replica_blocks
 from pagesim.simulator.core.config import ExecutionKind, Scenario, SystemConfig
 from pagesim.simulator.core.defaults import (
-    ERA,
     HOST_OVERHEAD_KEY,
     era_notes,
+    era_text,
     resolve_system,
     system_knobs,
 )
@@ -203,7 +203,7 @@ def resolve_scenario_systems(
             ResolvedSystem(
                 system.name,
                 system.policy.value,
-                ERA[system.policy],
+                era_text(system),
                 knobs,
                 kv_capacity(on, system),
                 era_notes(resolved.system, scenario.workload.sampling),
