@@ -15,6 +15,11 @@ raised in the hook itself would be swallowed too), so it reaches the program whe
 then. A real signal (`pthread_kill`), not `_thread.interrupt_main`: it waits, as the first did,
 while the main thread holds signals back (reports/output_folder.py `signals_held`, around the
 steps that must not stop half-way).
+
+A signal mask holds a signal back from one thread only: the kernel gives it to another thread of
+the process (a progress bar's, a process pool's), and Python runs the handler in the main thread
+all the same. Where threads run, `deferred` holds the signal back in the handler instead: it is
+noted, and raised when the block ends.
 """
 
 from __future__ import annotations
@@ -31,6 +36,8 @@ from typing import Any
 _CAUGHT = (signal.SIGINT, signal.SIGTERM)
 REDELIVER_AFTER_S = 0.01
 _notes: list[Callable[[], str]] = []
+_deferred: list[int] = []  # one entry per `deferred` block open (its depth)
+_arrived: list[int] = []  # signals that arrived within one, raised when the outermost ends
 
 
 class Interrupted(BaseException):
@@ -50,7 +57,26 @@ class Interrupted(BaseException):
 
 
 def _raise(signum: int, _frame: FrameType | None) -> None:
+    if _deferred:
+        _arrived.append(signum)
+        return
     raise Interrupted(signum)
+
+
+@contextmanager
+def deferred() -> Iterator[None]:
+    """Within the block, SIGINT and SIGTERM are noted, not raised; the first of them raises
+    `Interrupted` when the (outermost) block ends, whatever thread the kernel gave it to. For
+    steps that must not stop half-way, e.g. a pool starting a worker and recording its pid."""
+    _deferred.append(1)
+    try:
+        yield
+    finally:
+        _deferred.pop()
+        if not _deferred and _arrived:
+            signum = _arrived[0]
+            _arrived.clear()
+            raise Interrupted(signum)
 
 
 def _send_to_main_thread(signum: int) -> None:
@@ -84,6 +110,7 @@ def raising_on_signals() -> Iterator[None]:
         signal.signal(s, _raise)
     sys.unraisablehook = redeliver
     _notes.clear()
+    _arrived.clear()
     try:
         yield
     finally:
