@@ -49,7 +49,7 @@ def run(
 
     overrides = list(set_ or []) + ([f"seed={seed}"] if seed is not None else [])
     loaded = load_run(scenario, overrides)
-    with _output(out, "run") as folder:
+    with _output(out, "run", scenario=loaded.scenario.name) as folder:
         done = simulate_run(loaded, progress=console.progress_bar)
         console.echo_summaries(done.results)
         failed = console.echo_warnings(done.results)
@@ -100,7 +100,7 @@ def sweep(
     points = plan_sweep(resolve_scenario(scenario), list(set_ or []), list(param or []))
     select_detail(points, detail)  # a --detail naming no point fails before any work
     check_executor(executor, jobs, address)
-    with _output(out, "sweep", keep=["cache"]) as folder:
+    with _output(out, "sweep", keep=["cache"], scenario=points[0].scenario.name) as folder:
         done = sweep_scenario(
             points,
             out,
@@ -127,7 +127,7 @@ def report(
     from pagesim.reports.saved import read_saved
 
     saved = read_saved(run_dir)
-    with _output(run_dir, saved.kind, keep=ALL) as folder:
+    with _output(run_dir, saved.kind, keep=ALL, scenario=saved.scenario) as folder:
         render_saved(saved, folder.staging)
         _commit(folder, saved.scenario)
     typer.echo(f"report: {run_dir / 'report.html'}")

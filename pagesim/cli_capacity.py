@@ -109,7 +109,7 @@ def capacity(
 
     configs = configurations(path, list(set_ or []), list(param or []))
     check_executor(executor, jobs, address)
-    with output(out, "capacity", keep=["cache"]) as folder:
+    with output(out, "capacity", keep=["cache"], scenario=configs[0].scenario.name) as folder:
         done = study_capacity(
             configs,
             out,
@@ -151,7 +151,7 @@ def _capacity_fleets(
 
     plan = plan_fleets(path, list(set_ or []), list(param or []))
     check_executor(executor, jobs, address)
-    with output(out, "capacity", keep=["cache"]) as folder:
+    with output(out, "capacity", keep=["cache"], scenario=plan.shapes[0].scenario.name) as folder:
         done = study_fleets(
             plan,
             out,
