@@ -130,6 +130,7 @@ def write_report(
     calibration: Mapping[str, object] | None = None,
     detail: str | None = None,
     num_workers: int | None = None,
+    missing: Sequence[tuple[str, str]] = (),
 ) -> Path:
     """Write the report folder (see the module docstring) and return the path of report.html.
 
@@ -138,8 +139,9 @@ def write_report(
     with the sweep's findings, curves and table; `results` (maybe none) are then per-system
     detail at one point, which `detail` names. `findings` replaces the derived sentences;
     `calibration` follows `reports.calibration_plots.parse_calibration`; `num_workers` processes
-    draw the plots (default: one per CPU). Raises ValueError on nothing to report or a malformed
-    calibration input.
+    draw the plots (default: one per CPU); `missing` names (system, why) the systems compared
+    lack (a capacity search's system that met the SLO nowhere). Raises ValueError on nothing to
+    report or a malformed calibration input.
     """
     if not results and sweep is None:
         raise ValueError("write_report: no results to report")
@@ -147,7 +149,7 @@ def write_report(
     out_dir.mkdir(parents=True, exist_ok=True)
     slugs = unique_slugs([r.system for r in results], reserved=RESERVED_NAMES)
     _write_data(results, slugs, out_dir, sweep)
-    run_jobs, notes = run_plot_jobs(results) if results else ([], [])
+    run_jobs, notes = run_plot_jobs(results, missing) if results else ([], [])
     sweep_jobs = sweep_plot_jobs(sweep) if sweep is not None else []
     extra = [_calibration_job(calibration)] if calibration else []
     draw_all([*sweep_jobs, *run_jobs, *extra], out_dir / PLOTS_DIR, num_workers)
@@ -161,6 +163,7 @@ def write_report(
                 "calibration": calibration,
                 "folders": slugs,
                 "detail": detail,
+                "missing": [list(m) for m in missing],
             },
             indent=2,
             default=_json_default,
@@ -276,6 +279,7 @@ def render_saved(saved: SavedReport, out_dir: Path) -> Path:
             sweep=saved.sweep,
             calibration=inputs["calibration"],
             detail=str(inputs["detail"]) if inputs.get("detail") else None,
+            missing=[(str(s), str(why)) for s, why in inputs.get("missing", [])],
         )
     except ValueError as exc:  # a calibration input that does not parse
         raise InputError(f"{INPUTS_FILE}: {exc}") from None

@@ -74,6 +74,12 @@ def read_inputs(run_dir: Path) -> dict[str, Any]:
         raise _fail(path, "'folders' is empty and there is no sweep.csv: nothing to report")
     if not isinstance(inputs.get("detail"), str | type(None)):
         raise _fail(path, f"'detail' holds {type(inputs['detail']).__name__}")
+    missing = inputs.get("missing", [])
+    pairs = isinstance(missing, list) and all(
+        isinstance(m, list) and len(m) == 2 and all(isinstance(t, str) for t in m) for m in missing
+    )
+    if not pairs:
+        raise _fail(path, "'missing' must be a list of [system, why] pairs of text")
     for name in folders:
         plain = isinstance(name, str) and name not in ("", ".", "..") and "/" not in name
         if not plain or "\\" in name or name.startswith("."):
