@@ -216,11 +216,18 @@ def validate(
 
 @scenarios_app.command("list")
 def scenarios_list() -> None:
-    """The built-in scenarios, one line each."""
-    from pagesim.simulator.scenario.load import list_builtin
+    """The built-in scenarios, one line each, with the commands each is made for: run; sweep
+    (it has a \\[sweep] table); capacity (a \\[capacity] table: a fleet search)."""
+    from pagesim.simulator.scenario.load import builtin_commands, list_builtin
 
+    typer.echo(f"{'NAME':40s} {'MADE FOR':22s} DESCRIPTION")
     for name, line in list_builtin():
-        typer.echo(f"{name:40s} {line}")
+        typer.echo(f"{name:40s} {', '.join(builtin_commands(name)):22s} {line}")
+    typer.echo(
+        "\nrun: pagesim run NAME; sweep: pagesim sweep NAME runs its [sweep] axes; capacity: "
+        "pagesim capacity NAME runs its [capacity] fleet search. Any scenario also takes "
+        "pagesim sweep NAME --param path=v1,v2 and pagesim capacity NAME (a rate search)."
+    )
 
 
 @scenarios_app.command("show")

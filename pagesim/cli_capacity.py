@@ -43,21 +43,21 @@ def capacity(
         float | None,
         typer.Option(
             help="Rate search: stop when the failed rate is within this share of the max "
-            "[default: 0.02]."
+            "\\[default: 0.02]."
         ),
     ] = None,
     window_s: Annotated[
         float | None,
         typer.Option(
             help="Rate search: offer requests for at least this long at each rate (s): more "
-            "requests than the scenario's when the rate needs them [default: 60]."
+            "requests than the scenario's when the rate needs them \\[default: 60]."
         ),
     ] = None,
     min_rate: Annotated[
-        float | None, typer.Option(help="Rate search: lowest rate tried (req/s) [default: 0.01].")
+        float | None, typer.Option(help="Rate search: lowest rate tried (req/s) \\[default: 0.01].")
     ] = None,
     max_rate: Annotated[
-        float | None, typer.Option(help="Rate search: highest rate tried (req/s) [default: 1e4].")
+        float | None, typer.Option(help="Rate search: highest rate tried (req/s) \\[default: 1e4].")
     ] = None,
     jobs: JobsOption = None,
     executor: ExecutorOption = "local",
