@@ -16,10 +16,10 @@ then. A real signal (`pthread_kill`), not `_thread.interrupt_main`: it waits, as
 while the main thread holds signals back (reports/output_folder.py `signals_held`, around the
 steps that must not stop half-way).
 
-A signal mask holds a signal back from one thread only: the kernel gives it to another thread of
-the process (a progress bar's, a process pool's), and Python runs the handler in the main thread
-all the same. Where threads run, `deferred` holds the signal back in the handler instead: it is
-noted, and raised when the block ends.
+The handler also holds a signal back inside a `held_signals.held` block (simulator/core/
+held_signals.py): a signal mask covers one thread only, and where other threads run (a process
+pool's, a progress bar's) the kernel may give them the signal, whose handler Python runs in the
+main thread all the same.
 """
 
 from __future__ import annotations
@@ -33,11 +33,11 @@ from contextlib import contextmanager
 from types import FrameType
 from typing import Any
 
+from pagesim.simulator.core import held_signals
+
 _CAUGHT = (signal.SIGINT, signal.SIGTERM)
 REDELIVER_AFTER_S = 0.01
 _notes: list[Callable[[], str]] = []
-_deferred: list[int] = []  # one entry per `deferred` block open (its depth)
-_arrived: list[int] = []  # signals that arrived within one, raised when the outermost ends
 
 
 class Interrupted(BaseException):
@@ -57,26 +57,10 @@ class Interrupted(BaseException):
 
 
 def _raise(signum: int, _frame: FrameType | None) -> None:
-    if _deferred:
-        _arrived.append(signum)
+    if held_signals.is_held():
+        held_signals.note(signum)  # raised again when the held block ends
         return
     raise Interrupted(signum)
-
-
-@contextmanager
-def deferred() -> Iterator[None]:
-    """Within the block, SIGINT and SIGTERM are noted, not raised; the first of them raises
-    `Interrupted` when the (outermost) block ends, whatever thread the kernel gave it to. For
-    steps that must not stop half-way, e.g. a pool starting a worker and recording its pid."""
-    _deferred.append(1)
-    try:
-        yield
-    finally:
-        _deferred.pop()
-        if not _deferred and _arrived:
-            signum = _arrived[0]
-            _arrived.clear()
-            raise Interrupted(signum)
 
 
 def _send_to_main_thread(signum: int) -> None:
@@ -110,7 +94,7 @@ def raising_on_signals() -> Iterator[None]:
         signal.signal(s, _raise)
     sys.unraisablehook = redeliver
     _notes.clear()
-    _arrived.clear()
+    held_signals.forget()
     try:
         yield
     finally:

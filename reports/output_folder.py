@@ -33,7 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
-from pagesim import __version__, interrupts
+from pagesim import __version__
+from pagesim.simulator.core import held_signals
 from pagesim.simulator.core.errors import InputError
 
 MANIFEST_FILE = "pagesim-output.json"
@@ -78,9 +79,9 @@ def signals_held() -> Iterator[None]:
     """SIGINT and SIGTERM held back (delivered when the block ends): for the renames of a
     commit, which must not stop half-way. The mask holds them back from this thread; the kernel
     may still give one to another thread (a progress bar's), whose handler Python runs in this
-    one all the same, so `interrupts.deferred` holds that back too."""
+    one all the same, so the handler holds that back too (simulator/core/held_signals.py)."""
     mask = getattr(signal, "pthread_sigmask", None)
-    with interrupts.deferred():
+    with held_signals.held():
         if mask is None:  # Windows
             yield
             return

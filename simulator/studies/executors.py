@@ -15,7 +15,7 @@ from enum import Enum
 from multiprocessing.context import BaseContext
 from typing import Any, Protocol
 
-from pagesim import interrupts
+from pagesim.simulator.core import held_signals
 from pagesim.simulator.core.errors import InputError, PagesimError, choices_text
 from pagesim.simulator.studies.points import Evaluate, PointOutcome, PointTask
 from pagesim.simulator.studies.worker_watch import watch_driver
@@ -82,7 +82,7 @@ class ProcessExecutor:
             # A submit may start a worker; a signal between its start and the pool recording it
             # would leave a worker nobody stops, which then finds the driver's queues gone and
             # prints a traceback after the "interrupted" line (reproducer 22). Signals wait.
-            with interrupts.deferred():
+            with held_signals.held():
                 for task in tasks:
                     pending.add(self._pool.submit(evaluate, task))
             while pending:
