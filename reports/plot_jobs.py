@@ -27,13 +27,16 @@ from pagesim.reports.curves import (
     LATENCY_COLUMNS,
     RATE_COLUMN,
     curve_metrics,
+    is_slo_axis,
     other_axis,
+    slo_metrics,
     sweep_column,
 )
 from pagesim.reports.sweep_axes import is_categorical, numeric_axes
 from pagesim.reports.sweep_bars import plot_sweep_bars
 from pagesim.simulator.core.config import ReportConfig
 from pagesim.simulator.metrics.result import RunResult
+from pagesim.simulator.studies.worker_watch import watch_driver
 
 
 @dataclass(frozen=True)
@@ -92,7 +95,9 @@ RUN_PLOTS: tuple[RunPlot, ...] = (
         plots.plot_utilization,
         "Utilization over time",
         "Useful batch slots / batch capacity, model FLOPs / peak FLOPs (MFU) and HBM bytes / "
-        "peak bandwidth (MBU), time-weighted within each bucket; idle time counts as zero.",
+        "peak bandwidth (MBU), time-weighted within each bucket; idle time counts as zero, "
+        "and a fleet's line is the mean over its replicas. Each panel's title gives each "
+        "system's mean over its busy time after warm-up (the summary's).",
         1.3,
         _ALWAYS,
     ),
@@ -175,8 +180,10 @@ RUN_PLOTS: tuple[RunPlot, ...] = (
         "Disaggregated and colocated side by side",
         "Goodput per GPU (requests meeting the SLO per second, over the fleet's GPUs), TPOT p50 "
         "and p99, TTFT p99, for every system of the run: a disaggregated fleet beside its "
-        "colocated twin on the same GPUs. Goodput counts requests finished within the arrival "
-        "window: read an overloaded fleet's figure with its SLO attainment.",
+        "colocated twin on the same GPUs (a system with nothing to show, such as one that never "
+        "met the SLO in a capacity search, keeps an empty row saying so). Goodput counts "
+        "requests finished within the arrival window: read an overloaded fleet's figure with "
+        "its SLO attainment.",
         0.5,
         disagg_plots.has_disaggregated,
     ),
@@ -187,17 +194,23 @@ LEFT_OUT = {  # why a plot is not drawn, shown in its place
 
 
 def run_plot_jobs(
-    results: Sequence[RunResult], question: ReportConfig | None = None
+    results: Sequence[RunResult],
+    question: ReportConfig | None = None,
+    missing: Sequence[tuple[str, str]] = (),
 ) -> tuple[list[PlotJob], list[str]]:
     """The per-run plots worth drawing for `results`, and notes on those left out: first the
-    scenario's [report] metrics by system (when two systems or more have them)."""
+    scenario's [report] metrics by system (when two systems or more have them). `missing`:
+    (system, why) of systems the comparison lacks, which the side-by-side plot names."""
     jobs, notes = [], []
     asked = _question_job(results, question or ReportConfig())
     if asked is not None:
         jobs.append(asked)
     for stem, fn, title, caption, cost, worth in RUN_PLOTS:
         if worth(results):
-            jobs.append(PlotJob(stem, title, caption, _bind(fn, results), cost))
+            draw = _bind(fn, results)
+            if stem == "disagg_vs_colocated" and missing:
+                draw = _bind_missing(results, missing)
+            jobs.append(PlotJob(stem, title, caption, draw, cost))
         elif stem in LEFT_OUT:
             notes.append(LEFT_OUT[stem])
     return jobs, notes
@@ -223,6 +236,12 @@ def _question_job(results: Sequence[RunResult], question: ReportConfig) -> PlotJ
         _bars(table, metrics, "The scenario's key metrics by system"),
         0.6,
     )
+
+
+def _bind_missing(
+    results: Sequence[RunResult], missing: Sequence[tuple[str, str]]
+) -> Callable[[Path], Path]:
+    return lambda path: disagg_plots.plot_disagg_vs_colocated(results, path, missing)
 
 
 def _bind(
@@ -276,18 +295,24 @@ def sweep_plot_jobs(sweep: pd.DataFrame, question: ReportConfig | None = None) -
             )
         )
     for axis in numeric:
-        if axis == block or (axis == rate and not _asks_beyond_latency(question)) or not metrics:
+        slo = is_slo_axis(axis)
+        panels = slo_metrics(sweep) if slo else metrics
+        if axis == block or (axis == rate and not _asks_beyond_latency(question)) or not panels:
             continue
         group = other_axis(sweep, axis)
         short = axis.rsplit(".", 1)[-1]
+        what = (
+            f"Goodput and SLO attainment at each value of {axis}: an SLO bound changes no "
+            "simulation, only which requests count as meeting it"
+            if slo
+            else f"The key metrics at each value of {axis}"
+        )
         jobs.append(
             PlotJob(
                 f"sweep_{short}",
-                f"Metrics vs {short}",
-                f"The key metrics at each value of {axis}"
-                + (f", a line per value of {group}" if group else "")
-                + " (and per system).",
-                _curves(sweep, axis, group, metrics),
+                f"{'Goodput' if slo else 'Metrics'} vs {short}",
+                what + (f", a line per value of {group}" if group else "") + " (and per system).",
+                _curves(sweep, axis, group, panels),
                 1.2,
             )
         )
@@ -345,7 +370,10 @@ def draw_all(jobs: Sequence[PlotJob], plot_dir: Path, num_workers: int | None = 
     order = sorted(range(len(work)), key=lambda i: -work[i][0].cost)
     _pending[:] = work
     pool = ProcessPoolExecutor(
-        max_workers=num_workers, mp_context=multiprocessing.get_context("fork")
+        max_workers=num_workers,
+        mp_context=multiprocessing.get_context("fork"),
+        initializer=watch_driver,  # a driver killed outright leaves no worker behind
+        initargs=(os.getpid(),),
     )
     try:
         for _ in pool.map(_draw, order):

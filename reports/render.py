@@ -136,6 +136,7 @@ def write_report(
     detail: str | None = None,
     num_workers: int | None = None,
     question: ReportConfig | None = None,
+    missing: Sequence[tuple[str, str]] = (),
 ) -> Path:
     """Write the report folder (see the module docstring) and return the path of report.html.
 
@@ -145,8 +146,9 @@ def write_report(
     detail at one point, which `detail` names. `question` (the scenario's [report]) says what
     the headlines answer first; `findings` replaces the derived sentences; `calibration`
     follows `reports.calibration_plots.parse_calibration`; `num_workers` processes draw the
-    plots (default: one per CPU). Raises ValueError on nothing to report or a malformed
-    calibration input.
+    plots (default: one per CPU); `missing` names (system, why) the systems compared lack (a
+    capacity search's system that met the SLO nowhere). Raises ValueError on nothing to report
+    or a malformed calibration input.
     """
     if not results and sweep is None:
         raise ValueError("write_report: no results to report")
@@ -156,7 +158,7 @@ def write_report(
     _write_data(results, slugs, out_dir, sweep)
     question = question or ReportConfig()
     shown = label_axes(sweep) if sweep is not None else None  # axis values in words
-    run_jobs, notes = run_plot_jobs(results, question) if results else ([], [])
+    run_jobs, notes = run_plot_jobs(results, question, missing) if results else ([], [])
     sweep_jobs = sweep_plot_jobs(shown, question) if shown is not None else []
     extra = [_calibration_job(calibration)] if calibration else []
     draw_all([*sweep_jobs, *run_jobs, *extra], out_dir / PLOTS_DIR, num_workers)
@@ -171,6 +173,7 @@ def write_report(
                 "folders": slugs,
                 "detail": detail,
                 "question": question_to_json(question),
+                "missing": [list(m) for m in missing],
             },
             indent=2,
             default=_json_default,
@@ -287,6 +290,7 @@ def render_saved(saved: SavedReport, out_dir: Path) -> Path:
             calibration=inputs["calibration"],
             detail=str(inputs["detail"]) if inputs.get("detail") else None,
             question=inputs["question"],
+            missing=[(str(s), str(why)) for s, why in inputs.get("missing", [])],
         )
     except ValueError as exc:  # a calibration input that does not parse
         raise InputError(f"{INPUTS_FILE}: {exc}") from None

@@ -76,6 +76,12 @@ def read_inputs(run_dir: Path) -> dict[str, Any]:
     if not isinstance(inputs.get("detail"), str | type(None)):
         raise _fail(path, f"'detail' holds {type(inputs['detail']).__name__}")
     inputs["question"] = question_from_json(inputs.get("question"), path)
+    missing = inputs.get("missing", [])
+    pairs = isinstance(missing, list) and all(
+        isinstance(m, list) and len(m) == 2 and all(isinstance(t, str) for t in m) for m in missing
+    )
+    if not pairs:
+        raise _fail(path, "'missing' must be a list of [system, why] pairs of text")
     for name in folders:
         plain = isinstance(name, str) and name not in ("", ".", "..") and "/" not in name
         if not plain or "\\" in name or name.startswith("."):

@@ -79,6 +79,7 @@ from pagesim.simulator.scenario.deployments import check_deployments
 from pagesim.simulator.scenario.disagg import check_disaggregated
 from pagesim.simulator.scenario.files import (
     BUILTIN_DIR,
+    builtin_commands,
     list_builtin,
     read_toml,
     resolve_scenario,
@@ -118,6 +119,7 @@ __all__ = [
     "PROFILE_DIR",
     "SCHEMA",
     "ScenarioError",
+    "builtin_commands",
     "check_path",
     "describe_scenario",
     "expand_sweep",
@@ -355,7 +357,12 @@ def expand_sweep(
         raise blame(exc, applied) from None
     axes = base.sweep if axes is None else tuple(axes)
     if not axes:
-        ctx.fail("sweep", "no axes: add [sweep] axes = [{ path = ..., values = [...] }]")
+        ctx.fail(
+            "sweep",
+            "no axes: the file has no [sweep] table; give the axes on the command line, e.g. "
+            "--param workload.arrival.rate_per_s=1,2,4 (one or two --param), or add "
+            "[sweep] axes = [{ path = ..., values = [...] }] to the file",
+        )
     if len(axes) > MAX_AXES or len({a.path for a in axes}) < len(axes):
         ctx.fail(
             "sweep", f"give one or two distinct axes, got {choices_text(a.path for a in axes)}"
