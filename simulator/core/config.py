@@ -398,8 +398,10 @@ class ExecutionConfig:
     # step_overhead_s + step_overhead_s_per_seq x sequences in the step (None: the era's default).
     step_overhead_s: float | None = None
     step_overhead_s_per_seq: float | None = None
-    # V1: host work overlaps the GPU step (vLLM's default from v0.14.0: core/vllm_eras.py)
-    async_scheduling: bool = False
+    # V1: host work overlaps the GPU step. None: the system's vLLM release decides (on by default
+    # from v0.14.0 unless its speculative method cannot: core/vllm_eras.py); a scenario's value
+    # applies to every V1 system. V0 has no async scheduling (its outputs overlap instead).
+    async_scheduling: bool | None = None
     # A served system's time per request outside the engine's steps (API server, tokenization,
     # the hop to the engine, detokenization, the streamed chunk), added to TTFT and E2E
     # (execution/frontend.py; None: the era's default; offline systems have none).

@@ -23,11 +23,14 @@ runs the step), as the era's engine does it:
   built for, a persistent batch and CUDA graphs keeping the step's CPU work small: vLLM's V1
   announcement, January 2025, which gives no figure); no published V1 run of the benchmarks
   above exists in the training set to fit it to.
-- V1 with async scheduling (`async_scheduling = true`: opt-in in v0.11, the default from
-  v0.33): the same host work, overlapped with the GPU step, but for a gap left between steps:
-  0.16 ms serial, an **estimate** from the one measurement found, a prototype of V1's async
-  scheduling (vLLM PR #11133, December 2024: the gap between decode steps fell from 5-6 ms to
-  150-170 us with CUDA graphs, Llama-2-7B at batch 256).
+- V1 with async scheduling (opt-in in v0.11; on by default from v0.14.0 unless the
+  speculative method cannot take it, so under `vllm_version` "0.33" and "0.34":
+  core/vllm_eras.py async_scheduling_default, applied by `for_system`; `[execution]
+  async_scheduling` sets it for every V1 system): the same host work, overlapped with the GPU
+  step, but for a gap left between steps: 0.16 ms serial, an **estimate** from the one
+  measurement found, a prototype of V1's async scheduling (vLLM PR #11133, December 2024: the
+  gap between decode steps fell from 5-6 ms to 150-170 us with CUDA graphs, Llama-2-7B at
+  batch 256).
 
 A scenario's `step_overhead_s` and `step_overhead_s_per_seq` replace the two figures and keep
 the era's split between serial and overlapped.
@@ -35,11 +38,17 @@ the era's split between serial and overlapped.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 
-from pagesim.simulator.core.config import ExecutionConfig, Policy
+from pagesim.simulator.core.config import (
+    NEWEST_VLLM,
+    ExecutionConfig,
+    Policy,
+    SystemConfig,
+)
 from pagesim.simulator.core.errors import InputError
+from pagesim.simulator.core.vllm_eras import async_scheduling_default
 
 
 class EngineEra(Enum):
@@ -109,6 +118,20 @@ class HostOverhead:
         return value
 
 
+def for_system(config: ExecutionConfig, system: SystemConfig) -> ExecutionConfig:
+    """`config` with `async_scheduling` decided for `system`: the scenario's value where it set
+    one, else the default of the system's vLLM release (vllm-v1; core/vllm_eras.py
+    async_scheduling_default); never for the V0-era policies."""
+    if system.policy is not Policy.VLLM_V1:
+        is_async = False
+    elif config.async_scheduling is not None:
+        is_async = config.async_scheduling
+    else:
+        version = system.vllm_version or NEWEST_VLLM
+        is_async = async_scheduling_default(version, system.speculative)
+    return replace(config, async_scheduling=is_async)
+
+
 def host_overhead(config: ExecutionConfig, era: EngineEra) -> HostOverhead:
     """The era's defaults, with any value the scenario sets in their place."""
     fixed = config.step_overhead_s
@@ -130,5 +153,5 @@ def host_overhead(config: ExecutionConfig, era: EngineEra) -> HostOverhead:
     for name, value in (("step_overhead_s", fixed), ("step_overhead_s_per_seq", per_seq)):
         if not 0 <= value < 60:
             raise InputError(f"execution.{name} must be in [0, 60) seconds, got {value!r}")
-    is_async = config.async_scheduling and era is EngineEra.V1
+    is_async = bool(config.async_scheduling) and era is EngineEra.V1
     return HostOverhead(era, fixed, per_seq, is_async, era is EngineEra.V0, source)

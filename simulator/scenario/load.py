@@ -194,7 +194,7 @@ def _execution(t: Table) -> ExecutionConfig:
         weight_bw_efficiency=_optional_fraction(t, "weight_bw_efficiency"),
         step_overhead_s=t.number("step_overhead_s", None, hi=59.0),
         step_overhead_s_per_seq=t.number("step_overhead_s_per_seq", None, hi=1.0),
-        async_scheduling=t.flag("async_scheduling", False),
+        async_scheduling=t.flag("async_scheduling", None),
         frontend_s=t.number("frontend_s", None, hi=59.0),
         allreduce_bw_gbps=t.number("allreduce_bw_gbps", None, hi=1e5, lo_open=True),
         allreduce_latency_us=t.number("allreduce_latency_us", None, hi=1e6),

@@ -25,7 +25,7 @@ from pagesim.simulator.core.defaults import (
 )
 from pagesim.simulator.core.deployments import Deployment, deployments
 from pagesim.simulator.core.limits import MAX_FLEET_KV_BLOCKS
-from pagesim.simulator.execution.overhead import era_of, host_overhead
+from pagesim.simulator.execution.overhead import era_of, for_system, host_overhead
 from pagesim.simulator.execution.profile_file import load_profile
 from pagesim.simulator.kv.capacity import Capacity, kv_capacity
 from pagesim.simulator.scenario.load import load_scenario, resolve_scenario
@@ -218,5 +218,5 @@ def _host_knob(scenario: Scenario, system: SystemConfig) -> ResolvedKnob:
     """The host overhead per step: an era default too, but the execution model's rule
     (execution/overhead.py), so it is listed beside core.defaults' knobs under the key a run's
     provenance uses. A profile measured by pagesim prices its own empty step instead."""
-    host = host_overhead(scenario.execution, era_of(system.policy))
+    host = host_overhead(for_system(scenario.execution, system), era_of(system.policy))
     return ResolvedKnob(HOST_OVERHEAD_KEY, host.text(), host.source)

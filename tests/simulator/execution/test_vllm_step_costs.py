@@ -10,10 +10,19 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from sim_helpers import poisson_workload, scenario
 
 from pagesim.simulator.core.catalog import ModelSpec, get_gpu, get_model
-from pagesim.simulator.core.config import ExecutionConfig, Policy
+from pagesim.simulator.core.config import (
+    ExecutionConfig,
+    Policy,
+    SpecMethod,
+    SpeculativeConfig,
+    SystemConfig,
+    VllmVersion,
+)
 from pagesim.simulator.core.plan import SeqWork, StepPlan
+from pagesim.simulator.execution.factory import make_execution_model
 from pagesim.simulator.execution.overhead import EngineEra, era_of
 from pagesim.simulator.execution.roofline import RooflineModel
 
@@ -84,6 +93,38 @@ def test_row1_v1_host_work_is_about_a_millisecond_and_hides_under_async_scheduli
     # Async scheduling is V1's: a V0 system ignores it.
     v0 = RooflineModel(model, H100, replace(CONFIG, async_scheduling=True), era=EngineEra.V0)
     assert not v0.host.is_overlapped
+
+
+@pytest.mark.parametrize(
+    ("version", "method", "setting", "is_async"),
+    [
+        (VllmVersion.V0_34, None, None, True),  # on by default from v0.14.0
+        (VllmVersion.V0_33, None, None, True),
+        (VllmVersion.V0_11, None, None, False),  # `--async-scheduling` opt-in in v0.11.0
+        (VllmVersion.V0_34, SpecMethod.NGRAM, None, False),  # n-gram drafts never take it
+        (VllmVersion.V0_34, SpecMethod.EAGLE, None, True),
+        (VllmVersion.V0_34, None, False, False),  # the scenario's [execution] value wins
+        (VllmVersion.V0_11, None, True, True),
+    ],
+)
+def test_row1_a_v1_system_overlaps_its_host_work_as_its_release_does(
+    version: VllmVersion, method: SpecMethod | None, setting: bool | None, is_async: bool
+) -> None:
+    """vLLM's `VllmConfig.__post_init__` (v0.14.0 on) turns async scheduling on when the user
+    left it unset and nothing in use forbids it (core/vllm_eras.py async_scheduling_default):
+    the execution model a system gets (execution/factory.py) prices its host so."""
+    spec = None
+    if method is not None:
+        spec = SpeculativeConfig(method, num_speculative_tokens=3, acceptance_rate=0.7)
+    on = replace(
+        scenario(poisson_workload(4, 1.0)), execution=replace(CONFIG, async_scheduling=setting)
+    )
+    system = SystemConfig("v1", Policy.VLLM_V1, vllm_version=version, speculative=spec)
+    model = make_execution_model(on, system)
+    priced = getattr(model, "base", model)  # speculative decoding wraps the base model
+    assert priced.host.is_overlapped is is_async
+    v0 = make_execution_model(on, SystemConfig("v0", Policy.VLLM_V0))
+    assert not v0.host.is_overlapped  # type: ignore[attr-defined]
 
 
 # ---------------------------------------------------------------- row 6: all-reduce per call
