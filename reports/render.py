@@ -23,6 +23,12 @@ import numpy as np
 import pandas as pd
 
 from pagesim.reports import plots
+from pagesim.reports.block_map_files import (
+    BLOCK_MAPS_DIR,
+    BlockMapLink,
+    block_maps_html,
+    parse_links,
+)
 from pagesim.reports.findings import derive_findings
 from pagesim.reports.frames import unique_slugs
 from pagesim.reports.glossary import SUMMARY_METRICS
@@ -51,6 +57,7 @@ PLOTS_DIR = "plots"
 RESERVED_NAMES = frozenset(
     {
         PLOTS_DIR,
+        BLOCK_MAPS_DIR,
         INPUTS_FILE,
         MANIFEST_FILE,
         "cache",
@@ -130,6 +137,7 @@ def write_report(
     calibration: Mapping[str, object] | None = None,
     detail: str | None = None,
     num_workers: int | None = None,
+    block_maps: Sequence[BlockMapLink] = (),
 ) -> Path:
     """Write the report folder (see the module docstring) and return the path of report.html.
 
@@ -138,8 +146,9 @@ def write_report(
     with the sweep's findings, curves and table; `results` (maybe none) are then per-system
     detail at one point, which `detail` names. `findings` replaces the derived sentences;
     `calibration` follows `reports.calibration_plots.parse_calibration`; `num_workers` processes
-    draw the plots (default: one per CPU). Raises ValueError on nothing to report or a malformed
-    calibration input.
+    draw the plots (default: one per CPU); `block_maps` links the pages of a run recorded with
+    --block-map (reports/block_map_files.py). Raises ValueError on nothing to report or a
+    malformed calibration input.
     """
     if not results and sweep is None:
         raise ValueError("write_report: no results to report")
@@ -161,6 +170,7 @@ def write_report(
                 "calibration": calibration,
                 "folders": slugs,
                 "detail": detail,
+                **({"block_maps": [list(link) for link in block_maps]} if block_maps else {}),
             },
             indent=2,
             default=_json_default,
@@ -177,6 +187,8 @@ def write_report(
         sections = _sweep_sections(
             sweep, results, findings, made(sweep_jobs), made(run_jobs + extra), notes, detail
         )
+    if block_maps:
+        sections.append(("block-maps", "Block maps", block_maps_html(block_maps)))
     sections += [
         ("scenario", "Scenario as run", f"<pre>{esc(scenario_text)}</pre>"),
         ("provenance", "Provenance", provenance_table(provenance, results)),
@@ -276,6 +288,7 @@ def render_saved(saved: SavedReport, out_dir: Path) -> Path:
             sweep=saved.sweep,
             calibration=inputs["calibration"],
             detail=str(inputs["detail"]) if inputs.get("detail") else None,
+            block_maps=parse_links(inputs.get("block_maps"), INPUTS_FILE),
         )
     except ValueError as exc:  # a calibration input that does not parse
         raise InputError(f"{INPUTS_FILE}: {exc}") from None
