@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Generator
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 import simpy
@@ -27,9 +28,11 @@ from pagesim.simulator.core.collector import collector_paused
 from pagesim.simulator.core.config import Scenario, SystemConfig
 from pagesim.simulator.core.errors import InputError
 from pagesim.simulator.execution.checks import utilization_warnings
-from pagesim.simulator.metrics.block_map import BlockMapRecorder, check_mappable
 from pagesim.simulator.metrics.result import RunResult
 from pagesim.simulator.workload.stream import WorkloadStats, iter_requests
+
+if TYPE_CHECKING:  # imported by the runs that record one only
+    from pagesim.simulator.metrics.block_map import BlockMapRecorder
 
 StallError = ReplicaStallError  # the scheduler holds requests but can make no progress
 
@@ -71,6 +74,8 @@ def simulate(
             "scenario without them"
         )
     if block_map is not None:
+        from pagesim.simulator.metrics.block_map import check_mappable
+
         check_mappable(scenario)
     if is_fleet:
         from pagesim.simulator.cluster.disagg_result import simulate_any_fleet

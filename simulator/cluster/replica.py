@@ -11,6 +11,7 @@ count of requests in flight stays a count a real router keeps: it sees each resp
 from __future__ import annotations
 
 from collections.abc import Callable, Generator
+from typing import TYPE_CHECKING
 
 import simpy
 
@@ -30,11 +31,13 @@ from pagesim.simulator.execution.factory import make_execution_model
 from pagesim.simulator.execution.model import ExecutionModel
 from pagesim.simulator.execution.roofline import RooflineModel
 from pagesim.simulator.kv.capacity import kv_capacity
-from pagesim.simulator.metrics.block_map import BlockMapRecorder
 from pagesim.simulator.metrics.recorder import Recorder
 from pagesim.simulator.metrics.result import RunResult
 from pagesim.simulator.policies.factory import make_scheduler
 from pagesim.simulator.policies.paged import PagedScheduler
+
+if TYPE_CHECKING:  # imported by the runs that record one only
+    from pagesim.simulator.metrics.block_map import BlockMapRecorder
 
 # Off: every step its own event (tests compare the two; the results are the same).
 USE_WINDOWS = True

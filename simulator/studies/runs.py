@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
@@ -26,12 +27,6 @@ from pagesim.simulator.core.defaults import (
 )
 from pagesim.simulator.execution.overhead import era_of, host_overhead
 from pagesim.simulator.kv.capacity import Capacity, kv_capacity
-from pagesim.simulator.metrics.block_map import (
-    BlockMap,
-    BlockMapRecorder,
-    BlockMapWindow,
-    check_mappable,
-)
 from pagesim.simulator.metrics.result import RunResult
 from pagesim.simulator.scenario.load import load_scenario, resolve_scenario
 from pagesim.simulator.studies.capacity_search import (
@@ -51,6 +46,9 @@ from pagesim.simulator.studies.sweep import (
     run_sweep,
     select_detail,
 )
+
+if TYPE_CHECKING:  # imported by the runs that record one only
+    from pagesim.simulator.metrics.block_map import BlockMap, BlockMapWindow
 
 Advance = Callable[[int], None]
 Progress = Callable[[int, str], AbstractContextManager[Advance]]
@@ -96,6 +94,7 @@ def simulate_run(
     """Simulate every system of a loaded scenario, in the file's order; with `block_map`, record
     that window of each one's blocks (simulator/metrics/block_map.py)."""
     from pagesim.simulator.engine import simulate
+    from pagesim.simulator.metrics.block_map import BlockMapRecorder, check_mappable
 
     scenario = loaded.scenario
     if block_map is not None:
