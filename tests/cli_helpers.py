@@ -22,6 +22,16 @@ class CliResult:
     err: str
 
 
+def refused(result: CliResult, *needles: str) -> None:
+    """Exit 2, one `error:` line holding every needle, no traceback."""
+    assert result.exit_code == 2, (result.exit_code, result.out, result.err)
+    lines = [line for line in result.err.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1, result.err
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+    assert "Traceback" not in result.err + result.out
+
+
 def run_cli(capsys: pytest.CaptureFixture[str], *args: str) -> CliResult:
     argv = sys.argv
     sys.argv = ["pagesim", *args]

@@ -11,7 +11,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from cli_helpers import CliResult, read_only, run_cli, tiny_scenario
+from cli_helpers import CliResult, read_only, refused, run_cli, tiny_scenario
 
 SCENARIO = tiny_scenario("repro")
 TRACE_WORKLOAD = '[workload]\ntrace = "t.csv"\n\n'
@@ -23,16 +23,6 @@ def repro(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.chdir(tmp_path)
     (tmp_path / "s.toml").write_text(SCENARIO)
     return tmp_path
-
-
-def refused(result: CliResult, *needles: str) -> None:
-    """Exit 2, one `error:` line holding every needle, no traceback."""
-    assert result.exit_code == 2, (result.exit_code, result.out, result.err)
-    lines = [line for line in result.err.splitlines() if line.startswith("error:")]
-    assert len(lines) == 1, result.err
-    for needle in needles:
-        assert needle in lines[0], (needle, lines[0])
-    assert "Traceback" not in result.err + result.out
 
 
 def with_trace(repro: Path, csv_text: str) -> str:

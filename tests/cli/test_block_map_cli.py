@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 
 import pytest
-from cli_helpers import CliResult, run_cli, tiny_scenario
+from cli_helpers import refused, run_cli, tiny_scenario
 
 
 @pytest.fixture
@@ -17,15 +17,6 @@ def here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.chdir(tmp_path)
     (tmp_path / "s.toml").write_text(tiny_scenario("mapped"))
     return tmp_path
-
-
-def refused(result: CliResult, *needles: str) -> None:
-    assert result.exit_code == 2, (result.exit_code, result.out, result.err)
-    lines = [line for line in result.err.splitlines() if line.startswith("error:")]
-    assert len(lines) == 1, result.err
-    for needle in needles:
-        assert needle in lines[0], (needle, lines[0])
-    assert "Traceback" not in result.err + result.out
 
 
 def test_a_run_writes_its_block_maps_and_the_report_links_them(

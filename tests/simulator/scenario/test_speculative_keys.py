@@ -7,7 +7,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from cli_helpers import CliResult, run_cli, tiny_scenario
+from cli_helpers import refused, run_cli, tiny_scenario
 
 from pagesim.simulator.core.config import SpecMethod
 from pagesim.simulator.scenario.load import describe_scenario, load_scenario, parse_scenario
@@ -21,15 +21,6 @@ def with_spec(folder: Path, table: str, base: str = BASE) -> Path:
     path = folder / "s.toml"
     path.write_text(base + "[systems.speculative]\n" + table)
     return path
-
-
-def refused(result: CliResult, *needles: str) -> None:
-    assert result.exit_code == 2, (result.exit_code, result.out, result.err)
-    lines = [line for line in result.err.splitlines() if line.startswith("error:")]
-    assert len(lines) == 1, result.err
-    for needle in needles:
-        assert needle in lines[0], (needle, lines[0])
-    assert "Traceback" not in result.err + result.out
 
 
 @pytest.fixture
