@@ -54,7 +54,7 @@ def run(
     Example: pagesim run swap_vs_recompute --out runs/swap --set workload.num_requests=100
     """
     from pagesim.reports.folders import write_run
-    from pagesim.simulator.metrics.block_map import BlockMapWindow
+    from pagesim.simulator.metrics.block_map_window import BlockMapWindow
     from pagesim.simulator.studies.runs import load_run, simulate_run
 
     window = None if block_map is None else BlockMapWindow.parse(block_map)

@@ -74,7 +74,7 @@ def simulate(
             "scenario without them"
         )
     if block_map is not None:
-        from pagesim.simulator.metrics.block_map import check_mappable
+        from pagesim.simulator.metrics.block_map_window import check_mappable
 
         check_mappable(scenario)
     if is_fleet:

@@ -12,8 +12,7 @@ counts that moved) and the step's events in words (simulator/metrics/block_event
 `BlockMap.states()` rebuilds every step's full state from them; a test compares each with the KV
 structures' own, walked step by step.
 
-    window   --block-map all | N | START:END     steps START..END-1 (0-based, as the engine
-                                                 counts them); N: the first N
+Which steps, and what a block map can draw: simulator/metrics/block_map_window.py.
 """
 
 from __future__ import annotations
@@ -21,12 +20,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
-from pagesim.simulator.core.config import Scenario, SystemConfig
+from pagesim.simulator.core.config import SystemConfig
 from pagesim.simulator.core.errors import InputError
 from pagesim.simulator.core.plan import StepPlan
 from pagesim.simulator.core.scheduler import Scheduler
-from pagesim.simulator.kv.capacity import Capacity, kv_capacity
-from pagesim.simulator.metrics.block_events import BlockEvent, paged_events, region_events
+from pagesim.simulator.kv.capacity import Capacity
+from pagesim.simulator.metrics.block_events import BlockEvent, region_events
 from pagesim.simulator.metrics.block_frames import (
     Frame,
     PagedFrame,
@@ -36,42 +35,14 @@ from pagesim.simulator.metrics.block_frames import (
     SeqState,
     read_frame,
 )
+from pagesim.simulator.metrics.block_map_window import (
+    FIELD,
+    MAX_STEPS,
+    BlockMapWindow,
+    unmappable_reason,
+)
+from pagesim.simulator.metrics.paged_events import paged_events
 from pagesim.simulator.policies.paged import PagedScheduler
-
-MAX_STEPS = 2_000  # steps one block map holds: a page a browser opens at once
-MAX_BLOCKS = 32_768  # GPU blocks one block map draws
-FIELD = "--block-map"
-
-
-@dataclass(frozen=True, slots=True)
-class BlockMapWindow:
-    """Steps `start` .. `end` - 1 (0-based); `end` None: to the run's end, which must come
-    within MAX_STEPS. `spec` is how it was asked for, for messages."""
-
-    start: int = 0
-    end: int | None = None
-    spec: str = "all"
-
-    @classmethod
-    def parse(cls, text: str) -> BlockMapWindow:
-        """`all`, `N` (the first N steps) or `START:END`; InputError naming --block-map."""
-        spec = text.strip()
-        how = "all, N (the first N steps) or START:END (steps START..END-1, e.g. 0:200)"
-        if spec == "all":
-            return cls(spec=spec)
-        head, colon, tail = spec.partition(":")
-        try:
-            start, end = (int(head), int(tail)) if colon else (0, int(head))
-        except ValueError:
-            raise InputError(f"{FIELD} {text!r}: not {how}") from None
-        if start < 0 or end <= start:
-            raise InputError(f"{FIELD} {text!r}: needs 0 <= START < END; give {how}")
-        if end - start > MAX_STEPS:
-            raise InputError(
-                f"{FIELD} {text!r}: {end - start:,} steps; a block map holds at most "
-                f"{MAX_STEPS:,} (e.g. {FIELD} {start}:{start + MAX_STEPS})"
-            )
-        return cls(start, end, spec)
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,37 +124,6 @@ def apply(state: MapState, record: StepRecord) -> MapState:
     seqs.update((s.seq_id, s) for s in record.seqs)
     regions = {r.seq_id: r for r in record.regions}
     return MapState(record.step, refs, contents, cpu, seqs, regions)
-
-
-def unmappable_reason(capacity: Capacity, system: SystemConfig) -> str | None:
-    """Why a block map cannot draw `system`'s KV cache (one line naming --block-map), or None."""
-    if capacity.layout is not None:
-        return (
-            f"{FIELD}: system {system.name!r} serves a model with sliding-window or state "
-            "layers (one block table per layer group), which a block map does not draw; use a "
-            "model of full attention only"
-        )
-    if capacity.num_gpu_blocks > MAX_BLOCKS:
-        return (
-            f"{FIELD}: system {system.name!r} has {capacity.num_gpu_blocks:,} KV blocks, more "
-            f"than a block map draws ({MAX_BLOCKS:,}); set num_kv_blocks or a larger block_size"
-        )
-    return None
-
-
-def check_mappable(scenario: Scenario) -> None:
-    """Before any run: InputError unless a block map can draw every system of `scenario` (one
-    replica, not a fleet; KV caches `unmappable_reason` accepts)."""
-    if scenario.cluster is not None or scenario.workload.sessions is not None:
-        raise InputError(
-            f"{FIELD}: scenario {scenario.name!r} runs a fleet ([cluster] or "
-            "[workload.sessions]); a block map draws one replica's KV cache: use a scenario "
-            "without them"
-        )
-    for system in scenario.systems:
-        reason = unmappable_reason(kv_capacity(scenario, system), system)
-        if reason is not None:
-            raise InputError(reason)
 
 
 class BlockMapRecorder:

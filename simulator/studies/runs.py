@@ -48,7 +48,8 @@ from pagesim.simulator.studies.sweep import (
 )
 
 if TYPE_CHECKING:  # imported by the runs that record one only
-    from pagesim.simulator.metrics.block_map import BlockMap, BlockMapWindow
+    from pagesim.simulator.metrics.block_map import BlockMap
+    from pagesim.simulator.metrics.block_map_window import BlockMapWindow
 
 Advance = Callable[[int], None]
 Progress = Callable[[int, str], AbstractContextManager[Advance]]
@@ -94,7 +95,8 @@ def simulate_run(
     """Simulate every system of a loaded scenario, in the file's order; with `block_map`, record
     that window of each one's blocks (simulator/metrics/block_map.py)."""
     from pagesim.simulator.engine import simulate
-    from pagesim.simulator.metrics.block_map import BlockMapRecorder, check_mappable
+    from pagesim.simulator.metrics.block_map import BlockMapRecorder
+    from pagesim.simulator.metrics.block_map_window import check_mappable
 
     scenario = loaded.scenario
     if block_map is not None:

@@ -20,7 +20,8 @@ from pathlib import Path
 
 from pagesim.simulator.core.errors import InputError, choices_text
 from pagesim.simulator.metrics.block_events import BlockEvent, EventKind, ids_text, plural
-from pagesim.simulator.metrics.block_map import BlockMap, BlockMapWindow, MapState
+from pagesim.simulator.metrics.block_map import BlockMap, MapState
+from pagesim.simulator.metrics.block_map_window import BlockMapWindow
 from pagesim.simulator.scenario.files import BUILTIN_DIR
 from pagesim.simulator.studies.runs import load_run, simulate_run
 

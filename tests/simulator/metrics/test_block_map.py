@@ -30,7 +30,8 @@ from pagesim.simulator.engine import simulate
 from pagesim.simulator.kv.contiguous import RegionCache
 from pagesim.simulator.kv.paged_cache import PagedKVCache
 from pagesim.simulator.metrics.block_events import EventKind
-from pagesim.simulator.metrics.block_map import BlockMap, BlockMapRecorder, BlockMapWindow
+from pagesim.simulator.metrics.block_map import BlockMap, BlockMapRecorder
+from pagesim.simulator.metrics.block_map_window import BlockMapWindow
 from pagesim.simulator.policies.paged import PagedScheduler
 from pagesim.simulator.policies.reserving import ReservingScheduler
 
