@@ -243,16 +243,23 @@ def _hit(
         whose = "of its own, cached before it was preempted"
     else:
         whose = "of a prompt computed before"
-    revived = [b for b in hits if b < len(prev.ref_counts) and prev.ref_counts[b] == 0]
-    held = len(hits) - len(revived)
-    how = []
-    if held:
-        how.append(f"{held} shared with running requests")
-    if revived:
-        how.append(f"{len(revived)} taken back from the free queue")
+    # Where each hit block was before the step: held by others (now shared), free but still
+    # cached (taken back from the free queue), or neither: cached in this very step as another
+    # request's prompt took it (vLLM V1 caches a block when it is allocated).
+    held = sum(1 for b in hits if prev.ref_counts[b])
+    revived = sum(1 for b in hits if not prev.ref_counts[b] and prev.hashes[b] is not None)
+    how = [
+        f"{n} {what}"
+        for n, what in (
+            (held, "held by other requests, now shared"),
+            (revived, "taken back from the free queue"),
+            (len(hits) - held - revived, "cached this step by the request computing it"),
+        )
+        if n
+    ]
     text = (
         f"{seq.owner.label} hits {plural(len(hits), 'cached block')} {whose} "
-        f"({ids_text(hits)}: {', '.join(how)}); it computes from token {len(hits) * block_size}"
+        f"({ids_text(hits)}: {'; '.join(how)}); it computes from token {len(hits) * block_size}"
     )
     return BlockEvent(EventKind.HIT, seq.owner, hits, text, is_shared_prefix=shared_prefix)
 
