@@ -121,8 +121,10 @@ class Replica:
                     self._runs = PureRuns(env, scheduler, execution, self.recorder)
         self._on_step = on_step
         self._block_map = block_map
-        if block_map is not None:
-            block_map.attach(self.scheduler, self.capacity, system, scenario.name)
+        if block_map is not None:  # its reader imported by the runs that record one only
+            from pagesim.simulator.cluster.block_reader import read_frame
+
+            block_map.attach(self.scheduler, read_frame, self.capacity, system, scenario.name)
         self._provenance_sources = _defaults_from(resolved.sources, self.execution)
         self._warmup_s = scenario.stop.warmup_s
         self._env = env

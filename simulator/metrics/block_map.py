@@ -17,7 +17,7 @@ Which steps, and what a block map can draw: simulator/metrics/block_map_window.p
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 
 from pagesim.simulator.core.config import SystemConfig
@@ -33,7 +33,6 @@ from pagesim.simulator.metrics.block_frames import (
     RegionFrame,
     RegionState,
     SeqState,
-    read_frame,
 )
 from pagesim.simulator.metrics.block_map_window import (
     FIELD,
@@ -42,7 +41,6 @@ from pagesim.simulator.metrics.block_map_window import (
     unmappable_reason,
 )
 from pagesim.simulator.metrics.paged_events import paged_events
-from pagesim.simulator.policies.paged import PagedScheduler
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +130,7 @@ class BlockMapRecorder:
     def __init__(self, window: BlockMapWindow | None = None) -> None:
         self.window = window or BlockMapWindow()
         self.scheduler: Scheduler | None = None  # the one attached (tests walk its KV)
+        self._read: Callable[[Scheduler], Frame] | None = None
         self._about: MapAbout | None = None
         self._num_steps = 0
         self._prev: Frame | None = None
@@ -139,17 +138,24 @@ class BlockMapRecorder:
         self._steps: list[StepRecord] = []
         self._content_of: dict[int, int] = {}  # content hash -> its number
         self._labels: dict[int, str] = {}  # content number -> what the block holds
+        self._holder_index: dict[int, dict[int, tuple[SeqState, int]]] = {}  # by id(frame)
 
     def attach(
-        self, scheduler: Scheduler, capacity: Capacity, system: SystemConfig, scenario: str
+        self,
+        scheduler: Scheduler,
+        read: Callable[[Scheduler], Frame],
+        capacity: Capacity,
+        system: SystemConfig,
+        scenario: str,
     ) -> None:
-        """Watch `scheduler`'s KV structures from now on (InputError if it has none a block
-        map draws: `unmappable_reason`)."""
+        """Watch `scheduler`'s KV structures from now on, reading each frame with `read`
+        (simulator/cluster/block_reader.py; InputError if it has none a block map draws:
+        `unmappable_reason`)."""
         reason = unmappable_reason(capacity, system)
         if reason is not None:
             raise InputError(reason)
-        self.scheduler = scheduler
-        paged = isinstance(scheduler, PagedScheduler)
+        self.scheduler, self._read = scheduler, read
+        paged = isinstance(read(scheduler), PagedFrame)
         self._about = MapAbout(
             scenario,
             system.name,
@@ -173,14 +179,14 @@ class BlockMapRecorder:
         if step == window.start - 1:
             self._take_baseline()
             return
-        assert self.scheduler is not None and self._prev is not None, "attach() first"
+        assert self._prev is not None, "attach() first"
         if len(self._steps) >= MAX_STEPS:
             raise InputError(
                 f"{FIELD} {window.spec}: system {self._system!r} runs past "
                 f"{MAX_STEPS:,} steps, more than a block map holds; give a window of at most "
                 f"{MAX_STEPS:,} steps, e.g. {FIELD} 0:500"
             )
-        frame = read_frame(self.scheduler)
+        frame = self._frame()
         self._steps.append(self._diff(step, start_s, end_s, plan, self._prev, frame))
         self._prev = frame
 
@@ -212,9 +218,13 @@ class BlockMapRecorder:
 
     # -- internals -----------------------------------------------------------------------------
 
+    def _frame(self) -> Frame:
+        assert self.scheduler is not None and self._read is not None, "attach() first"
+        self._holder_index.clear()
+        return self._read(self.scheduler)
+
     def _take_baseline(self) -> None:
-        assert self.scheduler is not None
-        frame = read_frame(self.scheduler)
+        frame = self._frame()
         self._prev = frame
         if isinstance(frame, PagedFrame):
             contents = [self._content(h, b, frame) for b, h in enumerate(frame.hashes)]
@@ -245,20 +255,30 @@ class BlockMapRecorder:
         one does (a block hashed as its holder is preempted: only the frame before knows)."""
         bs = self._block_size
         for frame in frames:
+            found = self._holders(frame).get(block)
+            if found is None:
+                continue
+            seq, i = found
+            request = frame.requests.get(seq.request_key)
+            tokens = f"tokens {i * bs}–{(i + 1) * bs - 1}"
+            shared = 0 if request is None or request.prefix_group is None else request.prefix_len
+            if (i + 1) * bs <= shared:
+                assert request is not None
+                return f"shared system prompt {request.prefix_group}, {tokens}"
+            return f"{seq.owner.label}, {tokens}"
+        return "content cached before the recorded steps, by a request gone since"
+
+    def _holders(self, frame: PagedFrame) -> dict[int, tuple[SeqState, int]]:
+        """GPU block -> a sequence holding it and its logical index, built once per frame."""
+        index = self._holder_index.get(id(frame))
+        if index is None:
+            index = {}
             for seq in frame.seqs.values():
-                if seq.is_swapped or block not in seq.table:
-                    continue
-                i = seq.table.index(block)
-                request = frame.requests.get(seq.request_key)
-                tokens = f"tokens {i * bs}–{(i + 1) * bs - 1}"
-                shared = (
-                    0 if request is None or request.prefix_group is None else request.prefix_len
-                )
-                if (i + 1) * bs <= shared:
-                    assert request is not None
-                    return f"shared system prompt {request.prefix_group}, {tokens}"
-                return f"{seq.owner.label}, {tokens}"
-        return "content no sequence holds"
+                if not seq.is_swapped:
+                    for i, block in enumerate(seq.table):
+                        index.setdefault(block, (seq, i))
+            self._holder_index[id(frame)] = index
+        return index
 
     def _describe(self, block_hash: int) -> str:
         number = self._content_of.get(block_hash)

@@ -11,6 +11,7 @@ from dataclasses import replace
 from sim_helpers import paged_scheduler, request
 from sim_helpers import step_and_check as _step
 
+from pagesim.simulator.cluster.block_reader import read_frame
 from pagesim.simulator.core.config import AdmissionOrder, Policy
 from pagesim.simulator.core.request import Request, SamplingKind
 from pagesim.simulator.kv.capacity import Capacity
@@ -29,7 +30,7 @@ def drive(
     invariant), with a block map told of every step."""
     recorder = BlockMapRecorder()
     capacity = Capacity(sched.kv.num_blocks, 16, 4, 0, 0)
-    recorder.attach(sched, capacity, sched.system, "story")
+    recorder.attach(sched, read_frame, capacity, sched.system, "story")
     for r in requests:
         sched.add_request(r, now)
     for i in range(num_steps):
