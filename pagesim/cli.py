@@ -39,18 +39,29 @@ def run(
     seed: Annotated[int | None, typer.Option(help="Override the scenario's seed.")] = None,
     set_: SetOption = None,
     report: Annotated[bool, typer.Option(help="Write the HTML/PNG report.")] = True,
+    block_map: Annotated[
+        str | None,
+        typer.Option(
+            "--block-map",
+            help="Also record every KV block, step by step, into block_maps/ (an interactive "
+            "page and a PNG strip per system): all (a run of at most 2,000 steps), N (the "
+            "first N steps) or START:END (steps START..END-1, at most 2,000).",
+        ),
+    ] = None,
 ) -> None:
     """Run every system of a scenario side by side and write a report.
 
     Example: pagesim run swap_vs_recompute --out runs/swap --set workload.num_requests=100
     """
     from pagesim.reports.folders import write_run
+    from pagesim.simulator.metrics.block_map_window import BlockMapWindow
     from pagesim.simulator.studies.runs import load_run, simulate_run
 
+    window = None if block_map is None else BlockMapWindow.parse(block_map)
     overrides = list(set_ or []) + ([f"seed={seed}"] if seed is not None else [])
     loaded = load_run(scenario, overrides)
     with _output(out, "run", scenario=loaded.scenario.name) as folder:
-        done = simulate_run(loaded, progress=console.progress_bar)
+        done = simulate_run(loaded, progress=console.progress_bar, block_map=window)
         console.echo_summaries(done.results)
         failed = console.echo_warnings(done.results)
         write_run(done, folder.staging, report=report)
@@ -272,7 +283,7 @@ def scenarios_golden(
 
 
 # The benchmark and the GPU-side commands register on the same apps.
-from pagesim import cli_bench, cli_calibration, cli_capacity  # noqa: E402, F401
+from pagesim import cli_bench, cli_calibration, cli_capacity, cli_explain  # noqa: E402, F401
 
 
 def main() -> None:

@@ -2,7 +2,7 @@
 (simulator.studies.runs): the report (reports.render), the data behind it, and what reproduces it.
 
 run:       scenario.toml and overrides.json as given, then report.html and its data
-           (or, without a report, each system's data only)
+           (or, without a report, each system's data only); block_maps/ when recorded
 sweep:     report.html with sweep.csv (the cache under cache/ is the sweep's own)
 capacity:  capacity.csv (the ranking), evaluations.csv (every rate tried), report.html of the
            best configurations at their highest sustained rate, and capacity.html
@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pagesim import __version__
+from pagesim.reports.block_map_files import write_block_maps
 from pagesim.reports.capacity import capacity_findings, write_capacity_page
 from pagesim.reports.frames import unique_slugs
 from pagesim.reports.render import RESERVED_NAMES, write_report
@@ -71,6 +72,7 @@ def write_run(
     out.mkdir(parents=True, exist_ok=True)
     (out / "scenario.toml").write_text(run.path.read_text())
     (out / "overrides.json").write_text(json.dumps(run.overrides))
+    links = write_block_maps(run.block_maps, out) if run.block_maps else []
     if report:
         return write_report(
             run.results,
@@ -81,6 +83,7 @@ def write_run(
             calibration=calibration_curves(run.scenario),
             num_workers=num_workers,
             question=run.scenario.report,
+            block_maps=links,
         )
     names = unique_slugs([r.system for r in run.results], reserved=RESERVED_NAMES)
     for result, name in zip(run.results, names, strict=True):

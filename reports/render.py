@@ -23,6 +23,12 @@ import numpy as np
 import pandas as pd
 
 from pagesim.reports import plots
+from pagesim.reports.block_map_files import (
+    BLOCK_MAPS_DIR,
+    BlockMapLink,
+    block_maps_html,
+    parse_links,
+)
 from pagesim.reports.findings import derive_findings
 from pagesim.reports.frames import unique_slugs
 from pagesim.reports.glossary import SUMMARY_METRICS
@@ -53,6 +59,7 @@ PLOTS_DIR = "plots"
 RESERVED_NAMES = frozenset(
     {
         PLOTS_DIR,
+        BLOCK_MAPS_DIR,
         INPUTS_FILE,
         MANIFEST_FILE,
         "cache",
@@ -137,6 +144,7 @@ def write_report(
     num_workers: int | None = None,
     question: ReportConfig | None = None,
     missing: Sequence[tuple[str, str]] = (),
+    block_maps: Sequence[BlockMapLink] = (),
 ) -> Path:
     """Write the report folder (see the module docstring) and return the path of report.html.
 
@@ -147,8 +155,9 @@ def write_report(
     the headlines answer first; `findings` replaces the derived sentences; `calibration`
     follows `reports.calibration_plots.parse_calibration`; `num_workers` processes draw the
     plots (default: one per CPU); `missing` names (system, why) the systems compared lack (a
-    capacity search's system that met the SLO nowhere). Raises ValueError on nothing to report
-    or a malformed calibration input.
+    capacity search's system that met the SLO nowhere); `block_maps` links the pages of a run
+    recorded with --block-map (reports/block_map_files.py). Raises ValueError on nothing to
+    report or a malformed calibration input.
     """
     if not results and sweep is None:
         raise ValueError("write_report: no results to report")
@@ -174,6 +183,7 @@ def write_report(
                 "detail": detail,
                 "question": question_to_json(question),
                 "missing": [list(m) for m in missing],
+                **({"block_maps": [list(link) for link in block_maps]} if block_maps else {}),
             },
             indent=2,
             default=_json_default,
@@ -192,6 +202,8 @@ def write_report(
         curves = made(sweep_jobs)
         sections = _sweep_sections(shown, results, facts, curves, question)
         sections += _detail_sections(results, made(run_jobs + extra), notes, detail, len(curves))
+    if block_maps:
+        sections.append(("block-maps", "Block maps", block_maps_html(block_maps)))
     sections += [
         ("scenario", "Scenario as run", f"<pre>{esc(scenario_text)}</pre>"),
         ("provenance", "Provenance", provenance_table(provenance, results)),
@@ -291,6 +303,7 @@ def render_saved(saved: SavedReport, out_dir: Path) -> Path:
             detail=str(inputs["detail"]) if inputs.get("detail") else None,
             question=inputs["question"],
             missing=[(str(s), str(why)) for s, why in inputs.get("missing", [])],
+            block_maps=parse_links(inputs.get("block_maps"), INPUTS_FILE),
         )
     except ValueError as exc:  # a calibration input that does not parse
         raise InputError(f"{INPUTS_FILE}: {exc}") from None

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Generator
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 import simpy
@@ -30,6 +31,9 @@ from pagesim.simulator.execution.checks import utilization_warnings
 from pagesim.simulator.metrics.result import RunResult
 from pagesim.simulator.workload.stream import WorkloadStats, iter_requests
 
+if TYPE_CHECKING:  # imported by the runs that record one only
+    from pagesim.simulator.metrics.block_map import BlockMapRecorder
+
 StallError = ReplicaStallError  # the scheduler holds requests but can make no progress
 
 
@@ -42,6 +46,7 @@ def simulate(
     on_step: Callable[[float], None] | None = None,
     execution_factory: ExecutionFactory | None = None,
     fast_path: bool | None = None,
+    block_map: BlockMapRecorder | None = None,
 ) -> RunResult:
     """Run one system of `scenario` (the first if none is named) to completion or the stop time.
 
@@ -53,6 +58,8 @@ def simulate(
     per-sequence state: no `on_step`, no `check_invariants`, no `execution_factory` (which may
     read the block tables every step), and the roofline prices the steps. `True` turns it on
     also under `check_invariants`, which then checks it (tests do).
+    `block_map`: record a window of the run's block states and events into this recorder
+    (simulator/metrics/block_map.py; the per-step path, whose results are the fast path's).
 
     A scenario with a [cluster] runs its fleet (simulator/cluster/): one result whose requests
     say which replica served them and whose summary holds the cluster's and each replica's.
@@ -66,6 +73,10 @@ def simulate(
             "hook or a measured execution model (a fidelity check) drives one replica: use a "
             "scenario without them"
         )
+    if block_map is not None:
+        from pagesim.simulator.metrics.block_map_window import check_mappable
+
+        check_mappable(scenario)
     if is_fleet:
         from pagesim.simulator.cluster.disagg_result import simulate_any_fleet
 
@@ -82,6 +93,7 @@ def simulate(
         on_step=on_step,
         execution_factory=execution_factory,
         fast_path=fast_path,
+        block_map=block_map,
     )
     rng = np.random.default_rng(scenario.seed)
     max_time = scenario.stop.max_time_s

@@ -11,6 +11,7 @@ count of requests in flight stays a count a real router keeps: it sees each resp
 from __future__ import annotations
 
 from collections.abc import Callable, Generator
+from typing import TYPE_CHECKING
 
 import simpy
 
@@ -36,6 +37,9 @@ from pagesim.simulator.metrics.result import RunResult
 from pagesim.simulator.policies.factory import make_scheduler
 from pagesim.simulator.policies.paged import PagedScheduler
 
+if TYPE_CHECKING:  # imported by the runs that record one only
+    from pagesim.simulator.metrics.block_map import BlockMapRecorder
+
 # Off: every step its own event (tests compare the two; the results are the same).
 USE_WINDOWS = True
 
@@ -52,8 +56,9 @@ class Replica:
 
     engine.simulate runs its single replica through this class too, with the hooks only it
     uses: `on_step(now)` after every step, `execution_factory` in place of the scenario's
-    execution model, and `fast_path` (see engine.simulate for when it is on by default); and
-    `on_done` None, since no router counts its requests in flight.
+    execution model, `fast_path` (see engine.simulate for when it is on by default), a
+    `block_map` recorder (simulator/metrics/block_map.py) told of every step; and `on_done`
+    None, since no router counts its requests in flight.
     """
 
     def __init__(
@@ -69,6 +74,7 @@ class Replica:
         on_step: Callable[[float], None] | None = None,
         execution_factory: ExecutionFactory | None = None,
         fast_path: bool | None = None,
+        block_map: BlockMapRecorder | None = None,
     ) -> None:
         resolved = resolve_runnable(system, scenario)
         system = resolved.system
@@ -81,12 +87,15 @@ class Replica:
             self.execution = make_execution_model(scenario, system)
         else:
             self.execution = execution_factory(scenario, system, self.scheduler)
+        if block_map is not None and fast_path:
+            raise ValueError("a block map reads every step's tables: it needs fast_path off")
         if fast_path is None:  # on when nobody looks at each step's per-sequence state
             fast_path = (
                 execution_factory is None
                 and isinstance(self.execution, RooflineModel)
                 and not check_invariants
                 and on_step is None
+                and block_map is None  # a block map reads every step's tables
             )
         # The client's view of this system (served or offline, V0's late delivery).
         self.frontend = frontend = frontend_of(scenario.execution, system)
@@ -120,6 +129,11 @@ class Replica:
                 ):
                     self._runs = PureRuns(env, scheduler, execution, self.recorder)
         self._on_step = on_step
+        self._block_map = block_map
+        if block_map is not None:  # its reader imported by the runs that record one only
+            from pagesim.simulator.cluster.block_reader import read_frame
+
+            block_map.attach(self.scheduler, read_frame, self.capacity, system, scenario.name)
         self._provenance_sources = _defaults_from(resolved.sources, self.execution)
         self._warmup_s = scenario.stop.warmup_s
         self._env = env
@@ -258,6 +272,8 @@ class Replica:
             if self._check:
                 scheduler.check_invariants()
             self.recorder.record_step(start, plan, cost, scheduler)
+            if self._block_map is not None:
+                self._block_map.record(start, env.now, plan)
             if self._on_done is not None:
                 self._settle()
             if self._on_step is not None:

@@ -164,6 +164,12 @@ class BlockPool:
         `ref_count` validates its argument, which costs more than the lookup itself."""
         return self._ref_counts
 
+    @property
+    def block_hashes(self) -> list[int | None]:
+        """The live per-block content hashes (None: uncached), read like `ref_counts` (never
+        write): a block map reads every block's state at once (simulator/metrics/block_map.py)."""
+        return self._hashes
+
     def block_hash(self, block: int) -> int | None:
         self._check_block(block)
         return self._hashes[block]

@@ -111,6 +111,11 @@ class CacheSlots(Generic[SeqT]):
     def block_hash(self, block: int) -> int | None:
         return self._gpu.block_hash(block)
 
+    def block_states(self) -> tuple[tuple[int, ...], tuple[int | None, ...]]:
+        """Every GPU block's reference count and content hash (None: uncached), copied: what a
+        block map records after a step (O(blocks), at C speed)."""
+        return tuple(self._gpu.ref_counts), tuple(self._gpu.block_hashes)
+
     def _seq(self, seq_id: int) -> SeqT:
         seq = self._seqs.get(seq_id)
         if seq is None:

@@ -44,6 +44,14 @@ class PagedKVCache(PagedSlots):
     def num_cpu_free_blocks(self) -> int:
         return self._swap_space.pool.num_free_blocks
 
+    def cpu_ref_count(self, block: int) -> int:
+        """References to CPU (swap) block `block`: one per swapped-out table that lists it."""
+        return self._swap_space.pool.ref_count(block)
+
+    def cpu_ref_counts(self) -> tuple[int, ...]:
+        """Every CPU block's reference count, copied (a block map's record of the swap space)."""
+        return tuple(self._swap_space.pool.ref_counts)
+
     @property
     def num_fork_saved_blocks(self) -> int:
         """GPU blocks forked sequences share instead of holding copies (BlockPool's count)."""

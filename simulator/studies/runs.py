@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
@@ -37,6 +38,10 @@ from pagesim.simulator.studies.sweep import (
     select_detail,
 )
 
+if TYPE_CHECKING:  # imported by the runs that record one only
+    from pagesim.simulator.metrics.block_map import BlockMap
+    from pagesim.simulator.metrics.block_map_window import BlockMapWindow
+
 Advance = Callable[[int], None]
 Progress = Callable[[int, str], AbstractContextManager[Advance]]
 
@@ -55,6 +60,7 @@ class ScenarioRun:
     scenario: Scenario
     overrides: list[str]  # as given, --seed last
     results: list[RunResult]  # one per system, in the file's order
+    block_maps: list[BlockMap] = field(default_factory=list)  # one per system, if asked for
 
 
 @dataclass(frozen=True)
@@ -72,17 +78,29 @@ def load_run(name: str | Path, overrides: Sequence[str] = ()) -> LoadedScenario:
     return LoadedScenario(path, load_scenario(path, list(overrides)), list(overrides))
 
 
-def simulate_run(loaded: LoadedScenario, progress: Progress = no_progress) -> ScenarioRun:
-    """Simulate every system of a loaded scenario, in the file's order."""
+def simulate_run(
+    loaded: LoadedScenario,
+    progress: Progress = no_progress,
+    block_map: BlockMapWindow | None = None,
+) -> ScenarioRun:
+    """Simulate every system of a loaded scenario, in the file's order; with `block_map`, record
+    that window of each one's blocks (simulator/metrics/block_map.py)."""
     from pagesim.simulator.engine import simulate
+    from pagesim.simulator.metrics.block_map import BlockMapRecorder
+    from pagesim.simulator.metrics.block_map_window import check_mappable
 
     scenario = loaded.scenario
-    results = []
+    if block_map is not None:
+        check_mappable(scenario)  # before any system runs
+    results, maps = [], []
     with progress(len(scenario.systems), f"simulating {scenario.name}") as advance:
         for system in scenario.systems:
-            results.append(simulate(scenario, system))
+            recorder = None if block_map is None else BlockMapRecorder(block_map)
+            results.append(simulate(scenario, system, block_map=recorder))
+            if recorder is not None:
+                maps.append(recorder.block_map())
             advance(1)
-    return ScenarioRun(loaded.path, scenario, loaded.overrides, results)
+    return ScenarioRun(loaded.path, scenario, loaded.overrides, results, maps)
 
 
 def run_scenario(

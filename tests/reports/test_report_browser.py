@@ -13,30 +13,16 @@ from __future__ import annotations
 import html
 import json
 import re
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 import matplotlib.image as mpimg
 import numpy as np
 import pytest
+from browser_helpers import chromium, needs_chromium
 from report_helpers import write_synthetic_report
 
-CHROMIUM = Path("/usr/bin/chromium")
-pytestmark = pytest.mark.skipif(
-    not CHROMIUM.exists(), reason="/usr/bin/chromium is absent (CI installs Debian's chromium)"
-)
-FLAGS = (
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-)
-TIMEOUT_S = 90
+pytestmark = needs_chromium
 NUM_PLOTS = 10  # seven per-run plots (sharing and preemptions shown), two sweep plots, calibration
 
 CHECKER = """<script>
@@ -86,16 +72,6 @@ class PageCheck:
     broken: list[str]
     errors: list[str]  # seen by the checker script
     console: list[str]  # Chromium's console log lines on stderr
-
-
-def chromium(args: list[str], profile: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(CHROMIUM), *FLAGS, f"--user-data-dir={profile}", *args],
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT_S,
-        check=False,
-    )
 
 
 def check_page(page: Path, work: Path) -> PageCheck:
