@@ -10,6 +10,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from cli_helpers import run_cli
 
 from pagesim.simulator.core.catalog import GPUS, MODELS
 from pagesim.simulator.core.config import Scenario
@@ -83,6 +84,12 @@ def test_every_guide_is_reached_from_the_readme_and_every_link_resolves() -> Non
 
 def test_the_committed_reference_is_what_the_command_prints() -> None:
     assert REFERENCE.read_text() == render_reference(), f"stale: run `{COMMAND}`"
+
+
+def test_the_command_prints_the_reference(capsys: pytest.CaptureFixture[str]) -> None:
+    done = run_cli(capsys, "scenarios", "reference")
+    assert (done.exit_code, done.err) == (0, "")
+    assert done.out == REFERENCE.read_text()
 
 
 def test_every_schema_key_has_words_and_every_word_a_key() -> None:
