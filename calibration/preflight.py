@@ -32,7 +32,7 @@ import numpy as np
 from pagesim.calibration.kernel import Variant
 
 # The variants the first GPU call depends on: Llama-2-7B (32 heads, MHA) and Llama-3-8B (32 heads
-# over 8 KV heads: GQA-4), fp16, 16-token blocks (FACTS.md model table).
+# over 8 KV heads: GQA-4), fp16, 16-token blocks (docs/facts.md, "Models").
 PREFLIGHT_LAYOUTS = {"llama-2-7b (MHA)": (32, 32), "llama-3-8b (GQA-4)": (32, 8)}
 MIN_COPY_GBPS = 100.0  # far below any datacenter GPU's copy rate: only a broken setup is slower
 

@@ -282,6 +282,16 @@ def scenarios_golden(
         check_builtins(on_checked=console.echo_golden)
 
 
+@scenarios_app.command("reference")
+def scenarios_reference() -> None:
+    """Print the scenario file reference: every table and key, every model, GPU and other
+    preset (docs/scenario-reference.md is this output: pagesim scenarios reference >
+    docs/scenario-reference.md)."""
+    from pagesim.simulator.scenario.reference import render_reference
+
+    typer.echo(render_reference(), nl=False)
+
+
 # The benchmark and the GPU-side commands register on the same apps.
 from pagesim import cli_bench, cli_calibration, cli_capacity, cli_explain  # noqa: E402, F401
 

@@ -86,7 +86,7 @@ def calibrate(
 
 
 VidurDir = Annotated[
-    Path, typer.Argument(help="A copy of Vidur's data/profiling (e.g. ../shared/vidur_profiling).")
+    Path, typer.Argument(help="A copy of Vidur's data/profiling (e.g. vidur/data/profiling).")
 ]
 
 
@@ -118,7 +118,7 @@ def import_vidur(
 ) -> None:
     """Turn Vidur's per-operator GPU measurements into a pagesim profile (provenance included).
 
-    Example: pagesim calibrate import-vidur ../shared/vidur_profiling --model llama-2-70b
+    Example: pagesim calibrate import-vidur vidur/data/profiling --model llama-2-70b
     --gpu a100-80gb --tp 2 --out a100-70b-tp2.json
     """
     from pagesim.calibration.outputs import check_out_file
@@ -150,7 +150,7 @@ def fit_roofline(
     """Fit the roofline's per-GPU factors and interconnects to Vidur's measurements; print them
     as simulator/core/hardware.py writes them (it holds this command's output).
 
-    Example: pagesim calibrate fit-roofline ../shared/vidur_profiling
+    Example: pagesim calibrate fit-roofline vidur/data/profiling
     """
     from pagesim.calibration.outputs import check_out_file
     from pagesim.calibration.roofline_fit import constants_text, fit_all, write_fitted
@@ -174,7 +174,7 @@ def error_table(
     """Tabulate the roofline's error against Vidur's measurements (before and after the fit, per
     operator and step shape) and the imported profiles' held-out error.
 
-    Example: pagesim calibrate error-table ../shared/vidur_profiling
+    Example: pagesim calibrate error-table vidur/data/profiling
     """
     from pagesim.calibration.outputs import check_out_file, write_out
     from pagesim.calibration.step_errors import error_page

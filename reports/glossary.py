@@ -1,6 +1,6 @@
 """The metrics glossary: every summary key, request column and step column a report shows.
 
-Definitions follow /DESIGN.md ("Metrics"); the request and step column texts come from the
+Definitions follow docs/design.md ("Metrics"); the request and step column texts come from the
 contract in `simulator.metrics.result`, so the glossary cannot drift from the frames it describes.
 Each summary key also carries a `Unit`, which the HTML table uses to format it for reading.
 """

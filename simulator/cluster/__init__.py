@@ -1,2 +1,2 @@
 """Fleets: several replicas, each the step loop of cluster/replica.py (a single run's too),
-behind a router, in one SimPy environment (DESIGN.md, "Where it grows: fleets")."""
+behind a router, in one SimPy environment (docs/design.md, "Fleets")."""

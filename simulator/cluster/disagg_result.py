@@ -16,7 +16,7 @@ the one vLLM's proxy streams back; `admitted_s` its admission on the prefill rep
 
 The four `ttft_*` parts add up to `ttft_s` exactly.
 
-Summary: DESIGN.md's metrics over all requests, the fleet figures of cluster/result.py
+Summary: docs/design.md's metrics over all requests, the fleet figures of cluster/result.py
 (`num_gpus`, `goodput_req_s_per_gpu`, step figures, `replica_<i>_*`, a mixture of experts'
 `moe_*` pooled over prefill and decode replicas), and `num_prefill_gpus`,
 `num_decode_gpus`, the mean and p99 of each TTFT part, `num_transfers`, `transfer_bytes_total`,

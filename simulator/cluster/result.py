@@ -1,7 +1,7 @@
 """A fleet run as one `RunResult`: every request with the replica it ran on, every step with its
 replica, and a summary of the cluster beside each replica's own figures.
 
-Cluster metrics (the request-level ones are DESIGN.md's, over all replicas' requests):
+Cluster metrics (the request-level ones are docs/design.md's, over all replicas' requests):
 
 - `num_replicas`, `num_gpus` (replicas x tensor-parallel degree).
 - `goodput_req_s_per_gpu`: goodput over the number of GPUs.

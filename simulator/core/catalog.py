@@ -1,6 +1,6 @@
 """Model and GPU catalogs: the shapes that set KV bytes and FLOPs, the datasheets that set ceilings.
 
-Figures come from ../shared/FACTS.md (Hugging Face `config.json` fields; datasheet GPU numbers).
+Figures and their sources: docs/facts.md (Hugging Face `config.json` fields; GPU datasheets).
 Datasheet numbers are leads: a measured profile (calibration/) always wins over them.
 """
 
@@ -98,7 +98,7 @@ def _preset(
     max_len: int,
     params: int | None = None,
 ) -> ModelSpec:
-    head_dim = 128  # every model of FACTS.md uses 128
+    head_dim = 128  # every classic model uses 128 (docs/facts.md, "Models")
     if params is None:
         params = count_params(layers, heads, kv_heads, head_dim, hidden, intermediate, vocab, gated)
     return ModelSpec(
@@ -106,7 +106,7 @@ def _preset(
     )
 
 
-# Published parameter counts (FACTS.md) where given; others are counted from the shapes.
+# Published parameter counts (docs/facts.md) where given; others are counted from the shapes.
 CLASSIC_MODELS: dict[str, ModelSpec] = {
     m.name: m
     for m in (
@@ -124,7 +124,7 @@ CLASSIC_MODELS: dict[str, ModelSpec] = {
     )
 }
 
-# The dense 16-bit models of FACTS.md (the paged-attention kernel's catalog), then the models
+# The dense 16-bit models of docs/facts.md (the paged-attention kernel's catalog), then models
 # served in 2025-26: MoE, MLA, sliding-window and hybrid, each from its published config.json.
 MODELS: dict[str, ModelSpec] = {**CLASSIC_MODELS, **MODERN_MODELS}
 
@@ -160,7 +160,8 @@ class GPUSpec:
 
 GB = 1e9
 
-# Memory as marketed ("80 GB" HBM is 80 GiB); bandwidths and FLOP/s in decimal units (FACTS.md;
+# Memory as marketed ("80 GB" HBM is 80 GiB); bandwidths and FLOP/s in decimal units (NVIDIA's
+# datasheets and product pages, linked in docs/facts.md, "GPUs";
 # the A40 from NVIDIA's A40 datasheet: 48 GB GDDR6, 696 GB/s, 149.7 TFLOP/s dense fp16 tensor).
 # Factors: fitted where Vidur measured the GPU (A100-80GB, H100-SXM, A40), else the closest
 # measured GPU's, marked extrapolated: A100-40GB <- A100-80GB (same chip); H200 <- H100 (same

@@ -267,19 +267,19 @@ DGX_H100 = Interconnect(
 )
 # fmt: on
 # PCIe 4 x16, no NVLink (L40S, L4, A40 without its bridge): an estimate, not measured here. Bus
-# bandwidth 20 GB/s, below the link's ~25 GB/s effective (FACTS.md), inside the 10-25 GB/s of a
+# bandwidth 20 GB/s, below the link's ~25 GB/s effective (docs/facts.md), inside the 10-25 GB/s of a
 # PCIe ring that issue 12 cites; latency 30 us, of the order of Vidur's NVLink all-reduce latencies
 # (above: PCIe adds host round trips, so if anything more).
 PCIE4 = Interconnect(
-    "pcie4 (estimate)", 30e-6, 20e9, "estimate: PCIe 4 x16 ~25 GB/s (FACTS.md), no NVLink", False
+    "pcie4 (estimate)", 30e-6, 20e9, "estimate: PCIe 4 x16 ~25 GB/s effective, no NVLink", False
 )
-# RTX 4090: no peer-to-peer over PCIe (FACTS.md), so NCCL stages through host memory and every byte
-# crosses the link twice: half the bandwidth of PCIE4 (an estimate).
+# RTX 4090: no peer-to-peer over PCIe (docs/facts.md), so NCCL stages through host memory and
+# every byte crosses the link twice: half the bandwidth of PCIE4 (an estimate).
 PCIE4_NO_P2P = Interconnect(
     "pcie4, no peer-to-peer (estimate)",
     30e-6,
     10e9,
-    "estimate: PCIe 4 x16 without peer-to-peer (FACTS.md), staged through host memory",
+    "estimate: PCIe 4 x16 without peer-to-peer, staged through host memory",
     False,
 )
 

@@ -73,13 +73,13 @@ LINK_PRESETS: dict[str, LinkPreset] = {
         25 * GB,
         0.0,
         "PCIe 4.0 x16: 16 GT/s x 16 lanes, 128b/130b = 31.5 GB/s per direction nominal "
-        "(PCI-SIG); ~25 GB/s effective, an estimate (FACTS.md, the host-link figure)",
+        "(PCI-SIG); ~25 GB/s effective, an estimate (the GPU presets' host-link figure)",
     ),
     "pcie5": LinkPreset(
         50 * GB,
         0.0,
         "PCIe 5.0 x16: 32 GT/s x 16 lanes = 63 GB/s per direction nominal (PCI-SIG); "
-        "~50 GB/s effective, an estimate (FACTS.md, the host-link figure)",
+        "~50 GB/s effective, an estimate (the GPU presets' host-link figure)",
     ),
 }
 

@@ -2,8 +2,8 @@
 
 Every problem with a scenario file is an `InputError` whose one-line message names the file, the
 key (a dotted path such as `systems[1].policy`), what is wrong and the valid choices or range.
-Nothing else escapes, however malformed the input. The schema (full reference, with examples, in
-scenarios/README.md; keys are simulator/core/config.py field names):
+Nothing else escapes, however malformed the input. The schema (full reference in
+docs/scenario-reference.md, `pagesim scenarios reference`; keys are config.py field names):
 
     name = "..."                  # default: the file's stem
     description = "..."           # its first line is what `pagesim scenarios list` shows

@@ -185,7 +185,7 @@ def configurations(
                 f"{where}: workload.arrival: a capacity search varies rate_per_s, but the "
                 f"arrivals are {kind}; valid kinds: {', '.join(k.value for k in _RATED)}; "
                 "or add a [capacity] section to size a fleet for these arrivals as they are "
-                "(scenarios/README.md)"
+                "(docs/fleets.md)"
             )
     return [
         Config(axes, variant, system) for axes, variant in variants for system in variant.systems

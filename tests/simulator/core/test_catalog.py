@@ -1,4 +1,4 @@
-"""Catalog figures against FACTS.md, config.json loading, and the `pagesim kv` contract."""
+"""Catalog figures against docs/facts.md, config.json loading, and the `pagesim kv` contract."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from pagesim.simulator.core.catalog import (
 from pagesim.simulator.core.errors import InputError
 from pagesim.simulator.kv.sizing import kv_report
 
-# KV bytes per token from FACTS.md (fp16).
+# KV bytes per token from docs/facts.md (fp16).
 FACTS_KV_BYTES = {
     "llama-2-7b": 524_288,
     "llama-2-13b": 819_200,

@@ -1,5 +1,5 @@
 """Issue 12's divergence table and metric list, one story each, step by step with exact block ids
-and step contents, each naming the vLLM file, function and version it mirrors (FACTS.md, "vLLM
+and step contents, each naming the vLLM file, function and version it mirrors (docs/facts.md, "vLLM
 behaviour by version"). Rows told elsewhere are listed in /work/notes/i12_tests.md.
 
 Block size 4 throughout; `prefix_len` tokens are shared with every other request that has them.

@@ -3,7 +3,6 @@ matches the config types."""
 
 from __future__ import annotations
 
-import re
 import tomllib
 from pathlib import Path
 
@@ -11,7 +10,7 @@ import pytest
 from scenario_helpers import error_of
 
 from pagesim.simulator.core.catalog import get_gpu, get_model
-from pagesim.simulator.core.config import ArrivalKind, Policy, Scenario
+from pagesim.simulator.core.config import ArrivalKind, Policy
 from pagesim.simulator.scenario import load as sc
 from pagesim.simulator.scenario.load import (
     BUILTIN_DIR,
@@ -104,15 +103,6 @@ def test_resolve_scenario_by_name_path_or_not_at_all(mini: Path) -> None:
     message = error_of("no_such_scenario")
     assert message.startswith("'no_such_scenario': no such scenario file or built-in; built-ins: ")
     assert "textbook_static_vs_continuous" in message
-
-
-def test_the_readme_schema_example_is_a_valid_scenario() -> None:
-    readme = (BUILTIN_DIR / "README.md").read_text()
-    block = re.search(r"```toml\n(.*?)```", readme, re.S)
-    assert block is not None
-    scenario = parse_scenario(tomllib.loads(block[1]), BUILTIN_DIR / "example.toml")
-    assert isinstance(scenario, Scenario)
-    assert set(tomllib.loads(block[1])) == set(sc.SCHEMA)  # every top-level key documented
 
 
 def test_system_readers_cover_every_system_config_field() -> None:
