@@ -34,7 +34,7 @@ MAX_LINE_CHARS = 200
 # What ships in the package or documents it: none of it may cite a file a user does not have.
 PACKAGE_DIRS = ("pagesim", "simulator", "calibration", "reports", "scenarios", "kernels", "docs")
 TEXT_SUFFIXES = {".py", ".md", ".toml", ".json", ".sh", ".cu", ".txt", ".js", ".css", ".csv"}
-OUTSIDE = re.compile(r"DESIGN\.md|FACTS\.md|\.\./shared|/work/shared|(?<![\w.-])shared/")
+OUTSIDE = re.compile(r"DESIGN\.md|FACTS\.md|\.\./shared|/work/|(?<![\w.-])shared/")
 
 
 def _section(text: str, heading: str) -> str:
