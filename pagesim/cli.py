@@ -115,6 +115,8 @@ def sweep(
         write_sweep(done, folder.staging, list(set_ or []))
         _commit(folder, points[0].scenario.name)
     typer.echo(f"sweep table: {out / 'sweep.csv'}\nreport: {out / 'report.html'}")
+    if (out / "frontier.csv").exists():
+        typer.echo(f"Pareto frontier: {out / 'frontier.csv'}")
 
 
 @app.command()

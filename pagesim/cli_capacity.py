@@ -129,6 +129,7 @@ def capacity(
         write_capacity(done, folder.staging, list(set_ or []))
         commit(folder, configs[0].scenario.name)
     typer.echo(f"ranking: {out / 'capacity.csv'}\ncapacity page: {out / 'capacity.html'}")
+    _echo_frontier(out)
 
 
 def _capacity_fleets(
@@ -170,3 +171,10 @@ def _capacity_fleets(
         f"ranking: {out / 'capacity.csv'} (and capacity.json)\n"
         f"capacity page: {out / 'capacity.html'}"
     )
+    _echo_frontier(out)
+
+
+def _echo_frontier(out: Path) -> None:
+    """Where the Pareto frontier went, when the search had one (simulator/studies/frontier.py)."""
+    if (out / "frontier.csv").exists():
+        typer.echo(f"Pareto frontier: {out / 'frontier.csv'}")

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from pagesim.reports import disagg_plots, fleet_plots, plots
+from pagesim.reports import disagg_plots, fleet_plots, frontier_plots, plots
 from pagesim.reports.curves import RATE_COLUMN, curve_metrics, other_axis, sweep_column
 from pagesim.simulator.metrics.result import RunResult
 
@@ -219,6 +219,17 @@ def sweep_plot_jobs(sweep: pd.DataFrame) -> list[PlotJob]:
                 "KV waste, throughput and mean normalized latency against the paged block size "
                 "(tokens per block).",
                 lambda path: plots.plot_block_size_ablation(sweep, path, block_column=block),
+                1.0,
+            )
+        )
+    frontier = frontier_plots.sweep_frontier(sweep)
+    if frontier is not None:  # tokens/s per GPU vs per user, cost vs p99 TTFT
+        jobs.append(
+            PlotJob(
+                "frontier",
+                frontier_plots.TITLE,
+                frontier_plots.CAPTION,
+                lambda path: frontier_plots.plot_frontier(frontier, path),
                 1.0,
             )
         )

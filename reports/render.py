@@ -62,6 +62,7 @@ RESERVED_NAMES = frozenset(
         "capacity.csv",
         "capacity.html",
         "evaluations.csv",
+        "frontier.csv",
     }
 )
 

@@ -5,7 +5,7 @@ then the frames of the best fleets for the report (simulator.studies.fleet_searc
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pandas as pd
@@ -38,6 +38,7 @@ from pagesim.simulator.studies.fleet_search import (
     search_fleets,
 )
 from pagesim.simulator.studies.point_cache import CACHE_DIR, PointCache
+from pagesim.simulator.studies.search_frontier import disagg_frontier, fleet_frontier
 from pagesim.simulator.studies.sweep import run_points
 
 REPORTED_FLEETS = 4  # the best ones get their per-request and per-step frames for the report
@@ -56,6 +57,8 @@ class FleetStudy:
     evaluations: pd.DataFrame  # every simulated (shape, replicas)
     answer: list[str]  # the answer in words (fleet_ranking.answer_lines)
     best: list[RunResult]  # up to REPORTED_FLEETS, ranked, each named by its shape's label
+    # every fleet that met the SLO, with its Pareto flags (simulator/studies/frontier.py)
+    frontier: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
 def study_fleets(
@@ -116,6 +119,7 @@ def study_fleets(
         fleet_evaluations(search, criteria),
         answer_lines(ranking, settings.currency),
         results,
+        fleet_frontier(search),
     )
 
 
@@ -173,4 +177,5 @@ def _study_disagg(
         disagg_evaluations(search, criteria),
         disagg_answer_lines(ranking, plan.settings.currency),
         results,
+        disagg_frontier(search),
     )
