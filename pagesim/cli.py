@@ -267,7 +267,7 @@ def scenarios_golden(
 
 
 # The benchmark and the GPU-side commands register on the same apps.
-from pagesim import cli_bench, cli_calibration, cli_capacity  # noqa: E402, F401
+from pagesim import cli_bench, cli_calibration, cli_capacity, cli_deploy  # noqa: E402, F401
 
 
 def main() -> None:

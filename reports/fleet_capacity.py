@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.patches import Patch
 
+from pagesim.reports.deploy_html import deploy_entries, deploy_html
 from pagesim.reports.folders import provenance
 from pagesim.reports.frontier_plots import frontier_section
 from pagesim.reports.html import Plot, esc, figures_html, page, sweep_table
@@ -158,6 +159,7 @@ def write_fleet_capacity(study: FleetStudy, out: Path, overrides: Sequence[str])
             scenario_text=describe_scenario(scenario),
             provenance=provenance(study.best, overrides),
             findings=study.answer,
+            deploy=deploy_entries(study.deployments),
         )
         report_name = html.name
     plot = Plot(
@@ -180,6 +182,7 @@ def write_fleet_capacity(study: FleetStudy, out: Path, overrides: Sequence[str])
         ("plot", "Fleets", figures_html([plot])),
         ("frontier", "Pareto frontier", frontier_section(study.frontier, out / "plots", 2)),
         ("ranking", "Ranking", sweep_table(study.ranking)),
+        ("deploy", "Deploy on vLLM", deploy_html(deploy_entries(study.deployments))),
         ("scenario", "Scenario", f"<pre>{esc(describe_scenario(scenario))}</pre>"),
     ]
     subtitle = f"{len(study.ranking)} fleet shape(s), ranked by GPUs and by cost"

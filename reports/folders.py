@@ -20,10 +20,12 @@ import pandas as pd
 
 from pagesim import __version__
 from pagesim.reports.capacity import write_capacity_page
+from pagesim.reports.deploy_html import deploy_entries
 from pagesim.reports.frames import unique_slugs
 from pagesim.reports.frontier_plots import sweep_frontier
 from pagesim.reports.render import RESERVED_NAMES, write_report
 from pagesim.simulator.core.config import ExecutionKind, Scenario
+from pagesim.simulator.deploy.commands import deployments
 from pagesim.simulator.metrics.result import RunResult
 from pagesim.simulator.scenario.load import describe_scenario
 from pagesim.simulator.studies.capacity_search import RATE_PATH
@@ -85,6 +87,7 @@ def write_run(
             provenance=provenance(run.results, run.overrides),
             calibration=calibration_curves(run.scenario),
             num_workers=num_workers,
+            deploy=deploy_entries(deployments(run.scenario)),
         )
     names = unique_slugs([r.system for r in run.results], reserved=RESERVED_NAMES)
     for result, name in zip(run.results, names, strict=True):
@@ -149,6 +152,7 @@ def write_capacity(study: CapacityStudy, out: Path, overrides: Sequence[str]) ->
             provenance=provenance(study.best, overrides),
             sweep=curves,
             detail="each configuration's highest sustained rate",
+            deploy=deploy_entries(study.deployments),
         )
         report_name = html.name
     return write_capacity_page(

@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from pagesim.reports import plots
+from pagesim.reports.deploy_html import COMMANDS_FILE, deploy_html, write_commands
 from pagesim.reports.findings import derive_findings
 from pagesim.reports.frames import unique_slugs
 from pagesim.reports.glossary import SUMMARY_METRICS
@@ -63,6 +64,7 @@ RESERVED_NAMES = frozenset(
         "capacity.html",
         "evaluations.csv",
         "frontier.csv",
+        COMMANDS_FILE,
     }
 )
 
@@ -131,6 +133,7 @@ def write_report(
     calibration: Mapping[str, object] | None = None,
     detail: str | None = None,
     num_workers: int | None = None,
+    deploy: Sequence[Mapping[str, object]] | None = None,
 ) -> Path:
     """Write the report folder (see the module docstring) and return the path of report.html.
 
@@ -139,8 +142,9 @@ def write_report(
     with the sweep's findings, curves and table; `results` (maybe none) are then per-system
     detail at one point, which `detail` names. `findings` replaces the derived sentences;
     `calibration` follows `reports.calibration_plots.parse_calibration`; `num_workers` processes
-    draw the plots (default: one per CPU). Raises ValueError on nothing to report or a malformed
-    calibration input.
+    draw the plots (default: one per CPU). `deploy`: each configuration's vLLM command lines
+    (reports.deploy_html.deploy_entries), shown and written to vllm_commands.sh. Raises
+    ValueError on nothing to report or a malformed calibration input.
     """
     if not results and sweep is None:
         raise ValueError("write_report: no results to report")
@@ -162,6 +166,7 @@ def write_report(
                 "calibration": calibration,
                 "folders": slugs,
                 "detail": detail,
+                "deploy": list(deploy or []),
             },
             indent=2,
             default=_json_default,
@@ -178,6 +183,9 @@ def write_report(
         sections = _sweep_sections(
             sweep, results, findings, made(sweep_jobs), made(run_jobs + extra), notes, detail
         )
+    if deploy:
+        write_commands(deploy, out_dir)
+        sections.append(("deploy", "Deploy on vLLM", deploy_html(deploy)))
     sections += [
         ("scenario", "Scenario as run", f"<pre>{esc(scenario_text)}</pre>"),
         ("provenance", "Provenance", provenance_table(provenance, results)),
@@ -277,9 +285,19 @@ def render_saved(saved: SavedReport, out_dir: Path) -> Path:
             sweep=saved.sweep,
             calibration=inputs["calibration"],
             detail=str(inputs["detail"]) if inputs.get("detail") else None,
+            deploy=_deploy_entries(inputs.get("deploy")),
         )
     except ValueError as exc:  # a calibration input that does not parse
         raise InputError(f"{INPUTS_FILE}: {exc}") from None
+
+
+def _deploy_entries(value: object) -> list[Mapping[str, object]] | None:
+    """report.json's deploy entries (absent in older folders), each needing its text."""
+    if not isinstance(value, list) or not value:
+        return None
+    if not all(isinstance(e, dict) and isinstance(e.get("text"), str) for e in value):
+        raise InputError(f"{INPUTS_FILE}: deploy: each entry needs its command text")
+    return value
 
 
 def rerender_report(run_dir: Path, out_dir: Path | None = None) -> Path:

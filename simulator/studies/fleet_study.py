@@ -12,6 +12,7 @@ import pandas as pd
 
 from pagesim.simulator.core.capacity import CapacityConfig
 from pagesim.simulator.core.config import Scenario
+from pagesim.simulator.deploy.commands import Deployment, deployment
 from pagesim.simulator.metrics.result import RunResult
 from pagesim.simulator.scenario.load import resolve_scenario
 from pagesim.simulator.studies.capacity_search import Criteria
@@ -59,6 +60,8 @@ class FleetStudy:
     best: list[RunResult]  # up to REPORTED_FLEETS, ranked, each named by its shape's label
     # every fleet that met the SLO, with its Pareto flags (simulator/studies/frontier.py)
     frontier: pd.DataFrame = field(default_factory=pd.DataFrame)
+    # the vLLM command lines of the best fleets (simulator/deploy/), named as `best` is
+    deployments: tuple[Deployment, ...] = ()
 
 
 def study_fleets(
@@ -120,6 +123,10 @@ def study_fleets(
         answer_lines(ranking, settings.currency),
         results,
         fleet_frontier(search),
+        tuple(
+            replace(deployment(p.scenario, shape.system), system=shape.label)
+            for p, (shape, _) in zip(points, best, strict=True)
+        ),
     )
 
 
@@ -178,4 +185,8 @@ def _study_disagg(
         disagg_answer_lines(ranking, plan.settings.currency),
         results,
         disagg_frontier(search),
+        tuple(
+            replace(deployment(p.scenario, shape.system), system=f"{shape.label} {pp}P{d}D")
+            for p, (shape, pp, d) in zip(points, best, strict=True)
+        ),
     )

@@ -24,6 +24,7 @@ from pagesim.simulator.core.defaults import (
     resolve_system,
     system_knobs,
 )
+from pagesim.simulator.deploy.commands import Deployment, deployment
 from pagesim.simulator.execution.overhead import era_of, host_overhead
 from pagesim.simulator.kv.capacity import Capacity, kv_capacity
 from pagesim.simulator.metrics.result import RunResult
@@ -240,6 +241,8 @@ class CapacityStudy:
     ranking: pd.DataFrame  # one row per configuration, best goodput per GPU first
     evaluations: pd.DataFrame  # every simulated (configuration, rate)
     best: list[RunResult]  # up to REPORTED_CONFIGS, ranked, each named by its config label
+    # the vLLM command lines of those configurations at their rate (simulator/deploy/)
+    deployments: tuple[Deployment, ...] = ()
 
 
 def study_capacity(
@@ -301,4 +304,8 @@ def study_capacity(
         search.ranking(),
         search.evaluation_table(criteria),
         results,
+        tuple(
+            replace(deployment(p.scenario, config.system), system=config.label)
+            for p, (config, _) in zip(points, best, strict=True)
+        ),
     )
