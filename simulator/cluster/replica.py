@@ -30,6 +30,9 @@ from pagesim.simulator.execution.factory import make_execution_model
 from pagesim.simulator.execution.model import ExecutionModel
 from pagesim.simulator.execution.roofline import RooflineModel
 from pagesim.simulator.kv.capacity import kv_capacity
+from pagesim.simulator.metrics.energy import ReplicaEnergy, measure
+from pagesim.simulator.metrics.energy import replica_keys as energy_keys
+from pagesim.simulator.metrics.power import power_profile
 from pagesim.simulator.metrics.recorder import Recorder
 from pagesim.simulator.metrics.result import RunResult
 from pagesim.simulator.policies.factory import make_scheduler
@@ -120,6 +123,7 @@ class Replica:
         self._in_flight: list[Request] = []  # routed here, not yet seen done
         self._num_pending = 0  # the scheduler's pending count after the last look
         self.num_routed = 0
+        self.energy: ReplicaEnergy | None = None  # set by `result` (metrics/energy.py)
 
     # Runs of pure decode steps in one event (below): a disaggregated replica's own hooks
     # look at every step, so its kinds set this off.
@@ -296,9 +300,15 @@ class Replica:
             "replica": self.index,
             "pool": self.pool,
         }
+        profile = power_profile(self.scenario.gpu.name)
+        provenance["power_model"] = profile.describe() if profile else "no power profile"
         result = self.recorder.result(scenario_name, system.name, end_s, self.scheduler, provenance)
         result.summary["num_kv_blocks"] = capacity.num_gpu_blocks
         result.summary["block_size"] = capacity.block_size
+        # metrics/energy.py: the GPUs' draw by step and at idle; a fleet sums its replicas'
+        totals = self.recorder.steps.totals
+        self.energy = measure(result.steps, totals, profile, self.scenario.tensor_parallel, end_s)
+        result.summary.update(energy_keys(self.energy, result.requests))
         return result
 
 
