@@ -49,7 +49,7 @@ def run(
 
     overrides = list(set_ or []) + ([f"seed={seed}"] if seed is not None else [])
     loaded = load_run(scenario, overrides)
-    with _output(out, "run") as folder:
+    with _output(out, "run", scenario=loaded.scenario.name) as folder:
         done = simulate_run(loaded, progress=console.progress_bar)
         console.echo_summaries(done.results)
         failed = console.echo_warnings(done.results)
@@ -100,7 +100,7 @@ def sweep(
     points = plan_sweep(resolve_scenario(scenario), list(set_ or []), list(param or []))
     select_detail(points, detail)  # a --detail naming no point fails before any work
     check_executor(executor, jobs, address)
-    with _output(out, "sweep", keep=["cache"]) as folder:
+    with _output(out, "sweep", keep=["cache"], scenario=points[0].scenario.name) as folder:
         done = sweep_scenario(
             points,
             out,
@@ -129,7 +129,7 @@ def report(
     from pagesim.reports.saved import read_saved
 
     saved = read_saved(run_dir)
-    with _output(run_dir, saved.kind, keep=ALL) as folder:
+    with _output(run_dir, saved.kind, keep=ALL, scenario=saved.scenario) as folder:
         render_saved(saved, folder.staging)
         _commit(folder, saved.scenario)
     typer.echo(f"report: {run_dir / 'report.html'}")
@@ -211,18 +211,25 @@ def validate(
     set_: SetOption = None,
 ) -> None:
     """Check a scenario file without running it."""
-    from pagesim.simulator.studies.runs import check_scenario
+    from pagesim.simulator.studies.resolved import check_scenario
 
     console.echo_checked(check_scenario(scenario, list(set_ or [])))
 
 
 @scenarios_app.command("list")
 def scenarios_list() -> None:
-    """The built-in scenarios, one line each."""
-    from pagesim.simulator.scenario.load import list_builtin
+    """The built-in scenarios, one line each, with the commands each is made for: run; sweep
+    (it has a \\[sweep] table); capacity (a \\[capacity] table: a fleet search)."""
+    from pagesim.simulator.scenario.load import builtin_commands, list_builtin
 
+    typer.echo(f"{'NAME':40s} {'MADE FOR':22s} DESCRIPTION")
     for name, line in list_builtin():
-        typer.echo(f"{name:40s} {line}")
+        typer.echo(f"{name:40s} {', '.join(builtin_commands(name)):22s} {line}")
+    typer.echo(
+        "\nrun: pagesim run NAME; sweep: pagesim sweep NAME runs its [sweep] axes; capacity: "
+        "pagesim capacity NAME runs its [capacity] fleet search. Any scenario also takes "
+        "pagesim sweep NAME --param path=v1,v2 and pagesim capacity NAME (a rate search)."
+    )
 
 
 @scenarios_app.command("show")
@@ -246,7 +253,7 @@ def scenarios_show(
         text = scenario_text(name)  # a file that is not text is refused (reproducer 06)
         typer.echo(text, nl=not text.endswith("\n"))
         return
-    from pagesim.simulator.studies.runs import resolve_scenario_systems
+    from pagesim.simulator.studies.resolved import resolve_scenario_systems
 
     console.echo_resolved(*resolve_scenario_systems(name, list(set_ or [])))
 

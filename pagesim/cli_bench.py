@@ -43,7 +43,7 @@ def bench_sim(
     replicas: Annotated[
         int, typer.Option(help="Replicas of a fleet, all on the benchmark's GPU.")
     ] = 1,
-    router: Annotated[str, typer.Option(help="The fleet's router (see [cluster.router]).")] = (
+    router: Annotated[str, typer.Option(help="The fleet's router (see \\[cluster.router]).")] = (
         "round-robin"
     ),
     model: Annotated[

@@ -45,7 +45,8 @@ def calibrate(
 
     Without a command: time the kernel, GEMMs, prefill and overhead on --backend and write the
     profile to --out. Commands: import-vidur (Vidur's public measurements as a profile),
-    fit-roofline (the roofline's per-GPU factors, fitted to them), error-table (its errors).
+    fit-roofline (the roofline's per-GPU factors, fitted to them), error-table (its errors),
+    check-published (pagesim against vLLM's published runs on real GPUs).
 
     Example: pagesim calibrate --model llama-2-7b --backend cupy --quick --out h200.json
     """
@@ -181,6 +182,40 @@ def error_table(
     check_out_file(out)
     write_out(out, error_page(directory) + "\n")
     typer.echo(f"error table: {out}")
+
+
+@calibrate_app.command("check-published")
+def check_published(
+    measured: Annotated[
+        Path | None,
+        typer.Option(help="A measured.csv to check (default: calibration/published/measured.csv)."),
+    ] = None,
+    out: Annotated[
+        Path | None, typer.Option(help="Folder to write published_check.csv and .json into.")
+    ] = None,
+) -> None:
+    """Run vLLM's published CI benchmarks in pagesim and print measured | pagesim | error |
+    source per row, then the judged rows' median and worst error; exit 1 when they miss the
+    limits (every judged row within 10%, median within 5%).
+
+    Example: pagesim calibrate check-published --out runs/published
+    """
+    from pagesim.calibration.published import (
+        MEASURED_CSV,
+        check,
+        read_measured,
+        table_text,
+        verdict,
+        write_outputs,
+    )
+
+    checked = check(read_measured(measured or MEASURED_CSV))
+    typer.echo(table_text(checked))
+    if out is not None:
+        for path in write_outputs(checked, out):
+            typer.echo(f"wrote {path}")
+    if not verdict(checked).is_met:
+        raise typer.Exit(1)
 
 
 @bench_app.command("kernel")

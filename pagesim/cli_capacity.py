@@ -43,21 +43,21 @@ def capacity(
         float | None,
         typer.Option(
             help="Rate search: stop when the failed rate is within this share of the max "
-            "[default: 0.02]."
+            "\\[default: 0.02]."
         ),
     ] = None,
     window_s: Annotated[
         float | None,
         typer.Option(
             help="Rate search: offer requests for at least this long at each rate (s): more "
-            "requests than the scenario's when the rate needs them [default: 60]."
+            "requests than the scenario's when the rate needs them \\[default: 60]."
         ),
     ] = None,
     min_rate: Annotated[
-        float | None, typer.Option(help="Rate search: lowest rate tried (req/s) [default: 0.01].")
+        float | None, typer.Option(help="Rate search: lowest rate tried (req/s) \\[default: 0.01].")
     ] = None,
     max_rate: Annotated[
-        float | None, typer.Option(help="Rate search: highest rate tried (req/s) [default: 1e4].")
+        float | None, typer.Option(help="Rate search: highest rate tried (req/s) \\[default: 1e4].")
     ] = None,
     jobs: JobsOption = None,
     executor: ExecutorOption = "local",
@@ -119,7 +119,7 @@ def capacity(
 
     configs = configurations(path, list(set_ or []), list(param or []))
     check_executor(executor, jobs, address)
-    with output(out, "capacity", keep=["cache"]) as folder:
+    with output(out, "capacity", keep=["cache"], scenario=configs[0].scenario.name) as folder:
         done = study_capacity(
             configs,
             out,
@@ -164,7 +164,7 @@ def _capacity_fleets(
 
     plan = plan_fleets(path, list(set_ or []), list(param or []))
     check_executor(executor, jobs, address)
-    with output(out, "capacity", keep=["cache"]) as folder:
+    with output(out, "capacity", keep=["cache"], scenario=plan.shapes[0].scenario.name) as folder:
         done = study_fleets(
             plan,
             out,

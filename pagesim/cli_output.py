@@ -15,15 +15,17 @@ if TYPE_CHECKING:
 
 
 @contextmanager
-def output(out: Path, kind: str, keep: Sequence[str] = ()) -> Iterator[OutputFolder]:
-    """The command's output folder, checked before any work (see reports.output_folder), and
-    what an interruption would leave of it."""
+def output(
+    out: Path, kind: str, keep: Sequence[str] = (), *, scenario: str = ""
+) -> Iterator[OutputFolder]:
+    """The command's output folder for `scenario`, checked before any work (see
+    reports.output_folder), and what an interruption would leave of it."""
     from pagesim.reports.output_folder import OutputFolder
 
     opened: list[OutputFolder] = []  # filled the moment its staging folder exists
     interrupts.note(lambda: console.kept_after_interrupt(out, opened[0] if opened else None))
     try:
-        with OutputFolder.open(out, kind, keep, opened) as folder:
+        with OutputFolder.open(out, kind, keep, opened, scenario) as folder:
             yield folder
     finally:
         # A signal held back while the staging folder was made is delivered when it is let

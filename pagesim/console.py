@@ -23,7 +23,8 @@ if TYPE_CHECKING:
     from pagesim.simulator.studies.bench_compare import Comparison
     from pagesim.simulator.studies.bench_count import CountComparison
     from pagesim.simulator.studies.fleet_study import FleetStudy
-    from pagesim.simulator.studies.runs import CapacityStudy, CheckedScenario, ResolvedSystem
+    from pagesim.simulator.studies.resolved import CheckedScenario, ResolvedSystem
+    from pagesim.simulator.studies.runs import CapacityStudy
     from pagesim.simulator.studies.sweep import SweepRun
     from pagesim.simulator.studies.timing import BenchSpec, TimedRun
 
@@ -154,15 +155,20 @@ def rejected_everything(result: RunResult) -> str | None:
 
 
 def echo_warnings(results: Sequence[RunResult]) -> bool:
-    """A warning line for each system that served nothing because it rejected every request
-    (a utilization past 100% is among the provenance warnings `echo_summaries` prints).
+    """A warning line for each system that served nothing because it rejected every request,
+    and for systems that measured nothing (every request inside the warm-up); a utilization
+    past 100% is among the provenance warnings `echo_summaries` prints.
     Returns True when every system
     rejected everything: the run failed (the caller exits 1 once the output, evidence of why,
     is written)."""
+    from pagesim.reports.findings import warmup_warning
+
     reasons = [(r.system, rejected_everything(r)) for r in results]
     for system, reason in reasons:
         if reason is not None:
             typer.echo(f"warning: {system} rejected every request ({reason})", err=True)
+    if (measured_nothing := warmup_warning(results)) is not None:
+        typer.echo(f"warning: {measured_nothing}", err=True)
     return bool(reasons) and all(reason is not None for _, reason in reasons)
 
 
@@ -198,20 +204,44 @@ def echo_replaced(folder: OutputFolder, scenario: str) -> None:
 
 
 def echo_checked(checked: CheckedScenario) -> None:
-    """`pagesim validate`: each system's policy and KV blocks, then the verdict."""
-    for system, capacity in checked.capacities:
+    """`pagesim validate`: each kind of replica (a pool's, when there are pools) with its policy
+    and KV blocks, each system's fleet, how steps are priced, then the verdict."""
+    for replicas in checked.replicas:
+        capacity = replicas.capacity
         typer.echo(
-            f"{system.name}: {system.policy.value}, {capacity.num_gpu_blocks:,} KV blocks of "
-            f"{capacity.block_size} tokens"
+            f"{replicas.label}: {replicas.system.policy.value}, {capacity.num_gpu_blocks:,} KV "
+            f"blocks of {capacity.block_size} tokens"
         )
-    typer.echo(f"{checked.path}: valid ({len(checked.capacities)} systems)")
+    for line in _fleet_lines(checked):
+        typer.echo(line)
+    typer.echo(f"steps priced by the {checked.execution}")
+    num_systems = len(checked.scenario.systems)
+    typer.echo(f"{checked.path}: valid ({num_systems} systems)")
 
 
-def echo_resolved(path: Path, systems: Sequence[ResolvedSystem]) -> None:
-    """`pagesim scenarios show --resolved`: per system, its era, knobs with sources, capacity."""
-    typer.echo(f"# {path}: the values a run uses")
+def _fleet_lines(checked: CheckedScenario) -> list[str]:
+    """Each system's fleet: replicas, GPUs, routers, KV blocks; a P/D fleet's link and terms."""
+    lines = []
+    for fleet in checked.fleets:
+        lines.append(
+            f"{fleet.runs}'s fleet: {fleet.num_replicas:,} replicas on {fleet.num_gpus:,} GPUs, "
+            f"{fleet.routers}; {fleet.blocks_text}"
+        )
+        if fleet.link:
+            lines.append(f"{fleet.runs}'s {fleet.link}")
+    return lines
+
+
+def echo_resolved(checked: CheckedScenario, systems: Sequence[ResolvedSystem]) -> None:
+    """`pagesim scenarios show --resolved`: per kind of replica (per pool, when there are
+    pools), its era, knobs with sources, capacity; each fleet; how steps are priced."""
+    typer.echo(f"# {checked.path}: the values a run uses")
+    typer.echo(f"# steps priced by the {checked.execution}")
+    for line in _fleet_lines(checked):
+        typer.echo(f"# {line}")
     for system in systems:
-        typer.echo(f"\n[{system.name}]  # {system.era}")
+        where = f"{system.where}; " if system.where else ""
+        typer.echo(f"\n[{system.name}]  # {where}{system.era}")
         knobs = [knob for knob in system.knobs if knob.name not in ("name", "policy")]
         typer.echo(f"policy = {system.policy!r}")
         width = max(len(knob.name) for knob in knobs)
@@ -236,11 +266,28 @@ def echo_golden(name: str, problems: Sequence[str]) -> None:
     typer.echo(f"{name}: {'differs' if problems else 'matches'}")
 
 
+def _metric_format(key: str) -> str:
+    """How the sweep table prints a [report] metric, by its glossary unit."""
+    from pagesim.reports.glossary import SUMMARY_BY_KEY, Unit
+
+    unit = SUMMARY_BY_KEY[key].unit if key in SUMMARY_BY_KEY else None
+    formats = {Unit.SHARE: ".1%", Unit.TOKENS: ",.0f", Unit.COUNT: ",.4g", Unit.BYTES: ".4g"}
+    return formats.get(unit, ".4g") if unit is not None else ".4g"
+
+
 def echo_sweep(done: SweepRun) -> None:
-    """`pagesim sweep`: one row per point (its axis values, then the summary), and the counts."""
+    """`pagesim sweep`: one row per point (its axis values in words, then the summary and the
+    scenario's [report] metrics), and the counts."""
+    from pagesim.reports.headlines import metric_label
+    from pagesim.reports.sweep_axes import label_axes
+
     axes = list(done.points.records[0].point.axes)
-    rows = done.table.to_dict("records")
-    echo_table(rows, [(k, k.rsplit(".", 1)[-1], "") for k in axes] + SUMMARY_COLUMNS)
+    rows = label_axes(done.table).to_dict("records")
+    report = done.first_scenario.report
+    shown = {key for key, _, _ in SUMMARY_COLUMNS}
+    asked = [m for m in (report.key_metric, *report.metrics) if m is not None and m not in shown]
+    extra = [(m, metric_label(m), _metric_format(m)) for m in asked]
+    echo_table(rows, [(k, k.rsplit(".", 1)[-1], "") for k in axes] + SUMMARY_COLUMNS + extra)
     ran = done.points
     typer.echo(
         f"{len(ran.records)} points: {ran.num_computed} simulated, {ran.num_cached} from the "

@@ -15,6 +15,11 @@ raised in the hook itself would be swallowed too), so it reaches the program whe
 then. A real signal (`pthread_kill`), not `_thread.interrupt_main`: it waits, as the first did,
 while the main thread holds signals back (reports/output_folder.py `signals_held`, around the
 steps that must not stop half-way).
+
+The handler also holds a signal back inside a `held_signals.held` block (simulator/core/
+held_signals.py): a signal mask covers one thread only, and where other threads run (a process
+pool's, a progress bar's) the kernel may give them the signal, whose handler Python runs in the
+main thread all the same.
 """
 
 from __future__ import annotations
@@ -27,6 +32,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
 from typing import Any
+
+from pagesim.simulator.core import held_signals
 
 _CAUGHT = (signal.SIGINT, signal.SIGTERM)
 REDELIVER_AFTER_S = 0.01
@@ -50,6 +57,9 @@ class Interrupted(BaseException):
 
 
 def _raise(signum: int, _frame: FrameType | None) -> None:
+    if held_signals.is_held():
+        held_signals.note(signum)  # raised again when the held block ends
+        return
     raise Interrupted(signum)
 
 
@@ -84,6 +94,7 @@ def raising_on_signals() -> Iterator[None]:
         signal.signal(s, _raise)
     sys.unraisablehook = redeliver
     _notes.clear()
+    held_signals.forget()
     try:
         yield
     finally:

@@ -2,7 +2,9 @@
 
 Both render the ranking table of `simulator.studies.capacity_search.CapacityRun.ranking()` (one row
 per configuration, best goodput per GPU first: config, system, max_rate_per_s, failed_rate_per_s,
-goodput_per_gpu, num_gpus, ...) and never recompute the search.
+goodput_per_gpu, num_gpus, ...) and never recompute the search. The answer in words is
+`capacity_findings`'s, one function: capacity.html and the report.html beside it (the curves of
+every evaluated rate) both lead with its sentences, so the two pages cannot disagree.
 """
 
 from __future__ import annotations
@@ -12,10 +14,37 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from pagesim.reports.html import Plot, esc, figures_html, page, sweep_table
+from pagesim.reports.html import Plot, esc, figures_html, findings_html, page, sweep_table
 from pagesim.reports.style import figure, label, legend_below, no_data, save, system_color
 
 MAX_BARS = 40  # more configurations than this: the best 40 are drawn (the CSV has them all)
+
+
+def _rate(value: object) -> float | None:
+    number = pd.to_numeric(pd.Series([value]), errors="coerce").iloc[0]
+    return None if pd.isna(number) else float(number)
+
+
+def capacity_findings(ranking: pd.DataFrame) -> list[str]:
+    """The search's answer, one sentence per configuration, best goodput per GPU first: the
+    highest rate it sustained, the lowest it did not, and its goodput per GPU there."""
+    found = []
+    for _, row in ranking.iterrows():
+        name, ok, bad = (
+            str(row["config"]),
+            _rate(row["max_rate_per_s"]),
+            _rate(row["failed_rate_per_s"]),
+        )
+        if ok is None:
+            lowest = f" (it failed at {bad:.3g} req/s, the lowest rate tried)" if bad else ""
+            found.append(f"{name} sustains no rate tried{lowest}.")
+            continue
+        limit = f", fails at {bad:.3g} req/s" if bad is not None else ", the highest rate tried"
+        share, per_gpu = _rate(row.get("slo_share")), _rate(row.get("goodput_per_gpu"))
+        met = f", {share:.1%} of requests meeting the SLO" if share is not None else ""
+        good = f": goodput {per_gpu:.3g} req/s per GPU" if per_gpu is not None else ""
+        found.append(f"{name} sustains up to {ok:.3g} req/s{limit}{good}{met}.")
+    return found
 
 
 def plot_max_rate(ranking: pd.DataFrame, path: Path) -> Path:
@@ -90,6 +119,7 @@ def write_capacity_page(
         else ""
     )
     sections = [
+        ("answer", "Answer", findings_html(capacity_findings(ranking))),
         ("criteria", "Sustainable means", f"<p>{esc(criteria_text)}</p>{link}"),
         ("plot", "Capacity", figures_html([plot])),
         ("ranking", "Ranking", sweep_table(ranking)),

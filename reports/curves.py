@@ -20,6 +20,7 @@ import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.lines import Line2D
 
+from pagesim.reports.glossary import SUMMARY_BY_KEY, Unit
 from pagesim.reports.style import (
     LINE_STYLES,
     figure,
@@ -27,9 +28,11 @@ from pagesim.reports.style import (
     legend_below,
     log_scale,
     no_data,
+    plain_ticks,
     save,
     system_color,
 )
+from pagesim.reports.sweep_axes import is_axis
 
 RATE_COLUMN = "rate"  # requests per second, the swept arrival rate
 LATENCY_COLUMNS = {  # column -> line style
@@ -49,15 +52,20 @@ def sweep_column(table: pd.DataFrame, name: str) -> str | None:
     workload.arrival.rate_per_s), else `name` itself (a hand-made table; `block_size` is also a
     summary key, which varies only when the block size was swept)."""
     names = (name, f"{name}_per_s") if name == RATE_COLUMN else (name,)
-    dotted = [str(c) for c in table.columns if "." in str(c)]
+    dotted = [str(c) for c in table.columns if "." in str(c) and is_axis(c)]
     found = next((c for c in dotted if c.rsplit(".", 1)[-1] in names), None)
     return found or next((c for c in names if c in table), None)
 
 
 def other_axis(table: pd.DataFrame, axis: str) -> str | None:
-    """A second swept axis (a dotted column with several values), to facet panels by."""
+    """A second swept axis (a column named by a scenario path, with several values), to facet
+    panels by."""
     return next(
-        (str(c) for c in table.columns if "." in str(c) and c != axis and table[c].nunique() > 1),
+        (
+            str(c)
+            for c in table.columns
+            if is_axis(c) and c != axis and table[c].astype(str).nunique() > 1
+        ),
         None,
     )
 
@@ -165,11 +173,7 @@ def plot_block_size_ablation(
             for i, system in enumerate(systems):
                 line = _rows_of(rows, system).sort_values(block_column)
                 ax.plot(line[block_column], scale * line[column], marker="o", color=system_color(i))
-            ticks = sorted({int(b) for b in rows[block_column]})
-            if ticks and min(ticks) > 0:
-                ax.set_xscale("log", base=2)
-                ax.minorticks_off()
-            ax.set_xticks(ticks, [str(t) for t in ticks])
+            plain_ticks(ax, "x", [float(b) for b in rows[block_column]])
             ax.set_ylim(bottom=0)
         fig.suptitle("Block-size ablation: memory waste, throughput and latency vs block size")
         handles = [Line2D([], [], color=system_color(i), marker="o") for i in range(len(systems))]
@@ -181,9 +185,49 @@ def plot_block_size_ablation(
 CURVE_METRICS: dict[str, tuple[str, float]] = {  # column -> (panel title, scale)
     "kv_saved_of_unshared_share": ("Memory saved by sharing (% of unshared)", 100.0),
     "throughput_tok_s": ("Throughput (output tok/s)", 1.0),
+    "tpot_p50_s": ("TPOT, median (ms)", 1e3),
     "normalized_latency_mean_s": ("Normalized latency, mean (s/token)", 1.0),
     "kv_waste_share": ("KV memory waste (% of capacity)", 100.0),
 }
+# What an SLO axis changes: the SLO judges the same simulation, so only these move with it.
+SLO_METRICS: dict[str, tuple[str, float]] = {
+    "goodput_req_s_per_gpu": ("Goodput per GPU (req/s meeting the SLO)", 1.0),
+    "goodput_req_s": ("Goodput (req/s meeting the SLO)", 1.0),
+    "slo_share": ("SLO attainment (% of requests)", 100.0),
+}
+SLO_PREFIX = "slo."  # axes under [slo] change no simulation
+
+
+def is_slo_axis(axis: str) -> bool:
+    return axis.startswith(SLO_PREFIX)
+
+
+def slo_metrics(sweep: pd.DataFrame) -> list[str]:
+    """Goodput (per GPU when the table has it, else in total) and SLO attainment."""
+    found = [c for c in SLO_METRICS if c in sweep]
+    if "goodput_req_s_per_gpu" in found and "goodput_req_s" in found:
+        found.remove("goodput_req_s")
+    return found
+
+
+def panel(column: str) -> tuple[str, float]:
+    """(title, scale) of a metric's panel: CURVE_METRICS's, else the glossary's label with its
+    unit (a share in %, a time in ms)."""
+    if column in CURVE_METRICS or column in SLO_METRICS:
+        return (CURVE_METRICS | SLO_METRICS)[column]
+    metric = SUMMARY_BY_KEY.get(column)
+    if metric is None:
+        return column, 1.0
+    if metric.unit is Unit.SHARE:
+        return f"{metric.label} (%)", 100.0
+    if metric.unit in (Unit.SECONDS, Unit.SECONDS_PER_TOKEN):
+        return (
+            f"{metric.label} (ms{'/token' if metric.unit is Unit.SECONDS_PER_TOKEN else ''})",
+            1e3,
+        )
+    if metric.unit in (Unit.COUNT, Unit.RATIO):
+        return metric.label, 1.0
+    return f"{metric.label} ({metric.unit.value})", 1.0
 
 
 def curve_metrics(sweep: pd.DataFrame) -> list[str]:
@@ -214,9 +258,10 @@ def plot_sweep_curves(
         for ax in axes.ravel()[len(metrics) :]:
             ax.set_visible(False)
         for ax, column in zip(axes.ravel(), metrics, strict=False):
-            title, scale = CURVE_METRICS.get(column, (column, 1.0))
+            title, scale = panel(column)
             ax.set_title(label(title, 60), loc="left")
-            ax.set_xlabel(label(x.rsplit(".", 1)[-1], 40))
+            short = x.rsplit(".", 1)[-1]
+            ax.set_xlabel(label(f"SLO {short}" if is_slo_axis(x) else short, 40))
             rows = _usable(sweep, [x, column])
             if rows.empty:
                 no_data(ax, f"no values of {column}")
@@ -237,7 +282,7 @@ def plot_sweep_curves(
                     )
             values = sorted({float(v) for v in rows[x]})
             if len(values) <= 12:
-                ax.set_xticks(values, [f"{v:g}" for v in values])
+                plain_ticks(ax, "x", values)
             ax.set_ylim(bottom=0)
         handles, names = [], []
         for g, value in enumerate(groups if group else []):
@@ -254,6 +299,7 @@ def plot_sweep_curves(
             )
             names.append(label(system) or "all runs")
         where = f" by {group.rsplit('.', 1)[-1]}" if group else ""
-        fig.suptitle(label(f"Sweep: metrics vs {x.rsplit('.', 1)[-1]}{where}", 90))
+        what = "goodput" if is_slo_axis(x) else "metrics"
+        fig.suptitle(label(f"Sweep: {what} vs {x.rsplit('.', 1)[-1]}{where}", 90))
         legend_below(fig, handles, names, min(4, len(names)))
         return save(fig, path)

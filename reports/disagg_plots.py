@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from pagesim.reports.bars import Panel, figure_height, plot_side_by_side, system_rows
 from pagesim.reports.frames import as_number, finished, numeric
 from pagesim.reports.style import figure, label, legend_below, no_data, save, system_color
 from pagesim.reports.style import time_label as _time_label
@@ -62,28 +63,29 @@ def _gpus(result: RunResult) -> str:
 
 def plot_ttft_split(results: Sequence[RunResult], path: Path) -> Path:
     """Each system's TTFT as stacked parts: means (adding up to the TTFT mean) and medians (each
-    part's own; a dot marks the TTFT median, which they need not add up to)."""
-    names = [label(r.system, 18) + _gpus(r) for r in results]
-    with figure(1, 2, 3.6) as (fig, axes):
+    part's own; a dot marks the TTFT median, which they need not add up to). A bar per system,
+    its name written whole on the left (reports.bars)."""
+    names = [r.system + _gpus(r) for r in results]
+    with figure(1, 2, figure_height(len(results)) + 0.4) as (fig, axes):
         for col, (how, title) in enumerate((("mean", "Means"), ("median", "Medians"))):
             ax = axes[0, col]
             ax.set_title(f"{title} of the TTFT parts", loc="left", fontsize=9)
-            x = np.arange(len(results))
-            bottom = np.zeros(len(results))
+            rows = np.arange(len(results))
+            left = np.zeros(len(results))
             for i, part in enumerate(TTFT_PARTS):
-                heights = np.array(
+                widths = np.array(
                     [float(getattr(ttft_parts(r)[part], how)()) for r in results], dtype=float
                 )
-                heights = np.nan_to_num(heights)
-                ax.bar(x, heights, bottom=bottom, color=PART_COLORS[i], label=PART_LABELS[i])
-                bottom += heights
+                widths = np.nan_to_num(widths)
+                ax.barh(rows, widths, left=left, color=PART_COLORS[i], label=PART_LABELS[i])
+                left += widths
             if how == "median":
                 ttft = [
                     float(np.nanmedian(numeric(finished(r.requests), "ttft_s"))) for r in results
                 ]
-                ax.plot(x, ttft, "o", color="black", ms=4, label="TTFT median")
-            ax.set_xticks(x, names, rotation=15, ha="right", fontsize=8)
-            ax.set_ylabel("s")
+                ax.plot(ttft, rows, "o", color="black", ms=4, label="TTFT median")
+            ax.set_xlabel("s")
+            system_rows(ax, names, (), labelled=col == 0)
         handles, labels = axes[0, 1].get_legend_handles_labels()
         legend_below(fig, handles, labels, len(labels))
         fig.suptitle("Where the time to first token goes")
@@ -128,23 +130,20 @@ def plot_link_utilization(results: Sequence[RunResult], path: Path) -> Path:
         return save(fig, path)
 
 
-def plot_disagg_vs_colocated(results: Sequence[RunResult], path: Path) -> Path:
-    """Every system side by side: goodput per GPU, TPOT p50 and p99, TTFT p99."""
-    with figure(1, len(COMPARED), 3.2) as (fig, axes):
-        names = [label(r.system, 16) + _gpus(r) for r in results]
-        x = np.arange(len(results))
-        for col, (key, title, unit, scale) in enumerate(COMPARED):
-            ax = axes[0, col]
-            ax.set_title(title, loc="left", fontsize=9)
-            values = [as_number(r.summary.get(key)) for r in results]
-            heights = [np.nan if v is None else scale * v for v in values]
-            ax.bar(x, heights, color=[system_color(i) for i in range(len(results))])
-            for xi, h in zip(x, heights, strict=True):
-                text = "-" if np.isnan(h) else f"{h:.3g}"
-                ax.text(xi, 0 if np.isnan(h) else h, text, ha="center", va="bottom", fontsize=8)
-            ax.set_xticks(x, names, rotation=20, ha="right", fontsize=7)
-            ax.set_ylabel(unit)
-        handles = [axes[0, 0].patches[i] for i in range(len(results))]
-        legend_below(fig, handles, [r.system for r in results], min(4, len(results)))
-        fig.suptitle("Disaggregated and colocated side by side")
-        return save(fig, path)
+def plot_disagg_vs_colocated(
+    results: Sequence[RunResult], path: Path, missing: Sequence[tuple[str, str]] = ()
+) -> Path:
+    """Every system side by side: goodput per GPU, TPOT p50 and p99, TTFT p99. `missing`:
+    (name, why) of systems the comparison lacks (a capacity search's colocated fleet that never
+    met the SLO has no best configuration to run), shown as empty rows saying why."""
+    panels = [
+        Panel(title, unit, [_scaled(as_number(r.summary.get(key)), scale) for r in results])
+        for key, title, unit, scale in COMPARED
+    ]
+    names = [r.system + _gpus(r) for r in results]
+    title = "Disaggregated and colocated side by side"
+    return plot_side_by_side(path, names, panels, title, missing)
+
+
+def _scaled(value: float | None, scale: float) -> float | None:
+    return None if value is None else scale * value

@@ -1,7 +1,13 @@
 """Headline findings derived from the summaries: measured facts with numbers, no advice.
 
-Each sentence compares what the summaries hold (best vs worst system on one metric) and says
-nothing when a metric is missing; a scenario with one system gets statements, not comparisons.
+A run that measured nothing (every request inside the warm-up) says so first. Then the answer
+to the scenario's own question, its [report] key metric (reports.headlines): ranked, or, with
+compare = "agreement", how closely the systems agree; then its other [report] metrics the same
+way. Then a run priced with a caveat says so, and the general sentences follow: throughput,
+tail TTFT, normalized latency and KV waste compared best vs worst (none that the question's
+sentences already gave, and no contest at all when the scenario asks for agreement),
+rejections and preemptions. Nothing is said of a metric the summaries lack; a scenario with one
+system gets statements, not comparisons.
 """
 
 from __future__ import annotations
@@ -10,7 +16,9 @@ import math
 from collections.abc import Sequence
 
 from pagesim.reports.frames import as_number
+from pagesim.reports.headlines import TIE_SHARE, agreement_sentence, rank_sentence
 from pagesim.reports.units import format_seconds
+from pagesim.simulator.core.config import Comparison, ReportConfig
 from pagesim.simulator.metrics.result import RunResult
 
 
@@ -39,8 +47,8 @@ def _throughput(results: Sequence[RunResult]) -> str | None:
         return f"{best} completed {top:.3g} requests/s{tok_text}."
     low = ranked[0][1]
     worst = _names(ranked, low)
-    if best == worst:
-        return f"All systems completed {top:.3g} requests/s{tok_text}."
+    if best == worst or top - low <= TIE_SHARE * top:
+        return f"All systems completed {top:.3g} requests/s{tok_text}: they tie on throughput."
     if low <= 0:
         ratio = ""
     elif top / low < 1.995:
@@ -122,14 +130,68 @@ def _pricing_warnings(results: Sequence[RunResult]) -> list[str]:
     return found
 
 
-def derive_findings(results: Sequence[RunResult]) -> list[str]:
-    """A few factual sentences from the summaries (plain text; the page escapes them)."""
+def _measured_nothing(result: RunResult) -> bool:
+    return bool(as_number(result.summary.get("num_requests"))) and (
+        result.summary.get("num_in_window") == 0
+    )
+
+
+def warmup_warning(results: Sequence[RunResult]) -> str | None:
+    """Which systems measured nothing because every request arrived inside the warm-up (their
+    throughput and latencies are empty; 0 req/s would not be a result), in one clause."""
+    empty = [r.system for r in results if _measured_nothing(r)]
+    if not empty:
+        return None
+    who = "every system" if len(empty) == len(results) > 1 else ", ".join(empty)
+    return (
+        f"every request of {who} arrived inside the warm-up (stop.warmup_s), so nothing was "
+        "measured: its 0 req/s and empty latencies are not results; lower stop.warmup_s or "
+        "offer more requests"
+    )
+
+
+def question_findings(results: Sequence[RunResult], question: ReportConfig) -> list[str]:
+    """The sentences the scenario's [report] asks for: its key metric, then its other metrics."""
+    if question.key_metric is None:
+        return []
+    found = []
+    for key in (question.key_metric, *question.metrics):
+        named = [(r.system, as_number(r.summary.get(key))) for r in results]
+        present = [(n, v) for n, v in named if v is not None]
+        if question.compare is Comparison.AGREEMENT:
+            sentence = agreement_sentence(key, present, question.reference)
+        else:
+            sentence = rank_sentence(key, present)
+        if sentence:
+            found.append(sentence)
+    return found
+
+
+# The summary key each general sentence compares, in derive_findings' order.
+_GENERAL_KEYS = ("throughput_req_s", "ttft_p99_s", "normalized_latency_mean_s", "kv_waste_share")
+
+
+def derive_findings(
+    results: Sequence[RunResult], question: ReportConfig | None = None
+) -> list[str]:
+    """A few factual sentences from the summaries (plain text; the page escapes them), the
+    answer to `question` (the scenario's [report]) first."""
+    question = question or ReportConfig()
+    asked = {question.key_metric, *question.metrics}
+    measured = [r for r in results if not _measured_nothing(r)]
+    general = [
+        _throughput(measured),
+        _lowest(measured, "ttft_p99_s", "p99 time to first token"),
+        _lowest(measured, "normalized_latency_mean_s", "mean normalized latency", "/token"),
+        _waste(measured),
+    ]
+    is_contest = question.compare is not Comparison.AGREEMENT
+    kept = [g for g, key in zip(general, _GENERAL_KEYS, strict=True) if key not in asked]
     candidates = [
+        f"Warning: {warning}." if (warning := warmup_warning(results)) else None,
+        *question_findings(measured, question),
         *_pricing_warnings(results),
-        _throughput(results),
-        _lowest(results, "ttft_p99_s", "p99 time to first token"),
-        _lowest(results, "normalized_latency_mean_s", "mean normalized latency", "/token"),
-        _waste(results),
+        *(kept if is_contest else []),
         *_events(results),
     ]
     return [c for c in candidates if c]

@@ -124,6 +124,21 @@ def _json_value(value: object) -> object:
     return value
 
 
+def never_met(ranking: pd.DataFrame) -> list[tuple[str, str]]:
+    """(system, why) of the systems no fleet of which met the SLO: the report's best fleets
+    lack them, and its side-by-side plot says so in their place."""
+    if ranking.empty or "num_gpus" not in ranking:
+        return []
+    found = []
+    for system, rows in ranking.groupby("system", sort=False):
+        if rows["num_gpus"].isna().all():
+            runs = rows["num_evaluations"] if "num_evaluations" in rows else pd.Series()
+            tried = pd.to_numeric(runs, errors="coerce").sum()
+            count = f" ({tried:.0f} simulated)" if tried > 0 else ""
+            found.append((str(system), f"no fleet met the SLO{count}"))
+    return found
+
+
 def write_fleet_capacity(study: FleetStudy, out: Path, overrides: Sequence[str]) -> Path:
     """A fleet-search folder (see the module docstring); returns capacity.html."""
     out.mkdir(parents=True, exist_ok=True)
@@ -160,6 +175,8 @@ def write_fleet_capacity(study: FleetStudy, out: Path, overrides: Sequence[str])
             provenance=provenance(study.best, overrides),
             findings=study.answer,
             deploy=deploy_entries(study.deployments),
+            question=scenario.report,
+            missing=never_met(study.ranking),
         )
         report_name = html.name
     plot = Plot(

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from pagesim.reports.bars import Panel, plot_side_by_side
 from pagesim.reports.frames import activity_means, as_number, bucket_edges, numeric
 from pagesim.reports.style import (
     figure,
@@ -35,7 +36,7 @@ COMPARED = (  # summary key, title, axis label, share shown as %
     ("prefix_hit_rate", "Prefix-cache hit rate", "%", True),
     ("ttft_mean_s", "TTFT mean", "s", False),
     ("ttft_p99_s", "TTFT p99", "s", False),
-    ("load_imbalance", "Load imbalance (max/mean)", "x", False),
+    ("load_imbalance", "Load imbalance", "max / mean", False),
 )
 
 
@@ -152,21 +153,10 @@ def plot_router_comparison(results: Sequence[RunResult], path: Path) -> Path:
     """Fleet systems (routers, in a router comparison) side by side: hit rate, TTFT mean and
     p99, load imbalance, from their summaries."""
     shown = fleets(results)
-    with figure(1, len(COMPARED), 3.2) as (fig, axes):
-        names = [label(r.system, 16) for r in shown]
-        for col, (key, title, unit, is_share) in enumerate(COMPARED):
-            ax = axes[0, col]
-            ax.set_title(title, loc="left", fontsize=9)
-            values = [as_number(r.summary.get(key)) for r in shown]
-            heights = [np.nan if v is None else (100 * v if is_share else v) for v in values]
-            x = np.arange(len(shown))
-            ax.bar(x, heights, color=[system_color(i) for i in range(len(shown))])
-            for xi, h in zip(x, heights, strict=True):
-                text = "-" if np.isnan(h) else f"{h:.3g}"
-                ax.text(xi, 0 if np.isnan(h) else h, text, ha="center", va="bottom", fontsize=8)
-            ax.set_xticks(x, names, rotation=20, ha="right", fontsize=8)
-            ax.set_ylabel("%" if is_share else unit)
-        handles = [axes[0, 0].patches[i] for i in range(len(shown))] if shown else []
-        legend_below(fig, handles, [r.system for r in shown], min(4, len(shown)))
-        fig.suptitle("Routers side by side (each system a fleet)")
-        return save(fig, path)
+    panels = []
+    for key, title, unit, is_share in COMPARED:
+        values = [as_number(r.summary.get(key)) for r in shown]
+        scaled = [None if v is None else (100 * v if is_share else v) for v in values]
+        panels.append(Panel(title, "%" if is_share else unit, scaled))
+    names = [r.system for r in shown]
+    return plot_side_by_side(path, names, panels, "Routers side by side (each system a fleet)")

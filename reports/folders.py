@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from pagesim import __version__
-from pagesim.reports.capacity import write_capacity_page
+from pagesim.reports.capacity import capacity_findings, write_capacity_page
 from pagesim.reports.deploy_html import deploy_entries
 from pagesim.reports.frames import unique_slugs
 from pagesim.reports.frontier_plots import sweep_frontier
@@ -88,6 +88,7 @@ def write_run(
             calibration=calibration_curves(run.scenario),
             num_workers=num_workers,
             deploy=deploy_entries(deployments(run.scenario)),
+            question=run.scenario.report,
         )
     names = unique_slugs([r.system for r in run.results], reserved=RESERVED_NAMES)
     for result, name in zip(run.results, names, strict=True):
@@ -115,6 +116,7 @@ def write_sweep(done: SweepRun, out: Path, overrides: Sequence[str]) -> Path:
         provenance=provenance(done.detail_results, overrides),
         sweep=done.table,
         detail=done.detail_label,
+        question=done.first_scenario.report,
     )
 
 
@@ -153,6 +155,8 @@ def write_capacity(study: CapacityStudy, out: Path, overrides: Sequence[str]) ->
             sweep=curves,
             detail="each configuration's highest sustained rate",
             deploy=deploy_entries(study.deployments),
+            findings=capacity_findings(study.ranking),  # capacity.html's answer, word for word
+            question=scenario.report,
         )
         report_name = html.name
     return write_capacity_page(

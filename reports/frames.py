@@ -65,14 +65,38 @@ def _sorted_steps(steps: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarr
     return order, start[order], np.nan_to_num(numeric(steps, "duration_s")[order])
 
 
+def _per_replica(steps: pd.DataFrame) -> list[pd.DataFrame]:
+    """Each replica's steps (a fleet's replicas step side by side, each on its own timeline,
+    which the bucket arithmetic below needs disjoint); the frame itself for one replica."""
+    if "replica" not in steps or steps.empty or steps["replica"].nunique() <= 1:
+        return [steps]
+    return [rows for _, rows in steps.groupby("replica", sort=True)]
+
+
 def state_means(
     steps: pd.DataFrame, columns: Sequence[str], edges: np.ndarray
 ) -> dict[str, np.ndarray]:
-    """Time-weighted mean of state columns (KV slots, queue lengths) in each bucket.
+    """Time-weighted mean of state columns (KV slots, queue lengths) in each bucket; a fleet's
+    replicas' means added up (its KV slots are theirs together).
 
     A step's recorded state holds from its start to the next step's start (the last one for its
-    own duration). Buckets no step covers are NaN.
+    own duration). Buckets no step covers are NaN; in a fleet, a replica with no step in a bucket
+    adds nothing to it.
     """
+    parts = [_state_means(rows, columns, edges) for rows in _per_replica(steps)]
+    if len(parts) == 1:
+        return parts[0]
+    out = {}
+    for c in columns:
+        stack = np.vstack([part[c] for part in parts])
+        covered = np.isfinite(stack).any(axis=0)
+        out[c] = np.where(covered, np.nansum(stack, axis=0), np.nan)
+    return out
+
+
+def _state_means(
+    steps: pd.DataFrame, columns: Sequence[str], edges: np.ndarray
+) -> dict[str, np.ndarray]:
     if steps.empty or len(edges) < 2:
         return {c: np.empty(0) for c in columns}
     order, a, duration = _sorted_steps(steps)
@@ -89,7 +113,18 @@ def state_means(
 def activity_means(
     steps: pd.DataFrame, columns: Sequence[str], edges: np.ndarray
 ) -> dict[str, np.ndarray]:
-    """Time-weighted mean of per-step rates (utilizations) in each bucket; idle time counts as 0."""
+    """Time-weighted mean of per-step rates (utilizations) in each bucket; idle time counts as 0.
+    A fleet's is the mean over its replicas (four replicas each 50% busy are 50% busy, not 200%).
+    """
+    parts = [_activity_means(rows, columns, edges) for rows in _per_replica(steps)]
+    if len(parts) == 1:
+        return parts[0]
+    return {c: np.mean(np.vstack([part[c] for part in parts]), axis=0) for c in columns}
+
+
+def _activity_means(
+    steps: pd.DataFrame, columns: Sequence[str], edges: np.ndarray
+) -> dict[str, np.ndarray]:
     if steps.empty or len(edges) < 2:
         return {c: np.empty(0) for c in columns}
     order, a, duration = _sorted_steps(steps)

@@ -12,6 +12,7 @@ from pagesim.reports.glossary_energy import ENERGY_METRICS, REPLICA_ENERGY_METRI
 from pagesim.reports.glossary_fleet import FLEET_METRICS, REPLICA_METRICS, replica_metric
 from pagesim.reports.glossary_memory import KV_MEMORY_METRICS
 from pagesim.reports.glossary_models import HYBRID_METRICS, MOE_METRICS, SPEC_METRICS
+from pagesim.reports.glossary_sweep import SWEEP_ENTRIES
 from pagesim.reports.glossary_types import GlossaryEntry, SummaryMetric, Unit
 from pagesim.simulator.metrics.result import REQUEST_COLUMNS, STEP_COLUMNS
 
@@ -294,6 +295,7 @@ def glossary_sections() -> list[tuple[str, list[GlossaryEntry]]]:
     steps = [GlossaryEntry(k, _sentence(v)) for k, v in STEP_COLUMNS.items()]
     return [
         ("Summary metrics (summary.csv, summary.json)", summary),
+        ("Sweep points (sweep.csv, evaluations.csv): beyond the summary", list(SWEEP_ENTRIES)),
         ("Per-request columns (requests.csv)", requests),
         ("Per-step columns (steps.csv)", steps),
     ]

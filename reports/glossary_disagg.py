@@ -112,8 +112,10 @@ DISAGG_METRICS: tuple[SummaryMetric, ...] = (
 
 DISAGG_REQUEST_COLUMNS: dict[str, str] = {
     "prefill_replica": "disaggregated fleets: the prefill replica (fleet index, prefill "
-    "replicas first); `replica` is then the decode replica",
-    "ttft_queue_s": "disaggregated fleets: arrival -> admitted on the prefill replica (s)",
+    "replicas first); `replica` is then the decode replica the prompt's KV landed on (empty "
+    "for a request whose KV never left its prefill replica)",
+    "ttft_queue_s": "disaggregated fleets: arrival -> admitted on the prefill replica, plus a "
+    "served fleet's front end (s)",
     "ttft_prefill_s": "disaggregated fleets: prefill admission -> its last prompt chunk "
     "computed (s)",
     "ttft_transfer_s": "disaggregated fleets: prefill end -> KV landed on the decode replica, "

@@ -25,6 +25,7 @@ from pagesim.reports.glossary import (
     glossary_sections,
     replica_metric,
 )
+from pagesim.reports.sweep_axes import axis_columns
 from pagesim.reports.units import MISSING, format_number, format_value
 from pagesim.simulator.metrics.result import RunResult
 
@@ -142,6 +143,7 @@ SWEEP_TABLE_METRICS = (
     "kv_waste_share",
     "kv_saved_of_unshared_share",
     "slot_utilization",
+    "kv_capacity_tokens",
     "num_preemptions",
     "num_rejected",
 )
@@ -155,19 +157,21 @@ def _header(column: str) -> str:
     return f'<th title="{esc(column)}">{esc(column.rsplit(".", 1)[-1])}</th>'
 
 
-def sweep_table(sweep: pd.DataFrame, *, curated: bool = False) -> str:
-    """A table of `sweep` (at most MAX_SWEEP_ROWS rows). `curated`: the axes, the system and
-    SWEEP_TABLE_METRICS (those not all zero or missing), headed by their glossary labels and
-    formatted by unit; otherwise every column as it is."""
+def sweep_table(sweep: pd.DataFrame, *, curated: bool = False, lead: Sequence[str] = ()) -> str:
+    """A table of `sweep` (at most MAX_SWEEP_ROWS rows). `curated`: the axes, the system, the
+    `lead` metrics (the scenario's [report] ones) and SWEEP_TABLE_METRICS (those not all zero
+    or missing), headed by their glossary labels and formatted by unit; otherwise every column
+    as it is."""
     columns = [str(c) for c in sweep.columns]
     if curated:
-        axes = [c for c in columns if "." in c] or [
-            c for c in ("rate", "rate_per_s", "block_size") if c in columns
-        ]
-        metrics = [
+        axes = axis_columns(sweep)
+        wanted = [c for c in lead if c in sweep]
+        metrics = wanted + [
             c
             for c in SWEEP_TABLE_METRICS
-            if c in sweep and (pd.to_numeric(sweep[c], errors="coerce").fillna(0) != 0).any()
+            if c in sweep
+            and c not in wanted
+            and (pd.to_numeric(sweep[c], errors="coerce").fillna(0) != 0).any()
         ]
         columns = axes + (["system"] if "system" in sweep else []) + metrics
     shown = sweep[columns].head(MAX_SWEEP_ROWS)

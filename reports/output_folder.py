@@ -34,6 +34,7 @@ from pathlib import Path
 from types import TracebackType
 
 from pagesim import __version__
+from pagesim.simulator.core import held_signals
 from pagesim.simulator.core.errors import InputError
 
 MANIFEST_FILE = "pagesim-output.json"
@@ -57,10 +58,14 @@ def read_manifest(folder: Path) -> dict[str, object] | None:
 
 
 def describe(manifest: dict[str, object] | None) -> str:
-    """'the sweep of scenario 'x'' for messages; 'an earlier pagesim output' when unlabelled."""
+    """'the sweep of scenario 'x'' for messages ('an unfinished sweep …' for one interrupted
+    before its first commit); 'an earlier pagesim output' when unlabelled."""
     if not manifest:
         return "an earlier pagesim output"
-    return f"the {manifest.get('kind', 'output')} of scenario {manifest.get('scenario', '?')!r}"
+    kind = manifest.get("kind", "output")
+    what = f"the {kind}" if manifest.get("complete", True) else f"an unfinished {kind}"
+    scenario = manifest.get("scenario")
+    return f"{what} of scenario {scenario!r}" if scenario else what
 
 
 def is_pagesim_folder(folder: Path) -> bool:
@@ -72,16 +77,19 @@ def is_pagesim_folder(folder: Path) -> bool:
 @contextlib.contextmanager
 def signals_held() -> Iterator[None]:
     """SIGINT and SIGTERM held back (delivered when the block ends): for the renames of a
-    commit, which must not stop half-way."""
+    commit, which must not stop half-way. The mask holds them back from this thread; the kernel
+    may still give one to another thread (a progress bar's), whose handler Python runs in this
+    one all the same, so the handler holds that back too (simulator/core/held_signals.py)."""
     mask = getattr(signal, "pthread_sigmask", None)
-    if mask is None:  # Windows
-        yield
-        return
-    old = mask(signal.SIG_BLOCK, _SIGNALS)
-    try:
-        yield
-    finally:
-        mask(signal.SIG_SETMASK, old)
+    with held_signals.held():
+        if mask is None:  # Windows
+            yield
+            return
+        old = mask(signal.SIG_BLOCK, _SIGNALS)
+        try:
+            yield
+        finally:
+            mask(signal.SIG_SETMASK, old)
 
 
 def _refuse(out: Path, problem: str) -> InputError:
@@ -103,6 +111,12 @@ def _check_out(out: Path) -> bool:
             return False
         if not out.is_dir():
             raise _refuse(out, "exists and is not a folder; name a new or empty folder")
+        if _is_immutable(out):
+            raise _refuse(
+                out,
+                "is immutable or append-only (chattr +i / +a): an output folder is replaced as "
+                "a whole; clear the flag or name another folder",
+            )
         entries = sorted(p.name for p in out.iterdir())
     except OSError as exc:
         raise _refuse(out, f"cannot use this path: {exc.strerror or exc}") from None
@@ -114,6 +128,30 @@ def _check_out(out: Path) -> bool:
             "folder: an output folder is replaced as a whole",
         )
     return True
+
+
+# linux/fs.h: FS_IOC_GETFLAGS = _IOR('f', 1, long), whose size is a long's.
+_FS_IOC_GETFLAGS = 0x80086601 if sys.maxsize > 2**32 else 0x80046601
+_FS_UNRENAMEABLE = 0x10 | 0x20  # FS_IMMUTABLE_FL | FS_APPEND_FL: not even root renames it
+
+
+def _is_immutable(folder: Path) -> bool:
+    """Whether the folder carries a flag that forbids renaming it (Linux; False elsewhere or
+    where the file system keeps no such flags). Checked before any work, so that a run is not
+    simulated for an output it cannot commit; `commit` still undoes a swap that fails."""
+    if sys.platform != "linux":
+        return False
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        flags = fcntl.ioctl(fd, _FS_IOC_GETFLAGS, bytes(8))
+    except OSError:  # a file system without the flags (tmpfs, say)
+        return False
+    finally:
+        os.close(fd)
+    return bool(int.from_bytes(flags[:4], sys.byteorder) & _FS_UNRENAMEABLE)
 
 
 @dataclass
@@ -136,21 +174,26 @@ class OutputFolder:
         kind: str,
         keep: Sequence[str] = (),
         made: list[OutputFolder] | None = None,
+        scenario: str = "",
     ) -> OutputFolder:
         """Check `out` (InputError saying why it cannot be used), lock it against other pagesim
         commands, and make the staging folder beside it; `made` receives the folder in the same
-        breath as its staging folder is made (signals held), so a caller can always clean up."""
+        breath as its staging folder is made (signals held), so a caller can always clean up.
+        A folder created here is labelled with `scenario` until the commit (an interrupted sweep
+        leaves it so, and its rerun knows the folder for its own)."""
         out = Path(out)
         exists = _check_out(out)
         folder = cls(out, out, kind, keep, False, read_manifest(out) if exists else None)
         try:  # interrupted or failed half-way, whatever was made is removed again
-            folder._make(exists, made)
+            folder._make(exists, made, scenario)
         except BaseException:
             folder.abandon()
             raise
         return folder
 
-    def _make(self, exists: bool, made: list[OutputFolder] | None = None) -> None:
+    def _make(
+        self, exists: bool, made: list[OutputFolder] | None = None, scenario: str = ""
+    ) -> None:
         out = self.final
         try:
             out.parent.mkdir(parents=True, exist_ok=True)
@@ -158,7 +201,7 @@ class OutputFolder:
                 with signals_held():  # a signal between the two would leave it unrecorded
                     out.mkdir()
                     self.created = True
-                _write_manifest(out, self.kind, "", complete=False)
+                _write_manifest(out, self.kind, scenario, complete=False)
         except FileExistsError:
             pass  # another command made it meanwhile: the lock decides below
         except OSError as exc:
@@ -198,17 +241,36 @@ class OutputFolder:
             self._lock_fd = None
 
     def commit(self, scenario: str) -> Path:
-        """Label the staged output and swap it in for `final`; returns `final`."""
+        """Label the staged output and swap it in for `final`; returns `final`. A swap the file
+        system refuses (an immutable folder, a sticky parent another user owns) is undone step
+        by step and ends in an InputError: `final` stays as it was."""
         _write_manifest(self.staging, self.kind, scenario, complete=True)
         old = self.staging.with_name(self.staging.name + "-old")
+        moved: list[tuple[Path, Path]] = []  # (from, to) of each entry carried, in order
         with signals_held():
-            _carry(self.final, self.staging, self.keep)
-            os.replace(self.final, old)
-            os.replace(self.staging, self.final)
+            try:
+                _carry(self.final, self.staging, self.keep, moved)
+                os.replace(self.final, old)
+            except OSError as exc:
+                _undo(moved)
+                raise self._refused(exc) from None
+            try:
+                os.replace(self.staging, self.final)
+            except OSError as exc:
+                os.replace(old, self.final)
+                _undo(moved)
+                raise self._refused(exc) from None
             self._done = True
         self._unlock()
         shutil.rmtree(old, ignore_errors=True)
         return self.final
+
+    def _refused(self, exc: OSError) -> InputError:
+        return _refuse(
+            self.final,
+            f"cannot replace it with the new output: {exc.strerror or exc}; it is as it was and "
+            "the new output was not kept: make it replaceable or name another folder",
+        )
 
     def abandon(self) -> None:
         """Drop the staged output; `final` stays as it was (a folder this command created is
@@ -257,9 +319,9 @@ def _holds_only_manifest(folder: Path) -> bool:
     return names <= {MANIFEST_FILE}
 
 
-def _carry(old: Path, new: Path, keep: Sequence[str]) -> None:
+def _carry(old: Path, new: Path, keep: Sequence[str], moved: list[tuple[Path, Path]]) -> None:
     """Move the entries of `old` named in `keep` (all of them for ALL) that `new` lacks into
-    `new`; folders present in both merge entry by entry."""
+    `new`; folders present in both merge entry by entry. Each move is appended to `moved`."""
     names = [p.name for p in old.iterdir()] if keep == ALL else keep
     for name in names:
         source, target = old / name, new / name
@@ -267,5 +329,13 @@ def _carry(old: Path, new: Path, keep: Sequence[str]) -> None:
             continue
         if not target.exists():
             os.replace(source, target)
+            moved.append((source, target))
         elif keep == ALL and source.is_dir() and target.is_dir():
-            _carry(source, target, ALL)
+            _carry(source, target, ALL, moved)
+
+
+def _undo(moved: list[tuple[Path, Path]]) -> None:
+    """Move carried entries back, last first (a commit that could not finish)."""
+    for source, target in reversed(moved):
+        with contextlib.suppress(OSError):
+            os.replace(target, source)

@@ -23,8 +23,20 @@ from pathlib import Path
 import pandas as pd
 
 from pagesim.reports import disagg_plots, fleet_plots, frontier_plots, plots
-from pagesim.reports.curves import RATE_COLUMN, curve_metrics, other_axis, sweep_column
+from pagesim.reports.curves import (
+    LATENCY_COLUMNS,
+    RATE_COLUMN,
+    curve_metrics,
+    is_slo_axis,
+    other_axis,
+    slo_metrics,
+    sweep_column,
+)
+from pagesim.reports.sweep_axes import is_categorical, numeric_axes
+from pagesim.reports.sweep_bars import plot_sweep_bars
+from pagesim.simulator.core.config import ReportConfig
 from pagesim.simulator.metrics.result import RunResult
+from pagesim.simulator.studies.worker_watch import watch_driver
 
 
 @dataclass(frozen=True)
@@ -45,6 +57,7 @@ RunPlot = tuple[
     float,
     Callable[[Sequence[RunResult]], bool],
 ]
+MAX_PANELS = 4  # metrics in one plot of the question's: the scenario's [report] ones first
 _ALWAYS: Callable[[Sequence[RunResult]], bool] = lambda results: True  # noqa: E731
 RUN_PLOTS: tuple[RunPlot, ...] = (
     (
@@ -82,7 +95,9 @@ RUN_PLOTS: tuple[RunPlot, ...] = (
         plots.plot_utilization,
         "Utilization over time",
         "Useful batch slots / batch capacity, model FLOPs / peak FLOPs (MFU) and HBM bytes / "
-        "peak bandwidth (MBU), time-weighted within each bucket; idle time counts as zero.",
+        "peak bandwidth (MBU), time-weighted within each bucket; idle time counts as zero, "
+        "and a fleet's line is the mean over its replicas. Each panel's title gives each "
+        "system's mean over its busy time after warm-up (the summary's).",
         1.3,
         _ALWAYS,
     ),
@@ -165,8 +180,10 @@ RUN_PLOTS: tuple[RunPlot, ...] = (
         "Disaggregated and colocated side by side",
         "Goodput per GPU (requests meeting the SLO per second, over the fleet's GPUs), TPOT p50 "
         "and p99, TTFT p99, for every system of the run: a disaggregated fleet beside its "
-        "colocated twin on the same GPUs. Goodput counts requests finished within the arrival "
-        "window: read an overloaded fleet's figure with its SLO attainment.",
+        "colocated twin on the same GPUs (a system with nothing to show, such as one that never "
+        "met the SLO in a capacity search, keeps an empty row saying so). Goodput counts "
+        "requests finished within the arrival window: read an overloaded fleet's figure with "
+        "its SLO attainment.",
         0.5,
         disagg_plots.has_disaggregated,
     ),
@@ -176,15 +193,55 @@ LEFT_OUT = {  # why a plot is not drawn, shown in its place
 }
 
 
-def run_plot_jobs(results: Sequence[RunResult]) -> tuple[list[PlotJob], list[str]]:
-    """The per-run plots worth drawing for `results`, and notes on those left out."""
+def run_plot_jobs(
+    results: Sequence[RunResult],
+    question: ReportConfig | None = None,
+    missing: Sequence[tuple[str, str]] = (),
+) -> tuple[list[PlotJob], list[str]]:
+    """The per-run plots worth drawing for `results`, and notes on those left out: first the
+    scenario's [report] metrics by system (when two systems or more have them). `missing`:
+    (system, why) of systems the comparison lacks, which the side-by-side plot names."""
     jobs, notes = [], []
+    asked = _question_job(results, question or ReportConfig())
+    if asked is not None:
+        jobs.append(asked)
     for stem, fn, title, caption, cost, worth in RUN_PLOTS:
         if worth(results):
-            jobs.append(PlotJob(stem, title, caption, _bind(fn, results), cost))
+            draw = _bind(fn, results)
+            if stem == "disagg_vs_colocated" and missing:
+                draw = _bind_missing(results, missing)
+            jobs.append(PlotJob(stem, title, caption, draw, cost))
         elif stem in LEFT_OUT:
             notes.append(LEFT_OUT[stem])
     return jobs, notes
+
+
+def _question_job(results: Sequence[RunResult], question: ReportConfig) -> PlotJob | None:
+    """Bars of the metrics the scenario asks about, one per system: its answer as a picture."""
+    table = pd.DataFrame([{"system": r.system, **r.summary} for r in results])
+    metrics = [
+        m
+        for m in (question.key_metric, *question.metrics)
+        if m is not None
+        and m in table
+        and pd.to_numeric(table[m], errors="coerce").notna().sum() >= 2
+    ][:MAX_PANELS]
+    if not metrics:
+        return None
+    return PlotJob(
+        "question",
+        "What the scenario asks, by system",
+        "The metrics the scenario's [report] asks about (the headlines' first sentences), one "
+        "bar per system.",
+        _bars(table, metrics, "The scenario's key metrics by system"),
+        0.6,
+    )
+
+
+def _bind_missing(
+    results: Sequence[RunResult], missing: Sequence[tuple[str, str]]
+) -> Callable[[Path], Path]:
+    return lambda path: disagg_plots.plot_disagg_vs_colocated(results, path, missing)
 
 
 def _bind(
@@ -193,9 +250,11 @@ def _bind(
     return lambda path: fn(results, path)
 
 
-def sweep_plot_jobs(sweep: pd.DataFrame) -> list[PlotJob]:
-    """The curves a sweep table's axes call for: latency vs rate, the block-size ablation, and
-    the key metrics against any other numeric axis (a second axis as line groups)."""
+def sweep_plot_jobs(sweep: pd.DataFrame, question: ReportConfig | None = None) -> list[PlotJob]:
+    """The curves a sweep table's axes call for: latency vs rate, the block-size ablation, the
+    scenario's [report] metrics and the key metrics against any other numeric axis (a second
+    axis as line groups), or, with no numeric axis, bars of them at every point. `sweep` has
+    its axis values in words (sweep_axes.label_axes)."""
     jobs = []
     rate = sweep_column(sweep, RATE_COLUMN)
     if rate is not None and "normalized_latency_mean_s" in sweep:
@@ -233,40 +292,68 @@ def sweep_plot_jobs(sweep: pd.DataFrame) -> list[PlotJob]:
                 1.0,
             )
         )
-    metrics = curve_metrics(sweep)
-    for axis in _numeric_axes(sweep):
-        if axis in (rate, block) or not metrics:
+    metrics = _panels(sweep, question or ReportConfig())
+    numeric = numeric_axes(sweep)
+    if is_categorical(sweep) and metrics and len(sweep) > 1:
+        jobs.append(
+            PlotJob(
+                "sweep_points",
+                "Metrics at every point",
+                "The scenario's key metrics at each point of the sweep, one bar per point, "
+                "named by what differs between the points.",
+                _bars(sweep, metrics, "The key metrics at every point of the sweep"),
+                1.0,
+            )
+        )
+    for axis in numeric:
+        slo = is_slo_axis(axis)
+        panels = slo_metrics(sweep) if slo else metrics
+        if axis == block or (axis == rate and not _asks_beyond_latency(question)) or not panels:
             continue
         group = other_axis(sweep, axis)
         short = axis.rsplit(".", 1)[-1]
+        what = (
+            f"Goodput and SLO attainment at each value of {axis}: an SLO bound changes no "
+            "simulation, only which requests count as meeting it"
+            if slo
+            else f"The key metrics at each value of {axis}"
+        )
         jobs.append(
             PlotJob(
                 f"sweep_{short}",
-                f"Metrics vs {short}",
-                f"The key metrics at each value of {axis}"
-                + (f", a line per value of {group}" if group else "")
-                + " (and per system).",
-                _curves(sweep, axis, group, metrics),
+                f"{'Goodput' if slo else 'Metrics'} vs {short}",
+                what + (f", a line per value of {group}" if group else "") + " (and per system).",
+                _curves(sweep, axis, group, panels),
                 1.2,
             )
         )
     return jobs
 
 
+def _asks_beyond_latency(question: ReportConfig | None) -> bool:
+    """Whether the scenario asks about a metric the latency-vs-rate plot does not draw."""
+    asked = () if question is None else (question.key_metric, *question.metrics)
+    return any(m is not None and m not in LATENCY_COLUMNS for m in asked)
+
+
+def _panels(sweep: pd.DataFrame, question: ReportConfig) -> list[str]:
+    """The scenario's [report] metrics the table has values of, then the general ones."""
+    asked = [m for m in (question.key_metric, *question.metrics) if m is not None]
+    present = [
+        m for m in asked if m in sweep and pd.to_numeric(sweep[m], errors="coerce").notna().any()
+    ]
+    more = [m for m in curve_metrics(sweep) if m not in present]
+    return (present + more)[:MAX_PANELS]
+
+
+def _bars(table: pd.DataFrame, metrics: list[str], title: str) -> Callable[[Path], Path]:
+    return lambda path: plot_sweep_bars(table, path, metrics=metrics, title=title)
+
+
 def _curves(
     sweep: pd.DataFrame, axis: str, group: str | None, metrics: list[str]
 ) -> Callable[[Path], Path]:
     return lambda path: plots.plot_sweep_curves(sweep, path, x=axis, group=group, metrics=metrics)
-
-
-def _numeric_axes(sweep: pd.DataFrame) -> list[str]:
-    """Dotted axis columns whose values are all numbers and take several values."""
-    found = []
-    for column in (str(c) for c in sweep.columns if "." in str(c)):
-        values = pd.to_numeric(sweep[column], errors="coerce")
-        if values.notna().all() and values.nunique() > 1:
-            found.append(column)
-    return found
 
 
 # --- drawing -------------------------------------------------------------------------------
@@ -294,7 +381,10 @@ def draw_all(jobs: Sequence[PlotJob], plot_dir: Path, num_workers: int | None = 
     order = sorted(range(len(work)), key=lambda i: -work[i][0].cost)
     _pending[:] = work
     pool = ProcessPoolExecutor(
-        max_workers=num_workers, mp_context=multiprocessing.get_context("fork")
+        max_workers=num_workers,
+        mp_context=multiprocessing.get_context("fork"),
+        initializer=watch_driver,  # a driver killed outright leaves no worker behind
+        initargs=(os.getpid(),),
     )
     try:
         for _ in pool.map(_draw, order):

@@ -81,15 +81,21 @@ _UTILIZATION = {
 
 
 def plot_utilization(results: Sequence[RunResult], path: Path) -> Path:
-    """Slot, compute (MFU) and bandwidth (MBU) utilization over time, systems overlaid.
+    """Slot, compute (MFU) and bandwidth (MBU) utilization over time, systems overlaid; each
+    panel's title gives each system's mean for that panel's measure (the summary's, over busy
+    time), the legend only which line is which system.
 
     Needs steps columns start_s, duration_s, slot_utilization, mfu, mbu; idle time counts as 0.
+    A fleet's line is the mean over its replicas.
     """
     with figure(3, 1, 7.5, sharex=True) as (fig, axes):
-        handles, names = [], []
+        handles = [
+            Line2D([], [], color=system_color(i), ls=LINE_STYLES[i % len(LINE_STYLES)])
+            for i in range(len(results))
+        ]
         for row, (column, title) in enumerate(_UTILIZATION.items()):
             ax = axes[row, 0]
-            ax.set_title(title, loc="left")
+            ax.set_title(label(title + _means(results, column), 150), loc="left")
             ax.set_ylabel("%")
             plotted = False
             for i, result in enumerate(results):
@@ -97,7 +103,7 @@ def plot_utilization(results: Sequence[RunResult], path: Path) -> Path:
                 if len(edges) < 2 or column not in result.steps:
                     continue
                 y = 100 * activity_means(result.steps, [column], edges)[column]
-                (line,) = ax.plot(
+                ax.plot(
                     edges,
                     np.append(y, y[-1]),  # the last bucket drawn to its end
                     color=system_color(i),
@@ -106,19 +112,34 @@ def plot_utilization(results: Sequence[RunResult], path: Path) -> Path:
                     drawstyle="steps-post",
                 )
                 plotted = True
-                if row == 0:
-                    mean = as_number(result.summary.get(column))
-                    note = f" (mean {100 * mean:.0f}%)" if mean is not None else ""
-                    handles.append(line)
-                    names.append(label(result.system) + note)
             if not plotted:
                 no_data(ax, "no steps recorded")
             ax.set_ylim(bottom=0)
             ax.set_xlim(left=0)
         axes[-1, 0].set_xlabel(time_label(results))
         fig.suptitle("Utilization over time: batch slots, compute, bandwidth (bucketed means)")
-        legend_below(fig, handles, names, min(3, len(names)))
+        names = [label(r.system) for r in results]
+        legend_below(fig, handles, names, min(4, len(names)))
         return save(fig, path)
+
+
+MEANS_IN_TITLE = 4  # systems whose means a panel's title lists (more: the summary table has them)
+
+
+def _means(results: Sequence[RunResult], column: str) -> str:
+    """' — busy-time mean: a 12%, b 0.4%' from the systems' summaries (which average over the
+    steps after warm-up, idle time left out), for a panel's title."""
+    parts = []
+    for result in results[:MEANS_IN_TITLE]:
+        mean = as_number(result.summary.get(column))
+        if mean is not None:
+            pct = 100 * mean
+            parts.append(
+                f"{label(result.system, 20)} {pct:.0f}%"
+                if pct >= 10
+                else f"{label(result.system, 20)} {pct:.2g}%"
+            )
+    return (" — busy-time mean: " + ", ".join(parts)) if parts else ""
 
 
 _LATENCIES = {"ttft_s": "TTFT", "tpot_s": "TPOT", "e2e_s": "E2E latency"}

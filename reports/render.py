@@ -42,8 +42,10 @@ from pagesim.reports.html import (
 )
 from pagesim.reports.output_folder import MANIFEST_FILE
 from pagesim.reports.plot_jobs import PlotJob, draw_all, run_plot_jobs, sweep_plot_jobs
-from pagesim.reports.saved import INPUTS_FILE, SavedReport, read_saved
-from pagesim.reports.sweep_findings import axis_columns, derive_sweep_findings
+from pagesim.reports.saved import INPUTS_FILE, SavedReport, question_to_json, read_saved
+from pagesim.reports.sweep_axes import axis_columns, label_axes
+from pagesim.reports.sweep_findings import derive_sweep_findings
+from pagesim.simulator.core.config import ReportConfig
 from pagesim.simulator.core.errors import InputError
 from pagesim.simulator.metrics.result import RunResult
 
@@ -102,9 +104,12 @@ def _write_data(
         sweep.to_csv(out_dir / "sweep.csv", index=False)
 
 
-def sweep_plots(sweep: pd.DataFrame, plot_dir: Path) -> list[Plot]:
-    """The sweep plots the table's axes call for (maybe none), drawn into `plot_dir`."""
-    jobs = sweep_plot_jobs(sweep)
+def sweep_plots(
+    sweep: pd.DataFrame, plot_dir: Path, question: ReportConfig | None = None
+) -> list[Plot]:
+    """The sweep plots the table's axes (and the scenario's [report] metrics) call for,
+    drawn into `plot_dir`."""
+    jobs = sweep_plot_jobs(label_axes(sweep), question or ReportConfig())
     draw_all(jobs, plot_dir, 1)
     return [Plot(plot_dir / f"{job.stem}.png", job.title, job.caption) for job in jobs]
 
@@ -133,6 +138,8 @@ def write_report(
     calibration: Mapping[str, object] | None = None,
     detail: str | None = None,
     num_workers: int | None = None,
+    question: ReportConfig | None = None,
+    missing: Sequence[tuple[str, str]] = (),
     deploy: Sequence[Mapping[str, object]] | None = None,
 ) -> Path:
     """Write the report folder (see the module docstring) and return the path of report.html.
@@ -140,11 +147,13 @@ def write_report(
     A run report (no `sweep`): findings, the summary by system, the plots worth drawing. A
     sweep report (`sweep`: one row per system and point, with the axes and summary keys) leads
     with the sweep's findings, curves and table; `results` (maybe none) are then per-system
-    detail at one point, which `detail` names. `findings` replaces the derived sentences;
-    `calibration` follows `reports.calibration_plots.parse_calibration`; `num_workers` processes
-    draw the plots (default: one per CPU). `deploy`: each configuration's vLLM command lines
-    (reports.deploy_html.deploy_entries), shown and written to vllm_commands.sh. Raises
-    ValueError on nothing to report or a malformed calibration input.
+    detail at one point, which `detail` names. `question` (the scenario's [report]) says what
+    the headlines answer first; `findings` replaces the derived sentences; `calibration`
+    follows `reports.calibration_plots.parse_calibration`; `num_workers` processes draw the
+    plots (default: one per CPU); `missing` names (system, why) the systems compared lack (a
+    capacity search's system that met the SLO nowhere). Raises ValueError on nothing to report
+    or a malformed calibration input. `deploy`: each configuration's vLLM command lines
+    (reports.deploy_html.deploy_entries), shown and written to vllm_commands.sh.
     """
     if not results and sweep is None:
         raise ValueError("write_report: no results to report")
@@ -152,8 +161,10 @@ def write_report(
     out_dir.mkdir(parents=True, exist_ok=True)
     slugs = unique_slugs([r.system for r in results], reserved=RESERVED_NAMES)
     _write_data(results, slugs, out_dir, sweep)
-    run_jobs, notes = run_plot_jobs(results) if results else ([], [])
-    sweep_jobs = sweep_plot_jobs(sweep) if sweep is not None else []
+    question = question or ReportConfig()
+    shown = label_axes(sweep) if sweep is not None else None  # axis values in words
+    run_jobs, notes = run_plot_jobs(results, question, missing) if results else ([], [])
+    sweep_jobs = sweep_plot_jobs(shown, question) if shown is not None else []
     extra = [_calibration_job(calibration)] if calibration else []
     draw_all([*sweep_jobs, *run_jobs, *extra], out_dir / PLOTS_DIR, num_workers)
     (out_dir / INPUTS_FILE).write_text(
@@ -166,6 +177,8 @@ def write_report(
                 "calibration": calibration,
                 "folders": slugs,
                 "detail": detail,
+                "question": question_to_json(question),
+                "missing": [list(m) for m in missing],
                 "deploy": list(deploy or []),
             },
             indent=2,
@@ -177,12 +190,14 @@ def write_report(
     def made(jobs: Sequence[PlotJob]) -> list[Plot]:
         return [Plot(out_dir / PLOTS_DIR / f"{j.stem}.png", j.title, j.caption) for j in jobs]
 
-    if sweep is None:
-        sections = _run_sections(results, findings, made(run_jobs + extra), notes)
+    if shown is None:
+        facts = findings if findings is not None else derive_findings(results, question)
+        sections = _run_sections(results, facts, made(run_jobs + extra), notes)
     else:
-        sections = _sweep_sections(
-            sweep, results, findings, made(sweep_jobs), made(run_jobs + extra), notes, detail
-        )
+        facts = findings if findings is not None else derive_sweep_findings(shown, question)
+        curves = made(sweep_jobs)
+        sections = _sweep_sections(shown, results, facts, curves, question)
+        sections += _detail_sections(results, made(run_jobs + extra), notes, detail, len(curves))
     if deploy:
         write_commands(deploy, out_dir)
         sections.append(("deploy", "Deploy on vLLM", deploy_html(deploy)))
@@ -193,7 +208,7 @@ def write_report(
         ("glossary", "Glossary of metrics", glossary_html()),
     ]
     path = out_dir / "report.html"
-    path.write_text(page(title, _subtitle(results, sweep, detail), sections), encoding="utf-8")
+    path.write_text(page(title, _subtitle(results, shown, detail), sections), encoding="utf-8")
     return path
 
 
@@ -214,14 +229,10 @@ def _subtitle(results: Sequence[RunResult], sweep: pd.DataFrame | None, detail: 
 
 
 def _run_sections(
-    results: Sequence[RunResult], findings: list[str] | None, plots_: list[Plot], notes: list[str]
+    results: Sequence[RunResult], facts: list[str], plots_: list[Plot], notes: list[str]
 ) -> list[Section]:
     return [
-        (
-            "findings",
-            "Headline findings",
-            findings_html(findings if findings is not None else derive_findings(results)),
-        ),
+        ("findings", "Headline findings", findings_html(facts)),
         ("summary", "Summary by system", summary_table(results)),
         ("plots", "Plots", figures_html(plots_) + notes_html(notes)),
     ]
@@ -230,36 +241,27 @@ def _run_sections(
 def _sweep_sections(
     sweep: pd.DataFrame,
     results: Sequence[RunResult],
-    findings: list[str] | None,
+    facts: list[str],
     curves: list[Plot],
+    question: ReportConfig,
+) -> list[Section]:
+    lead = [m for m in (question.key_metric, *question.metrics) if m is not None]
+    return [
+        ("findings", "Headline findings", findings_html(facts)),
+        ("curves", "Sweep plots", figures_html(curves) or "<p>No plot: no metric to draw.</p>"),
+        ("sweep", "Sweep table", sweep_table(sweep, curated=True, lead=lead)),
+    ]
+
+
+def _detail_sections(
+    results: Sequence[RunResult],
     detail_plots: list[Plot],
     notes: list[str],
     detail: str | None,
+    num_curves: int,
 ) -> list[Section]:
-    facts = findings if findings is not None else derive_sweep_findings(sweep)
-    sections: list[Section] = [
-        ("findings", "Headline findings", findings_html(facts)),
-        ("curves", "Sweep curves", figures_html(curves) or "<p>No curve: no numeric axis.</p>"),
-        ("sweep", "Sweep table", sweep_table(sweep, curated=True)),
-    ]
-    if results:
-        where = detail or "one point"
-        intro = (
-            f"<p>Every system at one point of the sweep, <b>{esc(where)}</b>: the plots of a "
-            "single run. Other points: rerun with <code>--detail</code>.</p>"
-        )
-        sections += [
-            (
-                "detail",
-                f"Detail at {where}",
-                intro
-                + summary_table(results)
-                + figures_html(detail_plots, start=len(curves) + 1)
-                + notes_html(notes),
-            )
-        ]
-    else:
-        sections.append(
+    if not results:
+        return [
             (
                 "detail",
                 "Detail at one point",
@@ -267,8 +269,19 @@ def _sweep_sections(
                 "point are drawn on request: <code>pagesim sweep ... --detail last</code> or "
                 "<code>--detail path=value</code>.</p>",
             )
-        )
-    return sections
+        ]
+    where = detail or "one point"
+    intro = (
+        f"<p>Every system at one point of the sweep, <b>{esc(where)}</b>: the plots of a "
+        "single run. Other points: rerun with <code>--detail</code>.</p>"
+    )
+    body = (
+        intro
+        + summary_table(results)
+        + figures_html(detail_plots, start=num_curves + 1)
+        + notes_html(notes)
+    )
+    return [("detail", f"Detail at {where}", body)]
 
 
 def render_saved(saved: SavedReport, out_dir: Path) -> Path:
@@ -285,6 +298,8 @@ def render_saved(saved: SavedReport, out_dir: Path) -> Path:
             sweep=saved.sweep,
             calibration=inputs["calibration"],
             detail=str(inputs["detail"]) if inputs.get("detail") else None,
+            question=inputs["question"],
+            missing=[(str(s), str(why)) for s, why in inputs.get("missing", [])],
             deploy=_deploy_entries(inputs.get("deploy")),
         )
     except ValueError as exc:  # a calibration input that does not parse

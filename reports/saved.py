@@ -12,6 +12,7 @@ from typing import Any
 import pandas as pd
 
 from pagesim.reports.output_folder import read_manifest
+from pagesim.simulator.core.config import Comparison, ReportConfig
 from pagesim.simulator.core.errors import InputError
 from pagesim.simulator.metrics.result import RunResult
 
@@ -74,6 +75,13 @@ def read_inputs(run_dir: Path) -> dict[str, Any]:
         raise _fail(path, "'folders' is empty and there is no sweep.csv: nothing to report")
     if not isinstance(inputs.get("detail"), str | type(None)):
         raise _fail(path, f"'detail' holds {type(inputs['detail']).__name__}")
+    inputs["question"] = question_from_json(inputs.get("question"), path)
+    missing = inputs.get("missing", [])
+    pairs = isinstance(missing, list) and all(
+        isinstance(m, list) and len(m) == 2 and all(isinstance(t, str) for t in m) for m in missing
+    )
+    if not pairs:
+        raise _fail(path, "'missing' must be a list of [system, why] pairs of text")
     for name in folders:
         plain = isinstance(name, str) and name not in ("", ".", "..") and "/" not in name
         if not plain or "\\" in name or name.startswith("."):
@@ -81,6 +89,33 @@ def read_inputs(run_dir: Path) -> dict[str, Any]:
         if not (run_dir / name).is_dir():
             raise _fail(path, f"'folders' names {name!r}, but {run_dir / name} is not a folder")
     return inputs
+
+
+def question_to_json(question: ReportConfig) -> dict[str, object]:
+    """The scenario's [report] as report.json keeps it (what the headlines answer)."""
+    return {
+        "key_metric": question.key_metric,
+        "metrics": list(question.metrics),
+        "compare": question.compare.value,
+        "reference": question.reference,
+    }
+
+
+def question_from_json(data: object, path: Path) -> ReportConfig:
+    """`question_to_json`'s object read back; absent (a folder written before it was kept):
+    no question, the general headlines."""
+    if data is None:
+        return ReportConfig()
+    problem = f"'question' holds {json.dumps(data, default=str)[:80]}"
+    if not isinstance(data, dict):
+        raise _fail(path, problem)
+    key, metrics, reference = data.get("key_metric"), data.get("metrics", []), data.get("reference")
+    compare = {c.value: c for c in Comparison}.get(str(data.get("compare", "rank")))
+    names = metrics if isinstance(metrics, list) else [None]
+    texts_ok = all(isinstance(t, str | type(None)) for t in (key, reference))
+    if compare is None or not texts_ok or not all(isinstance(m, str) for m in names):
+        raise _fail(path, problem)
+    return ReportConfig(key, tuple(str(m) for m in names), compare, reference)
 
 
 def _read_csv(path: Path, **kwargs: Any) -> pd.DataFrame:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -16,7 +17,7 @@ import matplotlib.pyplot as plt
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
-from matplotlib.ticker import FuncFormatter, LogFormatter
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter, NullLocator
 from PIL import Image
 
 DPI = 110
@@ -142,20 +143,128 @@ def time_scale(seconds: np.ndarray) -> tuple[float, str]:
 
 
 def _plain(value: float, _: object = None) -> str:
-    return f"{value:,.0f}" if abs(value) >= 1e4 else f"{value:g}"
+    """A tick's number, written the same way along a whole axis: 0.05, 2, 300, 4,000."""
+    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:g}"
+
+
+# Labelled ticks per decade of a log axis, coarsest first: the first that puts MIN_LOG_TICKS on
+# the axis, none of its ends further than END_GAP of its length from a tick, is used; so a
+# narrow axis still has a number near every curve, and a wide one no more than fit. A ladder
+# whose neighbouring labels would touch on the axis as drawn is never used (finer ladders are
+# only denser): the finest that fits is, when none reaches MIN_LOG_TICKS.
+_LOG_SUBS: tuple[tuple[float, ...], ...] = (
+    (1.0,),
+    (1.0, 2.0, 5.0),
+    (1.0, 2.0, 3.0, 5.0),
+    (1.0, 1.5, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0),
+    (1.0, 1.2, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0),
+)
+MIN_LOG_TICKS = 4
+END_GAP = 0.2
+LABEL_GAP = 1.1  # neighbouring labels' centres at least 1.1 x (half-width + half-width) apart
+
+
+def _log_subs(
+    low: float, high: float, room_px: float | None = None, size_px: Any = None
+) -> tuple[float, ...]:
+    """The labelled ticks per decade for a log axis from `low` to `high` (see _LOG_SUBS):
+    `room_px` the axis's length as drawn and `size_px(text)` a label's extent along it, when
+    known, keep neighbouring labels apart."""
+    first, last = math.floor(math.log10(low)), math.ceil(math.log10(high))
+    span = math.log10(high / low)
+    fitting = _LOG_SUBS[0]
+    for subs in _LOG_SUBS:
+        ticks = [s * 10.0**e for e in range(first, last + 1) for s in subs]
+        inside = sorted(t for t in ticks if low <= t <= high)
+        if room_px is not None and size_px is not None:
+            sizes = [float(size_px(_plain(t))) for t in inside]
+            apart = all(
+                room_px * math.log10(b / a) / span >= LABEL_GAP * (wa + wb) / 2
+                for a, b, wa, wb in zip(inside, inside[1:], sizes, sizes[1:], strict=False)
+            )
+            if not apart:
+                return fitting
+        fitting = subs
+        if len(inside) >= MIN_LOG_TICKS and (
+            math.log10(inside[0] / low) <= END_GAP * span
+            and math.log10(high / inside[-1]) <= END_GAP * span
+        ):
+            return subs
+    return fitting
 
 
 def log_scale(ax: Axes, axis: str = "x") -> None:
-    """A base-10 log axis labeled 0.01, 1, 100 rather than mathtext powers (plainer, and faster:
-    mathtext parsing dominates drawing a log axis). Minor ticks get labels only when the axis
-    spans about a decade or less (some of them up to one decade, all of them up to half of one),
-    so a narrow range still has numbers on it and a wider one has no colliding labels."""
+    """A base-10 log axis over what is plotted so far, its ticks labelled in plain numbers
+    (0.02, 0.05, 0.1 rather than mathtext powers or "6e-01": plainer, one format along the
+    axis, and faster: mathtext parsing dominates drawing a log axis). The labelled ticks per
+    decade are chosen by `_log_subs`, against the axis's length in the figure as it stands;
+    the other ninths of a decade get unlabelled minor ticks."""
     (ax.set_xscale if axis == "x" else ax.set_yscale)("log")
+    low, high = sorted(ax.get_xlim() if axis == "x" else ax.get_ylim())
+    finite = 0 < low < high and math.isfinite(high)
+    subs = _log_subs(low, high, *_label_room(ax, axis)) if finite else _LOG_SUBS[0]
     target = ax.xaxis if axis == "x" else ax.yaxis
+    target.set_major_locator(LogLocator(base=10, subs=subs))
     target.set_major_formatter(FuncFormatter(_plain))
-    target.set_minor_formatter(LogFormatter(labelOnlyBase=False, minor_thresholds=(1, 0.5)))
+    minor = tuple(float(k) for k in range(1, 10) if k not in subs)
+    target.set_minor_locator(LogLocator(base=10, subs=minor) if minor else NullLocator())
+    target.set_minor_formatter(NullFormatter())
+
+
+def _label_room(ax: Axes, axis: str) -> tuple[float, Any]:
+    """The axis's length in pixels and a label's extent along it (width on x, height on y)."""
+    from matplotlib.font_manager import FontProperties
+
+    fig = ax.get_figure()
+    box = ax.get_window_extent()
+    label_size = plt.rcParams["xtick.labelsize" if axis == "x" else "ytick.labelsize"]
+    size_pt = FontProperties(size=label_size).get_size_in_points()
+    if axis == "y" or fig is None:
+        height_px = size_pt * (fig.dpi if fig is not None else 100.0) / 72
+        return float(box.height), lambda _text: height_px
+    figure = fig.get_figure(root=True) if hasattr(fig, "get_figure") else fig
+    return float(box.width), lambda text: _text_width_px(figure, text, size_pt)  # type: ignore[arg-type]
+
+
+def plain_ticks(ax: Axes, axis: str, values: Sequence[float]) -> None:
+    """Ticks at exactly `values` (a sweep's points), in plain numbers; a log axis (base 2 when
+    every value is a power of two, as batch and block sizes are) when they are positive and
+    span a factor of 8 or more, so that 1, 2, 4, 8 do not crowd into one label."""
+    ticks = sorted({float(v) for v in values if math.isfinite(v)})
+    if not ticks:
+        return
+    if ticks[0] > 0 and ticks[-1] / ticks[0] >= 8:
+        powers_of_two = all(t == 2 ** round(math.log2(t)) for t in ticks)
+        base = 2 if powers_of_two else 10
+        (ax.set_xscale if axis == "x" else ax.set_yscale)("log", base=base)
+    target = ax.xaxis if axis == "x" else ax.yaxis
+    target.set_ticks(ticks, [_plain(t) for t in ticks])
+    target.set_minor_formatter(NullFormatter())  # a log axis would label its minor ticks
+
+
+def _text_width_px(fig: Figure, text: str, size_pt: float) -> float:
+    from matplotlib.font_manager import FontProperties
+
+    renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
+    width, _, _ = renderer.get_text_width_height_descent(
+        text, FontProperties(size=size_pt), ismath=False
+    )
+    return float(width)
 
 
 def legend_below(fig: Figure, handles: Sequence[Any], labels: Sequence[str], ncol: int) -> None:
-    if handles:
-        fig.legend(handles, labels, loc="outside lower center", ncol=max(1, ncol), frameon=False)
+    """The figure's legend under its panels, in at most `ncol` columns: fewer when entries that
+    wide would not fit the figure's width (a legend cut at the edge hides names)."""
+    if not handles:
+        return
+    size_pt = float(plt.rcParams["legend.fontsize"])
+    em_px = size_pt * fig.dpi / 72
+    # An entry is its handle (2 em), the gap to its text (0.8 em) and the text; columns are
+    # 2 em apart (matplotlib's legend defaults).
+    widest = max((_text_width_px(fig, str(t), size_pt) for t in labels), default=0.0)
+    entry_px = widest + 2.8 * em_px
+    room_px = 0.96 * fig.bbox.width
+    ncol = max(1, min(ncol, len(labels)))
+    while ncol > 1 and ncol * entry_px + (ncol - 1) * 2 * em_px > room_px:
+        ncol -= 1
+    fig.legend(handles, labels, loc="outside lower center", ncol=ncol, frameon=False)

@@ -51,17 +51,25 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import simpy
 
+from pagesim.simulator.cluster.disagg_checks import (
+    decode_memory_reason,
+    policy_reason,
+    workload_refusal,
+)
 from pagesim.simulator.cluster.disagg_replicas import DecodeReplica, PrefillReplica
 from pagesim.simulator.cluster.fleet import _ROUTER_STREAM
+from pagesim.simulator.cluster.host_memory import fleet_blocks_reason
 from pagesim.simulator.cluster.link import Ports, transfer_bytes, transfer_s
 from pagesim.simulator.cluster.replica import Replica
 from pagesim.simulator.cluster.routers import LoadBoard, Router, make_router
-from pagesim.simulator.core.cluster import ClusterConfig, PoolConfig, PoolRole, RouterConfig
+from pagesim.simulator.core.cluster import ClusterConfig, PoolRole, RouterConfig
 from pagesim.simulator.core.config import Scenario, SystemConfig
+from pagesim.simulator.core.deployments import pool_deployments
 from pagesim.simulator.core.draft import draft_model_spec, model_draft_key
-from pagesim.simulator.core.errors import InputError, choices_text
+from pagesim.simulator.core.errors import InputError
 from pagesim.simulator.core.link import LinkConfig
 from pagesim.simulator.core.request import Request, RequestStatus
+from pagesim.simulator.execution.frontend import frontend_of
 from pagesim.simulator.metrics.request_log import RequestLog
 from pagesim.simulator.policies.remote_kv import (
     can_receive,
@@ -69,7 +77,6 @@ from pagesim.simulator.policies.remote_kv import (
     release_held,
     reserve_remote,
 )
-from pagesim.simulator.policies.seq_group import blocks_for
 from pagesim.simulator.workload.stream import WorkloadStats, iter_requests
 
 # The decode router's RNG: its own stream, beside the prefill router's (fleet.py's tag).
@@ -135,30 +142,28 @@ def run_disagg(
 ) -> DisaggRun:
     """Run `scenario`'s workload on a disaggregated `cluster` to completion or the stop time."""
     link = check_disaggregated(cluster)
-    if scenario.workload.sessions is not None:
-        raise InputError(
-            "workload.sessions: multi-turn sessions are not simulated on a disaggregated "
-            'fleet; use a trace or a synthetic workload, or colocated pools (role = "both")'
-        )
+    refusal = workload_refusal(scenario.workload)
+    if refusal is not None:
+        raise InputError(f"workload.{refusal[0]}: {refusal[1]}")
     system = system or scenario.systems[0]
+    pools = pool_deployments(scenario, cluster, system)
+    for pool in pools:
+        reason = policy_reason(pool.system)
+        if reason is not None:
+            raise InputError(f"cluster pool {pool.pool_name!r}: {reason}")
+    too_big = fleet_blocks_reason(pools)
+    if too_big is not None:
+        raise InputError(f"cluster.pools: {too_big}")
     env = simpy.Environment()
-    by_name = {s.name: s for s in scenario.systems}
     prefills: list[PrefillReplica] = []
     decodes: list[DecodeReplica] = []
     handoffs: dict[int, Handoff] = {}
     counts = {"outstanding": 0}  # sent to a prefill replica, not yet landed nor rejected
     arrivals_ended = [False]
-    log = RequestLog(scenario.slo, scenario.stop.warmup_s)
-
-    def pool_system(pool: PoolConfig) -> SystemConfig:
-        if pool.system is None:
-            return system
-        if pool.system not in by_name:
-            raise InputError(
-                f"cluster pool {pool.name!r}: system {pool.system!r} is not a [[systems]] "
-                f"name; valid: {choices_text(by_name)}"
-            )
-        return by_name[pool.system]
+    # A served fleet's front end (execution/frontend.py: P/D adds it, not V0's late delivery).
+    log = RequestLog(
+        scenario.slo, scenario.stop.warmup_s, frontend_of(scenario.execution, system).frontend_s
+    )
 
     def settle_one() -> None:
         counts["outstanding"] -= 1
@@ -236,16 +241,15 @@ def run_disagg(
         if waiting[replica.index - len(prefills)]:
             try_reserve(replica)
 
-    for pool in cluster.pools:
+    for pool in pools:
         kind = PrefillReplica if pool.role is PoolRole.PREFILL else DecodeReplica
-        pool_scenario = replace(scenario, gpu=pool.gpu, tensor_parallel=pool.tensor_parallel)
         for _ in range(pool.count):
             on_done = on_prefill_done if pool.role is PoolRole.PREFILL else on_decode_done
             replica = kind(
                 0,
-                pool.name,
-                pool_scenario,
-                pool_system(pool),
+                pool.pool_name,
+                pool.scenario,
+                pool.system,
                 env,
                 on_done,
                 check_invariants=check_invariants,
@@ -357,11 +361,7 @@ def _router(config: RouterConfig, replicas: Sequence[Replica], seed: tuple[int, 
 
 
 def _decode_reason(judges: list[DecodeReplica], request: Request) -> str | None:
-    if request.num_seqs > 1:
-        return (
-            f"decodes {request.num_seqs} sequences; the disaggregated fleet serves "
-            "single-sequence requests"
-        )
+    # (Requests of several sequences never get here: run_disagg refuses such a workload.)
     for replica in judges:
         reason = replica.paged.rejection_reason(request)
         if reason is not None:
@@ -372,15 +372,6 @@ def _decode_reason(judges: list[DecodeReplica], request: Request) -> str | None:
 def _check_decode_memory(decodes: list[DecodeReplica], max_seq_len: int) -> None:
     """A decode pool must hold one request of the model's maximum length."""
     for replica in {r.pool: r for r in decodes}.values():
-        capacity = replica.capacity
-        # speculation's drafts and lookahead take a max-length request to max_seq_len slots
-        peak = max_seq_len if replica.system.speculative is not None else max_seq_len - 1
-        needed = blocks_for(peak, capacity.block_size)
-        if capacity.num_gpu_blocks < needed:
-            raise InputError(
-                f"cluster pool {replica.pool!r} (decode): its KV cache holds "
-                f"{capacity.num_gpu_blocks} blocks of {capacity.block_size} tokens, less than "
-                f"one request of the model's max_seq_len {max_seq_len} needs ({needed}); use a "
-                "GPU with more memory, a larger tensor_parallel or more num_kv_blocks (or a "
-                "model config.json with a smaller max_position_embeddings)"
-            )
+        reason = decode_memory_reason(replica.capacity, replica.system, max_seq_len)
+        if reason is not None:
+            raise InputError(f"decode pool {replica.pool!r} {reason}")

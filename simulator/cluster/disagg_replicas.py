@@ -10,7 +10,6 @@ import simpy
 
 from pagesim.simulator.cluster.replica import Replica
 from pagesim.simulator.core.config import Scenario, SystemConfig
-from pagesim.simulator.core.errors import InputError
 from pagesim.simulator.core.plan import StepCost, StepPlan
 from pagesim.simulator.core.request import Request
 from pagesim.simulator.policies.paged import PagedScheduler
@@ -82,10 +81,6 @@ class DecodeReplica(_PagedReplica):
 
 def _paged(replica: Replica) -> PagedScheduler:
     scheduler = replica.scheduler
-    if not isinstance(scheduler, PagedScheduler):
-        raise InputError(
-            f"cluster pool {replica.pool!r}: disaggregated pools need a paged vLLM policy "
-            f"(vllm-v0 or vllm-v1); system {replica.system.name!r} is "
-            f"{replica.system.policy.value!r}"
-        )
+    # run_disagg refuses a contiguous policy first (cluster/disagg_checks.py policy_reason)
+    assert isinstance(scheduler, PagedScheduler), "a paged policy in a disaggregated pool"
     return scheduler

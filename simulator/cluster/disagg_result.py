@@ -5,9 +5,9 @@ the one vLLM's proxy streams back; `admitted_s` its admission on the prefill rep
 
 | column | meaning |
 |---|---|
-| `replica` | the decode replica (fleet index: prefill replicas first) |
+| `replica` | the decode replica (fleet index: prefill replicas first); empty until KV lands |
 | `prefill_replica` | the prefill replica |
-| `ttft_queue_s` | arrival -> admitted on the prefill replica |
+| `ttft_queue_s` | arrival -> admitted on the prefill replica, plus a served fleet's front end |
 | `ttft_prefill_s` | admitted -> its last prompt chunk computed (chunks, preemptions included) |
 | `ttft_transfer_s` | prefill end -> the KV landed on the decode replica (waits included) |
 | `transfer_wait_s` | of which waiting for decode memory and for the link's ports |
@@ -50,6 +50,7 @@ TTFT_PARTS = ("ttft_queue_s", "ttft_prefill_s", "ttft_transfer_s", "ttft_first_d
 
 def _handoff_columns(run: DisaggRun, ids: np.ndarray) -> dict[str, np.ndarray]:
     nan = np.nan
+    frontend_s = run.log.frontend_s  # in TTFT (execution/frontend.py): counted in the queue part
     rows = []
     for rid in ids:
         h = run.handoffs.get(int(rid))
@@ -60,9 +61,13 @@ def _handoff_columns(run: DisaggRun, ids: np.ndarray) -> dict[str, np.ndarray]:
         admitted = clone.admitted_s
         rows.append(
             (
-                nan if h.decode is None else len(run.prefills) + h.decode,
+                # the decode replica holds the request once its KV landed there; routed but not
+                # landed (the run stopped first), it is still the prefill replica's
+                nan
+                if h.decode is None or h.transfer_end_s is None
+                else len(run.prefills) + h.decode,
                 h.prefill,
-                nan if admitted is None else admitted - h.request.arrival_s,
+                nan if admitted is None else admitted - h.request.arrival_s + frontend_s,
                 nan
                 if admitted is None or h.prefill_done_s is None
                 else h.prefill_done_s - admitted,

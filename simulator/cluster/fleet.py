@@ -14,17 +14,19 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Callable, Generator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 import simpy
 
 from pagesim import __version__
+from pagesim.simulator.cluster.host_memory import fleet_blocks_reason
 from pagesim.simulator.cluster.replica import Replica
 from pagesim.simulator.cluster.routers import LoadBoard, Router, make_router
 from pagesim.simulator.core.cluster import ClusterConfig
 from pagesim.simulator.core.config import Scenario, SystemConfig
-from pagesim.simulator.core.errors import InputError, choices_text
+from pagesim.simulator.core.deployments import pool_deployments
+from pagesim.simulator.core.errors import InputError
 from pagesim.simulator.core.request import Request
 from pagesim.simulator.metrics.result import RunResult
 from pagesim.simulator.workload.sessions import SessionSource
@@ -60,23 +62,19 @@ def build_replicas(
     on_done: Callable[[Replica, Request], None],
     check_invariants: bool,
 ) -> list[Replica]:
-    by_name = {s.name: s for s in scenario.systems}
+    pools = pool_deployments(scenario, cluster, system)
+    too_big = fleet_blocks_reason(pools)
+    if too_big is not None:
+        raise InputError(f"cluster.pools: {too_big}")
     replicas: list[Replica] = []
-    for pool in cluster.pools:
-        if pool.system is not None and pool.system not in by_name:
-            raise InputError(
-                f"cluster pool {pool.name!r}: system {pool.system!r} is not a [[systems]] name; "
-                f"valid: {choices_text(by_name)}"
-            )
-        pool_system = system if pool.system is None else by_name[pool.system]
-        pool_scenario = replace(scenario, gpu=pool.gpu, tensor_parallel=pool.tensor_parallel)
+    for pool in pools:
         for _ in range(pool.count):
             replicas.append(
                 Replica(
                     len(replicas),
-                    pool.name,
-                    pool_scenario,
-                    pool_system,
+                    pool.pool_name,
+                    pool.scenario,
+                    pool.system,
                     env,
                     on_done,
                     check_invariants=check_invariants,

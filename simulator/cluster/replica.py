@@ -17,9 +17,9 @@ import simpy
 from pagesim.simulator.cluster.pure_runs import PureRuns
 from pagesim.simulator.core.config import Scenario, SystemConfig
 from pagesim.simulator.core.defaults import (
-    ERA,
     HOST_OVERHEAD_KEY,
     era_notes,
+    era_text,
     resolve_runnable,
     system_knobs,
 )
@@ -27,6 +27,7 @@ from pagesim.simulator.core.plan import StepCost, StepPlan
 from pagesim.simulator.core.request import Request
 from pagesim.simulator.core.scheduler import Scheduler
 from pagesim.simulator.execution.factory import make_execution_model
+from pagesim.simulator.execution.frontend import frontend_of
 from pagesim.simulator.execution.model import ExecutionModel
 from pagesim.simulator.execution.roofline import RooflineModel
 from pagesim.simulator.kv.capacity import kv_capacity
@@ -90,8 +91,16 @@ class Replica:
                 and not check_invariants
                 and on_step is None
             )
+        # The client's view of this system (served or offline, V0's late delivery).
+        self.frontend = frontend = frontend_of(scenario.execution, system)
         self.recorder = Recorder(
-            scenario.gpu, scenario.slo, scenario.stop.warmup_s, self.capacity.block_bytes
+            scenario.gpu,
+            scenario.slo,
+            scenario.stop.warmup_s,
+            self.capacity.block_bytes,
+            frontend_s=frontend.frontend_s,
+            delivers_late=frontend.delivers_late,
+            delivery_after_s=frontend.delivery_after_s,
         )
         # What prices a step in the loop: the execution model's, unless a kind of replica
         # watches each step's cost (disagg_replicas.PrefillReplica).
@@ -283,7 +292,7 @@ class Replica:
         provenance: dict[str, object] = {
             "seed": self.scenario.seed,
             "policy": system.policy.value,
-            "era": ERA[system.policy],
+            "era": era_text(system),
             "system": system_knobs(system),
             "defaults_from": self._provenance_sources,
             "era_notes": era_notes(system, self.scenario.workload.sampling),
@@ -296,6 +305,7 @@ class Replica:
             "block_size": capacity.block_size,
             "block_bytes": capacity.block_bytes,
             "execution_model": self.execution.describe(),
+            "frontend": self.frontend.describe(),  # execution/frontend.py
             "workload": workload,
             "replica": self.index,
             "pool": self.pool,

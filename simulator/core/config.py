@@ -200,6 +200,29 @@ class WorkloadConfig:
     session_trace: SessionTrace | None = None  # when given, replaces every generator above
 
 
+class VllmVersion(Enum):
+    """The vLLM release a vllm-v1 system follows: its defaults and the scheduler and KV-cache
+    rules that changed between releases (core/vllm_eras.py names each change and its release).
+    Releases between these are not selectable: pagesim's rules were checked against these."""
+
+    V0_11 = "0.11"  # v0.11.0 (Oct 2025)
+    V0_33 = "0.33"  # v0.33.0
+    V0_34 = "0.34"  # v0.34.0, the newest on PyPI when checked (2026-12-07)
+
+    @property
+    def release(self) -> tuple[int, int, int]:
+        """(major, minor, patch) of the release, for comparing with the one a change came in."""
+        major, minor = self.value.split(".")
+        return int(major), int(minor), 0
+
+    def has(self, since: tuple[int, int, int]) -> bool:
+        """Whether this release has a change that arrived in release `since`."""
+        return self.release >= since
+
+
+NEWEST_VLLM = VllmVersion.V0_34  # a vllm-v1 system's default
+
+
 class DefaultsMode(Enum):
     """Which of vLLM V1's default sets: `vllm serve` (server) or the offline `LLM` class."""
 
@@ -300,6 +323,11 @@ class SystemConfig:
     # vllm-v1: the hybrid KV-cache manager; False is vLLM's --disable-hybrid-kv-cache-manager
     # (a sliding-window layer then keeps KV for every token, kv/capacity.py block_shape)
     hybrid_kv_cache_manager: bool = True
+    # vllm-v1: the vLLM release whose defaults and rules it follows (None: NEWEST_VLLM)
+    vllm_version: VllmVersion | None = None
+    # vllm-v1: admit a waiting request only if blocks for its whole prompt fit, not just its
+    # first chunk (vLLM --scheduler-reserve-full-isl; None: the release's default)
+    scheduler_reserve_full_isl: bool | None = None
 
     def __post_init__(self) -> None:
         # The allocator in force, resolved once: orca places its reservations with a buddy
@@ -316,6 +344,9 @@ class SystemConfig:
                 else ContiguousAllocator.FIRST_FIT
             )
         object.__setattr__(self, "contiguous_allocator", allocator)
+        if self.policy is not Policy.VLLM_V1:  # V1's knobs (a [defaults] value meant for V1)
+            object.__setattr__(self, "vllm_version", None)
+            object.__setattr__(self, "scheduler_reserve_full_isl", None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -328,6 +359,27 @@ class SLO:
 class StopConfig:
     max_time_s: float | None = None  # stop arrivals and the run at this simulated time
     warmup_s: float = 0.0  # requests arriving before this are excluded from the metrics
+
+
+class Comparison(Enum):
+    """How a report's headlines compare the systems on the key metric ([report] compare)."""
+
+    RANK = "rank"  # best to worst, ties said to be ties
+    AGREEMENT = "agreement"  # how closely each system agrees with the reference (% difference)
+
+
+@dataclass(frozen=True, slots=True)
+class ReportConfig:
+    """[report]: what the scenario asks, so that its report leads with the answer.
+
+    `key_metric` is the summary key the first headline is about; `metrics` are the ones the next
+    headlines compare, in order; `reference` (agreement only) is the system the others are
+    measured against (None: the first system)."""
+
+    key_metric: str | None = None
+    metrics: tuple[str, ...] = ()
+    compare: Comparison = Comparison.RANK
+    reference: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -346,7 +398,20 @@ class ExecutionConfig:
     # step_overhead_s + step_overhead_s_per_seq x sequences in the step (None: the era's default).
     step_overhead_s: float | None = None
     step_overhead_s_per_seq: float | None = None
-    async_scheduling: bool = False  # V1: host work overlaps the GPU step (vLLM v0.33's default)
+    # V1: host work overlaps the GPU step. None: the system's vLLM release decides (on by default
+    # from v0.14.0 unless its speculative method cannot: core/vllm_eras.py); a scenario's value
+    # applies to every V1 system. V0 has no async scheduling (its outputs overlap instead).
+    async_scheduling: bool | None = None
+    # A served system's time per request outside the engine's steps (API server, tokenization,
+    # the hop to the engine, detokenization, the streamed chunk), added to TTFT and E2E
+    # (execution/frontend.py; None: the era's default; offline systems have none).
+    frontend_s: float | None = None
+    # vLLM's custom all-reduce: one stage's latency in a model step (execution/allreduce.py;
+    # None: the GPU's link's, core/hardware.py).
+    custom_allreduce_stage_us: float | None = None
+    # The fused-MoE kernel's share of datasheet bandwidth streaming routed experts (moe_cost.py;
+    # None: the fitted default).
+    fused_moe_bw_efficiency: float | None = None
     # Tensor-parallel all-reduce per call: latency + ring bytes / bandwidth (None: the GPU's link).
     allreduce_bw_gbps: float | None = None
     allreduce_latency_us: float | None = None
@@ -388,3 +453,4 @@ class Scenario:
     source: Path | None = None  # the TOML file it came from, for messages and reports
     cluster: ClusterConfig | None = None  # [cluster]: a fleet behind a router (None: one replica)
     capacity: CapacityConfig | None = None  # [capacity]: the fleets `pagesim capacity` tries
+    report: ReportConfig = field(default_factory=ReportConfig)  # [report]: its question

@@ -5,8 +5,9 @@ A `SystemConfig` knob left unset (None) takes the value of its rule here when a 
 in force with its source. The eras pagesim models (FACTS.md, "vLLM behaviour by version"):
 
     vllm-v0   the V0 engine of vLLM 0.5-0.6 (`vllm/core/`), without chunked prefill
-    vllm-v1   the V1 engine (`vllm/v1/`), reference v0.11.0 (Oct 2025); where v0.33.0 (Nov 2026)
-              differs, the rule says so
+    vllm-v1   the V1 engine (`vllm/v1/`) of the release in `vllm_version`: 0.11 (v0.11.0,
+              Oct 2025), 0.33 or 0.34 (v0.34.0, the newest on PyPI and the default); what
+              changed between them, and in which release, is core/vllm_eras.py
     static, orca   the textbook baselines of the vLLM paper (not vLLM): pagesim's own defaults
 
 One era-dependent default is not here: the host's work per step (scheduling, input preparation,
@@ -18,26 +19,46 @@ lists its value and source under `execution_model` and in `defaults_from` (HOST_
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from pagesim.simulator.core.catalog import GIB, GPUSpec, ModelSpec
 from pagesim.simulator.core.config import (
+    NEWEST_VLLM,
     DefaultsMode,
     Policy,
     PreemptionPolicy,
     SampleLengths,
     Scenario,
     SystemConfig,
+    VllmVersion,
 )
 from pagesim.simulator.core.errors import InputError
 from pagesim.simulator.core.request import SamplingKind
+from pagesim.simulator.core.vllm_eras import (
+    BIG_GPU_TIER_SINCE,
+    CAPPED_DEFAULT_TOKENS_SINCE,
+    RESERVE_FULL_ISL_SINCE,
+    WATERMARK_OPTION_SINCE,
+)
+
+NEWEST_CHECKED = "v0.34.0, pip index versions vllm, 2026-12-07"
 
 ERA = {
     Policy.VLLM_V0: "vLLM V0 engine (vLLM 0.5-0.6, vllm/core/), without chunked prefill",
-    Policy.VLLM_V1: "vLLM V1 engine (vllm/v1/), reference v0.11.0; notes where v0.33.0 differs",
+    Policy.VLLM_V1: "vLLM V1 engine (vllm/v1/) of the release in vllm_version (0.11, 0.33, 0.34)",
     Policy.STATIC: "static batching (FasterTransformer-style), as the vLLM paper's baseline",
     Policy.ORCA: "Orca iteration-level scheduling, as the vLLM paper models it (§6.1)",
 }
+
+
+def era_text(system: SystemConfig) -> str:
+    """The engine era a system stands for, its vLLM release named (vllm-v1)."""
+    if system.policy is not Policy.VLLM_V1:
+        return ERA[system.policy]
+    version = system.vllm_version or NEWEST_VLLM
+    return f"vLLM V1 engine (vllm/v1/) of vLLM v{version.value}.0"
+
 
 # What the CUDA driver reports as the device's total memory, which vLLM multiplies by
 # gpu_memory_utilization (v1/worker/gpu_worker.py determine_available_memory). H100 and H200
@@ -53,7 +74,6 @@ NON_TORCH_BYTES = 0.5 * GIB  # estimate: CUDA context and NCCL buffers vLLM coun
 # itself: simulator/execution/overhead.py, by era).
 HOST_OVERHEAD_KEY = "execution.step_overhead_s"
 
-_V1_REF = "vLLM v0.11.0 vllm/engine/arg_utils.py EngineArgs defaults"
 _V0_REF = "vLLM 0.5.4 vllm/config.py SchedulerConfig"
 
 
@@ -131,17 +151,9 @@ def resolve_system(
             sources[knob] = source
 
     if policy is Policy.VLLM_V1:
-        big = is_big_non_a100(gpu)
-        offline = system.defaults is DefaultsMode.OFFLINE
-        which = "LLM class (offline)" if offline else "vllm serve (server)"
-        gpu_rule = ">= 70 GiB, not A100" if big else "< 70 GiB or A100"
-        tokens = (16384 if offline else 8192) if big else (8192 if offline else 2048)
-        # v0.33.0 adds 16384 / 1024 for GPUs of >= 160 GiB (B200) in server mode.
-        default("max_num_batched_tokens", tokens, f"{_V1_REF}, {which}, GPU {gpu_rule}")
-        default("max_num_seqs", 1024 if big else 256, f"{_V1_REF}, GPU {gpu_rule}")
-        default("enable_prefix_cache", True, "vLLM V1: prefix caching on by default (v0.11.0)")
-        default("watermark", 0.0, "vLLM V1: no admission watermark (v0.33.0 adds one, default 0)")
-        default("preemption", PreemptionPolicy.RECOMPUTE, "vLLM V1 preempts by recompute only")
+        version = system.vllm_version or NEWEST_VLLM
+        default("vllm_version", version, f"the newest vLLM release on PyPI ({NEWEST_CHECKED})")
+        _default_v1(system, version, model, gpu, default)
     elif policy is Policy.VLLM_V0:
         default(
             "max_num_batched_tokens",
@@ -172,6 +184,57 @@ def resolve_system(
             "sampler's logits at max_num_seqs and 0.5 GiB of non-torch memory"
         )
     return ResolvedSystem(resolved, sources)
+
+
+def _default_v1(
+    system: SystemConfig,
+    version: VllmVersion,
+    model: ModelSpec,
+    gpu: GPUSpec,
+    default: Callable[[str, object, str], None],
+) -> None:
+    """The knobs of a vllm-v1 system left unset, by its release's `engine/arg_utils.py` (batch
+    limits by GPU and usage context) and `config/scheduler.py` (the rest)."""
+    ref = f"vLLM v{version.value}.0"
+    offline = system.defaults is DefaultsMode.OFFLINE
+    which = "LLM class (offline)" if offline else "vllm serve (server)"
+    huge = version.has(BIG_GPU_TIER_SINCE) and driver_memory_bytes(gpu) >= 160 * GIB
+    big = is_big_non_a100(gpu)
+    if huge:  # get_batch_defaults' B200/B300 tier, from v0.28.0
+        gpu_rule, tokens, seqs = ">= 160 GiB", 16384, 1024
+    elif big:
+        gpu_rule, tokens, seqs = ">= 70 GiB, not A100", 16384 if offline else 8192, 1024
+    else:
+        gpu_rule, tokens, seqs = "< 70 GiB or A100", 8192 if offline else 2048, 256
+    where = f"{ref} engine/arg_utils.py EngineArgs defaults, {which}, GPU {gpu_rule}"
+    seqs_set = system.max_num_seqs
+    if system.max_num_batched_tokens is None and version.has(CAPPED_DEFAULT_TOKENS_SINCE):
+        # From v0.11.1 a defaulted token budget is capped at max_num_seqs x max_model_len.
+        capped = min(tokens, (seqs_set or seqs) * model.max_seq_len)
+        if capped < tokens:
+            where += f", capped at max_num_seqs x max_model_len = {capped}"
+        tokens = capped
+    default("max_num_batched_tokens", tokens, where)
+    budget = system.max_num_batched_tokens or tokens
+    # Every release: a defaulted max_num_seqs is at most the token budget.
+    seqs_note = f", at most max_num_batched_tokens {budget}" if budget < seqs else ""
+    default("max_num_seqs", min(seqs, budget), f"{where}{seqs_note}")
+    default("enable_prefix_cache", True, f"{ref} engine/arg_utils.py: prefix caching on (V1)")
+    watermark_ref = (
+        f"{ref} config/scheduler.py SchedulerConfig.watermark: 0"
+        if version.has(WATERMARK_OPTION_SINCE)
+        else f"{ref}: no admission watermark (an option from v0.24.0)"
+    )
+    default("watermark", 0.0, watermark_ref)
+    default("preemption", PreemptionPolicy.RECOMPUTE, "vLLM V1 preempts by recompute only")
+    reserves = version.has(RESERVE_FULL_ISL_SINCE)
+    default(
+        "scheduler_reserve_full_isl",
+        reserves,
+        f"{ref} config/scheduler.py SchedulerConfig.scheduler_reserve_full_isl: True"
+        if reserves
+        else f"{ref}: admits on the first chunk (scheduler_reserve_full_isl from v0.19.0)",
+    )
 
 
 def system_knobs(system: SystemConfig) -> dict[str, object]:
@@ -260,9 +323,16 @@ def era_notes(system: SystemConfig, sampling: SamplingKind) -> list[str]:
                 "pagesim extension: swap preemption under vllm-v1 (V1 preempts by recompute "
                 "only, vllm/v1/core/sched/scheduler.py)"
             )
-        if system.watermark:
+        version = system.vllm_version or NEWEST_VLLM
+        if system.watermark and not version.has(WATERMARK_OPTION_SINCE):
             notes.append(
-                "watermark under vllm-v1: an option from vLLM v0.33.0 (default 0); v0.11.0 has none"
+                f"watermark under vllm-v1 {version.value}: an option from vLLM v0.24.0 (default "
+                "0); v0.11.0 has none"
+            )
+        if system.scheduler_reserve_full_isl and not version.has(RESERVE_FULL_ISL_SINCE):
+            notes.append(
+                f"scheduler_reserve_full_isl under vllm-v1 {version.value}: an option from vLLM "
+                "v0.19.0 (on by default); v0.11.0 admits once the first chunk fits"
             )
     elif system.policy is Policy.VLLM_V0:
         if swaps:

@@ -18,11 +18,59 @@ from dataclasses import replace
 
 from pagesim.simulator.core.catalog import MODELS, ModelSpec
 from pagesim.simulator.core.config import SpecMethod, SpeculativeConfig
+from pagesim.simulator.core.errors import InputError
+
+
+def draft_refusal(spec: SpeculativeConfig, target: ModelSpec) -> tuple[str, str] | None:
+    """(the [systems.speculative] key, why) when `spec` cannot draft for `target`, or None.
+
+    - A draft model shares the target's vocabulary: its tokens are verified by the target's
+      (vLLM v0.34.0 vllm/config/speculative.py verify_equal_vocab_size_if_draft_model refuses
+      a draft of another vocab_size).
+    - A draft model keeps KV for every token in every layer: its KV sits in the target's
+      blocks (kv/capacity.py), which holds no window of its own.
+    - "mtp" drafts with the module a checkpoint ships (DeepSeek-V3, Qwen3-Next: vLLM maps only
+      such model types to an MTP drafter); a model without one has nothing to draft with.
+    """
+    if spec.method is SpecMethod.MTP and not target.has_mtp:
+        return (
+            "method",
+            f"'mtp' drafts with the multi-token-prediction module a checkpoint ships "
+            f"(DeepSeek-V3, Qwen3-Next); model {target.name!r} ships none: use 'eagle' (a "
+            "trained draft head), 'draft-model' or 'ngram'",
+        )
+    if spec.method is not SpecMethod.DRAFT_MODEL or spec.draft_model is None:
+        return None
+    draft = MODELS[spec.draft_model]
+    if draft.vocab_size != target.vocab_size:
+        same = [
+            name
+            for name, m in MODELS.items()
+            if m.vocab_size == target.vocab_size and name != target.name
+        ]
+        return (
+            "draft_model",
+            f"{draft.name!r} has a vocabulary of {draft.vocab_size:,} tokens, the target "
+            f"{target.name!r} {target.vocab_size:,}; a draft model must share the target's "
+            f"vocabulary (vLLM refuses others); catalog models with it: "
+            f"{', '.join(same) or 'none'}",
+        )
+    if draft.layer_kinds:
+        return (
+            "draft_model",
+            f"{draft.name!r} has sliding-window or state layers; a draft model's KV is kept "
+            "for every token beside the target's, which pagesim models for full-attention "
+            "drafts only: use a draft of full-attention layers, or method 'eagle'",
+        )
+    return None
 
 
 def draft_model_spec(spec: SpeculativeConfig, target: ModelSpec) -> ModelSpec | None:
     if spec.method is SpecMethod.NGRAM:
         return None
+    refusal = draft_refusal(spec, target)
+    if refusal is not None:
+        raise InputError(f"speculative.{refusal[0]}: {refusal[1]}")
     if spec.method is SpecMethod.DRAFT_MODEL:
         assert spec.draft_model is not None, "the scenario requires draft_model"
         return MODELS[spec.draft_model]

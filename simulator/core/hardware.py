@@ -49,6 +49,27 @@ class RooflineFactors:
 
 
 @dataclass(frozen=True, slots=True)
+class CustomAllReduce:
+    """vLLM's own all-reduce kernels on a link where every GPU reaches every other over NVLink
+    (csrc/custom_all_reduce.cuh; simulator/execution/allreduce.py says when vLLM runs which).
+    One call of a B-byte message over t GPUs:
+
+        one-shot  stage_s + (t - 1) B / one_shot_bps               (each GPU reads every peer's
+                                                                     input and reduces it)
+        two-shot  2 stage_s + 2 (t - 1) / t B / two_shot_bps       (reduce-scatter, all-gather)
+
+    `stage_s` is one barrier-synchronised stage as a model step sees it: the kernel's own latency
+    plus the wait for the slowest GPU to arrive, which a microbenchmark in lockstep does not see.
+    """
+
+    stage_s: float
+    one_shot_bps: float  # bytes read from peers per second, per GPU
+    two_shot_bps: float
+    source: str
+    is_fitted: bool
+
+
+@dataclass(frozen=True, slots=True)
 class Interconnect:
     """The link a tensor-parallel all-reduce crosses: per call `latency_s + ring bytes / bw`, ring
     bytes = 2 (t - 1) / t x the message (NCCL's bus-bandwidth convention).
@@ -71,6 +92,9 @@ class Interconnect:
     # (GPUs, seconds per call at each of ALLREDUCE_KNOT_BYTES): measured medians
     small_by_workers: tuple[tuple[int, tuple[float, ...]], ...] = ()
     small_s: tuple[float, ...] = ()  # this count's knots (set by `at`); () : the formula only
+    # vLLM's custom all-reduce on this link; None where it cannot run (not every pair of GPUs on
+    # NVLink) or is not modelled (2 GPUs over PCIe with peer-to-peer): NCCL's figures above.
+    custom: CustomAllReduce | None = None
 
     def at(self, num_gpus: int) -> Interconnect:
         """This link's figures for an all-reduce over `num_gpus` GPUs (NCCL picks other
@@ -170,6 +194,34 @@ def _us(*values: float) -> tuple[float, ...]:
     return tuple(v * 1e-6 for v in values)
 
 
+# vLLM's custom all-reduce on NVSwitch nodes (CustomAllReduce). Bandwidths: least squares of
+# vLLM's own benchmark of its kernels on 4 H100s in CUDA graphs (vllm-project/vllm PR #24532,
+# September 2025, benchmarks/kernels/benchmark_device_communicators.py: ca_1stage 10, 14, 19,
+# 23, 30, 38 us and ca_2stage 17, 18, 25, 26, 35, 42 us at 0.5, 1, 1.5, 2, 3, 4 MiB), refit by
+# calibration/published_fit.microbenchmark_fit: one-shot 396 GB/s of peer reads per GPU at a 6.4 us
+# intercept, two-shot 212 GB/s at 12.3 us (two stages of 6.2 us). A100: the same shares of NVLink
+# 3's 300 GB/s per direction as of NVLink 4's 450 (NVIDIA A100 and H100 datasheets: 600 and 900
+# GB/s both ways), an estimate. The stage latency is fitted to the published end-to-end runs of
+# vLLM's CI (calibration/published_fit.py, builds 9523 and 9555), one figure for A100 and H100:
+# 14.9 us, against the lockstep microbenchmark's 6.2-6.4 us per stage. In a model step a stage
+# also waits for the slowest GPU to arrive (their kernels since the last all-reduce never end
+# at once), which a microbenchmark of back-to-back all-reduces does not see; the per-call total
+# it gives, ~16 us for a decode step's 128 KiB on 4 GPUs, is inside the 9-21 us that SGLang's
+# PR #2904 measured for vLLM's kernel run eagerly on 4 H100s (January 2025).
+_CUSTOM_FIT = (
+    "stage latency fitted to vLLM CI builds 9523/9555 (calibration/published_fit.py); "
+    "bandwidths: vLLM PR #24532's H100 kernel benchmark"
+)
+CUSTOM_STAGE_S = 14.94e-6  # fitted (above), one figure for both NVLink generations
+NVLINK4_CUSTOM = CustomAllReduce(CUSTOM_STAGE_S, 396e9, 212e9, _CUSTOM_FIT, True)
+NVLINK3_CUSTOM = CustomAllReduce(
+    CUSTOM_STAGE_S,
+    396e9 * 300 / 450,
+    212e9 * 300 / 450,
+    f"{_CUSTOM_FIT}, scaled to NVLink 3",
+    True,
+)
+
 # All-reduce links. DGX nodes (every GPU on NVSwitch): fitted to Vidur's
 # network/<node>/all_reduce.csv. Per GPU count (NCCL's algorithm and protocol change with it):
 # the measured medians at ALLREDUCE_KNOT_BYTES (8 KiB .. 4 MiB, every half octave; the median of
@@ -194,6 +246,7 @@ DGX_A100 = Interconnect(
         (8, _us(31, 31, 31, 31, 31, 34, 37, 36, 51, 60,
             60, 57.5, 38, 39, 61, 66, 73, 82, 102)),
     ),
+    custom=NVLINK3_CUSTOM,
 )
 DGX_H100 = Interconnect(
     "nvlink4 (DGX H100)",
@@ -210,6 +263,7 @@ DGX_H100 = Interconnect(
         (8, _us(35, 33, 33, 33, 35, 33, 23, 21, 30, 35,
             36, 34.5, 31, 32, 32, 35, 44, 46, 56)),
     ),
+    custom=NVLINK4_CUSTOM,
 )
 # fmt: on
 # PCIe 4 x16, no NVLink (L40S, L4, A40 without its bridge): an estimate, not measured here. Bus

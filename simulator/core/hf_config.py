@@ -30,20 +30,29 @@ Config = Mapping[str, object]
 # The largest shape a config.json may give (vocabularies, hidden sizes and context lengths of
 # real models are far below it): products of shapes stay exact, and convertible to float.
 MAX_CONFIG_INT = 10**9
+# Layers: a model keeps one kind per layer (a tuple of them, walked to count parameters and lay
+# out the KV cache), so a million layers is ~8 MB and seconds of set-up; published decoders
+# have a few hundred at most.
+MAX_LAYERS = 10**6
 
 
-def _config_int(config: Config, path: Path, *keys: str, default: int | None = None) -> int:
+def _config_int(
+    config: Config,
+    path: Path,
+    *keys: str,
+    default: int | None = None,
+    maximum: int = MAX_CONFIG_INT,
+) -> int:
     for key in keys:
         if key in config and config[key] is not None:
             value = config[key]
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
                 raise InputError(f"{path}: field {key!r} must be a positive integer, got {shown}")
-            if value > MAX_CONFIG_INT:
-                raise InputError(
-                    f"{path}: field {key!r} is {len(str(value))} digits long; "
-                    f"valid: 1 to {MAX_CONFIG_INT:,}"
-                )
+            if value > maximum:
+                digits = len(str(value))
+                shown = f"{value:,}" if digits <= 20 else f"{digits} digits long"
+                raise InputError(f"{path}: field {key!r} is {shown}; valid: 1 to {maximum:,}")
             return value
     if default is not None:
         return default
@@ -73,7 +82,7 @@ def _read(path: Path) -> dict[str, object]:
     return config
 
 
-def _moe(config: Config, path: Path, hidden_intermediate: int) -> MoESpec | None:
+def _moe(config: Config, path: Path, hidden_intermediate: int, num_layers: int) -> MoESpec | None:
     expert_keys = ("n_routed_experts", "num_experts", "num_local_experts")
     if not any(config.get(k) is not None for k in expert_keys):
         return None
@@ -96,6 +105,17 @@ def _moe(config: Config, path: Path, hidden_intermediate: int) -> MoESpec | None
     dense = config.get("first_k_dense_replace", 0)
     if isinstance(dense, bool) or not isinstance(dense, int) or dense < 0:
         raise InputError(f"{path}: field 'first_k_dense_replace' must be an integer >= 0")
+    if dense >= num_layers:
+        # vLLM builds no MoE layer then and refuses the model (v0.11.0
+        # model_executor/models/deepseek_v2.py DeepseekV2ForCausalLM: "No DeepseekV2MoE layer
+        # found in model.layers"); pricing experts on no layer gave negative expert bytes.
+        shown = f"{dense:,}" if len(str(dense)) <= 20 else f"{len(str(dense))} digits long"
+        raise InputError(
+            f"{path}: field 'first_k_dense_replace' is {shown}, but the model has "
+            f"{num_layers:,} layers (num_hidden_layers): a mixture of experts needs at least "
+            f"one MoE layer; valid: 0 to {num_layers - 1:,}, or remove the expert fields for a "
+            "dense model"
+        )
     return MoESpec(experts, per_token, size, shared, shared_size, dense)
 
 
@@ -170,6 +190,34 @@ def _state(config: Config, path: Path, kinds: tuple[LayerKind, ...]) -> StateSpe
 
 QUANT_METHODS = ("fp8", "awq", "gptq", "mxfp4", "modelopt")
 
+# Checkpoints that ship a multi-token-prediction module: the model types (and architectures)
+# vLLM maps to an MTP drafter for speculative method "mtp" (v0.11.0 vllm/config/speculative.py
+# SpeculativeConfig.hf_config_override); any other model has none to draft with.
+MTP_MODEL_TYPES = frozenset(
+    (
+        "deepseek_v3",
+        "deepseek_v32",
+        "deepseek_mtp",
+        "ernie4_5_moe",
+        "ernie_mtp",
+        "qwen3_next",
+        "qwen3_next_mtp",
+        "longcat_flash",
+        "longcat_flash_mtp",
+        "glm4_moe_mtp",
+        "mimo_mtp",
+    )
+)
+MTP_ARCHITECTURES = frozenset(("MiMoForCausalLM", "Glm4MoeForCausalLM"))
+
+
+def _has_mtp(config: Config) -> bool:
+    architectures = config.get("architectures")
+    first = architectures[0] if isinstance(architectures, list) and architectures else None
+    if config.get("num_nextn_predict_layers") == 0:
+        return False  # a DeepSeek config that says it ships none
+    return config.get("model_type") in MTP_MODEL_TYPES or first in MTP_ARCHITECTURES
+
 
 def _quantization(config: Config, path: Path, is_moe: bool) -> tuple[WeightDtype, QuantScope]:
     quant = config.get("quantization_config")
@@ -198,7 +246,7 @@ def load_hf_config(path: str | Path) -> ModelSpec:
     path = Path(path)
     config = _read(path)
     is_opt = config.get("model_type") == "opt"
-    layers = _config_int(config, path, "num_hidden_layers", "n_layer")
+    layers = _config_int(config, path, "num_hidden_layers", "n_layer", maximum=MAX_LAYERS)
     hidden = _config_int(config, path, "hidden_size", "n_embd")
     heads = _config_int(config, path, "num_attention_heads", "n_head")
     kv_heads = _config_int(config, path, "num_key_value_heads", default=heads)
@@ -221,7 +269,7 @@ def load_hf_config(path: str | Path) -> ModelSpec:
     act = config.get("hidden_act", config.get("hidden_activation", "silu"))
     gated = not is_opt and act in ("silu", "swiglu", "gelu_pytorch_tanh")
     tied = bool(config.get("tie_word_embeddings", is_opt))
-    moe = _moe(config, path, intermediate)
+    moe = _moe(config, path, intermediate, layers)
     kinds = _layer_kinds(config, path, layers)
     if kinds and all(k is LayerKind.FULL for k in kinds):
         kinds = ()  # all full attention: the plain model
@@ -247,5 +295,6 @@ def load_hf_config(path: str | Path) -> ModelSpec:
         sliding_window=_window(config, path, kinds),
         state=_state(config, path, kinds),
         tied_embeddings=tied,
+        has_mtp=_has_mtp(config),
     )
     return replace(spec, num_params=spec.count_params())

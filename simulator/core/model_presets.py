@@ -125,6 +125,7 @@ MODERN_MODELS: dict[str, ModelSpec] = {
             moe=MoESpec(256, 8, 2048, 1, 2048, 3),
             mla=MLASpec(512, 64, 128, 128, 1536),
             weight_dtype=WeightDtype.FP8,
+            has_mtp=True,
         ),
         _gpt_oss("gpt-oss-20b", 24, 32),
         _gpt_oss("gpt-oss-120b", 36, 128),
@@ -140,12 +141,13 @@ MODERN_MODELS: dict[str, ModelSpec] = {
         # then one full), head_dim 256, linear_num_key_heads 16, linear_num_value_heads 32,
         # linear_key_head_dim 128, linear_value_head_dim 128, linear_conv_kernel_dim 4;
         # num_experts 512, num_experts_per_tok 10, moe_intermediate_size 512,
-        # shared_expert_intermediate_size 512.
+        # shared_expert_intermediate_size 512; an MTP module (vLLM's qwen3_next_mtp).
         _model(
             "qwen3-next-80b-a3b", 48, 16, 2, 256, 2048, 5120, 151936, 262144,
             moe=MoESpec(512, 10, 512, 1, 512),
             layer_kinds=alternating(48, 4, LayerKind.FULL, LayerKind.STATE),
             state=StateSpec(16, 32, 128, 128, 4),
+            has_mtp=True,
         ),
     )
 }  # fmt: skip

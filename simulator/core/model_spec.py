@@ -233,6 +233,9 @@ class ModelSpec:
     sliding_window: int | None = None  # tokens a SLIDING layer keeps
     state: StateSpec | None = None  # what a STATE layer keeps
     tied_embeddings: bool = False
+    # The checkpoint ships a multi-token-prediction module, which speculative method "mtp"
+    # drafts with (DeepSeek-V3's num_nextn_predict_layers; hf_config.MTP_MODEL_TYPES).
+    has_mtp: bool = False
 
     def dense_shape(self) -> dict[str, object]:
         """The fields a dense model is described by (what a calibration profile records): the
@@ -244,8 +247,39 @@ class ModelSpec:
     def kinds(self) -> tuple[LayerKind, ...]:
         return self.layer_kinds or (LayerKind.FULL,) * self.num_layers
 
+    def kind_of(self, layer: int) -> LayerKind:
+        return self.layer_kinds[layer] if self.layer_kinds else LayerKind.FULL
+
     def num_layers_of(self, kind: LayerKind) -> int:
-        return sum(1 for k in self.kinds() if k is kind)
+        if not self.layer_kinds:
+            return self.num_layers if kind is LayerKind.FULL else 0
+        return self.layer_kinds.count(kind)
+
+    @property
+    def num_dense_mlp_layers(self) -> int:
+        """Layers whose MLP is dense: all of a dense model's, a mixture of experts' first
+        `num_dense_layers` (first_k_dense_replace)."""
+        return (
+            self.num_layers if self.moe is None else min(self.moe.num_dense_layers, self.num_layers)
+        )
+
+    def layer_classes(self) -> dict[tuple[LayerKind, bool], int]:
+        """Layers counted by what their parameters depend on, (kind, whether the MLP is dense):
+        parameter sums multiply a class's count instead of walking every layer (a config may
+        give 10^6 layers, and each `kinds()` is a tuple of them)."""
+        dense = self.num_dense_mlp_layers
+        if not self.layer_kinds:
+            classes = {
+                (LayerKind.FULL, True): dense,
+                (LayerKind.FULL, False): self.num_layers - dense,
+            }
+        else:
+            classes = dict.fromkeys(((k, d) for k in LayerKind for d in (True, False)), 0)
+            for kind in LayerKind:
+                in_dense = self.layer_kinds[:dense].count(kind)
+                classes[kind, True] = in_dense
+                classes[kind, False] = self.layer_kinds.count(kind) - in_dense
+        return {key: count for key, count in classes.items() if count}
 
     @property
     def num_kv_layers(self) -> int:
@@ -310,22 +344,31 @@ class ModelSpec:
     def dense_mlp_params(self) -> int:
         return (3 if self.is_gated_mlp else 2) * self.hidden_size * self.intermediate_size
 
-    def layer_params(self, layer: int, *, active: bool = False) -> int:
-        kind = self.kinds()[layer]
+    def class_params(self, kind: LayerKind, is_dense: bool, *, active: bool = False) -> int:
+        """One layer of `kind` with a dense MLP (`is_dense`) or routed experts."""
         if kind is LayerKind.STATE and self.state is not None:
             mixer = self.state.params(self.hidden_size)
         else:
             mixer = self.attention_params
-        if self.moe is None or layer < self.moe.num_dense_layers:
+        if is_dense or self.moe is None:
             return mixer + self.dense_mlp_params
         return mixer + self.moe.layer_params(self.hidden_size, active=active)
+
+    def layer_params(self, layer: int, *, active: bool = False) -> int:
+        is_dense = layer < self.num_dense_mlp_layers
+        return self.class_params(self.kind_of(layer), is_dense, active=active)
+
+    def _sum_layer_params(self, *, active: bool) -> int:
+        return sum(
+            count * self.class_params(kind, is_dense, active=active)
+            for (kind, is_dense), count in self.layer_classes().items()
+        )
 
     def count_params(self, *, active: bool = False) -> int:
         """Parameters from shapes: every layer's linear weights plus the embedding (and the LM
         head unless tied); `active`: only the experts one token routes to."""
         embeddings = self.vocab_size * self.hidden_size * (1 if self.tied_embeddings else 2)
-        layers = sum(self.layer_params(i, active=active) for i in range(self.num_layers))
-        return layers + embeddings
+        return self._sum_layer_params(active=active) + embeddings
 
     @property
     def params_per_layer(self) -> int:
@@ -333,8 +376,7 @@ class ModelSpec:
         layer's attention + MLP (as before MoE existed); for MoE the active experts only."""
         if self.moe is None and self.mla is None and not self.layer_kinds:
             return self.attention_params + self.dense_mlp_params
-        total = sum(self.layer_params(i, active=True) for i in range(self.num_layers))
-        return total // self.num_layers
+        return self._sum_layer_params(active=True) // self.num_layers
 
     # -- weights ----------------------------------------------------------------------------
 
@@ -345,9 +387,9 @@ class ModelSpec:
         if self.quant_scope is QuantScope.EXPERTS:
             if self.moe is None:
                 return 0
-            num_moe_layers = self.num_layers - self.moe.num_dense_layers
+            num_moe_layers = self.num_layers - self.num_dense_mlp_layers
             return num_moe_layers * self.moe.num_experts * self.moe.expert_params(self.hidden_size)
-        return sum(self.layer_params(i) for i in range(self.num_layers))
+        return self._sum_layer_params(active=False)
 
     def weight_bytes(self, bytes_per_param: int = 2, tensor_parallel: int = 1) -> int:
         """Weight bytes each GPU holds (weights split evenly under tensor parallelism):

@@ -19,7 +19,7 @@ from pagesim.simulator.core.cluster import PoolRole
 from pagesim.simulator.core.config import Scenario, SystemConfig
 from pagesim.simulator.core.defaults import resolve_system
 from pagesim.simulator.deploy.bench_args import Traffic, bench_args, traffic
-from pagesim.simulator.deploy.eras import Era, era_flags, era_of, is_number
+from pagesim.simulator.deploy.eras import Era, era_flags, era_of, is_number, vllm_version
 from pagesim.simulator.deploy.serve_args import serve_args
 
 NIXL = json.dumps({"kv_connector": "NixlConnector", "kv_role": "kv_both"}, separators=(",", ":"))
@@ -101,7 +101,8 @@ def deployment(
     `v1_era` writes a vllm-v1 system's for that release instead of its own."""
     era = era_of(system)
     if v1_era is not None and era is not None and era.is_v1:
-        era = v1_era
+        era = v1_era  # the system as that release runs it: its defaults, its flags
+        system = replace(system, vllm_version=vllm_version(v1_era))
     if era is None:
         return Deployment(
             system.name,

@@ -1,9 +1,9 @@
 """Which vLLM release a system's command lines are written for, and that release's flags.
 
 A vllm-v1 system follows the release in its `vllm_version` knob (0.11, 0.33 or 0.34; none set:
-the newest, v0.34.0); a vllm-v0 system is vLLM's V0 engine, whose commands are written for
-v0.6.4, the last V0 release pagesim's V0 rules were read from. Static batching and Orca are the
-vLLM paper's baselines: vLLM has no command for them.
+the newest, v0.34.0, as its run does); a vllm-v0 system is vLLM's V0 engine, whose commands are
+written for v0.6.4, the last V0 release pagesim's V0 rules were read from. Static batching and
+Orca are the vLLM paper's baselines: vLLM has no command for them.
 
 Flags come from `vllm_flags.json` beside this module: every option string of `vllm serve` and of
 the serving benchmark of each release, as vLLM's own parsers build them (the file says how they
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
-from pagesim.simulator.core.config import Policy, SystemConfig
+from pagesim.simulator.core.config import NEWEST_VLLM, Policy, SystemConfig, VllmVersion
 from pagesim.simulator.core.errors import InputError
 
 FLAGS_FILE = Path(__file__).with_name("vllm_flags.json")
@@ -48,6 +48,12 @@ class Era(Enum):
 
 
 NEWEST = Era.V0_34_0
+# A vllm-v1 system's `vllm_version` knob and the release whose commands it gets.
+V1_ERAS = {
+    VllmVersion.V0_11: Era.V0_11_0,
+    VllmVersion.V0_33: Era.V0_33_0,
+    VllmVersion.V0_34: Era.V0_34_0,
+}
 
 
 def era_of(system: SystemConfig) -> Era | None:
@@ -56,11 +62,12 @@ def era_of(system: SystemConfig) -> Era | None:
         return Era.V0_6_4
     if system.policy is not Policy.VLLM_V1:
         return None
-    # `vllm_version` ("0.11", "0.33", "0.34"): an Enum whose value names the release, where the
-    # scenario knob exists; absent or None: the newest release.
-    version = getattr(system, "vllm_version", None)
-    text = str(getattr(version, "value", version or NEWEST.value))
-    return next((era for era in Era if era.value.startswith(text + ".")), NEWEST)
+    return V1_ERAS[system.vllm_version or NEWEST_VLLM]
+
+
+def vllm_version(era: Era) -> VllmVersion:
+    """The `vllm_version` knob of a V1 release (what a vllm-v1 system is run as)."""
+    return next(version for version, e in V1_ERAS.items() if e is era)
 
 
 def parse_v1_era(text: str, where: str) -> Era:

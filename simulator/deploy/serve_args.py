@@ -17,8 +17,9 @@ v0.33.0, v0.34.0 (EngineArgs.add_cli_args), checked against vllm_flags.json by t
   32K, EngineArgs.create_engine_config).
 - V1 only: --long-prefill-token-threshold (the cap on one request's chunk: v1/core/sched/
   scheduler.py cuts a longer chunk to it), --data-parallel-size, --enable-expert-parallel,
-  --speculative-config (JSON), --disable-hybrid-kv-cache-manager, --async-scheduling /
-  --no-async-scheduling (from v0.33, where it is on by default).
+  --speculative-config (JSON), --disable-hybrid-kv-cache-manager, --async-scheduling or
+  --no-async-scheduling (as the run decided: on by default from v0.14.0),
+  --scheduler-reserve-full-isl or --no-scheduler-reserve-full-isl (from v0.19.0).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from pagesim.simulator.core.config import (
 )
 from pagesim.simulator.deploy.eras import Era
 from pagesim.simulator.deploy.models import model_reference, native_weight_dtype
+from pagesim.simulator.execution.overhead import for_system
 
 # vLLM's `--speculative-config` method of each pagesim method (vllm/config/speculative.py);
 # a model-based method also names its draft model, which pagesim knows only for draft-model.
@@ -149,10 +151,13 @@ def _v1(out: ServeArgs, scenario: Scenario, system: SystemConfig, era: Era) -> N
         out.add("--enable-expert-parallel")
     if not system.hybrid_kv_cache_manager:
         out.add("--disable-hybrid-kv-cache-manager")
-    if scenario.execution.async_scheduling:
-        out.add("--async-scheduling")
-    elif era.has((0, 33, 0)):  # on by default there: pagesim priced the host work serially
-        out.add("--no-async-scheduling")
+    # as the run decided it (execution/overhead.py for_system: the scenario's, else the
+    # release's default, on from v0.14.0)
+    is_async = for_system(scenario.execution, system).async_scheduling
+    out.add("--async-scheduling" if is_async else "--no-async-scheduling")
+    full_isl = system.scheduler_reserve_full_isl
+    if full_isl is not None and era.has((0, 19, 0)):  # the flag arrived with v0.19.0
+        out.add("--scheduler-reserve-full-isl" if full_isl else "--no-scheduler-reserve-full-isl")
     if system.watermark:
         out.unflagged.append(
             f"watermark = {system.watermark:g}: vLLM V1 has no admission watermark flag"

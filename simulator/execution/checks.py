@@ -9,7 +9,7 @@ import re
 import warnings
 from collections.abc import Callable, Mapping
 
-from pagesim.simulator.core.catalog import GPUSpec
+from pagesim.simulator.core.catalog import GPUS, GPUSpec
 from pagesim.simulator.core.plan import SeqWork, StepCost, StepPlan
 
 _GPU_WORD = re.compile(r"[a-z]+\d+")  # "a100", "h200", "l40", "rtx4090" -> model words
@@ -35,16 +35,33 @@ def same_gpu(device: object, gpu_name: str) -> bool:
     return bool(gpu_words(device) & gpu_words(gpu_name))
 
 
+def other_gpu_reason(device: object, gpu: GPUSpec) -> str | None:
+    """Why a profile measured on `device` cannot price `gpu`: the device names a catalog GPU
+    and not this one (a profile's prices are its device's; the run refuses, as it refuses a
+    profile of other shapes or another tensor-parallel degree). None for the same GPU, a CPU
+    (the calibration pipeline's test runs) or a device no catalog GPU matches, which
+    `profile_warnings` warns of instead."""
+    if device == "cpu" or same_gpu(device, gpu.name):
+        return None
+    if not any(same_gpu(device, name) for name in GPUS):
+        return None
+    return (
+        f"measured on {device!r}, but the replicas run on {gpu.name!r}: a profile prices the "
+        f"GPU it was measured on; use a profile measured on {gpu.name} or execution.kind = "
+        '"roofline"'
+    )
+
+
 def profile_warnings(
     device: object, gpu: GPUSpec, price: Callable[[StepPlan], StepCost]
 ) -> list[str]:
     """Warnings about a profile measured on `device`, priced by `price`, for a scenario on
-    `gpu`."""
+    `gpu` (a device that names another catalog GPU is refused: `other_gpu_reason`)."""
     found = []
     if device != "cpu" and not same_gpu(device, gpu.name):
         found.append(
-            f"the profile was measured on {device!r}, the scenario's GPU is {gpu.name!r}: "
-            "its prices are that device's, not this one's"
+            f"the profile was measured on {device!r}, which pagesim cannot match to "
+            f"{gpu.name!r}: its prices are that device's, not this one's"
         )
     peak, bw = gpu.fp16_flops, gpu.mem_bandwidth_bps
     worst: tuple[float, str, str] | None = None

@@ -26,8 +26,8 @@ class DecodeTerms(NamedTuple):
     before_attention_s: float  # linear layers, LM head, all-reduces
     fixed_s: float
     token_s: float
-    host_s: float
-    host_overlapped: bool
+    host_serial_s: float  # the host's work the GPU waits for (overhead.py)
+    host_overlapped_s: float  # and the part done while the GPU runs the step
     attention_seq_s: float  # attention's cost per call and per sequence
     attention_context_s: float  # per context token
     decode_extra_s: float  # per context token, where decode attention is compute-bound
@@ -62,8 +62,8 @@ def price_steps(
         before_attention,
         fixed_s,
         token_s,
-        host_s,
-        overlapped,
+        host_serial_s,
+        host_overlapped_s,
         seq_s,
         context_s,
         extra_s,
@@ -81,7 +81,7 @@ def price_steps(
         if extra_s:
             attention_s += context * extra_s
         gpu_s = before_attention + attention_s + fixed_s + token_s
-        compute_s = (gpu_s if gpu_s > host_s else host_s) if overlapped else gpu_s + host_s
+        compute_s = (gpu_s if gpu_s > host_overlapped_s else host_overlapped_s) + host_serial_s
         end = start + compute_s
         if end > limit:
             break
@@ -99,17 +99,21 @@ def price_steps(
 
 
 def decode_terms(model: RooflineModel, s: int) -> DecodeTerms:
-    """`price`'s terms that depend on the number of sequences S alone, in its order."""
+    """`price`'s terms that depend on the number of sequences S alone, in its order (a CUDA
+    graph's padded size included: RooflineModel.graph_shape)."""
     if not model.prices_statelessly:
         raise ValueError("pure decode steps are priced ahead only without layer kinds or experts")
     is_mla = model.model.mla is not None
+    priced, is_graphed = model.graph_shape(s, s, True)
     return DecodeTerms(
         s,
-        model.linear_layers_s(s) + model._linear.lm_head_s(s) + model.allreduce_step_s(s),
+        model.linear_layers_s(priced)
+        + model._linear.lm_head_s(s)
+        + model.allreduce_step_s(priced, is_graphed),
         model._fixed_s,
-        s * model._per_token_s,
-        model._host_fixed + s * model._host_per_seq,
-        model._host_overlapped,
+        priced * model._per_token_s,
+        model._host_serial_s + s * model._host_serial_per_seq_s,
+        model._host_overlapped_s + s * model._host_overlapped_per_seq_s,
         model._attention_call_s + s * (model._attention_seq_s + model.block_s_per_seq),
         model._kv_s_per_token + model.block_s_per_context,
         model._decode_extra_s,

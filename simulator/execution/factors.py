@@ -72,7 +72,16 @@ def resolve_link(base: Interconnect, config: ExecutionConfig, tensor_parallel: i
             name=f"{base.name}, set in the scenario",
             source=f"set in the scenario: {', '.join(given)}{rest}",
             small_s=(),
+            custom=None,  # the scenario's formula prices every call (execution/allreduce.py)
         )
+    stage_us = config.custom_allreduce_stage_us
+    if stage_us is not None and link.custom is not None:
+        custom = replace(
+            link.custom,
+            stage_s=stage_us * 1e-6,
+            source=f"stage latency set in the scenario; {link.custom.source}",
+        )
+        link = replace(link, custom=custom)
     if tensor_parallel > 1 and not link.allreduce_bw_bps > 0:
         raise InputError(
             "roofline execution model: execution.allreduce_bw_gbps must be > 0, "

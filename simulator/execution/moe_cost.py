@@ -38,6 +38,15 @@ convention (time = latency + (n - 1) / n x total bytes / bus bandwidth, n = d):
 
 priced on the GPU preset's link (core/hardware.py, its all-reduce figures: an estimate for
 all-gather and reduce-scatter, which NCCL runs as half an all-reduce's ring each).
+
+The routed experts' GEMMs (vLLM's fused-MoE kernel: a few tokens per expert at decode, so it
+streams each touched expert's weights) read them at `FUSED_MOE_BW_EFFICIENCY` of the GPU's
+datasheet bandwidth, a property of the kernel rather than of the GPU: **fitted** to vLLM's CI
+runs of Mixtral-8x7B at TP 2, batch 8 (about 2 tokens per expert and step) on A100 and H100
+(calibration/published_fit.py, builds 9523 and 9555), one figure for both GPUs. vLLM v0.6.4 runs
+the Triton kernel (vllm/model_executor/layers/fused_moe/fused_moe.py, tuned configs per GPU and
+expert shape); so does v0.11 for 16-bit experts. The dense GEMMs keep the GPU's own fitted
+weight-streaming share (core/hardware.py, from Vidur's measurements, which have no MoE).
 """
 
 from __future__ import annotations
@@ -51,6 +60,7 @@ from pagesim.simulator.core.hardware import Interconnect
 from pagesim.simulator.execution.roofline_terms import ACTIVATION_BYTES
 
 COLLECTIVES_PER_MOE_LAYER = 2  # dispatch (all-gather) and combine (reduce-scatter)
+FUSED_MOE_BW_EFFICIENCY = 0.850  # fitted (module docstring): share of datasheet bandwidth
 
 
 def selection_probabilities(num_experts: int, experts_per_token: int, skew: float) -> list[float]:
@@ -128,7 +138,7 @@ class ExpertTraffic:
         assert moe is not None
         self.num_experts = moe.num_experts
         self.experts_per_token = moe.experts_per_token
-        self.num_moe_layers = model.num_layers - moe.num_dense_layers
+        self.num_moe_layers = model.num_layers - model.num_dense_mlp_layers
         self.skew = skew
         self.layout = layout
         self.expert_bytes = expert_bytes  # one routed expert's weights, all of it

@@ -112,18 +112,18 @@ def linear_split(model: ModelSpec, gpu: GPUSpec, tensor_parallel: int) -> Linear
     plain_params = 0  # 16-bit whatever the scope (MLA's absorbed kv_b_proj copies)
     moe = model.moe
     one_expert = moe.expert_params(model.hidden_size) if moe is not None else 0
-    for layer in range(model.num_layers):
-        params = model.layer_params(layer, active=True)
-        if moe is not None and layer >= moe.num_dense_layers:
+    for (kind, is_dense), num_layers in model.layer_classes().items():
+        params = model.class_params(kind, is_dense, active=True)
+        if moe is not None and not is_dense:
             routed = moe.experts_per_token * one_expert
             params -= routed
-            expert_params += routed
+            expert_params += routed * num_layers
         if model.mla is not None and quantized_fixed:
             mla = model.mla
             kv_up = mla.kv_lora_rank * model.num_heads * (mla.qk_nope_head_dim + mla.v_head_dim)
             params -= kv_up
-            plain_params += kv_up
-        fixed_params += params
+            plain_params += kv_up * num_layers
+        fixed_params += params * num_layers
     fixed_bytes = float(fixed_params * fixed_dtype.bits / 8 + plain_params * 2) / t
     return LinearSplit(
         fixed_flops_per_token=2 * fixed_params / t,

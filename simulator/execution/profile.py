@@ -11,12 +11,16 @@ chunks of n new tokens over context c), L layers:
                                                               causal triangle's extra cost
     gemm     = L·gemm(T) + lm_head(S)                        piecewise-linear in measured tokens
     kernels  = max(decode + prefill + gemm, empty_step) + all-reduce (t > 1)
-    all-reduce = L·2·call(T · hidden · 2 B)                  the profile's measured calls when it
-                                                              has them, else the roofline's link
+    all-reduce = L·2·call(T · hidden · 2 B)                  the profile's measured calls (NCCL)
+                                                              where NCCL runs, else the roofline's
+                                                              link (vLLM's custom all-reduce:
+                                                              allreduce.py)
     compute_s = kernels                                       (a pagesim-measured profile: its
                                                               floor is the executor's minimal step)
-              = kernels + host, or max(kernels, host)         (an imported profile: the engine
-                                                              era's host overhead, overhead.py)
+              = serial host + max(kernels, overlapped host)   (an imported profile: the engine
+                                                              era's host overhead, overhead.py;
+                                                              T at a CUDA graph's padded size:
+                                                              cuda_graphs.py)
     swap_s   = swapped blocks · block_bytes / host link       (datasheet host link)
     copy_s   = copies · 2 · block_bytes / measured copy bandwidth (read + written)
 
@@ -47,12 +51,14 @@ from pagesim.simulator.core.catalog import GPUSpec, KVDtype, ModelSpec
 from pagesim.simulator.core.config import ExecutionConfig
 from pagesim.simulator.core.errors import InputError
 from pagesim.simulator.core.plan import StepCost, StepPlan
-from pagesim.simulator.execution.checks import profile_warnings
+from pagesim.simulator.execution.allreduce import Route
+from pagesim.simulator.execution.checks import other_gpu_reason, profile_warnings
 from pagesim.simulator.execution.model import TransferPricer
 from pagesim.simulator.execution.overhead import EngineEra
 from pagesim.simulator.execution.profile_file import check_profile
 from pagesim.simulator.execution.roofline import RooflineModel
 from pagesim.simulator.execution.roofline_terms import ACTIVATION_BYTES, ALLREDUCES_PER_LAYER
+from pagesim.simulator.execution.vllm_runtime import VllmRuntime
 
 _CONTEXT_LEN = itemgetter(3)  # SeqWork.context_len
 _IS_PREFILL = itemgetter(4)  # SeqWork.is_prefill
@@ -95,6 +101,7 @@ class ProfileModel:
         tensor_parallel: int = 1,
         block_size: int = 16,
         era: EngineEra = EngineEra.V0,
+        runtime: VllmRuntime | None = None,
     ) -> None:
         if config.profile_path is None:
             raise InputError(
@@ -102,6 +109,9 @@ class ProfileModel:
             )
         self.path = Path(config.profile_path)
         self.terms = terms = check_profile(self.path, model, tensor_parallel, kv_dtype)
+        other_gpu = other_gpu_reason(terms.provenance.get("device"), gpu)
+        if other_gpu is not None:
+            raise InputError(f"{self.path}: {other_gpu}")
         self.model = model
         self.gpu = gpu
         self.kv_dtype = kv_dtype
@@ -119,7 +129,14 @@ class ProfileModel:
 
         # Analytic FLOPs and bytes, the block term, the link and the host overhead: the
         # roofline's (its efficiencies price nothing else here).
-        roof = RooflineModel(model, gpu, config, kv_dtype, tensor_parallel, block_size, era)
+        # An imported profile (operators measured one by one) prices a vLLM engine's steps: with
+        # the runtime, a CUDA graph's padded size and vLLM's all-reduce where its custom kernel
+        # runs (vllm_runtime.py). A profile of pagesim's own executor prices that executor.
+        if not terms.adds_host_overhead:
+            runtime = None
+        roof = RooflineModel(
+            model, gpu, config, kv_dtype, tensor_parallel, block_size, era, runtime=runtime
+        )
         self.roofline = roof
         self._linear_flops_per_token = roof.linear_flops_per_token
         self._lm_flops_per_seq = roof.lm_head_flops_per_seq
@@ -147,7 +164,7 @@ class ProfileModel:
         )
         self._gemm_cache: dict[int, float] = {}
         self._lm_cache: dict[int, float] = {}
-        self._allreduce_cache: dict[int, float] = {}
+        self._allreduce_cache: dict[tuple[int, bool], float] = {}
         self.num_steps_priced = 0
         self.num_steps_extrapolated = 0
         # Prices probe steps: after everything above; the counts start again from zero.
@@ -168,17 +185,20 @@ class ProfileModel:
             self._lm_cache[num_seqs] = cached
         return cached
 
-    def _allreduce_s(self, tokens: int) -> float:
+    def _allreduce_s(self, tokens: int, is_graphed: bool) -> float:
         if not self._allreduce_calls:
             return 0.0
         series = self.terms.all_reduce
-        if series is None:  # the roofline's link
-            return self.roofline.allreduce_step_s(tokens)
-        cached = self._allreduce_cache.get(tokens)
+        roof = self.roofline
+        # The roofline's link where the profile measured none, or vLLM runs its own kernel
+        # (the profile's medians are NCCL's: they stay where NCCL is what runs).
+        if series is None or roof.allreduce_route(tokens) is not Route.NCCL:
+            return roof.allreduce_step_s(tokens, is_graphed)
+        cached = self._allreduce_cache.get((tokens, is_graphed))
         if cached is None:
             message = tokens * self._allreduce_message_per_token
             cached = self._allreduce_calls * piecewise_linear(series.xs, series.ys, message)
-            self._allreduce_cache[tokens] = cached
+            self._allreduce_cache[tokens, is_graphed] = cached
         return cached
 
     def price(self, plan: StepPlan) -> StepCost:
@@ -192,7 +212,11 @@ class ProfileModel:
         num_context = sum(map(_CONTEXT_LEN, work))
         num_tokens = plan.num_prefill_tokens + plan.num_decode_tokens
         num_seqs = len(work)
-        kernels_s = self._gemm_s(num_tokens) + self._lm_head_s(num_seqs)
+        # A CUDA graph's padded size (roofline.graph_shape; the token count without a runtime).
+        priced, is_graphed = self.roofline.graph_shape(
+            num_tokens, num_seqs, not plan.num_prefill_seqs
+        )
+        kernels_s = self._gemm_s(priced) + self._lm_head_s(num_seqs)
         is_outside = num_tokens > self._max_tokens or num_seqs > self._max_lm_seqs
 
         prefill_context = prefill_sq = prefill_pairs = prefill_nn = 0
@@ -225,11 +249,13 @@ class ProfileModel:
             if self.num_steps_extrapolated == 1:
                 self._warn_extrapolation(plan, decode_kv, prefill_sq)
 
-        compute_s = max(kernels_s, self._empty_step_s) + self._allreduce_s(num_tokens)
+        compute_s = max(kernels_s, self._empty_step_s) + self._allreduce_s(priced, is_graphed)
         host = self._host
-        if host is not None:
-            host_s = host.fixed_s + num_seqs * host.per_seq_s
-            compute_s = max(compute_s, host_s) if host.is_overlapped else compute_s + host_s
+        if host is not None:  # serial + max(GPU, overlapped) (overhead.py)
+            serial_fixed, serial_seq, over_fixed, over_seq = host.parts()
+            compute_s = max(compute_s, over_fixed + num_seqs * over_seq) + (
+                serial_fixed + num_seqs * serial_seq
+            )
         # Decode pairs: one new token over its context (speculative decodes count the same way).
         flops = (
             num_tokens * self._linear_flops_per_token

@@ -46,6 +46,10 @@ MAX_PROFILE_SECONDS = 60.0
 # Counts and rates (tokens, sequences, bytes per second) a profile may give.
 MAX_PROFILE_COUNT = 1e18
 _PROFILE_COUNT = Range(0, MAX_PROFILE_COUNT)
+# The top of a term's range of validity: a bound, not a measurement. A term that holds without a
+# bound (an attention term taken from the roofline: calibration/vidur_sections.py) writes 1e30
+# there, as every shipped profile imported from Vidur does for its prefill's sum of squares.
+MAX_PROFILE_RANGE = 1e30
 _BLOCK_TOKENS = Range(1, MAX_BLOCK_SIZE, whole=True, unit="tokens")
 # A profile file: a few hundred KB with its points, nested 5 deep; far beyond either is not one
 # (and a JSON nested 50,000 deep would exhaust Python's recursion in json.loads).
@@ -271,10 +275,10 @@ def read_terms(r: ProfileReader) -> ProfileTerms:
         empty_step_s=r.number("overhead.empty_step_s", maximum=60.0),
         adds_host_overhead=host == "engine",
         copy_bps=r.number("copy_bandwidth.median_bps", minimum=1e6, maximum=1e15),
-        max_decode_kv=r.number("decode_attention.range.kv_tokens.1", maximum=MAX_PROFILE_COUNT),
-        max_decode_seqs=r.number("decode_attention.range.num_seqs.1", maximum=MAX_PROFILE_COUNT),
-        max_prefill_sq=r.number("prefill_attention.range.sum_sq.1", maximum=MAX_PROFILE_COUNT),
-        max_prefill_tokens=r.number("prefill_attention.range.tokens.1", maximum=MAX_PROFILE_COUNT),
+        max_decode_kv=r.number("decode_attention.range.kv_tokens.1", maximum=MAX_PROFILE_RANGE),
+        max_decode_seqs=r.number("decode_attention.range.num_seqs.1", maximum=MAX_PROFILE_RANGE),
+        max_prefill_sq=r.number("prefill_attention.range.sum_sq.1", maximum=MAX_PROFILE_RANGE),
+        max_prefill_tokens=r.number("prefill_attention.range.tokens.1", maximum=MAX_PROFILE_RANGE),
         held_out={
             section: r.get(f"{section}.held_out")
             for section in ("decode_attention", "prefill_attention", "gemm", "lm_head")

@@ -18,9 +18,13 @@ Cost of one step that computes T tokens for S sequences (D decoding, the rest pr
            + [t > 1] L · 2 · (latency + 2(t−1)/t · T · hidden · 2 B / bus bw)
              (messages up to 4 MiB on a measured link: its measured medians, interpolated;
              they fall with size where NCCL's measured regimes do, so this term alone may
-             shrink as the step grows)
-    compute_s = gpu_s + host_s,  or max(gpu_s, host_s) under V1 async scheduling
-                host_s = fixed + per_seq · S      (overhead.py: by engine era)
+             shrink as the step grows; as vLLM runs the step, its custom kernel where it runs:
+             allreduce.py)
+    compute_s = serial host + max(gpu_s, overlapped host)   (overhead.py: by engine era)
+
+As vLLM runs the step (a `VllmRuntime`, vllm_runtime.py), a step replaying a CUDA graph is priced
+at its padded size T' (cuda_graphs.py) in the linear layers, small operators, KV writes and
+all-reduces; attention and the LM head at its real sequences.
     swap_s = (blocks in + blocks out) · block_bytes / host_link
     copy_s = copies · block_bytes · 2 / (bw · attn_eff)
 
@@ -35,8 +39,9 @@ Assumptions a reader of a report must know:
   weights are streamed in the model's weight dtype and their GEMMs run at that dtype's peak on
   the GPU (precision.py); a dense 16-bit model takes exactly the 16-bit path above.
 - A mixture of experts streams, per MoE layer, the experts its step's tokens are expected to
-  touch (moe_cost.py: E (1 - (1 - k/E)^T) under uniform routing) besides the always-read
-  weights; under DP attention + expert parallelism it adds dispatch and combine, priced as
+  touch (moe_cost.py: E (1 - (1 - k/E)^T) under uniform routing), at the fused-MoE kernel's
+  share of the bandwidth (moe_cost.FUSED_MOE_BW_EFFICIENCY), besides the always-read weights;
+  under DP attention + expert parallelism it adds dispatch and combine, priced as
   `moe_dispatch` in `breakdown`.
 - MLA (roofline_terms.MLAShapes): decode in the absorbed form, bound by the slower of its latent
   read and its FLOPs (`_decode_extra_s`, 0 for any other attention); prefill in the
@@ -66,11 +71,16 @@ from pagesim.simulator.core.catalog import GPUSpec, KVDtype, ModelSpec
 from pagesim.simulator.core.config import ExecutionConfig
 from pagesim.simulator.core.errors import InputError
 from pagesim.simulator.core.plan import StepCost, StepPlan, step_cost_of
+from pagesim.simulator.execution.allreduce import Route, StepAllReduce
 from pagesim.simulator.execution.factors import resolve_factors, resolve_link
 from pagesim.simulator.execution.gemm import LinearCost, is_dense
 from pagesim.simulator.execution.layer_kinds import KindsCost
 from pagesim.simulator.execution.model import TransferPricer
-from pagesim.simulator.execution.moe_cost import ExpertLayout, ExpertTraffic
+from pagesim.simulator.execution.moe_cost import (
+    FUSED_MOE_BW_EFFICIENCY,
+    ExpertLayout,
+    ExpertTraffic,
+)
 from pagesim.simulator.execution.overhead import EngineEra, host_overhead
 from pagesim.simulator.execution.precision import linear_split
 from pagesim.simulator.execution.roofline_report import RooflineReport
@@ -81,9 +91,9 @@ from pagesim.simulator.execution.roofline_terms import (
     WEIGHT_BYTES,
     LayerShapes,
     MLAShapes,
-    allreduce_call_s,
     block_overhead_bytes,
 )
+from pagesim.simulator.execution.vllm_runtime import VllmRuntime
 
 _IS_PREFILL = itemgetter(4)  # SeqWork.is_prefill
 
@@ -111,6 +121,7 @@ class RooflineModel(RooflineReport):
         *,
         data_parallel: int = 1,
         expert_parallel: bool = False,
+        runtime: VllmRuntime | None = None,
     ) -> None:
         _require_positive("tensor_parallel", tensor_parallel)
         self.layout = ExpertLayout(tensor_parallel, data_parallel, expert_parallel)
@@ -121,6 +132,10 @@ class RooflineModel(RooflineReport):
         self.factors = f = resolve_factors(gpu.factors, config)
         self.link = resolve_link(gpu.interconnect, config, tensor_parallel)
         self.host = host_overhead(config, era)
+        # How vLLM runs the step (vllm_runtime.py): CUDA graphs and its all-reduce; None prices
+        # the operators as measured one by one (eager, NCCL), as the fit to Vidur's data does.
+        self.runtime = runtime
+        self._graphs = runtime.graphs if runtime is not None else None
         self.model = model
         self.gpu = gpu
         self.config = config
@@ -174,6 +189,9 @@ class RooflineModel(RooflineReport):
         gemm_flops_s = peak * f.gemm_efficiency
         weight_bps = bw * f.weight_bw_efficiency
         self._weight_bps = weight_bps
+        # Routed experts stream at the fused-MoE kernel's own share (moe_cost.py).
+        moe_share = config.fused_moe_bw_efficiency
+        self._expert_bps = bw * (FUSED_MOE_BW_EFFICIENCY if moe_share is None else moe_share)
         kv_bps = bw * f.attention_bw_efficiency
         self._overlap = f.gemm_overlap
         self._linear = LinearCost(model, t, peak, bw, f)
@@ -186,8 +204,6 @@ class RooflineModel(RooflineReport):
         )
         self._linear_m0 = self.linear_weight_bytes / weight_bps
         self._linear_m1 = self.linear_act_bytes_per_token / weight_bps
-        self._allreduce_message_per_token = shapes.allreduce_bytes_per_token
-        self._allreduce: dict[int, float] = {}
         self._kv_s_per_token = self.kv_bytes_per_token / kv_bps
         self._cached_pair_s = self.attention_flops_per_pair / (peak * f.attention_flops_efficiency)
         self._causal_pair_s = self.attention_flops_per_pair / (peak * f.attention_causal_efficiency)
@@ -200,7 +216,17 @@ class RooflineModel(RooflineReport):
         # Cached context up-projected in a prefill (non-absorbed form), at the 16-bit GEMM peak.
         self._decode_flop_s = self.decode_flops_per_pair / (peak * f.attention_flops_efficiency)
         self._upproject_s = self.upproject_flops_per_cached_token / gemm_flops_s
-        self._allreduce_calls = L * ALLREDUCES_PER_LAYER if t > 1 else 0
+        # The step's all-reduces, each the kernel vLLM runs (allreduce.py; NCCL's without a
+        # runtime).
+        self._allreduce = StepAllReduce(
+            L * ALLREDUCES_PER_LAYER if t > 1 else 0,
+            shapes.allreduce_bytes_per_token,
+            t,
+            self.link,
+            runtime.era if runtime is not None else None,
+            gpu.name,
+            bw,
+        )
         # Fixed per step with work: GEMM launches (the layers' and the LM head's), the small ops'
         # fixed cost.
         self._fixed_s = (L * GEMMS_PER_LAYER + 1) * f.gemm_launch_s + L * f.small_ops_layer_s
@@ -241,9 +267,14 @@ class RooflineModel(RooflineReport):
         self._decode_extra_s = max(
             0.0, self._decode_flop_s - (self._kv_s_per_token + self.block_s_per_context)
         )
-        self._host_fixed = self.host.fixed_s
-        self._host_per_seq = self.host.per_seq_s
-        self._host_overlapped = self.host.is_overlapped
+        # The host's serial and overlapped parts (overhead.py): compute = serial + max(gpu,
+        # overlapped).
+        (
+            self._host_serial_s,
+            self._host_serial_per_seq_s,
+            self._host_overlapped_s,
+            self._host_overlapped_per_seq_s,
+        ) = self.host.parts()
         self._weight_bytes = self.linear_weight_bytes + self.lm_head_weight_bytes
         self._transfers = TransferPricer(
             self.block_bytes,
@@ -317,30 +348,35 @@ class RooflineModel(RooflineReport):
             num_decode_pairs = num_prefill_context = 0  # MLA terms: never hybrid (__init__)
 
         num_tokens = plan.num_prefill_tokens + plan.num_decode_tokens
+        # A step replaying a CUDA graph computes its padded size (cuda_graphs.py): the linear
+        # layers, small operators, KV writes and all-reduces priced there; attention and the
+        # LM head (outside the graph, on the real sequences) as they are.
+        priced, is_graphed = self.graph_shape(num_tokens, num_seqs, not num_prefill_seqs)
         # Linear layers: a dense 16-bit model's GEMM by GEMM (execution/gemm.py); other
         # models' lumped, max(c, m) + overlap · min(c, m) as roofline_terms.overlapped, with
         # the routed experts the step touches. LM head GEMM by GEMM, all-reduce per call.
         experts = self.experts
         expert_bytes = 0.0
         if experts is None:
-            linear_s = self.linear_layers_s(num_tokens)
+            linear_s = self.linear_layers_s(priced)
         else:  # never plain: a mixture of experts is not a dense model
+            # Experts the real tokens touch: a padding row routes alike every time (its hidden
+            # state is no token's), so it adds none to count.
             expert_bytes = experts.note_step(num_tokens)
-            linear_s = self.linear_layers_s(num_tokens, expert_bytes / self._weight_bps)
-            linear_s += experts.dispatch_s(num_tokens)
+            linear_s = self.linear_layers_s(priced, expert_bytes / self._expert_bps)
+            linear_s += experts.dispatch_s(priced)
         gpu_s = (
             linear_s
             + self._linear.lm_head_s(num_seqs)
-            + self.allreduce_step_s(num_tokens)
+            + self.allreduce_step_s(priced, is_graphed)
             + attention_s
             + self._fixed_s
-            + num_tokens * self._per_token_s
+            + priced * self._per_token_s
         )
-        host_s = self._host_fixed + num_seqs * self._host_per_seq
-        if self._host_overlapped:
-            compute_s = gpu_s if gpu_s > host_s else host_s
-        else:
-            compute_s = gpu_s + host_s
+        overlapped_s = self._host_overlapped_s + num_seqs * self._host_overlapped_per_seq_s
+        compute_s = (gpu_s if gpu_s > overlapped_s else overlapped_s) + (
+            self._host_serial_s + num_seqs * self._host_serial_per_seq_s
+        )
         flops = (
             num_tokens * self.linear_flops_per_token
             + num_seqs * self.lm_head_flops_per_seq
@@ -378,14 +414,20 @@ class RooflineModel(RooflineReport):
         the experts each step touches) and has no per-layer kinds (which that module omits)."""
         return self.experts is None and self.kinds is None
 
-    def allreduce_step_s(self, num_tokens: int) -> float:
-        """The step's all-reduces: two calls per layer of the step's hidden states
-        (roofline_terms.allreduce_call_s; 0 without tensor parallelism)."""
-        if not self._allreduce_calls:
-            return 0.0
-        found = self._allreduce.get(num_tokens)
-        if found is None:
-            message = num_tokens * self._allreduce_message_per_token
-            call_s = allreduce_call_s(message, self.tensor_parallel, self.link)
-            found = self._allreduce[num_tokens] = self._allreduce_calls * float(call_s)
-        return found
+    def graph_shape(self, num_tokens: int, num_seqs: int, is_decode_only: bool) -> tuple[int, bool]:
+        """(tokens the step computes, whether it replays a CUDA graph): cuda_graphs.py."""
+        graphs = self._graphs
+        if graphs is None:
+            return num_tokens, False
+        return graphs.shape(num_tokens, num_seqs, is_decode_only)
+
+    def allreduce_route(self, num_tokens: int) -> Route:
+        """The kernel vLLM runs for a step of `num_tokens` tokens (allreduce.py); NCCL without
+        a runtime."""
+        return self._allreduce.route_of(num_tokens)
+
+    def allreduce_step_s(self, num_tokens: int, is_graphed: bool = False) -> float:
+        """The step's all-reduces: two calls per layer of the step's hidden states, each the
+        kernel vLLM runs (allreduce.py; without a runtime, NCCL's: roofline_terms.
+        allreduce_call_s); 0 without tensor parallelism."""
+        return self._allreduce.step_s(num_tokens, is_graphed)

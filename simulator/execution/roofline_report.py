@@ -19,6 +19,7 @@ from pagesim.simulator.execution.roofline_terms import (
     GEMMS_PER_LAYER,
     LayerShapes,
 )
+from pagesim.simulator.execution.vllm_runtime import VllmRuntime
 
 
 class RooflineReport:
@@ -35,6 +36,7 @@ class RooflineReport:
     factors: RooflineFactors
     link: Interconnect
     host: HostOverhead
+    runtime: VllmRuntime | None
     shapes: LayerShapes
     split: LinearSplit
     experts: ExpertTraffic | None
@@ -51,6 +53,7 @@ class RooflineReport:
     is_plain: bool
     _linear: LinearCost
     _weight_bps: float
+    _expert_bps: float
     _kv_s_per_token: float
     _cached_pair_s: float
     _causal_pair_s: float
@@ -60,16 +63,20 @@ class RooflineReport:
     _attention_call_s: float
     _attention_seq_s: float
     _decode_extra_s: float
-    _host_fixed: float
-    _host_per_seq: float
-    _host_overlapped: bool
+    _host_serial_s: float
+    _host_serial_per_seq_s: float
+    _host_overlapped_s: float
+    _host_overlapped_per_seq_s: float
 
     _weight_bytes: float
 
     def price(self, plan: StepPlan) -> StepCost:
         raise NotImplementedError
 
-    def allreduce_step_s(self, num_tokens: int) -> float:
+    def allreduce_step_s(self, num_tokens: int, is_graphed: bool = False) -> float:
+        raise NotImplementedError
+
+    def graph_shape(self, num_tokens: int, num_seqs: int, is_decode_only: bool) -> tuple[int, bool]:
         raise NotImplementedError
 
     @property
@@ -115,13 +122,16 @@ class RooflineReport:
             )
             for n, c in prefills
         )
+        # A CUDA graph's padded size (RooflineModel.graph_shape), as `price` counts it; the
+        # experts the real tokens touch.
         expert_bytes = r.experts.weight_bytes(num_tokens) if r.experts is not None else 0.0
+        num_tokens, is_graphed = r.graph_shape(num_tokens, num_seqs, not prefills)
         linear_s = (
             r._linear.layers_s(num_tokens)
             if r.is_plain
             else gemm(
                 num_tokens * r._linear_c,
-                r._linear_m0 + num_tokens * r._linear_m1 + expert_bytes / r._weight_bps,
+                r._linear_m0 + num_tokens * r._linear_m1 + expert_bytes / r._expert_bps,
             )
         )
         parts = {
@@ -142,7 +152,7 @@ class RooflineReport:
             ),
             "prefill_attention": prefill_s + r._prefill_call_s if prefills else 0.0,
             "kv_write": num_tokens * r._kv_s_per_token,
-            "all_reduce": r.allreduce_step_s(num_tokens),
+            "all_reduce": r.allreduce_step_s(num_tokens, is_graphed),
         }
         if r.kinds is not None:  # sliding-window and state layers (layer_kinds.py)
             decode_s, window_prefill_s, _, _, _ = r.kinds.attention(plan)
@@ -150,8 +160,9 @@ class RooflineReport:
             parts["prefill_attention"] = window_prefill_s
             parts["state_layers"] = r.kinds.state_s(num_seqs, num_tokens)
         gpu_s = sum(parts.values())
-        host_s = r._host_fixed + num_seqs * r._host_per_seq
-        parts["host"] = max(0.0, host_s - gpu_s) if r._host_overlapped else host_s
+        overlapped_s = r._host_overlapped_s + num_seqs * r._host_overlapped_per_seq_s
+        serial_s = r._host_serial_s + num_seqs * r._host_serial_per_seq_s
+        parts["host"] = max(0.0, overlapped_s - gpu_s) + serial_s
         return parts
 
     def describe(self) -> dict[str, object]:
@@ -232,6 +243,7 @@ class RooflineReport:
             # [execution] factors and link figures the scenario set (the rest: the GPU preset's)
             "set_in_scenario": set_in_scenario(r.config, (*OVERRIDES, *LINK_OVERRIDES)),
             **r.host.describe(),
+            **(r.runtime.describe() if r.runtime is not None else {}),
             "block_overhead_bytes_per_block": r.block_overhead_bytes_per_block,
             "weight_bytes_per_step": r.weight_bytes_per_step,
             "kv_bytes_per_token": r.kv_bytes_per_token,
@@ -307,7 +319,11 @@ class RooflineReport:
             if r.link.small_s
             else ""
         )
-        return f"roofline ({label}: {r.link.name}{medians})"
+        nccl = f"roofline ({label}: {r.link.name}{medians})"
+        custom = r.link.custom
+        if r.runtime is None or custom is None:
+            return nccl
+        return f"vLLM's custom all-reduce where it runs ({custom.source}); NCCL otherwise: {nccl}"
 
 
 def _roofline(given: list[str], rest: str) -> str:

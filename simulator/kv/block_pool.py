@@ -20,6 +20,14 @@ Which free block `allocate` takes is the eviction order, chosen per engine era:
     decref → 0:  used ──▶ tail of the order   (its hash, if any, kept: it can still be hit)
     touch():     evictable ──▶ used           (a prefix-cache hit)
 
+`reuse_unhashed_first` (vLLM V1 from v0.24.0, v1/core/block_pool.py `free_blocks`): a block freed
+without a hash, which no lookup can find, goes to the head instead, to be reused first; the
+blocks of one `free_blocks` call (`decref_many`, `free_unshared`) go there together, in the order
+given (FreeKVCacheBlockQueue.prepend_n), and its hashed ones to the tail:
+
+    free queue   head [ a b c ] tail          a sequence frees x (partly filled, no hash), y (hash)
+    after        head [ x a b c y ] tail      x is reused first; y waits behind everything
+
 Duplicate content: V1 caches a block under its hash even when another block already holds that
 hash (`allow_duplicates`; v1/core/block_pool.py cache_full_blocks, BlockHashToBlockMap), and a
 lookup finds the oldest; V0 keeps the first and leaves the copy uncached. Allocating, freeing,
@@ -38,6 +46,7 @@ from __future__ import annotations
 
 from collections import OrderedDict, deque
 from collections.abc import Sequence
+from collections.abc import Set as AbstractSet
 from enum import Enum
 from itertools import repeat, starmap
 
@@ -68,6 +77,7 @@ class BlockPool:
         "_num_prefix_shares",
         "_num_used",
         "_ref_counts",
+        "_unhashed_first",
     )
 
     def __init__(
@@ -76,6 +86,7 @@ class BlockPool:
         *,
         eviction: EvictionOrder = EvictionOrder.PLAIN_FIRST,
         allow_duplicates: bool = False,
+        reuse_unhashed_first: bool = False,
     ) -> None:
         if num_blocks < 0:
             raise KVCacheError(f"a block pool needs num_blocks >= 0, got {num_blocks}")
@@ -83,6 +94,7 @@ class BlockPool:
         self._hashes: list[int | None] = [None] * num_blocks
         self._is_lru = eviction is EvictionOrder.LRU
         self._allow_duplicates = allow_duplicates
+        self._unhashed_first = reuse_unhashed_first
         # PLAIN_FIRST: `_free` holds the uncached free blocks (FIFO, lowest ids first at the
         # start), `_evictable` the cached ones (LRU first), `_lru` stays empty. LRU: `_lru` holds
         # every free block, cached or not, in one order, and the other two stay empty.
@@ -111,6 +123,10 @@ class BlockPool:
         if self._is_lru:
             return len(self._lru)
         return len(self._free) + len(self._evictable)
+
+    @property
+    def reuses_unhashed_first(self) -> bool:
+        return self._unhashed_first
 
     @property
     def num_used_blocks(self) -> int:
@@ -208,10 +224,10 @@ class BlockPool:
         self._num_used += num_blocks
         return blocks
 
-    def free_unshared(self, blocks: list[int]) -> bool:
-        """`decref` of each of `blocks` in order, done at once, if each holds one reference (a
-        finished sequence that shares nothing: the usual case); then True. Otherwise nothing
-        changes and False: the caller decrefs them one by one."""
+    def free_unshared(self, blocks: list[int], hashed_like: AbstractSet[int] = frozenset()) -> bool:
+        """`decref_many(blocks, hashed_like)`, done at once, if each block holds one reference
+        (a finished sequence that shares nothing: the usual case); then True. Otherwise nothing
+        changes and False: the caller decrefs them another way."""
         if not blocks:
             return True
         ref_counts = self._ref_counts
@@ -220,18 +236,21 @@ class BlockPool:
         for block in blocks:
             ref_counts[block] = 0
         self._num_used -= len(blocks)
-        if self._is_lru:
-            self._lru.extend(blocks)
-        elif not self._first_of_hash or set(map(self._hashes.__getitem__, blocks)) == {None}:
-            self._free.extend(blocks)  # no prefix cache: never a hash to look at
-        else:
-            hashes, free, evictable = self._hashes, self._free, self._evictable
-            for block in blocks:
-                if hashes[block] is None:
-                    free.append(block)
-                else:
-                    evictable[block] = None
+        self._put_free(blocks, hashed_like)
         return True
+
+    def decref_many(
+        self, blocks: list[int], hashed_like: AbstractSet[int] = frozenset()
+    ) -> list[int]:
+        """`decref` of each of `blocks` in order, as one vLLM `free_blocks` call: those whose
+        last reference went join the free blocks together (`reuse_unhashed_first`: the ones
+        without a hash, and not in `hashed_like`, at the head in this order; the rest at the
+        tail). Returns those, in order. `hashed_like`: blocks vLLM would have hashed though
+        pagesim did not (policies/group_hashes.py), placed as hashed ones."""
+        freed = [block for block in blocks if not self._drop_reference(block)]
+        self._num_used -= len(freed)
+        self._put_free(freed, hashed_like)
+        return freed
 
     def incref(self, block: int) -> None:
         """One more reference to a block in use (a fork). Free blocks come from `allocate`."""
@@ -243,10 +262,20 @@ class BlockPool:
         self._num_fork_shares += 1
 
     def decref(self, block: int) -> int:
-        """Drop one reference; at 0 the block goes to the tail of the eviction order.
+        """Drop one reference; at 0 the block joins the free blocks (`decref_many` of it alone:
+        the tail, or the head for an unhashed block under `reuse_unhashed_first`).
 
         Returns the new ref_count.
         """
+        ref_count = self._drop_reference(block)
+        if not ref_count:
+            self._num_used -= 1
+            self._put_free([block])
+        return ref_count
+
+    def _drop_reference(self, block: int) -> int:
+        """One reference fewer, the saved copies recounted; the new ref_count. A block reaching
+        0 is the caller's to count and place (`_put_free`)."""
         self._check_block(block)
         ref_count = self._ref_counts[block]
         if ref_count == 0:
@@ -259,15 +288,36 @@ class BlockPool:
                 self._num_fork_shares -= 1
             else:
                 self._num_prefix_shares -= 1
-        else:
-            self._num_used -= 1
-            if self._is_lru:
-                self._lru.append(block)
-            elif self._hashes[block] is None:
-                self._free.append(block)
-            else:
-                self._evictable[block] = None  # tail: reused after everything freed earlier
         return ref_count
+
+    def _put_free(self, blocks: list[int], hashed_like: AbstractSet[int] = frozenset()) -> None:
+        """Blocks just freed (ref_count 0, uncounted as used already), in the order given, into
+        the free blocks: see the module docstring for where."""
+        if not blocks:
+            return
+        hashes = self._hashes
+        tail = blocks
+        head: list[int] = []
+        if self._unhashed_first:
+            head = [b for b in blocks if hashes[b] is None and b not in hashed_like]
+            if head:
+                tail = [b for b in blocks if hashes[b] is not None or b in hashed_like]
+        if self._is_lru:
+            if head:
+                self._lru.prepend(head)
+            self._lru.extend(tail)
+            return
+        if head:  # uncached: the plain free blocks' head
+            self._free.extendleft(reversed(head))
+        if not self._first_of_hash or set(map(hashes.__getitem__, tail)) == {None}:
+            self._free.extend(tail)  # no prefix cache: never a hash to look at
+            return
+        free, evictable = self._free, self._evictable
+        for block in tail:
+            if hashes[block] is None:
+                free.append(block)
+            else:
+                evictable[block] = None  # tail: reused after everything freed earlier
 
     def touch(self, block: int) -> None:
         """Take a reference on a cached block (a prefix hit), reviving it if evictable."""

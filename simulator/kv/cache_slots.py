@@ -6,6 +6,7 @@ read only those.
 
 from __future__ import annotations
 
+from collections.abc import Set as AbstractSet
 from typing import Generic, Protocol, TypeVar
 
 from pagesim.simulator.core.errors import KVCacheError
@@ -32,8 +33,14 @@ class CacheSlots(Generic[SeqT]):
         enable_prefix_cache: bool,
         eviction: EvictionOrder,
         allow_duplicate_hashes: bool,
+        reuse_unhashed_first: bool = False,
     ) -> None:
-        gpu = BlockPool(num_blocks, eviction=eviction, allow_duplicates=allow_duplicate_hashes)
+        gpu = BlockPool(
+            num_blocks,
+            eviction=eviction,
+            allow_duplicates=allow_duplicate_hashes,
+            reuse_unhashed_first=reuse_unhashed_first,
+        )
         self._gpu = gpu
         self._block_size = block_size
         self._enable_prefix_cache = enable_prefix_cache
@@ -122,3 +129,13 @@ class CacheSlots(Generic[SeqT]):
         if self._gpu.decref(block) == 0:
             self._num_computed_slots -= self._computed_slots[block]
             self._computed_slots[block] = 0
+
+    def _release_gpu_many(
+        self, blocks: list[int], hashed_like: AbstractSet[int] = frozenset()
+    ) -> None:
+        """`_release_gpu` of each, in order, as one vLLM `free_blocks` call (BlockPool.
+        decref_many: the order the freed ones join the free blocks in)."""
+        computed_slots = self._computed_slots
+        for block in self._gpu.decref_many(blocks, hashed_like):
+            self._num_computed_slots -= computed_slots[block]
+            computed_slots[block] = 0

@@ -59,7 +59,7 @@ def weight_bytes_per_gpu(model: ModelSpec, tensor_parallel: int, data_parallel: 
         return model.weight_bytes(2, tensor_parallel)
     moe = model.moe
     bits = model.weight_dtype.bits
-    num_moe_layers = model.num_layers - moe.num_dense_layers
+    num_moe_layers = model.num_layers - model.num_dense_mlp_layers
     routed = num_moe_layers * moe.num_experts * moe.expert_params(model.hidden_size) * bits / 8
     rest = model.weight_bytes(2, 1) - routed
     return int(rest / tensor_parallel + routed / (tensor_parallel * data_parallel))

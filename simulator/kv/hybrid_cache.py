@@ -81,6 +81,14 @@ class HybridKVCache(HybridSlots):
         live = sum(b is not None for b in seq.sliding)
         return len(seq.full) * self._num_full + live * self._num_sliding + len(seq.state)
 
+    def num_blocks_to_hold(self, seq_id: int, num_tokens: int, max_chunk: int) -> int:
+        """More blocks the sequence needs to hold `num_tokens` tokens, grown in chunks of at
+        most `max_chunk` (its sliding groups keep only the window and a chunk: `blocks_alone`).
+        vLLM caps a window group's admission at the window plus the tokens in flight (v0.34.0
+        kv_cache_interface.py SlidingWindowSpec.max_admission_blocks_per_request); pagesim's cap
+        is its own model of a window group's peak, the window plus one chunk."""
+        return max(0, self.layout.blocks_alone(num_tokens, max_chunk) - self.blocks_held(seq_id))
+
     def num_sliding_blocks_held(self, seq_id: int) -> int:
         """Live blocks of one sliding group of the sequence (all sliding groups hold as many)."""
         return sum(b is not None for b in self._seq(seq_id).sliding)

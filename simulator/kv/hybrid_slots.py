@@ -34,11 +34,17 @@ class HybridSlots(CacheSlots[HybridSeq]):
         enable_prefix_cache: bool = False,
         eviction: EvictionOrder = EvictionOrder.LRU,
         allow_duplicate_hashes: bool = True,
+        reuse_unhashed_first: bool = False,
     ) -> None:
         if num_blocks < 1:
             raise KVCacheError(f"need num_blocks >= 1, got {num_blocks}")
         super().__init__(
-            num_blocks, layout.block_size, enable_prefix_cache, eviction, allow_duplicate_hashes
+            num_blocks,
+            layout.block_size,
+            enable_prefix_cache,
+            eviction,
+            allow_duplicate_hashes,
+            reuse_unhashed_first,
         )
         self.layout = layout
         self._num_full = layout.num_full_groups
@@ -121,11 +127,9 @@ class HybridSlots(CacheSlots[HybridSeq]):
         freed = sliding[first:last]
         for i in range(first, last):
             sliding[i] = None
-        release = self._release_gpu
+        release = self._release_gpu_many  # each group's manager frees its blocks in one call
         for g in range(self._num_sliding):
-            for bundle in reversed(freed):
-                assert bundle is not None
-                release(bundle[g])
+            release([bundle[g] for bundle in reversed(freed) if bundle is not None])
         self.num_window_freed_blocks += len(freed) * self._num_sliding
 
     def cache_blocks(self, seq_id: int, num_tokens: int, block_hashes: Sequence[int]) -> None:
@@ -190,26 +194,28 @@ class HybridSlots(CacheSlots[HybridSeq]):
             )
         self.commit(seq_id, seq.num_computed_tokens + 1)
 
-    def free(self, seq_id: int) -> None:
+    def free(self, seq_id: int, *, hashes_full_blocks: bool = False) -> None:
         """Drop a sequence: group by group in vLLM's group order (its coordinator frees
-        manager by manager), each group's blocks tail first."""
+        manager by manager), each group's blocks tail first. (`hashes_full_blocks` is the paged
+        cache's: a hybrid model's groups hash every request, so it changes nothing here.)"""
         seq = self._seq(seq_id)
         del self._seqs[seq_id]
-        release = self._release_gpu
+        release = self._release_gpu_many  # one free_blocks call per group's manager
         for kind in self.layout.kind_order:
             if kind is LayerKind.FULL:
                 for g in range(self._num_full):
-                    for bundle in reversed(seq.full):
-                        release(bundle[g])
+                    release([bundle[g] for bundle in reversed(seq.full)])
             elif kind is LayerKind.SLIDING:
+                live = []
+                for maybe in reversed(seq.sliding):
+                    if maybe is None:
+                        break  # everything before it left the window already
+                    live.append(maybe)
                 for g in range(self._num_sliding):
-                    for maybe in reversed(seq.sliding):
-                        if maybe is None:
-                            break  # everything before it left the window already
-                        release(maybe[g])
+                    release([bundle[g] for bundle in live])
             else:
-                for block in seq.state:
-                    release(block)
+                for block in seq.state:  # one block per state group (manager)
+                    release([block])
 
     def memory_breakdown(
         self,

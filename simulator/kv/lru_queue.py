@@ -2,7 +2,8 @@
 FreeKVCacheBlockQueue: a doubly linked list there), as a deque with lazy removal.
 
 V1 keeps every free block, cached or not, in one order: allocation takes blocks from the head,
-freeing appends at the tail, and a prefix-cache hit on a free block takes it out of the middle.
+freeing appends at the tail (from v0.24.0 a block without a hash goes to the head: `prepend`),
+and a prefix-cache hit on a free block takes it out of the middle.
 A deque pops and extends a prompt's worth of blocks in C, ~10x faster than an OrderedDict (a
 measured 58 vs 576 ns a block, popped and pushed back); the middle removal is lazy: the block's
 entry stays and is skipped when it reaches the head. Which entry is stale needs no stamp: a block
@@ -55,6 +56,19 @@ class LruQueue:
         """`append` of each, in order (a finished sequence's blocks)."""
         self._entries.extend(blocks)
 
+    def prepend(self, blocks: list[int]) -> None:
+        """`blocks` were freed and go to the head, in this order (the first is reused first):
+        vLLM's `prepend_n`. None may be in the queue already.
+
+        A block's live entry must come after its stale ones (the class docstring); one put at
+        the head would come first, so if any of `blocks` has stale entries they are dropped
+        first (a rebuild; rare: a stale entry is left by a prefix hit on a free block, which
+        holds a hash, and a block with a hash is never prepended while it keeps it)."""
+        stale = self._stale
+        if self._num_stale and any(map(stale.__getitem__, blocks)):
+            self._compact()
+        self._entries.extendleft(reversed(blocks))
+
     def popleft(self) -> int:
         """The head block, out of the queue. The queue must not be empty."""
         entries, stale = self._entries, self._stale
@@ -80,9 +94,13 @@ class LruQueue:
         self._stale[block] += 1
         self._num_stale += 1
         if self._num_stale > COMPACT_AFTER and 2 * self._num_stale > len(self._entries):
-            self._entries = deque(iter(self))
-            self._stale = [0] * len(self._stale)
-            self._num_stale = 0
+            self._compact()
+
+    def _compact(self) -> None:
+        """Rebuild the deque from the live entries alone."""
+        self._entries = deque(iter(self))
+        self._stale = [0] * len(self._stale)
+        self._num_stale = 0
 
     def check(self, ref_counts: list[int]) -> None:
         """Raise AssertionError unless the queue holds each free block (ref count 0) once and

@@ -203,10 +203,12 @@ class PagedKVCache(PagedSlots):
         seqs = self._select(seq_ids, is_swapped=not to_cpu)
         blocks = unique_blocks(seqs)
         copy_of = self._swap_space.copy_blocks(blocks, self._gpu, to_cpu=to_cpu)
-        release = self._release_gpu if to_cpu else self._swap_space.release
         for seq in seqs:
-            for block in reversed(seq.block_table):
-                release(block)
+            if to_cpu:  # as one vLLM free_blocks call, tail first
+                self._release_gpu_many(seq.block_table[::-1])
+            else:
+                for block in reversed(seq.block_table):
+                    self._swap_space.release(block)
             seq.block_table = [copy_of[b] for b in seq.block_table]
             seq.is_swapped = to_cpu
             if not to_cpu:

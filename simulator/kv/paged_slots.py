@@ -30,6 +30,7 @@ aliases and integer arithmetic, with helpers inlined where the comments say so.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from collections.abc import Set as AbstractSet
 
 from pagesim.simulator.core.errors import KVCacheError
 from pagesim.simulator.core.memory import MemoryBreakdown, MemoryRow
@@ -55,6 +56,7 @@ class PagedSlots(CacheSlots[BlockTable]):
         enable_prefix_cache: bool = False,
         eviction: EvictionOrder = EvictionOrder.PLAIN_FIRST,
         allow_duplicate_hashes: bool = False,
+        reuse_unhashed_first: bool = False,
     ) -> None:
         if num_blocks < 1 or block_size < 1 or num_cpu_blocks < 0:
             raise KVCacheError(
@@ -62,7 +64,12 @@ class PagedSlots(CacheSlots[BlockTable]):
                 f"{num_blocks}, {block_size}, {num_cpu_blocks}"
             )
         super().__init__(
-            num_blocks, block_size, enable_prefix_cache, eviction, allow_duplicate_hashes
+            num_blocks,
+            block_size,
+            enable_prefix_cache,
+            eviction,
+            allow_duplicate_hashes,
+            reuse_unhashed_first,
         )
         self._gpu_refs = self._gpu.ref_counts  # read-only view for the hot paths
         self._swap_space = SwapSpace(num_cpu_blocks)  # the CPU pool
@@ -84,6 +91,12 @@ class PagedSlots(CacheSlots[BlockTable]):
         if num_tokens % bs and self._gpu_refs[table[-1]] > 1:
             needed += 1  # the copy-on-write copy of the shared, partly filled last block
         return needed
+
+    def num_blocks_to_hold(self, seq_id: int, num_tokens: int, max_chunk: int) -> int:
+        """More GPU blocks the sequence needs to hold `num_tokens` tokens (`max_chunk`, the
+        hybrid cache's, changes nothing: every block of a full-attention sequence stays)."""
+        have = len(self._gpu_seq(seq_id).block_table)
+        return max(0, -(-num_tokens // self._block_size) - have)
 
     def allocate_slots(
         self,
@@ -272,24 +285,29 @@ class PagedSlots(CacheSlots[BlockTable]):
             self._computed_slots[block] = fill
             self._num_computed_slots += gained
 
-    def free(self, seq_id: int) -> None:
-        """Drop a sequence (on GPU or swapped out), releasing its blocks tail first."""
+    def free(self, seq_id: int, *, hashes_full_blocks: bool = False) -> None:
+        """Drop a sequence (on GPU or swapped out), releasing its blocks tail first, as one
+        vLLM `free_blocks` call. `hashes_full_blocks`: its full blocks go where hashed blocks
+        go in the free order though it never registered them (a private request, whose hashing
+        pagesim skips: policies/group_hashes.py; vLLM hashed them)."""
         seq = self._seq(seq_id)
         del self._seqs[seq_id]
         if seq.is_swapped:
             for block in reversed(seq.block_table):
                 self._swap_space.release(block)
-        else:
-            table = seq.block_table
-            if self._gpu.free_unshared(table[::-1]):
-                # Every block was this sequence's alone: its computed slots go with it.
-                computed_slots = self._computed_slots
-                self._num_computed_slots -= sum(map(computed_slots.__getitem__, table))
-                for block in table:
-                    computed_slots[block] = 0
-                return
-            for block in reversed(table):
-                self._release_gpu(block)
+            return
+        table = seq.block_table
+        hashed_like: AbstractSet[int] = frozenset()
+        if hashes_full_blocks and self._gpu.reuses_unhashed_first:
+            hashed_like = frozenset(table[: seq.num_tokens // self._block_size])
+        if self._gpu.free_unshared(table[::-1], hashed_like):
+            # Every block was this sequence's alone: its computed slots go with it.
+            computed_slots = self._computed_slots
+            self._num_computed_slots -= sum(map(computed_slots.__getitem__, table))
+            for block in table:
+                computed_slots[block] = 0
+            return
+        self._release_gpu_many(table[::-1], hashed_like)
 
     # -- accounting ----------------------------------------------------------------------------
 

@@ -29,7 +29,7 @@ class SequenceFootprint:
     max_len_waste_bytes: int  # reserved but never used under max-length reservation
     seqs_fit_paged: int | None  # sequences of this length that fit the KV budget, paged
     seqs_fit_max_len: int | None  # ... when each reserves the model's max length
-    batch_bytes: int  # batch_size sequences of this length
+    batch_bytes: int  # batch_size sequences of this length (what each keeps: `kept_bytes`)
     batch_total_bytes: int  # that plus the weights
     batch_fits: bool | None  # within the GPU's memory x utilization
 
@@ -145,20 +145,22 @@ def kv_report(
         # The simulator's rule (kv.capacity), so `pagesim kv` and a run agree on what fits.
         available = kv_budget_bytes(gpu, memory_utilization, weights, activation_reserve_bytes)
         budget = max(0, int(available))
-        blocks_fit = int(max(0.0, available) // per_block)
-        tokens_fit = blocks_fit * block_size
+        if per_block:  # a model whose every layer keeps state has no per-token KV: no such block
+            blocks_fit = int(max(0.0, available) // per_block)
+            tokens_fit = blocks_fit * block_size
     sequences = []
     for seq_len in seq_lens:
         num_blocks = -(-seq_len // block_size)
         exact = seq_len * per_token
+        kept = model.kv_bytes_for_sequence(seq_len, kv_dtype, tensor_parallel)
         max_len_bytes = max(model.max_seq_len, seq_len) * per_token
         max_len_blocks = -(-max(model.max_seq_len, seq_len) // block_size)
-        batch_bytes = batch_size * exact
+        batch_bytes = batch_size * kept  # what the batch holds: window and state layers their own
         sequences.append(
             SequenceFootprint(
                 seq_len=seq_len,
                 bytes_per_seq=exact,
-                kept_bytes=model.kv_bytes_for_sequence(seq_len, kv_dtype, tensor_parallel),
+                kept_bytes=kept,
                 num_blocks=num_blocks,
                 paged_bytes=num_blocks * per_block,
                 paged_waste_bytes=num_blocks * per_block - exact,
@@ -261,6 +263,11 @@ def format_report(report: KVReport) -> str:
         )
     if report.gpu is not None:
         assert report.gpu_memory_bytes is not None and report.kv_budget_bytes is not None
+        fit = (
+            " (no per-token KV: every layer keeps a fixed state)"
+            if report.blocks_fit is None or report.tokens_fit is None
+            else f" = {report.blocks_fit:,} blocks = {report.tokens_fit:,} tokens"
+        )
         lines += [
             f"GPU {report.gpu}: {format_bytes(report.gpu_memory_bytes)} x "
             f"{report.memory_utilization} utilization"
@@ -269,8 +276,7 @@ def format_report(report: KVReport) -> str:
                 if report.activation_reserve_bytes
                 else ""
             ),
-            f"  KV budget         {format_bytes(report.kv_budget_bytes)}"
-            f" = {report.blocks_fit:,} blocks = {report.tokens_fit:,} tokens",
+            f"  KV budget         {format_bytes(report.kv_budget_bytes)}{fit}",
         ]
         if hybrid is not None:
             lines.append(
@@ -290,12 +296,13 @@ def format_report(report: KVReport) -> str:
             )
         if seq.kept_bytes != seq.bytes_per_seq:
             lines.append(f"  kept (win/state)  {format_bytes(seq.kept_bytes)}")
-        lines += [
-            f"  paged             {seq.num_blocks:,} blocks = {format_bytes(seq.paged_bytes)}"
-            f"  (waste {format_bytes(seq.paged_waste_bytes)})",
-            f"  max-length prealloc {format_bytes(seq.max_len_bytes)}"
-            f"  (waste {format_bytes(seq.max_len_waste_bytes)})",
-        ]
+        if report.bytes_per_token:  # paging a state-only model's per-token KV: nothing to page
+            lines += [
+                f"  paged             {seq.num_blocks:,} blocks = {format_bytes(seq.paged_bytes)}"
+                f"  (waste {format_bytes(seq.paged_waste_bytes)})",
+                f"  max-length prealloc {format_bytes(seq.max_len_bytes)}"
+                f"  (waste {format_bytes(seq.max_len_waste_bytes)})",
+            ]
         if seq.seqs_fit_paged is not None:
             lines.append(
                 f"  fit on the GPU    {seq.seqs_fit_paged:,} paged vs "

@@ -20,6 +20,7 @@ from pagesim.simulator.core.memory import RunMemory
 from pagesim.simulator.core.plan import StepCost, StepPlan
 from pagesim.simulator.core.request import Request
 from pagesim.simulator.core.scheduler import Scheduler
+from pagesim.simulator.metrics.delivery import next_step_delivery
 from pagesim.simulator.metrics.request_log import RequestLog
 from pagesim.simulator.metrics.result import RunResult
 from pagesim.simulator.metrics.run_rows import DecodeRun
@@ -29,10 +30,25 @@ PERCENTILES = (50, 90, 99)
 
 
 class Recorder:
-    def __init__(self, gpu: GPUSpec, slo: SLO, warmup_s: float, block_bytes: int) -> None:
+    def __init__(
+        self,
+        gpu: GPUSpec,
+        slo: SLO,
+        warmup_s: float,
+        block_bytes: int,
+        *,
+        frontend_s: float = 0.0,
+        delivers_late: bool = False,
+        delivery_after_s: float | None = None,
+    ) -> None:
         self._gpu = gpu
         self._block_bytes = block_bytes
-        self.requests = RequestLog(slo, warmup_s)
+        # The client's view (execution/frontend.py): a served system's front end in TTFT and
+        # E2E; under vLLM V0, tokens returned during the step after theirs (metrics/delivery.py:
+        # `delivery_after_s` into it, or at its end when None).
+        self.requests = RequestLog(slo, warmup_s, frontend_s)
+        self._delivers_late = delivers_late
+        self._delivery_after_s = delivery_after_s
         self.steps = StepLog(window_start_s=warmup_s)
         # The scheduler's output-token count at the first in-window arrival and at the last
         # arrival: the tokens produced over the arrival window (None until seen).
@@ -134,8 +150,11 @@ class Recorder:
         scheduler: Scheduler,
         provenance: dict[str, object],
     ) -> RunResult:
-        requests = self.requests.frame()
         steps = self.steps.frame()
+        late = self._delivers_late
+        requests = self.requests.frame(
+            next_step_delivery(steps, self._delivery_after_s) if late else None
+        )
         start, last = self.window_tokens
         window_tokens = None if start is None or last is None else last - start
         summary = summarize(requests, self.steps.totals, self._block_bytes, end_s, window_tokens)

@@ -10,6 +10,7 @@ the end, in arrival order, with the metric definitions of DESIGN.md.
 from __future__ import annotations
 
 from array import array
+from collections.abc import Callable
 
 import numpy as np
 import pandas as pd
@@ -42,9 +43,12 @@ def _time(value: float | None) -> float:
 
 
 class RequestLog:
-    def __init__(self, slo: SLO, warmup_s: float) -> None:
+    def __init__(self, slo: SLO, warmup_s: float, frontend_s: float = 0.0) -> None:
         self._slo = slo
         self._warmup_s = warmup_s
+        # A served system's time per request outside the engine (execution/frontend.py): in
+        # TTFT and E2E as the client sees them.
+        self._frontend_s = frontend_s
         self._live: list[tuple[int, Request]] = []  # (position, request) not yet settled
         self._num_added = 0
         # `add` settles when the live list reaches this: amortized O(1) a request, even when
@@ -53,6 +57,10 @@ class RequestLog:
         self._times = array("d")  # [settled, len(_TIMES)]
         self._counts = array("q")  # [settled, len(_COUNTS)]
         self._reasons: dict[int, str] = {}  # position -> why it was rejected
+
+    @property
+    def frontend_s(self) -> float:
+        return self._frontend_s
 
     def add(self, request: Request) -> None:
         self._live.append((self._num_added, request))
@@ -104,8 +112,12 @@ class RequestLog:
             )
         )
 
-    def frame(self) -> pd.DataFrame:
-        """REQUEST_COLUMNS, a row per request in arrival order (settles everything first)."""
+    def frame(self, deliver: Callable[[np.ndarray], np.ndarray] | None = None) -> pd.DataFrame:
+        """REQUEST_COLUMNS, a row per request in arrival order (settles everything first).
+
+        The timestamps are the engine's; the latencies are the client's: `deliver` maps a
+        token's engine time to when it reaches the client (metrics/delivery.py; None: at once),
+        and the front end's time is added to TTFT and E2E."""
         self.settle(everything=True)
         times = np.frombuffer(self._times, dtype=np.float64).reshape(-1, len(_TIMES))
         counts = np.frombuffer(self._counts, dtype=np.int64).reshape(-1, len(_COUNTS))
@@ -116,13 +128,14 @@ class RequestLog:
         c = {name: counts[:, i] for i, name in enumerate(_COUNTS)}
         status = c["status"]
         finished = status == _FINISHED
+        first, finish = t["first_token_s"], t["finish_s"]
+        if deliver is not None:
+            first, finish = deliver(first), deliver(finish)
         with np.errstate(invalid="ignore", divide="ignore"):
-            ttft = t["first_token_s"] - t["arrival_s"]
-            e2e = np.where(finished, t["finish_s"] - t["arrival_s"], np.nan)
-            has_tpot = finished & (c["output_len"] > 1) & ~np.isnan(t["first_token_s"])
-            tpot = np.where(
-                has_tpot, (t["finish_s"] - t["first_token_s"]) / (c["output_len"] - 1), np.nan
-            )
+            ttft = first - t["arrival_s"] + self._frontend_s
+            e2e = np.where(finished, finish - t["arrival_s"] + self._frontend_s, np.nan)
+            has_tpot = finished & (c["output_len"] > 1) & ~np.isnan(first)
+            tpot = np.where(has_tpot, (finish - first) / (c["output_len"] - 1), np.nan)
             normalized = np.where(finished, e2e / c["output_len"], np.nan)
         meets = finished.copy()
         if self._slo.ttft_s is not None:

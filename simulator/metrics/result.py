@@ -31,9 +31,12 @@ REQUEST_COLUMNS: dict[str, str] = {
     "num_swaps": "times swapped out to CPU memory",
     "num_recomputed_tokens": "tokens computed again after recompute preemptions",
     "num_cached_tokens": "prompt tokens served from the prefix cache",
-    "ttft_s": "time to first token = first token - arrival (s)",
-    "tpot_s": "time per output token = (finish - first token) / (output tokens - 1) (s)",
-    "e2e_s": "end-to-end latency = finish - arrival (s)",
+    "ttft_s": "time to first token as the client sees it = first token - arrival (s), plus a "
+    "served system's front end and, under vllm-v0, the step after the token (its outputs are "
+    "returned then: execution/frontend.py)",
+    "tpot_s": "time per output token = (finish - first token) / (output tokens - 1) (s), both "
+    "as the client sees them",
+    "e2e_s": "end-to-end latency = finish - arrival (s), as the client sees it (as TTFT)",
     "normalized_latency_s": "E2E / output tokens (s/token), the vLLM paper's metric",
     "meets_slo": "finished within the scenario's TTFT and TPOT bounds",
     "in_window": "arrived after warm-up (counted in the summary)",

@@ -19,10 +19,11 @@ from collections import deque
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from pagesim.simulator.core.config import SystemConfig
+from pagesim.simulator.core.config import NEWEST_VLLM, Policy, SystemConfig
 from pagesim.simulator.core.defaults import knobs_of
 from pagesim.simulator.core.plan import BlockCopy, Preemption, PreemptionMode
 from pagesim.simulator.core.request import Request, RequestStatus
+from pagesim.simulator.core.vllm_eras import V1Rules, v1_rules
 from pagesim.simulator.kv.block_pool import EvictionOrder
 from pagesim.simulator.kv.hybrid_cache import HybridKVCache
 from pagesim.simulator.kv.hybrid_layout import HybridLayout
@@ -34,7 +35,7 @@ from pagesim.simulator.policies.group_hashes import (
     prompt_hasher,
 )
 from pagesim.simulator.policies.pieces import PagedPieces, PrefixStats, VictimKey, waiting_queue
-from pagesim.simulator.policies.seq_group import FanOut, SeqGroup, StepBuilder, blocks_for
+from pagesim.simulator.policies.seq_group import FanOut, SeqGroup, StepBuilder
 
 if TYPE_CHECKING:
     from pagesim.simulator.policies.spec_decoder import SpecDecoder
@@ -63,6 +64,11 @@ class PagedState:
         self.knobs = knobs = knobs_of(system)
         self.max_seq_len = max_seq_len
         self.pieces = pieces
+        # The release's V1 rules (core/vllm_eras.py); None for V0.
+        self.rules: V1Rules | None = None
+        if system.policy is Policy.VLLM_V1:
+            self.rules = v1_rules(system.vllm_version or NEWEST_VLLM)
+        reuse_unhashed_first = self.rules is not None and self.rules.frees_unhashed_first
         self.kv: PagedKVCache | HybridKVCache
         if layout is None:
             self.kv = PagedKVCache(
@@ -72,6 +78,7 @@ class PagedState:
                 enable_prefix_cache=knobs.enable_prefix_cache,
                 eviction=pieces.eviction,
                 allow_duplicate_hashes=pieces.duplicate_hashes,
+                reuse_unhashed_first=reuse_unhashed_first,
             )
         else:  # layer groups of a hybrid model (vLLM V1's hybrid KV-cache manager)
             self.kv = HybridKVCache(
@@ -80,6 +87,7 @@ class PagedState:
                 enable_prefix_cache=knobs.enable_prefix_cache,
                 eviction=pieces.eviction,
                 allow_duplicate_hashes=pieces.duplicate_hashes,
+                reuse_unhashed_first=reuse_unhashed_first,
             )
         self._caches_at_allocation = pieces.caches_at_allocation and knobs.enable_prefix_cache
         # V1's paged cache hashes a private request's blocks only if it is preempted
@@ -140,60 +148,6 @@ class PagedState:
         """Blocks kept free when admitting: the watermark, unless the GPU is idle (no livelock)."""
         return self.watermark_blocks if self.running else 0
 
-    def admit(self, group: SeqGroup, max_new_tokens: int, step: StepBuilder, now_s: float) -> int:
-        """Try to start (or restart) a waiting group computing up to `max_new_tokens` prompt tokens.
-
-        Returns the tokens scheduled, 0 if its blocks do not fit (nothing is changed then).
-        """
-        if group.is_remote:
-            return self.admit_remote(group, step, now_s)
-        seq_id = group.seq_ids[0]
-        hashes = group.hashers[0].block_hashes() if group.hashers is not None else ()
-        kv = self.kv
-        # vLLM V0 with prefix caching (core/block_manager_v1.py can_allocate): every prompt block
-        # counts against the free blocks, the cached ones too.
-        if (
-            self.pieces.admission_counts_cached_blocks
-            and hashes
-            and kv.num_free_blocks - blocks_for(group.target, self.block_size) < self.reserve()
-        ):
-            return 0
-        num_hit = kv.add_seq(
-            seq_id, hashes, num_prompt_tokens=group.target, final_len=group.final_len
-        )
-        num_new = min(group.target - num_hit, max_new_tokens)
-        copies = None if num_new <= 0 else kv.allocate_slots(group.seq_ids, num_new, self.reserve())
-        if copies is None:
-            kv.free(seq_id)
-            return 0
-        request = group.request
-        if self.knobs.enable_prefix_cache:
-            self.prefix_stats.record(request, group.target, num_hit)
-        group.num_computed = num_hit
-        request.num_cached_tokens += num_hit
-        request.num_recomputed_tokens += max(0, group.num_dropped - num_hit)
-        group.num_dropped = 0
-        request.transition(RequestStatus.RUNNING, now_s)
-        if group.fan_out is not None:
-            group.fan_out.child_admitted(now_s)
-        self.running.append(group)
-        self.num_running_seqs += group.num_seqs
-        self.add_to_step(step, group, num_new, True, copies)
-        return num_new
-
-    def admit_remote(self, group: SeqGroup, step: StepBuilder, now_s: float) -> int:
-        """Start a group whose prompt KV arrived (all but its last token computed, every slot
-        allocated before the transfer): it computes the last prompt token, whose logits give
-        the first output token, as vLLM V1 does after WAITING_FOR_REMOTE_KVS."""
-        group.is_remote = False
-        del self.landed[group.request.request_id]
-        num_new = group.target - group.num_computed
-        group.request.transition(RequestStatus.RUNNING, now_s)
-        self.running.append(group)
-        self.num_running_seqs += group.num_seqs
-        self.add_to_step(step, group, num_new, True, ())
-        return num_new
-
     def add_to_step(
         self,
         step: StepBuilder,
@@ -216,26 +170,6 @@ class PagedState:
                 assert self._defers_private, "a V1 group with no hashers"
         step.add(group, num_new, is_prefill)
 
-    def grow(
-        self,
-        group: SeqGroup,
-        num_new: int,
-        is_prefill: bool,
-        remaining: deque[SeqGroup],
-        step: StepBuilder,
-        now_s: float,
-    ) -> bool:
-        """`group` computes `num_new` more tokens per sequence this step, preempting victims
-        among the not-yet-scheduled `remaining` while its slots do not fit. False if `group`
-        itself had to go (it is preempted then, and not scheduled)."""
-        allocate_slots = self.kv.allocate_slots
-        seq_ids = group.seq_ids
-        while (copies := allocate_slots(seq_ids, num_new)) is None:
-            if not self.preempt_for(group, remaining, step, now_s):
-                return False
-        self.add_to_step(step, group, num_new, is_prefill, copies)
-        return True
-
     def preempt_for(
         self, group: SeqGroup, remaining: deque[SeqGroup], step: StepBuilder, now_s: float
     ) -> bool:
@@ -250,13 +184,17 @@ class PagedState:
         return victim is not group
 
     # -- preemption and swap ------------------------------------------------------------------
-    def preempt(self, group: SeqGroup, step: StepBuilder, now_s: float) -> None:
-        """Take `group` off the GPU by the configured mode. Swap falls back to recompute when the
-        CPU swap space is full."""
+    def preempt(
+        self, group: SeqGroup, step: StepBuilder, now_s: float, *, recompute: bool = False
+    ) -> None:
+        """Take `group` off the GPU by the configured mode (by recompute if `recompute`). Swap
+        falls back to recompute when the CPU swap space is full."""
         request = group.request
         if group.hashers is None and self._defers_private:
             hash_private(self.kv, group)
         mode = self.knobs.preemption.mode_for(request.num_seqs)
+        if recompute:
+            mode = PreemptionMode.RECOMPUTE
         self.num_running_seqs -= group.num_seqs
         if mode is PreemptionMode.SWAP and self.kv.can_swap_out(group.seq_ids):
             step.swap_out += self.kv.swap_out(group.seq_ids)
@@ -328,8 +266,11 @@ class PagedState:
 
     # -- completion ---------------------------------------------------------------------------
     def release(self, group: SeqGroup) -> None:
+        # A private group's full blocks are hashed in vLLM, not here (group_hashes.py): the free
+        # order places them as hashed blocks all the same.
+        private = group.hashers is None and self._defers_private
         for seq_id in group.seq_ids:
-            self.kv.free(seq_id)
+            self.kv.free(seq_id, hashes_full_blocks=private)
 
     def commit(self, group: SeqGroup) -> None:
         commit = self.kv.commit

@@ -110,7 +110,8 @@ class PagedPieces:
 
 
 def paged_pieces(system: SystemConfig, *, is_v1: bool) -> PagedPieces:
-    """The pieces of vLLM V1 (v1/core/block_pool.py, kv_cache_manager.py; v0.11.0) or V0
+    """The pieces of vLLM V1 (v1/core/block_pool.py, kv_cache_manager.py; v0.11.0 to v0.34.0
+    alike: where freed blocks join the queue changed in v0.24.0, PagedState.rules) or V0
     (core/block_manager_v1.py, evictor; 0.5.4), with the system's victim choice."""
     if is_v1:
         # Without a prefix cache no block holds a hash, and one LRU queue is the plain FIFO.

@@ -10,7 +10,7 @@ to be able to sample the next token"), so its first step computes one token and 
 first output token.
 
 Here: `reserve_remote` allocates the blocks (or refuses: no room now), `land_remote` marks the KV
-computed and queues the request; its admission (`PagedState.admit_remote`) runs the last token.
+computed and queues the request; its admission (policies/admission.py) runs the last token.
 The request's status stays WAITING throughout, as vLLM's WAITING_FOR_REMOTE_KVS is a kind of
 waiting.
 
@@ -24,6 +24,7 @@ prompts holding the rest behind it, would then wait forever (nothing running fre
 from __future__ import annotations
 
 from pagesim.simulator.core.request import Request, RequestStatus
+from pagesim.simulator.policies.admission import admit
 from pagesim.simulator.policies.group_hashes import prompt_hasher
 from pagesim.simulator.policies.paged import PagedScheduler
 from pagesim.simulator.policies.paged_state import PagedState
@@ -87,10 +88,13 @@ def land_remote(scheduler: PagedScheduler, request_id: int) -> None:
     state.waiting.push(group)
 
 
-def admit_landed(state: PagedState, step: StepBuilder, budget: int, now_s: float) -> int:
-    """Admit landed remote prompts from anywhere in the queue (each its last prompt token, in
-    slots it holds) while the token budget and max_num_seqs allow; returns the budget left.
-    Called when the queue's head does not fit."""
+def admit_landed(
+    state: PagedState, step: StepBuilder, budget: int, now_s: float, pad_to: int = 0
+) -> int:
+    """Admit landed remote prompts from anywhere in the queue (each its last prompt token, or
+    `pad_to` tokens under speculative decoding's padding: policies/admission.py, in slots it
+    holds and its lookahead) while the token budget, max_num_seqs and the blocks allow; returns
+    the budget left. Called when the queue's head does not fit."""
     if not state.landed:
         return budget
     landed = list(state.landed.values())  # in the order they landed
@@ -98,6 +102,9 @@ def admit_landed(state: PagedState, step: StepBuilder, budget: int, now_s: float
     for group in landed:
         if budget <= 0 or state.num_running_seqs + group.num_seqs > max_num_seqs:
             break
+        scheduled = admit(state, group, budget, step, now_s, pad_to=pad_to)
+        if not scheduled:
+            break  # its padded tokens or lookahead blocks do not fit
         state.waiting.remove(group)
-        budget -= state.admit(group, budget, step, now_s)
+        budget -= scheduled
     return budget

@@ -140,6 +140,22 @@ class StepBuilder:
         else:
             self.num_decode_tokens += num_new * len(seq_ids)
 
+    def remove(self, group: SeqGroup) -> None:
+        """Take back `group`'s entries, added earlier in this step (a request preempted after
+        it was scheduled: vLLM V1's priority rule). Its blocks are the caller's to free; V1's
+        groups make no copy-on-write copies, so none is taken back."""
+        rid = group.request.request_id
+        mine = [item for item in self.work if item.request_id == rid]
+        assert mine, f"request {rid} is not in this step"
+        self.work = [item for item in self.work if item.request_id != rid]
+        self.num_requests -= 1
+        for item in mine:
+            if item.is_prefill:
+                self.num_prefill_tokens -= item.num_new_tokens
+                self.num_prefill_seqs -= 1
+            else:
+                self.num_decode_tokens -= item.num_new_tokens
+
     def plan(self) -> StepPlan:
         work = self.work
         return StepPlan(

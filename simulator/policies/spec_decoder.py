@@ -54,6 +54,9 @@ class SpecDecoder:
         stream = (seed, SPEC_STREAM) if replica == 0 else (seed, SPEC_STREAM, replica)
         self._rng = np.random.default_rng(stream)
         self.stats = SpecStats()
+        # Requests admitted this step with placeholder drafts (policies/admission.py): their
+        # verification rejects them all. Emptied when the step completes.
+        self.padded: set[int] = set()
 
     # -- scheduling -------------------------------------------------------------------------
     def demand(self, group: SeqGroup, budget: int, chunk_cap: int) -> tuple[int, bool] | None:
@@ -82,6 +85,15 @@ class SpecDecoder:
         return max(total_len - 1, min(total_len - 1 + drafts + self.lookahead, self.max_seq_len))
 
     # -- verification -----------------------------------------------------------------------
+    def verify_placeholders(self, num_drafts: int) -> int:
+        """A padded admission's verification: its placeholder drafts (token id -1) are all
+        rejected (v1/worker/gpu/spec_decode/rejection_sampler_utils.py, v0.34.0), and vLLM's
+        metrics count them as drafted, none accepted (Scheduler.update_from_output). Returns 0."""
+        stats = self.stats
+        stats.num_verifications += 1
+        stats.num_draft_tokens += num_drafts
+        return 0
+
     def verify(self, num_drafts: int) -> int:
         """Accepted drafts of one verification of `num_drafts` (drawn; counted)."""
         if num_drafts <= 0:

@@ -31,14 +31,13 @@ prompt verifies k drafts too.
 
 from __future__ import annotations
 
-from collections import deque
-
 from pagesim.simulator.core.plan import StepPlan
 from pagesim.simulator.core.request import GENERATED_SEGMENT
 from pagesim.simulator.kv.paged_cache import PagedKVCache
 from pagesim.simulator.policies.paged_state import PagedState
 from pagesim.simulator.policies.seq_group import SeqGroup, StepBuilder
 from pagesim.simulator.policies.spec_decoder import SpecDecoder
+from pagesim.simulator.policies.v1_running import schedule_running_v1
 
 
 def schedule_running_speculative(
@@ -49,33 +48,20 @@ def schedule_running_speculative(
     chunk_cap: int,
     now_s: float,
 ) -> int:
-    """V1's running phase with drafts (vllm_v1.schedule_running's rules, with the speculative
-    demand and the lookahead slots): running requests in order while the budget lasts,
-    preempting from the tail when blocks run out. Returns the budget left."""
-    remaining: deque[SeqGroup] = deque(state.running)
-    kept: list[SeqGroup] = []
+    """V1's running phase (policies/v1_running.py) with the speculative demand and the
+    lookahead slots. Returns the budget left."""
     kv = state.kv
     # policies.factory.hybrid_refusal keeps speculative decoding off hybrid models' caches
     assert isinstance(kv, PagedKVCache)
-    while remaining and budget > 0:
-        group = remaining.popleft()
-        asked = spec.demand(group, budget, chunk_cap)
-        if asked is None:
-            kept.append(group)
-            continue
-        num_new, is_prefill = asked
-        copies = kv.allocate_slots(group.seq_ids, spec.slots_to_append(kv, group, num_new))
-        while copies is None:
-            if not state.preempt_for(group, remaining, step, now_s):
-                break  # it preempted itself
-            copies = kv.allocate_slots(group.seq_ids, spec.slots_to_append(kv, group, num_new))
-        if copies is None:
-            continue
-        state.add_to_step(step, group, num_new, is_prefill, copies)
-        kept.append(group)
-        budget -= num_new
-    state.running = kept + list(remaining)
-    return budget
+
+    def demand(group: SeqGroup, available: int) -> tuple[int, int, bool] | None:
+        asked = spec.demand(group, available, chunk_cap)
+        return None if asked is None else (asked[0], asked[0], asked[1])
+
+    def slots(group: SeqGroup, num_new: int) -> int:
+        return spec.slots_to_append(kv, group, num_new)
+
+    return schedule_running_v1(state, step, budget, demand, slots, now_s)
 
 
 def complete_speculative(state: PagedState, spec: SpecDecoder, plan: StepPlan, now_s: float) -> int:
@@ -98,7 +84,10 @@ def complete_speculative(state: PagedState, spec: SpecDecoder, plan: StepPlan, n
                 continue  # a chunk of the prompt: no token yet
             num_tokens = 1
         else:
-            accepted = spec.verify(num_new - 1)
+            if rid in spec.padded:  # an admission padded with placeholder drafts
+                accepted = spec.verify_placeholders(num_new - 1)
+            else:
+                accepted = spec.verify(num_new - 1)
             group.num_computed += 1 + accepted  # num_computed_tokens -= num_rejected
             state.commit(group)
             num_tokens = 1 + accepted
@@ -117,6 +106,7 @@ def complete_speculative(state: PagedState, spec: SpecDecoder, plan: StepPlan, n
         elif group.hashers is not None:
             seq_id = group.seq_ids[0]
             group.hashers[0].extend((GENERATED_SEGMENT, seq_id), emitted)
+    spec.padded.clear()
     if finished:
         state.finish(finished, now_s)
     return num_out

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections import deque
 
 from pagesim.simulator.core.config import SystemConfig
+from pagesim.simulator.policies.admission import admit
 from pagesim.simulator.policies.paged_state import PagedState
 from pagesim.simulator.policies.pieces import PagedPieces, paged_pieces
 from pagesim.simulator.policies.remote_kv import admit_landed
@@ -51,7 +52,7 @@ def admit_prompts(state: PagedState, step: StepBuilder, now_s: float) -> None:
             break
         if group.target > budget:  # charged in full, prefix hits included (conservative)
             break
-        scheduled = state.admit(group, group.target, step, now_s)
+        scheduled = admit(state, group, group.target, step, now_s)
         if not scheduled:
             break
         waiting.pop()

@@ -1,24 +1,25 @@
-"""vLLM's V1 scheduler (`vllm/v1/core/sched/scheduler.py`, reference v0.11.0), as pagesim models
-it (FACTS.md):
+"""vLLM's V1 scheduler (`vllm/v1/core/sched/scheduler.py`, of the release in `vllm_version`:
+core/vllm_eras.py), as pagesim models it:
 
 One token budget per step. Running requests first (decode = 1 token per sequence, an unfinished
-prompt = its next chunk), preempting when blocks run out; then, unless this step preempted,
-swapped-out requests come back and, once none is left swapped out, waiting requests are
-admitted, each chunked into what is left of the budget (Sarathi-Serve's stall-free batching).
+prompt = its next chunk), preempting when blocks run out (policies/v1_running.py); then, unless
+this step preempted, swapped-out requests come back and, once none is left swapped out, waiting
+requests are admitted, each chunked into what is left of the budget (Sarathi-Serve's stall-free
+batching; from v0.19.0 only if blocks for its whole prompt fit: policies/v1_admission.py).
 vLLM's V1 only recomputes; swap under V1 is pagesim's extension, with V0's rule for swapped
 requests.
 """
 
 from __future__ import annotations
 
-from collections import deque
-
 from pagesim.simulator.core.config import SystemConfig
+from pagesim.simulator.policies.admission import admit
 from pagesim.simulator.policies.paged_state import PagedState
 from pagesim.simulator.policies.pieces import PagedPieces, paged_pieces
 from pagesim.simulator.policies.remote_kv import admit_landed
-from pagesim.simulator.policies.seq_group import Demand, SeqGroup, StepBuilder
+from pagesim.simulator.policies.seq_group import SeqGroup, StepBuilder
 from pagesim.simulator.policies.speculative import schedule_running_speculative
+from pagesim.simulator.policies.v1_running import schedule_running_v1
 
 
 class VllmV1:
@@ -49,7 +50,7 @@ class VllmV1:
         if state.spec is not None:  # drafts and lookahead slots (policies/speculative.py)
             left = schedule_running_speculative(state, state.spec, step, budget, chunk_cap, now_s)
         elif left is None:
-            left = schedule_running(state, step, budget, demand, now_s)
+            left = schedule_running_v1(state, step, budget, demand, _plain_slots, now_s)
         if step.preemptions:
             return  # V1 admits nothing in a step that preempted
         if state.swapped:
@@ -58,6 +59,10 @@ class VllmV1:
         # them and fill the CPU swap space.
         if not state.swapped and len(state.waiting):
             admit_chunks(state, step, left, chunk_cap, now_s)
+
+
+def _plain_slots(group: SeqGroup, num_new: int) -> int:
+    return num_new
 
 
 def running_demand(group: SeqGroup, budget: int, chunk_cap: int) -> tuple[int, int, bool] | None:
@@ -71,35 +76,6 @@ def running_demand(group: SeqGroup, budget: int, chunk_cap: int) -> tuple[int, i
     if tokens > budget:
         return None
     return 1, tokens, False
-
-
-def schedule_running(
-    state: PagedState,
-    step: StepBuilder,
-    budget: int,
-    demand: Demand,
-    now_s: float,
-) -> int:
-    """Running requests first, in order, while the budget lasts; returns the budget left."""
-    remaining: deque[SeqGroup] = deque(state.running)
-    kept: list[SeqGroup] = []
-    allocate_slots = state.kv.allocate_slots
-    while remaining and budget > 0:  # so a lone decode (1 token) always fits the budget
-        group = remaining.popleft()
-        asked = demand(group, budget)
-        if asked is None:
-            kept.append(group)  # no room this step; it keeps its blocks
-            continue
-        num_new, tokens, is_prefill = asked
-        copies = allocate_slots(group.seq_ids, num_new)
-        if copies is not None:
-            state.add_to_step(step, group, num_new, is_prefill, copies)
-        elif not state.grow(group, num_new, is_prefill, remaining, step, now_s):
-            continue  # preempted itself
-        kept.append(group)
-        budget -= tokens
-    state.running = kept + list(remaining)
-    return budget
 
 
 def resume_swapped(state: PagedState, step: StepBuilder, budget: int, now_s: float) -> int:
@@ -117,13 +93,32 @@ def admit_chunks(
     """Waiting requests in order, each its first chunk, until the budget or the blocks run out."""
     waiting = state.waiting
     max_num_seqs = state.knobs.max_num_seqs
+    pad_to = padded_admission_tokens(state, step, chunk_cap)
+    beside_running = bool(step.num_requests) or step.is_grouped  # before any admission
     while len(waiting) and budget > 0:
         group = waiting.peek()
         if state.num_running_seqs + group.request.num_seqs > max_num_seqs:
             break
-        scheduled = state.admit(group, min(budget, chunk_cap), step, now_s)
+        pad = pad_to if group.target > 1 or beside_running else 0
+        scheduled = admit(state, group, min(budget, chunk_cap), step, now_s, pad_to=pad)
         if not scheduled:
             break
         waiting.pop()
         budget -= scheduled
-    admit_landed(state, step, budget, now_s)  # a head that did not fit blocks none of them
+    admit_landed(state, step, budget, now_s, pad_to)  # a head that did not fit blocks none
+
+
+def padded_admission_tokens(state: PagedState, step: StepBuilder, chunk_cap: int) -> int:
+    """1 + k when this step pads a one-token admission to a speculative decode's size
+    (policies/admission.py; v1/core/sched/scheduler.py Scheduler.schedule, from v0.25.0): the
+    release pads, and no running request computes a prompt chunk in this step (a request
+    admitted earlier in the waiting loop does not count; the caller asks, per request, that a
+    running request was scheduled or the request has computed tokens). 0 otherwise, and where
+    the chunk cap is below 1 + k (vLLM would cut the padded tokens to its long-prefill
+    threshold)."""
+    spec, rules = state.spec, state.rules
+    if spec is None or rules is None or not rules.pads_one_token_admission:
+        return 0
+    if any(item.is_prefill for item in step.work) or 1 + spec.k > chunk_cap:
+        return 0
+    return 1 + spec.k

@@ -16,14 +16,18 @@ min_replicas..max_replicas) and degrees instead of gpus / tensor_parallel / rout
 
 from __future__ import annotations
 
+from dataclasses import replace
 from enum import Enum
 from typing import Any, TypeVar
 
+from pagesim.simulator.cluster.host_memory import max_replicas_within, replica_blocks
 from pagesim.simulator.core.capacity import CapacityConfig
 from pagesim.simulator.core.catalog import GPUS, GPUSpec, get_gpu
-from pagesim.simulator.core.cluster import ClusterConfig, PoolRole, RouterKind
-from pagesim.simulator.core.config import Scenario
+from pagesim.simulator.core.cluster import ClusterConfig, PoolConfig, PoolRole, RouterKind
+from pagesim.simulator.core.config import Scenario, SystemConfig
+from pagesim.simulator.core.deployments import Deployment
 from pagesim.simulator.core.errors import InputError, choices_text
+from pagesim.simulator.core.limits import MAX_FLEET_KV_BLOCKS
 from pagesim.simulator.scenario.cluster import MAX_REPLICAS
 from pagesim.simulator.scenario.table import Table, described, show
 
@@ -136,16 +140,40 @@ def read_capacity(t: Table, scenario: Scenario, is_present: bool) -> CapacityCon
         t.fail("max_replicas", f"must be >= min_replicas ({low}), got {high}")
     gpus = _gpus(t, scenario)
     pool_gpu = cluster.pools[0].gpu if cluster is not None else scenario.gpu
+    pool_tp = cluster.pools[0].tensor_parallel if cluster is not None else scenario.tensor_parallel
     searched = [g.name for g in gpus] or [pool_gpu.name]
+    degrees = _tensor_parallel(t, scenario)
+    for system in scenario.systems:
+        for gpu in gpus or (pool_gpu,):
+            for tp in degrees or (pool_tp,):
+                blocks = _blocks(replace(scenario, gpu=gpu, tensor_parallel=tp), system)
+                if high * blocks > MAX_FLEET_KV_BLOCKS:
+                    t.fail(
+                        "max_replicas",
+                        f"{high:,} replicas of system {system.name!r} on {gpu.name} at "
+                        f"tensor_parallel {tp} would hold {high * blocks:,} KV blocks "
+                        f"({blocks:,} GPU and CPU blocks each), more than the simulator builds "
+                        f"in one run ({MAX_FLEET_KV_BLOCKS:,}, about 80 bytes of host memory "
+                        f"each): search at most {max_replicas_within(blocks):,} replicas",
+                    )
     return CapacityConfig(
         min_replicas=low,
         max_replicas=high,
         gpus=gpus,
-        tensor_parallel=_tensor_parallel(t, scenario),
+        tensor_parallel=degrees,
         routers=_routers(t),
         price_per_gpu_hour=_prices(t, searched),
         currency=t.text("currency", base.currency),
     )
+
+
+def _blocks(scenario: Scenario, system: SystemConfig) -> int:
+    """KV blocks one replica of `system` builds on `scenario`'s GPU and degree; 0 when it cannot
+    run there at all (the search reports such a shape, and simulates nothing of it)."""
+    try:
+        return replica_blocks(Deployment(system, system, scenario))
+    except InputError:
+        return 0
 
 
 _DISAGG_KEYS = ("max_gpus", "prefill_tensor_parallel", "decode_tensor_parallel")
@@ -191,6 +219,24 @@ def _read_disaggregated(t: Table, scenario: Scenario, cluster: ClusterConfig) ->
             f"degrees) has {smallest} GPUs; raise max_gpus to at least {smallest}",
         )
     searched = list(dict.fromkeys(p.gpu.name for p in cluster.pools))
+    for system in scenario.systems:
+        for tp_p in prefill_tp or (prefill.tensor_parallel,):
+            for tp_d in decode_tp or (decode.tensor_parallel,):
+                on_p = replace(scenario, gpu=prefill.gpu, tensor_parallel=tp_p)
+                on_d = replace(scenario, gpu=decode.gpu, tensor_parallel=tp_d)
+                per = (_blocks(on_p, _runs(prefill, system, scenario)), tp_p)
+                per_d = (_blocks(on_d, _runs(decode, system, scenario)), tp_d)
+                most = _most_blocks(per, per_d, low, high, max_gpus)
+                if most is not None and most[0] > MAX_FLEET_KV_BLOCKS:
+                    total, p, d = most
+                    t.fail(
+                        "max_gpus",
+                        f"the largest fleet searched, {p:,} prefill (TP {tp_p}) + {d:,} decode "
+                        f"(TP {tp_d}) replicas of system {system.name!r}, would hold {total:,} "
+                        f"KV blocks, more than the simulator builds in one run "
+                        f"({MAX_FLEET_KV_BLOCKS:,}, about 80 bytes of host memory each): "
+                        "lower max_gpus or max_replicas",
+                    )
     return CapacityConfig(
         min_replicas=low,
         max_replicas=high,
@@ -200,3 +246,28 @@ def _read_disaggregated(t: Table, scenario: Scenario, cluster: ClusterConfig) ->
         prefill_tensor_parallel=prefill_tp,
         decode_tensor_parallel=decode_tp,
     )
+
+
+def _runs(pool: PoolConfig, system: SystemConfig, scenario: Scenario) -> SystemConfig:
+    """The system `pool` runs when `system` is searched: the pool's own, or `system`."""
+    by_name = {s.name: s for s in scenario.systems}
+    return system if pool.system is None else by_name[pool.system]
+
+
+def _most_blocks(
+    prefill: tuple[int, int], decode: tuple[int, int], low: int, high: int, max_gpus: int
+) -> tuple[int, int, int] | None:
+    """(blocks, prefill count, decode count) of the candidate with the most KV blocks among
+    `low`..`high` replicas of each pool within `max_gpus` GPUs; `prefill` and `decode` are
+    (blocks per replica, GPUs per replica). For each prefill count the most decode replicas
+    that fit hold the most blocks."""
+    (blocks_p, tp_p), (blocks_d, tp_d) = prefill, decode
+    best = None
+    for p in range(low, high + 1):
+        d = min(high, (max_gpus - p * tp_p) // tp_d)
+        if d < low:
+            break
+        total = p * blocks_p + d * blocks_d
+        if best is None or total > best[0]:
+            best = (total, p, d)
+    return best

@@ -14,9 +14,16 @@ simulator/scenario/disagg.py.
 from __future__ import annotations
 
 from pagesim.simulator.core.catalog import GPUS, GPUSpec, ModelSpec, get_gpu
-from pagesim.simulator.core.cluster import ClusterConfig, PoolConfig, RouterConfig, RouterKind
+from pagesim.simulator.core.cluster import (
+    ClusterConfig,
+    PoolConfig,
+    PoolRole,
+    RouterConfig,
+    RouterKind,
+)
 from pagesim.simulator.core.errors import InputError, choices_text
 from pagesim.simulator.scenario.disagg import check_roles, read_colocated, read_link, read_role
+from pagesim.simulator.scenario.schema import ROUTER_KEY_READERS, is_read, router_tables
 from pagesim.simulator.scenario.table import Table
 
 MAX_REPLICAS = 4096
@@ -62,6 +69,14 @@ def read_cluster(
             )
         pools.append(PoolConfig(name, count, pool_gpu, tp, system, read_role(p)))
     check_roles(t, pools)
+    if all(pool.role is PoolRole.BOTH for pool in pools):
+        for name in ("prefill_router", "decode_router"):
+            if t.has(name):
+                t.ctx.fail(
+                    t.table(name).key,
+                    'a router per phase needs prefill and decode pools (role = "prefill" / '
+                    '"decode"); every pool here does both: set the router in [cluster.router]',
+                )
     cluster = ClusterConfig(
         tuple(pools),
         router,
@@ -114,3 +129,14 @@ def _by_system(t: Table, system_names: list[str]) -> tuple[tuple[str, RouterKind
             t.fail("by_system", f"{name}: unknown kind {kind!r}; valid: {valid}")
         out.append((str(name), kinds[kind.lower()]))
     return tuple(out)
+
+
+def check_router_keys(t: Table, cluster: ClusterConfig, searched: tuple[RouterKind, ...]) -> None:
+    """Each router table's keys against the kinds that read them (`router_tables`)."""
+    for name, _, kinds in router_tables(cluster, searched):
+        table = t.table(name)
+        for key in ROUTER_KEY_READERS:
+            if table.has(key) and not is_read(key, kinds):
+                readers = choices_text(k.value for k in ROUTER_KEY_READERS[key])
+                here = choices_text(sorted(k.value for k in kinds))
+                table.fail(key, f"only read by the {readers} router; the routers here: {here}")

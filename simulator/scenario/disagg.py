@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from pagesim.simulator.cluster.disagg_checks import decode_memory_reason, workload_refusal
 from pagesim.simulator.core.cluster import PoolConfig, PoolRole
 from pagesim.simulator.core.config import PreemptionPolicy, Scenario, SystemConfig
 from pagesim.simulator.core.defaults import knobs_of, resolve_system
@@ -161,15 +162,22 @@ def _check_hybrid_manager_off(
             )
 
 
-def check_decode_memory(t: Table, scenario: Scenario) -> None:
-    """Each decode pool's KV cache must hold one request of the model's maximum length, for
-    every system that runs it disaggregated (a pool without `system` runs each of them)."""
+def check_disaggregated(t: Table, scenario: Scenario) -> None:
+    """What a disaggregated fleet cannot run (cluster/disagg_checks.py, the run's own reasons),
+    for every system that runs it disaggregated: the workload; the model's layers, drafts and
+    preemption; each decode pool's KV cache must hold one request of the model's maximum
+    length (a pool without `system` runs each of them)."""
     cluster = scenario.cluster
     if cluster is None or not cluster.is_disaggregated:
         return
     max_len = scenario.model.max_seq_len
     by_name = {s.name: s for s in scenario.systems}
     runs = [s for s in scenario.systems if s.name not in cluster.colocated_systems]
+    if not runs:
+        return
+    refusal = workload_refusal(scenario.workload)
+    if refusal is not None:
+        t.ctx.fail(f"workload.{refusal[0]}", refusal[1])
     kinds = set(scenario.model.kinds())
     if LayerKind.STATE in kinds or LayerKind.FULL not in kinds:
         # Neither is ever one block table of every layer (a model of one kind keeps its layout
@@ -203,21 +211,8 @@ def check_decode_memory(t: Table, scenario: Scenario) -> None:
             continue
         pool_scenario = replace(scenario, gpu=pool.gpu, tensor_parallel=pool.tensor_parallel)
         for system in [by_name[pool.system]] if pool.system is not None else runs:
-            try:
-                capacity = kv_capacity(pool_scenario, system)
-            except InputError:
-                continue  # no KV memory at all: the run says so, as for any system
-            # A speculating request of the maximum length peaks at max_len slots (its drafts
-            # and lookahead, capped at the model's length: policies/spec_decoder.py peak_slots).
-            peak = max_len if system.speculative is not None else max_len - 1
-            needed = -(-peak // capacity.block_size)
-            if capacity.num_gpu_blocks < needed:
-                table.fail(
-                    "role",
-                    f"decode pool {pool.name!r} with system {system.name!r} holds "
-                    f"{capacity.num_gpu_blocks} KV blocks of {capacity.block_size} tokens per "
-                    f"replica, fewer than one request of the model's max_seq_len {max_len} needs "
-                    f"({needed}); give it a GPU with more memory, a larger tensor_parallel or "
-                    "more num_kv_blocks, or a model config.json with a smaller "
-                    "max_position_embeddings",
-                )
+            # (no KV memory at all was refused per pool before: scenario/deployments.py)
+            capacity = kv_capacity(pool_scenario, system)
+            reason = decode_memory_reason(capacity, system, max_len)
+            if reason is not None:
+                table.fail("role", f"decode pool {pool.name!r} {reason}")

@@ -52,6 +52,16 @@ def resolve_scenario(name_or_path: str | Path) -> Path:
     )
 
 
+def builtin_commands(name: str) -> tuple[str, ...]:
+    """What a built-in is made for: `run` always; `sweep` with a [sweep] table (its axes);
+    `capacity` with a [capacity] table (a fleet search; any scenario takes a rate search)."""
+    try:
+        raw = tomllib.loads((BUILTIN_DIR / f"{name}.toml").read_text("utf-8"))
+    except (OSError, ValueError):
+        return ("run",)
+    return ("run", *(command for command in ("sweep", "capacity") if command in raw))
+
+
 def list_builtin() -> list[tuple[str, str]]:
     """(name, first line of its description) of every built-in scenario, sorted by name."""
     found = []

@@ -16,9 +16,11 @@ scenarios/README.md; keys are simulator/core/config.py field names):
     [execution]  kind = "roofline" | "profile";  profile = "file.json" (relative to this file, a
                  bare file name in calibration/profiles/, or "builtin:<name>");  gemm_efficiency,
                  attention_bw_efficiency, weight_bw_efficiency (default: the GPU's fitted
-                 factors); step_overhead_s, step_overhead_s_per_seq (default: the engine era's),
-                 async_scheduling; allreduce_bw_gbps, allreduce_latency_us (default: the GPU's
-                 interconnect); routing_skew (MoE: Zipf exponent, 0 = uniform)
+                 factors); step_overhead_s, step_overhead_s_per_seq, frontend_s (default: the
+                 engine era's),
+                 async_scheduling; allreduce_bw_gbps, allreduce_latency_us,
+                 custom_allreduce_stage_us (default: the GPU's interconnect);
+                 fused_moe_bw_efficiency, routing_skew (MoE: Zipf exponent, 0 = uniform)
     [workload]   num_requests, trace ("azure-conv", "azure-code", "arxiv-summarization" or a CSV
                  path), trace_offset, time_scale, sampling = "single"|"parallel"|"beam", num_seqs,
                  empirical_pairing = "rows"|"independent" (two empirical lengths),
@@ -34,6 +36,7 @@ scenarios/README.md; keys are simulator/core/config.py field names):
     [slo]        ttft_s, tpot_s
     [stop]       max_time_s, warmup_s
     [sweep]      axes = [{ path = "workload.arrival.rate_per_s", values = [1, 2, 4] }]  (1 or 2)
+    [report]     key_metric, metrics, compare = "rank"|"agreement", reference (what it asks)
 
 An override or sweep axis path is a dotted key into that schema: `systems.block_size` sets the
 key in every system, `systems[0].block_size` in one. Override values are TOML values when they
@@ -43,8 +46,8 @@ This module reads [execution], [slo] and [stop], puts the sections together and 
 file-level API (`load_scenario`, `expand_sweep`); the rest lives beside it: `schema` (the valid
 keys and limits), `table` (`Table`, `ScenarioError`, values in messages), `hardware` ([model],
 [gpu]), `workload` and `systems` (the two big sections), `traces` (trace CSV checks),
-`overrides` (paths, `--set`, `--param`, [sweep]), `files` (finding and reading scenario files),
-`toml_writer` (`describe_scenario`).
+`overrides` (paths, `--set`, `--param`, [sweep]), `report` ([report]), `files` (finding and
+reading scenario files), `toml_writer` (`describe_scenario`).
 """
 
 from __future__ import annotations
@@ -71,10 +74,12 @@ from pagesim.simulator.core.model_spec import WeightDtype
 from pagesim.simulator.execution.moe_cost import ExpertLayout
 from pagesim.simulator.execution.profile_file import check_profile
 from pagesim.simulator.scenario.capacity import read_capacity
-from pagesim.simulator.scenario.cluster import read_cluster
-from pagesim.simulator.scenario.disagg import check_decode_memory
+from pagesim.simulator.scenario.cluster import check_router_keys, read_cluster
+from pagesim.simulator.scenario.deployments import check_deployments
+from pagesim.simulator.scenario.disagg import check_disaggregated
 from pagesim.simulator.scenario.files import (
     BUILTIN_DIR,
+    builtin_commands,
     list_builtin,
     read_toml,
     resolve_scenario,
@@ -90,6 +95,7 @@ from pagesim.simulator.scenario.overrides import (
     read_sweep,
     with_value,
 )
+from pagesim.simulator.scenario.report import read_report
 from pagesim.simulator.scenario.schema import MAX_AXES, MAX_SWEEP_POINTS, SCHEMA
 from pagesim.simulator.scenario.systems import read_systems
 from pagesim.simulator.scenario.table import (
@@ -113,6 +119,7 @@ __all__ = [
     "PROFILE_DIR",
     "SCHEMA",
     "ScenarioError",
+    "builtin_commands",
     "check_path",
     "describe_scenario",
     "expand_sweep",
@@ -187,9 +194,12 @@ def _execution(t: Table) -> ExecutionConfig:
         weight_bw_efficiency=_optional_fraction(t, "weight_bw_efficiency"),
         step_overhead_s=t.number("step_overhead_s", None, hi=59.0),
         step_overhead_s_per_seq=t.number("step_overhead_s_per_seq", None, hi=1.0),
-        async_scheduling=t.flag("async_scheduling", False),
+        async_scheduling=t.flag("async_scheduling", None),
+        frontend_s=t.number("frontend_s", None, hi=59.0),
         allreduce_bw_gbps=t.number("allreduce_bw_gbps", None, hi=1e5, lo_open=True),
         allreduce_latency_us=t.number("allreduce_latency_us", None, hi=1e6),
+        custom_allreduce_stage_us=t.number("custom_allreduce_stage_us", None, hi=1e6),
+        fused_moe_bw_efficiency=_optional_fraction(t, "fused_moe_bw_efficiency"),
         swap_copy_latency_s=t.number(
             "swap_copy_latency_s", ExecutionConfig().swap_copy_latency_s, hi=1.0
         ),
@@ -244,6 +254,14 @@ def _parse(raw: object, source: Path | None, check_sweep: bool) -> Scenario:
     layout_problem = ExpertLayout(tp, dp, ep).problem(model)
     if layout_problem is not None:
         model_t.fail(*layout_problem)
+    execution_t = top.table("execution")
+    skew = execution_t.data.get("routing_skew")
+    if model.moe is None and skew is not None and skew != 0:  # 0, uniform, is the default
+        execution_t.fail(
+            "routing_skew",
+            f"only used by a mixture of experts (how tokens pick routed experts); "
+            f"{model.name} has no experts: remove it",
+        )
     slo_t, stop_t = top.table("slo"), top.table("stop")
     stop = StopConfig(
         max_time_s=stop_t.number("max_time_s", None, hi=1e9, lo_open=True),
@@ -272,17 +290,24 @@ def _parse(raw: object, source: Path | None, check_sweep: bool) -> Scenario:
         sweep=read_sweep(top.table("sweep")),
         source=source,
     )
-    scenario = replace(scenario, systems=read_systems(top, scenario))
+    systems, places = read_systems(top, scenario)
+    scenario = replace(scenario, systems=systems)
     _check_profile(top, scenario)
     cluster = read_cluster(
         top.table("cluster"), scenario.gpu, model, tp, [s.name for s in scenario.systems]
     )
     if cluster is not None:
         scenario = replace(scenario, cluster=cluster)
-        check_decode_memory(top.table("cluster"), scenario)
+    check_deployments(top, scenario, places)  # every pool's GPU and degree, as the run's
+    check_disaggregated(top.table("cluster"), scenario)
+    names = [s.name for s in scenario.systems]
+    scenario = replace(scenario, report=read_report(top.table("report"), names))
     capacity = read_capacity(top.table("capacity"), scenario, top.has("capacity"))
     if capacity is not None:
         scenario = replace(scenario, capacity=capacity)
+    if scenario.cluster is not None:
+        searched = capacity.routers if capacity is not None else ()
+        check_router_keys(top.table("cluster"), scenario.cluster, searched)
     for i, axis in enumerate(scenario.sweep if check_sweep else ()):
         for j, value in enumerate(axis.values):
             point = with_value(raw, axis.path, value, ctx, f"sweep.axes[{i}]")
@@ -332,7 +357,12 @@ def expand_sweep(
         raise blame(exc, applied) from None
     axes = base.sweep if axes is None else tuple(axes)
     if not axes:
-        ctx.fail("sweep", "no axes: add [sweep] axes = [{ path = ..., values = [...] }]")
+        ctx.fail(
+            "sweep",
+            "no axes: the file has no [sweep] table; give the axes on the command line, e.g. "
+            "--param workload.arrival.rate_per_s=1,2,4 (one or two --param), or add "
+            "[sweep] axes = [{ path = ..., values = [...] }] to the file",
+        )
     if len(axes) > MAX_AXES or len({a.path for a in axes}) < len(axes):
         ctx.fail(
             "sweep", f"give one or two distinct axes, got {choices_text(a.path for a in axes)}"

@@ -11,12 +11,76 @@ from __future__ import annotations
 from typing import Any
 
 from pagesim.simulator.core.catalog import GB, GIB
+from pagesim.simulator.core.cluster import ClusterConfig, RouterConfig, RouterKind
 from pagesim.simulator.core.config import (
+    CONTIGUOUS_POLICIES,
     LengthKind,
+    Policy,
 )
 
 MAX_AXES = 2
 MAX_SWEEP_POINTS = 10_000
+
+PAGED_POLICIES = (Policy.VLLM_V0, Policy.VLLM_V1)
+# Knobs only some policies read (the policies, and who they are in words). Set on a [[systems]]
+# entry of another policy such a knob would silently do nothing: refused. In [defaults] it is
+# meant for the systems that read it, and refused only when none does.
+_CONTIGUOUS = "the contiguous policies (static, orca)"
+_PAGED_WORDS = "the paged policies (vllm-v0, vllm-v1)"
+KNOB_READERS: dict[str, tuple[tuple[Policy, ...], str]] = {
+    "contiguous_allocator": (CONTIGUOUS_POLICIES, _CONTIGUOUS),
+    "reservation": (CONTIGUOUS_POLICIES, _CONTIGUOUS),
+    "static_batch_size": ((Policy.STATIC,), "static batching (policy static)"),
+    "static_batch_timeout_s": ((Policy.STATIC,), "static batching (policy static)"),
+    "watermark": (PAGED_POLICIES, _PAGED_WORDS),
+    "max_prefill_chunk": (PAGED_POLICIES, _PAGED_WORDS),
+    # the contiguous policies never preempt: a reservation holds a request's whole future
+    "preemption": (PAGED_POLICIES, f"{_PAGED_WORDS}, which preempt"),
+    "victim": (PAGED_POLICIES, f"{_PAGED_WORDS}, which preempt"),
+    # A vLLM V1 release's rules (core/vllm_eras.py); from [defaults], meant for the V1 systems.
+    "vllm_version": ((Policy.VLLM_V1,), "vllm-v1 (vLLM V1's releases)"),
+    "scheduler_reserve_full_isl": ((Policy.VLLM_V1,), "vllm-v1 (vLLM V1's scheduler)"),
+    # `defaults` is read by every policy: served or offline decides the front end's time in TTFT
+    # and E2E (simulator/execution/frontend.py); vllm-v1 also takes that set's knob defaults.
+}
+
+# [cluster.router] keys only some router kinds read (simulator/cluster/routers.py): set where no
+# router of those kinds runs, such a key would do nothing, and is refused.
+_PREFIX_AWARE = (RouterKind.PREFIX_AWARE,)
+ROUTER_KEY_READERS: dict[str, tuple[RouterKind, ...]] = {
+    "report_interval_s": (RouterKind.LEAST_KV,),  # the replicas' reported KV use
+    "cache_threshold": _PREFIX_AWARE,
+    "balance_abs_threshold": _PREFIX_AWARE,
+    "balance_rel_threshold": _PREFIX_AWARE,
+    "prefix_block_tokens": _PREFIX_AWARE,
+    "ring_points": (RouterKind.SESSION_AFFINITY,),
+}
+
+
+def router_tables(
+    cluster: ClusterConfig, searched: tuple[RouterKind, ...]
+) -> list[tuple[str, RouterConfig, set[RouterKind]]]:
+    """Each router table of `cluster` ("router", "prefill_router", "decode_router"), its config
+    and the router kinds that read its keys: [cluster.router]'s serve its kind, the systems'
+    (`by_system`), the kinds a fleet search tries (`searched`) and the phase routers, which start
+    from it; a phase router's serve its own kind."""
+    phases = [
+        (name, router)
+        for name, router in (
+            ("prefill_router", cluster.prefill_router),
+            ("decode_router", cluster.decode_router),
+        )
+        if router is not None
+    ]
+    main = {cluster.router.kind, *(kind for _, kind in cluster.router_by_system), *searched}
+    main |= {router.kind for _, router in phases}
+    return [("router", cluster.router, main), *((n, r, {r.kind}) for n, r in phases)]
+
+
+def is_read(key: str, kinds: set[RouterKind]) -> bool:
+    """Whether a router of one of `kinds` reads router key `key`."""
+    return key not in ROUTER_KEY_READERS or bool(kinds & set(ROUTER_KEY_READERS[key]))
+
 
 # Every [[systems]] key but name (config.py's SystemConfig fields); scenario.systems reads them.
 SYSTEM_KEYS = (
@@ -42,6 +106,8 @@ SYSTEM_KEYS = (
     "defaults",
     "speculative",
     "hybrid_kv_cache_manager",
+    "vllm_version",
+    "scheduler_reserve_full_isl",
 )
 
 
@@ -68,8 +134,9 @@ SCHEMA: Schema = {
     "gpu": _keys("preset name memory_gib mem_bandwidth_gbps fp16_tflops host_link_gbps"),
     "execution": _keys(
         "kind profile gemm_efficiency attention_bw_efficiency weight_bw_efficiency "
-        "step_overhead_s step_overhead_s_per_seq async_scheduling allreduce_bw_gbps "
-        "allreduce_latency_us swap_copy_latency_s routing_skew"
+        "step_overhead_s step_overhead_s_per_seq async_scheduling frontend_s allreduce_bw_gbps "
+        "allreduce_latency_us custom_allreduce_stage_us fused_moe_bw_efficiency "
+        "swap_copy_latency_s routing_skew"
     ),
     "workload": {
         **_keys(
@@ -103,6 +170,7 @@ SCHEMA: Schema = {
         "decode_router": _ROUTER_KEYS,
         "colocated_systems": None,
     },
+    "report": _keys("key_metric metrics compare reference"),  # simulator/scenario/report.py
     "capacity": _keys(  # simulator/scenario/capacity.py
         "min_replicas max_replicas gpus tensor_parallel routers price_per_gpu_hour currency "
         "max_gpus prefill_tensor_parallel decode_tensor_parallel"

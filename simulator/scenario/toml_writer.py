@@ -24,7 +24,14 @@ from pagesim.simulator.core.config import (
     Scenario,
 )
 from pagesim.simulator.core.link import GB
-from pagesim.simulator.scenario.schema import GPU_FIGURES, LENGTH_USES, SCHEMA
+from pagesim.simulator.scenario.schema import (
+    GPU_FIGURES,
+    KNOB_READERS,
+    LENGTH_USES,
+    SCHEMA,
+    is_read,
+    router_tables,
+)
 
 _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 _ESCAPES = {
@@ -118,7 +125,8 @@ def describe_scenario(scenario: Scenario, overrides: Sequence[str] = ()) -> str:
         figures = {k: getattr(g, f) / unit for k, (_, f, unit) in GPU_FIGURES.items()}
         out += _lines("[gpu]", {"name": g.name, **figures})
     e = s.execution
-    out += _lines("[execution]", {f: getattr(e, f) for f in SCHEMA["execution"] if f != "profile"})
+    inert = {"profile"} | ({"routing_skew"} if s.model.moe is None else set())  # not read
+    out += _lines("[execution]", {f: getattr(e, f) for f in SCHEMA["execution"] if f not in inert})
     if e.profile_path is not None:
         out.append(f"profile = {_toml(e.profile_path)}")
     fields: dict[str, object] = {"sampling": w.sampling, "num_seqs": w.num_seqs}
@@ -164,7 +172,11 @@ def describe_scenario(scenario: Scenario, overrides: Sequence[str] = ()) -> str:
             out += _lines("[workload.sessions.turns]", _length_fields(ss.turns))
             out += _lines("[workload.sessions.new_tokens]", _length_fields(ss.new_tokens))
     for system in s.systems:
-        keys = {f: getattr(system, f) for f in SCHEMA["systems"][0]}
+        keys = {
+            f: getattr(system, f)
+            for f in SCHEMA["systems"][0]
+            if system.policy in KNOB_READERS.get(f, ((system.policy,), ""))[0]  # no inert knob
+        }
         if system.policy is not Policy.VLLM_V1:
             del keys["hybrid_kv_cache_manager"]  # vLLM V1's knob (core.defaults.system_knobs)
         if system.speculative is not None:  # an inline table: { method = "eagle", ... }
@@ -175,6 +187,12 @@ def describe_scenario(scenario: Scenario, overrides: Sequence[str] = ()) -> str:
     if s.sweep:
         axes = [{"path": a.path, "values": list(a.values)} for a in s.sweep]
         out += _lines("[sweep]", {"axes": axes})
+    asks = s.report
+    if asks.key_metric is not None:
+        report: dict[str, object] = {"key_metric": asks.key_metric}
+        report |= {"metrics": list(asks.metrics) or None, "compare": asks.compare}
+        report["reference"] = asks.reference
+        out += _lines("[report]", report)
     if s.cluster is not None:
         out += _cluster_lines(s)
     if s.capacity is not None:
@@ -200,14 +218,13 @@ def _cluster_lines(s: Scenario) -> list[str]:
     if cluster.colocated_systems:
         out += _lines("[cluster]", {"colocated_systems": list(cluster.colocated_systems)})
     router_keys = [f for f in SCHEMA["cluster"]["router"] if f != "by_system"]
-    router = {f: getattr(cluster.router, f) for f in router_keys}
-    if cluster.router_by_system:
-        router["by_system"] = dict(cluster.router_by_system)
-    out += _lines("[cluster.router]", router)
-    for name in ("prefill_router", "decode_router"):
-        phase = getattr(cluster, name)
-        if phase is not None:
-            out += _lines(f"[cluster.{name}]", {f: getattr(phase, f) for f in router_keys})
+    searched = s.capacity.routers if s.capacity is not None else ()
+    for name, config, kinds in router_tables(cluster, searched):
+        # a key no router here reads is left out (a file that set one is refused)
+        keys = {f: getattr(config, f) for f in router_keys if is_read(f, kinds)}
+        if name == "router" and cluster.router_by_system:
+            keys["by_system"] = dict(cluster.router_by_system)
+        out += _lines(f"[cluster.{name}]", keys)
     link = cluster.link
     if link is not None:
         fields: dict[str, object] = {"latency_s": link.latency_s, "layerwise": link.layerwise}

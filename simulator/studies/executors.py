@@ -15,8 +15,10 @@ from enum import Enum
 from multiprocessing.context import BaseContext
 from typing import Any, Protocol
 
+from pagesim.simulator.core import held_signals
 from pagesim.simulator.core.errors import InputError, PagesimError, choices_text
 from pagesim.simulator.studies.points import Evaluate, PointOutcome, PointTask
+from pagesim.simulator.studies.worker_watch import watch_driver
 
 MAX_JOBS = 1024  # worker processes: beyond any one machine, and below the OS's limits
 
@@ -65,15 +67,24 @@ class ProcessExecutor:
             _start_fork_server()
         else:  # Windows
             context = multiprocessing.get_context("spawn")
-        self._pool = ProcessPoolExecutor(max_workers=jobs, mp_context=context)
+        # Each worker ends when this process does, even killed outright (worker_watch).
+        self._pool = ProcessPoolExecutor(
+            max_workers=jobs,
+            mp_context=context,
+            initializer=watch_driver,
+            initargs=(os.getpid(),),
+        )
         self._is_stopped_early = False
 
     def run(self, tasks: Sequence[PointTask], evaluate: Evaluate) -> Iterator[PointOutcome]:
-        futures: dict[Future[PointOutcome], PointTask] = {
-            self._pool.submit(evaluate, task): task for task in tasks
-        }
-        pending = set(futures)
+        pending: set[Future[PointOutcome]] = set()
         try:
+            # A submit may start a worker; a signal between its start and the pool recording it
+            # would leave a worker nobody stops, which then finds the driver's queues gone and
+            # prints a traceback after the "interrupted" line (reproducer 22). Signals wait.
+            with held_signals.held():
+                for task in tasks:
+                    pending.add(self._pool.submit(evaluate, task))
             while pending:
                 done, pending = wait(pending, return_when=FIRST_COMPLETED)
                 for future in done:

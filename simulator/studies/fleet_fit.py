@@ -1,12 +1,14 @@
-"""Whether one replica can run a system at all: the weights fit at its GPU and degree and at
-least one KV block fits beside them (the fleet searches list a shape that cannot as "cannot
-run", never simulated)."""
+"""Whether one replica can run a system at all: the weights fit at its GPU and degree, at least
+one KV block fits beside them, and its execution model prices that GPU (a profile measured on
+another GPU or degree does not) (the fleet searches list a shape that cannot as "cannot run",
+never simulated)."""
 
 from __future__ import annotations
 
 from pagesim.simulator.core.config import Scenario, SystemConfig
 from pagesim.simulator.core.defaults import resolve_runnable
 from pagesim.simulator.core.errors import InputError
+from pagesim.simulator.execution.factory import make_execution_model
 from pagesim.simulator.kv.capacity import kv_capacity
 
 
@@ -15,6 +17,7 @@ def unfit_reason(scenario: Scenario, system: SystemConfig) -> str | None:
     try:
         resolved = resolve_runnable(system, scenario).system
         capacity = kv_capacity(scenario, resolved)
+        make_execution_model(scenario, resolved)  # what each replica builds first
     except InputError as exc:
         return str(exc)
     if capacity.num_gpu_blocks < 1:

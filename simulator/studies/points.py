@@ -2,7 +2,7 @@
 
 A point's cache key is the SHA-256 of what decides its result and nothing else:
 
-    describe_scenario(scenario with only this system, no [sweep], no source path)
+    describe_scenario(scenario with only this system, no [sweep], no source path, no [report])
     + the pagesim version + the bytes of every file the scenario reads (trace, profile, CSVs)
     + the bytes of the simulator's own source (simulator/*.py)
 
@@ -30,11 +30,12 @@ from typing import Any
 import numpy as np
 
 from pagesim import __version__
-from pagesim.simulator.core.config import Scenario, SystemConfig
+from pagesim.simulator.core.config import ReportConfig, Scenario, SystemConfig
 from pagesim.simulator.core.defaults import resolve_system
 from pagesim.simulator.core.errors import InputError
 from pagesim.simulator.metrics.result import RunResult
 from pagesim.simulator.scenario.load import describe_scenario
+from pagesim.simulator.studies.backlog import backlog_figures
 
 
 @dataclass(frozen=True)
@@ -83,7 +84,9 @@ def _code_digest() -> str:
 def point_key(scenario: Scenario, system: SystemConfig) -> str:
     """SHA-256 (hex) of the resolved point: see the module docstring for what it covers."""
     resolved = resolve_system(system, scenario.model, scenario.gpu, scenario.tensor_parallel)
-    alone = replace(scenario, systems=(resolved.system,), sweep=(), source=None)
+    alone = replace(
+        scenario, systems=(resolved.system,), sweep=(), source=None, report=ReportConfig()
+    )
     digest = hashlib.sha256(f"pagesim {__version__} {_code_digest()}\n".encode())
     digest.update(describe_scenario(alone).encode())
     for path in _input_files(scenario):
@@ -129,9 +132,10 @@ class PointOutcome:
     wall_s: float = 0.0
 
 
-def extra_metrics(result: RunResult) -> dict[str, float | int]:
+def extra_metrics(result: RunResult) -> dict[str, float | int | None]:
     """Per-point figures the summary lacks, used by the capacity search
-    (simulator.studies.capacity_search).
+    (simulator.studies.capacity_search) and by a sweep's findings (the arrival window's
+    backlog: simulator.studies.backlog).
 
     slo_share: in-window requests that finished meeting the SLO / in-window requests offered
     (rejected and unfinished ones count as misses). queue_delay_p99_s: 99th percentile of the
@@ -157,7 +161,7 @@ def extra_metrics(result: RunResult) -> dict[str, float | int]:
         "queue_delay_p99_s": p99,
         "num_gpus": num_gpus,
         "num_tokens_served": int(served),
-    }
+    } | backlog_figures(result.requests)
 
 
 def evaluate_point(task: PointTask) -> PointOutcome:

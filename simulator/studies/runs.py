@@ -16,17 +16,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from pagesim.simulator.core.config import Scenario, SystemConfig
-from pagesim.simulator.core.defaults import (
-    ERA,
-    HOST_OVERHEAD_KEY,
-    era_notes,
-    resolve_system,
-    system_knobs,
-)
+from pagesim.simulator.core.config import Scenario
 from pagesim.simulator.deploy.commands import Deployment, deployment
-from pagesim.simulator.execution.overhead import era_of, host_overhead
-from pagesim.simulator.kv.capacity import Capacity, kv_capacity
 from pagesim.simulator.metrics.result import RunResult
 from pagesim.simulator.scenario.load import load_scenario, resolve_scenario
 from pagesim.simulator.studies.capacity_search import (
@@ -101,92 +92,6 @@ def run_scenario(
 ) -> ScenarioRun:
     """Load a scenario (a file or a built-in name) with `overrides` and simulate every system."""
     return simulate_run(load_run(name, overrides), progress)
-
-
-@dataclass(frozen=True)
-class CheckedScenario:
-    """A scenario that loads, with the KV capacity each system gets."""
-
-    path: Path
-    scenario: Scenario
-    capacities: list[tuple[SystemConfig, Capacity]]
-
-
-def check_scenario(name: str | Path, overrides: Sequence[str] = ()) -> CheckedScenario:
-    """Load and check a scenario without running it (InputError saying what is wrong)."""
-    path = resolve_scenario(name)
-    scenario = load_scenario(path, list(overrides))
-    capacities = [(system, kv_capacity(scenario, system)) for system in scenario.systems]
-    return CheckedScenario(path, scenario, capacities)
-
-
-@dataclass(frozen=True)
-class ResolvedKnob:
-    name: str
-    value: object
-    source: str
-
-
-@dataclass(frozen=True)
-class ResolvedSystem:
-    """One system as a run would start it: every knob in force, where each came from, and the
-    KV capacity it gets."""
-
-    name: str
-    policy: str
-    era: str
-    knobs: list[ResolvedKnob]
-    capacity: Capacity
-    notes: list[str]  # what today's vLLM no longer has: historical, or a pagesim extension
-    host_overhead: ResolvedKnob  # an era default priced by the execution model (overhead.py)
-
-
-def resolve_scenario_systems(
-    name: str | Path, overrides: Sequence[str] = ()
-) -> tuple[Path, list[ResolvedSystem]]:
-    """`pagesim scenarios show --resolved`: each system's knobs after the era defaults. A knob's
-    source is its era rule (core.defaults) when the scenario left it unset, "scenario" when the
-    scenario (or --set) gave a value other than pagesim's default, "pagesim default" otherwise."""
-    path = resolve_scenario(name)
-    scenario = load_scenario(path, list(overrides))
-    model, gpu, tp = scenario.model, scenario.gpu, scenario.tensor_parallel
-    out = []
-    for system in scenario.systems:
-        resolved = resolve_system(system, model, gpu, tp)
-        plain = system_knobs(resolved.system)
-        knobs = []
-        for knob, value in plain.items():
-            if knob in resolved.sources:
-                source = resolved.sources[knob]
-            elif getattr(system, knob) != getattr(SystemConfig(system.name, system.policy), knob):
-                source = "scenario"
-            else:
-                source = "pagesim default"
-            knobs.append(ResolvedKnob(knob, value, source))
-        capacity = kv_capacity(scenario, system)
-        out.append(
-            ResolvedSystem(
-                system.name,
-                system.policy.value,
-                ERA[system.policy],
-                knobs,
-                capacity,
-                era_notes(resolved.system, scenario.workload.sampling),
-                _host_knob(scenario, system),
-            )
-        )
-    return path, out
-
-
-def _host_knob(scenario: Scenario, system: SystemConfig) -> ResolvedKnob:
-    """The host overhead per step: an era default too, but the execution model's rule
-    (execution/overhead.py), so it is listed beside core.defaults' knobs under the key a run's
-    provenance uses. A profile measured by pagesim prices its own empty step instead."""
-    host = host_overhead(scenario.execution, era_of(system.policy))
-    value = f"{1e3 * host.fixed_s:.3g} ms + {1e3 * host.per_seq_s:.3g} ms x sequences"
-    if host.is_overlapped:
-        value += ", overlapped with the GPU step"
-    return ResolvedKnob(HOST_OVERHEAD_KEY, value, host.source)
 
 
 def sweep_scenario(

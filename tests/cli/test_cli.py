@@ -86,15 +86,18 @@ def test_scenarios_show_resolved_names_every_value_and_its_source(
     assert v0.startswith("v0]  # vLLM V0 engine")
     assert "watermark              = 0.01        # vLLM V0 core/block_manager" in v0
     assert "max_num_batched_tokens = 8192        # scenario" in v0
-    assert "max_num_seqs            = 64          # scenario" in v1
-    assert "enable_prefix_cache     = False       # scenario" in v1
-    assert "preemption              = 'recompute'  # vLLM V1 preempts by recompute only" in v1
+    assert "max_num_seqs               = 64          # scenario" in v1
+    assert "enable_prefix_cache        = False       # scenario" in v1
+    assert "preemption                 = 'recompute'  # vLLM V1 preempts by recompute only" in v1
+    # The release a V1 system follows, and its defaults' sources (core/vllm_eras.py)
+    assert "vllm_version               = '0.34'      # the newest vLLM release on PyPI" in v1
+    assert "scheduler_reserve_full_isl = True        # vLLM v0.34.0 config/scheduler.py" in v1
     # vLLM V1's hybrid KV-cache manager: a V1 knob only
-    assert "hybrid_kv_cache_manager = True" in v1 and "hybrid_kv_cache_manager" not in v0
+    assert "hybrid_kv_cache_manager    = True" in v1 and "hybrid_kv_cache_manager" not in v0
     # 28,433 blocks at 256 sequences; fewer sequences, a smaller sampler reserve, more blocks:
     assert "# KV cache: 28,527 blocks of 16 tokens" in v1
     # The host overhead is the era's too, priced by the execution model (execution/overhead.py).
-    assert "# host overhead per step (execution.step_overhead_s): 1.2 ms + 0.1 ms" in v0
+    assert "# host overhead per step (execution.step_overhead_s): 1.18 ms + 0.1 ms" in v0
     assert "1 ms + 0 ms x sequences; estimate" in v1
 
 

@@ -85,3 +85,25 @@ def test_nothing_is_sent_again_once_the_block_has_ended() -> None:
         pass
     interrupts._send_to_main_thread(signal.SIGTERM)  # this test process survives it
     assert signal.getsignal(signal.SIGTERM) is not interrupts._raise
+
+
+def test_a_signal_within_a_held_block_is_raised_when_the_block_ends() -> None:
+    """`held` holds a signal back in the handler, so it also holds one the kernel gives to
+    another thread (a pool's or a progress bar's), which a signal mask in this one would not."""
+    import os
+    import threading
+
+    from pagesim.simulator.core.held_signals import held
+
+    steps: list[str] = []
+    with pytest.raises(Interrupted) as caught, raising_on_signals():
+        with held():
+            os.kill(os.getpid(), signal.SIGTERM)
+            sender = threading.Thread(target=os.kill, args=(os.getpid(), signal.SIGINT))
+            sender.start()
+            sender.join()
+            with held():  # nested: only the outermost block's end raises
+                time.sleep(0.01)
+            steps.append("block done")
+        steps.append("after the block")
+    assert steps == ["block done"] and caught.value.signum == signal.SIGTERM

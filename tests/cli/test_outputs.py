@@ -5,7 +5,14 @@ from data that agrees with itself."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 from cli_helpers import CliResult, read_only, run_cli, tiny_scenario
@@ -165,3 +172,76 @@ def test_20_report_refuses_truncated_frames_and_incomplete_folders(
     (work / "i").mkdir()
     (work / "i" / MANIFEST_FILE).write_text('{"kind": "sweep", "complete": false}')
     refused(run_cli(capsys, "report", "i"), "incomplete output", "sweep")
+
+
+@contextmanager
+def immutable(folder: Path) -> Iterator[None]:
+    """`folder` with the immutable flag, which stops even root from renaming it; skips the test
+    where it cannot be set (not root, no chattr, a file system without the flag)."""
+    done = subprocess.run(["chattr", "+i", str(folder)], capture_output=True, check=False)
+    if done.returncode != 0:
+        pytest.skip("cannot set the immutable flag here (chattr +i needs root and ext4 or alike)")
+    try:
+        yield
+    finally:
+        subprocess.run(["chattr", "-i", str(folder)], check=False)
+
+
+@pytest.mark.skipif(sys.platform != "linux" or shutil.which("chattr") is None, reason="chattr")
+@pytest.mark.parametrize("command", ["run", "sweep"])
+def test_19_an_immutable_out_is_refused_before_simulating(
+    work: Path, capsys: pytest.CaptureFixture[str], command: str
+) -> None:
+    """Reproducer 19: it used to simulate, then fail to commit with a PermissionError traceback."""
+    (work / "ro").mkdir()
+    extra = ["--param", "seed=1,2", "--jobs", "1"] if command == "sweep" else ["--no-report"]
+    with immutable(work / "ro"):
+        result = run_cli(capsys, command, "s.toml", "--out", "ro", *extra)
+    refused(result, "--out 'ro'", "immutable")
+    assert "simulating" not in result.err and "sweeping" not in result.err
+    assert leftovers(work) == [] and list((work / "ro").iterdir()) == []
+
+
+def test_19_a_commit_the_file_system_refuses_leaves_out_as_it_was(
+    work: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The swap fails half-way (here: the file system refuses to rename `out`, after its cache
+    was carried into the new output): every step is undone, one clear error, exit 2."""
+    sweep = ["sweep", "s.toml", "--out", "out", "--param", "seed=1,2", "--jobs", "1"]
+    assert run_cli(capsys, *sweep).exit_code == 0
+    before = {p.relative_to(work): p.read_bytes() for p in (work / "out").rglob("*") if p.is_file()}
+    real_replace = os.replace
+
+    def replace(source: Any, target: Any) -> None:
+        if Path(source) == Path("out"):
+            raise PermissionError(1, "Operation not permitted")
+        real_replace(source, target)
+
+    monkeypatch.setattr(os, "replace", replace)
+    refused(run_cli(capsys, *sweep), "--out 'out'", "cannot replace it", "Operation not permitted")
+    monkeypatch.undo()
+    after = {p.relative_to(work): p.read_bytes() for p in (work / "out").rglob("*") if p.is_file()}
+    assert after == before  # the cache came back too
+    assert leftovers(work) == []
+
+
+def test_an_interrupted_sweep_resumed_says_nothing_about_replacing(
+    work: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An interrupted sweep leaves its folder labelled with its scenario and unfinished; its
+    rerun resumes without "replaced out: it held the sweep of scenario ''", and another
+    command on it names what it held."""
+    with OutputFolder.open(work / "out", "sweep", scenario="repro") as unfinished:
+        (work / "out" / "cache").mkdir()
+        (work / "out" / "cache" / "point.json").write_text("{}")  # a point worth resuming
+        assert unfinished.created
+    manifest = json.loads((work / "out" / MANIFEST_FILE).read_text())
+    assert manifest["scenario"] == "repro" and manifest["complete"] is False
+    resumed = run_cli(capsys, "sweep", "s.toml", "--out", "out", "--param", "seed=1,2")
+    assert resumed.exit_code == 0 and "replaced" not in resumed.err, resumed.err
+    (work / "other").mkdir()
+    (work / "other" / MANIFEST_FILE).write_text(
+        '{"kind": "sweep", "scenario": "", "complete": false}'
+    )
+    other = run_cli(capsys, "run", "s.toml", "--out", "other", "--no-report")
+    assert "replaced other: it held an unfinished sweep\n" in other.err

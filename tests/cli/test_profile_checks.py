@@ -60,27 +60,40 @@ def test_a_coefficient_that_prices_to_infinity_is_refused(
     )
 
 
-def test_a_faster_gpus_profile_runs_with_warnings_on_stderr_and_in_the_report(
+def test_a_profile_faster_than_its_gpu_runs_with_warnings_on_stderr_and_in_the_report(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """The synthetic profile's numbers are an H200-like fit; priced on an A100 it beats the A100's
-    datasheet: MBU far above 100%."""
-    toml = _scenario(tmp_path, synthetic_profile(get_model("llama-2-7b"), device="NVIDIA H200"))
+    """The synthetic profile's numbers are an H200-like fit; said to be measured on an A100, it
+    beats the A100's datasheet: MBU far above 100% (a broken profile)."""
+    toml = _scenario(tmp_path, synthetic_profile(get_model("llama-2-7b"), device="a100-80gb"))
     out = tmp_path / "out"
     result = run_cli(capsys, "run", str(toml), "--out", str(out))
     assert result.exit_code == 0, result.err
     warnings = [line for line in result.err.splitlines() if line.startswith("warning: v0: ")]
-    assert any(
-        "measured on 'NVIDIA H200', the scenario's GPU is 'a100-80gb'" in w for w in warnings
-    )
     assert any("at MBU" in w and "faster than this GPU can run" in w for w in warnings)
     assert any("over the run" in w for w in warnings)
     summary = json.loads((out / "v0" / "summary.json").read_text())
     assert summary["summary"]["mbu"] > 1
-    assert len(summary["provenance"]["warnings"]) == 3
+    assert len(summary["provenance"]["warnings"]) == 2
     page = (out / "report.html").read_text()
-    assert "Warning (v0): the profile was measured on" in page
+    assert "Warning (v0): the profile prices a" in page
     assert "step_cost_sources" in page and "pagesim kernel profile" in page
+
+
+@pytest.mark.parametrize("command", ["validate", "run"])
+def test_a_profile_of_another_catalog_gpu_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str
+) -> None:
+    """A profile measured on an H200 would price the scenario's A100 at the H200's speed: the
+    run refuses it, as it refuses another model's or degree's, and so does validate."""
+    toml = _scenario(tmp_path, synthetic_profile(get_model("llama-2-7b"), device="NVIDIA H200"))
+    args = ["--out", str(tmp_path / "out"), "--no-report"] if command == "run" else []
+    _one_error(
+        run_cli(capsys, command, str(toml), *args),
+        "execution.profile",
+        "measured on 'NVIDIA H200', but the replicas run on 'a100-80gb'",
+        'execution.kind = "roofline"',
+    )
 
 
 def test_the_same_gpus_profile_runs_without_warnings(

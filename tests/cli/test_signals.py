@@ -10,7 +10,9 @@ simulated and fills only once the report is written; a sweep's cache fills point
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import os
 import signal
 import subprocess
 import sys
@@ -68,9 +70,9 @@ def finish(proc: subprocess.Popen[str]) -> tuple[int, str]:
     return proc.returncode, err
 
 
-def in_session(sid: int) -> list[str]:
-    """Command lines of the live processes of session `sid` (zombies excluded)."""
-    found = []
+def session_processes(sid: int) -> dict[int, str]:
+    """The live processes of session `sid` (zombies excluded): pid -> command line."""
+    found = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             text = stat.read_text()
@@ -79,8 +81,20 @@ def in_session(sid: int) -> list[str]:
         except (OSError, ValueError):
             continue
         if int(fields[3]) == sid and fields[0] != "Z":
-            found.append(cmdline[:120])
+            found[int(stat.parent.name)] = cmdline[:120]
     return found
+
+
+def in_session(sid: int) -> list[str]:
+    """Command lines of the live processes of session `sid` (zombies excluded)."""
+    return list(session_processes(sid).values())
+
+
+def stop_session(sid: int) -> None:
+    """Kill what a failed test left in session `sid` (processes it started), one by one."""
+    for pid in session_processes(sid):
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
 
 
 def digest(folder: Path) -> dict[str, str]:
@@ -152,3 +166,51 @@ def test_a_signal_leaves_the_previous_output_and_no_process(
         time.sleep(0.1)
     assert in_session(proc.pid) == []
     assert read_saved(tmp_path / "out").kind == command  # `pagesim report` takes it
+
+
+def test_sigkill_of_a_sweep_leaves_no_process(tmp_path: Path) -> None:
+    """Reproducer 18: SIGKILL (kill -9, the OOM killer) runs no cleanup in the sweep, yet its
+    workers, its fork server and its resource tracker must not outlive it."""
+    (tmp_path / "s.toml").write_text(SCENARIO)
+    seeds = ["--param", "seed=" + ",".join(str(s) for s in range(1, 9)), "--jobs", "2"]
+    proc = pagesim("sweep", "s.toml", "--out", "out", *seeds, cwd=tmp_path)
+    try:
+        deadline = time.monotonic() + TIMEOUT_S
+        # Killed once a point is cached (the workers are up) and while more are simulated:
+        # the driver, its tracker, its fork server and at least one worker.
+        while not (cached(tmp_path) >= 1 and len(in_session(proc.pid)) >= 4):
+            assert proc.poll() is None, f"ended before the kill: {proc.communicate()}"
+            assert time.monotonic() < deadline, "never reached the simulation"
+            time.sleep(0.005)
+        proc.send_signal(signal.SIGKILL)
+        assert proc.wait(TIMEOUT_S) == -signal.SIGKILL  # not `finish`: the rest holds its pipes
+        deadline = time.monotonic() + 30
+        while in_session(proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert in_session(proc.pid) == []
+    finally:
+        stop_session(proc.pid)
+        finish(proc)
+
+
+def test_sigterm_while_the_workers_start_prints_no_traceback(tmp_path: Path) -> None:
+    """Reproducer 22: SIGTERM as the pool starts its workers once left a worker the pool had
+    not recorded, which found the driver's queues gone and printed a traceback after the
+    "interrupted" line. The signal is sent the moment the fork server is up."""
+    (tmp_path / "s.toml").write_text(SCENARIO)
+    proc = pagesim("sweep", "s.toml", "--out", "out", *SWEEP, cwd=tmp_path)
+    deadline = time.monotonic() + TIMEOUT_S
+    while len(in_session(proc.pid)) < 3:  # the driver, its tracker and its fork server
+        assert proc.poll() is None, f"ended before the pool started: {proc.communicate()}"
+        assert time.monotonic() < deadline, "the pool never started"
+        time.sleep(0.002)
+    proc.send_signal(signal.SIGTERM)
+    code, err = finish(proc)
+    assert code == 128 + signal.SIGTERM, err
+    deadline = time.monotonic() + 15
+    while in_session(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert in_session(proc.pid) == []
+    lines = [line for line in err.splitlines() if line.startswith("interrupted")]
+    assert len(lines) == 1 and lines[0].startswith("interrupted by SIGTERM"), err
+    assert "Traceback" not in err and "Error" not in err, err

@@ -15,6 +15,7 @@ from pagesim.simulator.core.errors import InputError
 from pagesim.simulator.core.link import LinkConfig
 from pagesim.simulator.core.plan import SeqWork, StepPlan
 from pagesim.simulator.engine import simulate
+from pagesim.simulator.execution.frontend import frontend_of
 from tests.sim_helpers import explicit_workload, scenario, system
 from tests.simulator.cluster.disagg_helpers import (
     assert_all_blocks_back,
@@ -54,10 +55,13 @@ def test_a_free_link_gives_ttft_of_queueing_prefill_step_and_first_decode_step()
     step_s = price(prefill, SeqWork(0, 0, 512, 512, True))
     first_decode_s = price(decode, SeqWork(0, 0, 1, 512, True))
     a, b = (row for _, row in result.requests.iterrows())
-    assert a.ttft_queue_s == 0 and a.ttft_prefill_s == step_s and a.ttft_transfer_s == 0
+    # A served fleet's front end (execution/frontend.py) is counted in the queue part.
+    front = frontend_of(sc.execution, sc.systems[0]).frontend_s
+    assert front > 0
+    assert a.ttft_queue_s == front and a.ttft_prefill_s == step_s and a.ttft_transfer_s == 0
     assert a.ttft_first_decode_s == pytest.approx(first_decode_s, abs=1e-15)
-    assert a.ttft_s == pytest.approx(step_s + first_decode_s, abs=1e-15)
-    assert b.ttft_queue_s == pytest.approx(step_s, abs=1e-15)
+    assert a.ttft_s == pytest.approx(front + step_s + first_decode_s, abs=1e-15)
+    assert b.ttft_queue_s == pytest.approx(front + step_s, abs=1e-15)
     assert b.ttft_prefill_s == pytest.approx(step_s, abs=1e-15)
     assert b.ttft_transfer_s == 0 and b.ttft_first_decode_s >= first_decode_s
     for _, row in result.requests.iterrows():
@@ -122,8 +126,9 @@ def test_a_decode_replica_without_room_keeps_the_request_waiting_with_its_prefil
     a, b = (row for _, row in result.requests.iterrows())
     assert a.transfer_wait_s == 0 and a.status == b.status == "finished"
     assert b.transfer_start_s == a.finish_s
+    front = frontend_of(sc.execution, sc.systems[0]).frontend_s  # in ttft_queue_s, not engine time
     assert b.transfer_wait_s == pytest.approx(
-        a.finish_s - (a.arrival_s + a.ttft_queue_s + a.ttft_prefill_s)
+        a.finish_s - (a.arrival_s + a.ttft_queue_s - front + a.ttft_prefill_s)
     )
     assert_all_blocks_back(disagg)
 
@@ -273,3 +278,23 @@ def test_a_fleet_built_in_code_refuses_a_layered_kv_cache() -> None:
     )
     with pytest.raises(InputError, match="set hybrid_kv_cache_manager = false"):
         run(sc, fleet(sc))
+
+
+def test_a_request_whose_kv_never_left_the_prefill_replica_names_no_decode_replica() -> None:
+    """repro2 16: a link so slow that no prompt's KV lands before the stop. Every request was
+    routed to a decode replica when its prefill ended, but none got there: requests.csv names
+    no decode replica, and the per-replica counts say the same (the prefill replica took all,
+    the decode replicas none)."""
+    sc = v1_scenario(explicit_workload([(256, 4, 0.0), (256, 4, 0.0), (256, 4, 0.01)]))
+    sc = replace(sc, stop=replace(sc.stop, max_time_s=1.0))
+    slow = LinkConfig(1e3, 0.0)  # 1 kB/s: a 256-token prompt's 128 MiB take days
+    _, result = run(sc, fleet(sc, num_decode=2, link=slow), check=False)
+    requests = result.requests
+    assert (requests["status"] == "unfinished").all()
+    assert requests["replica"].isna().all()
+    assert list(requests["prefill_replica"]) == [0, 0, 0]
+    assert requests["transfer_end_s"].isna().all()
+    counts = [result.summary[f"replica_{i}_num_requests"] for i in range(3)]
+    assert counts == [3, 0, 0]
+    for i, count in enumerate(counts[1:], start=1):
+        assert (requests["replica"] == i).sum() == count

@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 
 from pagesim.simulator.cluster.disagg import run_disagg
-from pagesim.simulator.core.config import SpecMethod, SpeculativeConfig
+from pagesim.simulator.core.config import SpecMethod, SpeculativeConfig, VllmVersion
 from pagesim.simulator.core.errors import InputError
 from pagesim.simulator.core.link import LinkConfig
 from pagesim.simulator.core.plan import SeqWork, StepPlan
@@ -54,20 +54,37 @@ def test_the_prefill_step_includes_the_drafts_pass_over_the_prompt() -> None:
     assert result.requests.iloc[0].ttft_prefill_s == pytest.approx(target_s + draft_s, abs=1e-15)
 
 
-def test_the_decode_replica_verifies_drafts_after_the_landed_prompts_last_token() -> None:
-    # Every draft accepted (rate 1), k = 3, 9 output tokens: the decode replica's first step
-    # recomputes the last prompt token (token 1), then two verifications of 3 drafts each emit
-    # 4 tokens each (tokens 2-5 and 6-9): three decode steps. The prefill replica verifies
-    # nothing (its clone stops at one token).
-    sc = v1_scenario(explicit_workload([(100, 9, 0.0)]), speculative=EAGLE)
+@pytest.mark.parametrize(
+    ("version", "prefill_tokens", "decode_tokens", "drafts", "mean_length"),
+    [
+        # v0.11.0: the first step recomputes the last prompt token (token 1), then two
+        # verifications of 3 drafts each emit 4 tokens each (tokens 2-5 and 6-9).
+        (VllmVersion.V0_11, [1, 0, 0], [0, 4, 4], 6, 4.0),
+        # v0.34.0 (from v0.25.0): that first step is padded to 1 + 3 tokens, its 3 drafts
+        # placeholders, rejected (v1/core/sched/scheduler.py, "Pad new decode requests to
+        # uniform spec decoding size"): token 1 still, and 3 more drafted, none accepted.
+        (VllmVersion.V0_34, [0, 0, 0], [4, 4, 4], 9, 3.0),
+    ],
+)
+def test_the_decode_replica_verifies_drafts_after_the_landed_prompts_last_token(
+    version: VllmVersion,
+    prefill_tokens: list[int],
+    decode_tokens: list[int],
+    drafts: int,
+    mean_length: float,
+) -> None:
+    # Every draft accepted (rate 1), k = 3, 9 output tokens: three decode-replica steps. The
+    # prefill replica verifies nothing (its clone stops at one token).
+    sc = v1_scenario(explicit_workload([(100, 9, 0.0)]), speculative=EAGLE, vllm_version=version)
     disagg, result = run(sc, fleet(sc, link=LinkConfig(float("inf"), 0.0)))
     steps = result.steps
     on_decode = steps[steps["replica"] == disagg.decodes[0].index]
-    assert list(on_decode["num_prefill_tokens"]) == [1, 0, 0]
-    assert list(on_decode["num_decode_tokens"]) == [0, 4, 4]
+    assert list(on_decode["num_prefill_tokens"]) == prefill_tokens
+    assert list(on_decode["num_decode_tokens"]) == decode_tokens
     summary = result.summary
-    assert summary["spec_num_draft_tokens"] == summary["spec_num_accepted_tokens"] == 6
-    assert summary["spec_mean_acceptance_length"] == 4.0
+    assert summary["spec_num_draft_tokens"] == drafts
+    assert summary["spec_num_accepted_tokens"] == 6
+    assert summary["spec_mean_acceptance_length"] == mean_length
     assert result.requests.iloc[0].num_output_tokens == 9
     assert_all_blocks_back(disagg)
 

@@ -3,16 +3,25 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from sim_helpers import poisson_workload, scenario, system
 
 from pagesim.simulator.core.catalog import GIB, get_gpu, get_model
-from pagesim.simulator.core.config import DefaultsMode, Policy, PreemptionPolicy
+from pagesim.simulator.core.config import (
+    DefaultsMode,
+    Policy,
+    PreemptionPolicy,
+    SpecMethod,
+    SpeculativeConfig,
+    VllmVersion,
+)
 from pagesim.simulator.core.defaults import driver_memory_bytes, era_notes, resolve_system
 from pagesim.simulator.core.errors import InputError
 from pagesim.simulator.core.request import SamplingKind
+from pagesim.simulator.core.vllm_eras import async_scheduling_default
 from pagesim.simulator.engine import simulate
 from pagesim.simulator.scenario.load import load_scenario
 from pagesim.simulator.scenario.table import ScenarioError
@@ -23,7 +32,8 @@ LLAMA3 = get_model("llama-3-8b")
 @pytest.mark.parametrize(
     ("gpu", "mode", "tokens", "seqs"),
     [
-        # vLLM v0.11.0 vllm/engine/arg_utils.py: >= 70 GiB and not an A100 -> the larger set.
+        # vLLM vllm/engine/arg_utils.py, v0.11.0 and v0.34.0 alike here: >= 70 GiB and not an
+        # A100 -> the larger set.
         ("h100-sxm", DefaultsMode.SERVER, 8192, 1024),
         ("h200-sxm", DefaultsMode.SERVER, 8192, 1024),
         ("h100-sxm", DefaultsMode.OFFLINE, 16384, 1024),
@@ -153,7 +163,9 @@ def test_what_vllm_no_longer_has_is_labelled_where_a_run_shows_it() -> None:
     assert notes(Policy.VLLM_V1, preemption=PreemptionPolicy.SWAP).startswith(
         "pagesim extension: swap preemption under vllm-v1"
     )
-    assert "v0.33.0" in notes(Policy.VLLM_V1, watermark=0.01)
+    assert notes(Policy.VLLM_V1, watermark=0.01) == ""  # an option of vLLM's since v0.24.0
+    old = notes(Policy.VLLM_V1, watermark=0.01, vllm_version=VllmVersion.V0_11)
+    assert "an option from vLLM v0.24.0" in old
     v0 = notes(Policy.VLLM_V0, SamplingKind.PARALLEL)
     assert v0.count("historical:") == 3 and "copy-on-write" in v0 and "watermark" in v0
     run = simulate(scenario(poisson_workload(3, 1.0), system(Policy.VLLM_V0)))
@@ -161,3 +173,72 @@ def test_what_vllm_no_longer_has_is_labelled_where_a_run_shows_it() -> None:
         "historical: swap preemption (vLLM V0; V1 preempts by recompute only)",
         "historical: the admission watermark (vLLM V0; V1 has none by default)",
     ]
+
+
+def test_a_v1_system_follows_the_newest_release_unless_told() -> None:
+    """`vllm_version` unset: v0.34.0, the newest vLLM on PyPI (pip index versions vllm,
+    2026-12-07), each default citing that release; v0.11.0 stays selectable. Only
+    scheduler_reserve_full_isl differs among the knobs here (config/scheduler.py
+    SchedulerConfig, True from v0.19.0; v0.11.0 has no such option)."""
+    h100 = get_gpu("h100-sxm")
+    new = resolve_system(system(Policy.VLLM_V1), LLAMA3, h100)
+    assert new.system.vllm_version is VllmVersion.V0_34
+    assert "newest vLLM release on PyPI" in new.sources["vllm_version"]
+    assert new.system.scheduler_reserve_full_isl is True
+    assert new.sources["max_num_batched_tokens"].startswith("vLLM v0.34.0 engine/arg_utils.py")
+    old = resolve_system(system(Policy.VLLM_V1, vllm_version=VllmVersion.V0_11), LLAMA3, h100)
+    assert "vllm_version" not in old.sources  # the scenario's
+    assert old.system.scheduler_reserve_full_isl is False
+    assert "from v0.19.0" in old.sources["scheduler_reserve_full_isl"]
+    v0 = resolve_system(system(Policy.VLLM_V0), LLAMA3, h100).system
+    assert (v0.vllm_version, v0.scheduler_reserve_full_isl) == (None, None)
+
+
+@pytest.mark.parametrize(
+    ("version", "mode", "tokens"),
+    [
+        (VllmVersion.V0_34, DefaultsMode.SERVER, 16384),
+        (VllmVersion.V0_34, DefaultsMode.OFFLINE, 16384),
+        (VllmVersion.V0_11, DefaultsMode.SERVER, 8192),
+    ],
+)
+def test_from_v0_28_a_gpu_of_160_gib_gets_the_largest_budget(
+    version: VllmVersion, mode: DefaultsMode, tokens: int
+) -> None:
+    """vllm/engine/arg_utils.py get_batch_defaults: `if device_memory >= 160 * GiB_bytes` ->
+    16384 tokens in both usage contexts and 1024 sequences (from v0.28.0; a 192 GiB GPU here).
+    v0.11.0 gives it the >= 70 GiB set."""
+    b200 = replace(get_gpu("h200-sxm"), name="b200-like", memory_bytes=192 * GIB)
+    knobs = system(Policy.VLLM_V1, defaults=mode, vllm_version=version)
+    resolved = resolve_system(knobs, LLAMA3, b200).system
+    assert (resolved.max_num_batched_tokens, resolved.max_num_seqs) == (tokens, 1024)
+
+
+def test_defaulted_limits_are_capped_by_each_other() -> None:
+    """vllm/engine/arg_utils.py: a defaulted max_num_batched_tokens is at most max_num_seqs x
+    max_model_len (from v0.11.1: max_num_seqs 1 and Llama-2-7B's 4096 tokens cap the H100's
+    server budget of 8192 at 4096), and a defaulted max_num_seqs at most the budget (every
+    release)."""
+    llama2, h100 = get_model("llama-2-7b"), get_gpu("h100-sxm")
+    for version, tokens in ((VllmVersion.V0_34, 4096), (VllmVersion.V0_11, 8192)):
+        knobs = system(Policy.VLLM_V1, max_num_seqs=1, vllm_version=version)
+        resolved = resolve_system(knobs, llama2, h100)
+        assert resolved.system.max_num_batched_tokens == tokens
+    capped = resolve_system(system(Policy.VLLM_V1, max_num_batched_tokens=128), llama2, h100)
+    assert capped.system.max_num_seqs == 128
+    assert "at most max_num_batched_tokens 128" in capped.sources["max_num_seqs"]
+
+
+def test_async_scheduling_by_release_and_drafter() -> None:
+    """config/vllm.py VllmConfig.__post_init__: async scheduling on by default from v0.14.0
+    unless a feature cannot take it: n-gram drafts never, a draft model from v0.28.0, EAGLE
+    and MTP always. (The host-overhead model reads it: simulator/execution/overhead.py.)"""
+
+    def spec(method: SpecMethod) -> SpeculativeConfig:
+        return SpeculativeConfig(method, 2, acceptance_rate=0.5)
+
+    assert async_scheduling_default(VllmVersion.V0_11, None) is False
+    assert async_scheduling_default(VllmVersion.V0_34, None) is True
+    assert async_scheduling_default(VllmVersion.V0_34, spec(SpecMethod.NGRAM)) is False
+    assert async_scheduling_default(VllmVersion.V0_33, spec(SpecMethod.DRAFT_MODEL)) is True
+    assert async_scheduling_default(VllmVersion.V0_34, spec(SpecMethod.EAGLE)) is True

@@ -163,8 +163,11 @@ def test_a_v1_system_sets_its_resolved_knobs_and_lists_the_rest(tiny: Scenario) 
     assert pairs["--scheduling-policy"] == ["priority"]
     assert "--no-enable-prefix-caching" in argv and "--swap-space" not in argv
     assert any(item.startswith("watermark = 0.02") for item in done.unflagged)
+    assert "--no-async-scheduling" in argv  # v0.11.0 runs V1 without async scheduling
     newer = deployment(scenario, system, v1_era=Era.V0_34_0).serve[0].argv
-    assert "--disable-prefix-caching" in newer and "--no-async-scheduling" in newer
+    # v0.34.0's defaults: async scheduling (from v0.14.0), whole-prompt admission (v0.19.0)
+    assert "--disable-prefix-caching" in newer and "--async-scheduling" in newer
+    assert "--scheduler-reserve-full-isl" in newer
 
 
 def test_a_v0_system_is_written_for_v0_6_4_with_its_preemption_and_swap_space(

@@ -13,9 +13,11 @@ from hypothesis import strategies as st
 from pagesim.simulator.core.catalog import KVDtype, WeightDtype, get_gpu, get_model
 from pagesim.simulator.core.config import ExecutionConfig
 from pagesim.simulator.core.plan import SeqWork, StepCost, StepPlan
+from pagesim.simulator.execution.cuda_graphs import cuda_graphs_for
 from pagesim.simulator.execution.decode_costs import decode_terms, price_steps
 from pagesim.simulator.execution.overhead import EngineEra
 from pagesim.simulator.execution.roofline import RooflineModel
+from pagesim.simulator.execution.vllm_runtime import VllmRuntime
 
 CONFIG = ExecutionConfig()
 H200 = get_gpu("h200-sxm")
@@ -28,6 +30,23 @@ MODELS = {
     # the all-reduce of tensor parallelism (measured medians on the A100's link)
     "llama-2-70b tp2": RooflineModel(
         get_model("llama-2-70b"), A100, CONFIG, tensor_parallel=2, era=EngineEra.V1
+    ),
+    # as vLLM runs them (vllm_runtime.py): a V0 CUDA graph's padded batch and its custom
+    # all-reduce; V1's graphs by tokens, on Hopper
+    "llama-2-70b tp4 vllm v0": RooflineModel(
+        get_model("llama-2-70b"),
+        A100,
+        CONFIG,
+        tensor_parallel=4,
+        runtime=VllmRuntime(EngineEra.V0, cuda_graphs_for(EngineEra.V0, 256, 4096), "a100-80gb"),
+    ),
+    "llama-2-70b tp8 vllm v1": RooflineModel(
+        get_model("llama-2-70b"),
+        H200,
+        CONFIG,
+        tensor_parallel=8,
+        era=EngineEra.V1,
+        runtime=VllmRuntime(EngineEra.V1, cuda_graphs_for(EngineEra.V1, 64, 8192), "h200-sxm"),
     ),
     # FP8 weights: the lumped GEMM; FP8 KV
     "llama-3.1-70b fp8": RooflineModel(

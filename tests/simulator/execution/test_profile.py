@@ -25,7 +25,9 @@ from pagesim.simulator.execution.profile import (
     ProfileModel,
     piecewise_linear,
 )
+from pagesim.simulator.execution.profile_file import ProfileReader, load_profile, read_terms
 from pagesim.simulator.execution.roofline import RooflineModel
+from pagesim.simulator.scenario.load import PROFILE_DIR
 
 MODEL = ModelSpec(
     "tiny-llama",
@@ -279,3 +281,12 @@ def test_priced_at_another_block_size_the_roofline_block_term_difference_is_adde
     delta = at_8.price(plan).compute_s - at_16.price(plan).compute_s
     assert delta == pytest.approx(expected, rel=1e-9)
     assert "block term" in " ".join(at_8.describe()["notes"])  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in PROFILE_DIR.glob("*.json")))
+def test_every_shipped_profile_passes_the_readers_checks(name: str) -> None:
+    """The bounds a profile's fields are read against hold every profile the package ships (a
+    term taken from the roofline writes 1e30 as the top of its range: no bound)."""
+    path = PROFILE_DIR / name
+    terms = read_terms(ProfileReader(path, load_profile(path)))
+    assert terms.max_prefill_sq > 0 and len(terms.gemm.xs) > 0

@@ -20,7 +20,7 @@ F = A100.factors  # the A100's fitted factors
 LLAMA_7B = get_model("llama-2-7b")
 LLAMA_13B = get_model("llama-2-13b")
 LLAMA_70B = get_model("llama-2-70b")
-CONFIG = ExecutionConfig()  # the GPU's factors; V0 host overhead 1.2 ms + 0.1 ms per sequence
+CONFIG = ExecutionConfig()  # the GPU's factors; V0 host overhead 1.183 ms + 0.1 ms per sequence
 NO_OVERHEAD = replace(CONFIG, step_overhead_s=0.0, step_overhead_s_per_seq=0.0)
 A100_BW = 2039e9
 A100_PEAK = 312e12

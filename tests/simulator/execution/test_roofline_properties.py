@@ -12,9 +12,11 @@ from hypothesis import strategies as st
 from pagesim.simulator.core.catalog import KVDtype, get_gpu, get_model
 from pagesim.simulator.core.config import ExecutionConfig
 from pagesim.simulator.core.plan import SeqWork, StepPlan
+from pagesim.simulator.execution.cuda_graphs import cuda_graphs_for
 from pagesim.simulator.execution.overhead import EngineEra
 from pagesim.simulator.execution.roofline import RooflineModel
 from pagesim.simulator.execution.roofline_terms import allreduce_call_s
+from pagesim.simulator.execution.vllm_runtime import VllmRuntime
 
 A100 = get_gpu("a100-80gb")
 LLAMA_7B = get_model("llama-2-7b")
@@ -152,3 +154,42 @@ def test_breakdown_adds_up_to_the_price(work: list[SeqWork], model_index: int) -
     parts = roofline.breakdown(plan)
     assert sum(parts.values()) == pytest.approx(roofline.price(plan).compute_s, rel=1e-12)
     assert all(v >= 0 for v in parts.values())
+
+
+def _vllm(era: EngineEra, **config: bool) -> RooflineModel:
+    """Llama-3-70B at TP 4 on H100 as vLLM of `era` runs it (vllm_runtime.py)."""
+    h100 = get_gpu("h100-sxm")
+    return RooflineModel(
+        get_model("llama-3-70b"),
+        h100,
+        replace(CONFIG, **config),
+        tensor_parallel=4,
+        era=era,
+        runtime=VllmRuntime(era, cuda_graphs_for(era, 256, 8192), h100.name),
+    )
+
+
+AS_VLLM = [_vllm(EngineEra.V0), _vllm(EngineEra.V1), _vllm(EngineEra.V1, async_scheduling=True)]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    work=st.lists(seq_works(), max_size=30),
+    extra=seq_works(),
+    index=st.integers(0, len(AS_VLLM) - 1),
+)
+def test_as_vllm_runs_it_more_work_never_costs_less_but_for_the_all_reduce(
+    work: list[SeqWork], extra: SeqWork, index: int
+) -> None:
+    """A step priced at a CUDA graph's padded size (cuda_graphs.py) never costs less for more
+    work: the padded size never shrinks, and attention grows with every sequence. The all-reduce
+    is exempt: vLLM switches kernels with the message size (allreduce.py), and NCCL's measured
+    medians fall in places."""
+    roof = AS_VLLM[index]
+    before, after = StepPlan.build(work), StepPlan.build([*work, extra])
+
+    def without_allreduce(plan: StepPlan) -> float:
+        return roof.price(plan).compute_s - roof.breakdown(plan).get("all_reduce", 0.0)
+
+    assert without_allreduce(after) >= without_allreduce(before)
+    assert roof.price(after).flops > roof.price(before).flops

@@ -132,7 +132,10 @@ def test_moe_dispatch_says_it_keeps_the_presets_link() -> None:
 
 
 def test_host_overhead_names_what_the_scenario_set() -> None:
-    v1 = "estimate: about 1 ms per step with CUDA graphs (FACTS.md, vLLM V1 post)"
+    v1 = (
+        "estimate: about 1 ms per step with CUDA graphs and a persistent batch (vLLM V1, v0.11; "
+        "not measured)"
+    )
     assert host_overhead(ExecutionConfig(), EngineEra.V1).source == v1
     both = ExecutionConfig(step_overhead_s=0.002, step_overhead_s_per_seq=1e-4)
     assert host_overhead(both, EngineEra.V1).source == (
@@ -142,5 +145,6 @@ def test_host_overhead_names_what_the_scenario_set() -> None:
     assert fixed.source == f"set in the scenario ([execution] step_overhead_s); per sequence: {v1}"
     per_seq = host_overhead(ExecutionConfig(step_overhead_s_per_seq=1e-4), EngineEra.V0)
     assert per_seq.source.startswith(
-        "set in the scenario ([execution] step_overhead_s_per_seq); fixed: Vidur cpu_overheads"
+        "set in the scenario ([execution] step_overhead_s_per_seq); fixed: vLLM V0 of "
+        "v0.6.3-v0.6.4: serial part fitted to vLLM CI builds 9523/9555"
     )

@@ -13,7 +13,13 @@ import pytest
 from sim_helpers import poisson_workload, scenario, system
 
 from pagesim.simulator.cluster import replica as replica_module
-from pagesim.simulator.core.config import AdmissionOrder, Policy, PreemptionPolicy, VictimPolicy
+from pagesim.simulator.core.config import (
+    AdmissionOrder,
+    Policy,
+    PreemptionPolicy,
+    VictimPolicy,
+    VllmVersion,
+)
 from pagesim.simulator.core.plan import StepPlan
 from pagesim.simulator.core.request import SamplingKind
 from pagesim.simulator.engine import simulate
@@ -31,6 +37,15 @@ CASES = {
     "priority-auto": dict(
         num_kv_blocks=70, admission=AdmissionOrder.PRIORITY, preemption=PreemptionPolicy.AUTO
     ),
+    # The rules that changed between releases (core/vllm_eras.py): v0.11.0's free order,
+    # priority bookkeeping and first-chunk admission, against the default v0.34.0's above.
+    "v0.11-priority": dict(
+        num_kv_blocks=60,
+        block_size=4,
+        admission=AdmissionOrder.PRIORITY,
+        vllm_version=VllmVersion.V0_11,
+    ),
+    "first-chunk-admission": dict(num_kv_blocks=60, scheduler_reserve_full_isl=False),
 }
 
 

@@ -26,8 +26,11 @@ from pagesim.simulator.core.config import (
     PreemptionPolicy,
     PrefixGroup,
     Scenario,
+    SpecMethod,
+    SpeculativeConfig,
     SystemConfig,
     VictimPolicy,
+    VllmVersion,
 )
 from pagesim.simulator.core.plan import StepCost, StepPlan
 from pagesim.simulator.core.request import SamplingKind
@@ -101,6 +104,15 @@ def _case(seed: int) -> Scenario:
         knobs["max_prefill_chunk"] = int(rng.choice([8, 32]))
     if policy is Policy.VLLM_V0:  # V0 refuses a token cap below the model's length
         del knobs["max_num_batched_tokens"]
+    if policy is Policy.VLLM_V1:
+        # The release's rules (core/vllm_eras.py: free order, priority bookkeeping, whole-prompt
+        # admission, speculative padding), and now and then whole-prompt admission off or
+        # speculative decoding (which takes the per-step path: both runs must agree all the same).
+        knobs["vllm_version"] = VllmVersion(rng.choice([v.value for v in VllmVersion]))
+        if rng.random() < 0.2:
+            knobs["scheduler_reserve_full_isl"] = not rng.random() < 0.5
+        if rng.random() < 0.15 and num_seqs == 1:
+            knobs["speculative"] = SpeculativeConfig(SpecMethod.EAGLE, 2, acceptance_rate=0.6)
     chosen: SystemConfig = system(policy, **knobs)
     return scenario(workload, chosen, seed=seed)
 

@@ -4,8 +4,8 @@ and a property over random loads: no block leaks, every request ends with exactl
 vLLM V1 rules mirrored (simulator/policies/speculative.py cites them): a decode schedules 1 + k
 tokens (its last token and k drafts), trimmed to the budget and to max_model_len - 1 - computed;
 the blocks hold computed + scheduled + lookahead slots (k for eagle/mtp/draft-model, 0 for
-n-gram; none on admission); a verification computes 1 + accepted and emits accepted + 1 tokens,
-never more than the request's output length.
+n-gram; on admission from v0.23.0 only); a verification computes 1 + accepted and emits
+accepted + 1 tokens, never more than the request's output length.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from pagesim.simulator.core.config import (
     SpecMethod,
     SpeculativeConfig,
     SystemConfig,
+    VllmVersion,
 )
 from pagesim.simulator.core.defaults import resolve_system
 from pagesim.simulator.core.request import RequestStatus
@@ -46,8 +47,11 @@ def spec(k: int, rate: float, method: SpecMethod = SpecMethod.EAGLE) -> Speculat
 
 def test_all_drafts_accepted_give_k_plus_1_tokens_a_step_with_lookahead_slots() -> None:
     """k = 2, acceptance 1, EAGLE (lookahead 2). Prompt 5, output 7: 1 + 3 + 3 tokens in three
-    steps."""
-    sched = paged_scheduler(Policy.VLLM_V1, num_blocks=16, speculative=spec(2, 1.0))
+    steps. vLLM v0.11.0: a waiting request is allocated no lookahead
+    (`effective_lookahead_tokens` is 0 while num_computed_tokens is 0)."""
+    sched = paged_scheduler(
+        Policy.VLLM_V1, num_blocks=16, speculative=spec(2, 1.0), vllm_version=VllmVersion.V0_11
+    )
     sched.add_request(request(0, 5, 7), 0.0)
     kv = sched.kv
     plan = _step(sched, 0.0)  # admitted: exactly its prompt's slots, no lookahead

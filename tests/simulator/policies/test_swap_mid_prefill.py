@@ -40,7 +40,8 @@ def test_swapped_mid_prefill_computes_its_whole_prompt() -> None:
         return Counting(make_execution_model(sc, sy))
 
     # The 150-token prompt is chunked (64-token budget) and swapped out while the two earlier
-    # requests decode in a 14-block cache.
+    # requests decode in a 14-block cache (admitted on its first chunk: with
+    # scheduler_reserve_full_isl it would wait for blocks for all of it, and never swap).
     s = scenario(
         explicit_workload([(60, 100, 0.0), (60, 100, 0.0), (150, 20, 0.0)]),
         system(
@@ -49,6 +50,7 @@ def test_swapped_mid_prefill_computes_its_whole_prompt() -> None:
             block_size=16,
             max_num_batched_tokens=64,
             preemption=PreemptionPolicy.SWAP,
+            scheduler_reserve_full_isl=False,
         ),
     )
     result = simulate(s, check_invariants=True, execution_factory=factory)

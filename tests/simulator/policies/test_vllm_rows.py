@@ -15,7 +15,6 @@ from sim_helpers import work_of as _work
 
 from pagesim.simulator.core.catalog import get_gpu, get_model
 from pagesim.simulator.core.config import ContiguousAllocator, Policy
-from pagesim.simulator.core.defaults import ERA
 from pagesim.simulator.core.plan import StepPlan
 from pagesim.simulator.engine import simulate
 from pagesim.simulator.kv.capacity import kv_capacity
@@ -113,8 +112,9 @@ def test_row8_a_request_retried_for_three_steps_is_counted_once() -> None:
 
 def test_item1_and_2_a_run_names_its_era_and_every_value_with_its_source() -> None:
     """Items 1 and 2: summary.json's provenance holds every knob in force and, for each default,
-    the vLLM source it stands for (here vLLM v0.11.0 vllm/engine/arg_utils.py EngineArgs: an
-    H200 is >= 70 GiB and not an A100, so vllm serve gets 8192 tokens and 1024 sequences)."""
+    the vLLM source it stands for (here the newest release, vLLM v0.34.0
+    vllm/engine/arg_utils.py get_batch_defaults: an H200 is >= 70 GiB, under 160 GiB and not an
+    A100, so vllm serve gets 8192 tokens and 1024 sequences)."""
     run = simulate(
         scenario(
             explicit_workload([(20, 4, 0.0)]),
@@ -124,8 +124,7 @@ def test_item1_and_2_a_run_names_its_era_and_every_value_with_its_source() -> No
         )
     )
     provenance = run.provenance
-    assert provenance["era"] == ERA[Policy.VLLM_V1]
-    assert provenance["era"].startswith("vLLM V1 engine (vllm/v1/), reference v0.11.0")
+    assert provenance["era"] == "vLLM V1 engine (vllm/v1/) of vLLM v0.34.0"
     knobs = provenance["system"]
     assert (knobs["max_num_batched_tokens"], knobs["max_num_seqs"]) == (8192, 1024)
     assert (knobs["enable_prefix_cache"], knobs["watermark"], knobs["preemption"]) == (
@@ -134,9 +133,13 @@ def test_item1_and_2_a_run_names_its_era_and_every_value_with_its_source() -> No
         "recompute",
     )
     assert knobs["defaults"] == "server"
+    assert (knobs["vllm_version"], knobs["scheduler_reserve_full_isl"]) == ("0.34", True)
     sources = provenance["defaults_from"]
-    assert sources["max_num_batched_tokens"].startswith("vLLM v0.11.0 vllm/engine/arg_utils.py")
+    assert sources["max_num_batched_tokens"].startswith("vLLM v0.34.0 engine/arg_utils.py")
+    assert sources["scheduler_reserve_full_isl"].startswith("vLLM v0.34.0 config/scheduler.py")
     assert set(sources) == {
+        "vllm_version",
+        "scheduler_reserve_full_isl",
         "max_num_batched_tokens",
         "max_num_seqs",
         "enable_prefix_cache",

@@ -125,7 +125,7 @@ def test_the_hit_rate_counts_first_admissions_only() -> None:
 
 def test_no_watermark() -> None:
     """Row 4. vLLM v0.11.0 v1/core/kv_cache_manager.py allocate_slots fails only when the blocks
-    to allocate exceed block_pool.get_num_free_blocks(): no watermark (v0.33.0 adds an optional
+    to allocate exceed block_pool.get_num_free_blocks(): no watermark (v0.24.0 adds an optional
     one, default 0). V0's core/block_manager_v1.py can_allocate (v0.5.4) keeps watermark_blocks
     = int(0.01 x num_gpu_blocks) free: 1 of 100 here."""
     tables = {}

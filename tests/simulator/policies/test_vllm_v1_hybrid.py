@@ -1,5 +1,8 @@
 """vLLM V1's hybrid KV-cache manager, step by step with exact block ids (reference v0.11:
-v1/core/kv_cache_coordinator.py, single_type_kv_cache_manager.py, kv_cache_utils.py).
+v1/core/kv_cache_coordinator.py, single_type_kv_cache_manager.py, kv_cache_utils.py; the
+schedulers below are v0.11.0's, whose free queue appends every freed block, and where v0.34.0
+differs, its own story follows: from v0.24.0 block_pool.py free_blocks puts unhashed freed
+blocks at the head).
 
 A tiny model with one full-attention layer and one sliding-window layer (one group each),
 block size 4: every logical block of a request takes one block in each group.
@@ -15,7 +18,7 @@ from sim_helpers import explicit_workload, poisson_workload, request, scenario, 
 from sim_helpers import step_and_check as _step
 from sim_helpers import work_of as _work
 
-from pagesim.simulator.core.config import Policy, PreemptionPolicy
+from pagesim.simulator.core.config import Policy, PreemptionPolicy, VllmVersion
 from pagesim.simulator.core.errors import InputError
 from pagesim.simulator.core.model_spec import LayerKind
 from pagesim.simulator.core.request import RequestStatus
@@ -24,13 +27,14 @@ from pagesim.simulator.kv.block_pool import EvictionOrder
 from pagesim.simulator.kv.hybrid_cache import HybridKVCache
 
 FULL, SLIDING = LayerKind.FULL, LayerKind.SLIDING
+V0_11 = VllmVersion.V0_11
 
 
 def test_a_decoding_request_frees_its_window_blocks_as_it_advances() -> None:
     """SlidingWindowManager.remove_skipped_blocks before each allocation: with W = 5 and 4-token
     blocks, the blocks wholly before token num_computed - W + 1 go back to the pool."""
     layout = layout_of(tiny_hybrid((FULL, SLIDING), window=5))
-    sched = hybrid_scheduler(layout, num_blocks=12, enable_prefix_cache=False)
+    sched = hybrid_scheduler(layout, num_blocks=12, enable_prefix_cache=False, vllm_version=V0_11)
     sched.add_request(request(0, 9, 6), 0.0)
     # Step 1: the 9-token prompt takes cdiv(9, 4) = 3 blocks per group, the full group first.
     assert _work(_step(sched, 0.0)) == [(0, 0, 9, 9, True)]
@@ -53,6 +57,24 @@ def test_a_decoding_request_frees_its_window_blocks_as_it_advances() -> None:
     assert sched.queue_lengths() == (0, 0, 0)
     assert sched.kv.num_free_blocks == 12
     # An all-full model would have held 2 x 4 = 8 blocks at the end, this one 6.
+
+
+def test_from_v0_24_a_block_leaving_the_window_is_reused_first() -> None:
+    """The same request under v0.34.0: remove_skipped_blocks frees through
+    block_pool.py free_blocks, which (v0.24.0 on, prefix caching off: no block has a hash)
+    puts the freed block at the head of the free queue. Step 5 frees block 4 before its
+    allocation: the full group takes 4, the window group 3 (freed at step 2), not 6 and 7."""
+    layout = layout_of(tiny_hybrid((FULL, SLIDING), window=5))
+    sched = hybrid_scheduler(layout, num_blocks=12, enable_prefix_cache=False)
+    assert sched.system.vllm_version is VllmVersion.V0_34  # the default
+    sched.add_request(request(0, 9, 6), 0.0)
+    _step(sched, 0.0)
+    assert sched.kv.tables(0) == ([[0, 1, 2], [3, 4, 5]], [])
+    _step(sched, 0.1)
+    assert sched.kv.tables(0) == ([[0, 1, 2], [None, 4, 5]], [])
+    for i in (2, 3, 4):
+        _step(sched, i / 10)
+    assert sched.kv.tables(0) == ([[0, 1, 2, 4], [None, None, 5, 3]], [])
 
 
 def test_the_window_keeps_its_blocks_within_window_plus_one() -> None:
@@ -117,7 +139,7 @@ def test_through_the_scheduler_a_second_prompt_hits_its_window() -> None:
     """Request 0 (17 tokens, 16 shared) runs and leaves; request 1 hits 16 tokens: blocks
     0..3 of the full group and only block 8 of the window group (W = 5 needs cdiv(4, 4) = 1)."""
     layout = layout_of(tiny_hybrid((FULL, SLIDING), window=5))
-    sched = hybrid_scheduler(layout, num_blocks=16)
+    sched = hybrid_scheduler(layout, num_blocks=16, vllm_version=V0_11)
     sched.add_request(request(0, 17, 1, prefix_len=16), 0.0)
     assert _work(_step(sched, 0.0)) == [(0, 0, 17, 17, True)]
     assert sched.queue_lengths() == (0, 0, 0)  # its one token: finished, blocks cached, free
@@ -125,6 +147,21 @@ def test_through_the_scheduler_a_second_prompt_hits_its_window() -> None:
     assert _work(_step(sched, 1.0)) == [(1, 1, 1, 17, True)]
     # LRU queue after request 0: 10..15, then 4 3 2 1 0 (full), 9 8 7 6 5 (window).
     assert sched.kv.tables(1) == ([[0, 1, 2, 3, 10], [None, None, None, 8, 11]], [])
+    assert sched.prefix_hit_rate() == 16 / 34
+
+
+def test_from_v0_24_a_finished_requests_unhashed_blocks_are_reused_first() -> None:
+    """The same two requests under v0.34.0: request 0's coordinator frees group by group, each
+    group one free_blocks call, tail first; its partly filled fifth blocks (4 full, 9 window)
+    hold no hash and go to the head, the cached ones to the tail. Queue: 9 4 10..15 3 2 1 0
+    8 7 6 5. Request 1 hits as before and its new blocks are 9 (full) and 4 (window)."""
+    layout = layout_of(tiny_hybrid((FULL, SLIDING), window=5))
+    sched = hybrid_scheduler(layout, num_blocks=16)
+    sched.add_request(request(0, 17, 1, prefix_len=16), 0.0)
+    _step(sched, 0.0)
+    sched.add_request(request(1, 17, 2, prefix_len=16), 1.0)
+    assert _work(_step(sched, 1.0)) == [(1, 1, 1, 17, True)]
+    assert sched.kv.tables(1) == ([[0, 1, 2, 3, 9], [None, None, None, 8, 4]], [])
     assert sched.prefix_hit_rate() == 16 / 34
 
 
@@ -210,3 +247,30 @@ HYBRID_KEYS = (
     "kv_window_freed_bytes",
     "kv_state_bytes_per_seq",
 )
+
+
+def test_the_whole_prompt_a_window_group_needs_is_the_window_and_a_chunk() -> None:
+    """scheduler_reserve_full_isl on a hybrid model (v0.34.0, the default): the admission counts
+    every block of the prompt in the full group but only what a window group holds at most
+    (pagesim's model of a window's peak: the window and a chunk, cdiv(5 - 1 + 8, 4) + 1 = 4;
+    vLLM v0.34.0 caps it at the window and the tokens in flight, a budget per concurrent step:
+    SlidingWindowSpec.max_admission_blocks_per_request).
+    Request 1's 24 tokens need 6 + 4 = 10 blocks, and after request 0's step 10 are free: it is
+    admitted (12, uncapped, would not fit)."""
+    layout = layout_of(tiny_hybrid((FULL, SLIDING), window=5))
+    assert layout.blocks_alone(24, 8) == 10
+    sched = hybrid_scheduler(
+        layout, num_blocks=15, enable_prefix_cache=False, max_num_batched_tokens=8
+    )
+    sched.add_request(request(0, 8, 10), 0.0)
+    assert _work(_step(sched, 0.0)) == [(0, 0, 8, 8, True)]
+    sched.add_request(request(1, 24, 2), 0.1)
+    assert _work(_step(sched, 0.1)) == [(0, 0, 1, 9, False), (1, 1, 7, 7, True)]
+    # A 25-token prompt needs 7 + 4 = 11: it waits.
+    sched = hybrid_scheduler(
+        layout, num_blocks=15, enable_prefix_cache=False, max_num_batched_tokens=8
+    )
+    sched.add_request(request(0, 8, 10), 0.0)
+    _step(sched, 0.0)
+    sched.add_request(request(1, 25, 2), 0.1)
+    assert _work(_step(sched, 0.1)) == [(0, 0, 1, 9, False)]

@@ -31,7 +31,10 @@ COMBINATIONS = [
     (
         replaced(
             "num_requests = 10", 'num_requests = 10\nsampling = "parallel"\nnum_seqs = 2'
-        ).replace('reservation = "pow2"', 'preemption = "auto"\nswap_space_gib = 0.0'),
+        ).replace(
+            'policy = "orca"\nreservation = "pow2"',
+            'policy = "vllm-v0"\npreemption = "auto"\nswap_space_gib = 0.0',
+        ),
         "systems[1].swap_space_gib: must be > 0: preemption 'auto' swaps",
     ),
     (

@@ -19,7 +19,7 @@ BAD_FILES = [
         "max_prefill_chunk, reservation, contiguous_allocator, preemption, victim, admission, "
         "enable_prefix_cache, watermark, gpu_memory_utilization, activation_reserve_gib, "
         "swap_space_gib, static_batch_size, static_batch_timeout_s, num_kv_blocks, execution, "
-        "defaults, speculative, hybrid_kv_cache_manager",
+        "defaults, speculative, hybrid_kv_cache_manager, vllm_version, scheduler_reserve_full_isl",
     ),
     (
         replaced('policy = "orca"', 'policy = "vlm-v1"'),
@@ -122,7 +122,7 @@ BAD_FILES = [
     (
         replaced('name = "a"', 'name = "a"\ncontiguous_allocator = "buddy"'),
         "s.toml: systems[0].contiguous_allocator: only used by the contiguous policies "
-        "(static, orca); the policy is 'vllm-v0', which allocates blocks",
+        "(static, orca); the policy is 'vllm-v0'",
     ),
     (
         replaced("num_requests = 10", 'num_requests = 10\nempirical_pairing = "rows"'),
@@ -140,7 +140,10 @@ BAD_FILES = [
         'or set "independent"',
     ),
     (
-        replaced('reservation = "pow2"', 'preemption = "swap"\nswap_space_gib = 0'),
+        replaced(
+            'policy = "orca"\nreservation = "pow2"',
+            'policy = "vllm-v0"\npreemption = "swap"\nswap_space_gib = 0',
+        ),
         "s.toml: systems[1].swap_space_gib: must be > 0: preemption 'swap' swaps",
     ),
     (

@@ -81,7 +81,7 @@ def test_overrides_global_and_per_system(mini: Path) -> None:
         mini,
         [
             "systems.max_num_seqs=64",
-            "systems[1].preemption=swap",
+            "systems[0].preemption=swap",
             "workload.arrival.rate_per_s=4",  # an integer where a float is expected
             "stop.max_time_s=30.5",  # a table the file lacks is created
             "seed=7",
@@ -89,7 +89,7 @@ def test_overrides_global_and_per_system(mini: Path) -> None:
         ],
     )
     assert [s.max_num_seqs for s in scenario.systems] == [64, 64]
-    assert [s.preemption for s in scenario.systems] == [None, PreemptionPolicy.SWAP]
+    assert [s.preemption for s in scenario.systems] == [PreemptionPolicy.SWAP, None]
     assert scenario.workload.arrival.rate_per_s == 4.0
     assert scenario.stop.max_time_s == 30.5
     assert (scenario.seed, scenario.name) == (7, "renamed")

@@ -12,9 +12,14 @@ from cli_helpers import refused, run_cli, tiny_scenario
 from pagesim.simulator.core.config import SpecMethod
 from pagesim.simulator.scenario.load import describe_scenario, load_scenario, parse_scenario
 
-BASE = tiny_scenario("spec").replace(
-    'name = "v0"\npolicy = "vllm-v0"', 'name = "v1"\npolicy = "vllm-v1"'
+BASE = (
+    tiny_scenario("spec")
+    .replace('name = "v0"\npolicy = "vllm-v0"', 'name = "v1"\npolicy = "vllm-v1"')
+    .replace('preset = "llama-2-7b"', 'preset = "llama-3.1-8b"')  # llama-3-8b's vocabulary
 )
+# DeepSeek-V3 ships the MTP module method "mtp" drafts with (on 8 H200s its FP8 weights fit).
+MTP_BASE = BASE.replace('preset = "llama-3.1-8b"', 'preset = "deepseek-v3"\ntensor_parallel = 8')
+MTP_BASE = MTP_BASE.replace('preset = "a100-80gb"', 'preset = "h200-sxm"')
 
 
 def with_spec(folder: Path, table: str, base: str = BASE) -> Path:
@@ -33,7 +38,7 @@ def test_each_acceptance_model_reads_and_round_trips_through_describe(here: Path
     (here / "acc.csv").write_text("num_accepted,weight\n0,1\n1,1\n2,2\n")
     for table in (
         'method = "eagle"\nnum_speculative_tokens = 3\nacceptance_rate = 0.7\n',
-        'method = "mtp"\nnum_speculative_tokens = 2\nacceptance_rates = [0.8, 0.5]\n',
+        'method = "eagle"\nnum_speculative_tokens = 2\nacceptance_rates = [0.8, 0.5]\n',
         'method = "ngram"\nnum_speculative_tokens = 2\nacceptance_file = "acc.csv"\n',
         'method = "draft-model"\nnum_speculative_tokens = 4\nacceptance_rate = 0.6\n'
         'draft_model = "llama-3-8b"\n',
@@ -51,6 +56,11 @@ def test_each_acceptance_model_reads_and_round_trips_through_describe(here: Path
     )
     spec = scenario.systems[0].speculative
     assert spec is not None and spec.accepted_pmf() == (0.25, 0.25, 0.5)
+    mtp = 'method = "mtp"\nnum_speculative_tokens = 2\nacceptance_rates = [0.8, 0.5]\n'
+    scenario = load_scenario(with_spec(here, mtp, MTP_BASE))
+    spec = scenario.systems[0].speculative
+    assert spec is not None and spec.method is SpecMethod.MTP
+    assert parse_scenario(tomllib.loads(describe_scenario(scenario)), scenario.source) == scenario
 
 
 def test_defaults_speculative_applies_to_every_system(here: Path) -> None:

@@ -3,6 +3,8 @@ sides, the ranking by goodput per GPU, bad input, and the `pagesim capacity` com
 
 from __future__ import annotations
 
+import html
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -10,6 +12,7 @@ import pandas as pd
 import pytest
 from cli_helpers import run_cli
 
+from pagesim.reports.capacity import capacity_findings
 from pagesim.simulator.core.errors import InputError
 from pagesim.simulator.studies.capacity_search import (
     RATE_PATH,
@@ -168,6 +171,13 @@ def test_ranking_is_by_goodput_per_gpu(tmp_path: Path) -> None:
     assert set(table["sustained"]) == {True, False}
 
 
+def finding_items(page: str) -> list[str]:
+    """The sentences of a page's findings list (the answer), unescaped."""
+    found = re.search(r'<ul class="findings">(.*?)</ul>', page)
+    assert found, "the page has no findings list"
+    return [html.unescape(item) for item in re.findall(r"<li>(.*?)</li>", found.group(1))]
+
+
 def test_capacity_command_writes_a_ranking_a_plot_and_a_report(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -182,5 +192,10 @@ def test_capacity_command_writes_a_ranking_a_plot_and_a_report(
     assert len(pd.read_csv(out / "evaluations.csv")) == ranking["num_evaluations"].sum()
     assert (out / "capacity.html").exists() and (out / "report.html").exists()
     assert (out / "plots" / "max_sustainable_rate.png").exists()
+    # One answer, two pages: capacity.html and the report it links say the same, word for word.
+    answer = capacity_findings(ranking)
+    assert answer and answer[0].startswith("vllm sustains up to")
+    for page in ("capacity.html", "report.html"):
+        assert finding_items((out / page).read_text()) == answer, page
     bad = run_cli(capsys, "capacity", ABLATION, "--out", str(out))
     assert bad.exit_code == 2 and "needs an SLO" in bad.err

@@ -1,0 +1,61 @@
+"""What a disaggregated fleet (cluster/disagg.py) cannot run, as reasons: the run raises them,
+and `pagesim validate` (scenario/disagg.py) says them first, naming the scenario's key.
+
+- Multi-turn sessions: a next turn waits for the answer of the last, which pagesim's P/D fleet
+  does not route back to the prefill side.
+- More than one sequence per request (parallel samples, beams): the fleet hands one block table
+  per request from prefill to decode; every such request would be rejected.
+- A contiguous policy (static, orca): prefill and decode replicas hold and hand over KV blocks,
+  vLLM's paged cache (vllm-v0, vllm-v1).
+- A decode pool that cannot hold one request of the model's maximum length: such a request
+  would wait for its blocks for ever.
+"""
+
+from __future__ import annotations
+
+from pagesim.simulator.core.config import CONTIGUOUS_POLICIES, SystemConfig, WorkloadConfig
+from pagesim.simulator.kv.capacity import Capacity
+from pagesim.simulator.policies.seq_group import blocks_for
+
+
+def workload_refusal(workload: WorkloadConfig) -> tuple[str, str] | None:
+    """(the [workload] key, why) when a disaggregated fleet cannot serve `workload`, or None."""
+    if workload.sessions is not None:
+        return "sessions", (
+            "multi-turn sessions are not simulated on a disaggregated fleet; use a trace or a "
+            'synthetic workload, or colocated pools (role = "both")'
+        )
+    if workload.num_seqs > 1:
+        return "num_seqs", (
+            f"{workload.num_seqs} sequences per request ({workload.sampling.value} sampling); "
+            "a disaggregated fleet serves single-sequence requests and would reject every one: "
+            'use sampling = "single", or colocated pools (role = "both")'
+        )
+    return None
+
+
+def policy_reason(system: SystemConfig) -> str | None:
+    """Why `system` cannot run in a prefill or decode pool, or None."""
+    if system.policy not in CONTIGUOUS_POLICIES:
+        return None
+    return (
+        f"disaggregated pools need a paged vLLM policy (vllm-v0 or vllm-v1); system "
+        f"{system.name!r} is {system.policy.value!r}"
+    )
+
+
+def decode_memory_reason(capacity: Capacity, system: SystemConfig, max_seq_len: int) -> str | None:
+    """Why a decode replica of `capacity` cannot hold one request of `max_seq_len` tokens."""
+    # A speculating request of the maximum length peaks at max_seq_len slots (its drafts and
+    # lookahead, capped at the model's length: policies/spec_decoder.py peak_slots).
+    peak = max_seq_len if system.speculative is not None else max_seq_len - 1
+    needed = blocks_for(peak, capacity.block_size)
+    if capacity.num_gpu_blocks >= needed:
+        return None
+    return (
+        f"with system {system.name!r} holds {capacity.num_gpu_blocks} KV blocks of "
+        f"{capacity.block_size} tokens per replica, fewer than one request of the model's "
+        f"max_seq_len {max_seq_len} needs ({needed}); give it a GPU with more memory, a larger "
+        "tensor_parallel or more num_kv_blocks, or a model config.json with a smaller "
+        "max_position_embeddings"
+    )

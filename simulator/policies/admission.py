@@ -1,0 +1,163 @@
+"""Admitting a waiting request (or restarting a preempted one) onto the paged KV cache: its prefix
+hit, the blocks of its first step, and what the engine's release adds (core/vllm_eras.py).
+
+    V0 with a prefix cache    every prompt block counts against the free blocks, cached ones
+                              too (vLLM 0.5.4 core/block_manager_v1.py can_allocate)
+    V1 from v0.19.0           `scheduler_reserve_full_isl` (on by default): admitted only if
+                              blocks for the whole prompt (prompt + generated tokens for a
+                              preempted request), after its prefix hit, fit in the free blocks
+                              less the watermark; else it stays waiting and the waiting loop
+                              stops (v1/core/kv_cache_manager.py allocate_slots with
+                              `full_sequence_must_fit`, v0.33.0/v0.34.0; v0.19.0's
+                              `can_fit_full_sequence`). No lookahead or draft slot is counted.
+    V1 from v0.23.0           a speculating system allocates the lookahead slots of the first
+                              step too (before: only for a request with computed tokens, i.e.
+                              a prompt whose KV arrived from a prefill replica)
+    V1 from v0.25.0           speculative decoding: a request with one token left to compute (a
+                              prompt all but fully cached, or whose KV arrived) admitted beside
+                              decoding requests (from v0.30.0 also alone, having computed
+                              tokens), with no running prompt chunk in the step, schedules
+                              1 + k tokens: k placeholder drafts, always rejected, so the batch
+                              stays a uniform decode for its CUDA graph; if 1 + k do not fit the
+                              budget it is not admitted this step (the caller decides when the
+                              step allows it: `pad_to`); pagesim follows v0.30.0's form
+"""
+
+from __future__ import annotations
+
+from pagesim.simulator.core.plan import BlockCopy
+from pagesim.simulator.core.request import RequestStatus
+from pagesim.simulator.policies.paged_state import PagedState
+from pagesim.simulator.policies.seq_group import SeqGroup, StepBuilder, blocks_for
+
+
+def admit(
+    state: PagedState,
+    group: SeqGroup,
+    max_new_tokens: int,
+    step: StepBuilder,
+    now_s: float,
+    *,
+    pad_to: int = 0,
+) -> int:
+    """Try to start (or restart) a waiting group computing up to `max_new_tokens` prompt tokens
+    (or `pad_to` tokens, one of them its last, under the padding rule above).
+
+    Returns the tokens scheduled, 0 if they or their blocks do not fit (nothing changes then).
+    """
+    if group.is_remote:
+        return _admit_remote(state, group, max_new_tokens, step, now_s, pad_to)
+    seq_id = group.seq_ids[0]
+    hashes = group.hashers[0].block_hashes() if group.hashers is not None else ()
+    kv = state.kv
+    if (
+        state.pieces.admission_counts_cached_blocks
+        and hashes
+        and kv.num_free_blocks - blocks_for(group.target, state.block_size) < state.reserve()
+    ):
+        return 0
+    num_hit = kv.add_seq(seq_id, hashes, num_prompt_tokens=group.target, final_len=group.final_len)
+    first = _first_step(state, group.target - num_hit, num_hit, max_new_tokens, pad_to)
+    if first is None or not _full_prompt_fits(state, group):
+        kv.free(seq_id)
+        return 0
+    num_new, is_prefill = first
+    slots = num_new
+    if state.rules is not None and state.rules.lookahead_at_admission:
+        slots += _lookahead(state, num_hit + num_new)
+    copies = kv.allocate_slots(group.seq_ids, slots, state.reserve())
+    if copies is None:
+        kv.free(seq_id)
+        return 0
+    request = group.request
+    if state.knobs.enable_prefix_cache:
+        state.prefix_stats.record(request, group.target, num_hit)
+    group.num_computed = num_hit
+    request.num_cached_tokens += num_hit
+    request.num_recomputed_tokens += max(0, group.num_dropped - num_hit)
+    group.num_dropped = 0
+    request.transition(RequestStatus.RUNNING, now_s)
+    if group.fan_out is not None:
+        group.fan_out.child_admitted(now_s)
+    _start(state, group, num_new, is_prefill, copies, step)
+    return num_new
+
+
+def _admit_remote(
+    state: PagedState,
+    group: SeqGroup,
+    max_new_tokens: int,
+    step: StepBuilder,
+    now_s: float,
+    pad_to: int,
+) -> int:
+    """Start a group whose prompt KV arrived (all but its last token computed, its prompt's
+    slots allocated before the transfer): it computes the last prompt token, whose logits give
+    the first output token, as vLLM V1 does after WAITING_FOR_REMOTE_KVS. Having computed
+    tokens, it is allocated its lookahead slots in every release (v0.11.0 too)."""
+    num_computed = group.num_computed
+    first = _first_step(state, group.target - num_computed, num_computed, max_new_tokens, pad_to)
+    if first is None:
+        return 0
+    num_new, is_prefill = first
+    seq_id = group.seq_ids[0]
+    scheduled = group.num_computed + num_new
+    slots = max(0, scheduled + _lookahead(state, scheduled) - state.kv.num_tokens(seq_id))
+    copies = () if not slots else state.kv.allocate_slots(group.seq_ids, slots, state.reserve())
+    if copies is None:
+        return 0
+    group.is_remote = False
+    del state.landed[group.request.request_id]
+    group.request.transition(RequestStatus.RUNNING, now_s)
+    _start(state, group, num_new, is_prefill, copies, step)
+    return num_new
+
+
+def _first_step(
+    state: PagedState, num_left: int, num_computed: int, max_new_tokens: int, pad_to: int
+) -> tuple[int, bool] | None:
+    """(tokens, is_prefill) of the admission's step: its next prompt chunk, or `pad_to` tokens
+    (a decode-like verification of placeholder drafts) for a request with one token left while
+    the model's length leaves room for the padded tokens and the sampled one; None when the
+    padded tokens do not fit `max_new_tokens` (vLLM: "Prefer to not schedule than schedule
+    un-padded")."""
+    if pad_to and num_left == 1 and num_computed + pad_to + 1 <= state.max_seq_len:
+        return None if pad_to > max_new_tokens else (pad_to, False)
+    return min(num_left, max_new_tokens), True
+
+
+def _full_prompt_fits(state: PagedState, group: SeqGroup) -> bool:
+    """`scheduler_reserve_full_isl`: blocks for the group's whole prompt (its `target`) fit in
+    the free blocks less the watermark, its prefix hit already held (True when the system does
+    not reserve)."""
+    if not state.system.scheduler_reserve_full_isl:
+        return True
+    knobs = state.knobs
+    max_chunk = min(knobs.max_num_batched_tokens, state.system.max_prefill_chunk or 1 << 62)
+    needed = state.kv.num_blocks_to_hold(group.seq_ids[0], group.target, max_chunk)
+    return needed + state.reserve() <= state.kv.num_free_blocks
+
+
+def _lookahead(state: PagedState, num_scheduled: int) -> int:
+    """Slots past `num_scheduled` a speculating request's blocks must hold (its drafter's
+    lookahead, up to the model's length); 0 without speculative decoding."""
+    spec = state.spec
+    if spec is None:
+        return 0
+    return max(0, min(num_scheduled + spec.lookahead, state.max_seq_len) - num_scheduled)
+
+
+def _start(
+    state: PagedState,
+    group: SeqGroup,
+    num_new: int,
+    is_prefill: bool,
+    copies: tuple[BlockCopy, ...],
+    step: StepBuilder,
+) -> None:
+    state.running.append(group)
+    state.num_running_seqs += group.num_seqs
+    state.add_to_step(step, group, num_new, is_prefill, copies)
+    if not is_prefill:  # padded: its drafts are placeholders (SpecDecoder.verify_placeholders)
+        assert state.spec is not None
+        state.spec.padded.add(group.request.request_id)
