@@ -12,6 +12,7 @@ from pagesim.reports.glossary_energy import ENERGY_METRICS, REPLICA_ENERGY_METRI
 from pagesim.reports.glossary_fleet import FLEET_METRICS, REPLICA_METRICS, replica_metric
 from pagesim.reports.glossary_memory import KV_MEMORY_METRICS
 from pagesim.reports.glossary_models import HYBRID_METRICS, MOE_METRICS, SPEC_METRICS
+from pagesim.reports.glossary_offload import OFFLOAD_METRICS
 from pagesim.reports.glossary_sweep import SWEEP_ENTRIES
 from pagesim.reports.glossary_types import GlossaryEntry, SummaryMetric, Unit
 from pagesim.simulator.metrics.result import REQUEST_COLUMNS, STEP_COLUMNS
@@ -277,6 +278,7 @@ SUMMARY_METRICS: tuple[SummaryMetric, ...] = (
     ),
     *HYBRID_METRICS,
     *ENERGY_METRICS,
+    *OFFLOAD_METRICS,
     *DISAGG_METRICS,  # before the fleet's, whose replica rows close the summary table
     *FLEET_METRICS,
 )

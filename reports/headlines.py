@@ -37,6 +37,8 @@ _LOWER = (
     "moe_experts_touched_per_layer",
     "load_imbalance",
     "energy",  # joules per token or request: fewer is better
+    "offload_load_wait",
+    "offload_store_wait",
 )
 # Watts follow the work done: more is neither better nor worse by itself.
 _NEITHER = (
@@ -46,6 +48,8 @@ _NEITHER = (
     "mean_batch_seqs",
     "power_mean_w",
     "power_peak_w",
+    "offload_load_link_demand",  # a link's load: neither, until it passes 1
+    "offload_store_link_demand",
 )
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from pagesim.reports import disagg_plots, fleet_plots, frontier_plots, plots
+from pagesim.reports import disagg_plots, fleet_plots, frontier_plots, offload_plots, plots
 from pagesim.reports.curves import (
     LATENCY_COLUMNS,
     RATE_COLUMN,
@@ -173,6 +173,17 @@ RUN_PLOTS: tuple[RunPlot, ...] = (
         "ports. The legend gives each fleet's mean over the run.",
         0.4,
         disagg_plots.has_disaggregated,
+    ),
+    (
+        "hits_by_tier",
+        offload_plots.plot_hits_by_tier,
+        "Prompt KV by tier",
+        "Where each system's prompt tokens came from at first admission: hits in the GPU "
+        "prefix cache, loads from the CPU tier (a KV offload tier), or computed; beside it, "
+        "TTFT median and p99. A load from the CPU tier waits for the host link, which TTFT "
+        "includes.",
+        0.4,
+        offload_plots.has_offload,
     ),
     (
         "disagg_vs_colocated",

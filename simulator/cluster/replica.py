@@ -37,6 +37,7 @@ from pagesim.simulator.metrics.power import power_profile
 from pagesim.simulator.metrics.recorder import Recorder
 from pagesim.simulator.metrics.result import RunResult
 from pagesim.simulator.policies.factory import make_scheduler
+from pagesim.simulator.policies.offload import attach_offload, offload_summary
 from pagesim.simulator.policies.paged import PagedScheduler
 
 # Off: every step its own event (tests compare the two; the results are the same).
@@ -79,6 +80,14 @@ class Replica:
         self.capacity = kv_capacity(scenario, system)
         self.scheduler = make_scheduler(
             system, scenario.model.max_seq_len, self.capacity, scenario.seed, index
+        )
+        # a KV offload tier in CPU memory ([systems.kv_offload]; policies/offload.py)
+        attach_offload(
+            self.scheduler,
+            system,
+            self.capacity,
+            scenario.tensor_parallel,
+            scenario.gpu.host_link_bps,
         )
         if execution_factory is None:
             self.execution = make_execution_model(scenario, system)
@@ -319,6 +328,7 @@ class Replica:
         totals = self.recorder.steps.totals
         self.energy = measure(result.steps, totals, profile, self.scenario.tensor_parallel, end_s)
         result.summary.update(energy_keys(self.energy, result.requests))
+        result.summary.update(offload_summary(self.scheduler, end_s))
         return result
 
 

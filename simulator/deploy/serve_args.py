@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from pagesim.simulator.core.catalog import KVDtype, get_model
+from pagesim.simulator.core.catalog import GIB, KVDtype, get_model
 from pagesim.simulator.core.config import (
     AdmissionOrder,
     PreemptionPolicy,
@@ -39,6 +39,7 @@ from pagesim.simulator.core.config import (
 from pagesim.simulator.deploy.eras import Era
 from pagesim.simulator.deploy.models import model_reference, native_weight_dtype
 from pagesim.simulator.execution.overhead import for_system
+from pagesim.simulator.kv.capacity import kv_capacity
 
 # vLLM's `--speculative-config` method of each pagesim method (vllm/config/speculative.py);
 # a model-based method also names its draft model, which pagesim knows only for draft-model.
@@ -162,6 +163,8 @@ def _v1(out: ServeArgs, scenario: Scenario, system: SystemConfig, era: Era) -> N
         out.unflagged.append(
             f"watermark = {system.watermark:g}: vLLM V1 has no admission watermark flag"
         )
+    if system.kv_offload is not None:
+        _offload(out, scenario, system, era)
     if system.speculative is not None:
         spec = system.speculative
         config: dict[str, object] = {
@@ -178,4 +181,30 @@ def _v1(out: ServeArgs, scenario: Scenario, system: SystemConfig, era: Era) -> N
         out.add("--speculative-config", json.dumps(config, separators=(",", ":")))
         out.unflagged.append(
             "speculative acceptance: a property of the model and the traffic, not a flag"
+        )
+
+
+def _offload(out: ServeArgs, scenario: Scenario, system: SystemConfig, era: Era) -> None:
+    """The CPU tier: from v0.33 --kv-offloading-size (GiB over the TP ranks) with the native
+    backend (config/vllm.py `_post_init_kv_transfer_config` makes it the OffloadingConnector);
+    v0.11.0 names the connector and its CPU blocks per rank (kv_offload/cpu.py
+    `num_cpu_blocks`, blocks of the GPU's size)."""
+    config = system.kv_offload
+    assert config is not None
+    if era.has((0, 33, 0)):
+        out.add("--kv-offloading-size", f"{config.cpu_gib:g}")
+        out.add("--kv-offloading-backend", "native")
+    else:
+        block_bytes = kv_capacity(scenario, system).block_bytes
+        per_rank = int(config.cpu_gib * GIB / scenario.tensor_parallel // block_bytes)
+        connector = {
+            "kv_connector": "OffloadingConnector",
+            "kv_role": "kv_both",
+            "kv_connector_extra_config": {"num_cpu_blocks": per_rank},
+        }
+        out.add("--kv-transfer-config", json.dumps(connector, separators=(",", ":")))
+    if config.load_gbps is not None or config.store_gbps is not None:
+        out.unflagged.append(
+            "kv_offload load_gbps / store_gbps: the host link's bandwidth is the machine's, "
+            "not a vLLM setting"
         )

@@ -58,6 +58,10 @@ HEADLINE_METRICS: tuple[str, ...] = (
     "energy_per_request_j",
     "power_mean_w",
     "power_peak_w",
+    "offload_hit_rate",  # simulator/policies/offload.py
+    "offload_load_wait_mean_s",
+    "offload_load_link_demand",
+    "offload_store_link_demand",
 )
 
 
