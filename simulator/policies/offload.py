@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from pagesim.simulator.core.catalog import GIB
 from pagesim.simulator.core.config import NEWEST_VLLM, SystemConfig, VllmVersion
@@ -41,10 +41,30 @@ from pagesim.simulator.core.plan import StepPlan
 from pagesim.simulator.kv.capacity import Capacity
 from pagesim.simulator.kv.offload_tier import OffloadTier
 from pagesim.simulator.kv.paged_cache import PagedKVCache
+from pagesim.simulator.policies.pieces import PrefixStats, WaitingQueue
 from pagesim.simulator.policies.seq_group import SeqGroup
 
-if TYPE_CHECKING:
-    from pagesim.simulator.policies.paged_state import PagedState
+
+class PagedState(Protocol):
+    """What the tier reads and changes of a paged scheduler's state (policies/paged_state.py;
+    named by its attributes, not imported: the state holds the tier)."""
+
+    @property
+    def kv(self) -> object: ...
+    @property
+    def block_size(self) -> int: ...
+    @property
+    def prefix_stats(self) -> PrefixStats: ...
+    @property
+    def groups(self) -> dict[int, SeqGroup]: ...
+    @property
+    def receiving(self) -> dict[int, SeqGroup]: ...
+    @property
+    def landed(self) -> dict[int, SeqGroup]: ...
+    @property
+    def waiting(self) -> WaitingQueue[SeqGroup]: ...
+    def reserve(self) -> int: ...
+
 
 GB = 1e9
 
@@ -140,8 +160,9 @@ class Offload:
         for _, rid in done:
             _, tokens = self.loading.pop(rid)
             group = state.receiving.pop(rid)
-            assert group.hashers is not None
-            state.kv.commit(group.seq_ids[0], tokens, group.hashers[0].block_hashes())
+            kv = state.kv
+            assert group.hashers is not None and isinstance(kv, PagedKVCache)
+            kv.commit(group.seq_ids[0], tokens, group.hashers[0].block_hashes())
             group.num_computed = tokens
             group.is_remote = True
             state.landed[rid] = group
@@ -278,15 +299,14 @@ def attach_offload(
 ) -> None:
     """Give a V1 paged scheduler its system's tier (InputError where it cannot run one; a
     scenario's check refuses the same, naming the key: scenario/systems.py)."""
-    from pagesim.simulator.policies.paged import PagedScheduler
-
     if system.kv_offload is None:
         return
     refusal = offload_refusal(system, capacity, tensor_parallel)
-    if refusal is not None or not isinstance(scheduler, PagedScheduler):
+    state = getattr(scheduler, "state", None)  # a paged scheduler's (policies/paged.py)
+    if refusal is not None or state is None or not hasattr(state, "offload"):
         why = refusal[1] if refusal is not None else "a tier needs policy vllm-v1"
         raise InputError(f"system {system.name!r}: kv_offload: {why}")
-    scheduler.state.offload = make_offload(system, capacity.block_bytes, tensor_parallel, host_bps)
+    state.offload = make_offload(system, capacity.block_bytes, tensor_parallel, host_bps)
 
 
 def offload_summary(scheduler: object, end_s: float) -> dict[str, float | int | None]:
