@@ -24,12 +24,13 @@ What each replays, and what it cannot (listed, never faked):
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
 from pagesim.simulator.core.config import ArrivalKind, Scenario
 from pagesim.simulator.core.request import SamplingKind
+from pagesim.simulator.deploy.argv import Argv
 from pagesim.simulator.deploy.eras import Era, era_flags
 from pagesim.simulator.deploy.models import model_reference
 from pagesim.simulator.workload.stream import iter_requests
@@ -91,15 +92,7 @@ def traffic(scenario: Scenario) -> Traffic:
     )
 
 
-@dataclass
-class BenchArgs:
-    argv: list[str] = field(default_factory=list)
-    unflagged: list[str] = field(default_factory=list)
-
-    def add(self, flag: str, value: object = None) -> None:
-        self.argv.append(flag)
-        if value is not None:
-            self.argv.append(str(value))
+BenchArgs = Argv  # the benchmark's words, its tool's first
 
 
 def bench_args(scenario: Scenario, era: Era, seen: Traffic) -> BenchArgs:

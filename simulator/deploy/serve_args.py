@@ -25,7 +25,6 @@ v0.33.0, v0.34.0 (EngineArgs.add_cli_args), checked against vllm_flags.json by t
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 
 from pagesim.simulator.core.catalog import GIB, KVDtype, get_model
 from pagesim.simulator.core.config import (
@@ -36,6 +35,7 @@ from pagesim.simulator.core.config import (
     SystemConfig,
     VictimPolicy,
 )
+from pagesim.simulator.deploy.argv import Argv
 from pagesim.simulator.deploy.eras import Era
 from pagesim.simulator.deploy.models import model_reference, native_weight_dtype
 from pagesim.simulator.execution.overhead import for_system
@@ -51,18 +51,7 @@ _SPEC_METHODS = {
 }
 
 
-@dataclass
-class ServeArgs:
-    """The arguments after `vllm serve`, the knobs no flag sets, and notes for the user."""
-
-    argv: list[str] = field(default_factory=list)
-    unflagged: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-
-    def add(self, flag: str, value: object = None) -> None:
-        self.argv.append(flag)
-        if value is not None:
-            self.argv.append(str(value))
+ServeArgs = Argv  # the arguments after `vllm serve`
 
 
 def serve_args(
