@@ -66,8 +66,8 @@ def capacity(
     objective: Annotated[
         str | None,
         typer.Option(
-            help="Rank by: goodput (per GPU) or energy (per output token) in a rate search "
-            "[default: goodput]; gpus, cost or energy in a fleet search [default: gpus]."
+            help="Rank by: in a rate search goodput per GPU (the default) or energy per "
+            "output token; in a fleet search gpus (the default), cost or energy."
         ),
     ] = None,
 ) -> None:
