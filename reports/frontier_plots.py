@@ -74,9 +74,12 @@ def _panel(ax: Axes, table: pd.DataFrame, frontier: Frontier, colors: dict[str, 
     order = order[np.argsort(x[order])]
     ax.plot(x[order], y[order], "-", color="#2d3748", lw=1.2, alpha=0.8)
     show_all = usable.sum() <= MAX_LABELS
+    names = table["config"].astype(str)
+    if groups is not None and len(set(groups)) == 1:  # one system: the legend names it
+        names = names.str.removeprefix(f"{groups[0]} ")
     for i in np.flatnonzero(usable & (on | show_all)):
         ax.annotate(
-            label(table["config"].iloc[i], 36),
+            label(names.iloc[i], 40),
             (x[i], y[i]),
             xytext=(4, 3),
             textcoords="offset points",
