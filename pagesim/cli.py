@@ -126,6 +126,8 @@ def sweep(
         write_sweep(done, folder.staging, list(set_ or []))
         _commit(folder, points[0].scenario.name)
     typer.echo(f"sweep table: {out / 'sweep.csv'}\nreport: {out / 'report.html'}")
+    if (out / "frontier.csv").exists():
+        typer.echo(f"Pareto frontier: {out / 'frontier.csv'}")
 
 
 @app.command()
@@ -293,7 +295,13 @@ def scenarios_reference() -> None:
 
 
 # The benchmark and the GPU-side commands register on the same apps.
-from pagesim import cli_bench, cli_calibration, cli_capacity, cli_explain  # noqa: E402, F401
+from pagesim import (  # noqa: E402, F401
+    cli_bench,
+    cli_calibration,
+    cli_capacity,
+    cli_deploy,
+    cli_explain,
+)
 
 
 def main() -> None:

@@ -51,6 +51,7 @@ CAPACITY_COLUMNS: list[Column] = [
     ("slo_share", "SLO met", ".1%"),
     ("queue_delay_p99_s", "queue p99 s", ".3g"),
     ("goodput_per_gpu", "goodput/GPU", ".3g"),
+    ("energy_per_output_token_j", "J/token", ".3g"),
     ("num_evaluations", "runs", "d"),
 ]
 FLEET_COLUMNS: list[Column] = [
@@ -67,6 +68,7 @@ FLEET_COLUMNS: list[Column] = [
     ("slo_share", "SLO met", ".1%"),
     ("ttft_p99_s", "TTFT p99 s", ".3g"),
     ("queue_delay_p99_s", "queue p99 s", ".3g"),
+    ("energy_per_output_token_j", "J/token", ".3g"),
     ("num_evaluations", "runs", "d"),
     ("why_not", "note", ""),
 ]
@@ -85,6 +87,7 @@ DISAGG_COLUMNS: list[Column] = [  # a disaggregated scenario's search
     ("slo_share", "SLO met", ".1%"),
     ("ttft_p99_s", "TTFT p99 s", ".3g"),
     ("tpot_p99_s", "TPOT p99 s", ".3g"),
+    ("energy_per_output_token_j", "J/token", ".3g"),
     ("num_evaluations", "runs", "d"),
     ("why_not", "note", ""),
 ]

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from pagesim.reports import disagg_plots, fleet_plots, plots
+from pagesim.reports import disagg_plots, fleet_plots, frontier_plots, offload_plots, plots
 from pagesim.reports.curves import (
     LATENCY_COLUMNS,
     RATE_COLUMN,
@@ -175,6 +175,17 @@ RUN_PLOTS: tuple[RunPlot, ...] = (
         disagg_plots.has_disaggregated,
     ),
     (
+        "hits_by_tier",
+        offload_plots.plot_hits_by_tier,
+        "Prompt KV by tier",
+        "Where each system's prompt tokens came from at first admission: hits in the GPU "
+        "prefix cache, loads from the CPU tier (a KV offload tier), or computed; beside it, "
+        "TTFT median and p99. A load from the CPU tier waits for the host link, which TTFT "
+        "includes.",
+        0.4,
+        offload_plots.has_offload,
+    ),
+    (
         "disagg_vs_colocated",
         disagg_plots.plot_disagg_vs_colocated,
         "Disaggregated and colocated side by side",
@@ -278,6 +289,17 @@ def sweep_plot_jobs(sweep: pd.DataFrame, question: ReportConfig | None = None) -
                 "KV waste, throughput and mean normalized latency against the paged block size "
                 "(tokens per block).",
                 lambda path: plots.plot_block_size_ablation(sweep, path, block_column=block),
+                1.0,
+            )
+        )
+    frontier = frontier_plots.sweep_frontier(sweep)
+    if frontier is not None:  # tokens/s per GPU vs per user, cost vs p99 TTFT
+        jobs.append(
+            PlotJob(
+                "frontier",
+                frontier_plots.TITLE,
+                frontier_plots.CAPTION,
+                lambda path: frontier_plots.plot_frontier(frontier, path),
                 1.0,
             )
         )

@@ -3,7 +3,8 @@
 Layers, each importing only those below it (tests/simulator/test_layers.py checks it):
 
     studies                      sweeps, capacity search, golden summaries, bench
-    engine | scenario            the SimPy loop and `simulate`; reading scenario files
+    engine | scenario | deploy   the SimPy loop and `simulate`; reading scenario files; the
+                                 vLLM command lines of a configuration
     cluster                      fleets: replicas (the engine's loop) behind routers
     policies | metrics | execution | workload
     kv                           the KV-cache mechanism

@@ -36,6 +36,12 @@ def workload_refusal(workload: WorkloadConfig) -> tuple[str, str] | None:
 
 def policy_reason(system: SystemConfig) -> str | None:
     """Why `system` cannot run in a prefill or decode pool, or None."""
+    if system.kv_offload is not None:
+        return (
+            f"system {system.name!r} has a KV offload tier ([systems.kv_offload]), which is not "
+            "modelled on prefill/decode pools (vLLM would run it beside the NIXL connector, "
+            'in a MultiConnector); use colocated pools (role = "both")'
+        )
     if system.policy not in CONTIGUOUS_POLICIES:
         return None
     return (

@@ -40,6 +40,7 @@ from pagesim.simulator.cluster.result import (
     simulate_cluster,
 )
 from pagesim.simulator.core.config import Scenario, SystemConfig
+from pagesim.simulator.metrics.energy import fleet_energy_keys
 from pagesim.simulator.metrics.recorder import summarize
 from pagesim.simulator.metrics.result import RunResult
 from pagesim.simulator.metrics.step_log import StepTotals
@@ -147,6 +148,7 @@ def disagg_result(run: DisaggRun, scenario: str, system: str, warmup_s: float) -
         "num_decode_gpus": num_decode_gpus,
     }
     summary |= _step_figures(results)
+    summary |= fleet_energy_keys([r.energy for r in replicas], requests)
     add_replica_keys(replicas, results)  # a mixture of experts' and speculation's figures
     summary |= fleet_keys(replicas, results, summary["busy_s"])
     done = requests[requests["status"] == "finished"]

@@ -32,9 +32,13 @@ from pagesim.simulator.execution.frontend import frontend_of
 from pagesim.simulator.execution.model import ExecutionModel
 from pagesim.simulator.execution.roofline import RooflineModel
 from pagesim.simulator.kv.capacity import kv_capacity
+from pagesim.simulator.metrics.energy import ReplicaEnergy, measure
+from pagesim.simulator.metrics.energy import replica_keys as energy_keys
+from pagesim.simulator.metrics.power import power_profile
 from pagesim.simulator.metrics.recorder import Recorder
 from pagesim.simulator.metrics.result import RunResult
 from pagesim.simulator.policies.factory import make_scheduler
+from pagesim.simulator.policies.offload import attach_offload, offload_summary
 from pagesim.simulator.policies.paged import PagedScheduler
 
 if TYPE_CHECKING:  # imported by the runs that record one only
@@ -82,6 +86,14 @@ class Replica:
         self.capacity = kv_capacity(scenario, system)
         self.scheduler = make_scheduler(
             system, scenario.model.max_seq_len, self.capacity, scenario.seed, index
+        )
+        # a KV offload tier in CPU memory ([systems.kv_offload]; policies/offload.py)
+        attach_offload(
+            self.scheduler,
+            system,
+            self.capacity,
+            scenario.tensor_parallel,
+            scenario.gpu.host_link_bps,
         )
         if execution_factory is None:
             self.execution = make_execution_model(scenario, system)
@@ -143,6 +155,7 @@ class Replica:
         self._in_flight: list[Request] = []  # routed here, not yet seen done
         self._num_pending = 0  # the scheduler's pending count after the last look
         self.num_routed = 0
+        self.energy: ReplicaEnergy | None = None  # set by `result` (metrics/energy.py)
 
     # Runs of pure decode steps in one event (below): a disaggregated replica's own hooks
     # look at every step, so its kinds set this off.
@@ -322,9 +335,16 @@ class Replica:
             "replica": self.index,
             "pool": self.pool,
         }
+        profile = power_profile(self.scenario.gpu.name)
+        provenance["power_model"] = profile.describe() if profile else "no power profile"
         result = self.recorder.result(scenario_name, system.name, end_s, self.scheduler, provenance)
         result.summary["num_kv_blocks"] = capacity.num_gpu_blocks
         result.summary["block_size"] = capacity.block_size
+        # metrics/energy.py: the GPUs' draw by step and at idle; a fleet sums its replicas'
+        totals = self.recorder.steps.totals
+        self.energy = measure(result.steps, totals, profile, self.scenario.tensor_parallel, end_s)
+        result.summary.update(energy_keys(self.energy, result.requests))
+        result.summary.update(offload_summary(self.scheduler, end_s))
         return result
 
 

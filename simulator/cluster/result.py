@@ -25,6 +25,7 @@ from pagesim.simulator.cluster.fleet import FleetRun, run_fleet
 from pagesim.simulator.cluster.model_keys import add_replica_keys, fleet_keys, replica_figures
 from pagesim.simulator.core.cluster import ClusterConfig, PoolConfig
 from pagesim.simulator.core.config import Scenario, SystemConfig
+from pagesim.simulator.metrics.energy import fleet_energy_keys
 from pagesim.simulator.metrics.recorder import summarize
 from pagesim.simulator.metrics.result import RunResult
 from pagesim.simulator.metrics.step_log import StepTotals
@@ -173,6 +174,7 @@ def fleet_result(run: FleetRun, scenario: str, system: str, warmup_s: float) -> 
     summary |= _step_figures(run.results)
     add_replica_keys(run.replicas, run.results)  # the keys each replica's single run would have
     summary |= fleet_keys(run.replicas, run.results, summary["busy_s"])
+    summary |= fleet_energy_keys([r.energy for r in run.replicas], requests)
     summary["prefix_hit_rate"] = _pooled_hit_rate(run)
     summary["prefix_readmit_hit_rate"] = _pooled_readmit_rate(run)
     for i, result in enumerate(run.results):

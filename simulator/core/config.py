@@ -13,6 +13,7 @@ from pathlib import Path
 from pagesim.simulator.core.capacity import CapacityConfig
 from pagesim.simulator.core.catalog import GPUSpec, KVDtype, ModelSpec
 from pagesim.simulator.core.cluster import ClusterConfig
+from pagesim.simulator.core.offload import KVOffloadConfig
 from pagesim.simulator.core.plan import PreemptionMode
 from pagesim.simulator.core.request import SamplingKind
 
@@ -328,6 +329,8 @@ class SystemConfig:
     # vllm-v1: admit a waiting request only if blocks for its whole prompt fit, not just its
     # first chunk (vLLM --scheduler-reserve-full-isl; None: the release's default)
     scheduler_reserve_full_isl: bool | None = None
+    # vllm-v1: a KV offload tier in CPU memory ([systems.kv_offload]; policies/offload.py)
+    kv_offload: KVOffloadConfig | None = None
 
     def __post_init__(self) -> None:
         # The allocator in force, resolved once: orca places its reservations with a buddy
@@ -347,6 +350,7 @@ class SystemConfig:
         if self.policy is not Policy.VLLM_V1:  # V1's knobs (a [defaults] value meant for V1)
             object.__setattr__(self, "vllm_version", None)
             object.__setattr__(self, "scheduler_reserve_full_isl", None)
+            object.__setattr__(self, "kv_offload", None)
 
 
 @dataclass(frozen=True, slots=True)

@@ -246,6 +246,8 @@ def system_knobs(system: SystemConfig) -> dict[str, object]:
     }
     if system.speculative is not None:
         knobs["speculative"] = system.speculative.describe()
+    if system.kv_offload is not None:
+        knobs["kv_offload"] = system.kv_offload.describe()
     if system.policy is not Policy.VLLM_V1:
         del knobs["hybrid_kv_cache_manager"]  # vLLM V1's manager: no other policy has one
     return knobs

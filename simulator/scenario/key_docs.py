@@ -60,6 +60,8 @@ TABLE_DOCS = {
     "(docs/scenario-files.md).",
     "systems.speculative": "vllm-v1 only: speculative decoding (docs/speculative.md); or inline, "
     '`speculative = { method = "eagle", ... }`.',
+    "systems.kv_offload": "vllm-v1 with prefix caching: a KV tier in CPU memory behind the GPU "
+    "prefix cache, as vLLM's native KV offloading (docs/plans.md).",
     "slo": "Optional: goodput counts the requests meeting both bounds.",
     "stop": "Optional.",
     "sweep": "Optional: one or two axes; `pagesim sweep` runs their product.",
@@ -260,6 +262,12 @@ KEY_DOCS: dict[str, dict[str, str]] = {
     },
     "systems": _SYSTEM,
     "systems.speculative": _SPECULATIVE,
+    "systems.kv_offload": {
+        "cpu_gib": "The tier's CPU memory in GiB, over the TP ranks (vLLM --kv-offloading-size); "
+        "at least one KV block.",
+        "load_gbps": "Host -> GPU bandwidth per GPU (GB/s); default: the GPU's host link.",
+        "store_gbps": "GPU -> host bandwidth per GPU (GB/s); default: the GPU's host link.",
+    },
     "slo": {
         "ttft_s": "Time-to-first-token bound (s).",
         "tpot_s": "Time-per-output-token bound (s).",

@@ -54,6 +54,14 @@ HEADLINE_METRICS: tuple[str, ...] = (
     "goodput_req_s_per_gpu",
     "load_imbalance",
     "link_busy_share",
+    "energy_per_output_token_j",  # simulator/metrics/energy.py
+    "energy_per_request_j",
+    "power_mean_w",
+    "power_peak_w",
+    "offload_hit_rate",  # simulator/policies/offload.py
+    "offload_load_wait_mean_s",
+    "offload_load_link_demand",
+    "offload_store_link_demand",
 )
 
 

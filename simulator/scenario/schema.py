@@ -40,6 +40,7 @@ KNOB_READERS: dict[str, tuple[tuple[Policy, ...], str]] = {
     # A vLLM V1 release's rules (core/vllm_eras.py); from [defaults], meant for the V1 systems.
     "vllm_version": ((Policy.VLLM_V1,), "vllm-v1 (vLLM V1's releases)"),
     "scheduler_reserve_full_isl": ((Policy.VLLM_V1,), "vllm-v1 (vLLM V1's scheduler)"),
+    "kv_offload": ((Policy.VLLM_V1,), "vllm-v1 (vLLM V1's KV offloading connector)"),
     # `defaults` is read by every policy: served or offline decides the front end's time in TTFT
     # and E2E (simulator/execution/frontend.py); vllm-v1 also takes that set's knob defaults.
 }
@@ -108,6 +109,7 @@ SYSTEM_KEYS = (
     "hybrid_kv_cache_manager",
     "vllm_version",
     "scheduler_reserve_full_isl",
+    "kv_offload",
 )
 
 
@@ -124,7 +126,13 @@ _LENGTH_KEYS = _keys("kind value low high mean cv trace path column")
 SPECULATIVE_KEYS = _keys(
     "method num_speculative_tokens acceptance_rate acceptance_rates acceptance_file draft_model"
 )
-_SYSTEM_SCHEMA = {**dict.fromkeys(SYSTEM_KEYS), "speculative": SPECULATIVE_KEYS}
+# [systems.kv_offload] (config.KVOffloadConfig; read by scenario/offload.py)
+KV_OFFLOAD_KEYS = _keys("cpu_gib load_gbps store_gbps")
+_SYSTEM_SCHEMA = {
+    **dict.fromkeys(SYSTEM_KEYS),
+    "speculative": SPECULATIVE_KEYS,
+    "kv_offload": KV_OFFLOAD_KEYS,
+}
 Schema = dict[str, Any]
 SCHEMA: Schema = {
     **_keys("name description seed"),

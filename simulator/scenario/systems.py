@@ -35,7 +35,9 @@ from pagesim.simulator.core.errors import choices_text
 from pagesim.simulator.core.limits import MAX_KV_BLOCKS
 from pagesim.simulator.kv.capacity import hybrid_off_reason, kv_capacity, no_kv_memory_reason
 from pagesim.simulator.policies.factory import hybrid_refusal
+from pagesim.simulator.policies.offload import offload_refusal
 from pagesim.simulator.scenario.engine_version import read_vllm_version
+from pagesim.simulator.scenario.offload import read_kv_offload
 from pagesim.simulator.scenario.schema import KNOB_READERS, PAGED_POLICIES, SYSTEM_KEYS
 from pagesim.simulator.scenario.speculative import read_speculative
 from pagesim.simulator.scenario.table import Ctx, Table
@@ -66,6 +68,7 @@ SYSTEM_READERS: dict[str, Callable[[Table, str], Any]] = {
     "hybrid_kv_cache_manager": lambda t, k: t.flag(k),
     "vllm_version": read_vllm_version,
     "scheduler_reserve_full_isl": lambda t, k: t.flag(k),
+    "kv_offload": read_kv_offload,
 }
 assert tuple(SYSTEM_READERS) == SYSTEM_KEYS
 
@@ -189,6 +192,9 @@ def check_system(
     hybrid = hybrid_refusal(s, capacity.layout)
     if hybrid is not None:
         fail(at(hybrid[0]), hybrid[1])
+    unfit = offload_refusal(s, capacity, scenario.tensor_parallel)
+    if unfit is not None:
+        fail(f"{at('kv_offload')}.{unfit[0]}", unfit[1])
     if swaps and capacity.num_cpu_blocks == 0:
         # Every swap would silently turn into a recompute.
         need_gib = capacity.block_bytes / GIB

@@ -181,6 +181,8 @@ def describe_scenario(scenario: Scenario, overrides: Sequence[str] = ()) -> str:
             del keys["hybrid_kv_cache_manager"]  # vLLM V1's knob (core.defaults.system_knobs)
         if system.speculative is not None:  # an inline table: { method = "eagle", ... }
             keys["speculative"] = system.speculative.describe()
+        if system.kv_offload is not None:  # { cpu_gib = 64, ... }
+            keys["kv_offload"] = system.kv_offload.describe()
         out += _lines("[[systems]]", keys)
     out += _lines("[slo]", {"ttft_s": s.slo.ttft_s, "tpot_s": s.slo.tpot_s})
     out += _lines("[stop]", {"max_time_s": s.stop.max_time_s, "warmup_s": s.stop.warmup_s})

@@ -232,6 +232,9 @@ class CapacityRun:
                     "slo_share": share,
                     "queue_delay_p99_s": best.summary["queue_delay_p99_s"] if best else None,
                     "measured_goodput_req_s": best.summary.get("goodput_req_s") if best else None,
+                    # metrics/energy.py, at the highest sustained rate (--objective energy)
+                    "energy_per_output_token_j": _at(best, "energy_per_output_token_j"),
+                    "power_mean_w": _at(best, "power_mean_w"),
                     "num_evaluations": search.num_evaluations,
                 }
             )
@@ -244,9 +247,11 @@ class CapacityRun:
         )
         return order.reset_index(drop=True)
 
-    def best(self, n: int) -> list[tuple[Config, float]]:
-        """The top `n` configurations of the ranking that sustained some rate, with that rate."""
-        rank = {label: i for i, label in enumerate(self.ranking()["config"])}
+    def best(self, n: int, ranking: pd.DataFrame | None = None) -> list[tuple[Config, float]]:
+        """The top `n` configurations of the ranking (default: by goodput per GPU) that
+        sustained some rate, with that rate."""
+        order = self.ranking() if ranking is None else ranking
+        rank = {label: i for i, label in enumerate(order["config"])}
         found = [
             (config, search.ok_rate)
             for config, search in zip(self.configs, self.searches, strict=True)
@@ -271,6 +276,10 @@ class CapacityRun:
         order = {c.label: i for i, c in enumerate(self.configs)}
         table = table.assign(_order=table["system"].map(order))
         return table.sort_values(["_order", RATE_PATH], kind="stable").drop(columns="_order")
+
+
+def _at(record: PointRecord | None, key: str) -> object:
+    return None if record is None else record.summary.get(key)
 
 
 def search_capacity(

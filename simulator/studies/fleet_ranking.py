@@ -23,6 +23,9 @@ _AT_ANSWER = (
     "goodput_req_s_per_gpu",
     "prefix_hit_rate",
     "load_imbalance",
+    "energy_per_output_token_j",  # metrics/energy.py (--objective energy)
+    "power_mean_w",
+    "power_peak_w",
 )
 
 

@@ -1,7 +1,8 @@
 """The import contract of the house (simulator/__init__.py), read from the sources' import
 statements — those inside functions and under `if TYPE_CHECKING:` included:
 
-    studies > {engine, scenario} > cluster > {policies, metrics, execution, workload} > kv > core
+    studies > {engine, scenario, deploy} > cluster
+            > {policies, metrics, execution, workload} > kv > core
 
 A module imports only from its own subpackage and the layers below it; the simulator never imports
 the CLI, `calibration` or `reports`; nothing but `calibration` imports CuPy or torch; and no two
@@ -34,6 +35,7 @@ LAYER = {
     "cluster": 2.5,  # a fleet of the engine's loops: engine.simulate hands fleets to it
     "engine": 3,
     "scenario": 3,
+    "deploy": 3,  # a configuration's vLLM command lines, read from config and workload
     "studies": 4,
 }
 GPU_MODULES = ("cupy", "torch")

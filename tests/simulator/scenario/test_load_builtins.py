@@ -30,8 +30,10 @@ def test_the_library_holds_the_builtin_scenarios() -> None:
         "azure_conv_v0_vs_chunked",
         "block_size_ablation",
         "disaggregated_vs_colocated",  # issue 16
+        "energy_per_token_gpus",  # issue 32: J/token of two GPUs at one SLO
         "fleet_capacity",  # issue 15: the fewest GPUs for a trace and an SLO
         "fp8_vs_bf16",  # issue 17: weight dtypes in capacity and step cost
+        "kv_offload_mooncake",  # issue 32: a CPU tier behind the GPU prefix cache
         "latency_vs_rate_alpaca",
         "latency_vs_rate_sharegpt",
         "measured_vs_roofline",  # issue 13: the roofline beside Vidur's measurements

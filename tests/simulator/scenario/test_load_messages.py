@@ -19,7 +19,8 @@ BAD_FILES = [
         "max_prefill_chunk, reservation, contiguous_allocator, preemption, victim, admission, "
         "enable_prefix_cache, watermark, gpu_memory_utilization, activation_reserve_gib, "
         "swap_space_gib, static_batch_size, static_batch_timeout_s, num_kv_blocks, execution, "
-        "defaults, speculative, hybrid_kv_cache_manager, vllm_version, scheduler_reserve_full_isl",
+        "defaults, speculative, hybrid_kv_cache_manager, vllm_version, scheduler_reserve_full_isl, "
+        "kv_offload",
     ),
     (
         replaced('policy = "orca"', 'policy = "vlm-v1"'),
