@@ -127,3 +127,17 @@ def test_only_pagesim_is_importable(installed: Path, places: dict[str, Path]) ->
         tried = _run([python, "-c", f"import {name}"], places["base"])
         assert tried.returncode != 0, f"`import {name}` worked after installing pagesim"
         assert "ModuleNotFoundError" in tried.stderr
+
+
+def test_a_shipped_benchmark_is_timed_from_anywhere(
+    installed: Path, places: dict[str, Path]
+) -> None:
+    # Vidur's case C (scenarios/benchmarks/) ships as package data, trace and all; the timed
+    # child process finds the installed pagesim, not the decoys in the working directory.
+    done = _run(
+        [str(installed / "pagesim"), "bench", "sim", "vidur_case_c/sarathi", "--set",
+         "workload.num_requests=5"],
+        places["decoy"],
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "system sarathi-512: 5 requests" in done.stdout
