@@ -18,6 +18,7 @@ import site
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
@@ -35,6 +36,7 @@ TIMING_SCRIPT = Path(timing.__file__).resolve()  # run by path in each child: se
 # Folders of a tree that hold no module a run imports (hidden ones too: .git, .venv, .tox)
 _NOT_COMPILED = frozenset(("tests", "build", "dist", "venv", "env", "node_modules", "__pycache__"))
 ChildMode = Literal["time", "setup"]  # timing.py's: time the simulation, or stop before it
+WORKTREE_TRIES = 3  # `_add_worktree`
 MAX_REPEATS = 20  # runs per side: a sitting long enough; more is a typo
 
 
@@ -161,8 +163,7 @@ def revision_tree(revision: str, spec: BenchSpec) -> Iterator[tuple[Path, BenchS
     tree's root)."""
     timed = checked_spec(spec)  # a bad --policy, --requests or --synthetic: said before git runs
     with tempfile.TemporaryDirectory(prefix="pagesim-bench-") as folder:
-        worktree = Path(folder) / "before"
-        _git("worktree", "add", "--detach", str(worktree), revision)
+        worktree = _add_worktree(Path(folder), revision)
         try:
             compile_tree(worktree)
             yield worktree, timed
@@ -206,6 +207,22 @@ def summary_differences(before: dict[str, Any], after: dict[str, Any]) -> list[s
         elif not same_value(before[key], after[key]):
             out.append(f"{key}: {before[key]!r} -> {after[key]!r}")
     return out
+
+
+def _add_worktree(folder: Path, revision: str) -> Path:
+    """`revision` checked out under `folder`. Tried three times: `git worktree add` reads every
+    worktree of the repository, and one that another `add` is creating at that moment makes it
+    fail ("failed to read .git/worktrees/<name>/commondir"; seen with six at once)."""
+    for attempt in range(WORKTREE_TRIES):
+        worktree = folder / f"before{attempt}"  # a failed try may leave its folder behind
+        try:
+            _git("worktree", "add", "--detach", str(worktree), revision)
+            return worktree
+        except InputError:
+            if attempt == WORKTREE_TRIES - 1:
+                raise
+            time.sleep(0.2 * (attempt + 1))
+    raise AssertionError("unreachable")
 
 
 def _git(*args: str) -> None:

@@ -9,12 +9,14 @@ check that the commands work end to end.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
-from cli_helpers import run_cli
+from cli_helpers import MAKES_GIT_WORKTREES, run_cli
 
 from pagesim import console_bench
 from pagesim.reports.bench import Cost, ReportTiming
+from pagesim.simulator.core.errors import InputError
 from pagesim.simulator.scenario.load import load_scenario
 from pagesim.simulator.studies import bench, bench_compare
 from pagesim.simulator.studies.bench_compare import Comparison, Sitting
@@ -266,6 +268,7 @@ def test_bench_sim_really_times_a_scenario_file(capsys: pytest.CaptureFixture[st
     assert result.out.splitlines()[2].startswith("this tree ")
 
 
+@MAKES_GIT_WORKTREES
 def test_bench_sim_against_a_revision_prints_both_sides_and_the_ratio(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
@@ -281,3 +284,24 @@ def test_bench_sim_against_a_revision_prints_both_sides_and_the_ratio(
     bad = run_cli(capsys, "bench", "sim", "--requests", "5", "--against", "no-such-rev-1")
     assert bad.exit_code == 2 and "--against: git worktree add" in bad.err
     assert "Traceback" not in bad.err
+
+
+def test_a_worktree_add_that_meets_another_is_tried_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Two `git worktree add` at once: one can fail reading the other's half-made entry.
+    calls: list[tuple[str, ...]] = []
+
+    def git(*args: str) -> None:
+        calls.append(args)
+        if len(calls) < 3:
+            raise InputError("--against: git worktree add: fatal: failed to read commondir")
+
+    monkeypatch.setattr(bench_compare, "_git", git)
+    monkeypatch.setattr(bench_compare.time, "sleep", lambda _: None)
+    assert bench_compare._add_worktree(tmp_path, "HEAD") == tmp_path / "before2"
+    assert [call[3] for call in calls] == [str(tmp_path / f"before{i}") for i in range(3)]
+    calls.clear()
+    monkeypatch.setattr(bench_compare, "WORKTREE_TRIES", 2)
+    with pytest.raises(InputError, match="failed to read"):
+        bench_compare._add_worktree(tmp_path, "HEAD")
