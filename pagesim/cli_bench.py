@@ -29,18 +29,18 @@ def bench_sim(
         int | None, typer.Option(help="Trace rows to replay (default: the whole trace).")
     ] = None,
     trace: Annotated[
-        str | None, typer.Option(help="Built-in trace name or CSV path [default: azure-conv].")
+        str | None, typer.Option(help="Built-in trace name or CSV path (default: azure-conv).")
     ] = None,
     policy: Annotated[
         str | None,
-        typer.Option(help="static, orca, vllm-v0 or vllm-v1 [default: vllm-v1]."),
+        typer.Option(help="static, orca, vllm-v0 or vllm-v1 (default: vllm-v1)."),
     ] = None,
     synthetic: Annotated[
         int | None,
         typer.Option(help="Instead of a trace: this many ShareGPT-like Poisson requests."),
     ] = None,
     rate: Annotated[
-        float | None, typer.Option(help="Arrival rate for --synthetic (req/s) [default: 8].")
+        float | None, typer.Option(help="Arrival rate for --synthetic (req/s) (default: 8).")
     ] = None,
     against: Annotated[
         str | None,
@@ -67,13 +67,13 @@ def bench_sim(
     ] = None,
     router: Annotated[
         str | None,
-        typer.Option(help="The fleet's router (see [cluster.router]) [default: round-robin]."),
+        typer.Option(help="The fleet's router (see \\[cluster.router]; default: round-robin)."),
     ] = None,
     model: Annotated[
         str | None, typer.Option(help="A catalog model in place of Llama-2-7B.")
     ] = None,
     tensor_parallel: Annotated[
-        int | None, typer.Option(help="Tensor-parallel degree per replica [default: 1].")
+        int | None, typer.Option(help="Tensor-parallel degree per replica (default: 1).")
     ] = None,
     instructions: Annotated[
         bool,
