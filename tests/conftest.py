@@ -17,7 +17,9 @@ README's plain `python -m pytest -q` uses them; `-n 0` runs in one process):
   `xdist_group`, which run on one worker, one after another. A test whose fixture is built once
   per module or class (a module-scoped fixture) joins its module's group, so that the fixture is
   built once, not once per worker; tests that must not overlap share a named group
-  (cli_helpers.MAKES_GIT_WORKTREES: two `git worktree add` at once can fail);
+  (cli_helpers.MAKES_GIT_WORKTREES: two `git worktree add` at once can fail), and so must a
+  module whose tests read what its earlier tests left in module state
+  (`pytestmark = pytest.mark.xdist_group(...)`: test_fast_path.py);
 - modules holding a test marked `slow` run first, so that the longest tests start while the
   short ones can still fill the other workers, instead of ending the run on one worker alone.
 """
