@@ -68,8 +68,8 @@ def _imports(path: Path) -> set[str]:
     return names
 
 
-GRAPH = {name: {i for i in _imports(path) if i in MODULES} for name, path in MODULES.items()}
-ALL_IMPORTS = {name: _imports(path) for name, path in MODULES.items()}
+ALL_IMPORTS = {name: _imports(path) for name, path in MODULES.items()}  # each file parsed once
+GRAPH = {name: {i for i in imports if i in MODULES} for name, imports in ALL_IMPORTS.items()}
 
 
 def _part(module: str) -> str | None:
