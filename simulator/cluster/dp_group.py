@@ -264,7 +264,10 @@ class DPGroup:
     def summary(self, end_s: float) -> dict[str, float | int | str | None]:
         n, d = self.num_steps, len(self.ranks)
         busy = end_s * d
+        tokens = sum(rank.scheduler.num_output_tokens for rank in self.ranks)
+        gpus = d * self.scenario.tensor_parallel
         return {
+            "output_tok_s_per_gpu": tokens / end_s / gpus if end_s > 0 else None,
             "dp_size": d,
             "all2all_backend": self.scenario.wide_ep.all2all_backend.value,
             "eplb": int(self.scenario.wide_ep.eplb),
