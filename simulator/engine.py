@@ -73,6 +73,17 @@ def simulate(
             "hook or a measured execution model (a fidelity check) drives one replica: use a "
             "scenario without them"
         )
+    if scenario.data_parallel > 1:  # every DP rank, lock-stepped (cluster/dp_group.py)
+        from pagesim.simulator.cluster.dp_group import simulate_dp_group, unsupported
+
+        unsupported(
+            scenario,
+            is_fleet
+            or on_step is not None
+            or execution_factory is not None
+            or block_map is not None,
+        )
+        return simulate_dp_group(scenario, system, check_invariants=check_invariants)
     if block_map is not None:
         from pagesim.simulator.metrics.block_map_window import check_mappable
 

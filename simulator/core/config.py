@@ -16,6 +16,7 @@ from pagesim.simulator.core.cluster import ClusterConfig
 from pagesim.simulator.core.offload import KVOffloadConfig
 from pagesim.simulator.core.plan import PreemptionMode
 from pagesim.simulator.core.request import SamplingKind
+from pagesim.simulator.core.wide_ep import WideEPConfig
 
 
 class Policy(Enum):
@@ -448,9 +449,10 @@ class Scenario:
     execution: ExecutionConfig = field(default_factory=ExecutionConfig)
     # Mixture of experts across GPUs (vLLM --data-parallel-size, --enable-expert-parallel):
     # experts split over tensor_parallel x data_parallel GPUs; with data_parallel > 1 the run
-    # simulates one DP rank (attention per rank) whose MoE layers meet the other ranks' tokens.
+    # simulates every DP rank, lock-stepped at the MoE layers (simulator/cluster/dp_group.py).
     data_parallel: int = 1
     expert_parallel: bool = False
+    wide_ep: WideEPConfig = field(default_factory=WideEPConfig)  # [wide_ep]: core/wide_ep.py
     slo: SLO = field(default_factory=SLO)
     stop: StopConfig = field(default_factory=StopConfig)
     sweep: tuple[SweepAxis, ...] = ()

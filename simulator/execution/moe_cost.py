@@ -109,9 +109,12 @@ class ExpertLayout:
         if model.moe is None:
             return "expert_parallel", f"{model.name} has no experts (not a mixture of experts)"
         if model.moe.num_experts % self.expert_shards:
+            experts, t = model.moe.num_experts, self.tensor_parallel
+            valid = [str(d) for d in range(1, experts + 1) if experts % (t * d) == 0]
             return "expert_parallel", (
                 f"{self.expert_shards} GPUs (tensor_parallel x data_parallel) do not divide "
-                f"{model.name}'s {model.moe.num_experts} routed experts"
+                f"{model.name}'s {experts} routed experts; valid data_parallel with "
+                f"tensor_parallel {t}: {', '.join(valid) or 'none'}"
             )
         return None
 

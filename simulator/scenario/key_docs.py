@@ -174,10 +174,21 @@ KEY_DOCS: dict[str, dict[str, str]] = {
         "tensor_parallel": "GPUs per replica; must divide the attention heads. Default 1.",
         "weight_dtype": "Default: the model's own (the preset's, or a config.json's "
         "quantization_config); docs/models.md says how each is priced.",
-        "data_parallel": "With expert_parallel: DP attention ranks (the run simulates one). "
-        "Default 1.",
+        "data_parallel": "With expert_parallel: DP attention ranks, every one simulated and "
+        "lock-stepped at the MoE layers ([wide_ep]). Default 1.",
         "expert_parallel": "MoE only: experts split over tensor_parallel x data_parallel GPUs. "
         "Default false.",
+    },
+    "wide_ep": {
+        "all2all_backend": "MoE dispatch/combine kernels (vLLM --all2all-backend): "
+        "allgather_reducescatter (vLLM's default), deepep_low_latency, deepep_high_throughput.",
+        "eplb": "Expert load balancing (vLLM --enable-eplb): redundant experts even the "
+        "hottest GPU's load. Default false.",
+        "redundant_experts": "EPLB's redundant expert slots; default: the fewest making the "
+        "experts divide over the EP group's GPUs.",
+        "gpus_per_node": "GPUs per node (NVLink domain); beyond it, the scale-out NIC. Default 8.",
+        "scaleout_gbps": "Per-GPU bandwidth between nodes (GB/s); default 50 (ConnectX-7 "
+        "400 Gb/s).",
     },
     "gpu": {
         "preset": "A GPU preset (GPUs below).",

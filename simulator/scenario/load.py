@@ -11,6 +11,8 @@ docs/scenario-reference.md, `pagesim scenarios reference`; keys are config.py fi
     [model]      preset = "llama-2-7b"  |  config = "path/to/config.json" (relative to this file)
                  kv_dtype = "fp16" | "bf16" | "fp8";  tensor_parallel = 1;  weight_dtype
                  (default: the model's); data_parallel = 1, expert_parallel = false (MoE)
+    [wide_ep]    all2all_backend, eplb, redundant_experts, gpus_per_node, scaleout_gbps (with
+                 data_parallel > 1: every DP rank simulated, cluster/dp_group.py)
     [gpu]        preset = "a100-80gb", and/or name, memory_gib, mem_bandwidth_gbps, fp16_tflops,
                  host_link_gbps (a preset's figures can be overridden one by one)
     [execution]  kind = "roofline" | "profile";  profile = "file.json" (relative to this file, a
@@ -110,6 +112,7 @@ from pagesim.simulator.scenario.table import (
     suggest,
 )
 from pagesim.simulator.scenario.toml_writer import describe_scenario
+from pagesim.simulator.scenario.wide_ep import read_wide_ep
 from pagesim.simulator.scenario.workload import read_workload
 from pagesim.simulator.workload.trace_files import BUILTIN_TRACES
 
@@ -281,6 +284,7 @@ def _parse(raw: object, source: Path | None, check_sweep: bool) -> Scenario:
         tensor_parallel=tp,
         data_parallel=dp,
         expert_parallel=ep,
+        wide_ep=read_wide_ep(top.table("wide_ep"), model, tp, dp, ep),
         execution=_execution(top.table("execution")),
         slo=SLO(
             ttft_s=slo_t.number("ttft_s", None, hi=1e6, lo_open=True),

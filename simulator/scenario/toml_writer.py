@@ -124,6 +124,8 @@ def describe_scenario(scenario: Scenario, overrides: Sequence[str] = ()) -> str:
     else:
         figures = {k: getattr(g, f) / unit for k, (_, f, unit) in GPU_FIGURES.items()}
         out += _lines("[gpu]", {"name": g.name, **figures})
+    if s.data_parallel > 1 and s.expert_parallel:  # [wide_ep] is read only then
+        out += _lines("[wide_ep]", _fields(s.wide_ep))
     e = s.execution
     inert = {"profile"} | ({"routing_skew"} if s.model.moe is None else set())  # not read
     out += _lines("[execution]", {f: getattr(e, f) for f in SCHEMA["execution"] if f not in inert})

@@ -206,7 +206,8 @@ def test_layouts_vllm_would_refuse() -> None:
     qwen, llama = get_model("qwen3-30b-a3b"), get_model("llama-3.1-8b")
     assert ExpertLayout(1, 3, True).problem(qwen) == (
         "expert_parallel",
-        "3 GPUs (tensor_parallel x data_parallel) do not divide qwen3-30b-a3b's 128 routed experts",
+        "3 GPUs (tensor_parallel x data_parallel) do not divide qwen3-30b-a3b's 128 routed "
+        "experts; valid data_parallel with tensor_parallel 1: 1, 2, 4, 8, 16, 32, 64, 128",
     )
     assert ExpertLayout(1, 2, False).problem(qwen) is not None
     assert ExpertLayout(1, 1, True).problem(llama) == (

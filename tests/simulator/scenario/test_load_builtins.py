@@ -29,6 +29,7 @@ def test_the_library_holds_the_builtin_scenarios() -> None:
     assert BUILTINS == [
         "azure_conv_v0_vs_chunked",
         "block_size_ablation",
+        "deepseek_wide_ep",
         "disaggregated_vs_colocated",  # issue 16
         "energy_per_token_gpus",  # issue 32: J/token of two GPUs at one SLO
         "fleet_capacity",  # issue 15: the fewest GPUs for a trace and an SLO
