@@ -23,6 +23,12 @@ stage times come from execution/pipeline_model.py, its place in the pipe from
 execution/pipeline_clock.py. The recorder keeps one row per batch, from when it entered the
 first stage, with the stages' mean time (pipeline_model.py says why). The decode fast path
 (runs of pure decode steps in one event) is off for a pipelined replica.
+
+Not modelled: async scheduling with stages. v0.34.0 turns it on by default on the
+multiprocessing executor (vllm/config/vllm.py `VllmConfig.__post_init__`; not on Ray's), and
+then keeps P + 1 batches and schedules a decode before its token returns (output placeholders;
+the first stage waits for the token's broadcast). pagesim runs the pipe as vLLM does with it off
+(`--no-async-scheduling`, or the Ray executor), and says so in the vllm serve command.
 """
 
 from __future__ import annotations

@@ -73,6 +73,7 @@ def pipeline_refusal(s: SystemConfig, scenario: Scenario) -> tuple[str, str] | N
             'model\'s step); set execution = "roofline" or use 1',
         )
     unmodelled = [
+        (scenario.execution.async_scheduling is True, "async scheduling ([execution])"),
         (s.speculative is not None, "speculative decoding"),
         (s.kv_offload is not None, "a KV offload tier (kv_offload)"),
         (scenario.data_parallel > 1, "data-parallel attention ([model] data_parallel > 1)"),
