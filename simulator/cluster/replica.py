@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import simpy
 
+from pagesim.simulator.cluster.pipeline_loop import PipelineLoop
 from pagesim.simulator.cluster.pure_runs import PureRuns
 from pagesim.simulator.core.config import Scenario, SystemConfig
 from pagesim.simulator.core.defaults import (
@@ -30,6 +31,7 @@ from pagesim.simulator.core.scheduler import Scheduler
 from pagesim.simulator.execution.factory import make_execution_model
 from pagesim.simulator.execution.frontend import frontend_of
 from pagesim.simulator.execution.model import ExecutionModel
+from pagesim.simulator.execution.pipeline_model import PipelineModel
 from pagesim.simulator.execution.roofline import RooflineModel
 from pagesim.simulator.kv.capacity import kv_capacity
 from pagesim.simulator.metrics.energy import ReplicaEnergy, measure
@@ -101,6 +103,9 @@ class Replica:
             self.execution = execution_factory(scenario, system, self.scheduler)
         if block_map is not None and fast_path:
             raise ValueError("a block map reads every step's tables: it needs fast_path off")
+        self._pipeline = pipeline_loop(self, env)  # None without pipeline stages
+        if self._pipeline is not None:
+            fast_path = False  # the fast path's decode windows know one batch at a time
         if fast_path is None:  # on when nobody looks at each step's per-sequence state
             fast_path = (
                 execution_factory is None
@@ -163,6 +168,8 @@ class Replica:
 
     def start(self) -> simpy.Process:
         """Start the loop (after the arrival process: the order engine.simulate creates them)."""
+        if self._pipeline is not None:  # pipeline stages: cluster/pipeline_loop.py
+            return self._env.process(self._pipeline.run())
         process = self._env.process(self._run())
         if self._runs is not None:
             self._runs.process = process
@@ -259,38 +266,49 @@ class Replica:
                 continue
             plan = scheduler.schedule(env.now)
             if plan.is_empty:
-                wake_at = scheduler.next_wakeup_s(env.now)
-                delay_s = None if wake_at is None or wake_at <= env.now else wake_at - env.now
-                if scheduler.arrivals_done:
-                    if not scheduler.has_pending:
-                        return
-                    # nothing will arrive, no wake-up lies ahead, no KV is on its way
-                    if delay_s is None and not self.waits_on_others():
-                        running, waiting, swapped = scheduler.queue_lengths()
-                        raise ReplicaStallError(
-                            f"replica {self.index}: scheduler stalled at t={env.now:.3f}s with "
-                            f"{running} running, {waiting} waiting and {swapped} swapped "
-                            "requests and nothing schedulable (a policy bug)"
-                        )
-                self._wakeup = env.event()
-                waits: list[simpy.Event] = [self._wakeup]
-                if delay_s is not None:
-                    waits.append(env.timeout(delay_s))
-                yield env.any_of(waits)
+                if not (yield from self._idle()):
+                    return
                 continue
             cost = price(plan)
             start = env.now
             yield env.timeout(cost.duration_s)
             scheduler.complete(plan, env.now)
-            if self._check:
-                scheduler.check_invariants()
-            self.recorder.record_step(start, plan, cost, scheduler)
-            if self._block_map is not None:
-                self._block_map.record(start, env.now, plan)
-            if self._on_done is not None:
-                self._settle()
-            if self._on_step is not None:
-                self._on_step(env.now)
+            self._after_step(start, plan, cost)
+
+    def _after_step(self, start: float, plan: StepPlan, cost: StepCost) -> None:
+        """A step's (or a pipelined batch's) tokens were applied: record it, tell the hooks."""
+        if self._check:
+            self.scheduler.check_invariants()
+        self.recorder.record_step(start, plan, cost, self.scheduler)
+        if self._block_map is not None:
+            self._block_map.record(start, self._env.now, plan)
+        if self._on_done is not None:
+            self._settle()
+        if self._on_step is not None:
+            self._on_step(self._env.now)
+
+    def _idle(self) -> Generator[simpy.Event, None, bool]:
+        """Nothing is runnable: wait for an arrival or a wake-up; False when the run is over."""
+        env, scheduler = self._env, self.scheduler
+        wake_at = scheduler.next_wakeup_s(env.now)
+        delay_s = None if wake_at is None or wake_at <= env.now else wake_at - env.now
+        if scheduler.arrivals_done:
+            if not scheduler.has_pending:
+                return False
+            # nothing will arrive, no wake-up lies ahead, no KV is on its way
+            if delay_s is None and not self.waits_on_others():
+                running, waiting, swapped = scheduler.queue_lengths()
+                raise ReplicaStallError(
+                    f"replica {self.index}: scheduler stalled at t={env.now:.3f}s with "
+                    f"{running} running, {waiting} waiting and {swapped} swapped "
+                    "requests and nothing schedulable (a policy bug)"
+                )
+        self._wakeup = env.event()
+        waits: list[simpy.Event] = [self._wakeup]
+        if delay_s is not None:
+            waits.append(env.timeout(delay_s))
+        yield env.any_of(waits)
+        return True
 
     def _settle(self) -> None:
         """Tell the fleet of requests that ended in the last step (only if some did)."""
@@ -324,6 +342,7 @@ class Replica:
             "model": self.scenario.model.name,
             "gpu": self.scenario.gpu.name,
             "tensor_parallel": self.scenario.tensor_parallel,
+            "pipeline_parallel": system.pipeline_parallel,
             "kv_dtype": self.scenario.kv_dtype.value,
             "num_kv_blocks": capacity.num_gpu_blocks,
             "num_cpu_blocks": capacity.num_cpu_blocks,
@@ -342,10 +361,21 @@ class Replica:
         result.summary["block_size"] = capacity.block_size
         # metrics/energy.py: the GPUs' draw by step and at idle; a fleet sums its replicas'
         totals = self.recorder.steps.totals
-        self.energy = measure(result.steps, totals, profile, self.scenario.tensor_parallel, end_s)
+        num_gpus = self.scenario.tensor_parallel * system.pipeline_parallel
+        self.energy = measure(result.steps, totals, profile, num_gpus, end_s)
         result.summary.update(energy_keys(self.energy, result.requests))
         result.summary.update(offload_summary(self.scheduler, end_s))
         return result
+
+
+def pipeline_loop(replica: Replica, env: simpy.Environment) -> PipelineLoop | None:
+    """The pipelined loop of a replica with pipeline stages (cluster/pipeline_loop.py), or None."""
+    execution = replica.execution
+    if not isinstance(execution, PipelineModel):
+        return None
+    scheduler = replica.scheduler
+    assert isinstance(scheduler, PagedScheduler)  # vllm-v1 only (scenario/pipeline.py)
+    return PipelineLoop(env, scheduler, execution, replica._after_step, replica._idle)
 
 
 def _defaults_from(sources: dict[str, str], execution: ExecutionModel) -> dict[str, str]:

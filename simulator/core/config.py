@@ -332,6 +332,11 @@ class SystemConfig:
     scheduler_reserve_full_isl: bool | None = None
     # vllm-v1: a KV offload tier in CPU memory ([systems.kv_offload]; policies/offload.py)
     kv_offload: KVOffloadConfig | None = None
+    # vllm-v1: decoder layers split over this many stages, each a tensor-parallel group of its
+    # own (vLLM --pipeline-parallel-size; execution/pipeline.py, cluster/pipeline_loop.py)
+    pipeline_parallel: int = 1
+    # layers per stage in place of vLLM's split (its VLLM_PP_LAYER_PARTITION); None: vLLM's
+    pipeline_layer_partition: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         # The allocator in force, resolved once: orca places its reservations with a buddy

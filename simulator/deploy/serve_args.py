@@ -64,6 +64,11 @@ def serve_args(
     if note:
         out.notes.append(note)
     out.add("--tensor-parallel-size", tensor_parallel)
+    if system.pipeline_parallel > 1:  # execution/pipeline.py
+        out.add("--pipeline-parallel-size", system.pipeline_parallel)
+        if system.pipeline_layer_partition is not None:
+            partition = ",".join(map(str, system.pipeline_layer_partition))
+            out.notes.append(f"run with VLLM_PP_LAYER_PARTITION={partition}")
     out.add("--max-num-seqs", system.max_num_seqs)
     out.add("--max-num-batched-tokens", system.max_num_batched_tokens)
     out.add("--block-size", system.block_size)

@@ -397,6 +397,11 @@ class RooflineModel(RooflineReport):
         )
         return step_cost_of((compute_s, swap_s, copy_s, flops, bytes_moved))
 
+    def lm_head_s(self, num_seqs: int) -> float:
+        """The LM head's share of a step of `num_seqs` sequences (a pipeline stage without the
+        head takes it off: execution/pipeline_model.py)."""
+        return self._linear.lm_head_s(num_seqs)
+
     def linear_layers_s(self, num_tokens: int, expert_weight_s: float = 0.0) -> float:
         """The linear layers' time for `num_tokens` tokens: a dense 16-bit model's GEMM by GEMM
         (execution/gemm.py), other models' lumped, max(c, m) + overlap · min(c, m) as

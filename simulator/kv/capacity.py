@@ -103,6 +103,10 @@ def no_kv_memory_reason(scenario: Scenario, system: SystemConfig) -> str | None:
     """Why `system` gets no KV block on the scenario's GPU, or None when it gets at least one."""
     if system.num_kv_blocks is not None:
         return None
+    if system.pipeline_parallel > 1:
+        from pagesim.simulator.kv.pipeline_capacity import pipeline_no_memory_reason
+
+        return pipeline_no_memory_reason(scenario, system, no_kv_memory_reason)
     model, gpu, tp = scenario.model, scenario.gpu, scenario.tensor_parallel
     system = resolve_system(system, model, gpu, tp).system
     assert system.activation_reserve_gib is not None
@@ -173,7 +177,11 @@ def block_shape(scenario: Scenario, system: SystemConfig) -> tuple[int, int, Hyb
 
 def kv_capacity(scenario: Scenario, system: SystemConfig) -> Capacity:
     """GPU blocks by the rule above (or the system's explicit `num_kv_blocks`), CPU swap blocks
-    from its swap space."""
+    from its swap space. Pipeline stages: the fewest of any stage's (kv/pipeline_capacity.py)."""
+    if system.pipeline_parallel > 1:
+        from pagesim.simulator.kv.pipeline_capacity import pipeline_capacity
+
+        return pipeline_capacity(scenario, system, kv_capacity)
     model, tp = scenario.model, scenario.tensor_parallel
     block_size, block_bytes, layout = block_shape(scenario, system)
     per_token = block_bytes // block_size

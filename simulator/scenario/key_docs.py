@@ -133,6 +133,13 @@ _SYSTEM = {
     '"v0.34.0"); default the newest, "0.34": its defaults and rules (docs/engine-eras.md).',
     "scheduler_reserve_full_isl": "vllm-v1: admit a request only if blocks for its whole prompt "
     'fit; default on from v0.19.0, off under "0.11".',
+    "pipeline_parallel": "vllm-v1, roofline: decoder layers split over this many stages "
+    "(vLLM --pipeline-parallel-size), each a tensor_parallel group of its own; up to this many "
+    "batches in the pipe (V1's batch queue); 1..the model's layers. Default 1 "
+    "(docs/step-costs.md, Pipeline parallelism).",
+    "pipeline_layer_partition": "Layers per stage, e.g. [63, 63] (vLLM's "
+    "VLLM_PP_LAYER_PARTITION): one entry per stage, summing to the model's layers; default "
+    "vLLM's split (the remainder to the stages before the last).",
 }
 
 _SPECULATIVE = {

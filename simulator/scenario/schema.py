@@ -110,6 +110,8 @@ SYSTEM_KEYS = (
     "vllm_version",
     "scheduler_reserve_full_isl",
     "kv_offload",
+    "pipeline_parallel",
+    "pipeline_layer_partition",
 )
 
 

@@ -38,6 +38,7 @@ from pagesim.simulator.policies.factory import hybrid_refusal
 from pagesim.simulator.policies.offload import offload_refusal
 from pagesim.simulator.scenario.engine_version import read_vllm_version
 from pagesim.simulator.scenario.offload import read_kv_offload
+from pagesim.simulator.scenario.pipeline import pipeline_refusal, read_layer_partition
 from pagesim.simulator.scenario.schema import KNOB_READERS, PAGED_POLICIES, SYSTEM_KEYS
 from pagesim.simulator.scenario.speculative import read_speculative
 from pagesim.simulator.scenario.table import Ctx, Table
@@ -69,6 +70,8 @@ SYSTEM_READERS: dict[str, Callable[[Table, str], Any]] = {
     "vllm_version": read_vllm_version,
     "scheduler_reserve_full_isl": lambda t, k: t.flag(k),
     "kv_offload": read_kv_offload,
+    "pipeline_parallel": lambda t, k: t.integer(k, hi=1 << 16),
+    "pipeline_layer_partition": read_layer_partition,
 }
 assert tuple(SYSTEM_READERS) == SYSTEM_KEYS
 
@@ -185,6 +188,9 @@ def check_system(
     reason = hybrid_off_reason(s, scenario.model)
     if reason is not None:
         fail(at("hybrid_kv_cache_manager"), reason)
+    staged = pipeline_refusal(s, scenario)  # before the capacity, which splits the stages
+    if staged is not None:
+        fail(at(staged[0]), staged[1])
     reason = no_kv_memory_reason(scenario, s)
     if reason is not None:
         fail(at("gpu_memory_utilization"), reason)

@@ -37,6 +37,7 @@ def test_the_library_holds_the_builtin_scenarios() -> None:
         "kv_offload_mooncake",  # issue 32: a CPU tier behind the GPU prefix cache
         "latency_vs_rate_alpaca",
         "latency_vs_rate_sharegpt",
+        "llama_405b_pipeline",  # issue 31: TP 8 x PP 2 across two nodes vs TP 8 with FP8
         "measured_vs_roofline",  # issue 13: the roofline beside Vidur's measurements
         "memory_waste_contiguous_vs_paged",
         "mla_capacity",  # issue 17
