@@ -1,14 +1,20 @@
 """The `pagesim bench` commands that time pagesim itself: `bench sim` (the simulator, alone or
-against another git revision) and `bench report` (a report against its run). Each parses its
+against another git revision) and `bench report` (each report against its run). Each parses its
 options, calls one library function and prints; `bench kernel` (a GPU) is in cli_calibration."""
 
 from __future__ import annotations
 
-from typing import Annotated
+import os
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from pagesim import console
 from pagesim.app import SetOption, bench_app
+from pagesim.console import Column
+
+if TYPE_CHECKING:
+    from pagesim.reports.bench import ReportCost
 
 
 @bench_app.command("sim")
@@ -144,22 +150,96 @@ def bench_sim(
         _echo(console_bench.comparison_lines(comparison))
 
 
+REPORT_COLUMNS: list[Column] = [
+    ("scenario", "scenario", ""),
+    ("kind", "kind", ""),
+    ("run", "run CPU s", ".2f"),
+    ("simulate", "(simulate)", ".2f"),
+    ("report", "report CPU s", ".2f"),
+    ("share", "report/run", ".2f"),
+    ("budget", "budget s", ".2f"),
+    ("within", "within", ""),
+    ("run_wall", "run wall s", ".2f"),
+    ("report_wall", "report wall s", ".2f"),
+    ("data", "(data files)", ".2f"),
+    ("plots", "plots", "d"),
+]
+BEFORE_COLUMNS: list[Column] = [
+    ("before", "before: report CPU s", ".2f"),
+    ("ratio", "before/after", ".2f"),
+    ("before_wall", "before: report wall s", ".2f"),
+]
+
+
 @bench_app.command("report")
 def bench_report(
-    scenario: Annotated[str, typer.Argument(help="A scenario TOML file or a built-in name.")],
+    scenarios: Annotated[
+        list[str] | None,
+        typer.Argument(help="Scenario TOML files or built-in names (default: every built-in)."),
+    ] = None,
     set_: SetOption = None,
-    repeat: Annotated[int, typer.Option(min=1, max=20, help="Reports per kind; best kept.")] = 1,
+    kind: Annotated[
+        str, typer.Option(help="run, sweep, or all: runs, and sweeps of files with [sweep].")
+    ] = "all",
+    repeat: Annotated[
+        int, typer.Option(help="Rounds through every case; each figure is their median.")
+    ] = 3,
+    against: Annotated[
+        str | None,
+        typer.Option(help="A git revision timed beside this tree, alternating case by case."),
+    ] = None,
 ) -> None:
-    """Time a run's report beside its simulation: simulate every system, then write the report
-    with the plots drawn in parallel (as `pagesim run` does) and by one process. CPU time first
-    (the plot workers' included), wall times as their runs' range.
+    """Time each scenario's report beside its run, in CPU seconds (the plot-drawing workers
+    included), each case in a fresh process: run = interpreter, imports and simulation (a
+    sweep's points one after another); report = what writing the report folder adds. The
+    budget is a third of the run, or 1 s, whichever is larger.
 
-    Example: pagesim bench report latency_vs_rate_sharegpt --set workload.num_requests=1000
+    Example: pagesim bench report textbook_static_vs_continuous --kind run --repeat 1
     """
-    from pagesim import console_bench
-    from pagesim.reports.bench import bench_report as measure
+    from pagesim.reports.bench import bench_cases, bench_reports
 
-    _echo(console_bench.report_lines(measure(scenario, list(set_ or []), repeat)))
+    def heard(side: str, cost: ReportCost) -> None:
+        typer.echo(
+            f"  {side}: {cost.scenario} {cost.kind}: run {cost.run_cpu_s:.2f} s, "
+            f"report {cost.report_cpu_s:.2f} s CPU",
+            err=True,
+        )
+
+    done = bench_reports(bench_cases(scenarios or [], kind), set_ or [], repeat, against, heard)
+    rows = []
+    for i, cost in enumerate(done.after):
+        row: dict[str, object] = {
+            "scenario": cost.scenario,
+            "kind": cost.kind,
+            "run": cost.run_cpu_s,
+            "simulate": cost.simulate_cpu_s,
+            "report": cost.report_cpu_s,
+            "share": cost.report_share,
+            "budget": cost.budget_s,
+            "within": "yes" if cost.is_within_budget else "NO",
+            "run_wall": cost.run_wall_s,
+            "report_wall": cost.report_wall_s,
+            "data": cost.data_cpu_s if cost.kind == "run" else None,
+            "plots": cost.num_plots,
+        }
+        if done.before is not None:
+            before = done.before[i]
+            row |= {
+                "before": before.report_cpu_s,
+                "ratio": before.report_cpu_s / cost.report_cpu_s,
+                "before_wall": before.report_wall_s,
+            }
+        rows.append(row)
+    low, high = done.load_1min
+    typer.echo(
+        f"median of {done.num_repeats} round(s), one process per case"
+        + (f"; before = {done.revision}" if done.revision else "")
+        + f"; 1-minute load average {low:.1f} to {high:.1f} on {os.cpu_count()} CPUs"
+    )
+    columns = REPORT_COLUMNS + (BEFORE_COLUMNS if done.before is not None else [])
+    console.echo_table(rows, columns)
+    within = sum(c.is_within_budget for c in done.after)
+    typer.echo(f"{within} of {len(done.after)} reports within budget")
 
 
 def _echo(lines: list[str]) -> None:

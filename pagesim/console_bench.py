@@ -15,7 +15,6 @@ from pagesim.console import Column, table_lines
 from pagesim.simulator.studies.bench_spread import Runs, Verdict, median, times_text
 
 if TYPE_CHECKING:
-    from pagesim.reports.bench import ReportTiming
     from pagesim.simulator.studies.bench_compare import Comparison, Sitting
     from pagesim.simulator.studies.bench_count import CountComparison
 
@@ -88,21 +87,6 @@ def instruction_lines(counts: CountComparison) -> list[str]:
         + agreement(counts.summary_differences())
     )
     return lines
-
-
-def report_lines(timing: ReportTiming) -> list[str]:
-    """`pagesim bench report`: the report's CPU time over the simulation's, then the wall
-    times' ranges beside the load."""
-    t = timing
-    return [
-        f"{t.scenario}: simulation {t.simulate.cpu.best_s:.2f} s CPU ({t.num_requests} requests); "
-        f"report {t.report.cpu.best_s:.2f} s CPU = {t.cpu_ratio:.2f}x the simulation "
-        f"({t.num_plots} plots, {t.num_workers} processes); drawn by one process "
-        f"{t.serial_report.cpu.best_s:.2f} s CPU",
-        f"wall s: simulation {t.simulate.wall.range_text()}, report {t.report.wall.range_text()}, "
-        f"drawn by one process {t.serial_report.wall.range_text()}; "
-        + _wall_line(t.load_averages, None),
-    ]
 
 
 def agreement(differences: list[str]) -> str:

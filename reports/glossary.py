@@ -11,7 +11,12 @@ from pagesim.reports.glossary_disagg import DISAGG_METRICS, DISAGG_REQUEST_COLUM
 from pagesim.reports.glossary_energy import ENERGY_METRICS, REPLICA_ENERGY_METRICS
 from pagesim.reports.glossary_fleet import FLEET_METRICS, REPLICA_METRICS, replica_metric
 from pagesim.reports.glossary_memory import KV_MEMORY_METRICS
-from pagesim.reports.glossary_models import HYBRID_METRICS, MOE_METRICS, SPEC_METRICS
+from pagesim.reports.glossary_models import (
+    HYBRID_METRICS,
+    MOE_METRICS,
+    SPEC_METRICS,
+    WIDE_EP_METRICS,
+)
 from pagesim.reports.glossary_offload import OFFLOAD_METRICS
 from pagesim.reports.glossary_sweep import SWEEP_ENTRIES
 from pagesim.reports.glossary_types import GlossaryEntry, SummaryMetric, Unit
@@ -258,6 +263,7 @@ SUMMARY_METRICS: tuple[SummaryMetric, ...] = (
     ),
     *SPEC_METRICS,
     *MOE_METRICS,
+    *WIDE_EP_METRICS,
     SummaryMetric("num_steps", "Steps", Unit.COUNT, "Engine", "Engine iterations simulated."),
     SummaryMetric(
         "busy_s", "Busy time", Unit.SECONDS, "Engine", "Simulated time spent executing steps."

@@ -39,6 +39,10 @@ _LOWER = (
     "energy",  # joules per token or request: fewer is better
     "offload_load_wait",
     "offload_store_wait",
+    "dp_sync_wait_share",
+    "dp_dummy_steps",
+    "all2all",
+    "moe_hot",
 )
 # Watts follow the work done: more is neither better nor worse by itself.
 _NEITHER = (

@@ -269,8 +269,6 @@ class DPGroup:
         return {
             "output_tok_s_per_gpu": tokens / end_s / gpus if end_s > 0 else None,
             "dp_size": d,
-            "all2all_backend": self.scenario.wide_ep.all2all_backend.value,
-            "eplb": int(self.scenario.wide_ep.eplb),
             "moe_hot_share": self.hot_share,
             "dp_group_steps": n,
             "dp_dummy_steps": sum(self.dummy_steps),

@@ -162,11 +162,18 @@ def revision_tree(revision: str, spec: BenchSpec) -> Iterator[tuple[Path, BenchS
     each run's child reads it (a trace file by its absolute path: each child runs in its own
     tree's root)."""
     timed = checked_spec(spec)  # a bad --policy, --requests or --synthetic: said before git runs
+    with worktree_at(revision) as worktree:
+        yield worktree, timed
+
+
+@contextmanager
+def worktree_at(revision: str) -> Iterator[Path]:
+    """Git `revision` checked out into a temporary worktree, byte-compiled (removed after)."""
     with tempfile.TemporaryDirectory(prefix="pagesim-bench-") as folder:
         worktree = _add_worktree(Path(folder), revision)
         try:
             compile_tree(worktree)
-            yield worktree, timed
+            yield worktree
         finally:
             _git("worktree", "remove", "--force", str(worktree))
 

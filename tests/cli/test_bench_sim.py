@@ -15,7 +15,6 @@ import pytest
 from cli_helpers import MAKES_GIT_WORKTREES, run_cli
 
 from pagesim import console_bench
-from pagesim.reports.bench import Cost, ReportTiming
 from pagesim.simulator.core.errors import InputError
 from pagesim.simulator.scenario.load import load_scenario
 from pagesim.simulator.studies import bench, bench_compare
@@ -153,27 +152,6 @@ def test_one_tree_alone_prints_cpu_then_the_wall_range() -> None:
         "this tree   4.00   4.00-5.00    7.00-9.00        250    500,000       12,500      100",
         "wall time swings with the machine's load (1-minute load average 6.0 on 2 CPUs): CPU "
         "time is the measure",
-    ]
-
-
-@pytest.mark.usefixtures("two_cpus")
-def test_a_report_bench_leads_with_the_cpu_ratio() -> None:
-    timing = ReportTiming(
-        "textbook",
-        8,
-        simulate=Cost(Spread((2.0,)), Spread((4.0,))),
-        report=Cost(Spread((1.5, 1.0)), Spread((0.9, 1.2))),
-        serial_report=Cost(Spread((1.2,)), Spread((1.3,))),
-        num_workers=2,
-        num_plots=6,
-    )
-    assert timing.cpu_ratio == 0.5
-    assert console_bench.report_lines(timing) == [
-        "textbook: simulation 2.00 s CPU (8 requests); report 1.00 s CPU = 0.50x the simulation "
-        "(6 plots, 2 processes); drawn by one process 1.20 s CPU",
-        "wall s: simulation 4.00 (1 run), report 0.90-1.20, drawn by one process 1.30 (1 run); "
-        "wall time swings with the machine's load (load average unknown on 2 CPUs): CPU time is "
-        "the measure",
     ]
 
 
