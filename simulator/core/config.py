@@ -385,7 +385,7 @@ class ReportConfig:
 @dataclass(frozen=True, slots=True)
 class ExecutionConfig:
     """How a step is priced. A factor left None takes the default of the GPU preset (the
-    roofline's fitted factors and interconnect, core/hardware.py) or of the system's engine era
+    roofline's fitted factors and interconnect, core/presets/) or of the system's engine era
     (the host overhead, execution/overhead.py); a value given replaces it for every system."""
 
     kind: ExecutionKind = ExecutionKind.ROOFLINE
@@ -407,7 +407,7 @@ class ExecutionConfig:
     # (execution/frontend.py; None: the era's default; offline systems have none).
     frontend_s: float | None = None
     # vLLM's custom all-reduce: one stage's latency in a model step (execution/allreduce.py;
-    # None: the GPU's link's, core/hardware.py).
+    # None: the GPU's link's, core/presets/interconnects.toml).
     custom_allreduce_stage_us: float | None = None
     # The fused-MoE kernel's share of datasheet bandwidth streaming routed experts (moe_cost.py;
     # None: the fitted default).
