@@ -17,4 +17,6 @@ Public measurements (no GPU needed): `vidur_csv` reads the Vidur project's profi
 section; the shipped ones are in profiles/), `roofline_fit` fits the roofline's per-GPU factors
 to them (with `minimize`), and `step_errors` tabulates the roofline's error against them
 (profiles/ERRORS.md; `step_error_rows` computes the rows).
+
+Imports: simulator, reports (the fidelity check's report page).
 """

@@ -3,5 +3,5 @@
 simulator benchmark, and `runs`: what each `pagesim` command computes, one call and one typed
 result each.
 
-The top layer of the simulator: may import the engine, scenarios and everything below.
+The top layer of the simulator. Imports: engine, scenario, cluster, metrics, execution, kv, core.
 """
