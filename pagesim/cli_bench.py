@@ -109,7 +109,7 @@ def bench_report(
 
     Example: pagesim bench report latency_vs_rate_sharegpt --set workload.num_requests=1000
     """
-    from pagesim.reports.bench import bench_report as measure
+    from pagesim.reports.report_bench import bench_report as measure
 
     t = measure(scenario, list(set_ or []), repeat)
     typer.echo(

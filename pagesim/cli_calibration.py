@@ -264,8 +264,8 @@ def bench_kernel(
 
     Example: pagesim bench kernel --model llama-3-8b --shapes fidelity --dtype bf16
     """
-    from pagesim.calibration.bench import KV_DTYPES, bench_models, format_row
     from pagesim.calibration.harness import FLUSH_MODES
+    from pagesim.calibration.kernel_bench import KV_DTYPES, bench_models, format_row
     from pagesim.calibration.outputs import check_out_file
     from pagesim.simulator.core.catalog import resolve_model
 
