@@ -14,7 +14,7 @@ from pagesim.app import SetOption, bench_app
 from pagesim.console import Column
 
 if TYPE_CHECKING:
-    from pagesim.reports.bench import ReportCost
+    from pagesim.reports.report_bench import ReportCost
 
 
 @bench_app.command("sim")
@@ -196,7 +196,7 @@ def bench_report(
 
     Example: pagesim bench report textbook_static_vs_continuous --kind run --repeat 1
     """
-    from pagesim.reports.bench import bench_cases, bench_reports
+    from pagesim.reports.report_bench import bench_cases, bench_reports
 
     def heard(side: str, cost: ReportCost) -> None:
         typer.echo(

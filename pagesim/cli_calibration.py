@@ -148,7 +148,8 @@ def fit_roofline(
     out: Annotated[Path | None, typer.Option(help="Also write the factors as JSON.")] = None,
 ) -> None:
     """Fit the roofline's per-GPU factors and interconnects to Vidur's measurements; print them
-    as simulator/core/hardware.py writes them (it holds this command's output).
+    as the preset files write them (simulator/core/presets/roofline_factors.toml and
+    interconnects.toml hold this command's output).
 
     Example: pagesim calibrate fit-roofline vidur/data/profiling
     """
@@ -263,8 +264,8 @@ def bench_kernel(
 
     Example: pagesim bench kernel --model llama-3-8b --shapes fidelity --dtype bf16
     """
-    from pagesim.calibration.bench import KV_DTYPES, bench_models, format_row
     from pagesim.calibration.harness import FLUSH_MODES
+    from pagesim.calibration.kernel_bench import KV_DTYPES, bench_models, format_row
     from pagesim.calibration.outputs import check_out_file
     from pagesim.simulator.core.catalog import resolve_model
 

@@ -2,7 +2,7 @@
 sweep), then its report.
 
 Run by path, `python -S bench_child.py TREE SCENARIO KIND '<overrides as JSON>'`, with TREE
-first on sys.path (reports.bench starts it; with `--against`, TREE is another git revision's
+first on sys.path (reports.report_bench starts it; with `--against`, TREE is another git revision's
 checkout), it prints one JSON line. So it imports only the standard library at the top, and
 from TREE only what every revision since the report moved into reports.folders has:
 `studies.runs` (load_run, simulate_run, sweep_scenario) and `reports.folders` (write_run,

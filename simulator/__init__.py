@@ -11,5 +11,6 @@ Layers, each importing only those below it (tests/simulator/test_layers.py check
     core                         requests, plan messages, config, catalog, errors
 
 Never imports CuPy or torch (measured costs arrive as a profile file), the CLI, `calibration`
-or `reports`.
+or `reports`. The package's own module, engine.py: Imports: cluster, metrics, execution, workload,
+core.
 """

@@ -333,7 +333,7 @@ class SystemConfig:
     # vllm-v1: a KV offload tier in CPU memory ([systems.kv_offload]; policies/offload.py)
     kv_offload: KVOffloadConfig | None = None
     # vllm-v1: decoder layers split over this many stages, each a tensor-parallel group of its
-    # own (vLLM --pipeline-parallel-size; execution/pipeline.py, cluster/pipeline_loop.py)
+    # own (vLLM --pipeline-parallel-size; core/pipeline_stages.py, cluster/pipeline_loop.py)
     pipeline_parallel: int = 1
     # layers per stage in place of vLLM's split (its VLLM_PP_LAYER_PARTITION); None: vLLM's
     pipeline_layer_partition: tuple[int, ...] | None = None
@@ -395,7 +395,7 @@ class ReportConfig:
 @dataclass(frozen=True, slots=True)
 class ExecutionConfig:
     """How a step is priced. A factor left None takes the default of the GPU preset (the
-    roofline's fitted factors and interconnect, core/hardware.py) or of the system's engine era
+    roofline's fitted factors and interconnect, core/presets/) or of the system's engine era
     (the host overhead, execution/overhead.py); a value given replaces it for every system."""
 
     kind: ExecutionKind = ExecutionKind.ROOFLINE
@@ -417,7 +417,7 @@ class ExecutionConfig:
     # (execution/frontend.py; None: the era's default; offline systems have none).
     frontend_s: float | None = None
     # vLLM's custom all-reduce: one stage's latency in a model step (execution/allreduce.py;
-    # None: the GPU's link's, core/hardware.py).
+    # None: the GPU's link's, core/presets/interconnects.toml).
     custom_allreduce_stage_us: float | None = None
     # The fused-MoE kernel's share of datasheet bandwidth streaming routed experts (moe_cost.py;
     # None: the fitted default).

@@ -10,6 +10,8 @@ build ([gpu] itself is not a replica when every pool names another GPU).
     [[cluster.pools]]      per system simulated, each pool: its `count` replicas of the pool's
                            `system` (or the one simulated) on the pool's GPU and degree; a system
                            in `colocated_systems` runs the same pools with role "both"
+
+The same idea in the scenario layer: simulator/scenario/deployments.py checks them.
 """
 
 from __future__ import annotations

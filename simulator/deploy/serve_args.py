@@ -64,7 +64,7 @@ def serve_args(
     if note:
         out.notes.append(note)
     out.add("--tensor-parallel-size", tensor_parallel)
-    if system.pipeline_parallel > 1:  # execution/pipeline.py
+    if system.pipeline_parallel > 1:  # core/pipeline_stages.py
         out.add("--pipeline-parallel-size", system.pipeline_parallel)
         if system.pipeline_layer_partition is not None:
             partition = ",".join(map(str, system.pipeline_layer_partition))

@@ -1,5 +1,8 @@
 """One place that builds a system's execution model from the scenario's [execution] section (or
-the system's own `execution` kind) and the system's engine era."""
+the system's own `execution` kind) and the system's engine era.
+
+The same idea in the policies layer: simulator/policies/factory.py builds the scheduler.
+"""
 
 from __future__ import annotations
 

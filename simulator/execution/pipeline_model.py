@@ -1,6 +1,6 @@
 """Prices one batch through a pipeline of stages: each stage's time, and its hand-offs.
 
-Each stage is a model of its own (execution/pipeline.py `stage_model`: its layers, the
+Each stage is a model of its own (core/pipeline_stages.py `stage_model`: its layers, the
 embedding on the first, the LM head on the last) priced by the roofline on the stage's
 tensor-parallel group, so a stage's all-reduces are the TP group's as without stages. A stage
 that does not hold the LM head is charged without it (`RooflineModel.lm_head_s`). Every stage
@@ -19,8 +19,8 @@ from collections.abc import Callable, Sequence
 
 from pagesim.simulator.core.catalog import ModelSpec
 from pagesim.simulator.core.config import Scenario, SystemConfig
+from pagesim.simulator.core.pipeline_stages import stage_models
 from pagesim.simulator.core.plan import StepCost, StepPlan
-from pagesim.simulator.execution.pipeline import stage_models
 from pagesim.simulator.execution.pipeline_link import StageLinks
 from pagesim.simulator.execution.roofline import RooflineModel
 

@@ -25,8 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pagesim.simulator.core.catalog import GPUSpec, ModelSpec
-from pagesim.simulator.core.hardware import TENSOR_PEAKS
+from pagesim.simulator.core.catalog import TENSOR_PEAKS, GPUSpec, ModelSpec
 from pagesim.simulator.core.model_spec import QuantScope, WeightDtype
 
 

@@ -1,5 +1,5 @@
 """Roofline execution model: what one `StepPlan` costs, from datasheet ceilings, model shapes and
-the GPU preset's factors (fitted to public measurements where they exist: core/hardware.py).
+the GPU preset's factors (fitted to public measurements where they exist: core/presets/).
 
 Every figure is **per GPU** under tensor parallelism t (each GPU runs the same step on its shard at
 the same time), so MFU = flops / (peak × duration) and MBU = bytes_moved / (bandwidth × duration)

@@ -12,6 +12,9 @@ min_replicas..max_replicas) and degrees instead of gpus / tensor_parallel / rout
             prefill_tensor_parallel = [1, 2], decode_tensor_parallel = [1]  (default: the pool's)
             max_gpus = 8   fleets of at most this many GPUs (default: twice the scenario's fleet)
             price_per_gpu_hour: one per pool GPU
+
+The same idea in other layers: the frozen settings are simulator/core/capacity.py; the rate
+search's pages, reports/capacity.py.
 """
 
 from __future__ import annotations

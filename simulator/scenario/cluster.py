@@ -9,6 +9,8 @@
                    role (both | prefill | decode)
 Disaggregation's keys ([cluster.link], a router per phase, colocated_systems):
 simulator/scenario/disagg.py.
+
+The same idea in the core layer: simulator/core/cluster.py, the frozen configuration read here.
 """
 
 from __future__ import annotations

@@ -46,7 +46,7 @@ parse as one (`2`, `2.5`, `true`, `"x"`, `[1, 2]`, `{ kind = "burst" }`), else b
 
 This module reads [execution], [slo] and [stop], puts the sections together and holds the
 file-level API (`load_scenario`, `expand_sweep`); the rest lives beside it: `schema` (the valid
-keys and limits), `table` (`Table`, `ScenarioError`, values in messages), `hardware` ([model],
+keys and limits), `table` (`Table`, `ScenarioError`, values in messages), `catalog` ([model],
 [gpu]), `workload` and `systems` (the two big sections), `traces` (trace CSV checks),
 `overrides` (paths, `--set`, `--param`, [sweep]), `report` ([report]), `files` (finding and
 reading scenario files), `toml_writer` (`describe_scenario`).
@@ -76,6 +76,7 @@ from pagesim.simulator.core.model_spec import WeightDtype
 from pagesim.simulator.execution.moe_cost import ExpertLayout
 from pagesim.simulator.execution.profile_file import check_profile
 from pagesim.simulator.scenario.capacity import read_capacity
+from pagesim.simulator.scenario.catalog import read_gpu, read_model
 from pagesim.simulator.scenario.cluster import check_router_keys, read_cluster
 from pagesim.simulator.scenario.deployments import check_deployments
 from pagesim.simulator.scenario.disagg import check_disaggregated
@@ -87,7 +88,6 @@ from pagesim.simulator.scenario.files import (
     resolve_scenario,
     scenario_to_toml_text,
 )
-from pagesim.simulator.scenario.hardware import read_gpu, read_model
 from pagesim.simulator.scenario.overrides import (
     apply_overrides,
     blame,

@@ -1,4 +1,5 @@
-"""Reading [systems.kv_offload] (or [defaults.kv_offload]) into a `KVOffloadConfig`.
+"""Reading [systems.kv_offload] (or [defaults.kv_offload]) into a `KVOffloadConfig`
+(core/offload.py), which policies/offload.py runs.
 
     [systems.kv_offload]
     cpu_gib = 64          # the CPU buffer over the replica's GPUs (vLLM --kv-offloading-size)

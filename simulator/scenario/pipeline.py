@@ -1,6 +1,6 @@
 """Reading and checking a [[systems]] `pipeline_parallel` and `pipeline_layer_partition`.
 
-What pagesim models is vLLM V1's pipeline (execution/pipeline.py, cluster/pipeline_loop.py), so
+What pagesim models is vLLM V1's pipeline (core/pipeline_stages.py, cluster/pipeline_loop.py), so
 a system with more than one stage must be a vllm-v1 system priced by the roofline. vLLM V0
 (0.5-0.6) ran stages otherwise: one scheduler per stage ("virtual engine"), each with 1/P of the
 KV blocks (vllm/engine/llm_engine.py `LLMEngine.__init__` and core/scheduler.py

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from enum import Enum
 from typing import Any
 
-from pagesim.simulator.core.catalog import GIB, GPUS, MODELS, GPUSpec, ModelSpec
+from pagesim.simulator.core.catalog import GIB, GPUS, MODELS, TENSOR_PEAKS, GPUSpec, ModelSpec
 from pagesim.simulator.core.cluster import PoolRole, RouterKind
 from pagesim.simulator.core.config import (
     AdmissionOrder,
@@ -34,7 +34,6 @@ from pagesim.simulator.core.config import (
     VllmVersion,
 )
 from pagesim.simulator.core.defaults import driver_memory_bytes
-from pagesim.simulator.core.hardware import TENSOR_PEAKS
 from pagesim.simulator.core.link import LINK_PRESETS
 from pagesim.simulator.core.model_spec import KVDtype, LayerKind, WeightDtype
 from pagesim.simulator.core.request import SamplingKind
@@ -252,8 +251,8 @@ def _gpus_section() -> list[str]:
     intro = (
         "`[gpu] preset`, `[[cluster.pools]] gpu` and `[capacity] gpus` take these names; a custom "
         "GPU gives its own figures. Datasheet figures (sources: [facts.md](facts.md), "
-        "simulator/core/hardware.py); driver GiB: the memory vLLM's utilization applies to; dense "
-        "tensor peaks in TFLOP/s (TOPS for INT8); step-cost factors fitted to Vidur's "
+        "simulator/core/presets/gpus.toml); driver GiB: the memory vLLM's utilization applies to; "
+        "dense tensor peaks in TFLOP/s (TOPS for INT8); step-cost factors fitted to Vidur's "
         "measurements of the GPU or taken from another ([step-costs.md](step-costs.md))."
     )
     lines = [
@@ -282,7 +281,9 @@ def _gpus_section() -> list[str]:
 
 
 def _links_section() -> list[str]:
-    intro = "`[cluster.link] preset`; per GPU port, one direction (simulator/core/link.py)."
+    intro = (
+        "`[cluster.link] preset`; per GPU port, one direction (simulator/core/presets/links.toml)."
+    )
     lines = ["## Link presets", "", intro, ""]
     for name, preset in LINK_PRESETS.items():
         text = (

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from pagesim.simulator.core.catalog import GB, GIB
 from pagesim.simulator.core.cluster import ClusterConfig, RouterConfig, RouterKind
 from pagesim.simulator.core.config import (
     CONTIGUOUS_POLICIES,
     LengthKind,
     Policy,
 )
+from pagesim.simulator.core.hardware import GPU_FIGURE_UNITS
 
 MAX_AXES = 2
 MAX_SWEEP_POINTS = 10_000
@@ -189,11 +189,11 @@ SCHEMA: Schema = {
 }
 
 # The [gpu] figures: a custom GPU gives them, a preset takes them as overrides.
-GPU_FIGURES = {  # field -> (upper bound, GPUSpec field, unit in that field)
-    "memory_gib": (1e5, "memory_bytes", GIB),
-    "mem_bandwidth_gbps": (1e6, "mem_bandwidth_bps", GB),
-    "fp16_tflops": (1e6, "fp16_flops", 1e12),
-    "host_link_gbps": (1e5, "host_link_bps", GB),
+# Keys and units as the preset file writes them (core/hardware.py GPU_FIGURE_UNITS).
+_GPU_FIGURE_BOUNDS = {"memory_gib": 1e5, "mem_bandwidth_gbps": 1e6, "fp16_tflops": 1e6}
+GPU_FIGURES = {  # key -> (upper bound, GPUSpec field, unit in that field)
+    key: (_GPU_FIGURE_BOUNDS.get(key, 1e5), field, unit)
+    for key, (field, unit) in GPU_FIGURE_UNITS.items()
 }
 
 # The keys each kind of [workload.prompt] / [workload.output] uses beside kind.

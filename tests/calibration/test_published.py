@@ -35,7 +35,7 @@ from pagesim.calibration.published import (
 from pagesim.calibration.published_fit import fit, microbenchmark_fit
 from pagesim.calibration.published_rows import read_rows
 from pagesim.simulator.core.errors import InputError
-from pagesim.simulator.core.hardware import CUSTOM_STAGE_S, DGX_H100
+from pagesim.simulator.core.preset_files import shipped_presets
 from pagesim.simulator.execution.frontend import V0_FRONTEND_S
 from pagesim.simulator.execution.moe_cost import FUSED_MOE_BW_EFFICIENCY
 from pagesim.simulator.execution.overhead import V0_FIXED_S
@@ -111,9 +111,9 @@ def test_check_published_prints_the_table_and_writes_it(
 
 
 def test_the_kernel_bandwidths_are_vllms_own_microbenchmark() -> None:
-    """hardware.py's NVLink 4 figures: the least squares of vLLM PR #24532's table."""
+    """interconnects.toml's NVLink 4 figures: the least squares of vLLM PR #24532's table."""
     bench = microbenchmark_fit()
-    custom = DGX_H100.custom
+    custom = shipped_presets().interconnects["dgx-h100"].custom
     assert custom is not None
     assert custom.one_shot_bps == pytest.approx(bench["one_shot_bps"], rel=0.01)
     assert custom.two_shot_bps == pytest.approx(bench["two_shot_bps"], rel=0.01)
@@ -123,7 +123,8 @@ def test_the_kernel_bandwidths_are_vllms_own_microbenchmark() -> None:
 def test_the_shipped_terms_are_the_fits_optimum() -> None:
     """`python -m pagesim.calibration.published_fit` gives the constants the code ships: from
     them, its next Gauss-Newton step moves none by more than 1%."""
-    shipped = (V0_FIXED_S, CUSTOM_STAGE_S, V0_FRONTEND_S, FUSED_MOE_BW_EFFICIENCY)
+    stage_s = shipped_presets().custom_allreduce["nvlink4"].stage_s
+    shipped = (V0_FIXED_S, stage_s, V0_FRONTEND_S, FUSED_MOE_BW_EFFICIENCY)
     assert fit(iterations=1, start=shipped).values == pytest.approx(shipped, rel=0.01)
 
 

@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 from cli_helpers import refused, run_cli
 
-from pagesim.reports.bench import Case, ReportCost, bench_cases, median_cost
+from pagesim.reports.report_bench import Case, ReportCost, bench_cases, median_cost
 
 
 def test_bench_report_prints_a_row_per_case(capsys: pytest.CaptureFixture[str]) -> None:

@@ -47,7 +47,7 @@ def test_every_facts_model_and_gpu_is_a_preset() -> None:
     assert set(CLASSIC_MODELS) == set(FACTS_KV_BYTES)
     assert set(CLASSIC_MODELS) <= set(MODELS)
     facts = {"a100-40gb", "a100-80gb", "h100-sxm", "h200-sxm", "l40s", "l4", "rtx-4090"}
-    # And the A40 (NVIDIA's datasheet), which Vidur measured (core/hardware.py).
+    # And the A40 (NVIDIA's datasheet), which Vidur measured (core/presets/gpus.toml).
     assert set(GPUS) == facts | {"a40"}
 
 

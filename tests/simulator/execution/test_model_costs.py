@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 from pagesim.simulator.core.catalog import KVDtype, ModelSpec, get_gpu, get_model
 from pagesim.simulator.core.config import ExecutionConfig
 from pagesim.simulator.core.errors import InputError
-from pagesim.simulator.core.hardware import DGX_H100
 from pagesim.simulator.core.model_spec import WeightDtype
 from pagesim.simulator.core.plan import SeqWork, StepPlan
+from pagesim.simulator.core.preset_files import shipped_presets
 from pagesim.simulator.execution.moe_cost import ExpertLayout, selection_probabilities
 from pagesim.simulator.execution.precision import gemm_peak
 from pagesim.simulator.execution.profile_file import check_profile
@@ -26,6 +26,7 @@ from pagesim.simulator.kv.capacity import weight_bytes_per_gpu
 H200 = get_gpu("h200-sxm")
 CONFIG = ExecutionConfig()
 GIB = 1024**3
+DGX_H100 = shipped_presets().interconnects["dgx-h100"]
 
 
 def decode_plan(batch: int, context: int) -> StepPlan:
@@ -317,7 +318,7 @@ def test_breakdown_adds_up_to_the_price_for_the_new_kinds(work: list[SeqWork], i
     assert all(v >= 0 for v in parts.values())
     # One more decoding sequence never makes the step cheaper or lighter, but for its
     # all-reduce: under 4 MiB that follows NCCL's measured medians, which fall with size in
-    # places (core/hardware.py Interconnect; e.g. DeepSeek-V3 at TP 8 on H200: 3 -> 4 tokens).
+    # places (core/presets/interconnects.toml; e.g. DeepSeek-V3 at TP 8 on H200: 3 -> 4 tokens).
     more = StepPlan.build([*plan.work, SeqWork(len(work), len(work), 1, 100, False)])
     more_s = roof.price(more).compute_s - roof.breakdown(more)["all_reduce"]
     assert more_s >= cost.compute_s - parts["all_reduce"] - 1e-15

@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pagesim.simulator.core.catalog import KVDtype, get_model
-from pagesim.simulator.execution.pipeline import stage_layer_counts, stage_models
+from pagesim.simulator.core.pipeline_stages import stage_layer_counts, stage_models
 from pagesim.simulator.execution.pipeline_clock import PipelineClock, StageSpan
 from pagesim.simulator.execution.pipeline_link import (
     StageLinks,

@@ -1,5 +1,8 @@
 """The [model] and [gpu] sections: a catalog preset or a Hugging Face config.json; a GPU preset,
-its datasheet figures replaced one by one, or a custom GPU."""
+its datasheet figures replaced one by one, or a custom GPU.
+
+The same idea in the core layer: simulator/core/catalog.py, whose presets these name.
+"""
 
 from __future__ import annotations
 
