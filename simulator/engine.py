@@ -26,6 +26,7 @@ from pagesim.simulator.cluster.model_keys import replica_keys
 from pagesim.simulator.cluster.replica import ExecutionFactory, Replica, ReplicaStallError
 from pagesim.simulator.core.collector import collector_paused
 from pagesim.simulator.core.config import Scenario, SystemConfig
+from pagesim.simulator.core.deployments import system_scenario
 from pagesim.simulator.core.errors import InputError
 from pagesim.simulator.execution.checks import utilization_warnings
 from pagesim.simulator.metrics.result import RunResult
@@ -73,6 +74,8 @@ def simulate(
             "hook or a measured execution model (a fidelity check) drives one replica: use a "
             "scenario without them"
         )
+    if scenario.cluster is None:  # a system's own tensor_parallel and dtypes (pools: their own)
+        scenario = system_scenario(scenario, system or scenario.systems[0])
     if scenario.data_parallel > 1:  # every DP rank, lock-stepped (cluster/dp_group.py)
         from pagesim.simulator.cluster.dp_group import simulate_dp_group, unsupported
 

@@ -344,6 +344,7 @@ class Replica:
             "tensor_parallel": self.scenario.tensor_parallel,
             "pipeline_parallel": system.pipeline_parallel,
             "kv_dtype": self.scenario.kv_dtype.value,
+            "weight_dtype": self.scenario.model.weight_dtype.value,  # [model]'s or the system's
             "num_kv_blocks": capacity.num_gpu_blocks,
             "num_cpu_blocks": capacity.num_cpu_blocks,
             "block_size": capacity.block_size,

@@ -161,7 +161,7 @@ def fleet_result(run: FleetRun, scenario: str, system: str, warmup_s: float) -> 
     summary = summarize(
         requests, StepTotals(window_start_s=warmup_s), first.block_bytes, run.end_s, window_tokens
     )
-    num_gpus = sum(r.scenario.tensor_parallel for r in run.replicas)
+    num_gpus = sum(r.scenario.tensor_parallel * r.system.pipeline_parallel for r in run.replicas)
     summary["num_replicas"] = len(run.replicas)
     summary["num_gpus"] = num_gpus
     goodput = summary.get("goodput_req_s")

@@ -13,6 +13,7 @@ from pathlib import Path
 from pagesim.simulator.core.capacity import CapacityConfig
 from pagesim.simulator.core.catalog import GPUSpec, KVDtype, ModelSpec
 from pagesim.simulator.core.cluster import ClusterConfig
+from pagesim.simulator.core.model_spec import WeightDtype
 from pagesim.simulator.core.offload import KVOffloadConfig
 from pagesim.simulator.core.plan import PreemptionMode
 from pagesim.simulator.core.request import SamplingKind
@@ -337,6 +338,12 @@ class SystemConfig:
     pipeline_parallel: int = 1
     # layers per stage in place of vLLM's split (its VLLM_PP_LAYER_PARTITION); None: vLLM's
     pipeline_layer_partition: tuple[int, ...] | None = None
+    # The system's own deployment, in place of [model]'s (None: [model]'s), so that one run can
+    # compare, say, BF16 on two nodes with FP8 on one: core/deployments.py `system_scenario`
+    # applies them before anything reads the scenario
+    tensor_parallel: int | None = None
+    weight_dtype: WeightDtype | None = None
+    kv_dtype: KVDtype | None = None
 
     def __post_init__(self) -> None:
         # The allocator in force, resolved once: orca places its reservations with a buddy

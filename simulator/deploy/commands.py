@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from pagesim.simulator.core.cluster import PoolRole
 from pagesim.simulator.core.config import Scenario, SystemConfig
 from pagesim.simulator.core.defaults import resolve_system
+from pagesim.simulator.core.deployments import system_scenario
 from pagesim.simulator.deploy.bench_args import Traffic, bench_args, traffic
 from pagesim.simulator.deploy.eras import Era, era_flags, era_of, is_number, vllm_version
 from pagesim.simulator.deploy.serve_args import serve_args
@@ -117,11 +118,12 @@ def deployment(
     lines, unflagged, notes = [], [], []
     pools = cluster.pools if cluster is not None else ()
     for pool in pools or (None,):
-        gpu = pool.gpu if pool is not None else scenario.gpu
-        tp = pool.tensor_parallel if pool is not None else scenario.tensor_parallel
         own = _pool_system(scenario, system, pool.system if pool is not None else None)
-        resolved = resolve_system(own, scenario.model, gpu, tp).system
-        args = serve_args(replace(scenario, gpu=gpu, tensor_parallel=tp), resolved, era, tp)
+        on = system_scenario(scenario, own)  # its own degree and dtypes, as the run's
+        gpu = pool.gpu if pool is not None else on.gpu
+        tp = pool.tensor_parallel if pool is not None else on.tensor_parallel
+        resolved = resolve_system(own, on.model, gpu, tp).system
+        args = serve_args(replace(on, gpu=gpu, tensor_parallel=tp), resolved, era, tp)
         if pool is not None and pool.role is not PoolRole.BOTH:
             if era.is_v1:
                 args.add("--kv-transfer-config", NIXL)

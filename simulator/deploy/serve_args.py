@@ -38,6 +38,7 @@ from pagesim.simulator.core.config import (
 from pagesim.simulator.deploy.argv import Argv
 from pagesim.simulator.deploy.eras import Era
 from pagesim.simulator.deploy.models import model_reference, native_weight_dtype
+from pagesim.simulator.deploy.wide_ep_args import wide_ep_args
 from pagesim.simulator.execution.overhead import for_system
 from pagesim.simulator.kv.capacity import kv_capacity
 
@@ -144,6 +145,7 @@ def _v1(out: ServeArgs, scenario: Scenario, system: SystemConfig, era: Era) -> N
         out.add("--data-parallel-size", scenario.data_parallel)
     if scenario.expert_parallel:
         out.add("--enable-expert-parallel")
+    wide_ep_args(out, scenario, era, scenario.tensor_parallel)  # deploy/wide_ep_args.py
     if not system.hybrid_kv_cache_manager:
         out.add("--disable-hybrid-kv-cache-manager")
     # as the run decided it (execution/overhead.py for_system: the scenario's, else the

@@ -140,6 +140,15 @@ _SYSTEM = {
     "pipeline_layer_partition": "Layers per stage, e.g. [63, 63] (vLLM's "
     "VLLM_PP_LAYER_PARTITION): one entry per stage, summing to the model's layers; default "
     "vLLM's split (the remainder to the stages before the last).",
+    "tensor_parallel": "This system's tensor-parallel degree in place of [model] tensor_parallel "
+    "(it must divide the model's heads), so one run compares deployments (e.g. TP 8 x PP 2 "
+    "against TP 8); the KV capacity, step costs, GPU count and `pagesim deploy` line follow it. "
+    "Refused with [cluster] pools (each has its own), [capacity] (the search picks the degree) "
+    "and data_parallel > 1 or expert_parallel. Default: [model]'s.",
+    "weight_dtype": "This system's weight dtype in place of [model] weight_dtype (e.g. fp8 "
+    "against bf16 in one run): weight bytes, GEMM peak and KV room follow it. Default: "
+    "[model]'s.",
+    "kv_dtype": "This system's KV-cache dtype in place of [model] kv_dtype. Default: [model]'s.",
 }
 
 _SPECULATIVE = {

@@ -34,7 +34,8 @@ docs/scenario-reference.md, `pagesim scenarios reference`; keys are config.py fi
       [[workload.prefix_groups]]   num_tokens, fraction
       [[workload.requests]]        prompt_len, output_len, arrival_s, priority (replace generators)
     [defaults]   any [[systems]] key but name: applies to every system that does not set it
-    [[systems]]  name, policy = static|orca|vllm-v0|vllm-v1, and any SystemConfig field
+    [[systems]]  name, policy = static|orca|vllm-v0|vllm-v1, and any SystemConfig field; also
+                 tensor_parallel, weight_dtype, kv_dtype in place of [model]'s (system_overrides)
     [slo]        ttft_s, tpot_s
     [stop]       max_time_s, warmup_s
     [sweep]      axes = [{ path = "workload.arrival.rate_per_s", values = [1, 2, 4] }]  (1 or 2)
@@ -99,6 +100,7 @@ from pagesim.simulator.scenario.overrides import (
 )
 from pagesim.simulator.scenario.report import read_report
 from pagesim.simulator.scenario.schema import MAX_AXES, MAX_SWEEP_POINTS, SCHEMA
+from pagesim.simulator.scenario.system_overrides import check_own_degree
 from pagesim.simulator.scenario.systems import read_systems
 from pagesim.simulator.scenario.table import (
     Ctx,
@@ -302,11 +304,13 @@ def _parse(raw: object, source: Path | None, check_sweep: bool) -> Scenario:
     )
     if cluster is not None:
         scenario = replace(scenario, cluster=cluster)
+    has_capacity = top.has("capacity")
+    check_own_degree(ctx, scenario, {n: w for n, (_, w) in places.items()}, has_capacity)
     check_deployments(top, scenario, places)  # every pool's GPU and degree, as the run's
     check_disaggregated(top.table("cluster"), scenario)
     names = [s.name for s in scenario.systems]
     scenario = replace(scenario, report=read_report(top.table("report"), names))
-    capacity = read_capacity(top.table("capacity"), scenario, top.has("capacity"))
+    capacity = read_capacity(top.table("capacity"), scenario, has_capacity)
     if capacity is not None:
         scenario = replace(scenario, capacity=capacity)
     if scenario.cluster is not None:

@@ -96,6 +96,8 @@ def _choices() -> dict[str, tuple[str, ...]]:
         "systems.defaults": _values(DefaultsMode),
         "systems.vllm_version": _values(VllmVersion),
         "systems.speculative.method": _values(SpecMethod),
+        "systems.weight_dtype": _values(WeightDtype),
+        "systems.kv_dtype": _values(KVDtype),
         "cluster.router.kind": routers,
         "cluster.router.by_system": routers,
         "cluster.pools.gpu": gpus,

@@ -51,7 +51,7 @@ HEADLINE_METRICS: tuple[str, ...] = (
     "spec_draft_share",
     "moe_experts_touched_per_layer",
     "moe_expert_bytes_per_step",
-    "output_tok_s_per_gpu",  # simulator/cluster/dp_group.py (a DP group)
+    "output_tok_s_per_gpu",  # a DP group (cluster/dp_group.py); systems on unlike GPU counts
     "dp_sync_wait_share",
     "all2all_s_per_step",
     "moe_hot_share",

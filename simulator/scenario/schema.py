@@ -112,6 +112,9 @@ SYSTEM_KEYS = (
     "kv_offload",
     "pipeline_parallel",
     "pipeline_layer_partition",
+    "tensor_parallel",
+    "weight_dtype",
+    "kv_dtype",
 )
 
 

@@ -41,6 +41,12 @@ from pagesim.simulator.scenario.offload import read_kv_offload
 from pagesim.simulator.scenario.pipeline import pipeline_refusal, read_layer_partition
 from pagesim.simulator.scenario.schema import KNOB_READERS, PAGED_POLICIES, SYSTEM_KEYS
 from pagesim.simulator.scenario.speculative import read_speculative
+from pagesim.simulator.scenario.system_overrides import (
+    heads_refusal,
+    read_kv_dtype,
+    read_tensor_parallel,
+    read_weight_dtype,
+)
 from pagesim.simulator.scenario.table import Ctx, Table
 
 # How to read each [[systems]] key (schema.SYSTEM_KEYS, in that order).
@@ -72,6 +78,9 @@ SYSTEM_READERS: dict[str, Callable[[Table, str], Any]] = {
     "kv_offload": read_kv_offload,
     "pipeline_parallel": lambda t, k: t.integer(k, hi=1 << 16),
     "pipeline_layer_partition": read_layer_partition,
+    "tensor_parallel": read_tensor_parallel,  # scenario/system_overrides.py
+    "weight_dtype": read_weight_dtype,
+    "kv_dtype": read_kv_dtype,
 }
 assert tuple(SYSTEM_READERS) == SYSTEM_KEYS
 
@@ -109,6 +118,13 @@ def read_systems(
         system = SystemConfig(name=name, **{k: v for k, (v, _) in fields.items()})
         where = {k: p for k, (_, p) in fields.items()}
         _check_read(top.ctx, system, where, t.key)
+        unsplit = (
+            None
+            if system.tensor_parallel is None
+            else heads_refusal(scenario, system.tensor_parallel)
+        )
+        if unsplit is not None:
+            top.ctx.fail(where["tensor_parallel"], unsplit)
         systems.append(system)
         places[name] = (t.key, where)
     for knob in defaults_t.data:

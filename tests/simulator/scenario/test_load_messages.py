@@ -20,7 +20,8 @@ BAD_FILES = [
         "enable_prefix_cache, watermark, gpu_memory_utilization, activation_reserve_gib, "
         "swap_space_gib, static_batch_size, static_batch_timeout_s, num_kv_blocks, execution, "
         "defaults, speculative, hybrid_kv_cache_manager, vllm_version, scheduler_reserve_full_isl, "
-        "kv_offload",
+        "kv_offload, pipeline_parallel, pipeline_layer_partition, tensor_parallel, weight_dtype, "
+        "kv_dtype",
     ),
     (
         replaced('policy = "orca"', 'policy = "vlm-v1"'),
