@@ -131,7 +131,9 @@ SCHEMA: Schema = {
     "model": _keys(
         "preset config kv_dtype tensor_parallel weight_dtype data_parallel expert_parallel"
     ),
-    "gpu": _keys("preset name memory_gib mem_bandwidth_gbps fp16_tflops host_link_gbps"),
+    "gpu": _keys(
+        "preset name memory_gib mem_bandwidth_gbps fp16_tflops host_link_gbps scale_up_gpus"
+    ),
     "execution": _keys(
         "kind profile gemm_efficiency attention_bw_efficiency weight_bw_efficiency "
         "step_overhead_s step_overhead_s_per_seq async_scheduling frontend_s allreduce_bw_gbps "
