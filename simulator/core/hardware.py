@@ -136,13 +136,22 @@ class TensorPeaks:
     """Dense tensor-core peaks of one GPU by GEMM input type (FLOP/s, or OP/s for int8), as its
     datasheet or architecture whitepaper gives them **without** structured sparsity (the
     datasheets' starred figures are 2x these). `fp8` is None where the chip has no FP8 tensor
-    cores (Ampere). None of these GPUs has FP4 tensor cores (Blackwell's are the first), so
-    4-bit weights always run as 16-bit GEMMs (execution/precision.py)."""
+    cores (Ampere); `int8` None where the datasheet gives no usable INT8 figure (Blackwell
+    Ultra cut INT8 to a sliver). `fp4` is the FP4 peak of chips with FP4 tensor cores
+    (Blackwell, CDNA 4), and `fp4_formats` the block-scaled FP4 formats vLLM runs on them as
+    W4A4 (space-separated: "nvfp4 mxfp4" on Blackwell, "mxfp4" on the MI355X); other 4-bit
+    weights run as 16-bit GEMMs (execution/precision.py)."""
 
     bf16: float
     fp8: float | None
-    int8: float
+    int8: float | None
     source: str
+    fp4: float | None = None
+    fp4_formats: str = ""
+
+    def runs_fp4(self, fmt: str) -> bool:
+        """Whether this chip's tensor cores take `fmt` ("nvfp4", "mxfp4") operands."""
+        return self.fp4 is not None and fmt in self.fp4_formats.split()
 
 
 GIB = 2**30
@@ -161,6 +170,10 @@ class GPUSpec:
     host_link_bps: float  # effective PCIe bandwidth for swapping KV blocks to CPU memory
     factors: RooflineFactors
     interconnect: Interconnect
+    # GPUs one scale-up fabric joins (an NVLink/NVSwitch or xGMI domain, or one PCIe host): the
+    # largest tensor-parallel group its all-reduce link prices. 8 in an HGX/DGX or MI300-class
+    # platform; 72 in a GB200 NVL72 rack.
+    scale_up_gpus: int = 8
 
 
 # A GPU's datasheet figures as people write them (a scenario's [gpu], the preset file): key ->

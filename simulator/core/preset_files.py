@@ -80,6 +80,7 @@ SCALED: dict[type, dict[str, tuple[str, float]]] = {
         "bf16": ("bf16_tflops", 1e12),
         "fp8": ("fp8_tflops", 1e12),
         "int8": ("int8_tops", 1e12),
+        "fp4": ("fp4_tflops", 1e12),
     },
     LinkPreset: {"bandwidth_bytes_s": ("bandwidth_gb_s", GB)},
     MeasuredCount: {"knots_s": ("knots_us", 1e-6)},

@@ -18,10 +18,12 @@ is pagesim's (an estimate); the three draws are published measurements where a G
   (github.com/Mutinifni/splitwise-sim, configs/power_model/constant.yaml, commit 3780880), from
   the paper's DGX-A100 / DGX-H100 profiling. The prompt phase draws the TDP.
 - TDPs from NVIDIA's datasheets: A100 SXM (40 and 80 GB) 400 W, H100 SXM 700 W, H200 SXM
-  700 W, L40S 350 W, L4 72 W, A40 300 W; GeForce RTX 4090 450 W total graphics power.
+  700 W, L40S 350 W, L4 72 W, A40 300 W, B200 1,000 W, GB200 1,200 W; GeForce RTX 4090 450 W
+  total graphics power; AMD's typical board power: MI300X 750 W, MI325X 1,000 W, MI355X 1,400 W.
 - Every other GPU's idle and token-phase draws are ESTIMATES: the shares of TDP Splitwise
   measured on the closest GPU (Ampere: the A100's 63/400 and 250/400; Hopper and Ada: the
-  H100's 75/700 and 380/700) times the GPU's own TDP. Reports say so.
+  H100's 75/700 and 380/700; Blackwell and CDNA 3/4 take the H100's too) times the GPU's own TDP.
+  Reports say so. The B300 has no profile (no primary power figure).
 
 A GPU outside this table (a custom [gpu]) has no profile: its runs report no energy.
 """
@@ -43,6 +45,11 @@ _DATASHEET = {
     "l4": "NVIDIA L4 datasheet (72 W max TDP)",
     "rtx-4090": "NVIDIA GeForce RTX 4090 specifications (450 W total graphics power)",
     "a40": "NVIDIA A40 datasheet (300 W max power consumption)",
+    "b200": "NVIDIA HGX B200 specifications (configurable up to 1,000 W per GPU)",
+    "gb200": "NVIDIA GB200 NVL72 specifications (configurable up to 1,200 W per GPU)",
+    "mi300x": "AMD Instinct MI300X data sheet (750 W typical board power)",
+    "mi325x": "AMD Instinct MI325X product page (1,000 W typical board power)",
+    "mi355x": "AMD Instinct MI355X product page (1,400 W typical board power)",
 }
 
 
@@ -109,6 +116,14 @@ PROFILES: dict[str, PowerProfile] = {
         _scaled("l40s", 350.0, H100),  # Ada: the newer generation's shares
         _scaled("l4", 72.0, H100),
         _scaled("rtx-4090", 450.0, H100),
+        # The GPUs of 2026: no vendor publishes idle or inference draws, so Hopper's shares of
+        # the TDP (the nearest measured generation), ESTIMATES. The B300's power is left out:
+        # no primary figure was found (1,100 W HGX / 1,400 W GB300 in secondary sources only).
+        _scaled("b200", 1000.0, H100),
+        _scaled("gb200", 1200.0, H100),
+        _scaled("mi300x", 750.0, H100),
+        _scaled("mi325x", 1000.0, H100),
+        _scaled("mi355x", 1400.0, H100),
     )
 }
 

@@ -32,6 +32,7 @@ from pagesim.simulator.core.deployments import Deployment
 from pagesim.simulator.core.errors import InputError, choices_text
 from pagesim.simulator.core.limits import MAX_FLEET_KV_BLOCKS
 from pagesim.simulator.scenario.cluster import MAX_REPLICAS
+from pagesim.simulator.scenario.hardware_fit import kv_dtype_problem, scale_up_problem
 from pagesim.simulator.scenario.table import Table, described, show
 
 
@@ -149,6 +150,11 @@ def read_capacity(t: Table, scenario: Scenario, is_present: bool) -> CapacityCon
     for system in scenario.systems:
         for gpu in gpus or (pool_gpu,):
             for tp in degrees or (pool_tp,):
+                problem = scale_up_problem(gpu, tp) or kv_dtype_problem(
+                    gpu, scenario.model, scenario.kv_dtype, scenario.systems
+                )
+                if problem is not None:
+                    t.fail("tensor_parallel" if tp > gpu.scale_up_gpus else "gpus", problem)
                 blocks = _blocks(replace(scenario, gpu=gpu, tensor_parallel=tp), system)
                 if high * blocks > MAX_FLEET_KV_BLOCKS:
                     t.fail(

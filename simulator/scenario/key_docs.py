@@ -186,8 +186,10 @@ KEY_DOCS: dict[str, dict[str, str]] = {
     "model": {
         "preset": "A catalog model (Models below).",
         "config": "A Hugging Face config.json, relative to this file.",
-        "kv_dtype": "The KV cache's element type; default fp16.",
-        "tensor_parallel": "GPUs per replica; must divide the attention heads. Default 1.",
+        "kv_dtype": "The KV cache's element type; default fp16. nvfp4 (vLLM v0.33+): Blackwell "
+        "GPUs only.",
+        "tensor_parallel": "GPUs per replica; must divide the attention heads and fit the GPU's "
+        "scale-up domain ([gpu] scale_up_gpus). Default 1.",
         "weight_dtype": "Default: the model's own (the preset's, or a config.json's "
         "quantization_config); docs/models.md says how each is priced.",
         "data_parallel": "With expert_parallel: DP attention ranks, every one simulated and "
@@ -213,6 +215,8 @@ KEY_DOCS: dict[str, dict[str, str]] = {
         "mem_bandwidth_gbps": "Memory bandwidth (GB/s).",
         "fp16_tflops": "Dense 16-bit tensor peak (TFLOP/s).",
         "host_link_gbps": "Effective PCIe bandwidth for swapping (GB/s; custom default 25).",
+        "scale_up_gpus": "GPUs of one NVLink/xGMI domain (default: the preset's, 72 for gb200, "
+        "else 8); at most the preset's; bounds tensor_parallel.",
     },
     "execution": {
         "kind": "roofline, or a measured profile; given a profile and no kind, profile.",

@@ -89,6 +89,7 @@ from pagesim.simulator.scenario.files import (
     resolve_scenario,
     scenario_to_toml_text,
 )
+from pagesim.simulator.scenario.hardware_fit import kv_dtype_problem, scale_up_problem
 from pagesim.simulator.scenario.overrides import (
     apply_overrides,
     blame,
@@ -212,6 +213,16 @@ def _execution(t: Table) -> ExecutionConfig:
     )
 
 
+def _check_hardware_fit(model_t: Table, scenario: Scenario) -> None:
+    """The tensor-parallel group in one scale-up domain, the KV dtype one vLLM runs there."""
+    problem = scale_up_problem(scenario.gpu, scenario.tensor_parallel)
+    if problem is not None:
+        model_t.fail("tensor_parallel", problem)
+    kv = kv_dtype_problem(scenario.gpu, scenario.model, scenario.kv_dtype, scenario.systems)
+    if kv is not None:
+        model_t.fail("kv_dtype", kv)
+
+
 def _check_profile(top: Table, scenario: Scenario) -> None:
     """The profile, whenever one is given, read and checked against the scenario's model."""
     path = scenario.execution.profile_path
@@ -298,12 +309,17 @@ def _parse(raw: object, source: Path | None, check_sweep: bool) -> Scenario:
     )
     systems, places = read_systems(top, scenario)
     scenario = replace(scenario, systems=systems)
+    _check_hardware_fit(model_t, scenario)
     _check_profile(top, scenario)
     cluster = read_cluster(
         top.table("cluster"), scenario.gpu, model, tp, [s.name for s in scenario.systems]
     )
     if cluster is not None:
         scenario = replace(scenario, cluster=cluster)
+        for i, pool in enumerate(cluster.pools):
+            kv = kv_dtype_problem(pool.gpu, model, scenario.kv_dtype, scenario.systems)
+            if kv is not None:
+                top.ctx.fail(f"cluster.pools[{i}].gpu", kv)
     has_capacity = top.has("capacity")
     check_own_degree(ctx, scenario, {n: w for n, (_, w) in places.items()}, has_capacity)
     check_deployments(top, scenario, places)  # every pool's GPU and degree, as the run's

@@ -14,7 +14,15 @@ from collections.abc import Iterator
 from enum import Enum
 from typing import Any
 
-from pagesim.simulator.core.catalog import GIB, GPUS, MODELS, TENSOR_PEAKS, GPUSpec, ModelSpec
+from pagesim.simulator.core.catalog import (
+    GIB,
+    GPUS,
+    MODELS,
+    TENSOR_PEAKS,
+    GPUSpec,
+    ModelSpec,
+    TensorPeaks,
+)
 from pagesim.simulator.core.cluster import PoolRole, RouterKind
 from pagesim.simulator.core.config import (
     AdmissionOrder,
@@ -241,6 +249,13 @@ def _peak(flops: float | None) -> str:
     return "-" if flops is None else f"{flops / 1e12:g}"
 
 
+def _fp4(peaks: TensorPeaks) -> str:
+    """The FP4 peak and the formats the tensor cores take, e.g. "9000 (nvfp4, mxfp4)"."""
+    if peaks.fp4 is None:
+        return "-"
+    return f"{_peak(peaks.fp4)} ({', '.join(peaks.fp4_formats.split())})"
+
+
 def _factors(gpu: GPUSpec) -> str:
     """`fitted` or whose fitted factors it borrows (from hardware.extrapolated's source)."""
     if gpu.factors.is_fitted:
@@ -254,30 +269,33 @@ def _gpus_section() -> list[str]:
         "`[gpu] preset`, `[[cluster.pools]] gpu` and `[capacity] gpus` take these names; a custom "
         "GPU gives its own figures. Datasheet figures (sources: [facts.md](facts.md), "
         "simulator/core/presets/gpus.toml); driver GiB: the memory vLLM's utilization applies to; "
-        "dense tensor peaks in TFLOP/s (TOPS for INT8); step-cost factors fitted to Vidur's "
-        "measurements of the GPU or taken from another ([step-costs.md](step-costs.md))."
+        "dense tensor peaks in TFLOP/s (TOPS for INT8; FP4 with the formats its tensor cores "
+        "take); domain: GPUs of one NVLink/xGMI domain ([gpu] scale_up_gpus, the largest "
+        "tensor_parallel); step-cost factors fitted to Vidur's measurements of the GPU or taken "
+        "from another ([step-costs.md](step-costs.md)); an all-reduce link marked estimate is "
+        "scaled from the measured NVLink 4."
     )
     lines = [
         "## GPUs",
         "",
         *_wrap(intro),
         "",
-        "| preset | memory GiB | driver GiB | bandwidth GB/s | BF16/FP16 | FP8 | INT8 | "
-        "host link GB/s | step-cost factors | all-reduce link |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| preset | memory GiB | driver GiB | bandwidth GB/s | BF16/FP16 | FP8 | INT8 | FP4 | "
+        "host link GB/s | domain | step-cost factors | all-reduce link |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for gpu in GPUS.values():
         peaks = TENSOR_PEAKS.get(gpu.name)
-        bf16, fp8, int8 = (
-            (_peak(gpu.fp16_flops), "-", "-")
+        bf16, fp8, int8, fp4 = (
+            (_peak(gpu.fp16_flops), "-", "-", "-")
             if peaks is None
-            else (_peak(peaks.bf16), _peak(peaks.fp8), _peak(peaks.int8))
+            else (_peak(peaks.bf16), _peak(peaks.fp8), _peak(peaks.int8), _fp4(peaks))
         )
         lines.append(
             f"| `{gpu.name}` | {gpu.memory_bytes / GIB:g} | "
             f"{driver_memory_bytes(gpu) / GIB:.1f} | {gpu.mem_bandwidth_bps / 1e9:g} | {bf16} | "
-            f"{fp8} | {int8} | {gpu.host_link_bps / 1e9:g} | {_factors(gpu)} | "
-            f"{gpu.interconnect.name} |"
+            f"{fp8} | {int8} | {fp4} | {gpu.host_link_bps / 1e9:g} | {gpu.scale_up_gpus} | "
+            f"{_factors(gpu)} | {gpu.interconnect.name} |"
         )
     return [*lines, ""]
 

@@ -144,7 +144,9 @@ SCHEMA: Schema = {
     "model": _keys(
         "preset config kv_dtype tensor_parallel weight_dtype data_parallel expert_parallel"
     ),
-    "gpu": _keys("preset name memory_gib mem_bandwidth_gbps fp16_tflops host_link_gbps"),
+    "gpu": _keys(
+        "preset name memory_gib mem_bandwidth_gbps fp16_tflops host_link_gbps scale_up_gpus"
+    ),
     "wide_ep": _keys("all2all_backend eplb redundant_experts gpus_per_node scaleout_gbps"),
     "execution": _keys(
         "kind profile gemm_efficiency attention_bw_efficiency weight_bw_efficiency "

@@ -22,7 +22,7 @@ def read_wide_ep(
         t.fail(first, "only used with [model] data_parallel > 1 and expert_parallel = true")
     eplb = t.flag("eplb", False)
     gpus_per_node = t.integer("gpus_per_node", DEFAULT_GPUS_PER_NODE, hi=72)
-    if tensor_parallel > gpus_per_node:
+    if data_parallel > 1 and expert_parallel and tensor_parallel > gpus_per_node:
         t.fail(
             "gpus_per_node",
             f"{gpus_per_node} is fewer than one DP rank's tensor_parallel ({tensor_parallel}) "

@@ -130,8 +130,8 @@ def _broken(tmp_path: Path, file_name: str, old: str, new: str) -> Path:
         (
             "gpus.toml",
             'interconnect = "dgx-a100"',
-            'interconnect = "nvlink5"',
-            "[gpu.a100-40gb] interconnect: 'nvlink5' names nothing; valid: ",
+            'interconnect = "nvlink9"',
+            "[gpu.a100-40gb] interconnect: 'nvlink9' names nothing; valid: ",
         ),
         (
             "interconnects.toml",
@@ -164,3 +164,25 @@ def test_a_broken_file_is_refused_with_where_and_what(
     assert text.startswith(str(path)), text
     assert message in text, text
     assert "\n" not in text
+
+
+def test_the_gpus_of_2026_read_as_their_datasheets_give_them() -> None:
+    """B200 (NVIDIA HGX table: 180 GB, 7.7 TB/s, FP4 72 PFLOPS dense per 8 GPUs), GB200 (NVL72:
+    72 GPUs on one NVLink domain), B300 (no verified INT8 figure), MI355X (MXFP4 only: no
+    NVFP4); none measured here, so their factors and links are marked extrapolated/estimates,
+    and the round trip (above) covers them as every preset."""
+    b200, gb200, mi355x = GPUS["b200"], GPUS["gb200"], GPUS["mi355x"]
+    assert b200.memory_bytes == 180 * GIB and b200.mem_bandwidth_bps == 7700e9
+    assert TENSOR_PEAKS["b200"].fp4 == 72e15 / 8
+    assert TENSOR_PEAKS["b200"].runs_fp4("nvfp4") and TENSOR_PEAKS["b200"].runs_fp4("mxfp4")
+    assert (gb200.scale_up_gpus, b200.scale_up_gpus, mi355x.scale_up_gpus) == (72, 8, 8)
+    assert TENSOR_PEAKS["b300"].int8 is None
+    assert TENSOR_PEAKS["mi355x"].runs_fp4("mxfp4") and not TENSOR_PEAKS["mi355x"].runs_fp4("nvfp4")
+    assert TENSOR_PEAKS["mi300x"].fp4 is None and not TENSOR_PEAKS["mi300x"].runs_fp4("mxfp4")
+    for name in ("b200", "gb200", "b300", "mi300x", "mi325x", "mi355x"):
+        gpu = GPUS[name]
+        assert not gpu.factors.is_fitted and not gpu.interconnect.is_fitted, name
+        assert gpu.interconnect.custom is not None and not gpu.interconnect.custom.is_fitted
+    assert (
+        LINK_PRESETS["nvlink5"].bandwidth_bytes_s == 2 * LINK_PRESETS["nvlink4"].bandwidth_bytes_s
+    )

@@ -52,7 +52,7 @@ def test_gemm_peak_per_dtype_follows_the_datasheets() -> None:
     assert l40s == pytest.approx(362e12 * 733 / 362.05, rel=1e-12)
     rtx = gemm_peak(get_gpu("rtx-4090"), WeightDtype.FP8).flops
     assert rtx == pytest.approx(165e12 * 330.3 / 165.2, rel=1e-12)
-    # No FP4 tensor cores anywhere in the catalog: 4-bit weights run 16-bit GEMMs.
+    # Hopper has no FP4 tensor cores: 4-bit weights run 16-bit GEMMs.
     for dtype in (WeightDtype.INT4, WeightDtype.MXFP4, WeightDtype.NVFP4):
         assert gemm_peak(H200, dtype).flops == 989e12
         assert gemm_peak(H200, dtype).mode == "W4A16"
@@ -61,6 +61,29 @@ def test_gemm_peak_per_dtype_follows_the_datasheets() -> None:
     assert gemm_peak(fast, WeightDtype.FP8).flops == pytest.approx(500e12 * 1979 / 989, rel=1e-12)
     custom = replace(H200, name="my-gpu")
     assert gemm_peak(custom, WeightDtype.FP8).flops == 989e12
+
+
+def test_fp4_weights_run_w4a4_where_the_tensor_cores_take_the_format() -> None:
+    """vLLM v0.34.0: NVFP4 and MXFP4 W4A4 on Blackwell (B200: FP4 9,000 dense against BF16
+    2,250, NVIDIA HGX table); MI355X (CDNA 4) runs MXFP4 W4A4 (AITER) but NVFP4 only emulated
+    (W4A16 here); MI300X has no FP4: W4A16. Routed experts in MXFP4: Blackwell's FlashInfer
+    TRTLLM MXFP4 x MXFP8 (W4A8, the FP8 peak), ROCm's AITER W4A16 first."""
+    b200, mi355x, mi300x = get_gpu("b200"), get_gpu("mi355x"), get_gpu("mi300x")
+    for dtype in (WeightDtype.NVFP4, WeightDtype.MXFP4):
+        peak = gemm_peak(b200, dtype)
+        assert peak.flops == pytest.approx(2250e12 * 9000 / 2250, rel=1e-12)
+        assert peak.mode == f"W4A4 {dtype.value}"
+    assert gemm_peak(b200, WeightDtype.INT4).mode == "W4A16"  # AWQ/GPTQ: Marlin everywhere
+    assert gemm_peak(b200, WeightDtype.NVFP4, routed_experts=True).mode == "W4A4 nvfp4"
+    experts = gemm_peak(b200, WeightDtype.MXFP4, routed_experts=True)
+    assert (experts.mode, experts.flops) == ("W4A8 mxfp4 x mxfp8", pytest.approx(4500e12))
+    assert gemm_peak(mi355x, WeightDtype.MXFP4).flops == pytest.approx(10066.3e12, rel=1e-12)
+    assert gemm_peak(mi355x, WeightDtype.NVFP4).mode == "W4A16"
+    assert gemm_peak(mi355x, WeightDtype.MXFP4, routed_experts=True).mode == "W4A16"
+    assert gemm_peak(mi300x, WeightDtype.MXFP4).flops == 1307.4e12
+    # B300 gives no verified dense INT8 figure: INT8 weights at the 16-bit peak, said so.
+    b300_int8 = gemm_peak(get_gpu("b300"), WeightDtype.INT8)
+    assert (b300_int8.flops, b300_int8.mode) == (2250e12, "W8A8 int8, at the 16-bit peak")
 
 
 def test_fp8_streams_half_the_layer_weights_and_16_bit_prices_as_before() -> None:

@@ -38,7 +38,11 @@ def test_the_published_draws_and_which_are_estimates() -> None:
     l4 = PROFILES["l4"]
     assert l4.tdp_w == 72 and l4.is_estimate and l4.source.startswith("estimate:")
     assert l4.decode_w == pytest.approx(380 / 700 * 72, abs=0.05)
-    assert set(PROFILES) == set(GPUS)  # every catalog GPU has one
+    mi355x = PROFILES["mi355x"]  # AMD's 1,400 W board power x the H100's shares
+    assert (mi355x.idle_w, mi355x.decode_w) == pytest.approx((150.0, 760.0), abs=0.05)
+    assert mi355x.prefill_w == 1400 and mi355x.is_estimate
+    # every catalog GPU has one but the B300, whose power no primary source gives
+    assert set(PROFILES) == set(GPUS) - {"b300"}
     assert power_profile("my-gpu") is None
 
 

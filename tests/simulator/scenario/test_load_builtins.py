@@ -28,6 +28,7 @@ BUILTINS = [name for name, _ in list_builtin()]
 def test_the_library_holds_the_builtin_scenarios() -> None:
     assert BUILTINS == [
         "azure_conv_v0_vs_chunked",
+        "blackwell_vs_hopper",  # issue 31: B200 and MI355X against H200 per GPU and per dollar
         "block_size_ablation",
         "deepseek_wide_ep",
         "disaggregated_vs_colocated",  # issue 16

@@ -76,7 +76,7 @@ BAD_FILES = [
     (
         replaced('preset = "a100-80gb"', 'preset = "h300"'),
         "s.toml: gpu.preset: unknown GPU 'h300'; known GPUs: a100-40gb, a100-80gb, h100-sxm, "
-        "h200-sxm, l40s, l4, rtx-4090, a40",
+        "h200-sxm, l40s, l4, rtx-4090, a40, b200, gb200, b300, mi300x, mi325x, mi355x",
     ),
     (
         replaced('[gpu]\npreset = "a100-80gb"', ""),
