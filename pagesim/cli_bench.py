@@ -179,7 +179,7 @@ def bench_report(
     ] = None,
     set_: SetOption = None,
     kind: Annotated[
-        str, typer.Option(help="run, sweep, or all: runs, and sweeps of files with [sweep].")
+        str, typer.Option(help="run, sweep, or all: runs, and sweeps of files with \\[sweep].")
     ] = "all",
     repeat: Annotated[
         int, typer.Option(help="Rounds through every case; each figure is their median.")

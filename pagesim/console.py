@@ -56,6 +56,9 @@ FLEET_COLUMNS: list[Column] = [
     ("system", "system", ""),
     ("gpu", "GPU", ""),
     ("tensor_parallel", "TP", "d"),
+    ("pipeline_parallel", "PP", "d"),  # these three shown only when the search varies them
+    ("data_parallel", "DP", "d"),
+    ("expert_parallel", "EP", ""),
     ("router", "router", ""),
     ("replicas", "replicas", "d"),
     ("num_gpus", "GPUs", "d"),
@@ -69,6 +72,7 @@ FLEET_COLUMNS: list[Column] = [
     ("num_evaluations", "runs", "d"),
     ("why_not", "note", ""),
 ]
+_LAYOUT = ("pipeline_parallel", "data_parallel", "expert_parallel")
 DISAGG_COLUMNS: list[Column] = [  # a disaggregated scenario's search
     ("rank_by_gpus", "#", ""),
     ("system", "system", ""),
@@ -305,7 +309,11 @@ def echo_fleet_capacity(done: FleetStudy) -> None:
     for row in rows:  # the whole note is in capacity.csv
         note = str(row["why_not"] or "")
         row["why_not"] = note if len(note) <= 70 else note[:67] + "..."
-    echo_table(rows, DISAGG_COLUMNS if "prefill_replicas" in table else FLEET_COLUMNS)
+    if "prefill_replicas" in table:
+        echo_table(rows, DISAGG_COLUMNS)
+    else:
+        varied = [c for c in FLEET_COLUMNS if c[0] not in _LAYOUT or table[c[0]].nunique() > 1]
+        echo_table(rows, varied)
     search = done.search
     typer.echo(
         f"{len(done.shapes)} fleet shapes, {search.num_computed} runs simulated, "

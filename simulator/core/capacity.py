@@ -18,20 +18,29 @@ from pagesim.simulator.core.cluster import RouterKind
 @dataclass(frozen=True, slots=True)
 class CapacityConfig:
     """The fleets to try: one pool of `min_replicas`..`max_replicas` identical replicas, for
-    every GPU x tensor-parallel degree x router listed (empty: the scenario's own), or for a
-    disaggregated scenario its prefill and decode pools' sizes and degrees; and what a GPU-hour
-    of each GPU costs (by GPU name; empty: no cost figures)."""
+    every GPU x tensor-parallel x pipeline-parallel x data-parallel x expert-parallel layout x
+    router listed (empty: the scenario's own), or for a disaggregated scenario its prefill and
+    decode pools' sizes and degrees; and what a GPU-hour of each GPU costs (by GPU name; empty:
+    no cost figures)."""
 
     min_replicas: int = 1
     max_replicas: int = 64
     gpus: tuple[GPUSpec, ...] = ()
     tensor_parallel: tuple[int, ...] = ()
     routers: tuple[RouterKind, ...] = ()
+    # Pipeline stages per replica (empty: each system's own). A data_parallel d > 1 replica is
+    # one DP attention group of d ranks with expert-parallel MoE (cluster/dp_group.py), always
+    # expert-parallel and searched at one group (groups side by side are not modelled);
+    # expert_parallel lists the choice of the data_parallel 1 shapes (empty: [model]'s).
+    pipeline_parallel: tuple[int, ...] = ()
+    data_parallel: tuple[int, ...] = ()
+    expert_parallel: tuple[bool, ...] = ()
     price_per_gpu_hour: tuple[tuple[str, float], ...] = ()  # (GPU name, currency units / hour)
     currency: str = "USD"
     # A disaggregated scenario's search (simulator/studies/disagg_search.py): every prefill count
     # x decode count (each in min..max_replicas) x prefill degree x decode degree of at most
-    # `max_gpus` GPUs (empty degrees: the pool's own).
+    # `max_gpus` GPUs (empty degrees: the pool's own). One pool: fleets of at most `max_gpus`
+    # GPUs (None: no bound), so a shape whose one replica needs more is pruned.
     max_gpus: int | None = None
     prefill_tensor_parallel: tuple[int, ...] = ()
     decode_tensor_parallel: tuple[int, ...] = ()

@@ -3,6 +3,11 @@
 [capacity]  min_replicas (default 1), max_replicas (default 64): the pool sizes searched
             gpus = ["a100-80gb", ...]        GPU presets (default: the pool's GPU, or [gpu])
             tensor_parallel = [1, 2, ...]    degrees (default: the pool's, or [model]'s)
+            pipeline_parallel = [1, 2]       stages per replica (default: each system's own)
+            data_parallel = [1, 8]           DP attention ranks per replica; > 1 is a DP group
+                                             with expert-parallel MoE (default: [model]'s)
+            expert_parallel = [false, true]  the data_parallel 1 shapes' MoE layout
+            max_gpus = 16                    fleets of at most this many GPUs (default: none)
             routers = ["round-robin", ...]   router kinds (default: each system's own router)
             price_per_gpu_hour = { a100-80gb = 1.5, ... }  per GPU searched (or none at all)
             currency (default "USD"): the unit of the prices, as printed
@@ -64,14 +69,27 @@ def _gpus(t: Table, scenario: Scenario) -> tuple[GPUSpec, ...]:
     return tuple(out)
 
 
+def _degrees(t: Table, name: str, hi: int = 1024) -> tuple[int, ...]:
+    """A search axis of positive integers (degrees), each at most `hi`."""
+    for value in (values := _array(t, name)):
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= hi:
+            t.fail(name, f"expected integers in [1, {hi}], got {show(value)}")
+    return tuple(values)
+
+
+def _flags(t: Table, name: str) -> tuple[bool, ...]:
+    for value in (values := _array(t, name)):
+        if not isinstance(value, bool):
+            t.fail(name, f"expected true and/or false, got {show(value)}")
+    return tuple(values)
+
+
 def _tensor_parallel(
     t: Table, scenario: Scenario, name: str = "tensor_parallel"
 ) -> tuple[int, ...]:
     out = []
     heads = scenario.model.num_heads
-    for value in _array(t, name):
-        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 1024:
-            t.fail(name, f"expected integers in [1, 1024], got {show(value)}")
+    for value in _degrees(t, name):
         if heads % value:
             t.fail(name, f"{value} does not divide {scenario.model.name}'s {heads} heads")
         out.append(value)
@@ -171,6 +189,10 @@ def read_capacity(t: Table, scenario: Scenario, is_present: bool) -> CapacityCon
         gpus=gpus,
         tensor_parallel=degrees,
         routers=_routers(t),
+        pipeline_parallel=_degrees(t, "pipeline_parallel", hi=1 << 16),
+        data_parallel=_degrees(t, "data_parallel"),
+        expert_parallel=_flags(t, "expert_parallel"),
+        max_gpus=t.integer("max_gpus", None, hi=MAX_REPLICAS * 1024),
         price_per_gpu_hour=_prices(t, searched),
         currency=t.text("currency", base.currency),
     )
@@ -185,12 +207,16 @@ def _blocks(scenario: Scenario, system: SystemConfig) -> int:
         return 0
 
 
-_DISAGG_KEYS = ("max_gpus", "prefill_tensor_parallel", "decode_tensor_parallel")
+_DISAGG_KEYS = ("prefill_tensor_parallel", "decode_tensor_parallel")
 _ONE_POOL_KEYS = {  # key -> what a disaggregated search uses instead
     "gpus": "each pool keeps its own GPU ([[cluster.pools]] gpu)",
     "tensor_parallel": "use prefill_tensor_parallel and decode_tensor_parallel",
     "routers": "the phase routers are the scenario's ([cluster.prefill_router], "
     "[cluster.decode_router])",
+    # scenario/pipeline.py and cluster/dp_group.py refuse them on prefill/decode pools
+    "pipeline_parallel": "pipelined prefill/decode pools are not modelled",
+    "data_parallel": "DP attention groups run alone, not on prefill/decode pools",
+    "expert_parallel": "the pools keep [model]'s expert layout",
 }
 
 

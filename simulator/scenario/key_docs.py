@@ -343,11 +343,20 @@ KEY_DOCS: dict[str, dict[str, str]] = {
         "gpus": "GPU presets tried (default: the pool's GPU, or [gpu]); one pool only.",
         "tensor_parallel": "Degrees tried (default: the pool's, or [model]'s); one pool only.",
         "routers": "Routers tried (default: each system's own router); one pool only.",
+        "pipeline_parallel": "Pipeline stages per replica tried, e.g. [1, 2] (default: each "
+        "system's own); one pool only. A stage count above the model's layers, or one a system "
+        "cannot pipeline, is pruned, not simulated.",
+        "data_parallel": "DP attention ranks per replica tried, e.g. [1, 8] (default: [model]'s); "
+        "one pool only. Above 1 a replica is one DP group with expert-parallel MoE, searched at "
+        "one group; pruned on a dense model or where the GPUs do not divide the experts.",
+        "expert_parallel": "The data_parallel 1 shapes' MoE layout tried, e.g. [false, true] "
+        "(default: [model]'s); true is pruned on a dense model.",
         "price_per_gpu_hour": "Your prices, one per GPU searched (or none), e.g. "
         "{ a100-80gb = 1.49 }.",
         "currency": "The unit of the prices, as printed.",
-        "max_gpus": "Disaggregated: fleets of at most this many GPUs (default: twice the "
-        "scenario's).",
+        "max_gpus": "Fleets of at most this many GPUs: one pool, a shape whose one replica needs "
+        "more is pruned (default: no bound); disaggregated, the default is twice the "
+        "scenario's.",
         "prefill_tensor_parallel": "Disaggregated: prefill degrees tried (default: the pool's).",
         "decode_tensor_parallel": "Disaggregated: decode degrees tried (default: the pool's).",
     },

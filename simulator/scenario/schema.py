@@ -189,7 +189,8 @@ SCHEMA: Schema = {
     "report": _keys("key_metric metrics compare reference"),  # simulator/scenario/report.py
     "capacity": _keys(  # simulator/scenario/capacity.py
         "min_replicas max_replicas gpus tensor_parallel routers price_per_gpu_hour currency "
-        "max_gpus prefill_tensor_parallel decode_tensor_parallel"
+        "max_gpus prefill_tensor_parallel decode_tensor_parallel pipeline_parallel data_parallel "
+        "expert_parallel"
     ),
 }
 

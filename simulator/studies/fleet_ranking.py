@@ -13,6 +13,7 @@ import pandas as pd
 
 from pagesim.simulator.studies.capacity_search import Criteria
 from pagesim.simulator.studies.fleet_search import REPLICAS, FleetSearchRun, FleetShape
+from pagesim.simulator.studies.shape_pruning import Layout
 
 # Figures of the fleet that met the SLO, copied into the ranking from its run's summary.
 _AT_ANSWER = (
@@ -64,7 +65,7 @@ def fleet_ranking(run: FleetSearchRun, criteria: Criteria) -> pd.DataFrame:
         size = search.ok
         record = run.at(shape, size)
         summary = record.summary if record is not None else {}
-        num_gpus = None if size is None else size * shape.tensor_parallel
+        num_gpus = None if size is None else size * shape.gpus_per_replica
         price = run.settings.price_of(shape.gpu.name)
         rows.append(
             {
@@ -73,6 +74,9 @@ def fleet_ranking(run: FleetSearchRun, criteria: Criteria) -> pd.DataFrame:
                 "system": shape.system.name,
                 "gpu": shape.gpu.name,
                 "tensor_parallel": shape.tensor_parallel,
+                "pipeline_parallel": shape.pipeline_parallel,
+                "data_parallel": shape.data_parallel,
+                "expert_parallel": shape.expert_parallel,
                 "router": shape.router.value,
                 REPLICAS: size,
                 "num_gpus": num_gpus,
@@ -83,6 +87,7 @@ def fleet_ranking(run: FleetSearchRun, criteria: Criteria) -> pd.DataFrame:
                 **{key: summary.get(key) for key in _AT_ANSWER},
                 "num_evaluations": search.num_evaluations,
                 "why_not": _why_not(run, shape, criteria),
+                "pruned_by": shape.pruned_by,
             }
         )
     table = pd.DataFrame(rows)
@@ -128,11 +133,23 @@ def fleet_evaluations(run: FleetSearchRun, criteria: Criteria) -> pd.DataFrame:
     return table.sort_values(["_order", REPLICAS], kind="stable").drop(columns="_order")
 
 
-def _fleet_text(row: pd.Series, currency: str) -> str:
-    text = (
-        f"{int(row[REPLICAS])} x {row['gpu']} TP{int(row['tensor_parallel'])} = "
-        f"{int(row['num_gpus'])} GPUs behind {row['router']} ({row['system']})"
+def row_layout(row: pd.Series) -> Layout:
+    """The replica layout of a ranking row."""
+    return Layout(
+        int(row["tensor_parallel"]),
+        int(row["pipeline_parallel"]),
+        int(row["data_parallel"]),
+        bool(row["expert_parallel"]),
     )
+
+
+def _fleet_text(row: pd.Series, currency: str) -> str:
+    layout = row_layout(row)
+    gpus = f"{row['gpu']} {layout.text} = {int(row['num_gpus'])} GPUs"
+    if layout.data_parallel > 1:  # one DP group, routed by its own DP load balancer
+        text = f"1 DP group of {gpus} ({row['system']})"
+    else:
+        text = f"{int(row[REPLICAS])} x {gpus} behind {row['router']} ({row['system']})"
     if isinstance(row["cost_per_hour"], float) and not math.isnan(row["cost_per_hour"]):
         text += f", {row['cost_per_hour']:.4g} {currency}/h"
         if isinstance(row["cost_per_mtok"], float) and not math.isnan(row["cost_per_mtok"]):

@@ -1,10 +1,15 @@
 """The cheapest fleet: for fixed traffic and an SLO, the fewest GPUs that meet it.
 
 A scenario's [capacity] section (simulator/core/capacity.py) lists what may vary: the GPU, the
-tensor-parallel degree and the router, and a range of pool sizes. A *fleet shape* is one system
-of the scenario on one GPU at one degree behind one router; for each, the search finds the
-fewest replicas of one pool that meet the SLO. The traffic never changes: a trace replays at its
-own times (what a rate search cannot vary), a rated workload at the scenario's rate.
+tensor-parallel, pipeline-parallel and data-parallel degrees, expert parallelism and the router,
+and a range of pool sizes. A *fleet shape* is one system of the scenario on one GPU in one
+replica layout (TP x PP x DP, EP on or off) behind one router; for each, the search finds the
+fewest replicas of one pool that meet the SLO. A shape whose replica cannot run the model is
+pruned before anything is simulated (simulator/studies/shape_pruning.py says by which rules). A
+data_parallel > 1 replica is one DP attention group (cluster/dp_group.py), which runs alone: it
+is searched at one group, and DP ranks, not replicas, are its way to grow. The traffic never
+changes: a trace replays at its own times (what a rate search cannot vary), a rated workload at
+the scenario's rate.
 
 Meeting the SLO is capacity_search.Criteria, unchanged, over the requests that arrive after
 warm-up: at least `min_slo_share` of them finish meeting the scenario's [slo] (rejected and
@@ -23,16 +28,18 @@ in the sweep cache (simulator.studies.point_cache): a rerun, or a wider range, r
 whose replica cannot run the model at all (the weights do not fit at that degree) is reported,
 not simulated.
 
-Ranked by GPUs (replicas x degree), ties by cost per hour; a second rank orders by cost. Cost per
-hour = GPUs x the scenario's price per GPU-hour of that GPU. Cost per million tokens = what the
-fleet costs for the run's duration (first arrival to last finish) / the tokens it served (prompt
-+ output tokens of the finished requests: input and output, as API prices count them) x 10^6.
+Ranked by GPUs (replicas x GPUs per replica: TP x PP x DP), ties by cost per hour; a second
+rank orders by cost. Cost per hour = GPUs x the scenario's price per GPU-hour of that GPU. Cost
+per million tokens = what the fleet costs for the run's duration (first arrival to last finish)
+/ the tokens it served (prompt + output tokens of the finished requests: input and output, as
+API prices count them) x 10^6.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from itertools import product
 from pathlib import Path
 
 from pagesim.simulator.core.capacity import CapacityConfig
@@ -45,20 +52,28 @@ from pagesim.simulator.studies.bisection import ReplicaSearch, search_in_rounds
 from pagesim.simulator.studies.capacity_search import Criteria
 from pagesim.simulator.studies.disagg_search import DisaggPlan, disagg_shapes
 from pagesim.simulator.studies.executors import PointExecutor
-from pagesim.simulator.studies.fleet_fit import unfit_reason
 from pagesim.simulator.studies.point_cache import PointCache
 from pagesim.simulator.studies.points import Point, point_key
+from pagesim.simulator.studies.shape_pruning import Layout, prune
 from pagesim.simulator.studies.sweep import PointRecord
 
 REPLICAS = "replicas"  # the axis the search sets, in each point's axes
 # What a --param may not vary: the search sets these itself, from [capacity].
-_SET_BY_SEARCH = ("cluster", "capacity", "gpu", "model.tensor_parallel")
+_SET_BY_SEARCH = (
+    "cluster",
+    "capacity",
+    "gpu",
+    "model.tensor_parallel",
+    "model.data_parallel",
+    "model.expert_parallel",
+)
 
 
 @dataclass(frozen=True)
 class FleetShape:
     """`system` of `scenario` (a variant, [capacity] removed) on replicas of `gpu` at degree
-    `tensor_parallel` behind `router`: everything of a fleet but its size."""
+    `tensor_parallel` (x `pipeline_parallel` stages x `data_parallel` DP ranks, experts split
+    or not) behind `router`: everything of a fleet but its size."""
 
     axes: dict[str, object]  # the --param variant's values
     scenario: Scenario
@@ -68,29 +83,55 @@ class FleetShape:
     router: RouterKind
     pool: str = "pool"
     unfit: str | None = None  # why one replica cannot run (then nothing is simulated)
+    pipeline_parallel: int = 1
+    data_parallel: int = 1
+    expert_parallel: bool = False
+    pruned_by: str | None = None  # the pruning rule `unfit` breaks (shape_pruning.py)
+
+    @property
+    def layout(self) -> Layout:
+        return Layout(
+            self.tensor_parallel, self.pipeline_parallel, self.data_parallel, self.expert_parallel
+        )
+
+    @property
+    def gpus_per_replica(self) -> int:
+        return self.layout.num_gpus
+
+    @property
+    def is_dp_group(self) -> bool:
+        """One DP attention group, which runs alone (no [cluster], no router of pagesim's)."""
+        return self.data_parallel > 1
 
     @property
     def label(self) -> str:
         values = " ".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in self.axes.items())
-        shape = f"{self.system.name} {self.gpu.name} TP{self.tensor_parallel} {self.router.value}"
-        return f"{shape} {values}".strip()
+        router = "" if self.is_dp_group else f" {self.router.value}"
+        shape = f"{self.system.name} {self.gpu.name} {self.layout.text.replace(' x ', 'x')}"
+        return f"{shape}{router} {values}".strip()
 
     def with_replicas(self, count: int) -> Point:
-        """The point that runs this shape with `count` replicas."""
-        base = self.scenario.cluster
-        router = base.router if base is not None else RouterConfig()
-        pool = PoolConfig(self.pool, count, self.gpu, self.tensor_parallel)
-        cluster = ClusterConfig((pool,), replace(router, kind=self.router))
-        scenario = replace(
-            self.scenario, gpu=self.gpu, tensor_parallel=self.tensor_parallel, cluster=cluster
-        )
+        """The point that runs this shape with `count` replicas (a DP group: one)."""
+        scenario, system = self.layout.apply(self.scenario, self.system, self.gpu)
+        if self.is_dp_group:
+            assert count == 1, "a DP group runs alone (cluster/dp_group.py)"
+            scenario = replace(scenario, cluster=None)
+        else:
+            base = self.scenario.cluster
+            router = base.router if base is not None else RouterConfig()
+            pool = PoolConfig(self.pool, count, self.gpu, self.tensor_parallel)
+            cluster = ClusterConfig((pool,), replace(router, kind=self.router))
+            scenario = replace(scenario, cluster=cluster)
         axes = self.axes | {
             "gpu": self.gpu.name,
             "tensor_parallel": self.tensor_parallel,
+            "pipeline_parallel": self.pipeline_parallel,
+            "data_parallel": self.data_parallel,
+            "expert_parallel": self.expert_parallel,
             "router": self.router.value,
             REPLICAS: count,
         }
-        return Point(axes, scenario, self.system, point_key(scenario, self.system))
+        return Point(axes, scenario, system, point_key(scenario, system))
 
 
 @dataclass(frozen=True)
@@ -131,31 +172,70 @@ def plan_fleets(
         )
     if base.cluster is not None and base.cluster.is_disaggregated:
         return DisaggPlan(base.capacity, disagg_shapes(variants, base.capacity), base)
-    shapes = []
-    for axes, variant in variants:
-        search = variant.capacity
-        assert search is not None, "every variant has the base's [capacity]"
-        cluster = variant.cluster
-        pool = cluster.pools[0] if cluster is not None else None
-        gpus = search.gpus or (pool.gpu if pool else variant.gpu,)
-        degrees = search.tensor_parallel or (
-            pool.tensor_parallel if pool else variant.tensor_parallel,
-        )
-        alone = replace(variant, capacity=None)
-        for system in variant.systems:
-            own = cluster.router_for(system.name).kind if cluster else RouterKind.ROUND_ROBIN
-            for gpu in gpus:
-                for tp in degrees:
-                    unfit = unfit_reason(replace(alone, gpu=gpu, tensor_parallel=tp), system)
-                    for router in search.routers or (own,):
-                        name = pool.name if pool else "pool"
-                        shapes.append(FleetShape(axes, alone, system, gpu, tp, router, name, unfit))
+    shapes = [shape for axes, variant in variants for shape in _variant_shapes(axes, variant)]
     if all(s.unfit for s in shapes):
         reasons = "; ".join(
-            dict.fromkeys(f"{s.gpu.name} TP{s.tensor_parallel}: {s.unfit}" for s in shapes)
+            dict.fromkeys(f"{s.gpu.name} {s.layout.text}: {s.unfit}" for s in shapes)
         )
         raise InputError(f"{where}: capacity: no fleet shape can run the model: {reasons}")
     return FleetPlan(base.capacity, shapes, base)
+
+
+def _layouts(search: CapacityConfig, variant: Scenario, tp_default: int) -> list[Layout]:
+    """Every TP x PP x DP x EP layout [capacity] lists (PP 0: each system's own; a DP > 1
+    layout is always expert-parallel, so `expert_parallel` varies the DP 1 layouts only)."""
+    out = []
+    for tp, pp, dp in product(
+        search.tensor_parallel or (tp_default,),
+        search.pipeline_parallel or (0,),
+        search.data_parallel or (variant.data_parallel,),
+    ):
+        flags = (True,) if dp > 1 else search.expert_parallel or (variant.expert_parallel,)
+        out += [Layout(tp, pp, dp, ep) for ep in dict.fromkeys(flags)]
+    return out
+
+
+def _variant_shapes(axes: dict[str, object], variant: Scenario) -> list[FleetShape]:
+    """One variant's shapes: every system x GPU x layout x router, each pruned or not."""
+    search = variant.capacity
+    assert search is not None, "every variant has the base's [capacity]"
+    cluster = variant.cluster
+    pool = cluster.pools[0] if cluster is not None else None
+    gpus = search.gpus or (pool.gpu if pool else variant.gpu,)
+    alone = replace(variant, capacity=None)
+    name = pool.name if pool else "pool"
+    shapes = []
+    for system, gpu, listed in product(
+        variant.systems,
+        gpus,
+        _layouts(search, variant, pool.tensor_parallel if pool else variant.tensor_parallel),
+    ):
+        layout = replace(
+            listed, pipeline_parallel=listed.pipeline_parallel or system.pipeline_parallel
+        )
+        own = cluster.router_for(system.name).kind if cluster else RouterKind.ROUND_ROBIN
+        routers = search.routers or (own,)
+        on, runs = layout.apply(alone, system, gpu)
+        pruned = prune(on, runs, layout, search.max_gpus, search.min_replicas)
+        why, rule = (None, None) if pruned is None else (pruned.detail, pruned.rule)
+        for router in routers[:1] if layout.data_parallel > 1 else routers:
+            shapes.append(
+                FleetShape(
+                    axes,
+                    alone,
+                    system,
+                    gpu,
+                    layout.tensor_parallel,
+                    router,
+                    name,
+                    why,
+                    layout.pipeline_parallel,
+                    layout.data_parallel,
+                    layout.expert_parallel,
+                    rule,
+                )
+            )
+    return shapes
 
 
 @dataclass
@@ -179,12 +259,23 @@ class FleetSearchRun:
 
 def start_size(shape: FleetShape) -> int:
     """Where a shape's search starts: as many GPUs as the scenario's own pool has (its replicas x
-    its degree; one replica without [cluster]), in replicas of this shape's degree, rounded up."""
+    its degree; one replica without [cluster]), in replicas of this shape's GPUs, rounded up."""
     cluster = shape.scenario.cluster
     if cluster is None:
         return 1
     pool = cluster.pools[0]
-    return max(1, -(-pool.count * pool.tensor_parallel // shape.tensor_parallel))
+    return max(1, -(-pool.count * pool.tensor_parallel // shape.gpus_per_replica))
+
+
+def replica_search(shape: FleetShape, settings: CapacityConfig) -> ReplicaSearch:
+    """The bisection of `shape`'s replica count: min..max_replicas, no more than max_gpus allow;
+    a DP group: one group."""
+    if shape.is_dp_group:
+        return ReplicaSearch(1, 1, 1)
+    high = settings.max_replicas
+    if settings.max_gpus is not None:
+        high = max(settings.min_replicas, min(high, settings.max_gpus // shape.gpus_per_replica))
+    return ReplicaSearch(start_size(shape), settings.min_replicas, high)
 
 
 def search_fleets(
@@ -200,10 +291,7 @@ def search_fleets(
     """The fewest replicas of every shape that meet the SLO, in lockstep rounds of points (see
     the module docstring). `on_round(round, points)` is told each round's size as it starts."""
     criteria = criteria or Criteria()
-    searches = [
-        ReplicaSearch(start_size(shape), settings.min_replicas, settings.max_replicas)
-        for shape in shapes
-    ]
+    searches = [replica_search(shape, settings) for shape in shapes]
     done = search_in_rounds(
         [
             (shape, search)

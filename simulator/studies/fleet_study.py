@@ -15,6 +15,7 @@ from pagesim.simulator.core.config import Scenario
 from pagesim.simulator.deploy.commands import Deployment, deployment
 from pagesim.simulator.metrics.result import RunResult
 from pagesim.simulator.scenario.load import resolve_scenario
+from pagesim.simulator.studies.axis_verdict import axis_line
 from pagesim.simulator.studies.capacity_search import Criteria
 from pagesim.simulator.studies.disagg_ranking import (
     disagg_answer_lines,
@@ -46,6 +47,7 @@ from pagesim.simulator.studies.objective import (
 )
 from pagesim.simulator.studies.point_cache import CACHE_DIR, PointCache
 from pagesim.simulator.studies.search_frontier import disagg_frontier, fleet_frontier
+from pagesim.simulator.studies.shape_pruning import pruning_line
 from pagesim.simulator.studies.sweep import run_points
 
 REPORTED_FLEETS = 4  # the best ones get their per-request and per-step frames for the report
@@ -113,7 +115,8 @@ def study_fleets(
             on_round=on_round,
         )
         by_gpus = with_energy_rank(fleet_ranking(search, criteria))
-        answer = answer_lines(by_gpus, settings.currency) + energy_answer(by_gpus)
+        answer = answer_lines(by_gpus, settings.currency) + search_lines(plan, by_gpus)
+        answer += energy_answer(by_gpus)
         ranking = order_by(by_gpus, objective, fleet=True)
         best = _best(search, ranking)
         points = [shape.with_replicas(size) for shape, size in best]
@@ -140,6 +143,17 @@ def study_fleets(
             for p, (shape, _) in zip(points, best, strict=True)
         ),
     )
+
+
+def search_lines(plan: FleetPlan, ranking: pd.DataFrame) -> list[str]:
+    """How many shapes were pruned and why, and which axis won and why (each when there is
+    something to say)."""
+    same = list(plan.shapes[0].axes) if plan.shapes else []
+    lines = [
+        pruning_line([shape.pruned_by for shape in plan.shapes]),
+        axis_line(ranking, plan.settings.currency, same),
+    ]
+    return [line for line in lines if line is not None]
 
 
 def _best(search: FleetSearchRun, ranking: pd.DataFrame) -> list[tuple[FleetShape, int]]:

@@ -108,6 +108,23 @@ def test_the_cheapest_fleet_table_answer_and_files(
             "least-outstanding, least-kv, power-of-two, session-affinity, prefix-aware",
         ),
         (
+            ["--set", "capacity.pipeline_parallel=[0]"],
+            "fleet.toml: capacity.pipeline_parallel: expected integers in [1, 65536], got 0",
+        ),
+        (
+            ["--set", "capacity.data_parallel=[2.5]"],
+            "fleet.toml: capacity.data_parallel: expected integers in [1, 1024], got 2.5",
+        ),
+        (
+            ["--set", "capacity.expert_parallel=['yes']"],
+            "fleet.toml: capacity.expert_parallel: expected true and/or false, got 'yes'",
+        ),
+        (
+            ["--set", "capacity.shapes=[1]"],
+            "unknown key 'shapes' in capacity; valid: min_replicas, max_replicas, gpus, "
+            "tensor_parallel, routers, price_per_gpu_hour, currency, max_gpus",
+        ),
+        (
             ["--set", "capacity.price_per_gpu_hour={h100-sxm=2}"],
             "capacity.price_per_gpu_hour.h100-sxm: unknown key 'h100-sxm'; valid keys here: "
             "a100-80gb",

@@ -44,6 +44,7 @@ def test_the_library_holds_the_builtin_scenarios() -> None:
         "mla_capacity",  # issue 17
         "moe_decode",  # issue 17
         "parallel_sampling_beam",
+        "parallelism_search",  # issue 31: TP x PP x DP x EP searched, pruned, explained
         "router_comparison",  # issue 15
         "shared_system_prompt",
         "spec_decode",  # issue 17: speculative decoding under V1

@@ -258,11 +258,17 @@ def test_max_gpus_below_the_smallest_fleet_and_disaggregated_keys_on_one_pool(
         "capacity.max_gpus: the smallest fleet searched (1 prefill + 1 decode replicas at the "
         "lowest degrees) has 2 GPUs; raise max_gpus to at least 2"
     )
-    one_pool = TINY.split("[cluster]")[0] + "[capacity]\nmax_gpus = 4\n"
+    one_pool = TINY.split("[cluster]")[0] + "[capacity]\ndecode_tensor_parallel = [1]\n"
     path.write_text(one_pool)
     with pytest.raises(InputError) as error:
         load_scenario(path)
-    assert "capacity.max_gpus: applies to a disaggregated scenario" in str(error.value)
+    assert "capacity.decode_tensor_parallel: applies to a disaggregated scenario" in str(
+        error.value
+    )
+    # max_gpus bounds a one-pool search too (its shapes are pruned by it: test_shape_pruning.py)
+    path.write_text(TINY.split("[cluster]")[0] + "[capacity]\nmax_gpus = 4\n")
+    capacity = load_scenario(path).capacity
+    assert capacity is not None and capacity.max_gpus == 4
 
 
 def test_the_builtins_example_price_is_fleet_capacitys_cited_one() -> None:
