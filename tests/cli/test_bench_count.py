@@ -120,7 +120,7 @@ def test_a_tree_is_compiled_but_for_its_tests_and_build_outputs(tmp_path: Path) 
 
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which(VALGRIND[0]) is None, reason="valgrind is not on the PATH")
-def test_a_real_count_repeats_to_a_few_thousand_instructions(
+def test_a_real_count_repeats_to_within_one_percent(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     # Two valgrind runs a count (about 12 s apiece here). Seen: 30,155,701, 30,159,834 and
@@ -134,4 +134,7 @@ def test_a_real_count_repeats_to_a_few_thousand_instructions(
         assert line.startswith("  this tree: ")
         counts.append(int(line.split(": ")[1].split(" (")[0].replace(",", "")))
     assert counts[0] > 10_000_000  # a simulation ran (~30 M; the child's report alone: ~2 M)
-    assert abs(counts[0] - counts[1]) < 50_000
+    # Back to back on an idle machine the counts repeat to a few thousand; once, under pytest-xdist
+    # beside the rest of the suite on a loaded machine, they were 197,945 apart (30,359,783 and
+    # 30,557,728: 0.65%). A ratio reported by `--instructions` is read to the percent.
+    assert abs(counts[0] - counts[1]) < 0.01 * counts[0]

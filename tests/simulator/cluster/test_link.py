@@ -21,6 +21,10 @@ def test_presets_carry_their_sourced_figures() -> None:
         "roce-200g": (25e9, 0.0),
         "pcie4": (25e9, 0.0),  # ~25 GB/s effective (docs/facts.md), an estimate
         "pcie5": (50e9, 0.0),  # ~50 GB/s effective (docs/facts.md), an estimate
+        "nvlink5": (900e9, 0.0),  # 1.8 TB/s both ways (NVIDIA HGX B200 specifications)
+        "xgmi": (64e9, 0.0),  # one Infinity Fabric link, 64 GB/s each way (AMD MI300X)
+        "ib-xdr": (100e9, 0.0),  # 800 Gb/s (ConnectX-8, HGX B300 specifications)
+        "pcie6": (100e9, 0.0),  # ~100 GB/s effective of 128 nominal, an estimate
     }
     for preset in LINK_PRESETS.values():
         assert "nominal" in preset.basis or "estimate" in preset.basis
