@@ -1,10 +1,13 @@
-"""The simulator: KV-cache mechanism, scheduling policies, SimPy engine, metrics.
+"""The simulator: KV-cache mechanism, scheduling policies, the SimPy run loop, metrics.
 
 Layers, each importing only those below it (tests/simulator/test_layers.py checks it):
 
     studies                      sweeps, capacity search, golden summaries, bench
-    engine | scenario            the SimPy loop and `simulate`; reading scenario files
-    cluster                      fleets: replicas (the engine's loop) behind routers
+    engine | scenario            `simulate` (one replica or a fleet); reading scenario files
+    cluster                      the run loop: one arrival process, replicas (each the SimPy
+                                 step loop), fleets behind routers, disaggregated fleets
+    fastpath                     the decode fast path: closed-form decode groups and runs of
+                                 pure decode steps (the per-step path's results, faster)
     policies | metrics | execution | workload
     kv                           the KV-cache mechanism
     core                         requests, plan messages, config, catalog, errors

@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING
 
 import simpy
 
-from pagesim.simulator.cluster.pure_runs import PureRuns
 from pagesim.simulator.core.config import Scenario, SystemConfig
 from pagesim.simulator.core.defaults import (
     HOST_OVERHEAD_KEY,
@@ -30,18 +29,14 @@ from pagesim.simulator.core.scheduler import Scheduler
 from pagesim.simulator.execution.factory import make_execution_model
 from pagesim.simulator.execution.frontend import frontend_of
 from pagesim.simulator.execution.model import ExecutionModel
-from pagesim.simulator.execution.roofline import RooflineModel
+from pagesim.simulator.fastpath.attach import attach
 from pagesim.simulator.kv.capacity import kv_capacity
 from pagesim.simulator.metrics.recorder import Recorder
 from pagesim.simulator.metrics.result import RunResult
 from pagesim.simulator.policies.factory import make_scheduler
-from pagesim.simulator.policies.paged import PagedScheduler
 
 if TYPE_CHECKING:  # imported by the runs that record one only
     from pagesim.simulator.metrics.block_map import BlockMapRecorder
-
-# Off: every step its own event (tests compare the two; the results are the same).
-USE_WINDOWS = True
 
 
 class ReplicaStallError(RuntimeError):
@@ -56,7 +51,7 @@ class Replica:
 
     engine.simulate runs its single replica through this class too, with the hooks only it
     uses: `on_step(now)` after every step, `execution_factory` in place of the scenario's
-    execution model, `fast_path` (see engine.simulate for when it is on by default), a
+    execution model, `fast_path` (simulator/fastpath/attach.py says when it is on), a
     `block_map` recorder (simulator/metrics/block_map.py) told of every step; and `on_done`
     None, since no router counts its requests in flight.
     """
@@ -89,14 +84,6 @@ class Replica:
             self.execution = execution_factory(scenario, system, self.scheduler)
         if block_map is not None and fast_path:
             raise ValueError("a block map reads every step's tables: it needs fast_path off")
-        if fast_path is None:  # on when nobody looks at each step's per-sequence state
-            fast_path = (
-                execution_factory is None
-                and isinstance(self.execution, RooflineModel)
-                and not check_invariants
-                and on_step is None
-                and block_map is None  # a block map reads every step's tables
-            )
         # The client's view of this system (served or offline, V0's late delivery).
         self.frontend = frontend = frontend_of(scenario.execution, system)
         self.recorder = Recorder(
@@ -111,23 +98,24 @@ class Replica:
         # What prices a step in the loop: the execution model's, unless a kind of replica
         # watches each step's cost (disagg_replicas.PrefillReplica).
         self._price_step: Callable[[StepPlan], StepCost] = self.execution.price
-        self._runs: PureRuns | None = None  # runs of pure decode steps (cluster/pure_runs.py)
-        if fast_path:
-            enable = getattr(self.scheduler, "enable_fast_path", None)
-            if enable is not None and enable():
-                execution = self.execution
-                scheduler = self.scheduler
-                if (  # and nobody looks at every step (as the default fast path asks)
-                    USE_WINDOWS
-                    and self.takes_windows
-                    and on_step is None
-                    and not check_invariants
-                    and execution_factory is None
-                    and isinstance(scheduler, PagedScheduler)
-                    and isinstance(execution, RooflineModel)
-                    and execution.prices_statelessly
-                ):
-                    self._runs = PureRuns(env, scheduler, execution, self.recorder)
+        # The decode fast path (simulator/fastpath/), where it applies: the runs of pure decode
+        # steps this loop then settles in one event each.
+        is_watched = (
+            on_step is not None
+            or check_invariants
+            or execution_factory is not None
+            or block_map is not None
+        )
+        self._runs = attach(
+            env,
+            self.scheduler,
+            self.execution,
+            self.recorder.steps,
+            scenario.gpu,
+            requested=fast_path,
+            is_watched=is_watched,
+            takes_runs=self.takes_windows,
+        )
         self._on_step = on_step
         self._block_map = block_map
         if block_map is not None:  # its reader imported by the runs that record one only

@@ -1,7 +1,8 @@
 """The import contract of the house (simulator/__init__.py), read from the sources' import
 statements — those inside functions and under `if TYPE_CHECKING:` included:
 
-    studies > {engine, scenario} > cluster > {policies, metrics, execution, workload} > kv > core
+    studies > {engine, scenario} > cluster > fastpath > {policies, metrics, execution, workload}
+        > kv > core
 
 A module imports only from its own subpackage and the layers below it; the simulator never imports
 the CLI, `calibration` or `reports`; nothing but `calibration` imports CuPy or torch; and no two
@@ -31,7 +32,8 @@ LAYER = {
     "metrics": 2,
     "execution": 2,
     "workload": 2,
-    "cluster": 2.5,  # a fleet of the engine's loops: engine.simulate hands fleets to it
+    "fastpath": 2.25,  # the decode fast path: over the policies it speeds up, under the loop
+    "cluster": 2.5,  # the run loop: arrivals, replicas, fleets; engine.simulate runs them
     "engine": 3,
     "scenario": 3,
     "studies": 4,
