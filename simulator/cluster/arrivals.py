@@ -52,6 +52,8 @@ class Arrivals:
         count_tokens: Callable[[], int] | None = None,
     ) -> None:
         self._env, self._send, self._end, self._count_tokens = env, send, end, count_tokens
+        # Each arrival goes to `send`, through `_mark_window` when a fleet's window is counted.
+        self._arrive = send if count_tokens is None else self._mark_window
         self._max_time_s = scenario.stop.max_time_s
         self._warmup_s = scenario.stop.warmup_s
         self.stats = WorkloadStats()
@@ -119,14 +121,14 @@ class Arrivals:
             yield env.timeout(turn.arrival_s - env.now)
         self._arrive(turn)
 
-    def _arrive(self, request: Request) -> None:
-        count_tokens = self._count_tokens
-        if count_tokens is not None:  # the arrival window's edges, over the fleet
-            tokens = count_tokens()
-            first, _ = self.window_tokens
-            if first is None and request.arrival_s >= self._warmup_s:
-                first = tokens
-            self.window_tokens = (first, tokens)
+    def _mark_window(self, request: Request) -> None:
+        """The arrival window's edges over the fleet's tokens, then `send`."""
+        assert self._count_tokens is not None
+        tokens = self._count_tokens()
+        first, _ = self.window_tokens
+        if first is None and request.arrival_s >= self._warmup_s:
+            first = tokens
+        self.window_tokens = (first, tokens)
         self._send(request)
 
 

@@ -50,7 +50,7 @@ class FleetRun:
     in_flight_samples: array[int]  # [arrivals x replicas] the router's in-flight counts, flat
     session_of: dict[int, int]  # request id -> session id, for the requests that have one
     # Output tokens the replicas had produced at the fleet's first in-window arrival and at its
-    # last arrival (engine.simulate's arrival window, over the whole fleet).
+    # last arrival (the run's arrival window, over the whole fleet: arrivals.py).
     window_tokens: tuple[int | None, int | None] = (None, None)
 
 

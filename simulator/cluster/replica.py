@@ -1,6 +1,8 @@
-"""One serving replica: the engine loop, with its own scheduler, KV cache, execution model and
-recorder. engine.simulate runs a single one fed by the workload; a fleet runs several fed by a
-router (simulator/cluster/fleet.py). The step loop and the run's provenance live here only.
+"""One serving replica: the engine's SimPy step loop, with its own scheduler, KV cache, execution
+model and recorder. Every run feeds replicas from the one arrival process (arrivals.py):
+engine.simulate a single one, a fleet several behind a router (fleet.py, disagg.py). The step
+loop and the run's provenance live here only; the decode fast path, where it applies, enters
+through one call (simulator/fastpath/attach.py) and one object the loop asks for runs.
 
 The loop: plan, price, `yield env.timeout`, complete; idle until an arrival or a wake-up. An idle
 replica waits on its own event and costs nothing per step of the others. In a fleet, after each
@@ -137,7 +139,7 @@ class Replica:
     takes_windows = True
 
     def start(self) -> simpy.Process:
-        """Start the loop (after the arrival process: the order engine.simulate creates them)."""
+        """Start the loop (after the arrival process: the order arrivals.run creates them)."""
         process = self._env.process(self._run())
         if self._runs is not None:
             self._runs.process = process
@@ -186,7 +188,7 @@ class Replica:
         if self._runs is not None:
             self._runs.cut()  # the next step may admit it
         self.num_routed += 1
-        # The arrival window's edges for the token rate, as engine.simulate marks them: its
+        # The arrival window's edges for the token rate, as arrivals.py marks a fleet's: its
         # first in-window arrival opens it, each arrival moves its end (the last one's stays).
         recorder, tokens = self.recorder, self.scheduler.num_output_tokens
         if recorder.window_tokens[0] is None and request.arrival_s >= self._warmup_s:

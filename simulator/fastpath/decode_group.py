@@ -390,6 +390,13 @@ class DecodeGroup:
         """
         return self._sum_cap - self._sum_base - len(self.bases) * self.step
 
+    def memory_terms(self, running: Sequence[SeqGroup]) -> tuple[list[int], int, int] | None:
+        """None without members; else (`others(running)`, `num_deferred_computed`,
+        `num_reserved_slots`): the memory breakdown's closed-form part (policies/grouping.py)."""
+        if not self.bases:
+            return None
+        return self.others(running), self.num_deferred_computed, self.num_reserved_slots
+
     def num_computed_of_members(self) -> dict[int, int]:
         """Each member's true KV tokens (all computed), by seq id: what the KV cache will be told
         when it leaves."""

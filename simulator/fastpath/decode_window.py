@@ -59,7 +59,7 @@ def pure_run(paged: PagedScheduler, group: DecodeGroup, limit: int) -> PureRun |
     now: at most `limit`, None when the next step is not such a step. The first must then be
     started (`start_pure_step`); then they are completed and recorded in order, as the per-step
     loop would, a few at a time (`complete_pure_steps`, which starts each later one)."""
-    if paged.owes_preemption_rows:  # the next step records them: it must be a planned one
+    if paged.unrecorded_preemptions:  # the next step records them: it must be a planned one
         return None
     state = paged.state
     if state.spec is not None:

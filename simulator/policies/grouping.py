@@ -20,10 +20,6 @@ from pagesim.simulator.policies.seq_group import AddToStep, Demand, SeqGroup, St
 class DecodeGrouping(Protocol):
     """What the per-step path asks of the decode group (its members are running groups)."""
 
-    def __len__(self) -> int:
-        """Members now."""
-        ...
-
     def schedule_running(
         self,
         running: list[SeqGroup],
@@ -48,21 +44,14 @@ class DecodeGrouping(Protocol):
         last token at `now_s`); then the lone decoders `joining` become members."""
         ...
 
-    def others(self, running: Sequence[SeqGroup]) -> list[int]:
-        """Indices in `running` of the groups that are no member."""
-        ...
-
-    @property
-    def num_deferred_computed(self) -> int:
-        """Members' computed slots the KV cache has not been told of yet."""
-        ...
-
-    @property
-    def num_reserved_slots(self) -> int:
-        """Members' allocated slots a later token will fill."""
+    def memory_terms(self, running: Sequence[SeqGroup]) -> tuple[list[int], int, int] | None:
+        """What the memory breakdown takes of the members in closed form: None without members;
+        else the indices in `running` of the groups that are no member (the KV cache walks
+        theirs), the members' computed slots the KV cache has not been told of yet and their
+        allocated slots a later token will fill."""
         ...
 
     def check_invariants(self) -> dict[int, int]:
         """Check the group's own sums; returns each member's true KV tokens by seq id (what the
-        KV cache's walk of every block should see)."""
+        KV cache's walk of every block should see; none without members)."""
         ...

@@ -62,16 +62,10 @@ class PagedScheduler(PolicyBase):
             self.state.spec = SpecDecoder(system.speculative, max_seq_len, seed, replica)
         self.kv = self.state.kv  # read by the fidelity executor and tests
         # Preemptions made by steps that ran nothing (`_schedule_again`), for the step table's
-        # row of the next step that runs.
-        self._unrecorded: list[Preemption] = []
+        # row of the next step that runs (which must then be a planned one, never a pure decode
+        # step of the fast path: simulator/fastpath/decode_window.py reads it).
+        self.unrecorded_preemptions: list[Preemption] = []
         self.policy = policy
-
-    @property
-    def owes_preemption_rows(self) -> bool:
-        """Whether preemptions made by steps that ran nothing wait for the next step's row
-        (`_schedule_again`): that step must then be a planned one, never a pure decode step of
-        the fast path (simulator/fastpath/decode_window.py)."""
-        return bool(self._unrecorded)
 
     # -- engine API -------------------------------------------------------------------------
     def add_request(self, request: Request, now_s: float) -> None:
@@ -93,11 +87,11 @@ class PagedScheduler(PolicyBase):
         if step.preemptions and step.is_idle:
             step = self._schedule_again(step, now_s)
             if step.is_idle:  # a step that runs nothing has no row: the next that runs counts them
-                self._unrecorded += step.preemptions
+                self.unrecorded_preemptions += step.preemptions
                 step.preemptions = []
-        if self._unrecorded and not step.is_idle:
-            step.preemptions[:0] = self._unrecorded
-            self._unrecorded = []
+        if self.unrecorded_preemptions and not step.is_idle:
+            step.preemptions[:0] = self.unrecorded_preemptions
+            self.unrecorded_preemptions = []
         if step.is_grouped:  # the fast path's members took part (policies/grouping.py)
             assert state.decode_group is not None
             return state.decode_group.plan(step, state.running)
@@ -184,19 +178,20 @@ class PagedScheduler(PolicyBase):
     def memory_breakdown(self) -> MemoryBreakdown:
         state = self.state
         decode_group = state.decode_group
-        if decode_group is None or not len(decode_group):
+        terms = None if decode_group is None else decode_group.memory_terms(state.running)
+        if terms is None:
             return self.kv.memory_breakdown()
         # Members in closed form (the fast path's), the others' tails walked by the KV cache.
         running = state.running
-        others = decode_group.others(running)
+        others, num_uncommitted, num_reserved = terms
         walked = [s for i in others for s in running[i].seq_ids] if others else []
         # Prompts' KV on the way or arrived, not yet admitted (policies/remote_kv.py).
         walked += [g.seq_ids[0] for g in state.receiving.values()]
         walked += [g.seq_ids[0] for g in state.landed.values()]
         return self.kv.memory_breakdown(
             walked,
-            num_uncommitted=decode_group.num_deferred_computed,
-            num_reserved_elsewhere=decode_group.num_reserved_slots,
+            num_uncommitted=num_uncommitted,
+            num_reserved_elsewhere=num_reserved,
         )
 
     def check_invariants(self) -> None:
@@ -206,9 +201,7 @@ class PagedScheduler(PolicyBase):
         state = self.state
         state.check_invariants()
         decode_group = state.decode_group
-        true_computed = {}
-        if decode_group is not None and len(decode_group):
-            true_computed = decode_group.check_invariants()
+        true_computed = {} if decode_group is None else decode_group.check_invariants()
         walked = self.kv.walk_memory_breakdown(true_computed)
         assert self.memory_breakdown() == walked, (self.memory_breakdown(), walked)
 
