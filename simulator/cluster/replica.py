@@ -56,6 +56,14 @@ class Replica:
     execution model, `fast_path` (simulator/fastpath/attach.py says when it is on), a
     `block_map` recorder (simulator/metrics/block_map.py) told of every step; and `on_done`
     None, since no router counts its requests in flight.
+
+    Its state: `scheduler`, `execution`, `recorder`, `capacity` (what it holds); `_runs` (the
+    fast path's runs of pure steps, or None); `_in_flight` and `_num_pending` (what the router
+    still counts). A kind of replica (disagg_replicas.py; a pipeline stage or a data-parallel
+    rank would be one too) changes it at named seams, not in the loop: `_price_step` (what a
+    step costs), `_finish_step` (a step's end), `_settle` (requests that ended),
+    `waits_on_others` (idle, not stalled) and `takes_windows` (whether runs of pure steps may
+    be settled ahead).
     """
 
     def __init__(
@@ -226,6 +234,8 @@ class Replica:
     # --- the heartbeat (every replica's, a single run's included) ---------------------------
 
     def _run(self) -> Generator[simpy.Event, None, None]:
+        """The step loop: a run of pure steps where the fast path has one, else one step (plan,
+        price, time passes, `_finish_step`), else wait (`_idle_event`) or end."""
         env, scheduler, price = self._env, self.scheduler, self._price_step
         runs = self._runs
         while True:
@@ -236,38 +246,52 @@ class Replica:
                 continue
             plan = scheduler.schedule(env.now)
             if plan.is_empty:
-                wake_at = scheduler.next_wakeup_s(env.now)
-                delay_s = None if wake_at is None or wake_at <= env.now else wake_at - env.now
-                if scheduler.arrivals_done:
-                    if not scheduler.has_pending:
-                        return
-                    # nothing will arrive, no wake-up lies ahead, no KV is on its way
-                    if delay_s is None and not self.waits_on_others():
-                        running, waiting, swapped = scheduler.queue_lengths()
-                        raise ReplicaStallError(
-                            f"replica {self.index}: scheduler stalled at t={env.now:.3f}s with "
-                            f"{running} running, {waiting} waiting and {swapped} swapped "
-                            "requests and nothing schedulable (a policy bug)"
-                        )
-                self._wakeup = env.event()
-                waits: list[simpy.Event] = [self._wakeup]
-                if delay_s is not None:
-                    waits.append(env.timeout(delay_s))
-                yield env.any_of(waits)
+                idle = self._idle_event()
+                if idle is None:
+                    return
+                yield idle
                 continue
             cost = price(plan)
-            start = env.now
+            start_s = env.now
             yield env.timeout(cost.duration_s)
-            scheduler.complete(plan, env.now)
-            if self._check:
-                scheduler.check_invariants()
-            self.recorder.record_step(start, plan, cost, scheduler)
-            if self._block_map is not None:
-                self._block_map.record(start, env.now, plan)
-            if self._on_done is not None:
-                self._settle()
-            if self._on_step is not None:
-                self._on_step(env.now)
+            self._finish_step(start_s, plan, cost)
+
+    def _finish_step(self, start_s: float, plan: StepPlan, cost: StepCost) -> None:
+        """The step's end: the scheduler applies it (tokens appear, requests finish, memory
+        frees), the recorder keeps it, and whoever watches or routes hears of it."""
+        scheduler, now_s = self.scheduler, self._env.now
+        scheduler.complete(plan, now_s)
+        if self._check:
+            scheduler.check_invariants()
+        self.recorder.record_step(start_s, plan, cost, scheduler)
+        if self._block_map is not None:
+            self._block_map.record(start_s, now_s, plan)
+        if self._on_done is not None:
+            self._settle()
+        if self._on_step is not None:
+            self._on_step(now_s)
+
+    def _idle_event(self) -> simpy.Event | None:
+        """Nothing to run: the event to wait on (an arrival, a wake-up, the policy's own wake-up
+        time), or None when the replica is done (nothing pending, nothing will arrive)."""
+        env, scheduler = self._env, self.scheduler
+        wake_at = scheduler.next_wakeup_s(env.now)
+        delay_s = None if wake_at is None or wake_at <= env.now else wake_at - env.now
+        if scheduler.arrivals_done:
+            if not scheduler.has_pending:
+                return None
+            # nothing will arrive, no wake-up lies ahead, no KV is on its way
+            if delay_s is None and not self.waits_on_others():
+                running, waiting, swapped = scheduler.queue_lengths()
+                raise ReplicaStallError(
+                    f"replica {self.index}: scheduler stalled at t={env.now:.3f}s with "
+                    f"{running} running, {waiting} waiting and {swapped} swapped "
+                    "requests and nothing schedulable (a policy bug)"
+                )
+        self._wakeup = env.event()
+        if delay_s is None:
+            return env.any_of([self._wakeup])
+        return env.any_of([self._wakeup, env.timeout(delay_s)])
 
     def _settle(self) -> None:
         """Tell the fleet of requests that ended in the last step (only if some did)."""

@@ -13,4 +13,7 @@ at a fraction of the work on long decode-heavy runs; the per-step path reads wit
 A paged scheduler and its step policies reach the group only through policies/grouping.py; the
 step log takes the runs' rows through metrics/step_log.py `RowSource`. The differential tests
 (tests/simulator/fastpath/, tests/simulator/cluster/test_windows.py) run both paths.
+
+Imports `policies`, `metrics`, `execution`, `kv` and `core`; never the cluster loop, which
+imports it (replica.py calls attach.py).
 """
