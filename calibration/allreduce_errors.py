@@ -1,7 +1,7 @@
-"""The fitted all-reduce (core/hardware.py: the measured medians at half-octave knots up to 4 MiB,
-latency + ring bytes / bandwidth above) against Vidur's measured NCCL all-reduce medians, at the
-message sizes the error table's steps send; a part of `pagesim calibrate error-table`
-(step_errors.py).
+"""The fitted all-reduce (core/presets/interconnects.toml: the measured medians at half-octave
+knots up to 4 MiB, latency + ring bytes / bandwidth above) against Vidur's measured NCCL
+all-reduce medians, at the message sizes the error table's steps send; a part of `pagesim
+calibrate error-table` (step_errors.py).
 
 Up to 4 MiB the roofline *is* the measured medians, as measured, also where they fall with size
 (the knots are `measured_allreduce_s` at powers of two and half-powers, and every step of the

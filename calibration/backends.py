@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from pagesim.calibration import reference
+from pagesim.calibration import attention_reference
 from pagesim.calibration.harness import (
     CudaEventTimer,
     PerfCounterTimer,
@@ -109,7 +109,7 @@ class NumpyBackend:
         ).astype(np.float16)
 
         def run() -> object:
-            return reference.numpy_decode_attention(q, k_cache, v_cache, table, lens)
+            return attention_reference.numpy_decode_attention(q, k_cache, v_cache, table, lens)
 
         return Prepared(run, *decode_cost(shapes, context_lens))
 
@@ -129,7 +129,7 @@ class NumpyBackend:
         k = self._rng.standard_normal(shape_kv, dtype=np.float32)
         v = self._rng.standard_normal(shape_kv, dtype=np.float32)
         return Prepared(
-            lambda: reference.numpy_prefill_attention(q, k, v),
+            lambda: attention_reference.numpy_prefill_attention(q, k, v),
             *prefill_cost(shapes, num_seqs, prompt_len),
         )
 

@@ -1,5 +1,5 @@
-"""What `bench_kernel` (bench.py) times the paged decode kernel against, on the same K/V (fp16
-rows only): the kernel itself over a contiguous [S, Hkv, context, D] copy of the cache, and
+"""What `bench_kernel` (kernel_bench.py) times the paged decode kernel against, on the same K/V
+(fp16 rows only): the kernel itself over a contiguous [S, Hkv, context, D] copy of the cache, and
 torch's scaled_dot_product_attention on that dense K/V (`sdpa_dense`) and on K/V gathered through
 the block table first (`sdpa_gather`), each with its time, the paged kernel's time over it and the
 relative difference of its output from the paged kernel's. torch is imported lazily, inside a

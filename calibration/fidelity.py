@@ -20,6 +20,8 @@ with a grid point.
 
 This module runs the check and writes its files; the figures are computed in `fidelity_errors`
 and `held_out`.
+
+The same idea in the reports layer: reports/fidelity.py renders a FidelityResult.
 """
 
 from __future__ import annotations

@@ -74,7 +74,7 @@ kind = "poisson"
 rate_per_s = 6.0
 [workload.prompt]
 kind = "lognormal"
-mean = 161.31  # ShareGPT as the vLLM paper tokenized it (FACTS.md)
+mean = 161.31  # ShareGPT as the vLLM paper tokenized it (Kwon et al., SOSP 2023)
 cv = 1.0
 [workload.output]
 kind = "lognormal"

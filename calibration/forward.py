@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from pagesim.calibration import layer_ops
+from pagesim.calibration.attention_reference import numpy_decode_attention
 from pagesim.calibration.blas import blas_threads
 from pagesim.calibration.executor_config import (
     CPU_DTYPES,
@@ -42,7 +43,6 @@ from pagesim.calibration.executor_config import (
     StepTiming,
 )
 from pagesim.calibration.graphs import GraphEntry, graph_context
-from pagesim.calibration.reference import numpy_decode_attention
 from pagesim.calibration.step_inputs import StepInputs, static_decode_inputs, warmup_inputs
 from pagesim.simulator.core.errors import InputError
 

@@ -53,7 +53,7 @@ def bench(out_dir: str, repeats: int = 15) -> None:
     each model (a stage cut short keeps what finished), one summary line per row."""
 
     def work() -> None:
-        from pagesim.calibration.bench import (
+        from pagesim.calibration.kernel_bench import (
             DEFAULT_SHAPES,
             FIDELITY_SHAPES,
             bench_kernel,

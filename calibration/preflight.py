@@ -32,7 +32,7 @@ import numpy as np
 from pagesim.calibration.kernel import Variant
 
 # The variants the first GPU call depends on: Llama-2-7B (32 heads, MHA) and Llama-3-8B (32 heads
-# over 8 KV heads: GQA-4), fp16, 16-token blocks (FACTS.md model table).
+# over 8 KV heads: GQA-4), fp16, 16-token blocks (docs/facts.md, "Models").
 PREFLIGHT_LAYOUTS = {"llama-2-7b (MHA)": (32, 32), "llama-3-8b (GQA-4)": (32, 8)}
 MIN_COPY_GBPS = 100.0  # far below any datacenter GPU's copy rate: only a broken setup is slower
 
@@ -165,6 +165,7 @@ def _device(cupy: Any, min_free_gib: float) -> dict[str, object]:
 
 def _kernel(cupy: Any, num_heads: int, num_kv_heads: int) -> dict[str, object]:
     """Compile through CuPy, report resources, and check against the reference."""
+    from pagesim.calibration.attention_reference import make_paged_case, reference_decode_attention
     from pagesim.calibration.kernel import (
         compiled_functions,
         kernel_resources,
@@ -172,7 +173,6 @@ def _kernel(cupy: Any, num_heads: int, num_kv_heads: int) -> dict[str, object]:
         resident_ctas_per_sm,
     )
     from pagesim.calibration.partitions import heads_per_cta
-    from pagesim.calibration.reference import make_paged_case, reference_decode_attention
 
     variant = Variant("fp16", 128, 16, heads_per_cta(num_heads // num_kv_heads), True)
     started = time.perf_counter()

@@ -4,7 +4,7 @@ training set (calibration/published/measured.csv, its judged rows: vLLM CI build
     term (default's home)                           scenario key ([execution])  rows it enters
     V0 host, serial part per step (overhead.py)     step_overhead_s            every row
     custom all-reduce stage on NVSwitch nodes       custom_allreduce_stage_us  TP > 1
-      (hardware.py; NVLink 3 and 4 alike)
+      (interconnects.toml; NVLink 3 and 4)
     V0 front end per request (frontend.py)          frontend_s                 the served row
     fused-MoE bandwidth share (moe_cost.py)         fused_moe_bw_efficiency    Mixtral rows
 
@@ -14,9 +14,10 @@ on A100 and 13.5 us on H100, for one more free term; the shared one keeps every 
 Each evaluation runs the suite with the candidate values as scenario overrides
 (calibration/published.py); least squares of the rows' relative errors by Gauss-Newton with a
 numeric Jacobian, each term kept in a physical range. The kernels' bandwidths are not fitted
-here: `microbenchmark_fit` derives them from vLLM's published kernel benchmark (hardware.py).
+here: `microbenchmark_fit` derives them from vLLM's published kernel benchmark
+(core/presets/interconnects.toml).
 
-    python -m pagesim.calibration.published_fit     # prints the fit; hardware.py, overhead.py,
+    python -m pagesim.calibration.published_fit     # prints the fit; interconnects.toml,
                                                     # frontend.py, moe_cost.py hold its output
 """
 

@@ -15,7 +15,8 @@ Vidur's measurements, reproducibly (same files, same numbers).
   half-octave knots up to 4 MiB and `latency + ring bytes / bus bw` fitted above; one curve over
   all counts and sizes for other counts.
 
-The constants in simulator/core/hardware.py are this module's output, rounded.
+The figures in simulator/core/presets/roofline_factors.toml and interconnects.toml are this
+module's output, rounded (`constants_text` writes them as those files do).
 """
 
 from __future__ import annotations
@@ -46,7 +47,10 @@ from pagesim.calibration.vidur_csv import (
 )
 from pagesim.calibration.vidur_layout import VIDUR_GPUS, VIDUR_MEASURED, vidur_files, vidur_gpu
 from pagesim.simulator.core.catalog import GPUSpec, ModelSpec, get_gpu, get_model
-from pagesim.simulator.core.hardware import A100, Interconnect, RooflineFactors
+from pagesim.simulator.core.hardware import Interconnect, RooflineFactors
+from pagesim.simulator.core.preset_files import shipped_presets
+from pagesim.simulator.core.preset_writer import field_table, interconnect_table
+from pagesim.simulator.core.toml_text import toml_document
 from pagesim.simulator.execution.gemm import gemm_dims, gemm_time_s
 from pagesim.simulator.execution.roofline_terms import GEMMS_PER_LAYER, LayerShapes
 
@@ -304,41 +308,44 @@ def fit_all(root: Path) -> list[FittedGpu]:
     """A100 first (its attention factors are the others'), then H100 and A40; every file is read
     (and checked) before the first fit."""
     data = [read_gpu_measurements(root, gpu) for gpu in ("a100-80gb", "h100-sxm", "a40")]
-    a100 = fit_measured(data[0], A100)
+    a100 = fit_measured(data[0], shipped_presets().factors["a100-80gb"])
     return [a100, *(fit_measured(d, a100.factors) for d in data[1:])]
 
 
 def constants_text(fitted: FittedGpu) -> str:
-    """The factors as simulator/core/hardware.py writes them (4 significant figures)."""
+    """The factors (and the node's all-reduce) as simulator/core/presets/roofline_factors.toml and
+    interconnects.toml write them, to 4 significant figures: the text to paste there."""
     f = fitted.factors
-    lines = [f"# {fitted.gpu_name}"]
-    for name in RooflineFactors.__dataclass_fields__:
-        value = getattr(f, name)
-        if isinstance(value, float):
-            lines.append(f"    {name}={g4(value)},")
-        elif isinstance(value, int) and not isinstance(value, bool):
-            lines.append(f"    {name}={value},")
+    rounded: dict[str, Any] = {
+        name: g4(value)
+        for name in RooflineFactors.__dataclass_fields__
+        if isinstance(value := getattr(f, name), float)
+    }
+    tables: dict[str, object] = {"factors": {fitted.gpu_name: field_table(replace(f, **rounded))}}
     if fitted.interconnect is not None:
         link = fitted.interconnect
-        lines.append(
-            f"# interconnect {link.name}: {g4(link.allreduce_latency_s)}, "
-            f"{g4(link.allreduce_bw_bps)}, by_workers=("
-            + ", ".join(f"({n}, {g4(a)}, {g4(b)})" for n, a, b in link.by_workers)
-            + ")"
+        link = replace(
+            link,
+            allreduce_latency_s=g4(link.allreduce_latency_s),
+            allreduce_bw_bps=g4(link.allreduce_bw_bps),
+            by_workers=tuple((n, g4(a), g4(b)) for n, a, b in link.by_workers),
+            small_by_workers=tuple(
+                (n, tuple(g4(k * 1e6) * 1e-6 for k in knots)) for n, knots in link.small_by_workers
+            ),
         )
-        lines.append("# small_by_workers (microseconds at ALLREDUCE_KNOT_BYTES):")
-        for n, knots in link.small_by_workers:
-            lines.append(f"    ({n}, us({', '.join(f'{1e6 * k:.4g}' for k in knots)})),")
-    return "\n".join(lines)
+        node = VIDUR_GPUS[fitted.gpu_name].node or fitted.gpu_name
+        tables["interconnect"] = {node: interconnect_table(link, None)}
+    return toml_document(tables, f"{fitted.gpu_name}, fitted by `pagesim calibrate fit-roofline`")
 
 
-def g4(x: float) -> str:
-    """`x` to 4 significant figures, as Python writes the float."""
-    return repr(float(f"{x:.4g}"))
+def g4(x: float) -> float:
+    """`x` to 4 significant figures."""
+    return float(f"{x:.4g}")
 
 
 def write_fitted(fitted: list[FittedGpu], out: Path) -> Path:
-    """The fitted factors and links as JSON (for a reader; hardware.py holds the constants)."""
+    """The fitted factors and links as JSON (for a reader; the preset files hold
+    the figures)."""
     payload = {
         f.gpu_name: {
             "factors": asdict(f.factors),

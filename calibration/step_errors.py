@@ -12,7 +12,7 @@ same terms; the LM head and the host overhead are left out of both (Vidur did no
 - *before*: pagesim's roofline before the fit: one set of factors for every GPU (GEMM 0.7,
   weights 0.85, attention 0.8), max(compute, memory) per step, all-reduce at 300 GB/s with no
   per-call latency, no small operators, prefill attention at the GEMM efficiency.
-- *after*: `RooflineModel.breakdown` with the GPU preset's factors (core/hardware.py): the linear
+- *after*: `RooflineModel.breakdown` with the GPU preset's factors (core/presets/): the linear
   layers GEMM by GEMM with tile and wave quantization (execution/gemm.py), the all-reduce from the
   measured medians up to 4 MiB (as measured, falling with size where NCCL's measured regimes
   do) and latency + bytes / bandwidth above. The grid's all-reduce messages up to 4 MiB fall on

@@ -1,7 +1,7 @@
 """Reading the Vidur project's per-operator GPU measurements (microsoft/vidur, MIT License; times in
 milliseconds), with one-line `InputError`s that name the file and the column.
 
-Three kinds of file (the layout of Vidur's `data/profiling/`, as `../shared/vidur_profiling/` keeps
+Three kinds of file (the layout of Vidur's `data/profiling/`, as a clone of microsoft/vidur keeps
 it):
 
     compute/<gpu>/meta-llama/<model>/mlp.csv           per-layer operators over num_tokens and TP
@@ -52,7 +52,7 @@ MLP_SHAPES = {
 }
 ATTENTION_SHAPES = {"n_q_head": "num_heads", "n_kv_head": "num_kv_heads", "n_embd": "hidden_size"}
 
-# The files of ../shared/vidur_profiling/ by git blob hash: where they are in microsoft/vidur and
+# The files of Vidur's data/profiling/ by git blob hash: where they are in microsoft/vidur and
 # the last commit that changed them there (the date of the data as published; Vidur records no
 # date of its own).
 KNOWN_FILES = {

@@ -116,7 +116,8 @@ def all_reduce_section(table: CollectiveTable, tensor_parallel: int, node: str) 
         )
     held = _held(len(sizes))
     # The bins' medians as measured, not made non-decreasing: they fall with size in runs of
-    # neighbouring rows (NCCL's regimes), which the roofline's table follows too (core/hardware.py).
+    # neighbouring rows (NCCL's regimes), which the roofline's table follows too
+    # (core/presets/interconnects.toml).
     xs, ys = _bins(sizes[~held], times[~held])
     held_x, held_y = _bins(sizes[held], times[held])
     return {

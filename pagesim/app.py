@@ -43,7 +43,10 @@ def _options(
     """Simulate LLM serving with a paged KV cache (see the commands below)."""
 
 
-scenarios_app = typer.Typer(help="List and show the built-in scenarios.", no_args_is_help=True)
+scenarios_app = typer.Typer(
+    help="List and show the built-in scenarios; print the scenario file reference.",
+    no_args_is_help=True,
+)
 bench_app = typer.Typer(
     help="Benchmarks: the simulator's speed, the kernel's.", no_args_is_help=True
 )

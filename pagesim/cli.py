@@ -126,6 +126,8 @@ def sweep(
         write_sweep(done, folder.staging, list(set_ or []))
         _commit(folder, points[0].scenario.name)
     typer.echo(f"sweep table: {out / 'sweep.csv'}\nreport: {out / 'report.html'}")
+    if (out / "frontier.csv").exists():
+        typer.echo(f"Pareto frontier: {out / 'frontier.csv'}")
 
 
 @app.command()
@@ -282,8 +284,24 @@ def scenarios_golden(
         check_builtins(on_checked=console.echo_golden)
 
 
+@scenarios_app.command("reference")
+def scenarios_reference() -> None:
+    """Print the scenario file reference: every table and key, every model, GPU and other
+    preset (docs/scenario-reference.md is this output: pagesim scenarios reference >
+    docs/scenario-reference.md)."""
+    from pagesim.simulator.scenario.reference import render_reference
+
+    typer.echo(render_reference(), nl=False)
+
+
 # The benchmark and the GPU-side commands register on the same apps.
-from pagesim import cli_bench, cli_calibration, cli_capacity, cli_explain  # noqa: E402, F401
+from pagesim import (  # noqa: E402, F401
+    cli_bench,
+    cli_calibration,
+    cli_capacity,
+    cli_deploy,
+    cli_explain,
+)
 
 
 def main() -> None:

@@ -86,7 +86,7 @@ def calibrate(
 
 
 VidurDir = Annotated[
-    Path, typer.Argument(help="A copy of Vidur's data/profiling (e.g. ../shared/vidur_profiling).")
+    Path, typer.Argument(help="A copy of Vidur's data/profiling (e.g. vidur/data/profiling).")
 ]
 
 
@@ -118,7 +118,7 @@ def import_vidur(
 ) -> None:
     """Turn Vidur's per-operator GPU measurements into a pagesim profile (provenance included).
 
-    Example: pagesim calibrate import-vidur ../shared/vidur_profiling --model llama-2-70b
+    Example: pagesim calibrate import-vidur vidur/data/profiling --model llama-2-70b
     --gpu a100-80gb --tp 2 --out a100-70b-tp2.json
     """
     from pagesim.calibration.outputs import check_out_file
@@ -148,9 +148,10 @@ def fit_roofline(
     out: Annotated[Path | None, typer.Option(help="Also write the factors as JSON.")] = None,
 ) -> None:
     """Fit the roofline's per-GPU factors and interconnects to Vidur's measurements; print them
-    as simulator/core/hardware.py writes them (it holds this command's output).
+    as the preset files write them (simulator/core/presets/roofline_factors.toml and
+    interconnects.toml hold this command's output).
 
-    Example: pagesim calibrate fit-roofline ../shared/vidur_profiling
+    Example: pagesim calibrate fit-roofline vidur/data/profiling
     """
     from pagesim.calibration.outputs import check_out_file
     from pagesim.calibration.roofline_fit import constants_text, fit_all, write_fitted
@@ -174,7 +175,7 @@ def error_table(
     """Tabulate the roofline's error against Vidur's measurements (before and after the fit, per
     operator and step shape) and the imported profiles' held-out error.
 
-    Example: pagesim calibrate error-table ../shared/vidur_profiling
+    Example: pagesim calibrate error-table vidur/data/profiling
     """
     from pagesim.calibration.outputs import check_out_file, write_out
     from pagesim.calibration.step_errors import error_page
@@ -190,29 +191,44 @@ def check_published(
         Path | None,
         typer.Option(help="A measured.csv to check (default: calibration/published/measured.csv)."),
     ] = None,
+    held_out: Annotated[
+        Path | None,
+        typer.Option(help="A held_out.csv (default: calibration/published/held_out.csv)."),
+    ] = None,
+    draws: Annotated[
+        int,
+        typer.Option(min=1, help="Draws of the ShareGPT sample a throughput row is the median of."),
+    ] = 8,
     out: Annotated[
         Path | None, typer.Option(help="Folder to write published_check.csv and .json into.")
     ] = None,
 ) -> None:
     """Run vLLM's published CI benchmarks in pagesim and print measured | pagesim | error |
     source per row, then the judged rows' median and worst error; exit 1 when they miss the
-    limits (every judged row within 10%, median within 5%).
+    limits (every judged row within 10%, median within 5%). A second table gives the held-out
+    rows: printed, never a criterion.
 
     Example: pagesim calibrate check-published --out runs/published
     """
     from pagesim.calibration.published import (
+        HELD_OUT_CSV,
         MEASURED_CSV,
         check,
+        held_out_text,
+        read_held_out,
         read_measured,
         table_text,
         verdict,
         write_outputs,
     )
 
-    checked = check(read_measured(measured or MEASURED_CSV))
+    checked = check(read_measured(measured or MEASURED_CSV), draws)
+    held = check(read_held_out(held_out or HELD_OUT_CSV), draws)
     typer.echo(table_text(checked))
+    typer.echo("")
+    typer.echo(held_out_text(held))
     if out is not None:
-        for path in write_outputs(checked, out):
+        for path in write_outputs(checked, out, held):
             typer.echo(f"wrote {path}")
     if not verdict(checked).is_met:
         raise typer.Exit(1)
@@ -248,8 +264,8 @@ def bench_kernel(
 
     Example: pagesim bench kernel --model llama-3-8b --shapes fidelity --dtype bf16
     """
-    from pagesim.calibration.bench import KV_DTYPES, bench_models, format_row
     from pagesim.calibration.harness import FLUSH_MODES
+    from pagesim.calibration.kernel_bench import KV_DTYPES, bench_models, format_row
     from pagesim.calibration.outputs import check_out_file
     from pagesim.simulator.core.catalog import resolve_model
 

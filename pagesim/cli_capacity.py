@@ -63,6 +63,13 @@ def capacity(
     executor: ExecutorOption = "local",
     address: AddressOption = None,
     no_cache: NoCacheOption = False,
+    objective: Annotated[
+        str | None,
+        typer.Option(
+            help="Rank by: in a rate search goodput per GPU (the default) or energy per "
+            "output token; in a fleet search gpus (the default), cost or energy."
+        ),
+    ] = None,
 ) -> None:
     """Find each configuration's highest sustainable request rate, or, for a scenario with a
     \\[capacity] section, the fleet with the fewest GPUs that meets the SLO.
@@ -87,9 +94,12 @@ def capacity(
     """
     from pagesim.simulator.core.errors import InputError
     from pagesim.simulator.scenario.load import load_scenario, resolve_scenario
+    from pagesim.simulator.studies.objective import check_objective
 
     path = resolve_scenario(scenario)
-    if load_scenario(path, list(set_ or [])).capacity is not None:
+    is_fleet = load_scenario(path, list(set_ or [])).capacity is not None
+    objective = check_objective(objective, fleet=is_fleet)  # refused before any work
+    if is_fleet:
         given = {"--rel-tol": rel_tol, "--window-s": window_s, "--min-rate": min_rate}
         given["--max-rate"] = max_rate
         for option, value in given.items():
@@ -99,7 +109,7 @@ def capacity(
                     "so this is a fleet search over its traffic as given (drop the option, or "
                     "the section for a rate search)"
                 )
-        fleet = (slo_share, max_queue_delay_s, jobs, executor, address, no_cache)
+        fleet = (slo_share, max_queue_delay_s, jobs, executor, address, no_cache, objective)
         _capacity_fleets(path, param, out, set_, *fleet)
         return
     from pagesim.reports.folders import write_capacity
@@ -124,11 +134,13 @@ def capacity(
             address=address,
             use_cache=not no_cache,
             on_round=lambda n, size: typer.echo(f"round {n}: {size} rate(s)", err=True),
+            objective=objective,
         )
         console.echo_capacity(done)
         write_capacity(done, folder.staging, list(set_ or []))
         commit(folder, configs[0].scenario.name)
     typer.echo(f"ranking: {out / 'capacity.csv'}\ncapacity page: {out / 'capacity.html'}")
+    _echo_frontier(out)
 
 
 def _capacity_fleets(
@@ -142,6 +154,7 @@ def _capacity_fleets(
     executor: str,
     address: str | None,
     no_cache: bool,
+    objective: str,
 ) -> None:
     """`pagesim capacity` on a scenario with [capacity]: the cheapest-fleet search."""
     from pagesim.reports.fleet_capacity import write_fleet_capacity
@@ -162,6 +175,7 @@ def _capacity_fleets(
             address=address,
             use_cache=not no_cache,
             on_round=lambda n, size: typer.echo(f"round {n}: {size} fleet(s)", err=True),
+            objective=objective,
         )
         console.echo_fleet_capacity(done)
         write_fleet_capacity(done, folder.staging, list(set_ or []))
@@ -170,3 +184,10 @@ def _capacity_fleets(
         f"ranking: {out / 'capacity.csv'} (and capacity.json)\n"
         f"capacity page: {out / 'capacity.html'}"
     )
+    _echo_frontier(out)
+
+
+def _echo_frontier(out: Path) -> None:
+    """Where the Pareto frontier went, when the search had one (simulator/studies/frontier.py)."""
+    if (out / "frontier.csv").exists():
+        typer.echo(f"Pareto frontier: {out / 'frontier.csv'}")

@@ -20,13 +20,10 @@ if TYPE_CHECKING:
     from pagesim.calibration.fidelity import FidelityResult
     from pagesim.reports.output_folder import OutputFolder
     from pagesim.simulator.metrics.result import RunResult
-    from pagesim.simulator.studies.bench_compare import Comparison
-    from pagesim.simulator.studies.bench_count import CountComparison
     from pagesim.simulator.studies.fleet_study import FleetStudy
     from pagesim.simulator.studies.resolved import CheckedScenario, ResolvedSystem
     from pagesim.simulator.studies.runs import CapacityStudy
     from pagesim.simulator.studies.sweep import SweepRun
-    from pagesim.simulator.studies.timing import BenchSpec, TimedRun
 
 Column = tuple[str, str, str]  # (row key, header, format spec; "" prints str(value))
 
@@ -51,6 +48,7 @@ CAPACITY_COLUMNS: list[Column] = [
     ("slo_share", "SLO met", ".1%"),
     ("queue_delay_p99_s", "queue p99 s", ".3g"),
     ("goodput_per_gpu", "goodput/GPU", ".3g"),
+    ("energy_per_output_token_j", "J/token", ".3g"),
     ("num_evaluations", "runs", "d"),
 ]
 FLEET_COLUMNS: list[Column] = [
@@ -67,6 +65,7 @@ FLEET_COLUMNS: list[Column] = [
     ("slo_share", "SLO met", ".1%"),
     ("ttft_p99_s", "TTFT p99 s", ".3g"),
     ("queue_delay_p99_s", "queue p99 s", ".3g"),
+    ("energy_per_output_token_j", "J/token", ".3g"),
     ("num_evaluations", "runs", "d"),
     ("why_not", "note", ""),
 ]
@@ -85,33 +84,31 @@ DISAGG_COLUMNS: list[Column] = [  # a disaggregated scenario's search
     ("slo_share", "SLO met", ".1%"),
     ("ttft_p99_s", "TTFT p99 s", ".3g"),
     ("tpot_p99_s", "TPOT p99 s", ".3g"),
+    ("energy_per_output_token_j", "J/token", ".3g"),
     ("num_evaluations", "runs", "d"),
     ("why_not", "note", ""),
-]
-BENCH_COLUMNS: list[Column] = [
-    ("side", "", ""),
-    ("wall", "wall s", ".2f"),
-    ("req", "requests/s", ",.0f"),
-    ("tok", "tokens/s", ",.0f"),
-    ("steps", "steps/s", ",.0f"),
-    ("rss", "peak RSS MiB", ",.0f"),
 ]
 
 
 def echo_table(rows: Sequence[Mapping[Any, object]], columns: Sequence[Column]) -> None:
-    """Print rows as an aligned table: the first column left-aligned, the others right; a
-    missing value prints as '-'."""
+    """Print rows as an aligned table (`table_lines`)."""
+    for line in table_lines(rows, columns):
+        typer.echo(line)
+
+
+def table_lines(rows: Sequence[Mapping[Any, object]], columns: Sequence[Column]) -> list[str]:
+    """Rows as an aligned table, the header first: the first column left-aligned, the others
+    right; a missing value prints as '-'."""
     cells = [[header for _, header, _ in columns]]
     for row in rows:
         cells.append([_cell(row.get(key), fmt) for key, _, fmt in columns])
     widths = [max(len(r[i]) for r in cells) for i in range(len(columns))]
-    for r in cells:
-        typer.echo(
-            "  ".join(
-                c.rjust(w) if i else c.ljust(w)
-                for i, (c, w) in enumerate(zip(r, widths, strict=True))
-            )
+    return [
+        "  ".join(
+            c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True))
         )
+        for r in cells
+    ]
 
 
 def _cell(value: object, fmt: str) -> str:
@@ -324,95 +321,6 @@ def progress_bar(total: int, label: str) -> Iterator[Callable[[int], None]]:
     """A `simulator.studies.runs.Progress`: a bar of `total` steps on stderr."""
     with typer.progressbar(length=total, label=label, file=sys.stderr) as bar:
         yield bar.update
-
-
-def echo_speed(spec: BenchSpec, run: TimedRun) -> None:
-    """`pagesim bench sim`: what was simulated, how fast, and the peak memory, on one line."""
-    n, steps, wall_s = run.num_requests, run.num_steps, run.wall_s
-    typer.echo(
-        f"{spec.label}, {spec.policy}: {n} requests, simulated {run.summary['duration_s']:.0f} s "
-        f"in {wall_s:.2f} s wall; {n / wall_s:,.0f} requests/s, "
-        f"{run.num_tokens / wall_s:,.0f} tokens/s, {steps:,} steps ({steps / wall_s:,.0f} "
-        f"steps/s); peak RSS {run.peak_rss_mib:,.0f} MiB"
-    )
-
-
-def echo_comparison(comparison: Comparison) -> None:
-    """`pagesim bench sim --against`: both sides' speed and memory, their ratios, and whether
-    their summaries agree."""
-    spec, repeat = comparison.spec, comparison.num_repeats
-    typer.echo(
-        f"{spec.label}, {spec.policy}: {comparison.revision} (before) vs this tree (after), "
-        f"best of {repeat} alternating runs each, one process per run"
-    )
-    rows = [
-        {
-            "side": name,
-            "wall": run.wall_s,
-            "req": run.num_requests / run.wall_s,
-            "tok": run.num_tokens / run.wall_s,
-            "steps": run.num_steps / run.wall_s,
-            "rss": run.peak_rss_mib,
-        }
-        for name, run in (("before", comparison.before), ("after", comparison.after))
-    ]
-    echo_table(rows, BENCH_COLUMNS)
-    differences = comparison.summary_differences()
-    typer.echo(
-        f"after/before: {comparison.speedup:.2f}x faster (CPU time "
-        f"{comparison.cpu_speedup:.2f}x), peak RSS x{comparison.memory_ratio:.2f}; "
-        + (
-            "summaries agree (rel 1e-9)"
-            if not differences
-            else f"summaries differ in {len(differences)} keys: " + "; ".join(differences[:5])
-        )
-    )
-    if repeat > 1 and comparison.before_cpu_s:
-        pairs = " ".join(f"{r:.2f}x" for r in comparison.paired_cpu_speedups)
-        spread = ", ".join(
-            f"{name} {min(times):.2f}-{max(times):.2f} s"
-            for name, times in (
-                ("before", comparison.before_cpu_s),
-                ("after", comparison.after_cpu_s),
-            )
-        )
-        typer.echo(
-            f"CPU time of each back-to-back pair, before/after: {pairs} (median "
-            f"{comparison.median_paired_cpu_speedup:.2f}x); CPU s of all runs: {spread}"
-        )
-
-
-def echo_instructions(counts: CountComparison) -> None:
-    """`pagesim bench sim --instructions`: the simulation's instructions (setup subtracted), per
-    side, their ratio, and with --against whether the summaries agree."""
-    spec = counts.spec
-    if counts.before is None:
-        sides = [("this tree", counts.after)]
-    else:
-        sides = [
-            (f"{counts.revision} (before)", counts.before),
-            ("this tree (after)", counts.after),
-        ]
-    typer.echo(
-        f"{spec.label}, {spec.policy}: instructions of the simulation (valgrind cachegrind, one "
-        f"BLAS thread, PYTHONHASHSEED=0; setup subtracted), {counts.after.run.num_steps:,} steps"
-    )
-    for name, side in sides:
-        typer.echo(
-            f"  {name}: {side.instructions:,} ({side.instructions / 1e9:.3f} G; the whole run "
-            f"{side.run_instructions / 1e9:.3f} G, setup {side.setup_instructions / 1e9:.3f} G)"
-        )
-    if counts.before is None:
-        return
-    differences = counts.summary_differences()
-    typer.echo(
-        f"after/before: {counts.ratio:.4f} ({counts.ratio - 1:+.2%} instructions); "
-        + (
-            "summaries agree (rel 1e-9)"
-            if not differences
-            else f"summaries differ in {len(differences)} keys: " + "; ".join(differences[:5])
-        )
-    )
 
 
 def echo_fidelity(result: FidelityResult, html: Path) -> None:

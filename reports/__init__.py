@@ -4,4 +4,6 @@
 `sweep` and `capacity` leave in their --out folder; `reports.plots` indexes one function per
 plot (some live in `memory_plots`, `timeline` and `curves`); `reports.glossary` documents every
 metric shown. Reports render data; they never re-simulate.
+
+Imports: simulator, calibration (measured profiles and the fidelity figures, never its GPU side).
 """

@@ -5,6 +5,9 @@ per configuration, best goodput per GPU first: config, system, max_rate_per_s, f
 goodput_per_gpu, num_gpus, ...) and never recompute the search. The answer in words is
 `capacity_findings`'s, one function: capacity.html and the report.html beside it (the curves of
 every evaluated rate) both lead with its sentences, so the two pages cannot disagree.
+
+The same idea in other layers: `pagesim capacity`'s [capacity] table is simulator/core/capacity.py,
+read by simulator/scenario/capacity.py.
 """
 
 from __future__ import annotations

@@ -15,11 +15,14 @@ import numpy as np
 import pandas as pd
 from matplotlib.patches import Patch
 
+from pagesim.reports.deploy_html import deploy_entries, deploy_html
 from pagesim.reports.folders import provenance
+from pagesim.reports.frontier_plots import frontier_section
 from pagesim.reports.html import Plot, esc, figures_html, page, sweep_table
 from pagesim.reports.render import write_report
 from pagesim.reports.style import figure, label, legend_below, no_data, save, system_color
 from pagesim.simulator.scenario.load import describe_scenario
+from pagesim.simulator.studies.frontier import FRONTIER_FILE
 
 if TYPE_CHECKING:
     from pagesim.simulator.studies.fleet_study import FleetStudy
@@ -141,6 +144,7 @@ def write_fleet_capacity(study: FleetStudy, out: Path, overrides: Sequence[str])
     out.mkdir(parents=True, exist_ok=True)
     study.ranking.to_csv(out / "capacity.csv", index=False)
     study.evaluations.to_csv(out / "evaluations.csv", index=False)
+    study.frontier.to_csv(out / FRONTIER_FILE, index=False)
     settings = study.settings
     records = [
         {str(k): _json_value(v) for k, v in row.items()}
@@ -170,6 +174,7 @@ def write_fleet_capacity(study: FleetStudy, out: Path, overrides: Sequence[str])
             scenario_text=describe_scenario(scenario),
             provenance=provenance(study.best, overrides),
             findings=study.answer,
+            deploy=deploy_entries(study.deployments),
             question=scenario.report,
             missing=never_met(study.ranking),
         )
@@ -192,7 +197,9 @@ def write_fleet_capacity(study: FleetStudy, out: Path, overrides: Sequence[str])
         ("answer", "Answer", f"<ul>{answer}</ul>{link}"),
         ("criteria", "Meeting the SLO", f"<p>{esc(criteria_text(study))}</p>"),
         ("plot", "Fleets", figures_html([plot])),
+        ("frontier", "Pareto frontier", frontier_section(study.frontier, out / "plots", 2)),
         ("ranking", "Ranking", sweep_table(study.ranking)),
+        ("deploy", "Deploy on vLLM", deploy_html(deploy_entries(study.deployments))),
         ("scenario", "Scenario", f"<pre>{esc(describe_scenario(scenario))}</pre>"),
     ]
     subtitle = f"{len(study.ranking)} fleet shape(s), ranked by GPUs and by cost"

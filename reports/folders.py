@@ -3,9 +3,10 @@
 
 run:       scenario.toml and overrides.json as given, then report.html and its data
            (or, without a report, each system's data only); block_maps/ when recorded
-sweep:     report.html with sweep.csv (the cache under cache/ is the sweep's own)
-capacity:  capacity.csv (the ranking), evaluations.csv (every rate tried), report.html of the
-           best configurations at their highest sustained rate, and capacity.html
+sweep:     report.html with sweep.csv and frontier.csv (the cache under cache/ is the sweep's own)
+capacity:  capacity.csv (the ranking), evaluations.csv (every rate tried), frontier.csv (the
+           sustained ones' Pareto frontiers), report.html of the best configurations at their
+           highest sustained rate, and capacity.html
 """
 
 from __future__ import annotations
@@ -15,15 +16,21 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import pandas as pd
+
 from pagesim import __version__
 from pagesim.reports.block_map_files import write_block_maps
 from pagesim.reports.capacity import capacity_findings, write_capacity_page
+from pagesim.reports.deploy_html import deploy_entries
 from pagesim.reports.frames import unique_slugs
+from pagesim.reports.frontier_plots import sweep_frontier
 from pagesim.reports.render import RESERVED_NAMES, write_report
 from pagesim.simulator.core.config import ExecutionKind, Scenario
+from pagesim.simulator.deploy.commands import deployments
 from pagesim.simulator.metrics.result import RunResult
 from pagesim.simulator.scenario.load import describe_scenario
 from pagesim.simulator.studies.capacity_search import RATE_PATH
+from pagesim.simulator.studies.frontier import FRONTIER_FILE
 
 if TYPE_CHECKING:
     from pagesim.simulator.studies.runs import CapacityStudy, ScenarioRun
@@ -82,6 +89,7 @@ def write_run(
             provenance=provenance(run.results, run.overrides),
             calibration=calibration_curves(run.scenario),
             num_workers=num_workers,
+            deploy=deploy_entries(deployments(run.scenario)),
             question=run.scenario.report,
             block_maps=links,
         )
@@ -91,9 +99,18 @@ def write_run(
     return out
 
 
+def write_frontier(table: pd.DataFrame, out: Path) -> None:
+    """frontier.csv of a sweep or a search (simulator/studies/frontier.py), when it has one."""
+    frontier = sweep_frontier(table)
+    if frontier is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        frontier.to_csv(out / FRONTIER_FILE, index=False)
+
+
 def write_sweep(done: SweepRun, out: Path, overrides: Sequence[str]) -> Path:
-    """A `pagesim sweep` report (sweep.csv beside it; the detail point's data, if one was
-    asked for); returns report.html."""
+    """A `pagesim sweep` report (sweep.csv and frontier.csv beside it; the detail point's
+    data, if one was asked for); returns report.html."""
+    write_frontier(done.table, out)
     return write_report(
         done.detail_results,
         out,
@@ -124,6 +141,7 @@ def write_capacity(study: CapacityStudy, out: Path, overrides: Sequence[str]) ->
     study.ranking.to_csv(out / "capacity.csv", index=False)
     evaluations = study.evaluations
     evaluations.to_csv(out / "evaluations.csv", index=False)
+    write_frontier(evaluations, out)
     scenario = study.configs[0].scenario
     report_name = None
     if study.best:
@@ -139,6 +157,7 @@ def write_capacity(study: CapacityStudy, out: Path, overrides: Sequence[str]) ->
             provenance=provenance(study.best, overrides),
             sweep=curves,
             detail="each configuration's highest sustained rate",
+            deploy=deploy_entries(study.deployments),
             findings=capacity_findings(study.ranking),  # capacity.html's answer, word for word
             question=scenario.report,
         )

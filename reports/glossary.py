@@ -1,6 +1,6 @@
 """The metrics glossary: every summary key, request column and step column a report shows.
 
-Definitions follow /DESIGN.md ("Metrics"); the request and step column texts come from the
+Definitions follow docs/design.md ("Metrics"); the request and step column texts come from the
 contract in `simulator.metrics.result`, so the glossary cannot drift from the frames it describes.
 Each summary key also carries a `Unit`, which the HTML table uses to format it for reading.
 """
@@ -8,9 +8,16 @@ Each summary key also carries a `Unit`, which the HTML table uses to format it f
 from __future__ import annotations
 
 from pagesim.reports.glossary_disagg import DISAGG_METRICS, DISAGG_REQUEST_COLUMNS
+from pagesim.reports.glossary_energy import ENERGY_METRICS, REPLICA_ENERGY_METRICS
 from pagesim.reports.glossary_fleet import FLEET_METRICS, REPLICA_METRICS, replica_metric
 from pagesim.reports.glossary_memory import KV_MEMORY_METRICS
-from pagesim.reports.glossary_models import HYBRID_METRICS, MOE_METRICS, SPEC_METRICS
+from pagesim.reports.glossary_models import (
+    HYBRID_METRICS,
+    MOE_METRICS,
+    SPEC_METRICS,
+    WIDE_EP_METRICS,
+)
+from pagesim.reports.glossary_offload import OFFLOAD_METRICS
 from pagesim.reports.glossary_sweep import SWEEP_ENTRIES
 from pagesim.reports.glossary_types import GlossaryEntry, SummaryMetric, Unit
 from pagesim.simulator.metrics.result import REQUEST_COLUMNS, STEP_COLUMNS
@@ -256,6 +263,7 @@ SUMMARY_METRICS: tuple[SummaryMetric, ...] = (
     ),
     *SPEC_METRICS,
     *MOE_METRICS,
+    *WIDE_EP_METRICS,
     SummaryMetric("num_steps", "Steps", Unit.COUNT, "Engine", "Engine iterations simulated."),
     SummaryMetric(
         "busy_s", "Busy time", Unit.SECONDS, "Engine", "Simulated time spent executing steps."
@@ -275,6 +283,8 @@ SUMMARY_METRICS: tuple[SummaryMetric, ...] = (
         "group that keeps it.",
     ),
     *HYBRID_METRICS,
+    *ENERGY_METRICS,
+    *OFFLOAD_METRICS,
     *DISAGG_METRICS,  # before the fleet's, whose replica rows close the summary table
     *FLEET_METRICS,
 )
@@ -286,7 +296,7 @@ def glossary_sections() -> list[tuple[str, list[GlossaryEntry]]]:
     """(section title, entries) for the HTML glossary: summary metrics, then the two frames."""
     summary = [
         GlossaryEntry(m.key, f"{m.label}: {m.definition}")
-        for m in (*SUMMARY_METRICS, *REPLICA_METRICS)
+        for m in (*SUMMARY_METRICS, *REPLICA_METRICS, *REPLICA_ENERGY_METRICS)
     ]
     columns = REQUEST_COLUMNS | DISAGG_REQUEST_COLUMNS
     requests = [GlossaryEntry(k, _sentence(v)) for k, v in columns.items()]

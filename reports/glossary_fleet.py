@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 
+from pagesim.reports.glossary_energy import REPLICA_ENERGY_METRICS
 from pagesim.reports.glossary_types import SummaryMetric, Unit
 
 FLEET = "Fleet"
@@ -93,7 +94,9 @@ REPLICA_METRICS: tuple[SummaryMetric, ...] = (
         "(a mixture of experts).",
     ),
 )
-_BY_SUFFIX = {m.key.removeprefix("replica_<i>_"): m for m in REPLICA_METRICS}
+_BY_SUFFIX = {
+    m.key.removeprefix("replica_<i>_"): m for m in (*REPLICA_METRICS, *REPLICA_ENERGY_METRICS)
+}
 
 
 def replica_metric(key: str) -> SummaryMetric | None:

@@ -1,7 +1,7 @@
 """Glossary entries of the KV-memory figures of a summary (`reports.glossary` lists them among
 its SUMMARY_METRICS), and the summary keys behind the memory-waste bars (reports/memory_plots.py).
 
-Definitions follow /DESIGN.md ("Metrics": memory waste and sharing).
+Definitions follow docs/design.md ("Memory" and "Metrics": memory waste and sharing).
 """
 
 from __future__ import annotations

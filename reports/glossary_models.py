@@ -1,6 +1,7 @@
 """Glossary entries of the summary keys only some runs have: speculative decoding's (a system
 with [systems.speculative]: simulator/policies/speculative.py, execution/speculative.py), a
-mixture of experts' expert reads (simulator/execution/moe_cost.py) and a hybrid model's KV layout
+mixture of experts' expert reads (simulator/execution/moe_cost.py), a DP attention + expert-parallel
+group's (simulator/cluster/dp_group.py) and a hybrid model's KV layout
 (sliding-window or state layers: simulator/kv/hybrid_layout.py). A fleet pools them over its
 replicas (simulator/cluster/model_keys.py): the definitions below say how.
 
@@ -87,6 +88,80 @@ MOE_METRICS: tuple[SummaryMetric, ...] = (
         "Mixture of experts",
         "Routed-expert weight bytes one GPU reads in a step, all MoE layers, averaged over the "
         "priced steps (a fleet: over all replicas' steps).",
+    ),
+)
+
+WIDE_EP = "DP attention + expert parallelism"
+WIDE_EP_METRICS: tuple[SummaryMetric, ...] = (
+    SummaryMetric(
+        "output_tok_s_per_gpu",
+        "Output tok/s per GPU",
+        Unit.TOK_PER_S,
+        WIDE_EP,
+        "Output tokens of every DP rank / run time / GPUs (DP size x TP size): the figure vLLM's "
+        "wide-EP posts quote per GPU.",
+    ),
+    SummaryMetric(
+        "dp_size",
+        "DP ranks",
+        Unit.COUNT,
+        WIDE_EP,
+        "Data-parallel ranks simulated, each with its own scheduler, KV cache and queue (the "
+        "backend and EPLB setting are in the provenance).",
+    ),
+    SummaryMetric(
+        "dp_group_steps",
+        "Group steps",
+        Unit.COUNT,
+        WIDE_EP,
+        "Steps of the lock-stepped group: one per MoE-synchronised step of all ranks.",
+    ),
+    SummaryMetric(
+        "dp_dummy_steps",
+        "Dummy steps",
+        Unit.COUNT,
+        WIDE_EP,
+        "Rank-steps in which a rank with nothing to run executed a dummy batch so that the "
+        "others' MoE collectives could proceed (vLLM's execute_dummy_batch), summed over ranks.",
+    ),
+    SummaryMetric(
+        "dp_sync_wait_share",
+        "Sync wait share",
+        Unit.SHARE,
+        WIDE_EP,
+        "Time ranks spent waiting for the group's slowest rank / (run time x DP size).",
+    ),
+    SummaryMetric(
+        "all2all_s_per_step",
+        "All-to-all per step",
+        Unit.SECONDS,
+        WIDE_EP,
+        "Dispatch + combine time of all MoE layers in one group step, by the configured backend "
+        "and link (simulator/execution/all_to_all.py), averaged over group steps.",
+    ),
+    SummaryMetric(
+        "all2all_bytes_per_step",
+        "All-to-all bytes per step",
+        Unit.BYTES,
+        WIDE_EP,
+        "Bytes the busiest GPU sends in dispatch + combine over all MoE layers in one group "
+        "step, averaged over group steps.",
+    ),
+    SummaryMetric(
+        "moe_hot_share",
+        "Hottest expert GPU's load",
+        Unit.RATIO,
+        WIDE_EP,
+        "Expert tokens of the most loaded GPU / the mean GPU's, from the placement (EPLB on or "
+        "off) of a Zipf routing skew: an estimate (simulator/execution/expert_load.py).",
+    ),
+    SummaryMetric(
+        "moe_hot_excess_s_per_step",
+        "Hot-expert excess per step",
+        Unit.SECONDS,
+        WIDE_EP,
+        "Time the hottest expert GPU adds to a group step beyond the slowest rank's own expert "
+        "work, averaged over group steps (an upper bound: priced at the compute peak).",
     ),
 )
 

@@ -16,6 +16,8 @@ class Unit(Enum):
     BYTES = "bytes"
     TOKENS = "tokens"
     RATIO = "ratio"  # a dimensionless quotient, e.g. max / mean
+    JOULES = "J"
+    WATTS = "W"
 
 
 @dataclass(frozen=True, slots=True)

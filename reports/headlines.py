@@ -36,8 +36,25 @@ _LOWER = (
     "moe_expert_bytes_per_step",
     "moe_experts_touched_per_layer",
     "load_imbalance",
+    "energy",  # joules per token or request: fewer is better
+    "offload_load_wait",
+    "offload_store_wait",
+    "dp_sync_wait_share",
+    "dp_dummy_steps",
+    "all2all",
+    "moe_hot",
 )
-_NEITHER = ("peak_kv_used_share", "link_busy_share", "mean_batch_requests", "mean_batch_seqs")
+# Watts follow the work done: more is neither better nor worse by itself.
+_NEITHER = (
+    "peak_kv_used_share",
+    "link_busy_share",
+    "mean_batch_requests",
+    "mean_batch_seqs",
+    "power_mean_w",
+    "power_peak_w",
+    "offload_load_link_demand",  # a link's load: neither, until it passes 1
+    "offload_store_link_demand",
+)
 
 
 def better(key: str) -> int:

@@ -6,23 +6,27 @@ axes call for (the rate curve, the block-size ablation, metrics against any othe
 A plot left out leaves a note saying why, so that its absence is itself a finding.
 
 Drawing is a report's main cost (matplotlib lays out text and rasterizes in Python), and the
-plots are independent: `draw_all` draws them in worker processes forked from this one (which
-hold the results already, so nothing is copied or pickled but the index of a plot and the path
-it returns), most expensive first, and serially where fork is unavailable or one core is all.
+plots are independent: `draw_all` deals them into shares of about equal cost, draws one here
+and the others in worker processes forked from this one (which hold the results already, so
+nothing is copied or pickled but the indices of the plots), and draws them all here where fork
+is unavailable or one core is all. Every worker costs CPU time of its own (its start, the
+pages it copies), so this process is one of them rather than waiting idle.
 """
 
 from __future__ import annotations
 
+import gc
 import multiprocessing
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
-from pagesim.reports import disagg_plots, fleet_plots, plots
+from pagesim.reports import disagg_plots, fleet_plots, frontier_plots, offload_plots, plots
 from pagesim.reports.curves import (
     LATENCY_COLUMNS,
     RATE_COLUMN,
@@ -34,6 +38,7 @@ from pagesim.reports.curves import (
 )
 from pagesim.reports.sweep_axes import is_categorical, numeric_axes
 from pagesim.reports.sweep_bars import plot_sweep_bars
+from pagesim.simulator.core.collector import collector_paused
 from pagesim.simulator.core.config import ReportConfig
 from pagesim.simulator.metrics.result import RunResult
 from pagesim.simulator.studies.worker_watch import watch_driver
@@ -175,6 +180,17 @@ RUN_PLOTS: tuple[RunPlot, ...] = (
         disagg_plots.has_disaggregated,
     ),
     (
+        "hits_by_tier",
+        offload_plots.plot_hits_by_tier,
+        "Prompt KV by tier",
+        "Where each system's prompt tokens came from at first admission: hits in the GPU "
+        "prefix cache, loads from the CPU tier (a KV offload tier), or computed; beside it, "
+        "TTFT median and p99. A load from the CPU tier waits for the host link, which TTFT "
+        "includes.",
+        0.4,
+        offload_plots.has_offload,
+    ),
+    (
         "disagg_vs_colocated",
         disagg_plots.plot_disagg_vs_colocated,
         "Disaggregated and colocated side by side",
@@ -281,6 +297,17 @@ def sweep_plot_jobs(sweep: pd.DataFrame, question: ReportConfig | None = None) -
                 1.0,
             )
         )
+    frontier = frontier_plots.sweep_frontier(sweep)
+    if frontier is not None:  # tokens/s per GPU vs per user, cost vs p99 TTFT
+        jobs.append(
+            PlotJob(
+                "frontier",
+                frontier_plots.TITLE,
+                frontier_plots.CAPTION,
+                lambda path: frontier_plots.plot_frontier(frontier, path),
+                1.0,
+            )
+        )
     metrics = _panels(sweep, question or ReportConfig())
     numeric = numeric_axes(sweep)
     if is_categorical(sweep) and metrics and len(sweep) > 1:
@@ -345,39 +372,82 @@ def _curves(
     return lambda path: plots.plot_sweep_curves(sweep, path, x=axis, group=group, metrics=metrics)
 
 
-# --- drawing -------------------------------------------------------------------------------
+# --- drawing ---------------------------------------------------------------------------
 
 _pending: list[tuple[PlotJob, Path]] = []  # what forked workers draw, by index
 
 
 def _draw(index: int) -> Path:
     job, path = _pending[index]
-    return job.draw(path)
+    with collector_paused():  # a figure's thousands of artists are no work for the collector
+        done = job.draw(path)
+    gc.collect()  # but a closed figure is a web of cycles: freed now, one figure at a time
+    return done
+
+
+def _draw_share(indices: Sequence[int]) -> None:
+    for index in indices:
+        _draw(index)
+
+
+def shares(costs: Sequence[float], num_shares: int) -> list[list[int]]:
+    """The indices of `costs` dealt into `num_shares` lists of about equal total cost: the
+    most expensive first, each to the lightest share so far (each share in that order)."""
+    dealt: list[list[int]] = [[] for _ in range(num_shares)]
+    totals = [0.0] * num_shares
+    for index in sorted(range(len(costs)), key=lambda i: -costs[i]):
+        lightest = totals.index(min(totals))
+        dealt[lightest].append(index)
+        totals[lightest] += costs[index]
+    return dealt
+
+
+@contextmanager
+def _heap_frozen() -> Iterator[None]:
+    """Every object there is now out of the collector's sight until the block ends: so that
+    collecting after each figure looks at that figure's objects only, not at the results'
+    frames and everything imported, and forked workers, which inherit this, never write to
+    the pages of those objects (a collection writes to each object it visits)."""
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 def draw_all(jobs: Sequence[PlotJob], plot_dir: Path, num_workers: int | None = None) -> None:
-    """Draw every job's PNG into `plot_dir`, in `num_workers` forked processes (default: the
-    CPUs, at most one per plot); serially with one worker or where fork is unavailable."""
+    """Draw every job's PNG into `plot_dir`, in `num_workers` processes: this one and workers
+    forked from it (default: the CPUs, at most one per plot), each a share of about equal
+    cost; serially with one worker or where fork is unavailable."""
     plot_dir.mkdir(parents=True, exist_ok=True)
     work = [(job, plot_dir / f"{job.stem}.png") for job in jobs]
     if num_workers is None:
         num_workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
     num_workers = min(num_workers, len(work))
-    if num_workers < 2 or "fork" not in multiprocessing.get_all_start_methods():
-        for job, path in work:
-            job.draw(path)
-        return
-    order = sorted(range(len(work)), key=lambda i: -work[i][0].cost)
     _pending[:] = work
+    try:
+        with _heap_frozen():
+            if num_workers < 2 or "fork" not in multiprocessing.get_all_start_methods():
+                _draw_share(range(len(work)))
+            else:
+                _draw_in_parallel(shares([job.cost for job in jobs], num_workers))
+    finally:
+        _pending.clear()
+
+
+def _draw_in_parallel(dealt: list[list[int]]) -> None:
+    """The first share drawn here, the others by workers forked from this process."""
     pool = ProcessPoolExecutor(
-        max_workers=num_workers,
+        max_workers=len(dealt) - 1,
         mp_context=multiprocessing.get_context("fork"),
         initializer=watch_driver,  # a driver killed outright leaves no worker behind
         initargs=(os.getpid(),),
     )
     try:
-        for _ in pool.map(_draw, order):
-            pass
+        futures = [pool.submit(_draw_share, share) for share in dealt[1:]]
+        _draw_share(dealt[0])
+        for future in futures:
+            future.result()
     except BaseException:  # a failed plot, Ctrl-C, SIGTERM: stop the other workers at once
         workers = list(getattr(pool, "_processes", {}).values())
         pool.shutdown(wait=False, cancel_futures=True)
@@ -388,5 +458,3 @@ def draw_all(jobs: Sequence[PlotJob], plot_dir: Path, num_workers: int | None = 
         raise
     else:
         pool.shutdown(wait=True)
-    finally:
-        _pending.clear()

@@ -29,6 +29,7 @@ from pagesim.reports.block_map_files import (
     block_maps_html,
     parse_links,
 )
+from pagesim.reports.deploy_html import COMMANDS_FILE, deploy_html, write_commands
 from pagesim.reports.findings import derive_findings
 from pagesim.reports.frames import unique_slugs
 from pagesim.reports.glossary import SUMMARY_METRICS
@@ -71,6 +72,8 @@ RESERVED_NAMES = frozenset(
         "capacity.csv",
         "capacity.html",
         "evaluations.csv",
+        "frontier.csv",
+        COMMANDS_FILE,
     }
 )
 
@@ -145,6 +148,7 @@ def write_report(
     question: ReportConfig | None = None,
     missing: Sequence[tuple[str, str]] = (),
     block_maps: Sequence[BlockMapLink] = (),
+    deploy: Sequence[Mapping[str, object]] | None = None,
 ) -> Path:
     """Write the report folder (see the module docstring) and return the path of report.html.
 
@@ -157,7 +161,8 @@ def write_report(
     plots (default: one per CPU); `missing` names (system, why) the systems compared lack (a
     capacity search's system that met the SLO nowhere); `block_maps` links the pages of a run
     recorded with --block-map (reports/block_map_files.py). Raises ValueError on nothing to
-    report or a malformed calibration input.
+    report or a malformed calibration input. `deploy`: each configuration's vLLM command lines
+    (reports.deploy_html.deploy_entries), shown and written to vllm_commands.sh.
     """
     if not results and sweep is None:
         raise ValueError("write_report: no results to report")
@@ -184,6 +189,7 @@ def write_report(
                 "question": question_to_json(question),
                 "missing": [list(m) for m in missing],
                 **({"block_maps": [list(link) for link in block_maps]} if block_maps else {}),
+                "deploy": list(deploy or []),
             },
             indent=2,
             default=_json_default,
@@ -204,6 +210,9 @@ def write_report(
         sections += _detail_sections(results, made(run_jobs + extra), notes, detail, len(curves))
     if block_maps:
         sections.append(("block-maps", "Block maps", block_maps_html(block_maps)))
+    if deploy:
+        write_commands(deploy, out_dir)
+        sections.append(("deploy", "Deploy on vLLM", deploy_html(deploy)))
     sections += [
         ("scenario", "Scenario as run", f"<pre>{esc(scenario_text)}</pre>"),
         ("provenance", "Provenance", provenance_table(provenance, results)),
@@ -304,9 +313,19 @@ def render_saved(saved: SavedReport, out_dir: Path) -> Path:
             question=inputs["question"],
             missing=[(str(s), str(why)) for s, why in inputs.get("missing", [])],
             block_maps=parse_links(inputs.get("block_maps"), INPUTS_FILE),
+            deploy=_deploy_entries(inputs.get("deploy")),
         )
     except ValueError as exc:  # a calibration input that does not parse
         raise InputError(f"{INPUTS_FILE}: {exc}") from None
+
+
+def _deploy_entries(value: object) -> list[Mapping[str, object]] | None:
+    """report.json's deploy entries (absent in older folders), each needing its text."""
+    if not isinstance(value, list) or not value:
+        return None
+    if not all(isinstance(e, dict) and isinstance(e.get("text"), str) for e in value):
+        raise InputError(f"{INPUTS_FILE}: deploy: each entry needs its command text")
+    return value
 
 
 def rerender_report(run_dir: Path, out_dir: Path | None = None) -> Path:

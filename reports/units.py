@@ -36,6 +36,14 @@ def format_number(value: float, digits: int = 3) -> str:
     return f"{value:.{digits}g}"
 
 
+def _scaled(value: float, unit: str) -> str:
+    """J or W with k/M prefixes: 0.42 J, 850 W, 3.2 kW, 1.1 MJ."""
+    for prefix, scale in (("M", 1e6), ("k", 1e3)):
+        if abs(value) >= scale:
+            return f"{value / scale:.3g} {prefix}{unit}"
+    return f"{value:.3g} {unit}"
+
+
 def format_value(value: object, unit: Unit | None) -> str:
     """One summary value for a table cell; strings pass through; missing values show a dash."""
     if isinstance(value, str):
@@ -58,5 +66,9 @@ def format_value(value: object, unit: Unit | None) -> str:
             return f"{x:,.0f} tok/s" if abs(x) >= 100 else f"{x:.3g} tok/s"
         case Unit.TOKENS:
             return f"{format_number(x)} tokens"
+        case Unit.JOULES:
+            return _scaled(x, "J")
+        case Unit.WATTS:
+            return _scaled(x, "W")
         case _:
             return format_number(x)

@@ -3,8 +3,10 @@
 A run is one arrival process (simulator/cluster/arrivals.py) feeding replicas, each the SimPy
 step loop of simulator/cluster/replica.py: here a single replica, or, for a scenario with a
 [cluster] or multi-turn sessions, a fleet behind a router (cluster/fleet.py) or a disaggregated
-fleet (cluster/disagg.py), whose result modules (cluster/result.py, cluster/disagg_result.py)
-turn the run into one `RunResult`. Each replica's loop is:
+fleet (cluster/disagg.py), for one with model.data_parallel > 1 a DP group of lock-stepped ranks
+(cluster/dp_group.py), whose result modules (cluster/result.py, cluster/disagg_result.py) turn
+the run into one `RunResult`. Each replica's loop is (a pipelined replica's keeps up to one
+batch per stage in flight: cluster/pipeline_loop.py):
 
     plan = scheduler.schedule(now)          # policy decides the iteration
     cost = execution_model.price(plan)      # what it costs on this GPU
@@ -26,6 +28,7 @@ from pagesim import __version__
 from pagesim.simulator.cluster.arrivals import Arrivals, run
 from pagesim.simulator.cluster.disagg import run_disagg
 from pagesim.simulator.cluster.disagg_result import disagg_result
+from pagesim.simulator.cluster.dp_group import simulate_dp_group, unsupported
 from pagesim.simulator.cluster.fleet import run_fleet
 from pagesim.simulator.cluster.model_keys import replica_keys
 from pagesim.simulator.cluster.replica import ExecutionFactory, Replica, ReplicaStallError
@@ -33,6 +36,7 @@ from pagesim.simulator.cluster.result import fleet_result
 from pagesim.simulator.core.cluster import ClusterConfig, PoolConfig
 from pagesim.simulator.core.collector import collector_paused
 from pagesim.simulator.core.config import Scenario, SystemConfig
+from pagesim.simulator.core.deployments import system_scenario
 from pagesim.simulator.core.errors import InputError
 from pagesim.simulator.execution.checks import utilization_warnings
 from pagesim.simulator.metrics.result import RunResult
@@ -79,6 +83,17 @@ def simulate(
             "hook or a measured execution model (a fidelity check) drives one replica: use a "
             "scenario without them"
         )
+    if scenario.cluster is None:  # a system's own tensor_parallel and dtypes (pools: their own)
+        scenario = system_scenario(scenario, system or scenario.systems[0])
+    if scenario.data_parallel > 1:  # every DP rank, lock-stepped (cluster/dp_group.py)
+        unsupported(
+            scenario,
+            is_fleet
+            or on_step is not None
+            or execution_factory is not None
+            or block_map is not None,
+        )
+        return simulate_dp_group(scenario, system, check_invariants=check_invariants)
     if block_map is not None:
         from pagesim.simulator.metrics.block_map_window import check_mappable
 

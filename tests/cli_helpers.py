@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import subprocess
 import sys
@@ -14,6 +16,10 @@ import pytest
 
 from pagesim.cli import main
 
+# For tests that run `pagesim bench sim --against` (a `git worktree add` of the revision): one
+# worker runs them one after another, since two adds at once can fail (tests/conftest.py).
+MAKES_GIT_WORKTREES = pytest.mark.xdist_group("git-worktree")
+
 
 @dataclass
 class CliResult:
@@ -23,17 +29,31 @@ class CliResult:
 
 
 def run_cli(capsys: pytest.CaptureFixture[str], *args: str) -> CliResult:
+    code = _exit_code(*args)
+    captured = capsys.readouterr()
+    return CliResult(code, captured.out, captured.err)
+
+
+def run_quiet(*args: str) -> CliResult:
+    """`run_cli` without capsys (for a fixture of wider scope than a test): the output is
+    captured by redirecting sys.stdout and sys.stderr."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = _exit_code(*args)
+    return CliResult(code, out.getvalue(), err.getvalue())
+
+
+def _exit_code(*args: str) -> int:
+    """Run `pagesim ARGS` in this process, as a shell would; its exit code."""
     argv = sys.argv
     sys.argv = ["pagesim", *args]
-    code = 0
     try:
         main()
     except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
+        return exc.code if isinstance(exc.code, int) else 1
     finally:
         sys.argv = argv
-    captured = capsys.readouterr()
-    return CliResult(code, captured.out, captured.err)
+    return 0
 
 
 def refused(result: CliResult, *needles: str) -> str:

@@ -22,8 +22,8 @@ from typing import Any
 import numpy as np
 
 from pagesim.calibration import layer_ops
+from pagesim.calibration.attention_reference import bf16_bits_to_float, float_to_bf16_bits
 from pagesim.calibration.partitions import NUM_THREADS
-from pagesim.calibration.reference import bf16_bits_to_float, float_to_bf16_bits
 
 
 def _emulate_decode(name: str, grid, block, args) -> None:

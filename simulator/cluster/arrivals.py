@@ -1,8 +1,8 @@
 """The one arrival process of every run, and the run's request bookkeeping above its replicas.
 
-engine.simulate's single replica, a fleet (fleet.py) and a disaggregated fleet (disagg.py) are
-all fed here; only what `send` does with a request differs (hand it to the replica, route it,
-send its prompt to a prefill replica):
+engine.simulate's single replica, a fleet (fleet.py), a disaggregated fleet (disagg.py) and a DP
+group (dp_group.py) are all fed here; only what `send` does with a request differs (hand it to
+the replica, route it to a replica or a DP rank, send its prompt to a prefill replica):
 
     workload stream ──▶ wait for its arrival time ──▶ send(request)
       (sessions: first turns)
@@ -23,11 +23,11 @@ the single run event for event (tests/simulator/cluster/test_fleet.py pins it).
 from __future__ import annotations
 
 from collections.abc import Callable, Generator, Iterator, Sequence
+from typing import Protocol
 
 import numpy as np
 import simpy
 
-from pagesim.simulator.cluster.replica import Replica
 from pagesim.simulator.core.config import Scenario
 from pagesim.simulator.core.request import Request
 from pagesim.simulator.workload.sessions import SessionSource
@@ -132,15 +132,22 @@ class Arrivals:
         self._send(request)
 
 
+class Loop(Protocol):
+    """What runs beside the arrival process: a replica's step loop (replica.py), or a DP
+    group's lock-stepped loop over its ranks (dp_group.py)."""
+
+    def start(self) -> simpy.Process: ...
+
+
 def run(
     env: simpy.Environment,
     arrivals: Arrivals,
-    replicas: Sequence[Replica],
+    loops: Sequence[Loop],
     max_time_s: float | None,
 ) -> float:
-    """Run `arrivals` into `replicas` until every replica's loop has ended (or the stop time);
-    returns the end time. The arrival process is created first (module docstring)."""
+    """Run `arrivals` into the replicas until every loop has ended (or the stop time); returns
+    the end time. The arrival process is created first (module docstring)."""
     env.process(arrivals.process())
-    done = env.all_of([replica.start() for replica in replicas])
+    done = env.all_of([loop.start() for loop in loops])
     env.run(until=done if max_time_s is None else max_time_s)
     return env.now

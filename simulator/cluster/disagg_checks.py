@@ -51,6 +51,21 @@ def workload_refusal(workload: WorkloadConfig) -> tuple[str, str] | None:
 
 def policy_reason(system: SystemConfig) -> str | None:
     """Why `system` cannot run in a prefill or decode pool, or None."""
+    if system.pipeline_parallel > 1:
+        # A prefill replica's steps are priced one at a time (disagg_replicas.py), not through
+        # the pipe (cluster/pipeline_loop.py), each stage would send its own layers' KV to the
+        # decode side, and the pools' GPU counts leave the stages out: not modelled.
+        return (
+            f"system {system.name!r} has {system.pipeline_parallel} pipeline stages, which are "
+            "not modelled on prefill/decode pools (the pipe, each stage's KV hand-off); use "
+            'pipeline_parallel = 1 there, or colocated pools (role = "both")'
+        )
+    if system.kv_offload is not None:
+        return (
+            f"system {system.name!r} has a KV offload tier ([systems.kv_offload]), which is not "
+            "modelled on prefill/decode pools (vLLM would run it beside the NIXL connector, "
+            'in a MultiConnector); use colocated pools (role = "both")'
+        )
     if system.policy not in CONTIGUOUS_POLICIES:
         return None
     return (

@@ -16,7 +16,7 @@ the one vLLM's proxy streams back; `admitted_s` its admission on the prefill rep
 
 The four `ttft_*` parts add up to `ttft_s` exactly.
 
-Summary: DESIGN.md's metrics over all requests, the fleet figures of cluster/result.py
+Summary: docs/design.md's metrics over all requests, the fleet figures of cluster/result.py
 (`num_gpus`, `goodput_req_s_per_gpu`, step figures, `replica_<i>_*`, a mixture of experts'
 `moe_*` pooled over prefill and decode replicas), and `num_prefill_gpus`,
 `num_decode_gpus`, the mean and p99 of each TTFT part, `num_transfers`, `transfer_bytes_total`,
@@ -32,6 +32,7 @@ import pandas as pd
 from pagesim.simulator.cluster.disagg import DisaggRun
 from pagesim.simulator.cluster.model_keys import add_replica_keys, fleet_keys, replica_figures
 from pagesim.simulator.cluster.result import _fleet_steps, _step_figures, imbalance
+from pagesim.simulator.metrics.energy import fleet_energy_keys
 from pagesim.simulator.metrics.recorder import summarize
 from pagesim.simulator.metrics.result import RunResult
 from pagesim.simulator.metrics.step_log import StepTotals
@@ -139,6 +140,7 @@ def disagg_result(run: DisaggRun, scenario: str, system: str, warmup_s: float) -
         "num_decode_gpus": num_decode_gpus,
     }
     summary |= _step_figures(results)
+    summary |= fleet_energy_keys([r.energy for r in replicas], requests)
     add_replica_keys(replicas, results)  # a mixture of experts' and speculation's figures
     summary |= fleet_keys(replicas, results, summary["busy_s"])
     done = requests[requests["status"] == "finished"]

@@ -13,14 +13,14 @@ they cost nothing while others step.
 from __future__ import annotations
 
 from array import array
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import simpy
 
 from pagesim import __version__
-from pagesim.simulator.cluster.arrivals import Arrivals, run
+from pagesim.simulator.cluster.arrivals import Arrivals, Loop, run
 from pagesim.simulator.cluster.host_memory import fleet_blocks_reason
 from pagesim.simulator.cluster.replica import Replica
 from pagesim.simulator.cluster.routers import LoadBoard, Router, make_router
@@ -83,36 +83,20 @@ def build_replicas(
     return replicas
 
 
-class Fleet:
-    """Pools of replicas behind one router in one SimPy environment, fed by the run's arrival
-    process (arrivals.py): what it routes where, and the router's in-flight counts at each
-    arrival."""
+class RoutedFleet:
+    """Replicas behind one router in one SimPy environment, fed by the run's arrival process
+    (arrivals.py): what it routes where, and the router's in-flight counts at each arrival. A
+    kind of fleet builds its replicas (with `_answered` as their `on_done`) and its router,
+    then calls `__init__`; `loops()` are what run (each replica's own, by default)."""
 
     def __init__(
         self,
         scenario: Scenario,
-        cluster: ClusterConfig,
-        system: SystemConfig,
-        *,
-        check_invariants: bool = False,
+        env: simpy.Environment,
+        replicas: list[Replica],
+        router: Router,
     ) -> None:
-        self.scenario = scenario
-        self.env = env = simpy.Environment()
-        self.replicas = replicas = build_replicas(
-            scenario, cluster, system, env, self._answered, check_invariants
-        )
-        config = cluster.router_for(system.name)
-        block_tokens = config.prefix_block_tokens or replicas[0].capacity.block_size
-        self.router = make_router(
-            config,
-            len(replicas),
-            rng=np.random.default_rng((scenario.seed, _ROUTER_STREAM)),
-            board=LoadBoard(replicas, config.report_interval_s),
-            block_tokens=block_tokens,
-            capacity_blocks=[
-                r.capacity.num_gpu_blocks * r.capacity.block_size // block_tokens for r in replicas
-            ],
-        )
+        self.scenario, self.env, self.replicas, self.router = scenario, env, replicas, router
         self.arrivals = Arrivals(
             env, scenario, self._send, self._end_arrivals, count_tokens=self._num_output_tokens
         )
@@ -120,10 +104,14 @@ class Fleet:
         self.session_of: dict[int, int] = {}  # request id -> session id, where it has one
         self.in_flight_samples: array[int] = array("q")  # the router's counts at each arrival
 
+    def loops(self) -> Sequence[Loop]:
+        """What runs beside the arrival process: every replica's own loop."""
+        return self.replicas
+
     def run(self) -> FleetRun:
         """Run to completion or the stop time; the replicas' results, each of its own."""
         scenario = self.scenario
-        end_s = run(self.env, self.arrivals, self.replicas, scenario.stop.max_time_s)
+        end_s = run(self.env, self.arrivals, self.loops(), scenario.stop.max_time_s)
         provenance = self.arrivals.provenance()
         results = [replica.result(scenario.name, end_s, provenance) for replica in self.replicas]
         for result in results:
@@ -162,6 +150,34 @@ class Fleet:
 
     def _num_output_tokens(self) -> int:
         return sum(replica.num_output_tokens for replica in self.replicas)
+
+
+class Fleet(RoutedFleet):
+    """Pools of replicas (core/deployments.py) behind the router [cluster.router] names."""
+
+    def __init__(
+        self,
+        scenario: Scenario,
+        cluster: ClusterConfig,
+        system: SystemConfig,
+        *,
+        check_invariants: bool = False,
+    ) -> None:
+        env = simpy.Environment()
+        replicas = build_replicas(scenario, cluster, system, env, self._answered, check_invariants)
+        config = cluster.router_for(system.name)
+        block_tokens = config.prefix_block_tokens or replicas[0].capacity.block_size
+        router = make_router(
+            config,
+            len(replicas),
+            rng=np.random.default_rng((scenario.seed, _ROUTER_STREAM)),
+            board=LoadBoard(replicas, config.report_interval_s),
+            block_tokens=block_tokens,
+            capacity_blocks=[
+                r.capacity.num_gpu_blocks * r.capacity.block_size // block_tokens for r in replicas
+            ],
+        )
+        super().__init__(scenario, env, replicas, router)
 
 
 def run_fleet(

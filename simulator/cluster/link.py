@@ -2,7 +2,7 @@
 ports they contend for.
 
 Size. A decode replica with tensor-parallel degree t_d keeps max(1, kv_heads / t_d) KV heads per
-GPU (FACTS.md), so each of its GPUs must receive that shard of every layer, for every token:
+GPU (docs/facts.md), so each of its GPUs must receive that shard of every layer, for every token:
 
     bytes = tokens x t_d x kv_bytes_per_token(t_d)      (= tokens x layers x 2 x heads x dim x dtype
                                                            when t_d divides the KV heads)

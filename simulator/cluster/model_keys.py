@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from pagesim.simulator.cluster.replica import Replica
+from pagesim.simulator.core.config import SystemConfig
 from pagesim.simulator.core.scheduler import Scheduler
 from pagesim.simulator.execution.model import ExecutionModel
 from pagesim.simulator.metrics.result import RunResult
@@ -54,7 +55,19 @@ def replica_keys(replica: Replica, result: RunResult) -> Summary:
         out.update(extra)
     if replica.system.speculative is not None:
         out.update(speculative_summary(replica.scheduler, replica.execution, result.summary))
+    if any(s.pipeline_parallel > 1 or s.tensor_parallel for s in replica.scenario.systems):
+        out.update(per_gpu_keys(replica.scenario.tensor_parallel, replica.system, result.summary))
     return out
+
+
+def per_gpu_keys(tensor_parallel: int, system: SystemConfig, summary: Summary) -> Summary:
+    """A scenario whose systems may run on different numbers of GPUs (one with pipeline stages
+    or its own tensor_parallel) compares them per GPU: the replica's GPUs (tensor_parallel x
+    pipeline_parallel) and its output tokens per second (throughput_tok_s) per GPU."""
+    num_gpus = tensor_parallel * system.pipeline_parallel
+    tokens_s = summary.get("throughput_tok_s")
+    per_gpu = tokens_s / num_gpus if isinstance(tokens_s, int | float) else None
+    return {"num_gpus": num_gpus, "output_tok_s_per_gpu": per_gpu}
 
 
 def add_replica_keys(replicas: Sequence[Replica], results: Sequence[RunResult]) -> None:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 import simpy
 
+from pagesim.simulator.cluster.pipeline_loop import PipelineLoop
 from pagesim.simulator.core.config import Scenario, SystemConfig
 from pagesim.simulator.core.defaults import (
     HOST_OVERHEAD_KEY,
@@ -31,11 +32,17 @@ from pagesim.simulator.core.scheduler import Scheduler
 from pagesim.simulator.execution.factory import make_execution_model
 from pagesim.simulator.execution.frontend import frontend_of
 from pagesim.simulator.execution.model import ExecutionModel
+from pagesim.simulator.execution.pipeline_model import PipelineModel
 from pagesim.simulator.fastpath.attach import attach
 from pagesim.simulator.kv.capacity import kv_capacity
+from pagesim.simulator.metrics.energy import ReplicaEnergy, measure
+from pagesim.simulator.metrics.energy import replica_keys as energy_keys
+from pagesim.simulator.metrics.power import power_profile
 from pagesim.simulator.metrics.recorder import Recorder
 from pagesim.simulator.metrics.result import RunResult
 from pagesim.simulator.policies.factory import make_scheduler
+from pagesim.simulator.policies.offload import attach_offload, offload_summary
+from pagesim.simulator.policies.paged import PagedScheduler
 
 if TYPE_CHECKING:  # imported by the runs that record one only
     from pagesim.simulator.metrics.block_map import BlockMapRecorder
@@ -59,11 +66,12 @@ class Replica:
 
     Its state: `scheduler`, `execution`, `recorder`, `capacity` (what it holds); `_runs` (the
     fast path's runs of pure steps, or None); `_in_flight` and `_num_pending` (what the router
-    still counts). A kind of replica (disagg_replicas.py; a pipeline stage or a data-parallel
-    rank would be one too) changes it at named seams, not in the loop: `_price_step` (what a
-    step costs), `_finish_step` (a step's end), `_settle` (requests that ended),
-    `waits_on_others` (idle, not stalled) and `takes_windows` (whether runs of pure steps may
-    be settled ahead).
+    still counts). A kind of replica (disagg_replicas.py; a DP rank, dp_group.py) or a
+    pipelined loop (pipeline_loop.py, which runs in place of `_run` where the execution model
+    has pipeline stages) uses it at named seams, not in the loop: `_price_step` (what a step
+    costs), `_finish_step` (a step's end), `_idle_event` (what to wait on, or the end),
+    `_settle` (requests that ended), `waits_on_others` (idle, not stalled) and
+    `takes_windows` (whether runs of pure steps may be settled ahead).
     """
 
     def __init__(
@@ -88,12 +96,22 @@ class Replica:
         self.scheduler = make_scheduler(
             system, scenario.model.max_seq_len, self.capacity, scenario.seed, index
         )
+        # a KV offload tier in CPU memory ([systems.kv_offload]; policies/offload.py)
+        attach_offload(
+            self.scheduler,
+            system,
+            self.capacity,
+            scenario.tensor_parallel,
+            scenario.gpu.host_link_bps,
+        )
         if execution_factory is None:
             self.execution = make_execution_model(scenario, system)
         else:
             self.execution = execution_factory(scenario, system, self.scheduler)
         if block_map is not None and fast_path:
             raise ValueError("a block map reads every step's tables: it needs fast_path off")
+        # A replica with pipeline stages runs its batches through cluster/pipeline_loop.py.
+        self._pipeline = pipeline_loop(self, env)  # None without pipeline stages
         # The client's view of this system (served or offline, V0's late delivery).
         self.frontend = frontend = frontend_of(scenario.execution, system)
         self.recorder = Recorder(
@@ -122,7 +140,8 @@ class Replica:
             self.execution,
             self.recorder.steps,
             scenario.gpu,
-            requested=fast_path,
+            # the fast path's decode windows know one batch at a time, not a pipe of them
+            requested=False if self._pipeline is not None else fast_path,
             is_watched=is_watched,
             takes_runs=self.takes_windows,
         )
@@ -141,6 +160,7 @@ class Replica:
         self._in_flight: list[Request] = []  # routed here, not yet seen done
         self._num_pending = 0  # the scheduler's pending count after the last look
         self.num_routed = 0
+        self.energy: ReplicaEnergy | None = None  # set by `result` (metrics/energy.py)
 
     # Runs of pure decode steps in one event (below): a disaggregated replica's own hooks
     # look at every step, so its kinds set this off.
@@ -148,6 +168,8 @@ class Replica:
 
     def start(self) -> simpy.Process:
         """Start the loop (after the arrival process: the order arrivals.run creates them)."""
+        if self._pipeline is not None:  # pipeline stages: cluster/pipeline_loop.py
+            return self._env.process(self._pipeline.run())
         process = self._env.process(self._run())
         if self._runs is not None:
             self._runs.process = process
@@ -325,7 +347,9 @@ class Replica:
             "model": self.scenario.model.name,
             "gpu": self.scenario.gpu.name,
             "tensor_parallel": self.scenario.tensor_parallel,
+            "pipeline_parallel": system.pipeline_parallel,
             "kv_dtype": self.scenario.kv_dtype.value,
+            "weight_dtype": self.scenario.model.weight_dtype.value,  # [model]'s or the system's
             "num_kv_blocks": capacity.num_gpu_blocks,
             "num_cpu_blocks": capacity.num_cpu_blocks,
             "block_size": capacity.block_size,
@@ -336,10 +360,28 @@ class Replica:
             "replica": self.index,
             "pool": self.pool,
         }
+        profile = power_profile(self.scenario.gpu.name)
+        provenance["power_model"] = profile.describe() if profile else "no power profile"
         result = self.recorder.result(scenario_name, system.name, end_s, self.scheduler, provenance)
         result.summary["num_kv_blocks"] = capacity.num_gpu_blocks
         result.summary["block_size"] = capacity.block_size
+        # metrics/energy.py: the GPUs' draw by step and at idle; a fleet sums its replicas'
+        totals = self.recorder.steps.totals
+        num_gpus = self.scenario.tensor_parallel * system.pipeline_parallel
+        self.energy = measure(result.steps, totals, profile, num_gpus, end_s)
+        result.summary.update(energy_keys(self.energy, result.requests))
+        result.summary.update(offload_summary(self.scheduler, end_s))
         return result
+
+
+def pipeline_loop(replica: Replica, env: simpy.Environment) -> PipelineLoop | None:
+    """The pipelined loop of a replica with pipeline stages (cluster/pipeline_loop.py), or None."""
+    execution = replica.execution
+    if not isinstance(execution, PipelineModel):
+        return None
+    scheduler = replica.scheduler
+    assert isinstance(scheduler, PagedScheduler)  # vllm-v1 only (scenario/pipeline.py)
+    return PipelineLoop(env, scheduler, execution, replica._finish_step, replica._idle_event)
 
 
 def _defaults_from(sources: dict[str, str], execution: ExecutionModel) -> dict[str, str]:

@@ -1,7 +1,7 @@
 """A fleet run as one `RunResult`: every request with the replica it ran on, every step with its
 replica, and a summary of the cluster beside each replica's own figures.
 
-Cluster metrics (the request-level ones are DESIGN.md's, over all replicas' requests):
+Cluster metrics (the request-level ones are docs/design.md's, over all replicas' requests):
 
 - `num_replicas`, `num_gpus` (replicas x tensor-parallel degree).
 - `goodput_req_s_per_gpu`: goodput over the number of GPUs.
@@ -23,6 +23,7 @@ import pandas as pd
 
 from pagesim.simulator.cluster.fleet import FleetRun
 from pagesim.simulator.cluster.model_keys import add_replica_keys, fleet_keys, replica_figures
+from pagesim.simulator.metrics.energy import fleet_energy_keys
 from pagesim.simulator.metrics.recorder import summarize
 from pagesim.simulator.metrics.result import RunResult
 from pagesim.simulator.metrics.step_log import StepTotals
@@ -158,7 +159,7 @@ def fleet_result(run: FleetRun, scenario: str, system: str, warmup_s: float) -> 
     summary = summarize(
         requests, StepTotals(window_start_s=warmup_s), first.block_bytes, run.end_s, window_tokens
     )
-    num_gpus = sum(r.scenario.tensor_parallel for r in run.replicas)
+    num_gpus = sum(r.scenario.tensor_parallel * r.system.pipeline_parallel for r in run.replicas)
     summary["num_replicas"] = len(run.replicas)
     summary["num_gpus"] = num_gpus
     goodput = summary.get("goodput_req_s")
@@ -171,6 +172,7 @@ def fleet_result(run: FleetRun, scenario: str, system: str, warmup_s: float) -> 
     summary |= _step_figures(run.results)
     add_replica_keys(run.replicas, run.results)  # the keys each replica's single run would have
     summary |= fleet_keys(run.replicas, run.results, summary["busy_s"])
+    summary |= fleet_energy_keys([r.energy for r in run.replicas], requests)
     summary["prefix_hit_rate"] = _pooled_hit_rate(run)
     summary["prefix_readmit_hit_rate"] = _pooled_readmit_rate(run)
     for i, result in enumerate(run.results):

@@ -2,5 +2,8 @@
 (StepPlan, SeqWork, StepCost), the frozen scenario configuration, the model and GPU catalog, and
 the error types.
 
-Imports nothing else of pagesim: every other layer may import it.
+The hardware presets are data: core/presets/*.toml, read by core/preset_files.py
+(docs/hardware-presets.md).
+
+Imports: nothing; every other layer may import it.
 """

@@ -3,6 +3,8 @@
 Parsed at the edge by simulator/scenario/capacity.py from a scenario's [capacity] section; the
 search itself is simulator/studies/fleet_search.py. A scenario without one is searched for its
 highest sustainable request rate instead (simulator/studies/capacity_search.py).
+
+The same idea in other layers: reports/capacity.py renders a capacity search.
 """
 
 from __future__ import annotations

@@ -1,15 +1,18 @@
 """Model and GPU catalogs: the shapes that set KV bytes and FLOPs, the datasheets that set ceilings.
 
-Figures come from ../shared/FACTS.md (Hugging Face `config.json` fields; datasheet GPU numbers).
-Datasheet numbers are leads: a measured profile (calibration/) always wins over them.
+Models: the classic dense ones below and model_presets.py's, from their Hugging Face
+`config.json` fields (docs/facts.md). GPUs: the data file core/presets/gpus.toml, read by
+core/preset_files.py, each figure with its datasheet. Datasheet numbers are leads: a measured
+profile (calibration/) always wins over them. scenario/catalog.py reads a scenario's [model] and
+[gpu] into these.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 from pagesim.simulator.core.errors import InputError, choices_text
+from pagesim.simulator.core.hardware import GB, GIB, GPUSpec, TensorPeaks
 from pagesim.simulator.core.hf_config import load_hf_config
 from pagesim.simulator.core.model_presets import MODERN_MODELS
 from pagesim.simulator.core.model_spec import (
@@ -19,6 +22,7 @@ from pagesim.simulator.core.model_spec import (
     parse_kv_dtype,
     parse_weight_dtype,
 )
+from pagesim.simulator.core.preset_files import shipped_presets
 
 __all__ = [
     "CLASSIC_MODELS",
@@ -26,9 +30,11 @@ __all__ = [
     "GIB",
     "GPUS",
     "MODELS",
+    "TENSOR_PEAKS",
     "GPUSpec",
     "KVDtype",
     "ModelSpec",
+    "TensorPeaks",
     "WeightDtype",
     "count_params",
     "custom_gpu",
@@ -39,21 +45,6 @@ __all__ = [
     "parse_weight_dtype",
     "resolve_model",
 ]
-from pagesim.simulator.core.hardware import (
-    A40,
-    A100,
-    DGX_A100,
-    DGX_H100,
-    GENERIC_FACTORS,
-    H100,
-    PCIE4,
-    PCIE4_NO_P2P,
-    Interconnect,
-    RooflineFactors,
-    extrapolated,
-)
-
-GIB = 2**30
 
 
 def count_params(
@@ -98,7 +89,7 @@ def _preset(
     max_len: int,
     params: int | None = None,
 ) -> ModelSpec:
-    head_dim = 128  # every model of FACTS.md uses 128
+    head_dim = 128  # every classic model uses 128 (docs/facts.md, "Models")
     if params is None:
         params = count_params(layers, heads, kv_heads, head_dim, hidden, intermediate, vocab, gated)
     return ModelSpec(
@@ -106,7 +97,7 @@ def _preset(
     )
 
 
-# Published parameter counts (FACTS.md) where given; others are counted from the shapes.
+# Published parameter counts (docs/facts.md) where given; others are counted from the shapes.
 CLASSIC_MODELS: dict[str, ModelSpec] = {
     m.name: m
     for m in (
@@ -124,7 +115,7 @@ CLASSIC_MODELS: dict[str, ModelSpec] = {
     )
 }
 
-# The dense 16-bit models of FACTS.md (the paged-attention kernel's catalog), then the models
+# The dense 16-bit models of docs/facts.md (the paged-attention kernel's catalog), then models
 # served in 2025-26: MoE, MLA, sliding-window and hybrid, each from its published config.json.
 MODELS: dict[str, ModelSpec] = {**CLASSIC_MODELS, **MODERN_MODELS}
 
@@ -144,58 +135,11 @@ def resolve_model(name_or_path: str) -> ModelSpec:
     return get_model(name_or_path)
 
 
-@dataclass(frozen=True, slots=True)
-class GPUSpec:
-    """Datasheet ceilings of one GPU (bandwidths in bytes/s, compute in FLOP/s), the roofline's
-    factors for it and the link its tensor-parallel all-reduce crosses (hardware.py)."""
-
-    name: str
-    memory_bytes: int
-    mem_bandwidth_bps: float
-    fp16_flops: float
-    host_link_bps: float  # effective PCIe bandwidth for swapping KV blocks to CPU memory
-    factors: RooflineFactors = GENERIC_FACTORS
-    interconnect: Interconnect = PCIE4
-
-
-GB = 1e9
-
-# Memory as marketed ("80 GB" HBM is 80 GiB); bandwidths and FLOP/s in decimal units (FACTS.md;
-# the A40 from NVIDIA's A40 datasheet: 48 GB GDDR6, 696 GB/s, 149.7 TFLOP/s dense fp16 tensor).
-# Factors: fitted where Vidur measured the GPU (A100-80GB, H100-SXM, A40), else the closest
-# measured GPU's, marked extrapolated: A100-40GB <- A100-80GB (same chip); H200 <- H100 (same
-# chip, more HBM); L40S, L4, RTX 4090 (Ada, GDDR6/6X, no NVLink) <- A40 (Ampere, GDDR6, PCIe).
-GPUS: dict[str, GPUSpec] = {
-    g.name: g
-    for g in (
-        GPUSpec(
-            "a100-40gb",
-            40 * GIB,
-            1555 * GB,
-            312e12,
-            25 * GB,
-            extrapolated(A100, "a100-80gb"),
-            DGX_A100,
-        ),
-        GPUSpec("a100-80gb", 80 * GIB, 2039 * GB, 312e12, 25 * GB, A100, DGX_A100),
-        GPUSpec("h100-sxm", 80 * GIB, 3350 * GB, 989e12, 50 * GB, H100, DGX_H100),
-        GPUSpec(
-            "h200-sxm",
-            141 * GIB,
-            4800 * GB,
-            989e12,
-            50 * GB,
-            extrapolated(H100, "h100-sxm"),
-            DGX_H100,
-        ),
-        GPUSpec("l40s", 48 * GIB, 864 * GB, 362e12, 25 * GB, extrapolated(A40, "a40"), PCIE4),
-        GPUSpec("l4", 24 * GIB, 300 * GB, 121e12, 25 * GB, extrapolated(A40, "a40"), PCIE4),
-        GPUSpec(
-            "rtx-4090", 24 * GIB, 1008 * GB, 165e12, 25 * GB, extrapolated(A40, "a40"), PCIE4_NO_P2P
-        ),
-        GPUSpec("a40", 48 * GIB, 696 * GB, 149.7e12, 25 * GB, A40, PCIE4),
-    )
-}
+# The GPU presets (core/presets/gpus.toml), by name, and their tensor-core peaks by weight type: a
+# GPU not among these (a custom [gpu]) has only its 16-bit figure, so every weight dtype is priced
+# at it, and the report says so (execution/precision.py).
+GPUS: dict[str, GPUSpec] = shipped_presets().gpus
+TENSOR_PEAKS: dict[str, TensorPeaks] = shipped_presets().tensor_peaks
 
 
 def get_gpu(name: str) -> GPUSpec:
@@ -222,10 +166,13 @@ def custom_gpu(
     ):
         if not value > 0:
             raise InputError(f"custom GPU {name!r}: {field} must be > 0, got {value!r}")
+    presets = shipped_presets()  # what gpus.toml's [custom_gpu] gives a GPU without a preset
     return GPUSpec(
         name,
         int(memory_gib * GIB),
         mem_bandwidth_gbps * GB,
         fp16_tflops * 1e12,
         host_link_gbps * GB,
+        presets.custom_factors,
+        presets.custom_interconnect,
     )

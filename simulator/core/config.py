@@ -13,8 +13,11 @@ from pathlib import Path
 from pagesim.simulator.core.capacity import CapacityConfig
 from pagesim.simulator.core.catalog import GPUSpec, KVDtype, ModelSpec
 from pagesim.simulator.core.cluster import ClusterConfig
+from pagesim.simulator.core.model_spec import WeightDtype
+from pagesim.simulator.core.offload import KVOffloadConfig
 from pagesim.simulator.core.plan import PreemptionMode
 from pagesim.simulator.core.request import SamplingKind
+from pagesim.simulator.core.wide_ep import WideEPConfig
 
 
 class Policy(Enum):
@@ -328,6 +331,19 @@ class SystemConfig:
     # vllm-v1: admit a waiting request only if blocks for its whole prompt fit, not just its
     # first chunk (vLLM --scheduler-reserve-full-isl; None: the release's default)
     scheduler_reserve_full_isl: bool | None = None
+    # vllm-v1: a KV offload tier in CPU memory ([systems.kv_offload]; policies/offload.py)
+    kv_offload: KVOffloadConfig | None = None
+    # vllm-v1: decoder layers split over this many stages, each a tensor-parallel group of its
+    # own (vLLM --pipeline-parallel-size; core/pipeline_stages.py, cluster/pipeline_loop.py)
+    pipeline_parallel: int = 1
+    # layers per stage in place of vLLM's split (its VLLM_PP_LAYER_PARTITION); None: vLLM's
+    pipeline_layer_partition: tuple[int, ...] | None = None
+    # The system's own deployment, in place of [model]'s (None: [model]'s), so that one run can
+    # compare, say, BF16 on two nodes with FP8 on one: core/deployments.py `system_scenario`
+    # applies them before anything reads the scenario
+    tensor_parallel: int | None = None
+    weight_dtype: WeightDtype | None = None
+    kv_dtype: KVDtype | None = None
 
     def __post_init__(self) -> None:
         # The allocator in force, resolved once: orca places its reservations with a buddy
@@ -347,6 +363,7 @@ class SystemConfig:
         if self.policy is not Policy.VLLM_V1:  # V1's knobs (a [defaults] value meant for V1)
             object.__setattr__(self, "vllm_version", None)
             object.__setattr__(self, "scheduler_reserve_full_isl", None)
+            object.__setattr__(self, "kv_offload", None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -385,7 +402,7 @@ class ReportConfig:
 @dataclass(frozen=True, slots=True)
 class ExecutionConfig:
     """How a step is priced. A factor left None takes the default of the GPU preset (the
-    roofline's fitted factors and interconnect, core/hardware.py) or of the system's engine era
+    roofline's fitted factors and interconnect, core/presets/) or of the system's engine era
     (the host overhead, execution/overhead.py); a value given replaces it for every system."""
 
     kind: ExecutionKind = ExecutionKind.ROOFLINE
@@ -407,7 +424,7 @@ class ExecutionConfig:
     # (execution/frontend.py; None: the era's default; offline systems have none).
     frontend_s: float | None = None
     # vLLM's custom all-reduce: one stage's latency in a model step (execution/allreduce.py;
-    # None: the GPU's link's, core/hardware.py).
+    # None: the GPU's link's, core/presets/interconnects.toml).
     custom_allreduce_stage_us: float | None = None
     # The fused-MoE kernel's share of datasheet bandwidth streaming routed experts (moe_cost.py;
     # None: the fitted default).
@@ -444,9 +461,10 @@ class Scenario:
     execution: ExecutionConfig = field(default_factory=ExecutionConfig)
     # Mixture of experts across GPUs (vLLM --data-parallel-size, --enable-expert-parallel):
     # experts split over tensor_parallel x data_parallel GPUs; with data_parallel > 1 the run
-    # simulates one DP rank (attention per rank) whose MoE layers meet the other ranks' tokens.
+    # simulates every DP rank, lock-stepped at the MoE layers (simulator/cluster/dp_group.py).
     data_parallel: int = 1
     expert_parallel: bool = False
+    wide_ep: WideEPConfig = field(default_factory=WideEPConfig)  # [wide_ep]: core/wide_ep.py
     slo: SLO = field(default_factory=SLO)
     stop: StopConfig = field(default_factory=StopConfig)
     sweep: tuple[SweepAxis, ...] = ()

@@ -2,7 +2,7 @@
 
 A `SystemConfig` knob left unset (None) takes the value of its rule here when a run starts
 (`resolve_system`); the run's provenance and `pagesim scenarios show --resolved` list every value
-in force with its source. The eras pagesim models (FACTS.md, "vLLM behaviour by version"):
+in force with its source. The eras pagesim models (docs/facts.md, "vLLM behaviour by version"):
 
     vllm-v0   the V0 engine of vLLM 0.5-0.6 (`vllm/core/`), without chunked prefill
     vllm-v1   the V1 engine (`vllm/v1/`) of the release in `vllm_version`: 0.11 (v0.11.0,
@@ -62,10 +62,10 @@ def era_text(system: SystemConfig) -> str:
 
 # What the CUDA driver reports as the device's total memory, which vLLM multiplies by
 # gpu_memory_utilization (v1/worker/gpu_worker.py determine_available_memory). H100 and H200
-# per FACTS.md; the others are an estimate: about 99% of the marketed GiB, as on those two.
+# as docs/facts.md records them; the others are an estimate: about 99% of the marketed GiB.
 DRIVER_MEMORY_GIB = {
-    "h100-sxm": 79.2,  # FACTS.md
-    "h200-sxm": 140.0,  # FACTS.md (the H200 lent to this project's GPU checks reports ~139)
+    "h100-sxm": 79.2,  # docs/facts.md, "GPU memory as the driver reports it"
+    "h200-sxm": 140.0,  # docs/facts.md (the H200 lent to this project's GPU checks reports ~139)
 }
 DRIVER_MEMORY_SHARE = 79.2 / 80  # estimate for presets without a reported figure
 NON_TORCH_BYTES = 0.5 * GIB  # estimate: CUDA context and NCCL buffers vLLM counts as non-torch
@@ -246,6 +246,8 @@ def system_knobs(system: SystemConfig) -> dict[str, object]:
     }
     if system.speculative is not None:
         knobs["speculative"] = system.speculative.describe()
+    if system.kv_offload is not None:
+        knobs["kv_offload"] = system.kv_offload.describe()
     if system.policy is not Policy.VLLM_V1:
         del knobs["hybrid_kv_cache_manager"]  # vLLM V1's manager: no other policy has one
     return knobs

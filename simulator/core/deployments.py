@@ -6,10 +6,13 @@ The fleet (cluster/fleet.py, cluster/disagg.py) builds its replicas from `pool_d
 checks see every pool's GPU, degree and system, as the run does, and nothing the run does not
 build ([gpu] itself is not a replica when every pool names another GPU).
 
-    no [cluster]           one replica of each system on [gpu] at [model] tensor_parallel
+    no [cluster]           one replica of each system on [gpu] at [model] tensor_parallel (or
+                           the system's own: `system_scenario`)
     [[cluster.pools]]      per system simulated, each pool: its `count` replicas of the pool's
                            `system` (or the one simulated) on the pool's GPU and degree; a system
                            in `colocated_systems` runs the same pools with role "both"
+
+The same idea in the scenario layer: simulator/scenario/deployments.py checks them.
 """
 
 from __future__ import annotations
@@ -56,6 +59,21 @@ class Deployment:
         )
 
 
+def system_scenario(scenario: Scenario, system: SystemConfig) -> Scenario:
+    """`scenario` as `system` runs it: its own tensor_parallel, weight_dtype and kv_dtype in
+    place of [model]'s where it sets them. The one place they apply: the run (engine.simulate,
+    each pool here), the checks and `pagesim deploy` all read the scenario this returns, so the
+    KV capacity, the step costs, the GPU count and the command line agree."""
+    model = scenario.model
+    if system.weight_dtype is not None and system.weight_dtype is not model.weight_dtype:
+        model = replace(model, weight_dtype=system.weight_dtype)
+    tp = system.tensor_parallel or scenario.tensor_parallel
+    kv_dtype = system.kv_dtype or scenario.kv_dtype
+    if (model, tp, kv_dtype) == (scenario.model, scenario.tensor_parallel, scenario.kv_dtype):
+        return scenario
+    return replace(scenario, model=model, tensor_parallel=tp, kv_dtype=kv_dtype)
+
+
 def pool_deployments(
     scenario: Scenario, cluster: ClusterConfig, system: SystemConfig
 ) -> list[Deployment]:
@@ -70,7 +88,11 @@ def pool_deployments(
                 f"valid: {choices_text(by_name)}"
             )
         runs = system if pool.system is None else by_name[pool.system]
-        on_pool = replace(scenario, gpu=pool.gpu, tensor_parallel=pool.tensor_parallel)
+        # a pool's degree is its own (a system with its own tensor_parallel is refused on
+        # pools: scenario/system_overrides.py); its weights and KV are the system's
+        on_pool = replace(
+            system_scenario(scenario, runs), gpu=pool.gpu, tensor_parallel=pool.tensor_parallel
+        )
         out.append(Deployment(system, runs, on_pool, pool, i))
     return out
 
@@ -81,7 +103,7 @@ def deployments(scenario: Scenario) -> list[Deployment]:
     out = []
     for system in scenario.systems:
         if scenario.cluster is None:
-            out.append(Deployment(system, system, scenario))
+            out.append(Deployment(system, system, system_scenario(scenario, system)))
         else:
             out += pool_deployments(scenario, scenario.cluster.for_system(system.name), system)
     return out

@@ -1,12 +1,16 @@
-"""What a GPU preset brings beyond its datasheet: the roofline's step-cost factors and the
-interconnect its tensor-parallel all-reduce crosses.
+"""The types of the hardware presets: a GPU's datasheet figures (`GPUSpec`), the roofline's
+step-cost factors (`RooflineFactors`), the interconnect its tensor-parallel all-reduce crosses
+(`Interconnect`, `CustomAllReduce`), its tensor-core peaks (`TensorPeaks`), and the links a
+disaggregated fleet moves KV over (`LinkPreset`).
 
-Every figure says where it comes from. "Fitted" figures are the output of
-`pagesim calibrate fit-roofline` on the Vidur project's public measurements (microsoft/vidur, MIT;
-files and dates in calibration/vidur_csv.py, the fit in calibration/roofline_fit.py, its errors in
-calibration/profiles/README.md); a test reruns the fit and checks these constants. GPUs the data
-lacks take the factors of the closest measured GPU, marked `is_fitted = False` so the report says
-they are extrapolated; their datasheet peaks (catalog.py) still scale every term.
+The figures themselves are data, each with its source: simulator/core/presets/*.toml, read once
+per process by core/preset_files.py (which says how to add a figure). "Fitted" figures are the
+output of `pagesim calibrate fit-roofline` on the Vidur project's public measurements
+(microsoft/vidur, MIT; files and dates in calibration/vidur_csv.py, the fit in
+calibration/roofline_fit.py, its errors in calibration/profiles/README.md); a test reruns the fit
+and checks them. GPUs the data lacks take the factors of the closest measured GPU, marked
+`is_fitted = False` so the report says they are extrapolated; their datasheet peaks still scale
+every term.
 """
 
 from __future__ import annotations
@@ -127,223 +131,67 @@ def extrapolated(factors: RooflineFactors, measured_gpu: str) -> RooflineFactors
     )
 
 
-_FIT = "fitted by `pagesim calibrate fit-roofline` to Vidur's {} measurements"
-
-# A100-SXM4-80GB: Vidur compute/a100 (Llama-2-7B/70B, Llama-3-8B/70B, TP 1-8, 1-8192 tokens) and
-# the attention of Llama-2-70B at TP 2 (block 16, FlashAttention backend, Kineto timings).
-# GEMMs in 64 x 128 tiles over 108 SMs (the tile: the fit's best of calibration/roofline_fit.py's
-# GEMM_TILES; the SMs: NVIDIA A100 whitepaper).
-A100 = RooflineFactors(
-    gemm_efficiency=0.7613,
-    gemm_overlap=0.1459,
-    gemm_launch_s=5.152e-06,
-    weight_bw_efficiency=0.7934,
-    small_ops_layer_s=1.113e-05,
-    small_ops_bw_efficiency=0.5159,
-    attention_bw_efficiency=0.7674,
-    attention_layer_s=1.531e-05,
-    attention_seq_s=7.211e-09,
-    attention_flops_efficiency=0.4622,
-    attention_causal_efficiency=0.2164,
-    attention_token_s=2.271e-09,
-    attention_prefill_layer_s=1.669e-05,
-    source=_FIT.format("a100-80gb"),
-    is_fitted=True,
-    gemm_tile_m=64,
-    gemm_tile_n=128,
-    gemm_num_sms=108,
-)
-# H100-SXM: Vidur compute/h100 (Llama-2-7B/70B, TP 1-8). No attention measured: the attention
-# factors are the A100's (extrapolated; the report says so through `attention_source`). GEMMs in
-# 128 x 128 tiles over 132 SMs (NVIDIA H100 whitepaper, SXM5).
-H100 = replace(
-    A100,
-    gemm_efficiency=0.7918,
-    gemm_overlap=0.2378,
-    gemm_launch_s=4.815e-06,
-    weight_bw_efficiency=0.8895,
-    small_ops_layer_s=1.027e-05,
-    small_ops_bw_efficiency=0.5765,
-    source=_FIT.format("h100-sxm"),
-    gemm_tile_m=128,
-    gemm_tile_n=128,
-    gemm_num_sms=132,
-)
-# A40: Vidur compute/a40 (Llama-2-7B/70B, TP 1-8); attention as for the H100. GEMMs in 64 x 128
-# tiles over 84 SMs (A40 datasheet: 10,752 CUDA cores, 128 per SM). L40S, L4 and RTX 4090 borrow
-# these factors (catalog.py) and so quantize as an 84-SM chip: an extrapolation (they have 142,
-# 58 and 128 SMs), which the report already flags as such.
-A40 = replace(
-    A100,
-    gemm_efficiency=0.8128,
-    gemm_overlap=0.2106,
-    gemm_launch_s=3.956e-06,
-    weight_bw_efficiency=0.785,
-    small_ops_layer_s=7.062e-06,
-    small_ops_bw_efficiency=0.741,
-    source=_FIT.format("a40"),
-    gemm_tile_m=64,
-    gemm_tile_n=128,
-    gemm_num_sms=84,
-)
-# A GPU given by its figures alone ([gpu] name = ..., no preset).
-GENERIC_FACTORS = extrapolated(A100, "a100-80gb")
-
-
-def _us(*values: float) -> tuple[float, ...]:
-    return tuple(v * 1e-6 for v in values)
-
-
-# vLLM's custom all-reduce on NVSwitch nodes (CustomAllReduce). Bandwidths: least squares of
-# vLLM's own benchmark of its kernels on 4 H100s in CUDA graphs (vllm-project/vllm PR #24532,
-# September 2025, benchmarks/kernels/benchmark_device_communicators.py: ca_1stage 10, 14, 19,
-# 23, 30, 38 us and ca_2stage 17, 18, 25, 26, 35, 42 us at 0.5, 1, 1.5, 2, 3, 4 MiB), refit by
-# calibration/published_fit.microbenchmark_fit: one-shot 396 GB/s of peer reads per GPU at a 6.4 us
-# intercept, two-shot 212 GB/s at 12.3 us (two stages of 6.2 us). A100: the same shares of NVLink
-# 3's 300 GB/s per direction as of NVLink 4's 450 (NVIDIA A100 and H100 datasheets: 600 and 900
-# GB/s both ways), an estimate. The stage latency is fitted to the published end-to-end runs of
-# vLLM's CI (calibration/published_fit.py, builds 9523 and 9555), one figure for A100 and H100:
-# 14.9 us, against the lockstep microbenchmark's 6.2-6.4 us per stage. In a model step a stage
-# also waits for the slowest GPU to arrive (their kernels since the last all-reduce never end
-# at once), which a microbenchmark of back-to-back all-reduces does not see; the per-call total
-# it gives, ~16 us for a decode step's 128 KiB on 4 GPUs, is inside the 9-21 us that SGLang's
-# PR #2904 measured for vLLM's kernel run eagerly on 4 H100s (January 2025).
-_CUSTOM_FIT = (
-    "stage latency fitted to vLLM CI builds 9523/9555 (calibration/published_fit.py); "
-    "bandwidths: vLLM PR #24532's H100 kernel benchmark"
-)
-CUSTOM_STAGE_S = 14.94e-6  # fitted (above), one figure for both NVLink generations
-NVLINK4_CUSTOM = CustomAllReduce(CUSTOM_STAGE_S, 396e9, 212e9, _CUSTOM_FIT, True)
-NVLINK3_CUSTOM = CustomAllReduce(
-    CUSTOM_STAGE_S,
-    396e9 * 300 / 450,
-    212e9 * 300 / 450,
-    f"{_CUSTOM_FIT}, scaled to NVLink 3",
-    True,
-)
-
-# All-reduce links. DGX nodes (every GPU on NVSwitch): fitted to Vidur's
-# network/<node>/all_reduce.csv. Per GPU count (NCCL's algorithm and protocol change with it):
-# the measured medians at ALLREDUCE_KNOT_BYTES (8 KiB .. 4 MiB, every half octave; the median of
-# the file's medians within x1.5 of the size), and latency + bytes / bandwidth fitted above 4 MiB;
-# over all counts and sizes, one curve, for other counts. The knots are not non-decreasing: they
-# follow NCCL's measured size regimes (e.g. 4 A100s: 21 us at 64 KiB, 61-62 us at 128-256 KiB,
-# 26 us at 512 KiB; 2 H100s: 40 us at 64 KiB, 17 us at 128 KiB), which a non-decreasing fit
-# missed by up to 83% (calibration/allreduce_fit.knots_s, calibration/profiles/ERRORS.md).
-# fmt: off
-DGX_A100 = Interconnect(
-    "nvlink3 (DGX A100)",
-    3.848e-05,
-    1.543e11,
-    _FIT.format("network/a100_dgx all-reduce"),
-    True,
-    by_workers=((2, 4.241e-05, 1.679e11), (4, 6.003e-05, 1.833e11), (8, 6.554e-05, 1.715e11)),
-    small_by_workers=(
-        (2, _us(46, 55, 55, 55, 60, 53, 49, 56, 51, 47,
-            39, 45, 54, 59, 59, 55, 58, 62, 66)),
-        (4, _us(20, 20, 20, 20, 21, 21, 21, 42, 61, 62,
-            61.5, 28, 26, 41, 61, 52, 58, 72, 91)),
-        (8, _us(31, 31, 31, 31, 31, 34, 37, 36, 51, 60,
-            60, 57.5, 38, 39, 61, 66, 73, 82, 102)),
-    ),
-    custom=NVLINK3_CUSTOM,
-)
-DGX_H100 = Interconnect(
-    "nvlink4 (DGX H100)",
-    2.95e-05,
-    3.485e11,
-    _FIT.format("network/h100_dgx all-reduce"),
-    True,
-    by_workers=((2, 2.197e-05, 3.042e11), (4, 2.56e-05, 3.537e11), (8, 3.739e-05, 3.778e11)),
-    small_by_workers=(
-        (2, _us(7, 11, 11, 31, 33, 40, 40, 38, 17, 27,
-            38, 40, 40, 42, 40, 41, 42, 42, 43)),
-        (4, _us(38, 38, 38, 40, 40, 40, 39.5, 41, 41, 41,
-            41, 44, 44, 42, 41, 33, 39, 43, 46)),
-        (8, _us(35, 33, 33, 33, 35, 33, 23, 21, 30, 35,
-            36, 34.5, 31, 32, 32, 35, 44, 46, 56)),
-    ),
-    custom=NVLINK4_CUSTOM,
-)
-# fmt: on
-# PCIe 4 x16, no NVLink (L40S, L4, A40 without its bridge): an estimate, not measured here. Bus
-# bandwidth 20 GB/s, below the link's ~25 GB/s effective (FACTS.md), inside the 10-25 GB/s of a
-# PCIe ring that issue 12 cites; latency 30 us, of the order of Vidur's NVLink all-reduce latencies
-# (above: PCIe adds host round trips, so if anything more).
-PCIE4 = Interconnect(
-    "pcie4 (estimate)", 30e-6, 20e9, "estimate: PCIe 4 x16 ~25 GB/s (FACTS.md), no NVLink", False
-)
-# RTX 4090: no peer-to-peer over PCIe (FACTS.md), so NCCL stages through host memory and every byte
-# crosses the link twice: half the bandwidth of PCIE4 (an estimate).
-PCIE4_NO_P2P = Interconnect(
-    "pcie4, no peer-to-peer (estimate)",
-    30e-6,
-    10e9,
-    "estimate: PCIe 4 x16 without peer-to-peer (FACTS.md), staged through host memory",
-    False,
-)
-
-
 @dataclass(frozen=True, slots=True)
 class TensorPeaks:
     """Dense tensor-core peaks of one GPU by GEMM input type (FLOP/s, or OP/s for int8), as its
     datasheet or architecture whitepaper gives them **without** structured sparsity (the
     datasheets' starred figures are 2x these). `fp8` is None where the chip has no FP8 tensor
-    cores (Ampere). None of these GPUs has FP4 tensor cores (Blackwell's are the first), so
-    4-bit weights always run as 16-bit GEMMs (execution/precision.py)."""
+    cores (Ampere); `int8` None where the datasheet gives no usable INT8 figure (Blackwell
+    Ultra cut INT8 to a sliver). `fp4` is the FP4 peak of chips with FP4 tensor cores
+    (Blackwell, CDNA 4), and `fp4_formats` the block-scaled FP4 formats vLLM runs on them as
+    W4A4 (space-separated: "nvfp4 mxfp4" on Blackwell, "mxfp4" on the MI355X); other 4-bit
+    weights run as 16-bit GEMMs (execution/precision.py)."""
 
     bf16: float
     fp8: float | None
-    int8: float
+    int8: float | None
     source: str
+    fp4: float | None = None
+    fp4_formats: str = ""
+
+    def runs_fp4(self, fmt: str) -> bool:
+        """Whether this chip's tensor cores take `fmt` ("nvfp4", "mxfp4") operands."""
+        return self.fp4 is not None and fmt in self.fp4_formats.split()
 
 
-_A100_PEAKS = TensorPeaks(
-    312e12,
-    None,
-    624e12,
-    "NVIDIA A100 Tensor Core GPU datasheet: BF16/FP16 312 TFLOPS, INT8 624 TOPS (dense); "
-    "Ampere has no FP8 tensor cores",
-)
-_H100_PEAKS = TensorPeaks(
-    989e12,
-    1979e12,
-    1979e12,
-    "NVIDIA H100/H200 datasheets (SXM): BF16/FP16 1,979 TFLOPS, FP8 3,958 TFLOPS, INT8 3,958 "
-    "TOPS, all with sparsity: halved here",
-)
-# GPU preset name -> its peaks (catalog.py's GPUS). A GPU not listed (a custom [gpu]) has only
-# its 16-bit figure: every weight dtype is priced at it, and the report says so.
-TENSOR_PEAKS: dict[str, TensorPeaks] = {
-    "a100-40gb": _A100_PEAKS,
-    "a100-80gb": _A100_PEAKS,
-    "h100-sxm": _H100_PEAKS,
-    "h200-sxm": _H100_PEAKS,
-    "l40s": TensorPeaks(
-        362.05e12,
-        733e12,
-        733e12,
-        "NVIDIA L40S datasheet: BF16/FP16 362.05, FP8 733 TFLOPS, INT8 733 TOPS (dense)",
-    ),
-    "l4": TensorPeaks(
-        121e12,
-        242.5e12,
-        242.5e12,
-        "NVIDIA L4 datasheet: FP16/BF16 242, FP8 485 TFLOPS, INT8 485 TOPS, all with sparsity: "
-        "halved here",
-    ),
-    "rtx-4090": TensorPeaks(
-        165.2e12,
-        330.3e12,
-        660.6e12,
-        "NVIDIA Ada Lovelace architecture whitepaper, RTX 4090: FP16/BF16 with FP32 accumulate "
-        "165.2, FP8 with FP32 accumulate 330.3 TFLOPS, INT8 660.6 TOPS (dense)",
-    ),
-    "a40": TensorPeaks(
-        149.7e12,
-        None,
-        299.3e12,
-        "NVIDIA A40 datasheet: BF16/FP16 149.7 TFLOPS, INT8 299.3 TOPS (dense); Ampere has no "
-        "FP8 tensor cores",
-    ),
+GIB = 2**30
+GB = 1e9
+
+
+@dataclass(frozen=True, slots=True)
+class GPUSpec:
+    """Datasheet ceilings of one GPU (bandwidths in bytes/s, compute in FLOP/s), the roofline's
+    factors for it and the link its tensor-parallel all-reduce crosses."""
+
+    name: str
+    memory_bytes: int
+    mem_bandwidth_bps: float
+    fp16_flops: float
+    host_link_bps: float  # effective PCIe bandwidth for swapping KV blocks to CPU memory
+    factors: RooflineFactors
+    interconnect: Interconnect
+    # GPUs one scale-up fabric joins (an NVLink/NVSwitch or xGMI domain, or one PCIe host): the
+    # largest tensor-parallel group its all-reduce link prices. 8 in an HGX/DGX or MI300-class
+    # platform; 72 in a GB200 NVL72 rack.
+    scale_up_gpus: int = 8
+
+
+# A GPU's datasheet figures as people write them (a scenario's [gpu], the preset file): key ->
+# (GPUSpec field, the field's units per unit of the key). Memory as marketed ("80 GB" HBM is
+# 80 GiB); bandwidths and FLOP/s in decimal units.
+GPU_FIGURE_UNITS: dict[str, tuple[str, float]] = {
+    "memory_gib": ("memory_bytes", GIB),
+    "mem_bandwidth_gbps": ("mem_bandwidth_bps", GB),
+    "fp16_tflops": ("fp16_flops", 1e12),
+    "host_link_gbps": ("host_link_bps", GB),
 }
+
+
+@dataclass(frozen=True, slots=True)
+class LinkPreset:
+    """One kind of link a disaggregated fleet moves KV over (core/link.py): per lane (GPU port),
+    one direction."""
+
+    bandwidth_bytes_s: float
+    latency_s: float
+    basis: str  # nominal or effective, and where each figure comes from

@@ -1,4 +1,4 @@
-"""How KV capacity splits at one instant, in token slots (DESIGN.md "Memory")."""
+"""How KV capacity splits at one instant, in token slots (docs/design.md, "Memory")."""
 
 from __future__ import annotations
 

@@ -16,6 +16,7 @@ before these kinds existed.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from enum import Enum, StrEnum
 from fractions import Fraction
@@ -24,15 +25,35 @@ from pagesim.simulator.core.errors import InputError, choices_text
 
 
 class KVDtype(Enum):
-    """Element type of the KV cache; sets bytes per element."""
+    """Element type of the KV cache; sets bits per element.
+
+    - fp8: e4m3 (or e5m2), 8 bits, one scale per layer (left out).
+    - nvfp4: NVFP4 (vLLM v0.33.0 on, FlashInfer's trtllm-gen attention on Blackwell): 16 FP4
+      (e2m1) elements share one FP8 scale, 4.5 bits: vLLM packs a head of `head_size` values
+      into head_size / 2 + head_size / 16 bytes (vllm/utils/torch_utils.py
+      nvfp4_kv_cache_full_dim, v0.34.0).
+    """
 
     FP16 = "fp16"
     BF16 = "bf16"
     FP8 = "fp8"
+    NVFP4 = "nvfp4"
 
     @property
-    def num_bytes(self) -> int:
-        return 1 if self is KVDtype.FP8 else 2
+    def bits(self) -> Fraction:
+        return KV_BITS[self]
+
+    def bytes_of(self, elements: int) -> int:
+        """Bytes `elements` values of this type take (whole blocks of scaled values)."""
+        return math.ceil(elements * self.bits / 8)
+
+
+KV_BITS: dict[KVDtype, Fraction] = {
+    KVDtype.FP16: Fraction(16),
+    KVDtype.BF16: Fraction(16),
+    KVDtype.FP8: Fraction(8),
+    KVDtype.NVFP4: Fraction(4) + Fraction(8, 16),
+}
 
 
 def parse_kv_dtype(value: str, where: str = "kv dtype") -> KVDtype:
@@ -301,8 +322,8 @@ class ModelSpec:
         (vllm/config/model.py ModelConfig.get_num_kv_heads: `if self.use_mla: return 1`,
         "When using MLA during decode it becomes MQA"), so t GPUs each hold the whole row."""
         if self.mla is not None:
-            return self.mla.cache_elements * dtype.num_bytes
-        return 2 * self.kv_heads_per_gpu(tensor_parallel) * self.head_dim * dtype.num_bytes
+            return dtype.bytes_of(self.mla.cache_elements)
+        return 2 * self.kv_heads_per_gpu(tensor_parallel) * dtype.bytes_of(self.head_dim)
 
     def kv_bytes_per_token(self, dtype: KVDtype = KVDtype.FP16, tensor_parallel: int = 1) -> int:
         """Per GPU, summed over every layer that keeps per-token KV (window layers included:
@@ -315,7 +336,7 @@ class ModelSpec:
         mamba cache dtype defaults to the model's)."""
         if self.state is None:
             return 0
-        per_layer = self.state.elements * dtype.num_bytes // tensor_parallel
+        per_layer = dtype.bytes_of(self.state.elements) // tensor_parallel
         return self.num_layers_of(LayerKind.STATE) * per_layer
 
     def kv_bytes_for_sequence(

@@ -10,7 +10,7 @@ in csrc/custom_all_reduce.cuh CustomAllreduce::allreduce):
   `max_size`, 8 MiB (and a multiple of 16 bytes, which a 16-bit hidden state of a multiple of 8
   always is). The kernel: one-shot (`cross_device_reduce_1stage`) for two GPUs, or a message under
   512 KiB on up to 4 GPUs or under 256 KiB on up to 8; two-shot (`..._2stage`) otherwise;
-- **NCCL** (pynccl) for everything else: the measured medians of core/hardware.py.
+- **NCCL** (pynccl) for everything else: the measured medians of core/presets/interconnects.toml.
 
 vLLM v0.11 (the V1 era): the same kernels and rule, but with torch symmetric memory on (its
 default on Hopper) the custom kernel's limit on Hopper is min(8 MiB, CUSTOM_ALL_REDUCE_MAX_SIZES)

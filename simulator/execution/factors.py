@@ -1,4 +1,4 @@
-"""The roofline's factors and interconnect for one scenario: the GPU preset's (core/hardware.py),
+"""The roofline's factors and interconnect for one scenario: the GPU preset's (core/presets/),
 with any value the scenario's [execution] sets in their place, checked."""
 
 from __future__ import annotations

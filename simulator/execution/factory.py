@@ -1,8 +1,12 @@
 """One place that builds a system's execution model from the scenario's [execution] section (or
-the system's own `execution` kind) and the system's engine era."""
+the system's own `execution` kind) and the system's engine era.
+
+The same idea in the policies layer: simulator/policies/factory.py builds the scheduler.
+"""
 
 from __future__ import annotations
 
+from pagesim.simulator.core.catalog import ModelSpec
 from pagesim.simulator.core.config import ExecutionKind, Scenario, SystemConfig
 from pagesim.simulator.execution.model import ExecutionModel
 from pagesim.simulator.execution.overhead import era_of, for_system
@@ -22,9 +26,9 @@ def make_execution_model(scenario: Scenario, system: SystemConfig) -> ExecutionM
     block_size = block_shape(s, system)[0]
     runtime = runtime_of(s, system)  # CUDA graphs and vLLM's all-reduce (vllm_runtime.py)
 
-    def roofline() -> RooflineModel:
+    def roofline(model: ModelSpec | None = None) -> RooflineModel:
         return RooflineModel(
-            s.model,
+            model or s.model,
             s.gpu,
             config,
             s.kv_dtype,
@@ -37,6 +41,10 @@ def make_execution_model(scenario: Scenario, system: SystemConfig) -> ExecutionM
         )
 
     model: ExecutionModel
+    if system.pipeline_parallel > 1:  # one roofline per stage (scenario checks: roofline only)
+        from pagesim.simulator.execution.pipeline_model import PipelineModel
+
+        return PipelineModel.build(s, system, roofline)
     if kind is ExecutionKind.PROFILE:
         from pagesim.simulator.execution.profile import ProfileModel
 

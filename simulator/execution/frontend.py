@@ -20,7 +20,9 @@ Defaults by era (a scenario's `[execution] frontend_s` replaces them):
   serving benchmark (calibration/published_fit.py, build 9555: Llama-3-70B, TP 4, H100,
   1 request/s). More than the parts named above would take alone (a few milliseconds), so it
   likely also holds what pagesim's steps leave out on the way to the first token (e.g. the host
-  launching an eager prefill kernel by kernel); fitted on one GPU and load only.
+  launching an eager prefill kernel by kernel); fitted on one GPU and load only. It holds the
+  host's CPU too: held out, the same benchmark on the CI's H200 node (build 9513) measured a
+  median TTFT 14% above what this figure gives (calibration/published/README.md).
 - V1 (vllm-v1): the same figure, an **estimate**: V1's front end has the same parts (its
   EngineCore hop is also ZMQ) and no published run in the training set measures it.
 

@@ -36,8 +36,8 @@ convention (time = latency + (n - 1) / n x total bytes / bus bandwidth, n = d):
 
     bytes per GPU = d T x hidden x 2 B x (d - 1) / d
 
-priced on the GPU preset's link (core/hardware.py, its all-reduce figures: an estimate for
-all-gather and reduce-scatter, which NCCL runs as half an all-reduce's ring each).
+priced on the GPU preset's link (core/presets/interconnects.toml, its all-reduce figures: an
+estimate for all-gather and reduce-scatter, which NCCL runs as half an all-reduce's ring each).
 
 The routed experts' GEMMs (vLLM's fused-MoE kernel: a few tokens per expert at decode, so it
 streams each touched expert's weights) read them at `FUSED_MOE_BW_EFFICIENCY` of the GPU's
@@ -46,7 +46,8 @@ runs of Mixtral-8x7B at TP 2, batch 8 (about 2 tokens per expert and step) on A1
 (calibration/published_fit.py, builds 9523 and 9555), one figure for both GPUs. vLLM v0.6.4 runs
 the Triton kernel (vllm/model_executor/layers/fused_moe/fused_moe.py, tuned configs per GPU and
 expert shape); so does v0.11 for 16-bit experts. The dense GEMMs keep the GPU's own fitted
-weight-streaming share (core/hardware.py, from Vidur's measurements, which have no MoE).
+weight-streaming share (core/presets/roofline_factors.toml, from Vidur's measurements, which
+have no MoE).
 """
 
 from __future__ import annotations
@@ -109,9 +110,12 @@ class ExpertLayout:
         if model.moe is None:
             return "expert_parallel", f"{model.name} has no experts (not a mixture of experts)"
         if model.moe.num_experts % self.expert_shards:
+            experts, t = model.moe.num_experts, self.tensor_parallel
+            valid = [str(d) for d in range(1, experts + 1) if experts % (t * d) == 0]
             return "expert_parallel", (
                 f"{self.expert_shards} GPUs (tensor_parallel x data_parallel) do not divide "
-                f"{model.name}'s {model.moe.num_experts} routed experts"
+                f"{model.name}'s {experts} routed experts; valid data_parallel with "
+                f"tensor_parallel {t}: {', '.join(valid) or 'none'}"
             )
         return None
 

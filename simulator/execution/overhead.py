@@ -121,8 +121,9 @@ class HostOverhead:
 def for_system(config: ExecutionConfig, system: SystemConfig) -> ExecutionConfig:
     """`config` with `async_scheduling` decided for `system`: the scenario's value where it set
     one, else the default of the system's vLLM release (vllm-v1; core/vllm_eras.py
-    async_scheduling_default); never for the V0-era policies."""
-    if system.policy is not Policy.VLLM_V1:
+    async_scheduling_default); never for the V0-era policies, nor for pipeline stages, which
+    pagesim runs as vLLM does without it (cluster/pipeline_loop.py)."""
+    if system.policy is not Policy.VLLM_V1 or system.pipeline_parallel > 1:
         is_async = False
     elif config.async_scheduling is not None:
         is_async = config.async_scheduling

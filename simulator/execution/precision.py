@@ -1,17 +1,34 @@
 """Which tensor-core peak a model's linear layers run at, by weight dtype and GPU.
 
     bf16 / fp16          16-bit GEMM (W16A16)                       the 16-bit peak
-    fp8                  W8A8 on FP8 tensor cores (Ada, Hopper)      the FP8 peak
+    fp8                  W8A8 on FP8 tensor cores (Ada, Hopper,      the FP8 peak
+                         Blackwell, CDNA 3/4)
                          W8A16 where the chip has none (Ampere)      the 16-bit peak
     int8                 W8A8 on INT8 tensor cores                   the INT8 peak
-    int4, mxfp4, nvfp4   W4A16: weights dequantized to 16 bit        the 16-bit peak
+    nvfp4, mxfp4         W4A4 where the chip's FP4 tensor cores      the FP4 peak
+                         take the format (Blackwell: both; MI355X:
+                         mxfp4); routed experts in mxfp4 on
+                         Blackwell W4A8 (MXFP8 activations)          the FP8 peak
+    int4, and FP4        W4A16: weights dequantized to 16 bit        the 16-bit peak
+    elsewhere
 
 Sources: vLLM's FP8 documentation (docs/features/quantization/fp8.md, "FP8 computation is
 supported on NVIDIA GPUs with compute capability >= 8.9 (Ada Lovelace, Hopper, Blackwell). FP8
 models will run on compute capability >= 7.5 (Turing) as weight-only W8A16, utilizing FP8
-Marlin"; vllm-project/vllm PR 5975 brought FP8 Marlin to Ampere). No GPU in the catalog has FP4
-tensor cores, so vLLM runs 4-bit checkpoints through weight-only kernels (Marlin for AWQ/GPTQ,
-MXFP4 and NVFP4 on pre-Blackwell chips) that dequantize to 16-bit before the MMA.
+Marlin"; vllm-project/vllm PR 5975 brought FP8 Marlin to Ampere). FP4, vLLM v0.34.0 (NVFP4 and
+MXFP4 checkpoints load from v0.11.0, the first release of the ones pagesim models with them):
+- NVFP4 (ModelOpt `modelopt_fp4`, compressed-tensors W4A4): W4A4 through CUTLASS/FlashInfer on
+  compute capability 10.x (model_executor/kernels/linear/__init__.py `init_nvfp4_linear_kernel`,
+  nvfp4/flashinfer.py); on Hopper and older the MarlinNvFp4 weight-only kernel (W4A16); on ROCm
+  only an emulation (EmulationNvFp4LinearKernel), priced here as W4A16 (its dequantization
+  cost, larger than Marlin's, is not priced).
+- MXFP4: linear layers W4A4 through FlashInfer's CuteDSL kernel on Blackwell
+  (mxfp4/flashinfer.py, `kMxfp4Dynamic` activations) and AITER's on gfx950, the MI355X
+  (mxfp4/aiter.py AiterMxfp4LinearKernel, `supports_mx()`); routed experts
+  (fused_moe/oracle/mxfp4.py, the backends' priority): on Blackwell FlashInfer TRTLLM
+  MXFP4 x MXFP8 (W4A8), on ROCm AITER's CK W4A16 kernel first (gfx950 and gfx942), on Hopper
+  Triton/Marlin W4A16.
+- INT4 (AWQ/GPTQ): Marlin, W4A16 everywhere.
 
 The weight-only kernels' dequantization cost is not priced (an assumption: Marlin is built to hide
 it under the weight stream); their weight bytes are the dtype's (model_spec.WEIGHT_BITS).
@@ -25,8 +42,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pagesim.simulator.core.catalog import GPUSpec, ModelSpec
-from pagesim.simulator.core.hardware import TENSOR_PEAKS
+from pagesim.simulator.core.catalog import TENSOR_PEAKS, GPUSpec, ModelSpec, TensorPeaks
 from pagesim.simulator.core.model_spec import QuantScope, WeightDtype
 
 
@@ -35,19 +51,26 @@ class GemmPeak:
     """The peak one kind of linear layer runs at on one GPU."""
 
     flops: float  # FLOP/s (OP/s for int8)
-    mode: str  # "W16A16", "W8A8 fp8", "W8A16 (fp8 Marlin)", "W8A8 int8", "W4A16"
+    mode: str  # "W16A16", "W8A8 fp8", "W8A16 (fp8 Marlin)", "W8A8 int8", "W4A4 nvfp4", "W4A16"
     note: str  # where the figure comes from, for the report
 
 
-def gemm_peak(gpu: GPUSpec, dtype: WeightDtype) -> GemmPeak:
-    """The peak a linear layer with `dtype` weights runs at on `gpu` (module docstring)."""
+def gemm_peak(gpu: GPUSpec, dtype: WeightDtype, routed_experts: bool = False) -> GemmPeak:
+    """The peak a linear layer with `dtype` weights runs at on `gpu` (module docstring);
+    `routed_experts`: a MoE layer's routed experts, whose FP4 kernels differ."""
     peaks = TENSOR_PEAKS.get(gpu.name)
     base = gpu.fp16_flops
     if dtype.is_16_bit:
         return GemmPeak(base, "W16A16", "the GPU's 16-bit peak")
+    if dtype in (WeightDtype.MXFP4, WeightDtype.NVFP4) and peaks is not None:
+        fp4 = _fp4_peak(gpu, peaks, dtype, routed_experts)
+        if fp4 is not None:
+            return fp4
     if dtype in (WeightDtype.INT4, WeightDtype.MXFP4, WeightDtype.NVFP4):
         return GemmPeak(
-            base, "W4A16", "4-bit weights dequantized to 16-bit GEMMs (no FP4 tensor cores)"
+            base,
+            "W4A16",
+            f"4-bit weights dequantized to 16-bit GEMMs (no {dtype.value} tensor-core path)",
         )
     if peaks is None:
         return GemmPeak(
@@ -65,7 +88,35 @@ def gemm_peak(gpu: GPUSpec, dtype: WeightDtype) -> GemmPeak:
             )
         return GemmPeak(base * peaks.fp8 / peaks.bf16, "W8A8 fp8", peaks.source)
     assert dtype is WeightDtype.INT8
+    if peaks.int8 is None:
+        return GemmPeak(
+            base,
+            "W8A8 int8, at the 16-bit peak",
+            f"{gpu.name}: no verified dense INT8 peak; priced at its 16-bit peak (an assumption)",
+        )
     return GemmPeak(base * peaks.int8 / peaks.bf16, "W8A8 int8", peaks.source)
+
+
+def _fp4_peak(
+    gpu: GPUSpec, peaks: TensorPeaks, dtype: WeightDtype, routed_experts: bool
+) -> GemmPeak | None:
+    """The FP4 tensor-core path vLLM takes for `dtype` on `gpu`, or None: W4A16 (docstring)."""
+    if not peaks.runs_fp4(dtype.value) or peaks.fp4 is None:
+        return None
+    if routed_experts and dtype is WeightDtype.MXFP4:
+        if not peaks.runs_fp4("nvfp4"):  # not Blackwell: ROCm's AITER CK W4A16 MoE comes first
+            return None
+        assert peaks.fp8 is not None  # every FP4 chip has FP8 tensor cores
+        return GemmPeak(
+            gpu.fp16_flops * peaks.fp8 / peaks.bf16,
+            "W4A8 mxfp4 x mxfp8",
+            f"vLLM's FlashInfer TRTLLM MXFP4 x MXFP8 MoE at the FP8 peak; {peaks.source}",
+        )
+    return GemmPeak(
+        gpu.fp16_flops * peaks.fp4 / peaks.bf16,
+        f"W4A4 {dtype.value}",
+        f"{dtype.value} on FP4 tensor cores; {peaks.source}",
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,5 +184,5 @@ def linear_split(model: ModelSpec, gpu: GPUSpec, tensor_parallel: int) -> Linear
         plain_peak=gemm_peak(gpu, WeightDtype.BF16),
         expert_flops_per_token=2 * expert_params / t,
         expert_bytes=float(one_expert * dtype.bits / 8),
-        expert_peak=gemm_peak(gpu, dtype),
+        expert_peak=gemm_peak(gpu, dtype, routed_experts=True),
     )

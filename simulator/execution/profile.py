@@ -36,6 +36,8 @@ slope); such steps are counted, reported by `describe()`, and the first one warn
 
 The file is read, and checked against the scenario's model, by `profile_file`; `checks` holds the
 warnings a person must see (another GPU's profile, utilizations above 100%).
+
+The same idea in the calibration layer: calibration/profile.py writes the file.
 """
 
 from __future__ import annotations

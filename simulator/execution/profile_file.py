@@ -192,7 +192,7 @@ def check_shapes(
         raise r.fail(
             f"measured at tensor_parallel {measured_tp!r}, the scenario uses {tensor_parallel}"
         )
-    if kv_dtype.num_bytes != 2:
+    if kv_dtype.bits != 16:
         raise r.fail(
             f"measured with a 16-bit KV cache; {kv_dtype.value} KV was not measured "
             "(use the roofline model)"

@@ -1,5 +1,5 @@
 """Roofline execution model: what one `StepPlan` costs, from datasheet ceilings, model shapes and
-the GPU preset's factors (fitted to public measurements where they exist: core/hardware.py).
+the GPU preset's factors (fitted to public measurements where they exist: core/presets/).
 
 Every figure is **per GPU** under tensor parallelism t (each GPU runs the same step on its shard at
 the same time), so MFU = flops / (peak × duration) and MBU = bytes_moved / (bandwidth × duration)
@@ -396,6 +396,11 @@ class RooflineModel(RooflineReport):
             + copy_bytes
         )
         return step_cost_of((compute_s, swap_s, copy_s, flops, bytes_moved))
+
+    def lm_head_s(self, num_seqs: int) -> float:
+        """The LM head's share of a step of `num_seqs` sequences (a pipeline stage without the
+        head takes it off: execution/pipeline_model.py)."""
+        return self._linear.lm_head_s(num_seqs)
 
     def linear_layers_s(self, num_tokens: int, expert_weight_s: float = 0.0) -> float:
         """The linear layers' time for `num_tokens` tokens: a dense 16-bit model's GEMM by GEMM

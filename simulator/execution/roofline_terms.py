@@ -119,8 +119,8 @@ def allreduce_call_s(message_bytes: Number, tensor_parallel: int, link: Intercon
     link's measured medians up to its last knot (log-size interpolation, flat below the first),
     `latency + ring bytes / bus bw` above it (at least the last knot) or where nothing was
     measured. Up to the last knot the measured medians are followed where they fall with size
-    (NCCL's size regimes: core/hardware.py), so a larger message may cost less there; the curve
-    above, and the formula, are non-decreasing in the message."""
+    (NCCL's size regimes: core/presets/interconnects.toml), so a larger message may cost less
+    there; the curve above, and the formula, are non-decreasing in the message."""
     if tensor_parallel <= 1:
         return 0.0 * message_bytes
     ring = 2 * (tensor_parallel - 1) / tensor_parallel

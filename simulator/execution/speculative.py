@@ -38,6 +38,9 @@ no host overhead of its own: the passes run inside the engine step whose host wo
 model already counts. A draft pass's cost sits in the step whose verification uses its drafts
 (vLLM proposes them at the end of the step before; in a steady stream the total is the same).
 The drafter's weights and KV come out of the KV capacity (kv/capacity.py).
+
+The same idea in other layers: simulator/policies/speculative.py schedules and verifies the
+drafts, simulator/scenario/speculative.py reads the settings.
 """
 
 from __future__ import annotations

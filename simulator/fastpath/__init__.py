@@ -14,6 +14,6 @@ A paged scheduler and its step policies reach the group only through policies/gr
 step log takes the runs' rows through metrics/step_log.py `RowSource`. The differential tests
 (tests/simulator/fastpath/, tests/simulator/cluster/test_windows.py) run both paths.
 
-Imports `policies`, `metrics`, `execution`, `kv` and `core`; never the cluster loop, which
-imports it (replica.py calls attach.py).
+Imports: policies, metrics, execution, kv, core; never the cluster loop, which imports it (the
+replica's loop calls attach.py).
 """

@@ -5,7 +5,8 @@ The fast path works at two levels, each giving the per-step path's results bit f
 - The decode group (decode_group.py): a paged scheduler's lone decoding sequences advance in
   closed form, not one by one. It needs a step policy with a grouped running phase (vLLM V1's;
   V0 visits every request), a plain paged cache (a hybrid cache frees window blocks as decodes
-  advance: no closed form) and no speculative decoding. The scheduler then asks it only what
+  advance: no closed form), no speculative decoding and no KV offload tier (which stores the
+  blocks every step fills). The scheduler then asks it only what
   policies/grouping.py lists.
 - Runs of pure steps (pure_runs.py): many decode steps settled in one SimPy event. Only when
   nobody looks at each step (no step hook, no invariant checks, no measured execution model,
@@ -71,6 +72,8 @@ def enable_decode_group(scheduler: PagedScheduler) -> DecodeGroup | None:
         return None
     if scheduler.state.spec is not None:
         return None
+    if scheduler.state.offload is not None:
+        return None  # an offload tier stores the blocks of every step (policies/offload.py)
     group = DecodeGroup(kv)
     scheduler.state.decode_group = group
     return group

@@ -5,5 +5,7 @@ The paged cache is `paged_cache.PagedKVCache`, built from `block_pool`, `block_t
 `cache_slots` (what it shares with the hybrid cache, `hybrid_cache.HybridKVCache`), `paged_slots`
 (the per-step operations), `swap_space` and `paged_audit` (its module docstring draws the map).
 
-Mechanism only, no policy: it never decides who runs. Imports `core` alone.
+Mechanism only, no policy: it never decides who runs.
+
+Imports: core alone.
 """

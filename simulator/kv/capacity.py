@@ -26,7 +26,7 @@ and draft_model.py `load_model`, "that mutates the forward_context of the vllm_c
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from pagesim.simulator.core.catalog import GIB, GPUSpec, ModelSpec
 from pagesim.simulator.core.config import Policy, Scenario, SystemConfig
@@ -34,6 +34,7 @@ from pagesim.simulator.core.defaults import driver_memory_bytes, resolve_system
 from pagesim.simulator.core.draft import draft_model_spec
 from pagesim.simulator.core.errors import InputError
 from pagesim.simulator.core.model_spec import LayerKind
+from pagesim.simulator.core.pipeline_stages import stage_models
 from pagesim.simulator.kv.hybrid_layout import HybridLayout, hybrid_layout
 
 
@@ -102,6 +103,12 @@ class Capacity:
 def no_kv_memory_reason(scenario: Scenario, system: SystemConfig) -> str | None:
     """Why `system` gets no KV block on the scenario's GPU, or None when it gets at least one."""
     if system.num_kv_blocks is not None:
+        return None
+    if system.pipeline_parallel > 1:  # why some stage gets no block, naming the stage
+        for index, (stage, flat) in enumerate(_stage_runs(scenario, system)):
+            reason = no_kv_memory_reason(stage, flat)
+            if reason is not None:
+                return f"pipeline stage {index}: {reason}"
         return None
     model, gpu, tp = scenario.model, scenario.gpu, scenario.tensor_parallel
     system = resolve_system(system, model, gpu, tp).system
@@ -173,7 +180,9 @@ def block_shape(scenario: Scenario, system: SystemConfig) -> tuple[int, int, Hyb
 
 def kv_capacity(scenario: Scenario, system: SystemConfig) -> Capacity:
     """GPU blocks by the rule above (or the system's explicit `num_kv_blocks`), CPU swap blocks
-    from its swap space."""
+    from its swap space. Pipeline stages: the fewest of any stage's (below)."""
+    if system.pipeline_parallel > 1:
+        return _pipeline_capacity(scenario, system)
     model, tp = scenario.model, scenario.tensor_parallel
     block_size, block_bytes, layout = block_shape(scenario, system)
     per_token = block_bytes // block_size
@@ -196,4 +205,31 @@ def kv_capacity(scenario: Scenario, system: SystemConfig) -> Capacity:
     )
     return Capacity(
         int(available // block_bytes), cpu_blocks, block_size, block_bytes, per_token, layout
+    )
+
+
+# Pipeline parallelism: each stage holds only its own layers' KV. A stage's GPUs hold its layers'
+# weights (core/pipeline_stages.py `stage_model`) and, for every token, its layers' KV only, so
+# each stage gets its own block count by the rule above. The engine's one scheduler hands out
+# block ids valid on every stage, so the replica gets the fewest of any stage: vLLM V1 merges the
+# workers' KV-cache specs and sets every worker's block count to the smallest among them
+# (v1/core/kv_cache_planning.py `get_kv_cache_configs`, step 5, v0.34.0). The block's bytes
+# reported are the largest stage's (per GPU).
+
+
+def _stage_runs(scenario: Scenario, system: SystemConfig) -> list[tuple[Scenario, SystemConfig]]:
+    """Each stage as a scenario of its own model, with a system of one stage."""
+    flat = replace(system, pipeline_parallel=1, pipeline_layer_partition=None)
+    models = stage_models(scenario.model, system.pipeline_parallel, system.pipeline_layer_partition)
+    return [(replace(scenario, model=model), flat) for model in models]
+
+
+def _pipeline_capacity(scenario: Scenario, system: SystemConfig) -> Capacity:
+    """The replica's capacity: the fewest GPU (and CPU) blocks of any stage."""
+    stages = [kv_capacity(s, flat) for s, flat in _stage_runs(scenario, system)]
+    widest = max(stages, key=lambda c: c.block_bytes)
+    return replace(
+        widest,
+        num_gpu_blocks=min(c.num_gpu_blocks for c in stages),
+        num_cpu_blocks=min(c.num_cpu_blocks for c in stages),
     )

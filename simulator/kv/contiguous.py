@@ -127,7 +127,7 @@ class RegionCache(ABC):
     def memory_breakdown(
         self, final_lens: Mapping[int, int], next_request_slots: int | None
     ) -> MemoryBreakdown:
-        """Split the slots (DESIGN.md "Memory"). O(sequences + holes).
+        """Split the slots (docs/design.md, "Memory"). O(sequences + holes).
 
         `final_lens[seq_id]`: tokens the sequence holds when it finishes. Reserved: slots it will
         still fill; internal fragmentation: slots of its reservation past its final length (the

@@ -2,7 +2,7 @@
 
 Mechanism only: it never decides who runs, who is preempted or which request comes next.
 
-Its parts (DESIGN.md: BlockPool · BlockTable · PrefixCache · SwapSpace):
+Its parts (docs/design.md: BlockPool · BlockTable · PrefixCache · SwapSpace):
 
     block_pool    BlockPool: one device's blocks, reference counts, the content-hash cache (LRU)
     block_table   BlockTable: one sequence's table and slot counts

@@ -318,7 +318,7 @@ class PagedSlots(CacheSlots[BlockTable]):
         num_uncommitted: int = 0,
         num_reserved_elsewhere: int = 0,
     ) -> MemoryBreakdown:
-        """Split the GPU KV capacity (DESIGN.md "Memory"); shared blocks count once.
+        """Split the GPU KV capacity (docs/design.md, "Memory"); shared blocks count once.
 
         A held slot not yet computed is reserved if some holder will still fill it (position <
         its final length, given to `add_seq`), internal fragmentation otherwise. Evictable

@@ -1,5 +1,5 @@
 """Metrics: the recorder the engine feeds each step, the bounded step and request logs, and the
-RunResult with its summary (DESIGN.md "Metrics").
+RunResult with its summary (metric definitions: docs/design.md, "Metrics").
 
-Imports `kv` and `core`; reads schedulers only through the engine-facing protocol in `core`.
+Imports: core, kv; reads schedulers only through the engine-facing protocol in `core`.
 """

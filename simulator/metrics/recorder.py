@@ -4,7 +4,7 @@ Per-step values go into a bounded step log (simulator.metrics.step_log) that kee
 every step: one tuple a step (or, from the decode fast path, a run of pure decode steps at once,
 in closed form: simulator/fastpath/run_rows.py); requests become compact rows as soon
 as they are done (simulator.metrics.request_log). Memory thus grows with the per-request records
-only, however long the run. Frames are built once at the end. Metric definitions are DESIGN.md's.
+only, however long the run. Frames are built once at the end. Metric definitions: docs/design.md.
 """
 
 from __future__ import annotations
@@ -208,7 +208,7 @@ def summarize(
 
 
 def _add_sharing(summary: dict[str, float | int | str | None], steps: StepTotals) -> None:
-    """Memory sharing saved (DESIGN.md: shared blocks count once, so what they would have taken
+    """Memory sharing saved (docs/design.md: shared blocks count once, so what they would have taken
     unshared is the saving): time-averaged shares of the KV capacity by cause, the peak, and
     the saving as a share of what the requests would have held without sharing."""
     total_slots = steps.total_kv_slots

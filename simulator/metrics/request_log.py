@@ -4,7 +4,7 @@ A `Request` object carries its lifecycle history and scheduler-facing state (hun
 holding every one until the end made a long run's memory grow with everything it ever served.
 The log keeps requests only while they may still change; `settle` turns the finished and rejected
 ones into a typed row (120 bytes) and lets the object go. The frame is built column by column at
-the end, in arrival order, with the metric definitions of DESIGN.md.
+the end, in arrival order, with the metric definitions of docs/design.md ("Metrics").
 """
 
 from __future__ import annotations

@@ -2,6 +2,8 @@
 
 Reports render a `RunResult` and never recompute simulation logic. The column glossaries below are
 the contract with `reports/` (and the metrics glossary in the HTML report is built from them).
+
+The same idea in the cluster layer: simulator/cluster/result.py makes a fleet run one RunResult.
 """
 
 from __future__ import annotations

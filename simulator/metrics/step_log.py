@@ -94,6 +94,10 @@ class StepTotals:
     total_kv_slots: float | None = None  # the five KV categories' sum (the same at every step)
     peak_kv_used_slots: float = 0.0
     peak_kv_saved_slots: float = 0.0  # prefix + fork saved slots, at the step they peaked
+    # Over every step: sum of duration x compute share, MFU / (MFU + MBU), and its peak: what
+    # a step's power draw follows (metrics/energy.py), exact however the rows merge.
+    compute_share_s: float = 0.0
+    peak_compute_share: float = 0.0
     weighted: dict[str, float] = field(default_factory=dict)
     plain: dict[str, float] = field(default_factory=dict)
 
@@ -110,6 +114,9 @@ class StepTotals:
         swaps = steps[:, _COL["num_swap_in_blocks"]] + steps[:, _COL["num_swap_out_blocks"]]
         self.num_swapped_blocks += int(swaps.sum())
         self.num_cow_copies += int(steps[:, _COL["num_cow_copies"]].sum())
+        share = compute_shares(steps[:, _COL["mfu"]], steps[:, _COL["mbu"]])
+        self.compute_share_s += float(share @ durations)
+        self.peak_compute_share = max(self.peak_compute_share, float(share.max()))
         if self.window_start_s > 0:
             steps = steps[steps[:, _COL["start_s"]] >= self.window_start_s]
             if not len(steps):
@@ -133,6 +140,14 @@ class StepTotals:
         if self.window_steps:
             return self.plain.get(column, 0.0) / self.window_steps
         return 0.0
+
+
+def compute_shares(mfu: np.ndarray, mbu: np.ndarray) -> np.ndarray:
+    """MFU / (MFU + MBU) per step, in [0, 1] (0 where neither was measured)."""
+    total = mfu + mbu
+    share = np.divide(mfu, total, out=np.zeros_like(total, dtype=float), where=total > 0)
+    clipped: np.ndarray = np.clip(share, 0.0, 1.0)
+    return clipped
 
 
 def merge_rows(rows: np.ndarray, group: int) -> np.ndarray:

@@ -1,4 +1,8 @@
-"""One place that turns a system's policy Enum into its scheduler."""
+"""One place that turns a system's policy Enum into its scheduler.
+
+The same idea in the execution layer: simulator/execution/factory.py builds the execution
+model.
+"""
 
 from __future__ import annotations
 

@@ -83,6 +83,8 @@ class PagedScheduler(PolicyBase):
     def schedule(self, now_s: float) -> StepPlan:
         step = StepBuilder()
         state = self.state
+        if state.offload is not None:  # loads from a CPU tier that ended by now
+            state.offload.land(state, now_s)
         self.policy.schedule(state, step, now_s)
         if step.preemptions and step.is_idle:
             step = self._schedule_again(step, now_s)
@@ -118,6 +120,20 @@ class PagedScheduler(PolicyBase):
         return step
 
     def complete(self, plan: StepPlan, now_s: float) -> None:
+        offload = self.state.offload
+        if offload is None:
+            self._complete(plan, now_s)
+            return
+        offload.note_step(self.state, plan)  # a CPU tier stores what the step filled
+        self._complete(plan, now_s)
+        offload.store_step(self.state, now_s)
+
+    def next_wakeup_s(self, now_s: float) -> float | None:
+        """When the next load from a CPU tier ends (policies/offload.py), if one is on its way."""
+        offload = self.state.offload
+        return None if offload is None else offload.next_landing_s()
+
+    def _complete(self, plan: StepPlan, now_s: float) -> None:
         state = self.state
         if state.spec is not None:
             self.num_output_tokens += complete_speculative(state, state.spec, plan, now_s)
@@ -169,7 +185,8 @@ class PagedScheduler(PolicyBase):
     @property
     def has_pending(self) -> bool:
         state = self.state
-        return bool(state.running or state.swapped or len(state.waiting))
+        loading = state.offload is not None and bool(state.offload.loading)
+        return bool(state.running or state.swapped or len(state.waiting) or loading)
 
     def queue_lengths(self) -> tuple[int, int, int]:
         state = self.state

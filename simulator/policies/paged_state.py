@@ -38,6 +38,7 @@ from pagesim.simulator.policies.pieces import PagedPieces, PrefixStats, VictimKe
 from pagesim.simulator.policies.seq_group import FanOut, SeqGroup, StepBuilder
 
 if TYPE_CHECKING:
+    from pagesim.simulator.policies.offload import Offload
     from pagesim.simulator.policies.spec_decoder import SpecDecoder
 
 CHILD_ID_BASE = 1 << 48  # ids of V1's child requests (n > 1), above any workload's
@@ -112,6 +113,9 @@ class PagedState:
         self.held: dict[int, int] = {}
         self.receiving: dict[int, SeqGroup] = {}
         self.landed: dict[int, SeqGroup] = {}  # received, waiting for admission
+        # A KV offload tier in CPU memory (policies/offload.py): its loads park requests in
+        # `receiving` and land them in `landed`, as a remote prompt's KV does.
+        self.offload: Offload | None = None
         self._next_seq_id = 0
         self._next_child_id = 0
 

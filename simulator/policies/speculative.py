@@ -27,6 +27,9 @@ accepts min(a, d)) with a generator seeded by the scenario seed on its own strea
 deterministic and the workload's draws are untouched. Drafts are proposed for every decoding
 request each step (vLLM proposes after every sampled token), so the first decode after the
 prompt verifies k drafts too.
+
+The same idea in other layers: simulator/execution/speculative.py prices the drafts,
+simulator/scenario/speculative.py reads the settings.
 """
 
 from __future__ import annotations

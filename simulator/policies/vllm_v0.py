@@ -1,5 +1,5 @@
 """vLLM's V0 scheduler (the engine of vLLM 0.4–0.6, `vllm/core/scheduler.py`), as pagesim
-models it (FACTS.md):
+models it (docs/facts.md, "vLLM behaviour by version"; read in the v0.6.4 wheel):
 
 FCFS; while nothing is swapped out, admit waiting prompts whole (a prefill-only iteration),
 stopping at the first that does not fit above the watermark; otherwise a decode-only iteration

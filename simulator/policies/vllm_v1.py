@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from pagesim.simulator.core.config import SystemConfig
 from pagesim.simulator.policies.admission import admit
+from pagesim.simulator.policies.offload import LoadOutcome
 from pagesim.simulator.policies.paged_state import PagedState
 from pagesim.simulator.policies.pieces import PagedPieces, paged_pieces
 from pagesim.simulator.policies.remote_kv import admit_landed
@@ -99,6 +100,14 @@ def admit_chunks(
         group = waiting.peek()
         if state.num_running_seqs + group.request.num_seqs > max_num_seqs:
             break
+        offload = state.offload  # a CPU tier's hit loads first, the request parked meanwhile
+        if offload is not None and group.hashers is not None and not group.is_remote:
+            outcome = offload.try_load(state, group, now_s)
+            if outcome is LoadOutcome.NO_ROOM:
+                break
+            if outcome is LoadOutcome.PARKED:
+                waiting.pop()
+                continue
         pad = pad_to if group.target > 1 or beside_running else 0
         scheduled = admit(state, group, min(budget, chunk_cap), step, now_s, pad_to=pad)
         if not scheduled:

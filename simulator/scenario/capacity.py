@@ -12,6 +12,9 @@ min_replicas..max_replicas) and degrees instead of gpus / tensor_parallel / rout
             prefill_tensor_parallel = [1, 2], decode_tensor_parallel = [1]  (default: the pool's)
             max_gpus = 8   fleets of at most this many GPUs (default: twice the scenario's fleet)
             price_per_gpu_hour: one per pool GPU
+
+The same idea in other layers: the frozen settings are simulator/core/capacity.py; the rate
+search's pages, reports/capacity.py.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from pagesim.simulator.core.deployments import Deployment
 from pagesim.simulator.core.errors import InputError, choices_text
 from pagesim.simulator.core.limits import MAX_FLEET_KV_BLOCKS
 from pagesim.simulator.scenario.cluster import MAX_REPLICAS
+from pagesim.simulator.scenario.hardware_fit import kv_dtype_problem, scale_up_problem
 from pagesim.simulator.scenario.table import Table, described, show
 
 
@@ -146,6 +150,11 @@ def read_capacity(t: Table, scenario: Scenario, is_present: bool) -> CapacityCon
     for system in scenario.systems:
         for gpu in gpus or (pool_gpu,):
             for tp in degrees or (pool_tp,):
+                problem = scale_up_problem(gpu, tp) or kv_dtype_problem(
+                    gpu, scenario.model, scenario.kv_dtype, scenario.systems
+                )
+                if problem is not None:
+                    t.fail("tensor_parallel" if tp > gpu.scale_up_gpus else "gpus", problem)
                 blocks = _blocks(replace(scenario, gpu=gpu, tensor_parallel=tp), system)
                 if high * blocks > MAX_FLEET_KV_BLOCKS:
                     t.fail(

@@ -9,6 +9,8 @@
                    role (both | prefill | decode)
 Disaggregation's keys ([cluster.link], a router per phase, colocated_systems):
 simulator/scenario/disagg.py.
+
+The same idea in the core layer: simulator/core/cluster.py, the frozen configuration read here.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from pagesim.simulator.core.cluster import (
 )
 from pagesim.simulator.core.errors import InputError, choices_text
 from pagesim.simulator.scenario.disagg import check_roles, read_colocated, read_link, read_role
+from pagesim.simulator.scenario.hardware_fit import scale_up_problem
 from pagesim.simulator.scenario.schema import ROUTER_KEY_READERS, is_read, router_tables
 from pagesim.simulator.scenario.table import Table
 
@@ -67,6 +70,9 @@ def read_cluster(
             p.fail(
                 "tensor_parallel", f"{tp} does not divide {model.name}'s {model.num_heads} heads"
             )
+        problem = scale_up_problem(pool_gpu, tp)
+        if problem is not None:
+            p.fail("tensor_parallel", problem)
         pools.append(PoolConfig(name, count, pool_gpu, tp, system, read_role(p)))
     check_roles(t, pools)
     if all(pool.role is PoolRole.BOTH for pool in pools):

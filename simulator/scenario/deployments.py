@@ -49,7 +49,10 @@ def check_deployments(top: Table, scenario: Scenario, places: dict[str, SystemPl
         if d.role is not PoolRole.BOTH:
             reason = policy_reason(d.system)
             if reason is not None:
-                key = place[1].get("policy", f"{place[0]}.policy")  # maybe [defaults]'s
+                # check_system refused stages off vllm-v1 first: a reason here with stages
+                # is theirs
+                field = "pipeline_parallel" if d.system.pipeline_parallel > 1 else "policy"
+                key = place[1].get(field, f"{place[0]}.{field}")  # maybe [defaults]'s
                 ctx.fail(key, f"{reason}, in {d.where}")
         resolved = resolve_system(
             d.system, d.scenario.model, d.scenario.gpu, d.scenario.tensor_parallel

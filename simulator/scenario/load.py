@@ -2,8 +2,8 @@
 
 Every problem with a scenario file is an `InputError` whose one-line message names the file, the
 key (a dotted path such as `systems[1].policy`), what is wrong and the valid choices or range.
-Nothing else escapes, however malformed the input. The schema (full reference, with examples, in
-scenarios/README.md; keys are simulator/core/config.py field names):
+Nothing else escapes, however malformed the input. The schema (full reference in
+docs/scenario-reference.md, `pagesim scenarios reference`; keys are config.py field names):
 
     name = "..."                  # default: the file's stem
     description = "..."           # its first line is what `pagesim scenarios list` shows
@@ -11,6 +11,8 @@ scenarios/README.md; keys are simulator/core/config.py field names):
     [model]      preset = "llama-2-7b"  |  config = "path/to/config.json" (relative to this file)
                  kv_dtype = "fp16" | "bf16" | "fp8";  tensor_parallel = 1;  weight_dtype
                  (default: the model's); data_parallel = 1, expert_parallel = false (MoE)
+    [wide_ep]    all2all_backend, eplb, redundant_experts, gpus_per_node, scaleout_gbps (with
+                 data_parallel > 1: every DP rank simulated, cluster/dp_group.py)
     [gpu]        preset = "a100-80gb", and/or name, memory_gib, mem_bandwidth_gbps, fp16_tflops,
                  host_link_gbps (a preset's figures can be overridden one by one)
     [execution]  kind = "roofline" | "profile";  profile = "file.json" (relative to this file, a
@@ -32,7 +34,8 @@ scenarios/README.md; keys are simulator/core/config.py field names):
       [[workload.prefix_groups]]   num_tokens, fraction
       [[workload.requests]]        prompt_len, output_len, arrival_s, priority (replace generators)
     [defaults]   any [[systems]] key but name: applies to every system that does not set it
-    [[systems]]  name, policy = static|orca|vllm-v0|vllm-v1, and any SystemConfig field
+    [[systems]]  name, policy = static|orca|vllm-v0|vllm-v1, and any SystemConfig field; also
+                 tensor_parallel, weight_dtype, kv_dtype in place of [model]'s (system_overrides)
     [slo]        ttft_s, tpot_s
     [stop]       max_time_s, warmup_s
     [sweep]      axes = [{ path = "workload.arrival.rate_per_s", values = [1, 2, 4] }]  (1 or 2)
@@ -44,7 +47,7 @@ parse as one (`2`, `2.5`, `true`, `"x"`, `[1, 2]`, `{ kind = "burst" }`), else b
 
 This module reads [execution], [slo] and [stop], puts the sections together and holds the
 file-level API (`load_scenario`, `expand_sweep`); the rest lives beside it: `schema` (the valid
-keys and limits), `table` (`Table`, `ScenarioError`, values in messages), `hardware` ([model],
+keys and limits), `table` (`Table`, `ScenarioError`, values in messages), `catalog` ([model],
 [gpu]), `workload` and `systems` (the two big sections), `traces` (trace CSV checks),
 `overrides` (paths, `--set`, `--param`, [sweep]), `report` ([report]), `files` (finding and
 reading scenario files), `toml_writer` (`describe_scenario`).
@@ -74,6 +77,7 @@ from pagesim.simulator.core.model_spec import WeightDtype
 from pagesim.simulator.execution.moe_cost import ExpertLayout
 from pagesim.simulator.execution.profile_file import check_profile
 from pagesim.simulator.scenario.capacity import read_capacity
+from pagesim.simulator.scenario.catalog import read_gpu, read_model
 from pagesim.simulator.scenario.cluster import check_router_keys, read_cluster
 from pagesim.simulator.scenario.deployments import check_deployments
 from pagesim.simulator.scenario.disagg import check_disaggregated
@@ -85,7 +89,7 @@ from pagesim.simulator.scenario.files import (
     resolve_scenario,
     scenario_to_toml_text,
 )
-from pagesim.simulator.scenario.hardware import read_gpu, read_model
+from pagesim.simulator.scenario.hardware_fit import kv_dtype_problem, scale_up_problem
 from pagesim.simulator.scenario.overrides import (
     apply_overrides,
     blame,
@@ -97,6 +101,7 @@ from pagesim.simulator.scenario.overrides import (
 )
 from pagesim.simulator.scenario.report import read_report
 from pagesim.simulator.scenario.schema import MAX_AXES, MAX_SWEEP_POINTS, SCHEMA
+from pagesim.simulator.scenario.system_overrides import check_own_degree
 from pagesim.simulator.scenario.systems import read_systems
 from pagesim.simulator.scenario.table import (
     Ctx,
@@ -110,6 +115,7 @@ from pagesim.simulator.scenario.table import (
     suggest,
 )
 from pagesim.simulator.scenario.toml_writer import describe_scenario
+from pagesim.simulator.scenario.wide_ep import read_wide_ep
 from pagesim.simulator.scenario.workload import read_workload
 from pagesim.simulator.workload.trace_files import BUILTIN_TRACES
 
@@ -207,6 +213,16 @@ def _execution(t: Table) -> ExecutionConfig:
     )
 
 
+def _check_hardware_fit(model_t: Table, scenario: Scenario) -> None:
+    """The tensor-parallel group in one scale-up domain, the KV dtype one vLLM runs there."""
+    problem = scale_up_problem(scenario.gpu, scenario.tensor_parallel)
+    if problem is not None:
+        model_t.fail("tensor_parallel", problem)
+    kv = kv_dtype_problem(scenario.gpu, scenario.model, scenario.kv_dtype, scenario.systems)
+    if kv is not None:
+        model_t.fail("kv_dtype", kv)
+
+
 def _check_profile(top: Table, scenario: Scenario) -> None:
     """The profile, whenever one is given, read and checked against the scenario's model."""
     path = scenario.execution.profile_path
@@ -281,6 +297,7 @@ def _parse(raw: object, source: Path | None, check_sweep: bool) -> Scenario:
         tensor_parallel=tp,
         data_parallel=dp,
         expert_parallel=ep,
+        wide_ep=read_wide_ep(top.table("wide_ep"), model, tp, dp, ep),
         execution=_execution(top.table("execution")),
         slo=SLO(
             ttft_s=slo_t.number("ttft_s", None, hi=1e6, lo_open=True),
@@ -292,17 +309,24 @@ def _parse(raw: object, source: Path | None, check_sweep: bool) -> Scenario:
     )
     systems, places = read_systems(top, scenario)
     scenario = replace(scenario, systems=systems)
+    _check_hardware_fit(model_t, scenario)
     _check_profile(top, scenario)
     cluster = read_cluster(
         top.table("cluster"), scenario.gpu, model, tp, [s.name for s in scenario.systems]
     )
     if cluster is not None:
         scenario = replace(scenario, cluster=cluster)
+        for i, pool in enumerate(cluster.pools):
+            kv = kv_dtype_problem(pool.gpu, model, scenario.kv_dtype, scenario.systems)
+            if kv is not None:
+                top.ctx.fail(f"cluster.pools[{i}].gpu", kv)
+    has_capacity = top.has("capacity")
+    check_own_degree(ctx, scenario, {n: w for n, (_, w) in places.items()}, has_capacity)
     check_deployments(top, scenario, places)  # every pool's GPU and degree, as the run's
     check_disaggregated(top.table("cluster"), scenario)
     names = [s.name for s in scenario.systems]
     scenario = replace(scenario, report=read_report(top.table("report"), names))
-    capacity = read_capacity(top.table("capacity"), scenario, top.has("capacity"))
+    capacity = read_capacity(top.table("capacity"), scenario, has_capacity)
     if capacity is not None:
         scenario = replace(scenario, capacity=capacity)
     if scenario.cluster is not None:

@@ -51,9 +51,21 @@ HEADLINE_METRICS: tuple[str, ...] = (
     "spec_draft_share",
     "moe_experts_touched_per_layer",
     "moe_expert_bytes_per_step",
+    "output_tok_s_per_gpu",  # a DP group (cluster/dp_group.py); systems on unlike GPU counts
+    "dp_sync_wait_share",
+    "all2all_s_per_step",
+    "moe_hot_share",
     "goodput_req_s_per_gpu",
     "load_imbalance",
     "link_busy_share",
+    "energy_per_output_token_j",  # simulator/metrics/energy.py
+    "energy_per_request_j",
+    "power_mean_w",
+    "power_peak_w",
+    "offload_hit_rate",  # simulator/policies/offload.py
+    "offload_load_wait_mean_s",
+    "offload_load_link_demand",
+    "offload_store_link_demand",
 )
 
 

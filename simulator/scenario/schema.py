@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from pagesim.simulator.core.catalog import GB, GIB
 from pagesim.simulator.core.cluster import ClusterConfig, RouterConfig, RouterKind
 from pagesim.simulator.core.config import (
     CONTIGUOUS_POLICIES,
     LengthKind,
     Policy,
 )
+from pagesim.simulator.core.hardware import GPU_FIGURE_UNITS
 
 MAX_AXES = 2
 MAX_SWEEP_POINTS = 10_000
@@ -40,6 +40,7 @@ KNOB_READERS: dict[str, tuple[tuple[Policy, ...], str]] = {
     # A vLLM V1 release's rules (core/vllm_eras.py); from [defaults], meant for the V1 systems.
     "vllm_version": ((Policy.VLLM_V1,), "vllm-v1 (vLLM V1's releases)"),
     "scheduler_reserve_full_isl": ((Policy.VLLM_V1,), "vllm-v1 (vLLM V1's scheduler)"),
+    "kv_offload": ((Policy.VLLM_V1,), "vllm-v1 (vLLM V1's KV offloading connector)"),
     # `defaults` is read by every policy: served or offline decides the front end's time in TTFT
     # and E2E (simulator/execution/frontend.py); vllm-v1 also takes that set's knob defaults.
 }
@@ -108,6 +109,12 @@ SYSTEM_KEYS = (
     "hybrid_kv_cache_manager",
     "vllm_version",
     "scheduler_reserve_full_isl",
+    "kv_offload",
+    "pipeline_parallel",
+    "pipeline_layer_partition",
+    "tensor_parallel",
+    "weight_dtype",
+    "kv_dtype",
 )
 
 
@@ -124,14 +131,23 @@ _LENGTH_KEYS = _keys("kind value low high mean cv trace path column")
 SPECULATIVE_KEYS = _keys(
     "method num_speculative_tokens acceptance_rate acceptance_rates acceptance_file draft_model"
 )
-_SYSTEM_SCHEMA = {**dict.fromkeys(SYSTEM_KEYS), "speculative": SPECULATIVE_KEYS}
+# [systems.kv_offload] (config.KVOffloadConfig; read by scenario/offload.py)
+KV_OFFLOAD_KEYS = _keys("cpu_gib load_gbps store_gbps")
+_SYSTEM_SCHEMA = {
+    **dict.fromkeys(SYSTEM_KEYS),
+    "speculative": SPECULATIVE_KEYS,
+    "kv_offload": KV_OFFLOAD_KEYS,
+}
 Schema = dict[str, Any]
 SCHEMA: Schema = {
     **_keys("name description seed"),
     "model": _keys(
         "preset config kv_dtype tensor_parallel weight_dtype data_parallel expert_parallel"
     ),
-    "gpu": _keys("preset name memory_gib mem_bandwidth_gbps fp16_tflops host_link_gbps"),
+    "gpu": _keys(
+        "preset name memory_gib mem_bandwidth_gbps fp16_tflops host_link_gbps scale_up_gpus"
+    ),
+    "wide_ep": _keys("all2all_backend eplb redundant_experts gpus_per_node scaleout_gbps"),
     "execution": _keys(
         "kind profile gemm_efficiency attention_bw_efficiency weight_bw_efficiency "
         "step_overhead_s step_overhead_s_per_seq async_scheduling frontend_s allreduce_bw_gbps "
@@ -178,11 +194,11 @@ SCHEMA: Schema = {
 }
 
 # The [gpu] figures: a custom GPU gives them, a preset takes them as overrides.
-GPU_FIGURES = {  # field -> (upper bound, GPUSpec field, unit in that field)
-    "memory_gib": (1e5, "memory_bytes", GIB),
-    "mem_bandwidth_gbps": (1e6, "mem_bandwidth_bps", GB),
-    "fp16_tflops": (1e6, "fp16_flops", 1e12),
-    "host_link_gbps": (1e5, "host_link_bps", GB),
+# Keys and units as the preset file writes them (core/hardware.py GPU_FIGURE_UNITS).
+_GPU_FIGURE_BOUNDS = {"memory_gib": 1e5, "mem_bandwidth_gbps": 1e6, "fp16_tflops": 1e6}
+GPU_FIGURES = {  # key -> (upper bound, GPUSpec field, unit in that field)
+    key: (_GPU_FIGURE_BOUNDS.get(key, 1e5), field, unit)
+    for key, (field, unit) in GPU_FIGURE_UNITS.items()
 }
 
 # The keys each kind of [workload.prompt] / [workload.output] uses beside kind.

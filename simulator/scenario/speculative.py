@@ -8,6 +8,9 @@
     draft_model = "llama-3.2-1b"     # method draft-model only: a catalog model
 
 Every problem is one line naming the file, the key, what is wrong and the valid choices.
+
+The same idea in other layers: simulator/policies/speculative.py schedules the drafts,
+simulator/execution/speculative.py prices them.
 """
 
 from __future__ import annotations

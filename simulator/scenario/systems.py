@@ -35,9 +35,18 @@ from pagesim.simulator.core.errors import choices_text
 from pagesim.simulator.core.limits import MAX_KV_BLOCKS
 from pagesim.simulator.kv.capacity import hybrid_off_reason, kv_capacity, no_kv_memory_reason
 from pagesim.simulator.policies.factory import hybrid_refusal
+from pagesim.simulator.policies.offload import offload_refusal
 from pagesim.simulator.scenario.engine_version import read_vllm_version
+from pagesim.simulator.scenario.offload import read_kv_offload
+from pagesim.simulator.scenario.pipeline import pipeline_refusal, read_layer_partition
 from pagesim.simulator.scenario.schema import KNOB_READERS, PAGED_POLICIES, SYSTEM_KEYS
 from pagesim.simulator.scenario.speculative import read_speculative
+from pagesim.simulator.scenario.system_overrides import (
+    heads_refusal,
+    read_kv_dtype,
+    read_tensor_parallel,
+    read_weight_dtype,
+)
 from pagesim.simulator.scenario.table import Ctx, Table
 
 # How to read each [[systems]] key (schema.SYSTEM_KEYS, in that order).
@@ -66,6 +75,12 @@ SYSTEM_READERS: dict[str, Callable[[Table, str], Any]] = {
     "hybrid_kv_cache_manager": lambda t, k: t.flag(k),
     "vllm_version": read_vllm_version,
     "scheduler_reserve_full_isl": lambda t, k: t.flag(k),
+    "kv_offload": read_kv_offload,
+    "pipeline_parallel": lambda t, k: t.integer(k, hi=1 << 16),
+    "pipeline_layer_partition": read_layer_partition,
+    "tensor_parallel": read_tensor_parallel,  # scenario/system_overrides.py
+    "weight_dtype": read_weight_dtype,
+    "kv_dtype": read_kv_dtype,
 }
 assert tuple(SYSTEM_READERS) == SYSTEM_KEYS
 
@@ -103,6 +118,13 @@ def read_systems(
         system = SystemConfig(name=name, **{k: v for k, (v, _) in fields.items()})
         where = {k: p for k, (_, p) in fields.items()}
         _check_read(top.ctx, system, where, t.key)
+        unsplit = (
+            None
+            if system.tensor_parallel is None
+            else heads_refusal(scenario, system.tensor_parallel)
+        )
+        if unsplit is not None:
+            top.ctx.fail(where["tensor_parallel"], unsplit)
         systems.append(system)
         places[name] = (t.key, where)
     for knob in defaults_t.data:
@@ -182,6 +204,9 @@ def check_system(
     reason = hybrid_off_reason(s, scenario.model)
     if reason is not None:
         fail(at("hybrid_kv_cache_manager"), reason)
+    staged = pipeline_refusal(s, scenario)  # before the capacity, which splits the stages
+    if staged is not None:
+        fail(at(staged[0]), staged[1])
     reason = no_kv_memory_reason(scenario, s)
     if reason is not None:
         fail(at("gpu_memory_utilization"), reason)
@@ -189,6 +214,9 @@ def check_system(
     hybrid = hybrid_refusal(s, capacity.layout)
     if hybrid is not None:
         fail(at(hybrid[0]), hybrid[1])
+    unfit = offload_refusal(s, capacity, scenario.tensor_parallel)
+    if unfit is not None:
+        fail(f"{at('kv_offload')}.{unfit[0]}", unfit[1])
     if swaps and capacity.num_cpu_blocks == 0:
         # Every swap would silently turn into a recompute.
         need_gib = capacity.block_bytes / GIB

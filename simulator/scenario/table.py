@@ -21,8 +21,8 @@ from typing import Any, NoReturn
 
 from pagesim.simulator.core.errors import InputError, choices_text
 from pagesim.simulator.core.limits import MAX_COUNT
+from pagesim.simulator.core.toml_text import toml_key
 from pagesim.simulator.scenario.schema import Schema
-from pagesim.simulator.scenario.toml_writer import toml_key
 
 
 class ScenarioError(InputError):

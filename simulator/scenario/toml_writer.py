@@ -1,17 +1,13 @@
 """A resolved `Scenario` written back as TOML: every default filled in, every path absolute.
 
 Reports and sweep folders keep this text beside their results, so a run can be read, and rerun,
-without the file it came from. The table reader also names keys as TOML writes them (`toml_key`).
+without the file it came from. Its TOML literals are core/toml_text.py's.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator, Sequence
 from dataclasses import fields, replace
-from datetime import date, time
-from enum import Enum
-from pathlib import Path
 from typing import Any
 
 from pagesim.simulator.core.catalog import GPUS, MODELS
@@ -24,6 +20,7 @@ from pagesim.simulator.core.config import (
     Scenario,
 )
 from pagesim.simulator.core.link import GB
+from pagesim.simulator.core.toml_text import toml_value
 from pagesim.simulator.scenario.schema import (
     GPU_FIGURES,
     KNOB_READERS,
@@ -33,47 +30,6 @@ from pagesim.simulator.scenario.schema import (
     router_tables,
 )
 
-_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
-_ESCAPES = {
-    "\\": "\\\\",
-    '"': '\\"',
-    "\b": "\\b",
-    "\t": "\\t",
-    "\n": "\\n",
-    "\f": "\\f",
-    "\r": "\\r",
-}
-
-
-def _escape_control(char: str) -> str:
-    return f"\\u{ord(char):04x}" if ord(char) < 0x20 or ord(char) == 0x7F else char
-
-
-def _toml(value: object) -> str:
-    """A TOML literal for a value of a scenario (strings, numbers, booleans, arrays, tables)."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, Enum):
-        return _toml(value.value)
-    if isinstance(value, Path):
-        return _toml(str(value))
-    if isinstance(value, int | float):
-        return repr(value)
-    if isinstance(value, str):
-        return '"' + "".join(_ESCAPES.get(c) or _escape_control(c) for c in value) + '"'
-    if isinstance(value, list | tuple):
-        return "[" + ", ".join(_toml(v) for v in value) + "]"
-    if isinstance(value, dict):
-        return "{ " + ", ".join(f"{toml_key(k)} = {_toml(v)}" for k, v in value.items()) + " }"
-    if isinstance(value, date | time):  # TOML's own date and time literals
-        return str(value)
-    return _toml(str(value))
-
-
-def toml_key(key: str) -> str:
-    """A key as TOML writes it: bare when it can be, quoted otherwise."""
-    return key if _BARE_KEY.fullmatch(key) else _toml(key)
-
 
 def _lines(header: str, fields: dict[str, object]) -> Iterator[str]:
     if all(value is None for value in fields.values()):
@@ -81,7 +37,7 @@ def _lines(header: str, fields: dict[str, object]) -> Iterator[str]:
     yield f"\n{header}"
     for key, value in fields.items():
         if value is not None:
-            yield f"{key} = {_toml(value)}"
+            yield f"{key} = {toml_value(value)}"
 
 
 def _fields(obj: Any) -> dict[str, object]:
@@ -108,7 +64,8 @@ def describe_scenario(scenario: Scenario, overrides: Sequence[str] = ()) -> str:
     if s.source is not None:
         out.append(f"# from {s.source}")
     out += [f"# override: {o}" for o in overrides]
-    out += [f"name = {_toml(s.name)}", f"description = {_toml(s.description)}", f"seed = {s.seed}"]
+    out += [f"name = {toml_value(s.name)}", f"description = {toml_value(s.description)}"]
+    out.append(f"seed = {s.seed}")
     model: dict[str, object] = {"kv_dtype": s.kv_dtype, "tensor_parallel": s.tensor_parallel}
     model |= {"weight_dtype": s.model.weight_dtype, "data_parallel": s.data_parallel}
     model["expert_parallel"] = s.expert_parallel
@@ -124,11 +81,13 @@ def describe_scenario(scenario: Scenario, overrides: Sequence[str] = ()) -> str:
     else:
         figures = {k: getattr(g, f) / unit for k, (_, f, unit) in GPU_FIGURES.items()}
         out += _lines("[gpu]", {"name": g.name, **figures})
+    if s.data_parallel > 1 and s.expert_parallel:  # [wide_ep] is read only then
+        out += _lines("[wide_ep]", _fields(s.wide_ep))
     e = s.execution
     inert = {"profile"} | ({"routing_skew"} if s.model.moe is None else set())  # not read
     out += _lines("[execution]", {f: getattr(e, f) for f in SCHEMA["execution"] if f not in inert})
     if e.profile_path is not None:
-        out.append(f"profile = {_toml(e.profile_path)}")
+        out.append(f"profile = {toml_value(e.profile_path)}")
     fields: dict[str, object] = {"sampling": w.sampling, "num_seqs": w.num_seqs}
     by_rows = w.mooncake is not None or w.session_trace is not None
     if not w.explicit and not by_rows:
@@ -181,6 +140,8 @@ def describe_scenario(scenario: Scenario, overrides: Sequence[str] = ()) -> str:
             del keys["hybrid_kv_cache_manager"]  # vLLM V1's knob (core.defaults.system_knobs)
         if system.speculative is not None:  # an inline table: { method = "eagle", ... }
             keys["speculative"] = system.speculative.describe()
+        if system.kv_offload is not None:  # { cpu_gib = 64, ... }
+            keys["kv_offload"] = system.kv_offload.describe()
         out += _lines("[[systems]]", keys)
     out += _lines("[slo]", {"ttft_s": s.slo.ttft_s, "tpot_s": s.slo.tpot_s})
     out += _lines("[stop]", {"max_time_s": s.stop.max_time_s, "warmup_s": s.stop.warmup_s})

@@ -4,6 +4,8 @@
 counts >= 1 and finite, non-decreasing times; whatever is wrong becomes a `ScenarioError` naming
 the file, the line and the cell. It reads with the csv module only (trace_loading.py later reads
 the same files with pandas), and remembers each file by size and modification time.
+
+The same idea in the workload layer: simulator/workload/traces.py reads the files for a run.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from pagesim.simulator.core.errors import InputError, choices_text
 from pagesim.simulator.core.limits import TOKENS
 from pagesim.simulator.core.numbers import parse_decimal
 from pagesim.simulator.scenario.table import Ctx, Table, display, is_file
-from pagesim.simulator.workload.checks import late_arrival
+from pagesim.simulator.workload.number_checks import late_arrival
 from pagesim.simulator.workload.trace_files import ARRIVAL_COLUMN, BUILTIN_TRACES
 
 MAX_TRACE_BYTES = 512 * 2**20

@@ -29,8 +29,8 @@ from pagesim.simulator.core.request import SamplingKind
 from pagesim.simulator.scenario.schema import LENGTH_USES, SCHEMA
 from pagesim.simulator.scenario.table import REQUIRED, Table, display, is_file
 from pagesim.simulator.scenario.traces import check_csv, check_trace_span, trace_file
-from pagesim.simulator.workload.checks import late_arrival
 from pagesim.simulator.workload.mooncake import BUILTIN_MOONCAKE, read_mooncake
+from pagesim.simulator.workload.number_checks import late_arrival
 from pagesim.simulator.workload.session_trace import COLUMNS, read_session_trace
 from pagesim.simulator.workload.trace_files import (
     ARRIVAL_COLUMN,

@@ -3,5 +3,6 @@
 simulator benchmark, and `runs`: what each `pagesim` command computes, one call and one typed
 result each.
 
-The top layer of the simulator: may import the engine, scenarios and everything below.
+The top layer of the simulator. Imports: engine, scenario, cluster, deploy, metrics, execution,
+kv, core.
 """

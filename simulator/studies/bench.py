@@ -1,5 +1,6 @@
-"""`pagesim bench sim` in this process, and the scenarios it replays (built in code: the benchmark
-must not depend on files a user may have edited).
+"""The scenarios `pagesim bench sim` times: built in code from its options (the benchmark must not
+depend on files a user may have edited), or a scenario file named on its command line (a path,
+or a benchmark shipped in scenarios/benchmarks/).
 
 Every revision with `pagesim bench sim` has `sharegpt_scenario` and `trace_replay_scenario` with
 these signatures: `--against` builds another revision's scenario with them (simulator.studies.
@@ -8,8 +9,9 @@ timing), so keep them.
 
 from __future__ import annotations
 
-import sys
+from collections.abc import Sequence
 from dataclasses import replace
+from pathlib import Path
 
 from pagesim.simulator.core.catalog import get_gpu, get_model
 from pagesim.simulator.core.cluster import ClusterConfig, PoolConfig, RouterConfig, RouterKind
@@ -24,7 +26,14 @@ from pagesim.simulator.core.config import (
     WorkloadConfig,
 )
 from pagesim.simulator.core.errors import InputError, choices_text
-from pagesim.simulator.studies.timing import BenchSpec, TimedRun, time_simulation
+from pagesim.simulator.scenario.files import BUILTIN_DIR, resolve_scenario
+from pagesim.simulator.scenario.load import load_scenario
+from pagesim.simulator.scenario.table import display, is_file
+from pagesim.simulator.studies.timing import BenchSpec
+
+# Benchmarks shipped with pagesim (package data): scenario files that time the simulator on a
+# published comparison, each folder with its trace and a README giving the provenance.
+BENCHMARK_DIR = BUILTIN_DIR / "benchmarks"
 
 
 def _policy(policy: str) -> Policy:
@@ -108,8 +117,40 @@ def fleet_scenario(
     )
 
 
-def bench_sim(spec: BenchSpec) -> TimedRun:
-    """Time `spec` with this tree's simulator, in this process (peak RSS counts its imports)."""
-    from pagesim.simulator.engine import simulate
+def benchmark_names() -> list[str]:
+    """The shipped benchmarks (`folder/name`: scenarios/benchmarks/<folder>/<name>.toml)."""
+    found = BENCHMARK_DIR.glob("*/*.toml") if BENCHMARK_DIR.is_dir() else ()
+    return sorted(f"{p.parent.name}/{p.stem}" for p in found)
 
-    return time_simulation(simulate, spec.scenario(sys.modules[__name__]))
+
+def benchmark_path(name_or_path: str) -> Path:
+    """A scenario file to time: an existing path, a shipped benchmark's name
+    (`vidur_case_c/vllm_v0`) or a built-in scenario's."""
+    if is_file(Path(name_or_path)):
+        return Path(name_or_path)
+    if name_or_path.removesuffix(".toml") in benchmark_names():
+        return BENCHMARK_DIR / f"{name_or_path.removesuffix('.toml')}.toml"
+    try:
+        return resolve_scenario(name_or_path)
+    except InputError:
+        raise InputError(
+            f"{name_or_path!r}: no such scenario file, benchmark or built-in scenario; "
+            f"benchmarks: {choices_text(benchmark_names())}; built-ins: pagesim scenarios list"
+        ) from None
+
+
+def file_spec(name_or_path: str, overrides: Sequence[str], system: str | None) -> BenchSpec:
+    """The benchmark of one system of a scenario file (with `--set` overrides): read here, so
+    that a bad file, override or system name is said before anything is timed."""
+    path = benchmark_path(name_or_path)
+    names = [s.name for s in load_scenario(path, overrides).systems]
+    if system is None and len(names) > 1:
+        raise InputError(
+            f"{display(path)} has {len(names)} systems: time one with --system "
+            f"({choices_text(names)})"
+        )
+    if system is not None and system not in names:
+        raise InputError(
+            f"--system: {display(path)} has no system {system!r}; valid: {choices_text(names)}"
+        )
+    return BenchSpec(scenario_file=str(path), overrides=tuple(overrides), system=system or names[0])

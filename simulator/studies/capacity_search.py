@@ -22,7 +22,8 @@ requests keep coming) sustains r when both hold over the requests that arrive af
 The search assumes sustainability is monotone in the rate (true in expectation; arrivals at
 every rate come from the same random draws, scaled, so it is usually exact in practice too). It
 starts at the scenario's rate, doubles or halves until one rate is sustained and one is not,
-then bisects until the two are within `rel_tol` of each other. It reports both rates: the
+then bisects until the two are within `rel_tol` of each other (the studies' one bisection:
+simulator/studies/bisection.py, `RateSearch`). It reports both rates: the
 highest sustained and the lowest failed, each one simulated. Configurations search in lockstep,
 one round of points at a time, so a round runs on every worker at once and every point lands in
 the sweep cache (simulator.studies.point_cache): a rerun, or a wider search, resumes.
@@ -47,10 +48,11 @@ import pandas as pd
 from pagesim.simulator.core.config import ArrivalKind, Scenario, SystemConfig
 from pagesim.simulator.core.errors import InputError
 from pagesim.simulator.scenario.load import expand_sweep, load_scenario, parse_param
+from pagesim.simulator.studies.bisection import RateSearch, search_in_rounds
 from pagesim.simulator.studies.executors import PointExecutor
 from pagesim.simulator.studies.point_cache import PointCache
 from pagesim.simulator.studies.points import Point, point_key
-from pagesim.simulator.studies.sweep import PointRecord, run_points
+from pagesim.simulator.studies.sweep import PointRecord
 
 RATE_PATH = "workload.arrival.rate_per_s"
 _RATED = (ArrivalKind.POISSON, ArrivalKind.GAMMA, ArrivalKind.CONSTANT)
@@ -81,46 +83,6 @@ class Criteria:
 
     def is_sustained(self, metrics: Mapping[str, Any]) -> bool:
         return not self.problems(metrics)
-
-
-class RateSearch:
-    """Bracket, then bisect, the highest rate for which `record(rate, True)` holds; driven one
-    rate at a time (`next_rate`) so many searches can run side by side."""
-
-    def __init__(
-        self, start: float, *, min_rate: float, max_rate: float, rel_tol: float = 0.02
-    ) -> None:
-        if not 0 < min_rate <= max_rate:
-            raise InputError(
-                f"rates: need 0 < --min-rate <= --max-rate, got {min_rate}, {max_rate}"
-            )
-        if not 0 < rel_tol < 1:
-            raise InputError(f"--rel-tol: must be in (0, 1), got {rel_tol}")
-        self.start = min(max(start, min_rate), max_rate)
-        self.min_rate, self.max_rate, self.rel_tol = min_rate, max_rate, rel_tol
-        self.ok_rate: float | None = None  # highest rate seen sustained
-        self.bad_rate: float | None = None  # lowest rate seen not sustained
-        self.num_evaluations = 0
-
-    def next_rate(self) -> float | None:
-        """The rate to try next, or None when the search is over."""
-        ok, bad = self.ok_rate, self.bad_rate
-        if bad is None:
-            if ok is None:
-                return self.start
-            return None if ok >= self.max_rate else min(ok * 2, self.max_rate)
-        if ok is None:
-            return None if bad <= self.min_rate else max(bad / 2, self.min_rate)
-        if bad - ok <= self.rel_tol * bad:
-            return None
-        return (ok + bad) / 2
-
-    def record(self, rate: float, is_sustained: bool) -> None:
-        self.num_evaluations += 1
-        if is_sustained:
-            self.ok_rate = rate if self.ok_rate is None else max(self.ok_rate, rate)
-        else:
-            self.bad_rate = rate if self.bad_rate is None else min(self.bad_rate, rate)
 
 
 # --- configurations ------------------------------------------------------------------------
@@ -185,7 +147,7 @@ def configurations(
                 f"{where}: workload.arrival: a capacity search varies rate_per_s, but the "
                 f"arrivals are {kind}; valid kinds: {', '.join(k.value for k in _RATED)}; "
                 "or add a [capacity] section to size a fleet for these arrivals as they are "
-                "(scenarios/README.md)"
+                "(docs/fleets.md)"
             )
     return [
         Config(axes, variant, system) for axes, variant in variants for system in variant.systems
@@ -215,7 +177,7 @@ class CapacityRun:
         """One row per configuration, best goodput per GPU first (unsustainable ones last)."""
         rows = []
         for config, search in zip(self.configs, self.searches, strict=True):
-            rate = search.ok_rate
+            rate = search.ok
             best = self._at(config, rate)  # None when rate is None: no point has that rate
             share = float(best.summary["slo_share"]) if best is not None else None
             goodput = None if share is None or rate is None else rate * share
@@ -225,13 +187,16 @@ class CapacityRun:
                     **config.axes,
                     "system": config.system.name,
                     "num_gpus": config.num_gpus,
-                    "max_rate_per_s": search.ok_rate,
-                    "failed_rate_per_s": search.bad_rate,
+                    "max_rate_per_s": search.ok,
+                    "failed_rate_per_s": search.bad,
                     "goodput_req_s": goodput,
                     "goodput_per_gpu": None if goodput is None else goodput / config.num_gpus,
                     "slo_share": share,
                     "queue_delay_p99_s": best.summary["queue_delay_p99_s"] if best else None,
                     "measured_goodput_req_s": best.summary.get("goodput_req_s") if best else None,
+                    # metrics/energy.py, at the highest sustained rate (--objective energy)
+                    "energy_per_output_token_j": _at(best, "energy_per_output_token_j"),
+                    "power_mean_w": _at(best, "power_mean_w"),
                     "num_evaluations": search.num_evaluations,
                 }
             )
@@ -244,13 +209,15 @@ class CapacityRun:
         )
         return order.reset_index(drop=True)
 
-    def best(self, n: int) -> list[tuple[Config, float]]:
-        """The top `n` configurations of the ranking that sustained some rate, with that rate."""
-        rank = {label: i for i, label in enumerate(self.ranking()["config"])}
+    def best(self, n: int, ranking: pd.DataFrame | None = None) -> list[tuple[Config, float]]:
+        """The top `n` configurations of the ranking (default: by goodput per GPU) that
+        sustained some rate, with that rate."""
+        order = self.ranking() if ranking is None else ranking
+        rank = {label: i for i, label in enumerate(order["config"])}
         found = [
-            (config, search.ok_rate)
+            (config, search.ok)
             for config, search in zip(self.configs, self.searches, strict=True)
-            if search.ok_rate is not None
+            if search.ok is not None
         ]
         return sorted(found, key=lambda pair: rank[pair[0].label])[:n]
 
@@ -271,6 +238,10 @@ class CapacityRun:
         order = {c.label: i for i, c in enumerate(self.configs)}
         table = table.assign(_order=table["system"].map(order))
         return table.sort_values(["_order", RATE_PATH], kind="stable").drop(columns="_order")
+
+
+def _at(record: PointRecord | None, key: str) -> object:
+    return None if record is None else record.summary.get(key)
 
 
 def search_capacity(
@@ -300,23 +271,15 @@ def search_capacity(
         )
         for c in configs
     ]
-    run = CapacityRun(list(configs), searches)
-    for round_number in range(1, 1000):
-        todo = [
-            (c, s, rate)
-            for c, s in zip(configs, searches, strict=True)
-            if (rate := s.next_rate()) is not None
-        ]
-        if not todo:
-            break
-        if on_round is not None:
-            on_round(round_number, len(todo))
-        points = [c.at_rate(rate, window_s) for c, _, rate in todo]
-        done = run_points(points, executor, cache=cache, use_cache=use_cache)
-        run.num_cached += done.num_cached
-        run.num_computed += done.num_computed
-        for (config, search, rate), record in zip(todo, done.records, strict=True):
-            ok = criteria.is_sustained(record.summary)
-            search.record(rate, ok)
-            run.evaluations.append((config, record, ok))
-    return run
+    done = search_in_rounds(
+        list(zip(configs, searches, strict=True)),
+        lambda config, rate: config.at_rate(rate, window_s),
+        criteria.is_sustained,
+        executor,
+        cache=cache,
+        use_cache=use_cache,
+        on_round=on_round,
+    )
+    return CapacityRun(
+        list(configs), searches, done.evaluations, done.num_cached, done.num_computed
+    )

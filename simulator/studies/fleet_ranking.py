@@ -23,6 +23,9 @@ _AT_ANSWER = (
     "goodput_req_s_per_gpu",
     "prefix_hit_rate",
     "load_imbalance",
+    "energy_per_output_token_j",  # metrics/energy.py (--objective energy)
+    "power_mean_w",
+    "power_peak_w",
 )
 
 
@@ -42,16 +45,13 @@ def _why_not(run: FleetSearchRun, shape: FleetShape, criteria: Criteria) -> str:
     search = run.searches[run.shapes.index(shape)]
     if shape.unfit is not None:
         return f"cannot run: {shape.unfit}"
-    if search.ok_size is None:
-        last = run.at(shape, search.bad_size)
+    if search.ok is None:
+        last = run.at(shape, search.bad)
         why = "; ".join(criteria.problems(last.summary)) if last is not None else ""
         tried = f"{search.low}..{search.high}"
-        return f"none of {tried} replicas met the SLO (at {search.bad_size}: {why})"
+        return f"none of {tried} replicas met the SLO (at {search.bad}: {why})"
     if not search.is_monotone:
-        return (
-            f"non-monotone: {search.bad_size} replicas failed, {search.ok_size} met; "
-            "the answer may be off"
-        )
+        return f"non-monotone: {search.bad} replicas failed, {search.ok} met; the answer may be off"
     return ""
 
 
@@ -61,7 +61,7 @@ def fleet_ranking(run: FleetSearchRun, criteria: Criteria) -> pd.DataFrame:
     (1 = best; empty when none met)."""
     rows = []
     for shape, search in zip(run.shapes, run.searches, strict=True):
-        size = search.ok_size
+        size = search.ok
         record = run.at(shape, size)
         summary = record.summary if record is not None else {}
         num_gpus = None if size is None else size * shape.tensor_parallel
@@ -76,7 +76,7 @@ def fleet_ranking(run: FleetSearchRun, criteria: Criteria) -> pd.DataFrame:
                 "router": shape.router.value,
                 REPLICAS: size,
                 "num_gpus": num_gpus,
-                "failed_replicas": search.bad_size,
+                "failed_replicas": search.bad,
                 "price_per_gpu_hour": price,
                 "cost_per_hour": None if price is None or num_gpus is None else price * num_gpus,
                 "cost_per_mtok": cost_per_million_tokens(price, summary) if summary else None,

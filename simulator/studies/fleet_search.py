@@ -16,7 +16,8 @@ meets it still does with one replica more (the same requests spread over more ca
 router's choices can make this fail by a hair, which the ranking then flags as non-monotone).
 Per shape it starts at as many GPUs as the scenario's own pool (clamped to the range: a
 scenario that already holds the answer confirms it in two runs), doubles or halves until one
-size meets the SLO and a smaller one does not, then bisects to adjacent sizes. Shapes search in
+size meets the SLO and a smaller one does not, then bisects to adjacent sizes (the studies' one
+bisection: simulator/studies/bisection.py, `ReplicaSearch`). Shapes search in
 lockstep rounds of points on the sweep executors (process pool or Ray), and every point lands
 in the sweep cache (simulator.studies.point_cache): a rerun, or a wider range, resumes. A shape
 whose replica cannot run the model at all (the weights do not fit at that degree) is reported,
@@ -40,54 +41,18 @@ from pagesim.simulator.core.cluster import ClusterConfig, PoolConfig, RouterConf
 from pagesim.simulator.core.config import Scenario, SystemConfig
 from pagesim.simulator.core.errors import InputError
 from pagesim.simulator.scenario.load import expand_sweep, load_scenario, parse_param
+from pagesim.simulator.studies.bisection import ReplicaSearch, search_in_rounds
 from pagesim.simulator.studies.capacity_search import Criteria
 from pagesim.simulator.studies.disagg_search import DisaggPlan, disagg_shapes
 from pagesim.simulator.studies.executors import PointExecutor
 from pagesim.simulator.studies.fleet_fit import unfit_reason
 from pagesim.simulator.studies.point_cache import PointCache
 from pagesim.simulator.studies.points import Point, point_key
-from pagesim.simulator.studies.sweep import PointRecord, run_points
+from pagesim.simulator.studies.sweep import PointRecord
 
 REPLICAS = "replicas"  # the axis the search sets, in each point's axes
 # What a --param may not vary: the search sets these itself, from [capacity].
 _SET_BY_SEARCH = ("cluster", "capacity", "gpu", "model.tensor_parallel")
-
-
-class ReplicaSearch:
-    """Bracket, then bisect, the fewest replicas in [low, high] for which `record(n, True)`
-    holds; driven one size at a time (`next_size`) so many searches run side by side."""
-
-    def __init__(self, start: int, low: int, high: int) -> None:
-        if not 1 <= low <= high:
-            raise InputError(f"replicas: need 1 <= min_replicas <= max_replicas, got {low}, {high}")
-        self.start = min(max(start, low), high)
-        self.low, self.high = low, high
-        self.ok_size: int | None = None  # fewest replicas seen meeting the SLO
-        self.bad_size: int | None = None  # most replicas seen failing it
-        self.num_evaluations = 0
-
-    def next_size(self) -> int | None:
-        """The pool size to try next, or None when the search is over."""
-        ok, bad = self.ok_size, self.bad_size
-        if ok is None:
-            if bad is None:
-                return self.start
-            return None if bad >= self.high else min(bad * 2, self.high)
-        if bad is None:
-            return None if ok <= self.low else max(ok // 2, self.low)
-        return None if ok - bad <= 1 else (ok + bad) // 2
-
-    def record(self, size: int, meets: bool) -> None:
-        self.num_evaluations += 1
-        if meets:
-            self.ok_size = size if self.ok_size is None else min(self.ok_size, size)
-        else:
-            self.bad_size = size if self.bad_size is None else max(self.bad_size, size)
-
-    @property
-    def is_monotone(self) -> bool:
-        """False when a size failed above one that met: the assumption did not hold here."""
-        return self.ok_size is None or self.bad_size is None or self.bad_size < self.ok_size
 
 
 @dataclass(frozen=True)
@@ -239,23 +204,19 @@ def search_fleets(
         ReplicaSearch(start_size(shape), settings.min_replicas, settings.max_replicas)
         for shape in shapes
     ]
-    run = FleetSearchRun(list(shapes), searches, settings)
-    for round_number in range(1, 1000):
-        todo = [
-            (shape, search, size)
+    done = search_in_rounds(
+        [
+            (shape, search)
             for shape, search in zip(shapes, searches, strict=True)
-            if shape.unfit is None and (size := search.next_size()) is not None
-        ]
-        if not todo:
-            break
-        if on_round is not None:
-            on_round(round_number, len(todo))
-        points = [shape.with_replicas(size) for shape, _, size in todo]
-        done = run_points(points, executor, cache=cache, use_cache=use_cache)
-        run.num_cached += done.num_cached
-        run.num_computed += done.num_computed
-        for (shape, search, size), record in zip(todo, done.records, strict=True):
-            meets = criteria.is_sustained(record.summary)
-            search.record(size, meets)
-            run.evaluations.append((shape, record, meets))
-    return run
+            if shape.unfit is None
+        ],
+        FleetShape.with_replicas,
+        criteria.is_sustained,
+        executor,
+        cache=cache,
+        use_cache=use_cache,
+        on_round=on_round,
+    )
+    return FleetSearchRun(
+        list(shapes), searches, settings, done.evaluations, done.num_cached, done.num_computed
+    )

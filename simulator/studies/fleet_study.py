@@ -5,13 +5,14 @@ then the frames of the best fleets for the report (simulator.studies.fleet_searc
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pandas as pd
 
 from pagesim.simulator.core.capacity import CapacityConfig
 from pagesim.simulator.core.config import Scenario
+from pagesim.simulator.deploy.commands import Deployment, deployment
 from pagesim.simulator.metrics.result import RunResult
 from pagesim.simulator.scenario.load import resolve_scenario
 from pagesim.simulator.studies.capacity_search import Criteria
@@ -37,7 +38,14 @@ from pagesim.simulator.studies.fleet_search import (
     plan_fleets,
     search_fleets,
 )
+from pagesim.simulator.studies.objective import (
+    check_objective,
+    energy_answer,
+    order_by,
+    with_energy_rank,
+)
 from pagesim.simulator.studies.point_cache import CACHE_DIR, PointCache
+from pagesim.simulator.studies.search_frontier import disagg_frontier, fleet_frontier
 from pagesim.simulator.studies.sweep import run_points
 
 REPORTED_FLEETS = 4  # the best ones get their per-request and per-step frames for the report
@@ -52,10 +60,14 @@ class FleetStudy:
     search: FleetSearchRun | DisaggSearchRun
     criteria: Criteria
     settings: CapacityConfig
-    ranking: pd.DataFrame  # one row per shape, fewest GPUs first
+    ranking: pd.DataFrame  # one row per shape, best first by the objective (fewest GPUs)
     evaluations: pd.DataFrame  # every simulated (shape, replicas)
     answer: list[str]  # the answer in words (fleet_ranking.answer_lines)
     best: list[RunResult]  # up to REPORTED_FLEETS, ranked, each named by its shape's label
+    # every fleet that met the SLO, with its Pareto flags (simulator/studies/frontier.py)
+    frontier: pd.DataFrame = field(default_factory=pd.DataFrame)
+    # the vLLM command lines of the best fleets (simulator/deploy/), named as `best` is
+    deployments: tuple[Deployment, ...] = ()
 
 
 def study_fleets(
@@ -71,9 +83,12 @@ def study_fleets(
     address: str | None = None,
     use_cache: bool = True,
     on_round: Callable[[int, int], None] | None = None,
+    objective: str | None = None,
 ) -> FleetStudy:
     """Search every shape's fewest replicas (cached under `out/cache`), then rerun the best
-    fleets for their frames; see `fleet_search`."""
+    fleets for their frames; see `fleet_search`. `objective` orders the ranking and picks the
+    fleets reported (studies/objective.py; default: fewest GPUs)."""
+    objective = check_objective(objective, fleet=True)
     if isinstance(name, str | Path):
         plan = plan_fleets(resolve_scenario(name), list(overrides), list(params))
     else:
@@ -83,7 +98,8 @@ def study_fleets(
     cache = PointCache(out / CACHE_DIR)
     cache.prepare()
     if isinstance(plan, DisaggPlan):
-        return _study_disagg(plan, criteria, cache, (executor, jobs, address), use_cache, on_round)
+        where = (executor, jobs, address)
+        return _study_disagg(plan, criteria, cache, where, use_cache, on_round, objective)
     shapes, settings = plan.shapes, plan.settings
     pool = make_executor(executor, jobs, address)
     try:
@@ -96,7 +112,9 @@ def study_fleets(
             use_cache=use_cache,
             on_round=on_round,
         )
-        ranking = fleet_ranking(search, criteria)
+        by_gpus = with_energy_rank(fleet_ranking(search, criteria))
+        answer = answer_lines(by_gpus, settings.currency) + energy_answer(by_gpus)
+        ranking = order_by(by_gpus, objective, fleet=True)
         best = _best(search, ranking)
         points = [shape.with_replicas(size) for shape, size in best]
         framed = run_points(points, pool, cache=cache, frames_for=[p.key for p in points])
@@ -114,8 +132,13 @@ def study_fleets(
         settings,
         ranking,
         fleet_evaluations(search, criteria),
-        answer_lines(ranking, settings.currency),
+        answer,
         results,
+        fleet_frontier(search),
+        tuple(
+            replace(deployment(p.scenario, shape.system), system=shape.label)
+            for p, (shape, _) in zip(points, best, strict=True)
+        ),
     )
 
 
@@ -135,6 +158,7 @@ def _study_disagg(
     where: tuple[str, int | None, str | None],
     use_cache: bool,
     on_round: Callable[[int, int], None] | None,
+    objective: str,
 ) -> FleetStudy:
     """study_fleets for a disaggregated scenario (simulator/studies/disagg_search.py)."""
     pool = make_executor(*where)
@@ -148,7 +172,9 @@ def _study_disagg(
             use_cache=use_cache,
             on_round=on_round,
         )
-        ranking = disagg_ranking(search, criteria)
+        by_gpus = with_energy_rank(disagg_ranking(search, criteria))
+        answer = disagg_answer_lines(by_gpus, plan.settings.currency) + energy_answer(by_gpus)
+        ranking = order_by(by_gpus, objective, fleet=True)
         by_label = {shape.label: shape for shape in plan.shapes}
         met = ranking[ranking["num_gpus"].notna()].head(REPORTED_FLEETS)
         best = [
@@ -171,6 +197,11 @@ def _study_disagg(
         plan.settings,
         ranking,
         disagg_evaluations(search, criteria),
-        disagg_answer_lines(ranking, plan.settings.currency),
+        answer,
         results,
+        disagg_frontier(search),
+        tuple(
+            replace(deployment(p.scenario, shape.system), system=f"{shape.label} {pp}P{d}D")
+            for p, (shape, pp, d) in zip(points, best, strict=True)
+        ),
     )

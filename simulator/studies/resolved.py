@@ -194,6 +194,7 @@ def resolve_scenario_systems(
             else:
                 source = "pagesim default"
             knobs.append(ResolvedKnob(knob, value, source))
+        knobs += _deployment_knobs(system, d)
         where = d.where
         if d.system is not d.runs:
             where += f", in the run of {d.runs.name!r}"
@@ -220,3 +221,19 @@ def _host_knob(scenario: Scenario, system: SystemConfig) -> ResolvedKnob:
     provenance uses. A profile measured by pagesim prices its own empty step instead."""
     host = host_overhead(for_system(scenario.execution, system), era_of(system.policy))
     return ResolvedKnob(HOST_OVERHEAD_KEY, host.text(), host.source)
+
+
+def _deployment_knobs(system: SystemConfig, d: Deployment) -> list[ResolvedKnob]:
+    """The degree and dtypes a system left to [model] (its own are among its knobs), as they
+    run: a pool's degree is the pool's (core/deployments.py `system_scenario`)."""
+    on = d.scenario
+    found = {
+        "tensor_parallel": (on.tensor_parallel, "[model]" if d.pool is None else "cluster pool"),
+        "weight_dtype": (on.model.weight_dtype.value, "[model]"),
+        "kv_dtype": (on.kv_dtype.value, "[model]"),
+    }
+    return [
+        ResolvedKnob(knob, value, source)
+        for knob, (value, source) in found.items()
+        if getattr(system, knob) is None or (knob == "tensor_parallel" and d.pool is not None)
+    ]

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from pagesim.simulator.core.config import Scenario
+from pagesim.simulator.deploy.commands import Deployment, deployment
 from pagesim.simulator.metrics.result import RunResult
 from pagesim.simulator.scenario.load import load_scenario, resolve_scenario
 from pagesim.simulator.studies.capacity_search import (
@@ -28,6 +29,7 @@ from pagesim.simulator.studies.capacity_search import (
     search_capacity,
 )
 from pagesim.simulator.studies.executors import check_executor, make_executor
+from pagesim.simulator.studies.objective import check_objective, order_by
 from pagesim.simulator.studies.point_cache import CACHE_DIR, PointCache
 from pagesim.simulator.studies.points import Point
 from pagesim.simulator.studies.sweep import (
@@ -160,9 +162,11 @@ class CapacityStudy:
     search: CapacityRun
     criteria: Criteria
     window_s: float
-    ranking: pd.DataFrame  # one row per configuration, best goodput per GPU first
+    ranking: pd.DataFrame  # one row per configuration, best first by the objective
     evaluations: pd.DataFrame  # every simulated (configuration, rate)
     best: list[RunResult]  # up to REPORTED_CONFIGS, ranked, each named by its config label
+    # the vLLM command lines of those configurations at their rate (simulator/deploy/)
+    deployments: tuple[Deployment, ...] = ()
 
 
 def study_capacity(
@@ -182,9 +186,12 @@ def study_capacity(
     address: str | None = None,
     use_cache: bool = True,
     on_round: Callable[[int, int], None] | None = None,
+    objective: str | None = None,
 ) -> CapacityStudy:
     """Search every configuration's highest sustainable rate (cached under `out/cache`), then
-    rerun the best ones at that rate for their frames; see `capacity_search`."""
+    rerun the best ones at that rate for their frames; see `capacity_search`. `objective`
+    orders the ranking (studies/objective.py; default: goodput per GPU)."""
+    objective = check_objective(objective, fleet=False)
     if isinstance(name, str | Path):
         configs = configurations(resolve_scenario(name), list(overrides), list(params))
     else:
@@ -207,7 +214,8 @@ def study_capacity(
             window_s=window_s,
             on_round=on_round,
         )
-        best = search.best(REPORTED_CONFIGS)
+        ranking = order_by(search.ranking(), objective, fleet=False)
+        best = search.best(REPORTED_CONFIGS, ranking)
         points = [config.at_rate(rate, window_s) for config, rate in best]
         framed = run_points(points, pool, cache=cache, frames_for=[p.key for p in points])
     finally:
@@ -221,7 +229,11 @@ def study_capacity(
         search,
         criteria,
         window_s,
-        search.ranking(),
+        ranking,
         search.evaluation_table(criteria),
         results,
+        tuple(
+            replace(deployment(p.scenario, config.system), system=config.label)
+            for p, (config, _) in zip(points, best, strict=True)
+        ),
     )

@@ -19,6 +19,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -28,6 +29,12 @@ LAYOUTS = (
     ("pagesim.simulator.studies.bench", "pagesim.simulator.engine"),  # simulator subpackages
     ("pagesim.simulator.bench", "pagesim.simulator.engine"),  # one namespace, flat simulator
     ("simulator.bench", "simulator.engine"),  # simulator/ as a top-level package
+)
+# Where each layout keeps `load_scenario(path, overrides)`, newest first.
+SCENARIO_LOADERS = (
+    "pagesim.simulator.scenario.load",
+    "pagesim.simulator.scenario",
+    "simulator.scenario",
 )
 
 
@@ -51,10 +58,27 @@ class BenchSpec:
     router: str = "round-robin"
     model: str | None = None
     tensor_parallel: int = 1
+    # Or a scenario file (an absolute path once checked: each child runs in its own tree),
+    # loaded by each revision's own loader with these `--set` overrides; its system `system`
+    # (None: its only one). The options above then stay at their defaults.
+    scenario_file: str | None = None
+    overrides: tuple[str, ...] = ()
+    system: str | None = None
 
     @property
     def is_fleet(self) -> bool:
         return self.replicas != 1 or self.model is not None or self.tensor_parallel != 1
+
+    @property
+    def title(self) -> str:
+        """What is timed, for the first line a bench prints."""
+        if self.scenario_file is None:
+            return f"{self.label}, {self.policy}"
+        path = Path(self.scenario_file).resolve()
+        shown = path.relative_to(Path.cwd()) if path.is_relative_to(Path.cwd()) else path
+        sets = "".join(f" --set {o}" for o in self.overrides)
+        system = f", system {self.system}" if self.system is not None else ""
+        return f"{shown}{sets}{system}"
 
     @property
     def label(self) -> str:
@@ -69,7 +93,10 @@ class BenchSpec:
         return text + cache[self.prefix_cache]
 
     def scenario(self, bench: Any) -> Any:
-        """The scenario, built by `bench` (a revision's bench module: each has these two)."""
+        """The scenario, built by `bench` (a revision's bench module: each has these two) or
+        read from `scenario_file` by the revision's own scenario loader."""
+        if self.scenario_file is not None:
+            return self._file_scenario()
         if self.synthetic is not None:
             built = bench.sharegpt_scenario(self.synthetic, self.rate, self.policy)
         else:
@@ -85,6 +112,32 @@ class BenchSpec:
         return bench.fleet_scenario(
             built, self.replicas, self.router, self.model, self.tensor_parallel
         )
+
+    def _file_scenario(self) -> Any:
+        """`scenario_file` with the overrides, as the revision's loader reads it, cut to
+        `system` (every revision's Scenario has `systems`, each with a `name`)."""
+        assert self.scenario_file is not None
+        built = _scenario_loader()(self.scenario_file, list(self.overrides))
+        names = [system.name for system in built.systems]
+        if self.system is None and len(names) == 1:
+            return built
+        if self.system not in names:
+            given = "" if self.system is None else f" has no system {self.system!r};"
+            raise SystemExit(
+                f"{self.scenario_file}{given} name one with --system: {', '.join(names)}"
+            )
+        chosen = built.systems[names.index(self.system)]
+        return replace(built, systems=(chosen,))
+
+
+def _scenario_loader() -> Callable[..., Any]:
+    """`load_scenario(path, overrides)` of the revision first on sys.path, whatever its layout."""
+    for name in SCENARIO_LOADERS:
+        try:
+            return importlib.import_module(name).load_scenario  # type: ignore[no-any-return]
+        except (ImportError, AttributeError):
+            continue
+    raise SystemExit(f"no scenario loader; tried {', '.join(SCENARIO_LOADERS)}")
 
 
 @dataclass(frozen=True)
@@ -142,7 +195,9 @@ def _run_child(root: str, spec_json: str, mode: str = "time") -> None:
     if mode not in ("time", "setup"):
         raise SystemExit(f"timing.py: unknown mode {mode!r}; valid: time, setup")
     bench, simulate = import_layout(root)
-    scenario = BenchSpec(**json.loads(spec_json)).scenario(bench)
+    fields = json.loads(spec_json)
+    fields["overrides"] = tuple(fields.get("overrides", ()))  # a JSON list
+    scenario = BenchSpec(**fields).scenario(bench)
     if mode == "setup":
         print("{}")
         return

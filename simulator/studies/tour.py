@@ -10,6 +10,8 @@ map, none is typed here, and tests/simulator/studies/test_tour.py checks them ag
     2 a block table filling              6 preemption by recompute
     3 two requests sharing a prefix      7 Orca's reservations beside paged blocks
     4 a parallel-sampling fork with copy-on-write
+
+The same idea in the reports layer: reports/tour.py writes the tour's folder.
 """
 
 from __future__ import annotations

@@ -29,8 +29,8 @@ from pagesim.simulator.core.errors import InputError, choices_text
 from pagesim.simulator.core.limits import TOKENS
 from pagesim.simulator.core.numbers import Range, short_repr
 from pagesim.simulator.core.request import TRACE_BLOCK_SEGMENT, Request
-from pagesim.simulator.workload.checks import check_arrival
 from pagesim.simulator.workload.counts import StreamCounts
+from pagesim.simulator.workload.number_checks import check_arrival
 from pagesim.simulator.workload.trace_files import DATA_DIR
 
 BLOCK_TOKENS = 512  # tokens per hash id (Mooncake FAST25-release/traces README)

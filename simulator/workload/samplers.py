@@ -32,7 +32,7 @@ from pagesim.simulator.core.config import (
     WorkloadConfig,
 )
 from pagesim.simulator.core.errors import InputError, choices_text
-from pagesim.simulator.workload.checks import positive_float, positive_int
+from pagesim.simulator.workload.number_checks import positive_float, positive_int
 from pagesim.simulator.workload.trace_files import ARRIVAL_COLUMN, BUILTIN_TRACES
 from pagesim.simulator.workload.traces import TRACE_COLUMNS, read_csv, resolve_trace, token_column
 

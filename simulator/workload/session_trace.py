@@ -28,8 +28,8 @@ from pagesim.simulator.core.errors import InputError, choices_text
 from pagesim.simulator.core.limits import MAX_COUNT, TOKENS
 from pagesim.simulator.core.numbers import Range
 from pagesim.simulator.core.request import ANSWER_SEGMENT, UNIQUE_SEGMENT, Request
-from pagesim.simulator.workload.checks import check_arrival
 from pagesim.simulator.workload.counts import StreamCounts
+from pagesim.simulator.workload.number_checks import check_arrival
 
 COLUMNS = ("session_id", "turn", "arrived_at", "num_prefill_tokens", "num_decode_tokens")
 MAX_TRACE_BYTES = 256 * 2**20

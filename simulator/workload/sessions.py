@@ -36,7 +36,7 @@ from pagesim.simulator.core.request import (
     RequestStatus,
     prompt_segments,
 )
-from pagesim.simulator.workload.checks import positive_float, positive_int
+from pagesim.simulator.workload.number_checks import positive_float, positive_int
 from pagesim.simulator.workload.samplers import Sampler, length_sampler
 from pagesim.simulator.workload.stream import WorkloadStats, iter_requests
 

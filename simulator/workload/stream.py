@@ -39,7 +39,12 @@ from pagesim.simulator.core.config import ArrivalKind, LengthKind, SampleLengths
 from pagesim.simulator.core.errors import InputError, choices_text
 from pagesim.simulator.core.limits import MAX_ARRIVAL_S
 from pagesim.simulator.core.request import Request, SamplingKind
-from pagesim.simulator.workload.checks import bad_int, check_arrival, positive_float, positive_int
+from pagesim.simulator.workload.number_checks import (
+    bad_int,
+    check_arrival,
+    positive_float,
+    positive_int,
+)
 from pagesim.simulator.workload.samplers import (
     Fixed,
     Independent,

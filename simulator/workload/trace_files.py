@@ -1,9 +1,9 @@
-"""The built-in traces (name -> CSV file in simulator/data/) and the columns a trace holds.
+"""The built-in traces (name -> CSV file in simulator/workload/data/) and a trace's columns.
 
 One source of truth for the two readers of traces: simulator/workload/traces.py reads a trace for
 the workload (with pandas), and simulator/scenario/traces.py checks a scenario's trace at the edge
 (with the csv module only, so validating a scenario never imports pandas). The files and their
-provenance are described in simulator/data/README.md.
+provenance are described in simulator/workload/data/README.md.
 """
 
 from __future__ import annotations

@@ -5,6 +5,8 @@ Workload generation reads traces two ways: whole rows, for trace-driven arrivals
 Both check every value with a message naming the file, column and line, and share one read per
 file (cached on its mtime and size). Built-in trace names and column names live in
 simulator/workload/trace_files.py.
+
+The same idea in the scenario layer: simulator/scenario/traces.py checks the files before a run.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import pandas as pd
 from pagesim.simulator.core.errors import InputError, choices_text
 from pagesim.simulator.core.limits import TOKENS
 from pagesim.simulator.core.numbers import column_numbers, short_repr
-from pagesim.simulator.workload.checks import bad_int
+from pagesim.simulator.workload.number_checks import bad_int
 from pagesim.simulator.workload.trace_files import (
     ARRIVAL_COLUMN,
     BUILTIN_TRACES,

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pagesim.calibration.reference import (
+from pagesim.calibration.attention_reference import (
     bf16_bits_to_float,
     dense_attention,
     float_to_bf16_bits,

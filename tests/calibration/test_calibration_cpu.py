@@ -238,7 +238,7 @@ def test_calibrate_rejects_an_unknown_floor_mode_or_flush(tmp_path: Path) -> Non
 
 
 def test_bench_shapes_parse_or_say_what_is_wrong() -> None:
-    from pagesim.calibration.bench import FIDELITY_SHAPES, LONG_SHAPES, parse_shapes
+    from pagesim.calibration.kernel_bench import FIDELITY_SHAPES, LONG_SHAPES, parse_shapes
 
     assert (
         parse_shapes("fidelity") == FIDELITY_SHAPES and parse_shapes("ALL")[-1] == LONG_SHAPES[-1]
@@ -253,7 +253,7 @@ def test_bench_shapes_parse_or_say_what_is_wrong() -> None:
 
 
 def test_bench_rejects_unknown_dtypes_and_flushes_before_looking_for_a_gpu() -> None:
-    from pagesim.calibration.bench import bench_kernel
+    from pagesim.calibration.kernel_bench import bench_kernel
 
     with pytest.raises(InputError, match="KV dtypes"):
         bench_kernel(tiny_model(), kv_dtypes=("fp8",))

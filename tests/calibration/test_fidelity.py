@@ -219,8 +219,8 @@ def test_chunk_attention_is_the_tail_of_causal_attention() -> None:
     causal attention (GQA: 4 query heads over 2 KV heads)."""
     import numpy as np
 
+    from pagesim.calibration.attention_reference import numpy_prefill_attention
     from pagesim.calibration.forward import HostForward
-    from pagesim.calibration.reference import numpy_prefill_attention
 
     rng = np.random.default_rng(1)
     c, n, heads, kv_heads, dim = 40, 9, 4, 2, 64

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 from gpu_helpers import gpu_skip_reason
 
-from pagesim.calibration.reference import (
+from pagesim.calibration.attention_reference import (
     bf16_bits_to_float,
     make_paged_case,
     reference_decode_attention,
@@ -270,7 +270,7 @@ def test_quick_gpu_calibration_of_a_small_model(tmp_path: Path) -> None:
 
 
 def test_bench_kernel_rows() -> None:
-    from pagesim.calibration.bench import bench_kernel
+    from pagesim.calibration.kernel_bench import bench_kernel
 
     rows = bench_kernel(get_model("llama-3-8b"), shapes=[(4, 4096), (8, 600)], warmup=2, repeats=5)
     assert [(r["num_seqs"], r["kv_dtype"]) for r in rows] == [

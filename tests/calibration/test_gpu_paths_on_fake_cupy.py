@@ -132,7 +132,7 @@ def test_the_elementwise_work_runs_the_fused_kernels(cp: Any) -> None:
 
 def test_the_bench_fills_every_column(cp: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     from pagesim.calibration import backends
-    from pagesim.calibration.bench import bench_kernel
+    from pagesim.calibration.kernel_bench import bench_kernel
 
     def copy_bandwidth(self: Any, num_bytes: int, warmup: int, repeats: int) -> tuple:
         return 4e12, Samples((1e-3,))

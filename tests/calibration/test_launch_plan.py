@@ -20,12 +20,12 @@ import numpy as np
 import pytest
 
 from pagesim.calibration import kernel, partitions
-from pagesim.calibration.decode_inputs import check_decode_inputs
-from pagesim.calibration.reference import (
+from pagesim.calibration.attention_reference import (
     bf16_bits_to_float,
     make_paged_case,
     reference_decode_attention,
 )
+from pagesim.calibration.decode_inputs import check_decode_inputs
 from pagesim.calibration.run import calibrate
 from pagesim.simulator.core.catalog import ModelSpec, count_params, get_model
 from pagesim.simulator.core.errors import PagesimError
@@ -162,7 +162,7 @@ def test_without_cupy_the_gpu_paths_say_a_gpu_is_needed(monkeypatch) -> None:
     monkeypatch.setitem(sys.modules, "cupy", None)  # import cupy -> ImportError
     with pytest.raises(PagesimError, match="CuPy and a CUDA GPU"):
         kernel.import_cupy()
-    from pagesim.calibration.bench import bench_kernel
+    from pagesim.calibration.kernel_bench import bench_kernel
 
     with pytest.raises(PagesimError, match="needs a CUDA GPU"):
         bench_kernel(get_model("llama-2-7b"))

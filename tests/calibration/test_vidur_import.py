@@ -23,8 +23,8 @@ from pagesim.calibration.vidur_csv import LINEAR_OPS, SMALL_OPS, read_operators
 from pagesim.calibration.vidur_import import import_every, import_vidur, write_imported
 from pagesim.simulator.core.catalog import GPUS, get_gpu, get_model
 from pagesim.simulator.core.config import ExecutionConfig, ExecutionKind
-from pagesim.simulator.core.hardware import A100
 from pagesim.simulator.core.plan import SeqWork, StepPlan
+from pagesim.simulator.core.preset_files import shipped_presets
 from pagesim.simulator.execution.cuda_graphs import cuda_graphs_for
 from pagesim.simulator.execution.overhead import EngineEra
 from pagesim.simulator.execution.profile import ProfileModel, piecewise_linear
@@ -34,6 +34,7 @@ SLICE = Path(__file__).resolve().parents[1] / "data" / "vidur"
 SHARED = Path(__file__).resolve().parents[3] / "shared" / "vidur_profiling"
 PROFILES = Path(__file__).resolve().parents[2] / "calibration" / "profiles"
 LLAMA_70B = get_model("llama-2-70b")
+A100 = shipped_presets().factors["a100-80gb"]
 MLP = SLICE / "compute/a100/meta-llama/Llama-2-70b-hf/mlp.csv"
 needs_shared = pytest.mark.skipif(not SHARED.is_dir(), reason=f"{SHARED} is not here")
 
@@ -281,11 +282,12 @@ def test_the_fit_meets_its_targets_where_the_table_says() -> None:
 
 @needs_shared
 def test_the_all_reduce_is_the_measured_medians_and_within_15_percent_at_every_grid_size() -> None:
-    """Issue 13's all-reduce target. The shipped knots (core/hardware.py) are the measured
-    neighbourhood medians at every knot, for every node and GPU count, falls with size included;
-    and at every message the error table's grid steps send (decode 1-256 sequences, prefill
-    128-4096 tokens, hidden 4096 and 8192: 16 sizes per node and count), the all-reduce per call
-    is within 15% of the measured median: up to 4 MiB exactly it, above it the fitted curve."""
+    """Issue 13's all-reduce target. The shipped knots (core/presets/interconnects.toml) are the
+    measured neighbourhood medians at every knot, for every node and GPU count, falls with size
+    included; and at every message the error table's grid steps send (decode 1-256 sequences,
+    prefill 128-4096 tokens, hidden 4096 and 8192: 16 sizes per node and count), the all-reduce
+    per call is within 15% of the measured median: up to 4 MiB exactly it, above it the fitted
+    curve."""
     from pagesim.calibration.allreduce_errors import allreduce_points
     from pagesim.calibration.allreduce_fit import measured_allreduce_s
     from pagesim.simulator.core.hardware import ALLREDUCE_KNOT_BYTES

@@ -1,4 +1,4 @@
-"""The reproducers of ../shared/repro2/ about data files (the second round of bad inputs), one
+"""The reproducers of the second round of bad inputs (repro2) about data files, one
 test each: a number outside its range, a file that is not what the command needs, or an --out it
 cannot write is one `error:` line naming the file, field and problem, exit 2; or the right result.
 Numbers in every file are read by simulator/core/numbers.py (its own tests:

@@ -1,7 +1,7 @@
-"""The reproducers of ../shared/repro/ (bad inputs found by throwing ~1,000 at the CLI), one test
-each: bad input is one `error:` line naming the file or flag and what would be valid, exit 2; a
-damaged cache is simulated again, never trusted. Faults (signals, stale outputs) are pinned in
-test_outputs.py and test_signals.py."""
+"""The reproducers of the first round of bad inputs (found by throwing ~1,000 at the CLI; the
+scripts are not in the repository), one test each: bad input is one `error:` line naming the file
+or flag and what would be valid, exit 2; a damaged cache is simulated again, never trusted. Faults
+(signals, stale outputs) are pinned in test_outputs.py and test_signals.py."""
 
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from cli_helpers import run_cli
+from cli_helpers import MAKES_GIT_WORKTREES, run_cli
 
 from pagesim.simulator.core.errors import InputError
 from pagesim.simulator.studies.bench_compare import compile_tree
@@ -56,6 +56,7 @@ def fake_valgrind(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PATH", f"{folder}{os.pathsep}{os.environ['PATH']}")
 
 
+@MAKES_GIT_WORKTREES
 @pytest.mark.usefixtures("fake_valgrind")
 def test_counts_subtract_the_setup_on_each_side_and_compare_the_summaries(
     capsys: pytest.CaptureFixture[str],
@@ -74,6 +75,7 @@ def test_counts_subtract_the_setup_on_each_side_and_compare_the_summaries(
     assert lines[3] == "after/before: 1.0000 (+0.00% instructions); summaries agree (rel 1e-9)"
 
 
+@MAKES_GIT_WORKTREES
 @pytest.mark.usefixtures("fake_valgrind")
 def test_bad_input_under_valgrind_is_one_line_naming_the_problem(
     capsys: pytest.CaptureFixture[str], tmp_path: Path

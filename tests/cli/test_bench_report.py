@@ -1,21 +1,64 @@
-"""`pagesim bench report`: a run's report timed beside its simulation (issue 14 item 10)."""
+"""`pagesim bench report`: each report's CPU time beside its run's (issue 29 item 2)."""
 
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 import pytest
-from cli_helpers import run_cli
+from cli_helpers import refused, run_cli
+
+from pagesim.reports.report_bench import Case, ReportCost, bench_cases, median_cost
 
 
-def test_bench_report_prints_the_ratio(capsys: pytest.CaptureFixture[str]) -> None:
-    result = run_cli(capsys, "bench", "report", "textbook_static_vs_continuous")
-    assert result.exit_code == 0, result.err
-    line = result.out.strip().splitlines()[-1]
-    found = re.fullmatch(
-        r"textbook_static_vs_continuous: simulation [\d.]+ s \(8 requests\); report [\d.]+ s = "
-        r"[\d.]+x the simulation \((\d+) plots, \d+ processes\); drawn by one process [\d.]+ s",
-        line,
+def test_bench_report_prints_a_row_per_case(capsys: pytest.CaptureFixture[str]) -> None:
+    result = run_cli(
+        capsys, "bench", "report", "textbook_static_vs_continuous", "--kind", "run", "--repeat", "1"
     )
-    assert found, line
-    assert int(found.group(1)) >= 5
+    assert result.exit_code == 0, result.err
+    lines = result.out.strip().splitlines()
+    assert lines[0].startswith("median of 1 round(s), one process per case; 1-minute load")
+    assert lines[1].split()[:5] == ["scenario", "kind", "run", "CPU", "s"]
+    row = lines[2].split()
+    assert row[:2] == ["textbook_static_vs_continuous", "run"]
+    assert row[7] in ("yes", "NO")
+    assert int(row[-1]) >= 5  # plots
+    assert re.fullmatch(r"[01] of 1 reports within budget", lines[-1])
+    assert "after: textbook_static_vs_continuous run: run" in result.err
+
+
+def test_cases_are_runs_and_the_sweeps_there_are() -> None:
+    assert bench_cases(["textbook_static_vs_continuous", "fp8_vs_bf16"]) == [
+        Case("textbook_static_vs_continuous", "run"),
+        Case("fp8_vs_bf16", "run"),
+        Case("fp8_vs_bf16", "sweep"),
+    ]
+    assert bench_cases(["fp8_vs_bf16"], "sweep") == [Case("fp8_vs_bf16", "sweep")]
+    every = bench_cases([], "run")
+    assert len(every) >= 18 and all(c.kind == "run" for c in every)
+
+
+def test_a_sweep_of_a_file_without_one_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    result = run_cli(capsys, "bench", "report", "textbook_static_vs_continuous", "--kind", "sweep")
+    refused(result, "textbook_static_vs_continuous", "no [sweep] table")
+    refused(run_cli(capsys, "bench", "report", "--kind", "walk"), "--kind", "run, sweep")
+
+
+COST = ReportCost("s", "run", 0.5, 2.5, 4.0, 0.9, 1.5, 0.1, 6, 3.0)
+
+
+def test_the_budget_is_a_third_of_the_run_or_one_second() -> None:
+    assert COST.run_cpu_s == 3.0
+    assert COST.budget_s == 1.0 and COST.is_within_budget
+    slow = replace(COST, simulate_cpu_s=8.5, report_cpu_s=3.5)
+    assert slow.budget_s == pytest.approx(3.0) and not slow.is_within_budget
+    assert slow.report_share == pytest.approx(3.5 / 9.0)
+
+
+def test_each_figure_is_the_median_of_the_rounds() -> None:
+    samples = [
+        replace(COST, report_cpu_s=r, num_plots=n) for r, n in ((3.0, 6), (1.0, 7), (2.0, 6))
+    ]
+    middle = median_cost(samples)
+    assert middle.report_cpu_s == 2.0 and middle.num_plots == 7
+    assert middle.simulate_cpu_s == 2.5 and middle.scenario == "s"

@@ -175,58 +175,6 @@ def test_help_shows_the_table_names_in_brackets(capsys: pytest.CaptureFixture[st
     assert "scenario's [slo]" in capacity and "meet the [slo]" in capacity
 
 
-def test_bench_sim_prints_speed_and_memory(capsys: pytest.CaptureFixture[str]) -> None:
-    trace = run_cli(capsys, "bench", "sim", "--requests", "150")
-    assert trace.exit_code == 0, trace.err
-    assert "azure-conv, vllm-v1: 150 requests" in trace.out and "peak RSS" in trace.out
-    synthetic = run_cli(capsys, "bench", "sim", "--synthetic", "100", "--policy", "vllm-v0")
-    assert synthetic.exit_code == 0, synthetic.err
-    assert "sharegpt-like x 100" in synthetic.out and "steps/s" in synthetic.out
-    bad = run_cli(capsys, "bench", "sim", "--policy", "fifo")
-    assert bad.exit_code == 2 and "valid: static, orca, vllm-v0, vllm-v1" in bad.err
-    # Like for like across revisions whose defaults differ: the prefix cache set on both sides.
-    on = run_cli(capsys, "bench", "sim", "--requests", "150", "--prefix-cache")
-    off = run_cli(capsys, "bench", "sim", "--requests", "150", "--no-prefix-cache")
-    assert on.out.startswith("azure-conv, prefix cache on, vllm-v1: 150 requests")
-    assert off.out.startswith("azure-conv, prefix cache off, vllm-v1: 150 requests")
-    from pagesim.simulator.studies import bench
-    from pagesim.simulator.studies.timing import BenchSpec
-
-    for value in (True, False):
-        (system,) = BenchSpec(prefix_cache=value).scenario(bench).systems
-        assert system.enable_prefix_cache is value
-    assert BenchSpec().scenario(bench).systems[0].enable_prefix_cache is None  # era default
-
-
-def test_bench_sim_against_a_revision_prints_both_sides_and_the_ratio(
-    capsys: pytest.CaptureFixture[str],
-) -> None:
-    # HEAD's committed tree against the working tree: the same simulator, so the same answers.
-    both = run_cli(capsys, "bench", "sim", "--requests", "60", "--against", "HEAD", "--repeat", "2")
-    assert both.exit_code == 0, both.err
-    lines = both.out.splitlines()
-    assert lines[0].startswith("azure-conv, vllm-v1: HEAD (before) vs this tree (after)")
-    assert lines[2].startswith("before") and lines[3].startswith("after")
-    assert "x faster" in lines[4] and "summaries agree (rel 1e-9)" in lines[4]
-    # each alternating pair's ratio and every run's CPU time: the sitting's noise in sight
-    assert lines[5].startswith("CPU time of each back-to-back pair, before/after: ")
-    assert lines[5].count("x ") == 2 and "(median " in lines[5] and "after " in lines[5]
-    bad = run_cli(capsys, "bench", "sim", "--requests", "5", "--against", "no-such-rev-1")
-    assert bad.exit_code == 2 and "--against: git worktree add" in bad.err
-    assert "Traceback" not in bad.err
-
-
-def test_paired_speedups_and_their_median() -> None:
-    from pagesim.simulator.studies.bench_compare import Comparison
-    from pagesim.simulator.studies.timing import BenchSpec, TimedRun
-
-    run = TimedRun(1.0, 1.0, 1, 1.0, 1, 1.0, {})
-    odd = Comparison(run, run, "HEAD", 3, BenchSpec(), (2.0, 4.0, 3.0), (1.0, 2.0, 3.0))
-    assert odd.paired_cpu_speedups == [2.0, 2.0, 1.0] and odd.median_paired_cpu_speedup == 2.0
-    even = Comparison(run, run, "HEAD", 2, BenchSpec(), (2.0, 3.0), (1.0, 1.0))
-    assert even.median_paired_cpu_speedup == 2.5  # the middle two's mean
-
-
 def test_calibrate_on_cpu_then_run_a_scenario_priced_by_the_profile(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from cli_helpers import run_cli
+from cli_helpers import MAKES_GIT_WORKTREES, run_cli
 
 FLEET = """
 name = "fleet"
@@ -149,6 +149,7 @@ def test_bench_sim_times_a_fleet(capsys: pytest.CaptureFixture[str]) -> None:
     assert "200 requests" in result.out
 
 
+@MAKES_GIT_WORKTREES
 def test_bench_sim_compares_a_fleet_against_a_revision(capsys: pytest.CaptureFixture[str]) -> None:
     # HEAD has fleets: both sides run the same 2-replica fleet and agree.
     both = run_cli(

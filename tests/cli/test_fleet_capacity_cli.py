@@ -76,6 +76,14 @@ def test_the_cheapest_fleet_table_answer_and_files(
     assert set(evaluations["meets_slo"]) == {True, False}
     for name in ("capacity.html", "report.html", "plots/fleet_gpus.png", "plots/replicas.png"):
         assert (out / name).exists(), name
+    # The Pareto frontier: every fleet that met the SLO, priced, labelled by shape and size.
+    frontier = pd.read_csv(out / "frontier.csv")
+    assert len(frontier) == int(evaluations["meets_slo"].sum())
+    assert "v1 a100-80gb TP1 least-outstanding x4" in set(frontier["config"])
+    assert set(frontier["cost_unit"]) == {"USD per million tokens"}
+    assert frontier["on_throughput_frontier"].any() and frontier["on_cost_frontier"].any()
+    assert (out / "plots" / "frontier.png").exists()
+    assert "Pareto frontier" in (out / "capacity.html").read_text()
     again = run_cli(capsys, "capacity", str(scenario), "--out", str(out), "--jobs", "1")
     assert again.exit_code == 0, again.err
     assert f"0 runs simulated, {len(evaluations)} from the cache" in again.out

@@ -1,7 +1,7 @@
-"""Repro 14 (../shared/repro/14_profile_validate_and_inf.sh), pinned: a profile is read and checked
-whenever a scenario names one (`validate` and roofline runs included); a coefficient that would
-price a run to infinity is refused; a profile of another, faster GPU runs but says so, on stderr
-and at the top of the report. Built-in profiles are found by name."""
+"""Repro 14 of the first round of bad inputs (profile_validate_and_inf), pinned: a profile is read
+and checked whenever a scenario names one (`validate` and roofline runs included); a coefficient
+that would price a run to infinity is refused; a profile of another, faster GPU runs but says so,
+on stderr and at the top of the report. Built-in profiles are found by name."""
 
 from __future__ import annotations
 

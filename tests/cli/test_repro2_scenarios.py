@@ -1,4 +1,4 @@
-"""The scenario reproducers of ../shared/repro2/ (bad inputs that got through the second round),
+"""The scenario reproducers of the second round (repro2: bad inputs that got through),
 one test each: `validate` sees every replica a run builds (each pool's GPU, degree and system)
 and refuses, with `run`'s own reason, what `run` would refuse; keys that do nothing are refused;
 a draft model must fit its target; a fleet is bounded by the simulator's memory. Each refusal

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -21,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from cli_helpers import run_cli
+from cli_helpers import run_quiet
 
 from pagesim.reports.saved import read_saved
 
@@ -127,22 +128,37 @@ def writing(work: Path, _num_cached: int) -> bool:
 PHASES: dict[str, Callable[[Path, int], bool]] = {"simulation": simulating, "report": writing}
 
 
+@pytest.fixture(scope="module")
+def previous_outputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Each command's complete output of the QUICK scenario, made once (`out` beside `s.toml`,
+    paths relative): each test starts from a copy of it."""
+    made = {}
+    for command in ("run", "sweep"):
+        work = tmp_path_factory.mktemp(f"previous-{command}")
+        (work / "s.toml").write_text(SCENARIO)
+        extra = SWEEP if command == "sweep" else []
+        with pytest.MonkeyPatch.context() as patch:
+            patch.chdir(work)
+            done = run_quiet(command, "s.toml", "--out", "out", *extra, *QUICK)
+        assert done.exit_code == 0, done.err
+        made[command] = work
+    return made
+
+
 @pytest.mark.parametrize("command", ["run", "sweep"])
 @pytest.mark.parametrize("phase", list(PHASES))
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_a_signal_leaves_the_previous_output_and_no_process(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
+    previous_outputs: dict[str, Path],
     command: str,
     phase: str,
     signum: int,
 ) -> None:
-    (tmp_path / "s.toml").write_text(SCENARIO)
+    shutil.copytree(previous_outputs[command], tmp_path, dirs_exist_ok=True)
     monkeypatch.chdir(tmp_path)
     extra = SWEEP if command == "sweep" else []
-    previous = run_cli(capsys, command, "s.toml", "--out", "out", *extra, *QUICK)
-    assert previous.exit_code == 0, previous.err
     before, num_cached = digest(tmp_path / "out"), cached(tmp_path)
 
     proc = pagesim(command, "s.toml", "--out", "out", *extra, cwd=tmp_path)

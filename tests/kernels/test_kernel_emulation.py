@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 from kernel_emulation import Reads, emulate_decode, emulate_reduce
 
+from pagesim.calibration.attention_reference import dense_attention, make_paged_case, to_float32
 from pagesim.calibration.kernel import LOG2E
 from pagesim.calibration.partitions import choose_partitions, heads_per_cta, min_ctas_per_sm
-from pagesim.calibration.reference import dense_attention, make_paged_case, to_float32
 from pagesim.simulator.core.catalog import CLASSIC_MODELS as MODELS
 
 H200_SMS = 132  # NVIDIA H200 SXM: 132 multiprocessors (device tool notes, KINDS.md)

@@ -1,17 +1,19 @@
 """The import contract of the house (simulator/__init__.py), read from the sources' import
 statements — those inside functions and under `if TYPE_CHECKING:` included:
 
-    studies > {engine, scenario} > cluster > fastpath > {policies, metrics, execution, workload}
-        > kv > core
+    studies > {engine, scenario, deploy} > cluster > fastpath
+            > {policies, metrics, execution, workload} > kv > core
 
 A module imports only from its own subpackage and the layers below it; the simulator never imports
-the CLI, `calibration` or `reports`; nothing but `calibration` imports CuPy or torch; and no two
-modules import each other, directly or around a cycle.
+the CLI, `calibration` or `reports`; nothing but `calibration` imports CuPy or torch; no two
+modules import each other, directly or around a cycle; and every package's __init__ docstring
+says what the package imports ("Imports: core, kv."), truly: the test reads the statement.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -36,6 +38,7 @@ LAYER = {
     "cluster": 2.5,  # the run loop: arrivals, replicas, fleets; engine.simulate runs them
     "engine": 3,
     "scenario": 3,
+    "deploy": 3,  # a configuration's vLLM command lines, read from config and workload
     "studies": 4,
 }
 GPU_MODULES = ("cupy", "torch")
@@ -68,8 +71,8 @@ def _imports(path: Path) -> set[str]:
     return names
 
 
-GRAPH = {name: {i for i in _imports(path) if i in MODULES} for name, path in MODULES.items()}
-ALL_IMPORTS = {name: _imports(path) for name, path in MODULES.items()}
+ALL_IMPORTS = {name: _imports(path) for name, path in MODULES.items()}  # each file parsed once
+GRAPH = {name: {i for i in imports if i in MODULES} for name, imports in ALL_IMPORTS.items()}
 
 
 def _part(module: str) -> str | None:
@@ -98,6 +101,87 @@ def test_a_simulator_module_imports_only_its_own_layer_and_those_below(module: s
         elif theirs != own and LAYER[theirs] >= LAYER[own]:
             wrong.append(f"{target} ({theirs} is not below {own})")
     assert not wrong, f"{module} imports {wrong}"
+
+
+# --- what each package says it imports -------------------------------------------------------
+
+_OUTER = ("calibration", "reports", "scenarios", "kernels")
+
+
+def _package(module: str) -> str:
+    """The package a module is in (a package's __init__ is in the package itself)."""
+    return module if MODULES[module].name == "__init__.py" else module.rsplit(".", 1)[0]
+
+
+def _unit(target: str, viewer: str) -> str | None:
+    """How package `viewer`'s docstring names the package of `target`: a simulator layer by its
+    name from inside the simulator (core, kv, ..., engine), the simulator as `simulator` from
+    outside it, the other packages by name, the command (pagesim/*.py) as `cli`; None for the
+    package root `pagesim` (its version string)."""
+    parts = target.split(".")
+    if target == "pagesim" or target == "pagesim.simulator":
+        return None
+    if parts[1] == "simulator":
+        return parts[2] if viewer.startswith("pagesim.simulator") else "simulator"
+    return parts[1] if parts[1] in _OUTER else "cli"
+
+
+def _own_unit(package: str) -> str:
+    if package == "pagesim.simulator":
+        return "engine"  # the package's one module
+    return "cli" if package == "pagesim" else package.rsplit(".", 1)[-1]
+
+
+def _actual_imports(package: str) -> set[str]:
+    """The packages that `package`'s own modules (not its subpackages') import."""
+    found = set()
+    for module, targets in GRAPH.items():
+        if _package(module) == package:
+            found |= {_unit(t, package) for t in targets}
+    return {u for u in found if u is not None} - {_own_unit(package)}
+
+
+def stated_imports(docstring: str) -> set[str] | None:
+    """The packages named by the docstring's `Imports:` statement, up to its first `.` or `;`
+    ("nothing": none; the words after "alone" or in parentheses are commentary); None if it has
+    no such statement."""
+    found = re.search(r"Imports: ([^.;]*)", " ".join(docstring.split()))
+    if found is None:
+        return None
+    text = re.sub(r"\([^)]*\)", "", found.group(1)).replace(" and ", ", ").replace(" alone", "")
+    names = {name.strip(" `") for name in text.split(",")}
+    return set() if names == {"nothing"} else names
+
+
+PACKAGE_NAMES = sorted({_package(m) for m in MODULES})
+
+
+@pytest.mark.parametrize("package", PACKAGE_NAMES)
+def test_a_packages_docstring_states_what_it_imports(package: str) -> None:
+    """Each package's __init__ says what it imports ("Imports: core, kv."), and says the truth:
+    no package it does not import, none it imports left out."""
+    init = MODULES[package]
+    stated = stated_imports(ast.get_docstring(ast.parse(init.read_text())) or "")
+    actual = _actual_imports(package)
+    assert stated is not None, f"{init}: no 'Imports:' line; it imports {sorted(actual)}"
+    assert stated == actual, (
+        f"{init}: says it imports {sorted(stated)}; its modules import {sorted(actual)} "
+        f"(claimed, not imported: {sorted(stated - actual)}; imported, not said: "
+        f"{sorted(actual - stated)})"
+    )
+
+
+def test_the_imports_statement_is_read_as_written() -> None:
+    assert stated_imports("Mechanism.\n\nImports: core alone.") == {"core"}
+    assert stated_imports("Imports: core, kv (for sizes); never policies.") == {"core", "kv"}
+    assert stated_imports("Imports: nothing else of pagesim; every layer may.") == {
+        "nothing else of pagesim"
+    }
+    assert stated_imports("Imports: nothing.") == set()
+    assert stated_imports("No statement here.") is None
+    # and the check sees a lie: core imports nothing, kv imports core
+    assert _actual_imports("pagesim.simulator.core") == set()
+    assert _actual_imports("pagesim.simulator.kv") == {"core"}
 
 
 def test_gpu_libraries_are_imported_only_in_calibration() -> None:

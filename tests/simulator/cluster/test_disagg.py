@@ -24,7 +24,7 @@ from tests.simulator.cluster.disagg_helpers import (
     v1_scenario,
 )
 
-LLAMA2_7B_KV_BYTES_PER_TOKEN = 524_288  # FACTS.md: 2 x 32 layers x 32 heads x 128 x 2 bytes
+LLAMA2_7B_KV_BYTES_PER_TOKEN = 524_288  # docs/facts.md: 2 x 32 layers x 32 heads x 128 x 2 bytes
 
 
 def scenario_of(

@@ -17,7 +17,7 @@ from pagesim.simulator.execution.speculative import SpeculativeModel
 from tests.sim_helpers import explicit_workload
 from tests.simulator.cluster.disagg_helpers import assert_all_blocks_back, fleet, run, v1_scenario
 
-LLAMA2_7B_KV_BYTES_PER_TOKEN = 524_288  # FACTS.md: 2 x 32 layers x 32 heads x 128 x 2 bytes
+LLAMA2_7B_KV_BYTES_PER_TOKEN = 524_288  # docs/facts.md: 2 x 32 layers x 32 heads x 128 x 2 bytes
 EAGLE = SpeculativeConfig(SpecMethod.EAGLE, 3, acceptance_rate=1.0)
 NGRAM = SpeculativeConfig(SpecMethod.NGRAM, 3, acceptance_rate=1.0)
 

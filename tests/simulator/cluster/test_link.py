@@ -19,8 +19,8 @@ def test_presets_carry_their_sourced_figures() -> None:
         "ib-hdr": (25e9, 0.0),  # 200 Gb/s
         "roce-400g": (50e9, 0.0),
         "roce-200g": (25e9, 0.0),
-        "pcie4": (25e9, 0.0),  # ~25 GB/s effective (FACTS.md), an estimate
-        "pcie5": (50e9, 0.0),  # ~50 GB/s effective (FACTS.md), an estimate
+        "pcie4": (25e9, 0.0),  # ~25 GB/s effective (docs/facts.md), an estimate
+        "pcie5": (50e9, 0.0),  # ~50 GB/s effective (docs/facts.md), an estimate
     }
     for preset in LINK_PRESETS.values():
         assert "nominal" in preset.basis or "estimate" in preset.basis

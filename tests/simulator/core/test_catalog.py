@@ -1,4 +1,4 @@
-"""Catalog figures against FACTS.md, config.json loading, and the `pagesim kv` contract."""
+"""Catalog figures against docs/facts.md, config.json loading, and the `pagesim kv` contract."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from pagesim.simulator.core.catalog import (
 from pagesim.simulator.core.errors import InputError
 from pagesim.simulator.kv.sizing import kv_report
 
-# KV bytes per token from FACTS.md (fp16).
+# KV bytes per token from docs/facts.md (fp16).
 FACTS_KV_BYTES = {
     "llama-2-7b": 524_288,
     "llama-2-13b": 819_200,
@@ -47,8 +47,10 @@ def test_every_facts_model_and_gpu_is_a_preset() -> None:
     assert set(CLASSIC_MODELS) == set(FACTS_KV_BYTES)
     assert set(CLASSIC_MODELS) <= set(MODELS)
     facts = {"a100-40gb", "a100-80gb", "h100-sxm", "h200-sxm", "l40s", "l4", "rtx-4090"}
-    # And the A40 (NVIDIA's datasheet), which Vidur measured (core/hardware.py).
-    assert set(GPUS) == facts | {"a40"}
+    # And the A40 (NVIDIA's datasheet), which Vidur measured (core/presets/gpus.toml), and the
+    # GPUs of 2026 (docs/facts.md, their datasheets cited in gpus.toml).
+    of_2026 = {"b200", "gb200", "b300", "mi300x", "mi325x", "mi355x"}
+    assert set(GPUS) == facts | {"a40"} | of_2026
 
 
 def test_parameter_counts_from_shapes_agree_with_published_ones() -> None:
@@ -75,6 +77,11 @@ def test_dtype_and_tensor_parallel_set_bytes() -> None:
     assert llama70.kv_bytes_per_token(KVDtype.FP16, tensor_parallel=8) == 40_960
     # More GPUs than KV heads: each GPU still holds one head.
     assert llama70.kv_heads_per_gpu(16) == 1
+    # NVFP4 KV: vLLM packs a 128-value head into 64 bytes of FP4 and 8 of FP8 scales (one per
+    # 16 values; vllm/utils/torch_utils.py nvfp4_kv_cache_full_dim): 80 layers x K and V x 8 KV
+    # heads x 72 bytes.
+    assert llama70.kv_bytes_per_token(KVDtype.NVFP4) == 80 * 2 * 8 * 72 == 92_160
+    assert KVDtype.NVFP4.bytes_of(128) == 128 // 2 + 128 // 16
 
 
 def test_textbook_llama2_13b_numbers() -> None:

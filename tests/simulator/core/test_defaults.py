@@ -1,4 +1,4 @@
-"""Era defaults (core.defaults), each pinned the way the source it cites behaves (FACTS.md,
+"""Era defaults (core.defaults), each pinned the way the source it cites behaves (docs/facts.md,
 "vLLM behaviour by version")."""
 
 from __future__ import annotations
@@ -93,7 +93,7 @@ def test_a_knob_set_by_the_scenario_is_kept_and_has_no_default_source() -> None:
 
 def test_driver_memory() -> None:
     """Row 12. vLLM v0.11.0 v1/worker/gpu_worker.py Worker.determine_available_memory applies
-    gpu_memory_utilization to the total the driver reports (torch.cuda.mem_get_info; FACTS.md:
+    gpu_memory_utilization to the total the driver reports (torch.cuda.mem_get_info; docs/facts.md:
     H100 about 79.2 GiB, H200 about 140 GiB); other presets: an estimate, 99% of the marketed
     GiB. The whole capacity formula: tests/simulator/test_engine.py
     test_capacity_from_gpu_memory."""

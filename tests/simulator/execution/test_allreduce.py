@@ -16,17 +16,15 @@ from hypothesis import strategies as st
 
 from pagesim.simulator.core.catalog import get_gpu, get_model
 from pagesim.simulator.core.config import ExecutionConfig
-from pagesim.simulator.core.hardware import (
-    ALLREDUCE_KNOT_BYTES,
-    DGX_A100,
-    DGX_H100,
-    Interconnect,
-)
+from pagesim.simulator.core.hardware import ALLREDUCE_KNOT_BYTES, Interconnect
+from pagesim.simulator.core.preset_files import shipped_presets
 from pagesim.simulator.execution.factors import resolve_link
 from pagesim.simulator.execution.roofline import RooflineModel
 from pagesim.simulator.execution.roofline_terms import allreduce_call_s
 
 KIB, MIB = 1024, 1024 * 1024
+DGX_A100 = shipped_presets().interconnects["dgx-a100"]
+DGX_H100 = shipped_presets().interconnects["dgx-h100"]
 
 
 def test_knots_every_half_octave_from_8_kib_to_4_mib() -> None:

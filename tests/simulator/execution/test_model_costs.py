@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 from pagesim.simulator.core.catalog import KVDtype, ModelSpec, get_gpu, get_model
 from pagesim.simulator.core.config import ExecutionConfig
 from pagesim.simulator.core.errors import InputError
-from pagesim.simulator.core.hardware import DGX_H100
 from pagesim.simulator.core.model_spec import WeightDtype
 from pagesim.simulator.core.plan import SeqWork, StepPlan
+from pagesim.simulator.core.preset_files import shipped_presets
 from pagesim.simulator.execution.moe_cost import ExpertLayout, selection_probabilities
 from pagesim.simulator.execution.precision import gemm_peak
 from pagesim.simulator.execution.profile_file import check_profile
@@ -26,6 +26,7 @@ from pagesim.simulator.kv.capacity import weight_bytes_per_gpu
 H200 = get_gpu("h200-sxm")
 CONFIG = ExecutionConfig()
 GIB = 1024**3
+DGX_H100 = shipped_presets().interconnects["dgx-h100"]
 
 
 def decode_plan(batch: int, context: int) -> StepPlan:
@@ -51,7 +52,7 @@ def test_gemm_peak_per_dtype_follows_the_datasheets() -> None:
     assert l40s == pytest.approx(362e12 * 733 / 362.05, rel=1e-12)
     rtx = gemm_peak(get_gpu("rtx-4090"), WeightDtype.FP8).flops
     assert rtx == pytest.approx(165e12 * 330.3 / 165.2, rel=1e-12)
-    # No FP4 tensor cores anywhere in the catalog: 4-bit weights run 16-bit GEMMs.
+    # Hopper has no FP4 tensor cores: 4-bit weights run 16-bit GEMMs.
     for dtype in (WeightDtype.INT4, WeightDtype.MXFP4, WeightDtype.NVFP4):
         assert gemm_peak(H200, dtype).flops == 989e12
         assert gemm_peak(H200, dtype).mode == "W4A16"
@@ -60,6 +61,29 @@ def test_gemm_peak_per_dtype_follows_the_datasheets() -> None:
     assert gemm_peak(fast, WeightDtype.FP8).flops == pytest.approx(500e12 * 1979 / 989, rel=1e-12)
     custom = replace(H200, name="my-gpu")
     assert gemm_peak(custom, WeightDtype.FP8).flops == 989e12
+
+
+def test_fp4_weights_run_w4a4_where_the_tensor_cores_take_the_format() -> None:
+    """vLLM v0.34.0: NVFP4 and MXFP4 W4A4 on Blackwell (B200: FP4 9,000 dense against BF16
+    2,250, NVIDIA HGX table); MI355X (CDNA 4) runs MXFP4 W4A4 (AITER) but NVFP4 only emulated
+    (W4A16 here); MI300X has no FP4: W4A16. Routed experts in MXFP4: Blackwell's FlashInfer
+    TRTLLM MXFP4 x MXFP8 (W4A8, the FP8 peak), ROCm's AITER W4A16 first."""
+    b200, mi355x, mi300x = get_gpu("b200"), get_gpu("mi355x"), get_gpu("mi300x")
+    for dtype in (WeightDtype.NVFP4, WeightDtype.MXFP4):
+        peak = gemm_peak(b200, dtype)
+        assert peak.flops == pytest.approx(2250e12 * 9000 / 2250, rel=1e-12)
+        assert peak.mode == f"W4A4 {dtype.value}"
+    assert gemm_peak(b200, WeightDtype.INT4).mode == "W4A16"  # AWQ/GPTQ: Marlin everywhere
+    assert gemm_peak(b200, WeightDtype.NVFP4, routed_experts=True).mode == "W4A4 nvfp4"
+    experts = gemm_peak(b200, WeightDtype.MXFP4, routed_experts=True)
+    assert (experts.mode, experts.flops) == ("W4A8 mxfp4 x mxfp8", pytest.approx(4500e12))
+    assert gemm_peak(mi355x, WeightDtype.MXFP4).flops == pytest.approx(10066.3e12, rel=1e-12)
+    assert gemm_peak(mi355x, WeightDtype.NVFP4).mode == "W4A16"
+    assert gemm_peak(mi355x, WeightDtype.MXFP4, routed_experts=True).mode == "W4A16"
+    assert gemm_peak(mi300x, WeightDtype.MXFP4).flops == 1307.4e12
+    # B300 gives no verified dense INT8 figure: INT8 weights at the 16-bit peak, said so.
+    b300_int8 = gemm_peak(get_gpu("b300"), WeightDtype.INT8)
+    assert (b300_int8.flops, b300_int8.mode) == (2250e12, "W8A8 int8, at the 16-bit peak")
 
 
 def test_fp8_streams_half_the_layer_weights_and_16_bit_prices_as_before() -> None:
@@ -206,7 +230,8 @@ def test_layouts_vllm_would_refuse() -> None:
     qwen, llama = get_model("qwen3-30b-a3b"), get_model("llama-3.1-8b")
     assert ExpertLayout(1, 3, True).problem(qwen) == (
         "expert_parallel",
-        "3 GPUs (tensor_parallel x data_parallel) do not divide qwen3-30b-a3b's 128 routed experts",
+        "3 GPUs (tensor_parallel x data_parallel) do not divide qwen3-30b-a3b's 128 routed "
+        "experts; valid data_parallel with tensor_parallel 1: 1, 2, 4, 8, 16, 32, 64, 128",
     )
     assert ExpertLayout(1, 2, False).problem(qwen) is not None
     assert ExpertLayout(1, 1, True).problem(llama) == (
@@ -316,7 +341,7 @@ def test_breakdown_adds_up_to_the_price_for_the_new_kinds(work: list[SeqWork], i
     assert all(v >= 0 for v in parts.values())
     # One more decoding sequence never makes the step cheaper or lighter, but for its
     # all-reduce: under 4 MiB that follows NCCL's measured medians, which fall with size in
-    # places (core/hardware.py Interconnect; e.g. DeepSeek-V3 at TP 8 on H200: 3 -> 4 tokens).
+    # places (core/presets/interconnects.toml; e.g. DeepSeek-V3 at TP 8 on H200: 3 -> 4 tokens).
     more = StepPlan.build([*plan.work, SeqWork(len(work), len(work), 1, 100, False)])
     more_s = roof.price(more).compute_s - roof.breakdown(more)["all_reduce"]
     assert more_s >= cost.compute_s - parts["all_reduce"] - 1e-15

@@ -1,5 +1,5 @@
 """Roofline execution model: closed forms computed by hand here from the GPU preset's factors
-(core/hardware.py), the description of its factors, and the settings it refuses."""
+(core/presets/), the description of its factors, and the settings it refuses."""
 
 from __future__ import annotations
 

@@ -55,8 +55,9 @@ def test_more_work_never_costs_less_but_for_the_measured_all_reduce(
 ) -> None:
     """Every term but the all-reduce grows with the work. The all-reduce is the measured NCCL
     medians up to 4 MiB, which fall with size where NCCL's measured regimes do (core/
-    hardware.py; test_allreduce.py): a step with more tokens may all-reduce faster, so it is
-    held to its formula, two calls per layer of the step's hidden states, instead."""
+    presets/interconnects.toml; test_allreduce.py): a step with more tokens may all-reduce
+    faster, so it is held to its formula, two calls per layer of the step's hidden states,
+    instead."""
     roofline = MODELS[model_index]
     plan_before = StepPlan.build(work, num_swap_in_blocks=num_swap_blocks)
     plan_after = StepPlan.build([*work, extra], num_swap_in_blocks=num_swap_blocks)
@@ -81,7 +82,7 @@ def test_more_work_never_costs_less_but_for_the_measured_all_reduce(
 
 
 # The TP 8 model of MODELS with its link's formula set by the scenario (no measured table): the
-# fitted curve of 8 H100s above 4 MiB, 37.39 us + ring bytes / 377.8 GB/s (core/hardware.py).
+# fitted curve of 8 H100s above 4 MiB, 37.39 us + ring bytes / 377.8 GB/s (interconnects.toml).
 FORMULA_LINK = RooflineModel(
     LLAMA_70B,
     get_gpu("h100-sxm"),

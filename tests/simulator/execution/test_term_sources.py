@@ -106,7 +106,7 @@ def test_describe_lists_what_the_scenario_set_and_warns_only_of_estimates_still_
     assert one["set_in_scenario"] == ["gemm_efficiency", "allreduce_bw_gbps"]
     assert one["interconnect_source"] == (
         "set in the scenario: allreduce_bw_gbps; latency: estimate: PCIe 4 x16 ~25 GB/s "
-        "(FACTS.md), no NVLink"
+        "effective, no NVLink"
     )
     assert (
         "all-reduce over pcie4 (estimate): set in the scenario: allreduce_bw_gbps; latency: "

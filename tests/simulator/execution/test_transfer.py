@@ -11,7 +11,7 @@ from pagesim.simulator.core.config import ExecutionConfig
 from pagesim.simulator.core.plan import StepPlan
 from pagesim.simulator.execution.model import TransferPricer
 
-HOST_LINK_BPS = 25e9  # PCIe 4 x16, effective (FACTS.md)
+HOST_LINK_BPS = 25e9  # PCIe 4 x16, effective (docs/facts.md)
 LATENCY_S = ExecutionConfig().swap_copy_latency_s  # 3 us, an estimate
 
 

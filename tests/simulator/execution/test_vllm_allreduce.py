@@ -10,8 +10,8 @@ import pytest
 
 from pagesim.simulator.core.catalog import get_gpu, get_model
 from pagesim.simulator.core.config import ExecutionConfig
-from pagesim.simulator.core.hardware import DGX_A100, DGX_H100, PCIE4
 from pagesim.simulator.core.plan import SeqWork, StepPlan
+from pagesim.simulator.core.preset_files import shipped_presets
 from pagesim.simulator.execution.allreduce import Route, call_s, route
 from pagesim.simulator.execution.cuda_graphs import cuda_graphs_for
 from pagesim.simulator.execution.factors import resolve_link
@@ -21,6 +21,9 @@ from pagesim.simulator.execution.roofline_terms import allreduce_call_s
 from pagesim.simulator.execution.vllm_runtime import VllmRuntime
 
 KIB, MIB = 1 << 10, 1 << 20
+DGX_A100 = shipped_presets().interconnects["dgx-a100"]
+DGX_H100 = shipped_presets().interconnects["dgx-h100"]
+PCIE4 = shipped_presets().interconnects["pcie4"]
 V0, V1 = EngineEra.V0, EngineEra.V1
 
 

@@ -69,7 +69,7 @@ def test_row1_v0_host_work_follows_the_gpu_and_its_output_processing_hides_under
 def test_row1_v1_host_work_is_about_a_millisecond_and_hides_under_async_scheduling() -> None:
     """vLLM V1, `vllm/v1/engine/core.py` `EngineCore.step` (v0.11.0): schedule, execute the
     model, `update_from_output` in turn; with CUDA graphs and the persistent batch the host's
-    share stays near 1 ms (FACTS.md; an estimate). With async scheduling
+    share stays near 1 ms (docs/facts.md; an estimate). With async scheduling
     (`EngineCore.step_with_batch_queue`; `--async-scheduling` in v0.11.0, the default in v0.33.0)
     the next step is scheduled while the GPU runs this one: a step lasts the longer of the two.
 
@@ -153,7 +153,7 @@ def test_row6_two_allreduce_calls_per_layer_each_paying_latency_on_the_gpus_own_
 
 
 def test_row6_gpus_without_nvlink_all_reduce_over_pcie() -> None:
-    """The L40S, L4 and RTX 4090 have no NVLink (FACTS.md); the 4090 has no peer-to-peer either.
+    """The L40S, L4 and RTX 4090 have no NVLink (docs/facts.md); the 4090 no peer-to-peer either.
     Their all-reduce crosses PCIe 4: 30 us and 20 GB/s per call (10 GB/s without peer-to-peer),
     estimates the report names as such. Llama-2-70B, TP 4, a 2,048-token prefill on L40S:
     issue 12 row 6 put it near 690 ms where pagesim said 314 ms; its all-reduce alone is now

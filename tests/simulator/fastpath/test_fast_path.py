@@ -129,6 +129,9 @@ def _run(s: Scenario, fast_path: bool) -> tuple[RunResult, PlanCounter]:
 
 
 FAST_STEPS: dict[int, int] = {}
+# The last test reads what the cases leave in FAST_STEPS: one worker runs the whole module, in
+# order (tests/conftest.py; split over workers, that test would skip).
+pytestmark = pytest.mark.xdist_group("fast-path-cases")
 
 
 @pytest.mark.parametrize("seed", range(NUM_CASES))

@@ -1,6 +1,7 @@
 """Issue 12's divergence table and metric list, one story each, step by step with exact block ids
-and step contents, each naming the vLLM file, function and version it mirrors (FACTS.md, "vLLM
-behaviour by version"). Rows told elsewhere are listed in /work/notes/i12_tests.md.
+and step contents, each naming the vLLM file, function and version it mirrors (docs/facts.md, "vLLM
+behaviour by version"). Rows told elsewhere live with the mechanism they test (grep the row's
+vLLM function name under tests/).
 
 Block size 4 throughout; `prefix_len` tokens are shared with every other request that has them.
 A work item reads (request, seq, new tokens, context after the step, is prefill).

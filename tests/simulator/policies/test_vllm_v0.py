@@ -1,4 +1,4 @@
-"""vLLM V0 as V0 was (vLLM 0.5-0.6, `vllm/core/`; FACTS.md), step by step with exact block ids.
+"""vLLM V0 as V0 was (vLLM 0.5-0.6, `vllm/core/`; docs/facts.md), step by step with exact block ids.
 Block size 4 throughout."""
 
 from __future__ import annotations

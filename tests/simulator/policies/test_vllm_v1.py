@@ -1,4 +1,4 @@
-"""vLLM V1 as V1 is, step by step with exact block ids (reference v0.11.0; FACTS.md).
+"""vLLM V1 as V1 is, step by step with exact block ids (reference v0.11.0; docs/facts.md).
 
 Each story cites the vLLM file and function it mirrors. Block size 4 throughout; a request's
 `prefix_len` tokens are shared with every other request that has them.

@@ -69,7 +69,7 @@ def test_the_section_is_read_and_written_back(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("override", "message"),
     [
-        ("capacity.gpus=['b200']", "capacity.gpus: unknown GPU 'b200'; valid: a100-40gb, "),
+        ("capacity.gpus=['h300']", "capacity.gpus: unknown GPU 'h300'; valid: a100-40gb, "),
         ("capacity.gpus=[]", "capacity.gpus: expected a non-empty array, got array []"),
         ("capacity.tensor_parallel=[3]", "capacity.tensor_parallel: 3 does not divide "),
         (

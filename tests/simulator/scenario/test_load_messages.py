@@ -19,7 +19,9 @@ BAD_FILES = [
         "max_prefill_chunk, reservation, contiguous_allocator, preemption, victim, admission, "
         "enable_prefix_cache, watermark, gpu_memory_utilization, activation_reserve_gib, "
         "swap_space_gib, static_batch_size, static_batch_timeout_s, num_kv_blocks, execution, "
-        "defaults, speculative, hybrid_kv_cache_manager, vllm_version, scheduler_reserve_full_isl",
+        "defaults, speculative, hybrid_kv_cache_manager, vllm_version, scheduler_reserve_full_isl, "
+        "kv_offload, pipeline_parallel, pipeline_layer_partition, tensor_parallel, weight_dtype, "
+        "kv_dtype",
     ),
     (
         replaced('policy = "orca"', 'policy = "vlm-v1"'),
@@ -74,7 +76,7 @@ BAD_FILES = [
     (
         replaced('preset = "a100-80gb"', 'preset = "h300"'),
         "s.toml: gpu.preset: unknown GPU 'h300'; known GPUs: a100-40gb, a100-80gb, h100-sxm, "
-        "h200-sxm, l40s, l4, rtx-4090, a40",
+        "h200-sxm, l40s, l4, rtx-4090, a40, b200, gb200, b300, mi300x, mi325x, mi355x",
     ),
     (
         replaced('[gpu]\npreset = "a100-80gb"', ""),

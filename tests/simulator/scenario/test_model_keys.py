@@ -102,7 +102,8 @@ def test_the_default_is_the_models_own_dtype(here: Path) -> None:
             "data_parallel = 3\nexpert_parallel = true",
             "",
             "m.toml: model.expert_parallel: 3 GPUs (tensor_parallel x data_parallel) do not "
-            "divide qwen3-30b-a3b's 128 routed experts",
+            "divide qwen3-30b-a3b's 128 routed experts; valid data_parallel with "
+            "tensor_parallel 1: 1, 2, 4, 8, 16, 32, 64, 128",
         ),
         (
             "data_parallel = 2",
@@ -147,5 +148,6 @@ def test_the_cli_refuses_a_bad_layout_with_exit_2(
     lines = [line for line in result.err.splitlines() if line.strip()]
     assert lines == [
         "error: m.toml: model.expert_parallel: 3 GPUs (tensor_parallel x data_parallel) do not "
-        "divide qwen3-30b-a3b's 128 routed experts"
+        "divide qwen3-30b-a3b's 128 routed experts; valid data_parallel with tensor_parallel 1: "
+        "1, 2, 4, 8, 16, 32, 64, 128"
     ]

@@ -14,10 +14,10 @@ from cli_helpers import run_cli
 
 from pagesim.reports.capacity import capacity_findings
 from pagesim.simulator.core.errors import InputError
+from pagesim.simulator.studies.bisection import RateSearch
 from pagesim.simulator.studies.capacity_search import (
     RATE_PATH,
     Criteria,
-    RateSearch,
     configurations,
     search_capacity,
 )
@@ -55,9 +55,9 @@ def bisect_max_rate(
 ) -> tuple[float | None, float | None]:
     """(highest sustained rate, lowest failed rate) found by `RateSearch` with one predicate."""
     search = RateSearch(start, min_rate=min_rate, max_rate=max_rate, rel_tol=rel_tol)
-    while (rate := search.next_rate()) is not None:
+    while (rate := search.next_value()) is not None:
         search.record(rate, is_sustained(rate))
-    return search.ok_rate, search.bad_rate
+    return search.ok, search.bad
 
 
 def test_bisection_reports_exact_thresholds_on_a_grid() -> None:
@@ -115,7 +115,7 @@ def test_a_real_scenario_sustains_the_rate_found_and_not_one_slightly_above(
         window_s=WINDOW_S,
     )
     search = run.searches[0]
-    ok, bad = search.ok_rate, search.bad_rate
+    ok, bad = search.ok, search.bad
     assert ok is not None and bad is not None and ok < bad <= ok / 0.95
     # Simulate both rates again, from scratch, and judge them from the per-request frames.
     points = [configs[0].at_rate(ok, WINDOW_S), configs[0].at_rate(bad, WINDOW_S)]
@@ -139,7 +139,7 @@ def test_a_real_scenario_sustains_the_rate_found_and_not_one_slightly_above(
         rel_tol=0.05,
         window_s=WINDOW_S,
     )
-    assert rerun.num_computed == 0 and rerun.searches[0].ok_rate == ok
+    assert rerun.num_computed == 0 and rerun.searches[0].ok == ok
 
 
 def test_ranking_is_by_goodput_per_gpu(tmp_path: Path) -> None:

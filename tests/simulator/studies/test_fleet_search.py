@@ -16,6 +16,7 @@ from pagesim.simulator.core.cluster import RouterKind
 from pagesim.simulator.core.errors import InputError
 from pagesim.simulator.engine import simulate
 from pagesim.simulator.scenario.load import load_scenario
+from pagesim.simulator.studies.bisection import ReplicaSearch
 from pagesim.simulator.studies.capacity_search import Criteria
 from pagesim.simulator.studies.executors import SerialExecutor
 from pagesim.simulator.studies.fleet_ranking import (
@@ -27,7 +28,6 @@ from pagesim.simulator.studies.fleet_search import (
     REPLICAS,
     FleetSearchRun,
     FleetShape,
-    ReplicaSearch,
     plan_fleets,
     search_fleets,
     start_size,
@@ -81,7 +81,7 @@ def write(tmp_path: Path, text: str = TINY) -> Path:
 def walk(search: ReplicaSearch, meets_from: int) -> list[int]:
     """Drive `search` with 'meets the SLO from `meets_from` replicas on'; the sizes tried."""
     tried = []
-    while (size := search.next_size()) is not None:
+    while (size := search.next_value()) is not None:
         tried.append(size)
         search.record(size, size >= meets_from)
     return tried
@@ -91,7 +91,7 @@ def test_doubling_then_bisecting_from_one_replica() -> None:
     search = ReplicaSearch(1, 1, 32)
     # 1, 2, 4 fail; 8 meets; bisect (4, 8): 6 meets, 5 meets -> adjacent to 4.
     assert walk(search, 5) == [1, 2, 4, 8, 6, 5]
-    assert (search.ok_size, search.bad_size, search.num_evaluations) == (5, 4, 6)
+    assert (search.ok, search.bad, search.num_evaluations) == (5, 4, 6)
 
 
 def test_a_start_at_the_answer_confirms_it_in_two_runs() -> None:
@@ -100,16 +100,16 @@ def test_a_start_at_the_answer_confirms_it_in_two_runs() -> None:
     assert walk(search, 5) == [5, 2, 3, 4]
     exact = ReplicaSearch(4, 4, 32)  # 4 is also the least allowed: nothing below to try
     assert walk(exact, 4) == [4]
-    assert (exact.ok_size, exact.bad_size) == (4, None)
+    assert (exact.ok, exact.bad) == (4, None)
 
 
 def test_the_range_bounds_the_search_both_ways() -> None:
     never = ReplicaSearch(3, 1, 10)
     assert walk(never, 11) == [3, 6, 10]  # doubling stops at max_replicas
-    assert (never.ok_size, never.bad_size) == (None, 10)
+    assert (never.ok, never.bad) == (None, 10)
     always = ReplicaSearch(8, 2, 10)
     assert walk(always, 1) == [8, 4, 2]
-    assert (always.ok_size, always.bad_size) == (2, None)
+    assert (always.ok, always.bad) == (2, None)
 
 
 def test_a_non_monotone_answer_is_flagged() -> None:
@@ -117,7 +117,7 @@ def test_a_non_monotone_answer_is_flagged() -> None:
     search.record(4, True)
     search.record(6, False)  # more replicas failed: the assumption broke
     assert not search.is_monotone
-    assert search.next_size() is None
+    assert search.next_value() is None
 
 
 @given(
@@ -136,10 +136,10 @@ def test_bisection_finds_any_threshold_in_logarithmic_runs(
     assert len(set(tried)) == len(tried)  # no size twice
     assert all(low <= n <= high for n in tried)
     if threshold <= high:
-        assert search.ok_size == threshold
-        assert search.bad_size == (None if threshold == low else threshold - 1)
+        assert search.ok == threshold
+        assert search.bad == (None if threshold == low else threshold - 1)
     else:
-        assert (search.ok_size, search.bad_size) == (None, high)
+        assert (search.ok, search.bad) == (None, high)
     assert len(tried) <= 2 * (high.bit_length() + 1) + 2
 
 
@@ -173,12 +173,12 @@ def test_the_answer_is_the_fewest_replicas_that_meet_the_slo_and_a_rerun_resumes
             meets.append(criteria.is_sustained(dict(result.summary) | extra_metrics(result)))
         fewest = meets.index(True) + 1
         assert meets == [False] * (fewest - 1) + [True] * (len(meets) - fewest + 1)  # monotone
-        assert (search.ok_size, search.bad_size) == (fewest, fewest - 1), shape.label
+        assert (search.ok, search.bad) == (fewest, fewest - 1), shape.label
     # Worked out above: 4 TP1 replicas or 2 TP2 replicas, 4 GPUs either way.
-    assert [s.ok_size for s in run.searches] == [4, 4, 2, 2]
+    assert [s.ok for s in run.searches] == [4, 4, 2, 2]
     again = search_fleets(plan.shapes, plan.settings, SerialExecutor(), cache=cache)
     assert (again.num_computed, again.num_cached) == (0, run.num_computed + run.num_cached)
-    assert [s.ok_size for s in again.searches] == [4, 4, 2, 2]
+    assert [s.ok for s in again.searches] == [4, 4, 2, 2]
     ranking = fleet_ranking(again, criteria)
     assert list(ranking["num_gpus"]) == [4, 4, 4, 4]
     assert list(ranking["cost_per_hour"]) == [8.0] * 4  # 4 GPUs x 2.0 per GPU-hour

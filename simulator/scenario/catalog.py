@@ -1,5 +1,8 @@
 """The [model] and [gpu] sections: a catalog preset or a Hugging Face config.json; a GPU preset,
-its datasheet figures replaced one by one, or a custom GPU."""
+its datasheet figures replaced one by one, or a custom GPU.
+
+The same idea in the core layer: simulator/core/catalog.py, whose presets these name.
+"""
 
 from __future__ import annotations
 
@@ -17,6 +20,7 @@ from pagesim.simulator.core.catalog import (
     load_hf_config,
 )
 from pagesim.simulator.core.errors import InputError, choices_text
+from pagesim.simulator.scenario.hardware_fit import scale_up_limit_problem
 from pagesim.simulator.scenario.schema import GPU_FIGURES
 from pagesim.simulator.scenario.table import Table, display, is_file
 
@@ -62,9 +66,8 @@ def read_gpu(t: Table) -> GPUSpec:
                 f"{choices_text(missing)}; host_link_gbps defaults to 25)",
             )
         memory_gib, bandwidth_gbps, tflops, host_link_gbps = (figures[k] for k in GPU_FIGURES)
-        return custom_gpu(
-            t.text("name"), memory_gib, bandwidth_gbps, tflops, host_link_gbps or 25.0
-        )
+        gpu = custom_gpu(t.text("name"), memory_gib, bandwidth_gbps, tflops, host_link_gbps or 25.0)
+        return _scale_up(t, gpu, None)
     name = t.text("preset")
     try:
         gpu = get_gpu(name)
@@ -75,4 +78,13 @@ def read_gpu(t: Table) -> GPUSpec:
         if value is not None:  # a preset's datasheet figure replaced, e.g. a 141 GiB H200 as 144
             _, field, unit = GPU_FIGURES[key]
             changes[field] = int(value * unit) if field == "memory_bytes" else value * unit
-    return replace(gpu, **changes)
+    return _scale_up(t, replace(gpu, **changes), gpu.scale_up_gpus)
+
+
+def _scale_up(t: Table, gpu: GPUSpec, preset_gpus: int | None) -> GPUSpec:
+    """[gpu] scale_up_gpus: at most the preset's domain (scenario/hardware_fit.py)."""
+    value: int = t.integer("scale_up_gpus", gpu.scale_up_gpus, hi=1024)
+    problem = scale_up_limit_problem(gpu, preset_gpus, value)
+    if problem is not None:
+        t.fail("scale_up_gpus", problem)
+    return replace(gpu, scale_up_gpus=value)

@@ -1,0 +1,64 @@
+"""How a report's plots are drawn cheaply without changing what they show (issue 29 item 2):
+the work dealt into shares of about equal cost, titles placed at a fixed height unless an axis
+writes its offset text where a title would cover it, PNGs written opaque."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from hypothesis import given
+from hypothesis import strategies as st
+from PIL import Image
+from plot_checks import kept_figures
+
+from pagesim.reports.plot_jobs import shares
+from pagesim.reports.style import figure, save
+
+
+def test_the_dearest_plots_go_first_each_to_the_lightest_share() -> None:
+    assert shares([1.3, 0.5, 1.3, 1.0, 0.8], 2) == [[0, 3], [2, 4, 1]]
+    assert shares([1.0, 1.0], 3) == [[0], [1], []]
+
+
+@given(
+    st.lists(st.floats(min_value=0.0, max_value=10.0), max_size=30),
+    st.integers(min_value=1, max_value=8),
+)
+def test_every_plot_is_in_one_share_and_no_share_outweighs_another_by_more_than_one_plot(
+    costs: list[float], num_shares: int
+) -> None:
+    dealt = shares(costs, num_shares)
+    assert len(dealt) == num_shares
+    assert sorted(i for share in dealt for i in share) == list(range(len(costs)))
+    totals = [sum(costs[i] for i in share) for share in dealt]
+    assert max(totals) - min(totals) <= max(costs, default=0.0) + 1e-9
+
+
+def test_a_title_stays_clear_of_the_offset_text_over_its_axis(tmp_path: Path) -> None:
+    """Large values with small differences make matplotlib write '1e7' (or '+1e7') over the
+    y axis: the title then moves above it, as matplotlib's own placement would put it."""
+    with kept_figures() as figures, figure(1, 2, 3.0) as (fig, axes):
+        axes[0, 0].plot([0, 1, 2], 1e7 + np.array([0.0, 1.0, 2.0]))
+        axes[0, 0].set_title("offset", loc="left")
+        axes[0, 1].plot([0, 1, 2], [0.0, 1.0, 2.0])
+        axes[0, 1].set_title("plain", loc="left")
+        save(fig, tmp_path / "offset.png")
+    (drawn,) = figures
+    renderer = drawn.canvas.get_renderer()  # type: ignore[attr-defined]
+    ax = drawn.axes[0]
+    offset = ax.yaxis.offsetText
+    assert offset.get_text()
+    title = ax._left_title.get_window_extent(renderer)
+    assert title.y0 >= offset.get_window_extent(renderer).y1
+    assert drawn.axes[1]._left_title.get_window_extent(renderer).y0 >= ax.bbox.y1
+
+
+def test_a_plot_is_written_opaque_at_the_reports_resolution(tmp_path: Path) -> None:
+    with figure(1, 1, 2.0) as (fig, axes):
+        axes[0, 0].plot([0, 1], [0, 1])
+        path = save(fig, tmp_path / "line.png")
+    with Image.open(path) as image:
+        assert image.mode == "RGB"
+        assert image.size == (1100, 220)
+        assert round(image.info["dpi"][0]) == 110
