@@ -26,7 +26,7 @@ from pagesim.simulator.core.config import (
 from pagesim.simulator.core.draft import model_draft_key
 from pagesim.simulator.core.errors import InputError
 from pagesim.simulator.core.link import LinkConfig
-from pagesim.simulator.kv.capacity import Capacity
+from pagesim.simulator.kv.block_budget import Capacity
 from pagesim.simulator.policies.seq_group import blocks_for
 
 if TYPE_CHECKING:  # the replicas import nothing of this module: types only

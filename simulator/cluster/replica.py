@@ -34,7 +34,7 @@ from pagesim.simulator.execution.frontend import frontend_of
 from pagesim.simulator.execution.model import ExecutionModel
 from pagesim.simulator.execution.pipeline_model import PipelineModel
 from pagesim.simulator.fastpath.attach import attach
-from pagesim.simulator.kv.capacity import kv_capacity
+from pagesim.simulator.kv.block_budget import kv_capacity
 from pagesim.simulator.metrics.energy import ReplicaEnergy, measure
 from pagesim.simulator.metrics.energy import replica_keys as energy_keys
 from pagesim.simulator.metrics.power import power_profile
