@@ -7,7 +7,9 @@
 The arrival process is every run's (arrivals.py); each replica is its loop (replica.py).
 With one replica, whatever the router, the run is engine.simulate's event for event (tests pin
 it on several built-in scenarios). Replicas that have nothing to do wait on their own event:
-they cost nothing while others step.
+they cost nothing while others step. `RoutedFleet` is what any fleet behind a router keeps (the
+routing, the in-flight counts, the results); a DP group (dp_group.py) is one, whose ranks step
+together in one loop of its own.
 """
 
 from __future__ import annotations
