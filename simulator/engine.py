@@ -1,8 +1,12 @@
-"""The `simulate` API: one serving replica fed by the workload's arrival process.
+"""The `simulate` API: one system of a scenario, run to completion or its stop time.
 
-The replica's heartbeat lives in simulator/cluster/replica.py (one loop for a single run and for
-every replica of a fleet, with its provenance); this module feeds it arrivals and finishes the
-result. The loop is:
+A run is one arrival process (simulator/cluster/arrivals.py) feeding replicas, each the SimPy
+step loop of simulator/cluster/replica.py: here a single replica, or, for a scenario with a
+[cluster] or multi-turn sessions, a fleet behind a router (cluster/fleet.py) or a disaggregated
+fleet (cluster/disagg.py), for one with model.data_parallel > 1 a DP group of lock-stepped ranks
+(cluster/dp_group.py), whose result modules (cluster/result.py, cluster/disagg_result.py) turn
+the run into one `RunResult`. Each replica's loop is (a pipelined replica's keeps up to one
+batch per stage in flight: cluster/pipeline_loop.py):
 
     plan = scheduler.schedule(now)          # policy decides the iteration
     cost = execution_model.price(plan)      # what it costs on this GPU
@@ -14,23 +18,28 @@ and it idles until an arrival (or a policy's wake-up time) when nothing is runna
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator
+from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-import numpy as np
 import simpy
 
 from pagesim import __version__
+from pagesim.simulator.cluster.arrivals import Arrivals, run
+from pagesim.simulator.cluster.disagg import run_disagg
+from pagesim.simulator.cluster.disagg_result import disagg_result
+from pagesim.simulator.cluster.dp_group import simulate_dp_group, unsupported
+from pagesim.simulator.cluster.fleet import run_fleet
 from pagesim.simulator.cluster.model_keys import replica_keys
 from pagesim.simulator.cluster.replica import ExecutionFactory, Replica, ReplicaStallError
+from pagesim.simulator.cluster.result import fleet_result
+from pagesim.simulator.core.cluster import ClusterConfig, PoolConfig
 from pagesim.simulator.core.collector import collector_paused
 from pagesim.simulator.core.config import Scenario, SystemConfig
 from pagesim.simulator.core.deployments import system_scenario
 from pagesim.simulator.core.errors import InputError
 from pagesim.simulator.execution.checks import utilization_warnings
 from pagesim.simulator.metrics.result import RunResult
-from pagesim.simulator.workload.stream import WorkloadStats, iter_requests
 
 if TYPE_CHECKING:  # imported by the runs that record one only
     from pagesim.simulator.metrics.block_map import BlockMapRecorder
@@ -54,8 +63,8 @@ def simulate(
     Same scenario and seed give identical results; simulations share no state.
     `execution_factory` replaces the scenario's execution model, e.g. by one that runs each plan
     for real over the scheduler's block tables and returns the measured time (fidelity checks).
-    `fast_path`: let lone decoders advance as a decode group (simulator.policies.decode_group:
-    the same results, faster). By default it is on when nobody looks at each step's
+    `fast_path`: let lone decoders advance as a decode group (simulator/fastpath/: the same
+    results, faster). By default it is on when nobody looks at each step's
     per-sequence state: no `on_step`, no `check_invariants`, no `execution_factory` (which may
     read the block tables every step), and the roofline prices the steps. `True` turns it on
     also under `check_invariants`, which then checks it (tests do).
@@ -77,8 +86,6 @@ def simulate(
     if scenario.cluster is None:  # a system's own tensor_parallel and dtypes (pools: their own)
         scenario = system_scenario(scenario, system or scenario.systems[0])
     if scenario.data_parallel > 1:  # every DP rank, lock-stepped (cluster/dp_group.py)
-        from pagesim.simulator.cluster.dp_group import simulate_dp_group, unsupported
-
         unsupported(
             scenario,
             is_fleet
@@ -92,9 +99,7 @@ def simulate(
 
         check_mappable(scenario)
     if is_fleet:
-        from pagesim.simulator.cluster.disagg_result import simulate_any_fleet
-
-        return simulate_any_fleet(scenario, system, check_invariants=check_invariants)
+        return _simulate_fleet(scenario, system or scenario.systems[0], check_invariants)
     env = simpy.Environment()
     replica = Replica(
         0,
@@ -109,26 +114,10 @@ def simulate(
         fast_path=fast_path,
         block_map=block_map,
     )
-    rng = np.random.default_rng(scenario.seed)
-    max_time = scenario.stop.max_time_s
-    workload_stats = WorkloadStats()
-
-    def arrivals() -> Generator[simpy.Event, None, None]:
-        max_seq_len = scenario.model.max_seq_len
-        for request in iter_requests(scenario.workload, max_seq_len, rng, workload_stats):
-            if max_time is not None and request.arrival_s > max_time:
-                break
-            if request.arrival_s > env.now:
-                yield env.timeout(request.arrival_s - env.now)
-            replica.add_request(request)  # marks the arrival window's edges, wakes the loop
-        replica.mark_arrivals_done()
-
-    # The arrival process first, then the replica's loop: the order of creation orders the
-    # events that fall at one instant (fleets keep the same order, cluster/fleet.py).
-    env.process(arrivals())
-    done = replica.start()
-    env.run(until=done if max_time is None else max_time)
-    result = replica.result(scenario.name, env.now, workload_stats.provenance())
+    # The replica marks its own arrival window (Replica.add_request): no fleet's to count.
+    arrivals = Arrivals(env, scenario, replica.add_request, replica.mark_arrivals_done)
+    end_s = run(env, arrivals, [replica], scenario.stop.max_time_s)
+    result = replica.result(scenario.name, end_s, arrivals.provenance())
     provenance = {"pagesim_version": __version__} | {
         k: v for k, v in result.provenance.items() if k not in ("replica", "pool")
     }
@@ -141,3 +130,22 @@ def simulate(
     # counts): cluster/model_keys.py, which gives a fleet's replicas the same.
     result.summary.update(replica_keys(replica, result))
     return replace(result, provenance=provenance)
+
+
+def _simulate_fleet(scenario: Scenario, system: SystemConfig, check_invariants: bool) -> RunResult:
+    """A scenario with a [cluster] (or multi-turn sessions, on one replica): its fleet's run
+    (cluster/fleet.py, or cluster/disagg.py with prefill and decode pools) as one result. A
+    colocated system of a disaggregated scenario (`colocated_systems`) runs its pools
+    colocated."""
+    cluster = scenario.cluster
+    warmup_s = scenario.stop.warmup_s
+    if cluster is None:  # sessions: their next turns wait for answers, which a fleet routes
+        cluster = ClusterConfig((PoolConfig("replica", 1, scenario.gpu, scenario.tensor_parallel),))
+    else:
+        cluster = cluster.for_system(system.name)
+        if cluster.is_disaggregated:
+            disagg = run_disagg(scenario, cluster, system, check_invariants=check_invariants)
+            return disagg_result(disagg, scenario.name, system.name, warmup_s)
+        scenario = replace(scenario, cluster=cluster)
+    fleet = run_fleet(scenario, cluster, system, check_invariants=check_invariants)
+    return fleet_result(fleet, scenario.name, system.name, warmup_s)

@@ -36,12 +36,7 @@ SAME_IDEA = {
     "traces.py": "trace CSV files: read for a run (workload), checked before it (scenario)",
 }
 # A different idea under a repeated name, not yet renamed, and why.
-NOT_YET_RENAMED = {
-    "simulator/kv/capacity.py": (
-        "KV blocks a system gets on its GPU, not `pagesim capacity`: to be renamed (e.g. "
-        "kv/block_budget.py) once simulator/cluster/, which imports it, is restructured"
-    ),
-}
+NOT_YET_RENAMED: dict[str, str] = {}
 
 
 FOLDERS = ("pagesim", "simulator", "calibration", "reports", "scenarios", "kernels")

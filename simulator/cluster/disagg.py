@@ -51,8 +51,10 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import simpy
 
+from pagesim.simulator.cluster.arrivals import Arrivals, run
 from pagesim.simulator.cluster.disagg_checks import (
-    decode_memory_reason,
+    check_replicas,
+    link_of,
     policy_reason,
     workload_refusal,
 )
@@ -65,7 +67,7 @@ from pagesim.simulator.cluster.routers import LoadBoard, Router, make_router
 from pagesim.simulator.core.cluster import ClusterConfig, PoolRole, RouterConfig
 from pagesim.simulator.core.config import Scenario, SystemConfig
 from pagesim.simulator.core.deployments import pool_deployments
-from pagesim.simulator.core.draft import draft_model_spec, model_draft_key
+from pagesim.simulator.core.draft import draft_model_spec
 from pagesim.simulator.core.errors import InputError
 from pagesim.simulator.core.link import LinkConfig
 from pagesim.simulator.core.request import Request, RequestStatus
@@ -77,7 +79,7 @@ from pagesim.simulator.policies.remote_kv import (
     release_held,
     reserve_remote,
 )
-from pagesim.simulator.workload.stream import WorkloadStats, iter_requests
+from pagesim.simulator.workload.stream import WorkloadStats
 
 # The decode router's RNG: its own stream, beside the prefill router's (fleet.py's tag).
 _DECODE_ROUTER_STREAM = _ROUTER_STREAM + 1
@@ -115,104 +117,174 @@ class DisaggRun:
     in_flight_samples: array[int] = field(default_factory=lambda: array("q"))
 
 
-def check_disaggregated(cluster: ClusterConfig) -> LinkConfig:
-    roles = {pool.role for pool in cluster.pools}
-    names = ", ".join(f"{p.name} ({p.role.value})" for p in cluster.pools)
-    if PoolRole.BOTH in roles:
-        raise InputError(
-            f"cluster.pools: a disaggregated fleet has only prefill and decode pools; got "
-            f'{names}; set role = "prefill" or "decode" on every pool'
+class DisaggFleet:
+    """Prefill and decode replicas, their routers and the link between them, fed by the run's
+    arrival process (arrivals.py). Each request's way is its `Handoff`; a decode replica's
+    queue of prompts waiting for its memory is `waiting[i]`; `num_outstanding` counts the
+    requests sent to a prefill replica and not yet landed on a decode replica nor rejected
+    (the decode replicas may end only once it is 0 and no request will arrive)."""
+
+    def __init__(
+        self,
+        scenario: Scenario,
+        cluster: ClusterConfig,
+        system: SystemConfig,
+        *,
+        check_invariants: bool = False,
+    ) -> None:
+        self.link = link_of(cluster)
+        refusal = workload_refusal(scenario.workload)
+        if refusal is not None:
+            raise InputError(f"workload.{refusal[0]}: {refusal[1]}")
+        self.scenario = scenario
+        self.env = env = simpy.Environment()
+        self.prefills, self.decodes = _build_replicas(
+            scenario, cluster, system, env, self, check_invariants
         )
-    for role in (PoolRole.PREFILL, PoolRole.DECODE):
-        if role not in roles:
-            raise InputError(
-                f"cluster.pools: a disaggregated fleet needs a {role.value} pool; got {names}"
-            )
-    if cluster.link is None:
-        raise InputError("cluster.link: required with prefill/decode pools (preset or bandwidth)")
-    return cluster.link
+        self.drafters = {
+            r.system.name: None
+            if r.system.speculative is None
+            else draft_model_spec(r.system.speculative, scenario.model)
+            for r in self.decodes
+        }
+        # request id -> its way through the fleet (the requests that reached a prefill replica)
+        self.handoffs: dict[int, Handoff] = {}
+        self.waiting: list[deque[Handoff]] = [deque() for _ in self.decodes]
+        self.num_outstanding = 0
+        self.ports = Ports(env, len(self.prefills) + len(self.decodes))
+        self.prefill_router = _router(
+            cluster.prefill_router or cluster.router,
+            self.prefills,
+            (scenario.seed, _ROUTER_STREAM),
+        )
+        self.decode_router = _router(
+            cluster.decode_router or cluster.router,
+            self.decodes,
+            (scenario.seed, _DECODE_ROUTER_STREAM),
+        )
+        # One decode replica of each pool answers whether a request could ever run there.
+        self.judges = list({replica.pool: replica for replica in self.decodes}.values())
+        # A served fleet's front end (execution/frontend.py: P/D adds it, not V0's late delivery).
+        frontend_s = frontend_of(scenario.execution, system).frontend_s
+        self.log = RequestLog(scenario.slo, scenario.stop.warmup_s, frontend_s)
+        self.in_flight_samples: array[int] = array("q")  # the prefill router's, at arrivals
+        self.arrivals = Arrivals(
+            env, scenario, self._send, self._end_arrivals, count_tokens=self._num_output_tokens
+        )
 
+    def run(self) -> DisaggRun:
+        """Run to completion or the stop time."""
+        replicas = [*self.prefills, *self.decodes]
+        end_s = run(self.env, self.arrivals, replicas, self.scenario.stop.max_time_s)
+        return DisaggRun(
+            self.prefills,
+            self.decodes,
+            self.link,
+            self.ports,
+            self.handoffs,
+            self.log,
+            end_s,
+            self.arrivals.stats,
+            self.arrivals.window_tokens,
+            (self.prefill_router, self.decode_router),
+            self.in_flight_samples,
+        )
 
-def run_disagg(
-    scenario: Scenario,
-    cluster: ClusterConfig,
-    system: SystemConfig | None = None,
-    *,
-    check_invariants: bool = False,
-) -> DisaggRun:
-    """Run `scenario`'s workload on a disaggregated `cluster` to completion or the stop time."""
-    link = check_disaggregated(cluster)
-    refusal = workload_refusal(scenario.workload)
-    if refusal is not None:
-        raise InputError(f"workload.{refusal[0]}: {refusal[1]}")
-    system = system or scenario.systems[0]
-    pools = pool_deployments(scenario, cluster, system)
-    for pool in pools:
-        reason = policy_reason(pool.system)
+    # --- arrivals --------------------------------------------------------------------------
+
+    def _send(self, request: Request) -> None:
+        """An arrival: rejected if no decode pool could hold it, else its prompt (a request of
+        one output token) goes to a prefill replica."""
+        self.log.add(request)
+        reason = _decode_reason(self.judges, request)
         if reason is not None:
-            raise InputError(f"cluster pool {pool.pool_name!r}: {reason}")
-    too_big = fleet_blocks_reason(pools)
-    if too_big is not None:
-        raise InputError(f"cluster.pools: {too_big}")
-    env = simpy.Environment()
-    prefills: list[PrefillReplica] = []
-    decodes: list[DecodeReplica] = []
-    handoffs: dict[int, Handoff] = {}
-    counts = {"outstanding": 0}  # sent to a prefill replica, not yet landed nor rejected
-    arrivals_ended = [False]
-    # A served fleet's front end (execution/frontend.py: P/D adds it, not V0's late delivery).
-    log = RequestLog(
-        scenario.slo, scenario.stop.warmup_s, frontend_of(scenario.execution, system).frontend_s
-    )
+            request.reject(reason, self.env.now)
+            return
+        self.in_flight_samples.extend(self.prefill_router.in_flight)
+        index = self.prefill_router.route(request, self.env.now)
+        clone = replace(request, output_len=1, history=[])
+        self.handoffs[request.request_id] = Handoff(request, index, clone)
+        self.num_outstanding += 1
+        self.prefills[index].add_request(clone)
 
-    def settle_one() -> None:
-        counts["outstanding"] -= 1
-        maybe_end()
+    def _end_arrivals(self) -> None:
+        for replica in self.prefills:
+            replica.mark_arrivals_done()
+        self._maybe_end()
 
-    def maybe_end() -> None:
+    def _maybe_end(self) -> None:
         """No request can reach a decode replica any more: let them end when idle."""
-        if arrivals_ended[0] and counts["outstanding"] == 0:
-            for replica in decodes:
+        if self.arrivals.is_exhausted and self.num_outstanding == 0:
+            for replica in self.decodes:
                 replica.mark_arrivals_done()
 
-    def on_prefill_done(replica: Replica, clone: Request) -> None:
-        handoff = handoffs[clone.request_id]
-        prefill_router.finished(handoff.prefill, clone)
+    def _settle_one(self) -> None:
+        """A request sent to a prefill replica landed on a decode replica or was rejected."""
+        self.num_outstanding -= 1
+        self._maybe_end()
+
+    def _num_output_tokens(self) -> int:
+        return sum(replica.num_output_tokens for replica in self.decodes)
+
+    # --- the replicas' hooks ---------------------------------------------------------------
+
+    def prefill_done(self, replica: Replica, clone: Request) -> None:
+        """A prefill replica finished (or rejected) a prompt: the decode router picks where
+        its KV goes, and the transfer starts once that replica has room."""
+        handoff = self.handoffs[clone.request_id]
+        self.prefill_router.finished(handoff.prefill, clone)
         if clone.status is RequestStatus.REJECTED:
-            handoff.request.reject(clone.rejection_reason or "rejected by its prefill", env.now)
-            settle_one()
+            reason = clone.rejection_reason or "rejected by its prefill"
+            handoff.request.reject(reason, self.env.now)
+            self._settle_one()
             return
         assert isinstance(replica, PrefillReplica)
-        handoff.prefill_done_s = env.now
+        handoff.prefill_done_s = self.env.now
         handoff.prefill_step_s = replica.last_step_s
-        index = decode_router.route(handoff.request, env.now)
+        index = self.decode_router.route(handoff.request, self.env.now)
         handoff.decode = index
-        waiting[index].append(handoff)
-        try_reserve(decodes[index])
+        self.waiting[index].append(handoff)
+        self._try_reserve(self.decodes[index])
 
-    def on_decode_done(replica: Replica, request: Request) -> None:
-        decode_router.finished(replica.index - len(prefills), request)
+    def decode_done(self, replica: Replica, request: Request) -> None:
+        self.decode_router.finished(replica.index - len(self.prefills), request)
 
-    def try_reserve(replica: DecodeReplica) -> None:
-        queue = waiting[replica.index - len(prefills)]
+    def decode_stepped(self, replica: DecodeReplica) -> None:
+        """After each decode step: memory it freed may take waiting prompts."""
+        if self.waiting[replica.index - len(self.prefills)]:
+            self._try_reserve(replica)
+
+    # --- the transfer ----------------------------------------------------------------------
+
+    def _try_reserve(self, replica: DecodeReplica) -> None:
+        """The waiting prompts of `replica`, in order, while it has room: blocks reserved, the
+        transfer started."""
+        queue = self.waiting[replica.index - len(self.prefills)]
         while queue and can_receive(replica.paged):
             handoff = queue[0]
             num_tokens = reserve_remote(replica.paged, handoff.request)
             if num_tokens is None:
                 return
             queue.popleft()
-            handoff.reserved_s = env.now
+            handoff.reserved_s = self.env.now
             handoff.num_tokens = num_tokens
-            env.process(send_kv(handoff, replica))
+            self.env.process(self._send_kv(handoff, replica))
 
-    def send_kv(handoff: Handoff, decode: DecodeReplica) -> Generator[simpy.Event, None, None]:
-        prefill = prefills[handoff.prefill]
+    def _send_kv(
+        self, handoff: Handoff, decode: DecodeReplica
+    ) -> Generator[simpy.Event, None, None]:
+        """The prompt's KV (and its draft's) over the link, both replicas' ports held; then the
+        prefill replica frees its blocks and the decode replica takes the request."""
+        prefill = self.prefills[handoff.prefill]
+        scenario = self.scenario
         tp_p, tp_d = prefill.scenario.tensor_parallel, decode.scenario.tensor_parallel
-        drafter = drafters[decode.system.name]  # the prefill side's agrees (scenario/disagg.py)
+        # The prefill side's draft agrees (scenario/disagg.py).
+        drafter = self.drafters[decode.system.name]
         num_tokens, dtype = handoff.num_tokens, scenario.kv_dtype
         draft_bytes = 0 if drafter is None else transfer_bytes(drafter, dtype, num_tokens, tp_d)
         num_bytes = transfer_bytes(scenario.model, dtype, num_tokens, tp_d) + draft_bytes
         handoff.num_bytes = num_bytes
+        env, link = self.env, self.link
 
         def seconds_after(waited: float) -> float:
             at_step_end = env.now == handoff.prefill_done_s
@@ -225,7 +297,7 @@ def run_disagg(
                 tail_bytes=draft_bytes,
             )
 
-        held = env.process(ports.hold(prefill.index, decode.index, seconds_after))
+        held = env.process(self.ports.hold(prefill.index, decode.index, seconds_after))
         yield held
         taken = held.value  # (when the ports were taken, the seconds held)
         assert taken is not None
@@ -235,115 +307,57 @@ def run_disagg(
         prefill.wake()  # its freed blocks may admit a waiting prompt
         land_remote(decode.paged, handoff.request.request_id)
         decode.receive(handoff.request)
-        settle_one()
+        self._settle_one()
 
-    def on_decode_step(replica: DecodeReplica) -> None:
-        if waiting[replica.index - len(prefills)]:
-            try_reserve(replica)
 
+def run_disagg(
+    scenario: Scenario,
+    cluster: ClusterConfig,
+    system: SystemConfig | None = None,
+    *,
+    check_invariants: bool = False,
+) -> DisaggRun:
+    """Run `scenario`'s workload on a disaggregated `cluster` to completion or the stop time."""
+    system = system or scenario.systems[0]
+    return DisaggFleet(scenario, cluster, system, check_invariants=check_invariants).run()
+
+
+def _build_replicas(
+    scenario: Scenario,
+    cluster: ClusterConfig,
+    system: SystemConfig,
+    env: simpy.Environment,
+    fleet: DisaggFleet,
+    check_invariants: bool,
+) -> tuple[list[PrefillReplica], list[DecodeReplica]]:
+    """The pools' replicas, prefill replicas first (their fleet indices: ports and report),
+    each told of `fleet`'s hooks; refused with the reason where a pool cannot take part."""
+    pools = pool_deployments(scenario, cluster, system)
     for pool in pools:
-        kind = PrefillReplica if pool.role is PoolRole.PREFILL else DecodeReplica
+        reason = policy_reason(pool.system)
+        if reason is not None:
+            raise InputError(f"cluster pool {pool.pool_name!r}: {reason}")
+    too_big = fleet_blocks_reason(pools)
+    if too_big is not None:
+        raise InputError(f"cluster.pools: {too_big}")
+    prefills: list[PrefillReplica] = []
+    decodes: list[DecodeReplica] = []
+    for pool in pools:
         for _ in range(pool.count):
-            on_done = on_prefill_done if pool.role is PoolRole.PREFILL else on_decode_done
-            replica = kind(
-                0,
-                pool.pool_name,
-                pool.scenario,
-                pool.system,
-                env,
-                on_done,
-                check_invariants=check_invariants,
-            )
-            if isinstance(replica, PrefillReplica):
-                prefills.append(replica)
+            args = (0, pool.pool_name, pool.scenario, pool.system, env)
+            if pool.role is PoolRole.PREFILL:
+                prefill = PrefillReplica(
+                    *args, fleet.prefill_done, check_invariants=check_invariants
+                )
+                prefills.append(prefill)
             else:
-                replica.after_step = on_decode_step
-                decodes.append(replica)
+                decode = DecodeReplica(*args, fleet.decode_done, check_invariants=check_invariants)
+                decode.after_step = fleet.decode_stepped
+                decodes.append(decode)
     for i, member in enumerate([*prefills, *decodes]):
         member.index = i  # prefill replicas first, then decode replicas: ports and report
-    for member in [*prefills, *decodes]:
-        if member.capacity.layout is not None:  # scenario/disagg.py says so for scenario files
-            raise InputError(
-                f"cluster pool {member.pool!r}: system {member.system.name!r} lays "
-                f"{scenario.model.name}'s KV out in layer groups (sliding-window or state "
-                "layers); a disaggregated fleet moves one block table per sequence: set "
-                "hybrid_kv_cache_manager = false (window layers only) or run it colocated"
-            )
-    _check_decode_memory(decodes, scenario.model.max_seq_len)
-    if len({model_draft_key(r.system.speculative) for r in [*prefills, *decodes]}) > 1:
-        raise InputError(  # scenario/disagg.py says so for scenario files, naming the pools
-            "cluster pools: the prefill and decode replicas' systems differ in their model "
-            "draft (speculative method or draft_model); its KV travels with the prompt's, so "
-            "give every pool the same [systems.speculative] method and draft_model"
-        )
-    drafters = {
-        r.system.name: None
-        if r.system.speculative is None
-        else draft_model_spec(r.system.speculative, scenario.model)
-        for r in decodes
-    }
-    waiting: list[deque[Handoff]] = [deque() for _ in decodes]
-    ports = Ports(env, len(prefills) + len(decodes))
-    prefill_router = _router(
-        cluster.prefill_router or cluster.router, prefills, (scenario.seed, _ROUTER_STREAM)
-    )
-    decode_router = _router(
-        cluster.decode_router or cluster.router, decodes, (scenario.seed, _DECODE_ROUTER_STREAM)
-    )
-    # One decode replica of each pool answers whether a request could ever run there.
-    judges = list({replica.pool: replica for replica in decodes}.values())
-
-    rng = np.random.default_rng(scenario.seed)
-    max_time, warmup_s = scenario.stop.max_time_s, scenario.stop.warmup_s
-    stats = WorkloadStats()
-    window_tokens: list[int | None] = [None, None]
-    samples: array[int] = array("q")
-
-    def send(request: Request) -> None:
-        tokens = sum(replica.num_output_tokens for replica in decodes)
-        if window_tokens[0] is None and request.arrival_s >= warmup_s:
-            window_tokens[0] = tokens
-        window_tokens[1] = tokens
-        log.add(request)
-        reason = _decode_reason(judges, request)
-        if reason is not None:
-            request.reject(reason, env.now)
-            return
-        samples.extend(prefill_router.in_flight)
-        index = prefill_router.route(request, env.now)
-        clone = replace(request, output_len=1, history=[])
-        handoffs[request.request_id] = Handoff(request, index, clone)
-        counts["outstanding"] += 1
-        prefills[index].add_request(clone)
-
-    def arrivals() -> Generator[simpy.Event, None, None]:
-        for request in iter_requests(scenario.workload, scenario.model.max_seq_len, rng, stats):
-            if max_time is not None and request.arrival_s > max_time:
-                break
-            if request.arrival_s > env.now:
-                yield env.timeout(request.arrival_s - env.now)
-            send(request)
-        arrivals_ended[0] = True
-        for replica in prefills:
-            replica.mark_arrivals_done()
-        maybe_end()
-
-    env.process(arrivals())
-    done = env.all_of([replica.start() for replica in [*prefills, *decodes]])
-    env.run(until=done if max_time is None else max_time)
-    return DisaggRun(
-        prefills,
-        decodes,
-        link,
-        ports,
-        handoffs,
-        log,
-        env.now,
-        stats,
-        (window_tokens[0], window_tokens[1]),
-        (prefill_router, decode_router),
-        samples,
-    )
+    check_replicas(prefills, decodes, scenario)
+    return prefills, decodes
 
 
 def _router(config: RouterConfig, replicas: Sequence[Replica], seed: tuple[int, int]) -> Router:
@@ -367,11 +381,3 @@ def _decode_reason(judges: list[DecodeReplica], request: Request) -> str | None:
         if reason is not None:
             return f"decode pool {replica.pool!r}: {reason}"
     return None
-
-
-def _check_decode_memory(decodes: list[DecodeReplica], max_seq_len: int) -> None:
-    """A decode pool must hold one request of the model's maximum length."""
-    for replica in {r.pool: r for r in decodes}.values():
-        reason = decode_memory_reason(replica.capacity, replica.system, max_seq_len)
-        if reason is not None:
-            raise InputError(f"decode pool {replica.pool!r} {reason}")

@@ -1,5 +1,6 @@
-"""What a disaggregated fleet (cluster/disagg.py) cannot run, as reasons: the run raises them,
-and `pagesim validate` (scenario/disagg.py) says them first, naming the scenario's key.
+"""What a disaggregated fleet (cluster/disagg.py) cannot run, as reasons: the run raises them
+(`link_of`, `check_replicas` and the fleet's own checks, as InputError), and `pagesim validate`
+(scenario/disagg.py) says them first, naming the scenario's key.
 
 - Multi-turn sessions: a next turn waits for the answer of the last, which pagesim's P/D fleet
   does not route back to the prefill side.
@@ -13,9 +14,23 @@ and `pagesim validate` (scenario/disagg.py) says them first, naming the scenario
 
 from __future__ import annotations
 
-from pagesim.simulator.core.config import CONTIGUOUS_POLICIES, SystemConfig, WorkloadConfig
-from pagesim.simulator.kv.capacity import Capacity
+from typing import TYPE_CHECKING
+
+from pagesim.simulator.core.cluster import ClusterConfig, PoolRole
+from pagesim.simulator.core.config import (
+    CONTIGUOUS_POLICIES,
+    Scenario,
+    SystemConfig,
+    WorkloadConfig,
+)
+from pagesim.simulator.core.draft import model_draft_key
+from pagesim.simulator.core.errors import InputError
+from pagesim.simulator.core.link import LinkConfig
+from pagesim.simulator.kv.block_budget import Capacity
 from pagesim.simulator.policies.seq_group import blocks_for
+
+if TYPE_CHECKING:  # the replicas import nothing of this module: types only
+    from pagesim.simulator.cluster.disagg_replicas import DecodeReplica, PrefillReplica
 
 
 def workload_refusal(workload: WorkloadConfig) -> tuple[str, str] | None:
@@ -74,3 +89,53 @@ def decode_memory_reason(capacity: Capacity, system: SystemConfig, max_seq_len: 
         "tensor_parallel or more num_kv_blocks, or a model config.json with a smaller "
         "max_position_embeddings"
     )
+
+
+def link_of(cluster: ClusterConfig) -> LinkConfig:
+    """The link of a disaggregated `cluster`, whose pools must all be prefill or decode pools."""
+    roles = {pool.role for pool in cluster.pools}
+    names = ", ".join(f"{p.name} ({p.role.value})" for p in cluster.pools)
+    if PoolRole.BOTH in roles:
+        raise InputError(
+            f"cluster.pools: a disaggregated fleet has only prefill and decode pools; got "
+            f'{names}; set role = "prefill" or "decode" on every pool'
+        )
+    for role in (PoolRole.PREFILL, PoolRole.DECODE):
+        if role not in roles:
+            raise InputError(
+                f"cluster.pools: a disaggregated fleet needs a {role.value} pool; got {names}"
+            )
+    if cluster.link is None:
+        raise InputError("cluster.link: required with prefill/decode pools (preset or bandwidth)")
+    return cluster.link
+
+
+def check_replicas(
+    prefills: list[PrefillReplica], decodes: list[DecodeReplica], scenario: Scenario
+) -> None:
+    """What scenario/disagg.py says of scenario files, for fleets built in code too; and that
+    a decode pool holds one request of the model's maximum length."""
+    replicas: list[PrefillReplica | DecodeReplica] = [*prefills, *decodes]
+    for member in replicas:
+        if member.capacity.layout is not None:
+            raise InputError(
+                f"cluster pool {member.pool!r}: system {member.system.name!r} lays "
+                f"{scenario.model.name}'s KV out in layer groups (sliding-window or state "
+                "layers); a disaggregated fleet moves one block table per sequence: set "
+                "hybrid_kv_cache_manager = false (window layers only) or run it colocated"
+            )
+    _check_decode_memory(decodes, scenario.model.max_seq_len)
+    if len({model_draft_key(r.system.speculative) for r in replicas}) > 1:
+        raise InputError(  # scenario/disagg.py names the pools
+            "cluster pools: the prefill and decode replicas' systems differ in their model "
+            "draft (speculative method or draft_model); its KV travels with the prompt's, so "
+            "give every pool the same [systems.speculative] method and draft_model"
+        )
+
+
+def _check_decode_memory(decodes: list[DecodeReplica], max_seq_len: int) -> None:
+    """A decode pool must hold one request of the model's maximum length."""
+    for replica in {r.pool: r for r in decodes}.values():
+        reason = decode_memory_reason(replica.capacity, replica.system, max_seq_len)
+        if reason is not None:
+            raise InputError(f"decode pool {replica.pool!r} {reason}")

@@ -26,20 +26,12 @@ Summary: docs/design.md's metrics over all requests, the fleet figures of cluste
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import numpy as np
 import pandas as pd
 
-from pagesim.simulator.cluster.disagg import DisaggRun, run_disagg
+from pagesim.simulator.cluster.disagg import DisaggRun
 from pagesim.simulator.cluster.model_keys import add_replica_keys, fleet_keys, replica_figures
-from pagesim.simulator.cluster.result import (
-    _fleet_steps,
-    _step_figures,
-    imbalance,
-    simulate_cluster,
-)
-from pagesim.simulator.core.config import Scenario, SystemConfig
+from pagesim.simulator.cluster.result import _fleet_steps, _step_figures, imbalance
 from pagesim.simulator.metrics.energy import fleet_energy_keys
 from pagesim.simulator.metrics.recorder import summarize
 from pagesim.simulator.metrics.result import RunResult
@@ -209,20 +201,3 @@ def link_utilization(requests: pd.DataFrame, num_ports: int, bin_s: float) -> pd
     overlap = np.clip(np.minimum(hi, ends[None, :]) - np.maximum(lo, starts[None, :]), 0, None)
     busy = 2 * overlap.sum(axis=1) / (num_ports * bin_s)
     return pd.DataFrame({"start_s": edges[:-1], "busy_share": busy})
-
-
-def simulate_any_fleet(
-    scenario: Scenario, system: SystemConfig | None = None, *, check_invariants: bool = False
-) -> RunResult:
-    """engine.simulate for a scenario with a [cluster] (or sessions): a disaggregated fleet
-    here, any other through cluster/result.py's simulate_cluster. A colocated system of a
-    disaggregated scenario (`colocated_systems`) runs its pools colocated."""
-    system = system or scenario.systems[0]
-    cluster = scenario.cluster
-    if cluster is not None:
-        cluster = cluster.for_system(system.name)
-        if cluster.is_disaggregated:
-            run = run_disagg(scenario, cluster, system, check_invariants=check_invariants)
-            return disagg_result(run, scenario.name, system.name, scenario.stop.warmup_s)
-        scenario = replace(scenario, cluster=cluster)
-    return simulate_cluster(scenario, system, check_invariants=check_invariants)

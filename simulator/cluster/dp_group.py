@@ -2,7 +2,7 @@
 d > 1): every DP rank simulated, each with its own scheduler, KV cache and queue (a `Replica`,
 cluster/replica.py), lock-stepped at the MoE layers.
 
-    arrivals ──▶ DP load balancer ──▶ rank r's queue
+    arrivals (arrivals.py, a fleet's) ──▶ DP load balancer ──▶ rank r's queue
     each step: every rank plans; ranks with work run it, the others a dummy batch;
                the step lasts as long as the slowest rank (+ the hottest expert GPU's excess);
                every rank completes its plan at the same instant
@@ -25,20 +25,18 @@ cluster/replica.py), lock-stepped at the MoE layers.
   excess over the slowest rank's own tokens is added at the expert GEMMs' compute peak (an upper
   bound where the expert GEMMs are bound by their weight reads).
 
-No decode fast path (cluster/pure_runs.py): the ranks step one by one, together.
+No decode fast path (simulator/fastpath/): the ranks step one by one, together. Each rank is a
+replica (replica.py) whose step ends at its `_finish_step` seam, as a lone replica's does.
 """
 
 from __future__ import annotations
 
-from array import array
-from collections.abc import Generator
-from dataclasses import replace
+from collections.abc import Generator, Sequence
 
-import numpy as np
 import simpy
 
-from pagesim import __version__
-from pagesim.simulator.cluster.fleet import FleetRun
+from pagesim.simulator.cluster.arrivals import Loop
+from pagesim.simulator.cluster.fleet import RoutedFleet
 from pagesim.simulator.cluster.replica import Replica, ReplicaStallError
 from pagesim.simulator.cluster.result import fleet_result
 from pagesim.simulator.cluster.routers import Router
@@ -51,7 +49,6 @@ from pagesim.simulator.execution.expert_load import placement_hot_share
 from pagesim.simulator.execution.moe_cost import ExpertTraffic
 from pagesim.simulator.execution.roofline import RooflineModel
 from pagesim.simulator.metrics.result import RunResult
-from pagesim.simulator.workload.stream import WorkloadStats, iter_requests
 
 STATS_INTERVAL_S = 0.1  # vLLM's DP coordinator: counts published at most every 100 ms
 WAITING_WEIGHT = 4  # v0.11 core_client.py: score = waiting * 4 + running
@@ -83,9 +80,10 @@ class DPRank(Replica):
     def price(self, plan: StepPlan) -> StepCost:
         return self._price_step(plan)
 
-    def settle(self) -> None:
-        """Tell the router of the requests that ended in the step."""
-        self._settle()
+    def finish(self, start_s: float, plan: StepPlan, cost: StepCost) -> None:
+        """The group's step ended: apply this rank's plan, record it (`cost` includes its wait
+        for the slowest rank), tell the router of the requests that ended."""
+        self._finish_step(start_s, plan, cost)
 
 
 class DPLoadBalancer(Router):
@@ -110,13 +108,13 @@ class DPLoadBalancer(Router):
         return index
 
 
-class DPGroup:
-    """The ranks, their router, and the lock-stepped loop."""
+class DPGroup(RoutedFleet):
+    """The ranks behind their load balancer, fed by the run's arrival process (a fleet's:
+    fleet.py), and one lock-stepped loop in place of the ranks' own."""
 
     def __init__(
         self, scenario: Scenario, system: SystemConfig, env: simpy.Environment, check: bool
     ) -> None:
-        self.env, self.scenario = env, scenario
         d, t = scenario.data_parallel, scenario.tensor_parallel
         self.ranks = [
             DPRank(
@@ -125,13 +123,13 @@ class DPGroup:
                 scenario,
                 system,
                 env,
-                self._on_done,
+                self._answered,
                 check_invariants=check,
                 fast_path=False,
             )
             for i in range(d)
         ]
-        self.router = DPLoadBalancer(self.ranks)
+        super().__init__(scenario, env, list(self.ranks), DPLoadBalancer(self.ranks))
         model, moe, cfg = scenario.model, scenario.model.moe, scenario.wide_ep
         assert moe is not None
         first = self.ranks[0].execution
@@ -177,10 +175,13 @@ class DPGroup:
         self.a2a_s = 0.0
         self.hot_excess_s = 0.0
 
-    def _on_done(self, replica: Replica, request: Request) -> None:
-        self.router.finished(replica.index, request)
+    def loops(self) -> Sequence[Loop]:
+        return [self]  # the ranks step together (`_lock_step`), not each on its own
 
-    def run(self) -> Generator[simpy.Event, None, None]:
+    def start(self) -> simpy.Process:
+        return self.env.process(self._lock_step())
+
+    def _lock_step(self) -> Generator[simpy.Event, None, None]:
         env, ranks = self.env, self.ranks
         while True:
             plans = [rank.scheduler.schedule(env.now) for rank in ranks]
@@ -206,14 +207,10 @@ class DPGroup:
             start = env.now
             yield env.timeout(duration)
             for i in busy:
-                rank, cost = ranks[i], costs[i]
+                cost = costs[i]
                 wait = duration - cost.duration_s
                 self.wait_s += wait
-                rank.scheduler.complete(plans[i], env.now)
-                rank.recorder.record_step(
-                    start, plans[i], cost._replace(compute_s=cost.compute_s + wait), rank.scheduler
-                )
-                rank.settle()
+                ranks[i].finish(start, plans[i], cost._replace(compute_s=cost.compute_s + wait))
 
     def _set_group(self, tokens: list[int]) -> float:
         """Tell every rank's MoE layers the group's step; the dispatch + combine seconds."""
@@ -285,55 +282,12 @@ def simulate_dp_group(
     """engine.simulate for data_parallel > 1: the group's run as one result, its ranks reported
     as a fleet's replicas are (cluster/result.py), with the group's `dp_*` and `all2all_*`."""
     system = system or scenario.systems[0]
-    env = simpy.Environment()
-    group = DPGroup(scenario, system, env, check_invariants)
-    ranks, router = group.ranks, group.router
-    rng = np.random.default_rng(scenario.seed)
-    max_time = scenario.stop.max_time_s
-    stats = WorkloadStats()
-    routed_to: dict[int, int] = {}
-    samples: array[int] = array("q")
-    window: list[int | None] = [None, None]
-
-    def arrivals() -> Generator[simpy.Event, None, None]:
-        for request in iter_requests(scenario.workload, scenario.model.max_seq_len, rng, stats):
-            if max_time is not None and request.arrival_s > max_time:
-                break
-            if request.arrival_s > env.now:
-                yield env.timeout(request.arrival_s - env.now)
-            tokens = sum(rank.num_output_tokens for rank in ranks)
-            if window[0] is None and request.arrival_s >= scenario.stop.warmup_s:
-                window[0] = tokens
-            window[1] = tokens
-            samples.extend(router.in_flight)
-            index = router.route(request, env.now)
-            routed_to[request.request_id] = index
-            ranks[index].add_request(request)
-        for rank in ranks:
-            rank.mark_arrivals_done()
-
-    env.process(arrivals())
-    done = env.process(group.run())
-    env.run(until=done if max_time is None else max_time)
-    provenance = stats.provenance()
-    results = [rank.result(scenario.name, env.now, provenance) for rank in ranks]
-    for result in results:
-        result.provenance["pagesim_version"] = __version__
-    run = FleetRun(
-        list(ranks),
-        results,
-        router,
-        routed_to,
-        env.now,
-        stats,
-        samples,
-        {},
-        (window[0], window[1]),
-    )
+    group = DPGroup(scenario, system, simpy.Environment(), check_invariants)
+    run = group.run()
     result = fleet_result(run, scenario.name, system.name, scenario.stop.warmup_s)
-    result.summary.update(group.summary(env.now))
+    result.summary.update(group.summary(run.end_s))
     result.provenance["dp_group"] = group.describe()
-    return replace(result)
+    return result
 
 
 def unsupported(scenario: Scenario, other_mode: bool) -> None:

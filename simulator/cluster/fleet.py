@@ -4,22 +4,25 @@
         ▲                                        │ a request ended
         └──── a session's next turn ◀────────────┘ (think time after its answer)
 
-The arrival process is engine.simulate's; each replica is its loop (simulator/cluster/replica.py).
+The arrival process is every run's (arrivals.py); each replica is its loop (replica.py).
 With one replica, whatever the router, the run is engine.simulate's event for event (tests pin
 it on several built-in scenarios). Replicas that have nothing to do wait on their own event:
-they cost nothing while others step.
+they cost nothing while others step. `RoutedFleet` is what any fleet behind a router keeps (the
+routing, the in-flight counts, the results); a DP group (dp_group.py) is one, whose ranks step
+together in one loop of its own.
 """
 
 from __future__ import annotations
 
 from array import array
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import simpy
 
 from pagesim import __version__
+from pagesim.simulator.cluster.arrivals import Arrivals, Loop, run
 from pagesim.simulator.cluster.host_memory import fleet_blocks_reason
 from pagesim.simulator.cluster.replica import Replica
 from pagesim.simulator.cluster.routers import LoadBoard, Router, make_router
@@ -29,8 +32,7 @@ from pagesim.simulator.core.deployments import pool_deployments
 from pagesim.simulator.core.errors import InputError
 from pagesim.simulator.core.request import Request
 from pagesim.simulator.metrics.result import RunResult
-from pagesim.simulator.workload.sessions import SessionSource
-from pagesim.simulator.workload.stream import WorkloadStats, iter_requests
+from pagesim.simulator.workload.stream import WorkloadStats
 
 # The router's RNG is its own stream of the scenario seed: the workload draws exactly what it
 # draws in a single-replica run. The tag is arbitrary; it only has to stay fixed.
@@ -50,7 +52,7 @@ class FleetRun:
     in_flight_samples: array[int]  # [arrivals x replicas] the router's in-flight counts, flat
     session_of: dict[int, int]  # request id -> session id, for the requests that have one
     # Output tokens the replicas had produced at the fleet's first in-window arrival and at its
-    # last arrival (engine.simulate's arrival window, over the whole fleet).
+    # last arrival (the run's arrival window, over the whole fleet: arrivals.py).
     window_tokens: tuple[int | None, int | None] = (None, None)
 
 
@@ -83,6 +85,103 @@ def build_replicas(
     return replicas
 
 
+class RoutedFleet:
+    """Replicas behind one router in one SimPy environment, fed by the run's arrival process
+    (arrivals.py): what it routes where, and the router's in-flight counts at each arrival. A
+    kind of fleet builds its replicas (with `_answered` as their `on_done`) and its router,
+    then calls `__init__`; `loops()` are what run (each replica's own, by default)."""
+
+    def __init__(
+        self,
+        scenario: Scenario,
+        env: simpy.Environment,
+        replicas: list[Replica],
+        router: Router,
+    ) -> None:
+        self.scenario, self.env, self.replicas, self.router = scenario, env, replicas, router
+        self.arrivals = Arrivals(
+            env, scenario, self._send, self._end_arrivals, count_tokens=self._num_output_tokens
+        )
+        self.routed_to: dict[int, int] = {}  # request id -> replica index
+        self.session_of: dict[int, int] = {}  # request id -> session id, where it has one
+        self.in_flight_samples: array[int] = array("q")  # the router's counts at each arrival
+
+    def loops(self) -> Sequence[Loop]:
+        """What runs beside the arrival process: every replica's own loop."""
+        return self.replicas
+
+    def run(self) -> FleetRun:
+        """Run to completion or the stop time; the replicas' results, each of its own."""
+        scenario = self.scenario
+        end_s = run(self.env, self.arrivals, self.loops(), scenario.stop.max_time_s)
+        provenance = self.arrivals.provenance()
+        results = [replica.result(scenario.name, end_s, provenance) for replica in self.replicas]
+        for result in results:
+            result.provenance["pagesim_version"] = __version__
+        return FleetRun(
+            self.replicas,
+            results,
+            self.router,
+            self.routed_to,
+            end_s,
+            self.arrivals.stats,
+            self.in_flight_samples,
+            self.session_of,
+            self.arrivals.window_tokens,
+        )
+
+    def _send(self, request: Request) -> None:
+        """An arrival: the router picks its replica."""
+        self.in_flight_samples.extend(self.router.in_flight)
+        index = self.router.route(request, self.env.now)
+        if request.request_id in self.routed_to:
+            raise RuntimeError(f"request {request.request_id} routed twice")
+        self.routed_to[request.request_id] = index
+        if request.session_id is not None:
+            self.session_of[request.request_id] = request.session_id
+        self.replicas[index].add_request(request)
+
+    def _answered(self, replica: Replica, request: Request) -> None:
+        """A replica saw `request` end: the router's count falls; a session may go on."""
+        self.router.finished(replica.index, request)
+        self.arrivals.answered(request)
+
+    def _end_arrivals(self) -> None:
+        for replica in self.replicas:
+            replica.mark_arrivals_done()
+
+    def _num_output_tokens(self) -> int:
+        return sum(replica.num_output_tokens for replica in self.replicas)
+
+
+class Fleet(RoutedFleet):
+    """Pools of replicas (core/deployments.py) behind the router [cluster.router] names."""
+
+    def __init__(
+        self,
+        scenario: Scenario,
+        cluster: ClusterConfig,
+        system: SystemConfig,
+        *,
+        check_invariants: bool = False,
+    ) -> None:
+        env = simpy.Environment()
+        replicas = build_replicas(scenario, cluster, system, env, self._answered, check_invariants)
+        config = cluster.router_for(system.name)
+        block_tokens = config.prefix_block_tokens or replicas[0].capacity.block_size
+        router = make_router(
+            config,
+            len(replicas),
+            rng=np.random.default_rng((scenario.seed, _ROUTER_STREAM)),
+            board=LoadBoard(replicas, config.report_interval_s),
+            block_tokens=block_tokens,
+            capacity_blocks=[
+                r.capacity.num_gpu_blocks * r.capacity.block_size // block_tokens for r in replicas
+            ],
+        )
+        super().__init__(scenario, env, replicas, router)
+
+
 def run_fleet(
     scenario: Scenario,
     cluster: ClusterConfig,
@@ -92,114 +191,4 @@ def run_fleet(
 ) -> FleetRun:
     """Run `scenario`'s workload on `cluster` to completion or the stop time."""
     system = system or scenario.systems[0]
-    env = simpy.Environment()
-    routed_to: dict[int, int] = {}
-    session_of: dict[int, int] = {}
-    router_box: list[Router] = []
-
-    def on_done(replica: Replica, request: Request) -> None:
-        router_box[0].finished(replica.index, request)
-        if sessions is not None:
-            turn = sessions.next_turn(request)
-            if turn is not None:
-                env.process(send_later(turn))
-            elif arrivals_ended[0] and sessions.num_open == 0:
-                end_arrivals()
-
-    replicas = build_replicas(scenario, cluster, system, env, on_done, check_invariants)
-    config = cluster.router_for(system.name)
-    block_tokens = config.prefix_block_tokens or replicas[0].capacity.block_size
-    router = make_router(
-        config,
-        len(replicas),
-        rng=np.random.default_rng((scenario.seed, _ROUTER_STREAM)),
-        board=LoadBoard(replicas, config.report_interval_s),
-        block_tokens=block_tokens,
-        capacity_blocks=[
-            r.capacity.num_gpu_blocks * r.capacity.block_size // block_tokens for r in replicas
-        ],
-    )
-    router_box.append(router)
-    rng = np.random.default_rng(scenario.seed)
-    max_time = scenario.stop.max_time_s
-    warmup_s = scenario.stop.warmup_s
-    stats = WorkloadStats()
-    samples: array[int] = array("q")
-
-    max_seq_len = scenario.model.max_seq_len
-    sessions: SessionSource | None = None
-    if scenario.workload.sessions is not None:
-        sessions = SessionSource(scenario.workload, max_seq_len, rng, scenario.seed, stats)
-        stream = sessions.first_turns
-    else:
-        stream = iter_requests(scenario.workload, max_seq_len, rng, stats)
-    arrivals_ended = [False]  # the stream is exhausted (later session turns may follow)
-
-    window_tokens: list[int | None] = [None, None]
-
-    def send(request: Request) -> None:
-        tokens = sum(replica.num_output_tokens for replica in replicas)
-        if window_tokens[0] is None and request.arrival_s >= warmup_s:
-            window_tokens[0] = tokens
-        window_tokens[1] = tokens
-        samples.extend(router.in_flight)
-        index = router.route(request, env.now)
-        if request.request_id in routed_to:
-            raise RuntimeError(f"request {request.request_id} routed twice")
-        routed_to[request.request_id] = index
-        if request.session_id is not None:
-            session_of[request.request_id] = request.session_id
-        replicas[index].add_request(request)
-
-    def send_later(request: Request) -> Generator[simpy.Event, None, None]:
-        assert sessions is not None
-        if max_time is not None and request.arrival_s > max_time:
-            sessions.drop(request)
-            if arrivals_ended[0] and sessions.num_open == 0:
-                end_arrivals()
-            return
-        if request.arrival_s > env.now:
-            yield env.timeout(request.arrival_s - env.now)
-        send(request)
-
-    def end_arrivals() -> None:
-        for replica in replicas:
-            replica.mark_arrivals_done()
-
-    def arrivals() -> Generator[simpy.Event, None, None]:
-        for request in stream:
-            if max_time is not None and request.arrival_s > max_time:
-                break
-            if request.arrival_s > env.now:
-                yield env.timeout(request.arrival_s - env.now)
-            if sessions is not None:
-                sessions.start(request)
-            send(request)
-        arrivals_ended[0] = True
-        if sessions is None or sessions.num_open == 0:
-            end_arrivals()
-
-    # The arrival process first, then the replicas: engine.simulate's order of creation, which
-    # orders events that fall at one instant.
-    env.process(arrivals())
-    done = env.all_of([replica.start() for replica in replicas])
-    env.run(until=done if max_time is None else max_time)
-    provenance = stats.provenance()
-    if sessions is not None:
-        provenance["num_sessions"] = sessions.num_sessions
-        provenance["num_session_turns"] = sessions.num_turns
-        provenance["num_sessions_ended_at_max_seq_len"] = sessions.num_ended_at_max_len
-    results = [replica.result(scenario.name, env.now, provenance) for replica in replicas]
-    for result in results:
-        result.provenance["pagesim_version"] = __version__
-    return FleetRun(
-        replicas,
-        results,
-        router,
-        routed_to,
-        env.now,
-        stats,
-        samples,
-        session_of,
-        (window_tokens[0], window_tokens[1]),
-    )
+    return Fleet(scenario, cluster, system, check_invariants=check_invariants).run()

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 from pagesim.simulator.core.deployments import Deployment
 from pagesim.simulator.core.limits import MAX_FLEET_KV_BLOCKS
-from pagesim.simulator.kv.capacity import kv_capacity
+from pagesim.simulator.kv.block_budget import kv_capacity
 
 
 def replica_blocks(deployment: Deployment) -> int:

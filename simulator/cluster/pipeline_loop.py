@@ -87,15 +87,17 @@ class PipelineLoop:
         env: simpy.Environment,
         scheduler: PagedScheduler,
         model: PipelineModel,
-        on_batch: Callable[[float, StepPlan, StepCost], None],
-        idle: Callable[[], Generator[simpy.Event, None, bool]],
+        finish: Callable[[float, StepPlan, StepCost], None],
+        idle: Callable[[], simpy.Event | None],
     ) -> None:
         self._env = env
         self._scheduler = scheduler
         self._model = model
         self._clock = PipelineClock(model.num_stages)
-        self._on_batch = on_batch  # after a batch's tokens are applied: (start, plan, row)
-        self._idle = idle  # waits for an arrival or a wake-up; False when the run is over
+        # The replica's seams (cluster/replica.py): `finish(start, plan, row)` applies a batch's
+        # tokens and records it; `idle()` is the event to wait on, or None when the run is over.
+        self._finish = finish
+        self._idle = idle
         self.in_flight: deque[InFlight] = deque()
         self.num_batches = 0
 
@@ -119,8 +121,9 @@ class PipelineLoop:
                 if oldest.done_s > env.now:
                     yield env.timeout(oldest.done_s - env.now)
                 in_flight.popleft()
-                scheduler.complete(oldest.plan, env.now)
-                self._on_batch(oldest.spans[0].start_s, oldest.plan, oldest.row)
+                self._finish(oldest.spans[0].start_s, oldest.plan, oldest.row)
                 continue
-            if not (yield from self._idle()):
+            idle = self._idle()
+            if idle is None:
                 return
+            yield idle

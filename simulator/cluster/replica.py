@@ -1,6 +1,8 @@
-"""One serving replica: the engine loop, with its own scheduler, KV cache, execution model and
-recorder. engine.simulate runs a single one fed by the workload; a fleet runs several fed by a
-router (simulator/cluster/fleet.py). The step loop and the run's provenance live here only.
+"""One serving replica: the engine's SimPy step loop, with its own scheduler, KV cache, execution
+model and recorder. Every run feeds replicas from the one arrival process (arrivals.py):
+engine.simulate a single one, a fleet several behind a router (fleet.py, disagg.py). The step
+loop and the run's provenance live here only; the decode fast path, where it applies, enters
+through one call (simulator/fastpath/attach.py) and one object the loop asks for runs.
 
 The loop: plan, price, `yield env.timeout`, complete; idle until an arrival or a wake-up. An idle
 replica waits on its own event and costs nothing per step of the others. In a fleet, after each
@@ -16,7 +18,6 @@ from typing import TYPE_CHECKING
 import simpy
 
 from pagesim.simulator.cluster.pipeline_loop import PipelineLoop
-from pagesim.simulator.cluster.pure_runs import PureRuns
 from pagesim.simulator.core.config import Scenario, SystemConfig
 from pagesim.simulator.core.defaults import (
     HOST_OVERHEAD_KEY,
@@ -32,8 +33,8 @@ from pagesim.simulator.execution.factory import make_execution_model
 from pagesim.simulator.execution.frontend import frontend_of
 from pagesim.simulator.execution.model import ExecutionModel
 from pagesim.simulator.execution.pipeline_model import PipelineModel
-from pagesim.simulator.execution.roofline import RooflineModel
-from pagesim.simulator.kv.capacity import kv_capacity
+from pagesim.simulator.fastpath.attach import attach
+from pagesim.simulator.kv.block_budget import kv_capacity
 from pagesim.simulator.metrics.energy import ReplicaEnergy, measure
 from pagesim.simulator.metrics.energy import replica_keys as energy_keys
 from pagesim.simulator.metrics.power import power_profile
@@ -45,9 +46,6 @@ from pagesim.simulator.policies.paged import PagedScheduler
 
 if TYPE_CHECKING:  # imported by the runs that record one only
     from pagesim.simulator.metrics.block_map import BlockMapRecorder
-
-# Off: every step its own event (tests compare the two; the results are the same).
-USE_WINDOWS = True
 
 
 class ReplicaStallError(RuntimeError):
@@ -62,9 +60,18 @@ class Replica:
 
     engine.simulate runs its single replica through this class too, with the hooks only it
     uses: `on_step(now)` after every step, `execution_factory` in place of the scenario's
-    execution model, `fast_path` (see engine.simulate for when it is on by default), a
+    execution model, `fast_path` (simulator/fastpath/attach.py says when it is on), a
     `block_map` recorder (simulator/metrics/block_map.py) told of every step; and `on_done`
     None, since no router counts its requests in flight.
+
+    Its state: `scheduler`, `execution`, `recorder`, `capacity` (what it holds); `_runs` (the
+    fast path's runs of pure steps, or None); `_in_flight` and `_num_pending` (what the router
+    still counts). A kind of replica (disagg_replicas.py; a DP rank, dp_group.py) or a
+    pipelined loop (pipeline_loop.py, which runs in place of `_run` where the execution model
+    has pipeline stages) uses it at named seams, not in the loop: `_price_step` (what a step
+    costs), `_finish_step` (a step's end), `_idle_event` (what to wait on, or the end),
+    `_settle` (requests that ended), `waits_on_others` (idle, not stalled) and
+    `takes_windows` (whether runs of pure steps may be settled ahead).
     """
 
     def __init__(
@@ -103,17 +110,8 @@ class Replica:
             self.execution = execution_factory(scenario, system, self.scheduler)
         if block_map is not None and fast_path:
             raise ValueError("a block map reads every step's tables: it needs fast_path off")
+        # A replica with pipeline stages runs its batches through cluster/pipeline_loop.py.
         self._pipeline = pipeline_loop(self, env)  # None without pipeline stages
-        if self._pipeline is not None:
-            fast_path = False  # the fast path's decode windows know one batch at a time
-        if fast_path is None:  # on when nobody looks at each step's per-sequence state
-            fast_path = (
-                execution_factory is None
-                and isinstance(self.execution, RooflineModel)
-                and not check_invariants
-                and on_step is None
-                and block_map is None  # a block map reads every step's tables
-            )
         # The client's view of this system (served or offline, V0's late delivery).
         self.frontend = frontend = frontend_of(scenario.execution, system)
         self.recorder = Recorder(
@@ -128,23 +126,25 @@ class Replica:
         # What prices a step in the loop: the execution model's, unless a kind of replica
         # watches each step's cost (disagg_replicas.PrefillReplica).
         self._price_step: Callable[[StepPlan], StepCost] = self.execution.price
-        self._runs: PureRuns | None = None  # runs of pure decode steps (cluster/pure_runs.py)
-        if fast_path:
-            enable = getattr(self.scheduler, "enable_fast_path", None)
-            if enable is not None and enable():
-                execution = self.execution
-                scheduler = self.scheduler
-                if (  # and nobody looks at every step (as the default fast path asks)
-                    USE_WINDOWS
-                    and self.takes_windows
-                    and on_step is None
-                    and not check_invariants
-                    and execution_factory is None
-                    and isinstance(scheduler, PagedScheduler)
-                    and isinstance(execution, RooflineModel)
-                    and execution.prices_statelessly
-                ):
-                    self._runs = PureRuns(env, scheduler, execution, self.recorder)
+        # The decode fast path (simulator/fastpath/), where it applies: the runs of pure decode
+        # steps this loop then settles in one event each.
+        is_watched = (
+            on_step is not None
+            or check_invariants
+            or execution_factory is not None
+            or block_map is not None
+        )
+        self._runs = attach(
+            env,
+            self.scheduler,
+            self.execution,
+            self.recorder.steps,
+            scenario.gpu,
+            # the fast path's decode windows know one batch at a time, not a pipe of them
+            requested=False if self._pipeline is not None else fast_path,
+            is_watched=is_watched,
+            takes_runs=self.takes_windows,
+        )
         self._on_step = on_step
         self._block_map = block_map
         if block_map is not None:  # its reader imported by the runs that record one only
@@ -167,7 +167,7 @@ class Replica:
     takes_windows = True
 
     def start(self) -> simpy.Process:
-        """Start the loop (after the arrival process: the order engine.simulate creates them)."""
+        """Start the loop (after the arrival process: the order arrivals.run creates them)."""
         if self._pipeline is not None:  # pipeline stages: cluster/pipeline_loop.py
             return self._env.process(self._pipeline.run())
         process = self._env.process(self._run())
@@ -218,7 +218,7 @@ class Replica:
         if self._runs is not None:
             self._runs.cut()  # the next step may admit it
         self.num_routed += 1
-        # The arrival window's edges for the token rate, as engine.simulate marks them: its
+        # The arrival window's edges for the token rate, as arrivals.py marks a fleet's: its
         # first in-window arrival opens it, each arrival moves its end (the last one's stays).
         recorder, tokens = self.recorder, self.scheduler.num_output_tokens
         if recorder.window_tokens[0] is None and request.arrival_s >= self._warmup_s:
@@ -256,6 +256,8 @@ class Replica:
     # --- the heartbeat (every replica's, a single run's included) ---------------------------
 
     def _run(self) -> Generator[simpy.Event, None, None]:
+        """The step loop: a run of pure steps where the fast path has one, else one step (plan,
+        price, time passes, `_finish_step`), else wait (`_idle_event`) or end."""
         env, scheduler, price = self._env, self.scheduler, self._price_step
         runs = self._runs
         while True:
@@ -266,35 +268,40 @@ class Replica:
                 continue
             plan = scheduler.schedule(env.now)
             if plan.is_empty:
-                if not (yield from self._idle()):
+                idle = self._idle_event()
+                if idle is None:
                     return
+                yield idle
                 continue
             cost = price(plan)
-            start = env.now
+            start_s = env.now
             yield env.timeout(cost.duration_s)
-            scheduler.complete(plan, env.now)
-            self._after_step(start, plan, cost)
+            self._finish_step(start_s, plan, cost)
 
-    def _after_step(self, start: float, plan: StepPlan, cost: StepCost) -> None:
-        """A step's (or a pipelined batch's) tokens were applied: record it, tell the hooks."""
+    def _finish_step(self, start_s: float, plan: StepPlan, cost: StepCost) -> None:
+        """The step's end: the scheduler applies it (tokens appear, requests finish, memory
+        frees), the recorder keeps it, and whoever watches or routes hears of it."""
+        scheduler, now_s = self.scheduler, self._env.now
+        scheduler.complete(plan, now_s)
         if self._check:
-            self.scheduler.check_invariants()
-        self.recorder.record_step(start, plan, cost, self.scheduler)
+            scheduler.check_invariants()
+        self.recorder.record_step(start_s, plan, cost, scheduler)
         if self._block_map is not None:
-            self._block_map.record(start, self._env.now, plan)
+            self._block_map.record(start_s, now_s, plan)
         if self._on_done is not None:
             self._settle()
         if self._on_step is not None:
-            self._on_step(self._env.now)
+            self._on_step(now_s)
 
-    def _idle(self) -> Generator[simpy.Event, None, bool]:
-        """Nothing is runnable: wait for an arrival or a wake-up; False when the run is over."""
+    def _idle_event(self) -> simpy.Event | None:
+        """Nothing to run: the event to wait on (an arrival, a wake-up, the policy's own wake-up
+        time), or None when the replica is done (nothing pending, nothing will arrive)."""
         env, scheduler = self._env, self.scheduler
         wake_at = scheduler.next_wakeup_s(env.now)
         delay_s = None if wake_at is None or wake_at <= env.now else wake_at - env.now
         if scheduler.arrivals_done:
             if not scheduler.has_pending:
-                return False
+                return None
             # nothing will arrive, no wake-up lies ahead, no KV is on its way
             if delay_s is None and not self.waits_on_others():
                 running, waiting, swapped = scheduler.queue_lengths()
@@ -304,11 +311,9 @@ class Replica:
                     "requests and nothing schedulable (a policy bug)"
                 )
         self._wakeup = env.event()
-        waits: list[simpy.Event] = [self._wakeup]
-        if delay_s is not None:
-            waits.append(env.timeout(delay_s))
-        yield env.any_of(waits)
-        return True
+        if delay_s is None:
+            return env.any_of([self._wakeup])
+        return env.any_of([self._wakeup, env.timeout(delay_s)])
 
     def _settle(self) -> None:
         """Tell the fleet of requests that ended in the last step (only if some did)."""
@@ -376,7 +381,7 @@ def pipeline_loop(replica: Replica, env: simpy.Environment) -> PipelineLoop | No
         return None
     scheduler = replica.scheduler
     assert isinstance(scheduler, PagedScheduler)  # vllm-v1 only (scenario/pipeline.py)
-    return PipelineLoop(env, scheduler, execution, replica._after_step, replica._idle)
+    return PipelineLoop(env, scheduler, execution, replica._finish_step, replica._idle_event)
 
 
 def _defaults_from(sources: dict[str, str], execution: ExecutionModel) -> dict[str, str]:

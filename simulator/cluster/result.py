@@ -21,10 +21,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from pagesim.simulator.cluster.fleet import FleetRun, run_fleet
+from pagesim.simulator.cluster.fleet import FleetRun
 from pagesim.simulator.cluster.model_keys import add_replica_keys, fleet_keys, replica_figures
-from pagesim.simulator.core.cluster import ClusterConfig, PoolConfig
-from pagesim.simulator.core.config import Scenario, SystemConfig
 from pagesim.simulator.metrics.energy import fleet_energy_keys
 from pagesim.simulator.metrics.recorder import summarize
 from pagesim.simulator.metrics.result import RunResult
@@ -215,15 +213,3 @@ def imbalance(samples: np.ndarray) -> float | None:
     if not busy.any():
         return None
     return float((samples[busy].max(axis=1) / means[busy]).mean())
-
-
-def simulate_cluster(
-    scenario: Scenario, system: SystemConfig | None = None, *, check_invariants: bool = False
-) -> RunResult:
-    """engine.simulate for a scenario with a [cluster]: the fleet's run as one RunResult."""
-    system = system or scenario.systems[0]
-    cluster = scenario.cluster or ClusterConfig(
-        (PoolConfig("replica", 1, scenario.gpu, scenario.tensor_parallel),)
-    )
-    run = run_fleet(scenario, cluster, system, check_invariants=check_invariants)
-    return fleet_result(run, scenario.name, system.name, scenario.stop.warmup_s)

@@ -324,7 +324,7 @@ class SystemConfig:
     defaults: DefaultsMode = DefaultsMode.SERVER  # vLLM V1's server or offline defaults
     speculative: SpeculativeConfig | None = None  # [systems.speculative]: vllm-v1 only
     # vllm-v1: the hybrid KV-cache manager; False is vLLM's --disable-hybrid-kv-cache-manager
-    # (a sliding-window layer then keeps KV for every token, kv/capacity.py block_shape)
+    # (a sliding-window layer then keeps KV for every token, kv/block_budget.py block_shape)
     hybrid_kv_cache_manager: bool = True
     # vllm-v1: the vLLM release whose defaults and rules it follows (None: NEWEST_VLLM)
     vllm_version: VllmVersion | None = None

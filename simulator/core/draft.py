@@ -28,7 +28,7 @@ def draft_refusal(spec: SpeculativeConfig, target: ModelSpec) -> tuple[str, str]
       (vLLM v0.34.0 vllm/config/speculative.py verify_equal_vocab_size_if_draft_model refuses
       a draft of another vocab_size).
     - A draft model keeps KV for every token in every layer: its KV sits in the target's
-      blocks (kv/capacity.py), which holds no window of its own.
+      blocks (kv/block_budget.py), which holds no window of its own.
     - "mtp" drafts with the module a checkpoint ships (DeepSeek-V3, Qwen3-Next: vLLM maps only
       such model types to an MTP drafter); a model without one has nothing to draft with.
     """

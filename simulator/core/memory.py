@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import NamedTuple
 
 # A MemoryBreakdown's seven fields in order, as a plain tuple (a step record's columns).
 MemoryRow = tuple[int, int, int, int, int, int, int]
@@ -58,27 +57,3 @@ class MemoryBreakdown:
             + self.external_frag_slots
             + self.free_slots
         )
-
-
-class RunMemory(NamedTuple):
-    """What a step record reads after each of a run's pure decode steps (the queue lengths,
-    then the memory row), in closed form: policies/paged.py `complete_pure_steps` gives it,
-    metrics/run_rows.py expands it for a whole chunk of steps at once.
-
-    The first `num_steps` steps (k = 0, 1, ...) keep `queues`, and their rows follow `first`
-    (the row after step 0): by step k each of `num_members` sequences added k computed slots
-    and used k reserved ones, and the steps' new blocks (`takes[j - 1]` at step j, one per
-    crossing member) moved block_size slots each from free to held, their caps' gain
-    (`gains[j - 1]`) to reserved and the rest to internal fragmentation. `last`: the queue
-    lengths and row after one more, final step in which members finished (taken afresh).
-    A tuple: one is made per catch-up, and a frozen dataclass's fields cost more to set.
-    """
-
-    num_steps: int
-    num_members: int
-    block_size: int
-    queues: tuple[int, int, int]
-    first: MemoryRow | None  # None when num_steps is 0
-    gains: list[int]  # per step after the first (more entries are ignored)
-    takes: list[int]
-    last: tuple[int, ...] | None

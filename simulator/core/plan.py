@@ -98,7 +98,7 @@ class StepPlan:
     @property
     def listed_work(self) -> tuple[SeqWork, ...]:
         """The entries listed one by one: all of them here (a grouped plan of the decode fast
-        path, simulator.policies.decode_group, sums its members instead). Every prefill entry
+        path, simulator/fastpath/decode_group.py, sums its members instead). Every prefill entry
         is listed."""
         return self.work
 

@@ -132,7 +132,7 @@ class Request:
 
         The one rule of token production, which TTFT and TPOT rest on: a step that computes a
         prompt's last token, and every decode step after it, produces one token. (A decode
-        group, simulator.policies.decode_group, applies it to many steps at once.)
+        group, simulator/fastpath/decode_group.py, applies it to many steps at once.)
         """
         self.num_generated += 1
         if self.first_token_s is None:

@@ -40,7 +40,7 @@ from pagesim.simulator.deploy.eras import Era
 from pagesim.simulator.deploy.models import model_reference, native_weight_dtype
 from pagesim.simulator.deploy.wide_ep_args import wide_ep_args
 from pagesim.simulator.execution.overhead import for_system
-from pagesim.simulator.kv.capacity import kv_capacity
+from pagesim.simulator.kv.block_budget import kv_capacity
 
 # vLLM's `--speculative-config` method of each pagesim method (vllm/config/speculative.py);
 # a model-based method also names its draft model, which pagesim knows only for draft-model.

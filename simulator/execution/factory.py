@@ -13,7 +13,7 @@ from pagesim.simulator.execution.overhead import era_of, for_system
 from pagesim.simulator.execution.roofline import RooflineModel
 from pagesim.simulator.execution.speculative import speculative_model
 from pagesim.simulator.execution.vllm_runtime import runtime_of
-from pagesim.simulator.kv.capacity import block_shape
+from pagesim.simulator.kv.block_budget import block_shape
 
 
 def make_execution_model(scenario: Scenario, system: SystemConfig) -> ExecutionModel:

@@ -414,8 +414,8 @@ class RooflineModel(RooflineReport):
 
     @property
     def prices_statelessly(self) -> bool:
-        """Whether pure decode steps may be priced ahead (execution/decode_costs.py,
-        cluster/pure_runs.py): `price` only reads the plan (a mixture of experts' pricing counts
+        """Whether pure decode steps may be priced ahead (fastpath/decode_costs.py,
+        fastpath/pure_runs.py): `price` only reads the plan (a mixture of experts' pricing counts
         the experts each step touches) and has no per-layer kinds (which that module omits)."""
         return self.experts is None and self.kinds is None
 

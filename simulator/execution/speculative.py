@@ -37,7 +37,7 @@ Each draft pass is a full forward of the draft (its GEMM launches and fixed cost
 no host overhead of its own: the passes run inside the engine step whose host work the execution
 model already counts. A draft pass's cost sits in the step whose verification uses its drafts
 (vLLM proposes them at the end of the step before; in a steady stream the total is the same).
-The drafter's weights and KV come out of the KV capacity (kv/capacity.py).
+The drafter's weights and KV come out of the KV capacity (kv/block_budget.py).
 
 The same idea in other layers: simulator/policies/speculative.py schedules and verifies the
 drafts, simulator/scenario/speculative.py reads the settings.

@@ -12,7 +12,7 @@ from pagesim.simulator.core.catalog import GIB, GPUSpec, KVDtype, ModelSpec
 from pagesim.simulator.core.errors import InputError
 from pagesim.simulator.core.limits import MAX_COUNT, MAX_GIB
 from pagesim.simulator.core.model_spec import LayerKind
-from pagesim.simulator.kv.capacity import kv_budget_bytes, weight_bytes_per_gpu
+from pagesim.simulator.kv.block_budget import kv_budget_bytes, weight_bytes_per_gpu
 from pagesim.simulator.kv.hybrid_layout import hybrid_layout
 
 
@@ -142,7 +142,7 @@ def kv_report(
     usable = available = None
     if gpu is not None:
         usable = int(gpu.memory_bytes * memory_utilization)
-        # The simulator's rule (kv.capacity), so `pagesim kv` and a run agree on what fits.
+        # The simulator's rule (kv.block_budget), so `pagesim kv` and a run agree on what fits.
         available = kv_budget_bytes(gpu, memory_utilization, weights, activation_reserve_bytes)
         budget = max(0, int(available))
         if per_block:  # a model whose every layer keeps state has no per-token KV: no such block

@@ -24,7 +24,7 @@ from pagesim.simulator.core.config import SystemConfig
 from pagesim.simulator.core.errors import InputError
 from pagesim.simulator.core.plan import StepPlan
 from pagesim.simulator.core.scheduler import Scheduler
-from pagesim.simulator.kv.capacity import Capacity
+from pagesim.simulator.kv.block_budget import Capacity
 from pagesim.simulator.metrics.block_events import BlockEvent, region_events
 from pagesim.simulator.metrics.block_frames import (
     Frame,

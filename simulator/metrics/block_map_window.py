@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from pagesim.simulator.core.config import Scenario, SystemConfig
 from pagesim.simulator.core.errors import InputError
-from pagesim.simulator.kv.capacity import Capacity, kv_capacity
+from pagesim.simulator.kv.block_budget import Capacity, kv_capacity
 
 MAX_STEPS = 2_000  # steps one block map holds: a page a browser opens at once
 MAX_BLOCKS = 32_768  # GPU blocks one block map draws

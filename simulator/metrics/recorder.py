@@ -1,29 +1,25 @@
 """Records every step and every request of a run, then builds the RunResult and its summary.
 
 Per-step values go into a bounded step log (simulator.metrics.step_log) that keeps totals of
-every step: one tuple a step, or a run of pure decode steps at once, in closed form
-(simulator.metrics.run_rows); requests become compact rows as soon
+every step: one tuple a step (or, from the decode fast path, a run of pure decode steps at once,
+in closed form: simulator/fastpath/run_rows.py); requests become compact rows as soon
 as they are done (simulator.metrics.request_log). Memory thus grows with the per-request records
 only, however long the run. Frames are built once at the end. Metric definitions: docs/design.md.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import numpy as np
 import pandas as pd
 
 from pagesim.simulator.core.catalog import GPUSpec
 from pagesim.simulator.core.config import SLO
-from pagesim.simulator.core.memory import RunMemory
 from pagesim.simulator.core.plan import StepCost, StepPlan
 from pagesim.simulator.core.request import Request
 from pagesim.simulator.core.scheduler import Scheduler
 from pagesim.simulator.metrics.delivery import next_step_delivery
 from pagesim.simulator.metrics.request_log import RequestLog
 from pagesim.simulator.metrics.result import RunResult
-from pagesim.simulator.metrics.run_rows import DecodeRun
 from pagesim.simulator.metrics.step_log import StepLog, StepTotals
 
 PERCENTILES = (50, 90, 99)
@@ -97,48 +93,6 @@ class Recorder:
                 if duration > 0
                 else 0.0,
                 1,  # row_steps
-            )
-        )
-
-    def record_decode_steps(
-        self,
-        starts: Sequence[float],
-        costs: Sequence[StepCost],
-        memory: RunMemory,
-        batch_capacity: int,
-    ) -> None:
-        """`record_step`'s rows of steps in which `memory.num_members` lone sequences decoded
-        and nothing else happened (a run of pure steps, cluster/pure_runs.py: no plan is built
-        for them; the plan's counts are these); `memory`: the queue lengths and memory rows
-        after each (`PagedScheduler.complete_pure_steps`); `batch_capacity`: the scheduler's.
-        Kept in closed form and expanded a chunk at a time (metrics/run_rows.py).
-        (tests/simulator/cluster/test_windows.py compares these rows with `record_step`'s.)"""
-        num_seqs = memory.num_members
-        useful_share = num_seqs / batch_capacity  # useful_slots: a paged plan's sequences
-        peak_flops, bandwidth = self._gpu.fp16_flops, self._gpu.mem_bandwidth_bps
-        self.steps.append_run(DecodeRun(starts, costs, memory, useful_share, peak_flops, bandwidth))
-        if memory.last is None:
-            return
-        # The run's last step, in which members finished: its row as `record_step` has it.
-        cost = costs[memory.num_steps]
-        compute_s, swap_s, copy_s, flops, bytes_moved = cost
-        duration = compute_s + swap_s + copy_s  # StepCost.duration_s; > 0: a decode computes
-        state = memory.last
-        self.steps.append(
-            (
-                starts[memory.num_steps],
-                duration,
-                compute_s,
-                swap_s,
-                *state[:3],  # queue lengths
-                # sequences, requests (one sequence each), prefill tokens, decode tokens,
-                # preemptions, blocks swapped in and out, copies
-                *(num_seqs, num_seqs, 0, num_seqs, 0, 0, 0, 0),
-                *state[3:],  # the memory row
-                useful_share,
-                flops / (peak_flops * duration),
-                bytes_moved / (bandwidth * duration),
-                1,
             )
         )
 

@@ -15,12 +15,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import chain
+from typing import Protocol
 
 import numpy as np
 import pandas as pd
 
 from pagesim.simulator.metrics.result import KV_CATEGORIES, STEP_COLUMNS
-from pagesim.simulator.metrics.run_rows import DecodeRun, RunBuffer
 
 MAX_ROWS = 1 << 17  # ~24 MB of rows; reports plot a few hundred buckets, so a row per step is rare
 CHUNK_STEPS = 4096  # steps buffered raw before they are totalled and stored
@@ -172,10 +172,20 @@ def merge_rows(rows: np.ndarray, group: int) -> np.ndarray:
     return out
 
 
+class RowSource(Protocol):
+    """Steps kept elsewhere in a compact form until the log totals them (the decode fast
+    path's runs of pure steps, simulator/fastpath/run_rows.py)."""
+
+    def take_rows(self) -> np.ndarray:
+        """Every step it holds, as rows [steps, len(STEP_COLUMNS)] in order; it holds none
+        after."""
+        ...
+
+
 class StepLog:
-    """Append one step at a time (`append`: one tuple) or a run of pure decode steps
-    (`append_run`: closed form, run_rows.py); read the table once at the end (`frame`: it
-    hands the rows over, so a second call has none; `totals` stay)."""
+    """Append one step at a time (`append`: one tuple) or steps a `RowSource` holds
+    (`append_rows`: the fast path's runs, in closed form); read the table once at the end
+    (`frame`: it hands the rows over, so a second call has none; `totals` stay)."""
 
     def __init__(
         self,
@@ -193,13 +203,13 @@ class StepLog:
         self.row_steps = 1  # steps a stored row stands for (a power of two)
         # The steps not yet totalled: one tuple each (`append`), converted to floats a chunk at
         # a time, by NumPy in one call (a third of the time of extending an array("d") step by
-        # step); runs of pure decode steps in closed form (`append_run`), each with its place
-        # among them, expanded then too (run_rows.py); and first `_ahead`, the rows past the
-        # last whole chunk (a run may overrun a chunk: chunks are totalled exactly
+        # step); steps a row source holds (`append_rows`: the fast path's runs, in closed form),
+        # each span with its place among them, taken from it then too; and first `_ahead`, the
+        # rows past the last whole chunk (a run may overrun a chunk: chunks are totalled exactly
         # `chunk_steps` steps at a time, whatever the runs, so that sums add up in one order).
         self._ahead = _NO_ROWS
         self._raw: list[Sequence[float]] = []
-        self._runs = RunBuffer()
+        self._source: RowSource | None = None  # one for the log's life (the replica's runs)
         self._run_spans: list[tuple[int, int]] = []  # (steps buffered before, its steps)
         self._num_buffered = 0  # steps in all three
         self._chunk_steps = chunk_steps
@@ -214,12 +224,12 @@ class StepLog:
         if self._num_buffered >= self._chunk_steps:
             self._total(final=False)
 
-    def append_run(self, run: DecodeRun) -> None:
-        """Add the steps of a run of pure decode steps, in order (run_rows.py)."""
-        num_steps = run.memory.num_steps
+    def append_rows(self, source: RowSource, num_steps: int) -> None:
+        """Add the next `num_steps` steps that `source` holds, in order (taken when totalled)."""
         if not num_steps:
             return
-        self._runs.add(run)
+        assert self._source is None or self._source is source, "one row source a log"
+        self._source = source
         self._run_spans.append((self._num_buffered, num_steps))
         self._num_buffered += num_steps
         if self._num_buffered >= self._chunk_steps:
@@ -233,7 +243,7 @@ class StepLog:
         """Total the buffered steps a chunk at a time: all of them if `final`, else the whole
         chunks (the rest waits in `_ahead`)."""
         steps = self._buffered()
-        self._raw, self._runs, self._run_spans = [], RunBuffer(), []
+        self._raw, self._run_spans = [], []  # (the source gave up its rows in `_buffered`)
         chunk = self._chunk_steps
         end = len(steps) if final else len(steps) // chunk * chunk
         for at in range(0, end, chunk):
@@ -260,7 +270,8 @@ class StepLog:
             in_run = np.zeros(self._num_buffered, dtype=bool)
             for at, num_steps in spans:
                 in_run[at : at + num_steps] = True
-            steps[in_run] = self._runs.stack()
+            assert self._source is not None
+            steps[in_run] = self._source.take_rows()
             is_plain &= ~in_run
         steps[is_plain] = plain
         return steps

@@ -10,7 +10,7 @@ from pagesim.simulator.core.config import Policy, PreemptionPolicy, SystemConfig
 from pagesim.simulator.core.defaults import knobs_of
 from pagesim.simulator.core.errors import InputError
 from pagesim.simulator.core.scheduler import Scheduler
-from pagesim.simulator.kv.capacity import Capacity
+from pagesim.simulator.kv.block_budget import Capacity
 from pagesim.simulator.kv.hybrid_layout import HybridLayout
 from pagesim.simulator.policies.paged import PagedScheduler
 from pagesim.simulator.policies.reserving import OrcaScheduler, StaticScheduler

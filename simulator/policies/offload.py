@@ -38,7 +38,7 @@ from pagesim.simulator.core.config import NEWEST_VLLM, SystemConfig, VllmVersion
 from pagesim.simulator.core.defaults import knobs_of
 from pagesim.simulator.core.errors import InputError
 from pagesim.simulator.core.plan import StepPlan
-from pagesim.simulator.kv.capacity import Capacity
+from pagesim.simulator.kv.block_budget import Capacity
 from pagesim.simulator.kv.offload_tier import OffloadTier
 from pagesim.simulator.kv.paged_cache import PagedKVCache
 from pagesim.simulator.policies.pieces import PrefixStats, WaitingQueue

@@ -2,26 +2,23 @@
 state and mechanics (`PagedState`) and a step policy that decides each iteration (vLLM V0's or
 V1's, `vllm_v0.py` / `vllm_v1.py`).
 
-`complete(plan)` acts on what the plan lists: each listed group computed its entries' tokens (and
-a grouped plan's decode group one token per member). Whether a token appears follows the one rule
-of `Request.produce_token`.
+`complete(plan)` acts on what the plan lists: each listed group computed its entries' tokens (and,
+on the decode fast path, each member of the decode group one token: policies/grouping.py says
+what the scheduler asks of it). Whether a token appears follows the one rule of
+`Request.produce_token`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Protocol
 
 from pagesim.simulator.core.config import SystemConfig
-from pagesim.simulator.core.memory import MemoryBreakdown, MemoryRow, RunMemory
+from pagesim.simulator.core.memory import MemoryBreakdown
 from pagesim.simulator.core.plan import Preemption, StepPlan
 from pagesim.simulator.core.request import GENERATED_SEGMENT, Request, SamplingKind
 from pagesim.simulator.kv.hybrid_layout import HybridLayout
 from pagesim.simulator.kv.paged_cache import PagedKVCache
 from pagesim.simulator.policies.base import PolicyBase
-from pagesim.simulator.policies.decode_group import DecodeGroup
-from pagesim.simulator.policies.decode_window import PureRun, pure_run, start_pure_step
-from pagesim.simulator.policies.grouped_plan import GroupedStepPlan
 from pagesim.simulator.policies.paged_state import PagedState
 from pagesim.simulator.policies.pieces import PagedPieces
 from pagesim.simulator.policies.samples import fan_out, fork, refork_beam
@@ -65,83 +62,10 @@ class PagedScheduler(PolicyBase):
             self.state.spec = SpecDecoder(system.speculative, max_seq_len, seed, replica)
         self.kv = self.state.kv  # read by the fidelity executor and tests
         # Preemptions made by steps that ran nothing (`_schedule_again`), for the step table's
-        # row of the next step that runs.
-        self._unrecorded: list[Preemption] = []
+        # row of the next step that runs (which must then be a planned one, never a pure decode
+        # step of the fast path: simulator/fastpath/decode_window.py reads it).
+        self.unrecorded_preemptions: list[Preemption] = []
         self.policy = policy
-
-    def enable_fast_path(self) -> bool:
-        """Advance lone decoding sequences as a group (simulator.policies.decode_group): same
-        results, no per-sequence work between their block boundaries. Returns whether it is on
-        (the step policy must have a grouped running phase; off for a hybrid cache, whose window
-        frees break the group's closed form, and under speculative decoding)."""
-        if not self.policy.groups_decodes or not isinstance(self.kv, PagedKVCache):
-            return False  # a hybrid cache frees window blocks as decodes advance: no closed form
-        if self.state.spec is not None or self.state.offload is not None:
-            return False  # an offload tier stores the blocks of every step (policies/offload.py)
-        self.state.decode_group = DecodeGroup(self.kv)
-        return True
-
-    def pure_run(self, limit: int) -> PureRun | None:
-        """The next steps that only the decode group's members take, fixed now (at most
-        `limit`; None unless the fast path is on and the next step is such a step):
-        simulator/policies/decode_window.py. The first must then be started
-        (`start_pure_step`); then they are completed and recorded in order, as the per-step loop
-        would, a few at a time (`complete_pure_steps`, which starts each later one)."""
-        if self._unrecorded:  # the next step records them: it must be a planned one
-            return None
-        return pure_run(self.state, limit)
-
-    def start_pure_step(self) -> None:
-        """The schedule of the first of `pure_run`'s steps: what `schedule` would change."""
-        start_pure_step(self.state)
-
-    def complete_pure_steps(self, ends: Sequence[float], start_next: bool = False) -> RunMemory:
-        """Complete the next `len(ends)` of `pure_run`'s steps in order, step i ending at
-        `ends[i]`, the first already started, each later one started first, and then (if
-        `start_next`) start the one after them: what `complete` and `start_pure_step` do with
-        their plans, which list nothing. Returns what a step record reads after each (the
-        queue lengths, then `memory_breakdown()`'s row), in closed form."""
-        state = self.state
-        group = state.decode_group
-        assert group is not None
-        num_members = len(group.bases)
-        kv = self.kv
-        assert isinstance(kv, PagedKVCache)  # the fast path's (enable_fast_path)
-        num_steps = len(ends)
-        self.num_output_tokens += num_steps * num_members  # one token each a step
-        # The run's first finish (pure_run dropped the calendar's stale head; nobody joins or
-        # leaves before it, so only the run's last step can reach it): the steps before it
-        # advance the group without looking.
-        calendar = group.finish_calendar
-        first_finish = calendar[0][0] if calendar else None
-        finishes = first_finish is not None and group.step + num_steps >= first_finish
-        assert not finishes or group.step + num_steps == first_finish, "a run ends at a finish"
-        plain = num_steps - finishes  # steps that advance without looking
-        first: MemoryRow | None = None
-        queues = (0, 0, 0)
-        gains: list[int] = []
-        takes: list[int] = []
-        if plain:
-            group.step += 1  # the first step (started already)
-            # The row after it, as `memory_breakdown` takes the group alone; the later steps'
-            # rows follow in closed form (RunMemory) from their blocks, taken at once now.
-            first = kv.memory_row(group.num_deferred_computed, group.num_reserved_slots)
-            queues = (len(state.running), len(state.waiting), len(state.swapped))
-            if num_steps > 1 or start_next:
-                gains, takes = group.grow_ahead(num_steps - 1 + start_next)
-            group.step += plain - 1
-        last = None
-        if finishes:
-            assert not start_next, "no step follows a run's finish"
-            # Someone is due: pure_run dropped the calendar's stale head, and nobody has left.
-            finished = group.advance()  # members whose last token appeared now
-            assert finished, "a run's finish finishes someone"
-            end_s = ends[-1]
-            for member in finished:
-                member.request.last_token_s = end_s
-            state.finish(finished, end_s)
-            last = (*self.queue_lengths(), *self.memory_breakdown().row)
-        return RunMemory(plain, num_members, group.block_size, queues, first, gains, takes, last)
 
     # -- engine API -------------------------------------------------------------------------
     def add_request(self, request: Request, now_s: float) -> None:
@@ -165,12 +89,12 @@ class PagedScheduler(PolicyBase):
         if step.preemptions and step.is_idle:
             step = self._schedule_again(step, now_s)
             if step.is_idle:  # a step that runs nothing has no row: the next that runs counts them
-                self._unrecorded += step.preemptions
+                self.unrecorded_preemptions += step.preemptions
                 step.preemptions = []
-        if self._unrecorded and not step.is_idle:
-            step.preemptions[:0] = self._unrecorded
-            self._unrecorded = []
-        if step.is_grouped:
+        if self.unrecorded_preemptions and not step.is_idle:
+            step.preemptions[:0] = self.unrecorded_preemptions
+            self.unrecorded_preemptions = []
+        if step.is_grouped:  # the fast path's members took part (policies/grouping.py)
             assert state.decode_group is not None
             return state.decode_group.plan(step, state.running)
         return step.plan()
@@ -251,14 +175,10 @@ class PagedScheduler(PolicyBase):
                     refork_beam(state, group)
             if decode_group is not None and len(group.seq_ids) == 1:
                 joining.append(group)
-        if decode_group is not None:
-            if type(plan) is GroupedStepPlan:
-                self.num_output_tokens += plan.num_grouped_members  # one token each
-                for group in decode_group.advance():  # members whose last token appeared now
-                    group.request.last_token_s = now_s
-                    finished.append(group)
-            for group in joining:
-                decode_group.join(group)
+        if decode_group is not None:  # the fast path's members (policies/grouping.py)
+            num_tokens, done = decode_group.complete(plan, now_s, joining)
+            self.num_output_tokens += num_tokens
+            finished += done
         if finished:
             state.finish(finished, now_s)
 
@@ -275,19 +195,20 @@ class PagedScheduler(PolicyBase):
     def memory_breakdown(self) -> MemoryBreakdown:
         state = self.state
         decode_group = state.decode_group
-        if decode_group is None or not decode_group.bases:
+        terms = None if decode_group is None else decode_group.memory_terms(state.running)
+        if terms is None:
             return self.kv.memory_breakdown()
-        # Members in closed form (DecodeGroup), the others' tails walked by the KV cache.
+        # Members in closed form (the fast path's), the others' tails walked by the KV cache.
         running = state.running
-        others = decode_group.others(running)
+        others, num_uncommitted, num_reserved = terms
         walked = [s for i in others for s in running[i].seq_ids] if others else []
         # Prompts' KV on the way or arrived, not yet admitted (policies/remote_kv.py).
         walked += [g.seq_ids[0] for g in state.receiving.values()]
         walked += [g.seq_ids[0] for g in state.landed.values()]
         return self.kv.memory_breakdown(
             walked,
-            num_uncommitted=decode_group.num_deferred_computed,
-            num_reserved_elsewhere=decode_group.num_reserved_slots,
+            num_uncommitted=num_uncommitted,
+            num_reserved_elsewhere=num_reserved,
         )
 
     def check_invariants(self) -> None:
@@ -297,10 +218,7 @@ class PagedScheduler(PolicyBase):
         state = self.state
         state.check_invariants()
         decode_group = state.decode_group
-        true_computed = {}
-        if decode_group is not None and decode_group.bases:
-            decode_group.check_invariants()
-            true_computed = decode_group.num_computed_of_members()
+        true_computed = {} if decode_group is None else decode_group.check_invariants()
         walked = self.kv.walk_memory_breakdown(true_computed)
         assert self.memory_breakdown() == walked, (self.memory_breakdown(), walked)
 

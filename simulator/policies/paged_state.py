@@ -28,12 +28,12 @@ from pagesim.simulator.kv.block_pool import EvictionOrder
 from pagesim.simulator.kv.hybrid_cache import HybridKVCache
 from pagesim.simulator.kv.hybrid_layout import HybridLayout
 from pagesim.simulator.kv.paged_cache import PagedKVCache
-from pagesim.simulator.policies.decode_group import DecodeGroup
 from pagesim.simulator.policies.group_hashes import (
     has_private_blocks,
     hash_private,
     prompt_hasher,
 )
+from pagesim.simulator.policies.grouping import DecodeGrouping
 from pagesim.simulator.policies.pieces import PagedPieces, PrefixStats, VictimKey, waiting_queue
 from pagesim.simulator.policies.seq_group import FanOut, SeqGroup, StepBuilder
 
@@ -48,8 +48,8 @@ class PagedState:
     """The KV cache, the three queues, and the operations every paged step policy uses.
 
     `decode_group`, when set, holds lone decoding sequences advanced in closed form (the fast
-    path, simulator.policies.decode_group); it is empty whenever a step policy visits the
-    running requests one by one.
+    path, simulator/fastpath/, through policies/grouping.py); it is empty whenever a step policy
+    visits the running requests one by one.
     """
 
     def __init__(
@@ -105,7 +105,7 @@ class PagedState:
         self.victim_key: VictimKey = pieces.victim_key
         self.prefix_stats = PrefixStats()
         self.num_running_seqs = 0
-        self.decode_group: DecodeGroup | None = None
+        self.decode_group: DecodeGrouping | None = None  # the fast path's (policies/grouping.py)
         self.spec: SpecDecoder | None = None  # speculative decoding (V1; policies/speculative)
         # Disaggregation (policies/remote_kv.py): finished requests' blocks kept until sent
         # (request id -> holder seq); prompts whose KV is on the way, or arrived.

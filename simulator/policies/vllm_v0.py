@@ -57,7 +57,8 @@ def admit_prompts(state: PagedState, step: StepBuilder, now_s: float) -> None:
             break
         waiting.pop()
         budget -= scheduled
-    admit_landed(state, step, budget, now_s)  # a head that did not fit blocks none of them
+    if state.landed:  # a disaggregated decode replica's prompts whose KV arrived (remote_kv.py)
+        admit_landed(state, step, budget, now_s)  # a head that did not fit blocks none of them
 
 
 def grow_running(state: PagedState, step: StepBuilder, now_s: float) -> None:

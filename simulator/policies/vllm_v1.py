@@ -114,7 +114,8 @@ def admit_chunks(
             break
         waiting.pop()
         budget -= scheduled
-    admit_landed(state, step, budget, now_s, pad_to)  # a head that did not fit blocks none
+    if state.landed:  # a disaggregated decode replica's prompts whose KV arrived (remote_kv.py)
+        admit_landed(state, step, budget, now_s, pad_to)  # a head that did not fit blocks none
 
 
 def padded_admission_tokens(state: PagedState, step: StepBuilder, chunk_cap: int) -> int:

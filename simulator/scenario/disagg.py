@@ -22,7 +22,7 @@ from pagesim.simulator.core.draft import model_draft_key
 from pagesim.simulator.core.errors import InputError, choices_text
 from pagesim.simulator.core.link import GB, LINK_PRESETS, LinkConfig, link_preset
 from pagesim.simulator.core.model_spec import LayerKind
-from pagesim.simulator.kv.capacity import kv_capacity
+from pagesim.simulator.kv.block_budget import kv_capacity
 from pagesim.simulator.scenario.table import Table
 
 MAX_BANDWIDTH_GB_S = 1e6
@@ -181,7 +181,7 @@ def check_disaggregated(t: Table, scenario: Scenario) -> None:
     kinds = set(scenario.model.kinds())
     if LayerKind.STATE in kinds or LayerKind.FULL not in kinds:
         # Neither is ever one block table of every layer (a model of one kind keeps its layout
-        # with the hybrid manager off: kv/capacity.py flattens).
+        # with the hybrid manager off: kv/block_budget.py flattens).
         what = "state (linear-attention)" if LayerKind.STATE in kinds else "only sliding-window"
         t.fail(
             "pools",

@@ -33,7 +33,7 @@ from pagesim.simulator.core.defaults import (
 from pagesim.simulator.core.draft import draft_refusal
 from pagesim.simulator.core.errors import choices_text
 from pagesim.simulator.core.limits import MAX_KV_BLOCKS
-from pagesim.simulator.kv.capacity import hybrid_off_reason, kv_capacity, no_kv_memory_reason
+from pagesim.simulator.kv.block_budget import hybrid_off_reason, kv_capacity, no_kv_memory_reason
 from pagesim.simulator.policies.factory import hybrid_refusal
 from pagesim.simulator.policies.offload import offload_refusal
 from pagesim.simulator.scenario.engine_version import read_vllm_version

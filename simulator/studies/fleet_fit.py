@@ -9,7 +9,7 @@ from pagesim.simulator.core.config import Scenario, SystemConfig
 from pagesim.simulator.core.defaults import resolve_runnable
 from pagesim.simulator.core.errors import InputError
 from pagesim.simulator.execution.factory import make_execution_model
-from pagesim.simulator.kv.capacity import kv_capacity
+from pagesim.simulator.kv.block_budget import kv_capacity
 
 
 def unfit_reason(scenario: Scenario, system: SystemConfig) -> str | None:

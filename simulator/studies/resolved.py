@@ -27,7 +27,7 @@ from pagesim.simulator.core.deployments import Deployment, deployments
 from pagesim.simulator.core.limits import MAX_FLEET_KV_BLOCKS
 from pagesim.simulator.execution.overhead import era_of, for_system, host_overhead
 from pagesim.simulator.execution.profile_file import load_profile
-from pagesim.simulator.kv.capacity import Capacity, kv_capacity
+from pagesim.simulator.kv.block_budget import Capacity, kv_capacity
 from pagesim.simulator.scenario.load import load_scenario, resolve_scenario
 
 # What a disaggregated fleet serves (cluster/disagg_checks.py refuses the rest).

@@ -17,7 +17,7 @@ The rules, in the order they are checked (the first broken one is reported):
                          vllm-v1 and the roofline only; not with DP attention, ...)
     DP group not modelled  a DP group runs on the roofline, without sessions (cluster/dp_group.py)
     weights + KV do not fit  the weights per GPU leave no room for one KV block (the KV rule of
-                         kv/capacity.py, per stage for a pipeline; experts split over DP x TP)
+                         kv/block_budget.py, per stage for a pipeline; experts split over DP x TP)
     cannot run           anything else the replica refuses to build (fleet_fit.py)
 """
 

@@ -16,7 +16,7 @@ from pagesim.simulator.engine import simulate
 from pagesim.simulator.execution.factory import make_execution_model
 from pagesim.simulator.execution.frontend import frontend_of
 from pagesim.simulator.execution.roofline import RooflineModel
-from pagesim.simulator.kv.capacity import kv_capacity
+from pagesim.simulator.kv.block_budget import kv_capacity
 
 PAGED = (Policy.VLLM_V0, Policy.VLLM_V1)
 ALL_POLICIES = (Policy.STATIC, Policy.ORCA, Policy.VLLM_V0, Policy.VLLM_V1)

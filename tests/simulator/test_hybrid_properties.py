@@ -15,7 +15,7 @@ from sim_helpers import poisson_workload, scenario, system
 from pagesim.simulator.core.config import Policy, PrefixGroup, Scenario
 from pagesim.simulator.core.model_spec import LayerKind, StateSpec
 from pagesim.simulator.engine import simulate
-from pagesim.simulator.kv.capacity import kv_capacity
+from pagesim.simulator.kv.block_budget import kv_capacity
 
 KV_COLUMNS = ["kv_token_slots", "kv_reserved_slots", "kv_internal_frag_slots", "kv_free_slots"]
 

@@ -1,7 +1,7 @@
 """The import contract of the house (simulator/__init__.py), read from the sources' import
 statements — those inside functions and under `if TYPE_CHECKING:` included:
 
-    studies > {engine, scenario, deploy} > cluster
+    studies > {engine, scenario, deploy} > cluster > fastpath
             > {policies, metrics, execution, workload} > kv > core
 
 A module imports only from its own subpackage and the layers below it; the simulator never imports
@@ -34,7 +34,8 @@ LAYER = {
     "metrics": 2,
     "execution": 2,
     "workload": 2,
-    "cluster": 2.5,  # a fleet of the engine's loops: engine.simulate hands fleets to it
+    "fastpath": 2.25,  # the decode fast path: over the policies it speeds up, under the loop
+    "cluster": 2.5,  # the run loop: arrivals, replicas, fleets; engine.simulate runs them
     "engine": 3,
     "scenario": 3,
     "deploy": 3,  # a configuration's vLLM command lines, read from config and workload

@@ -1,4 +1,4 @@
-"""Runs of pure decode steps settled in one event (cluster/replica.py, policies/decode_window.py)
+"""Runs of pure decode steps settled in one event (fastpath/pure_runs.py, fastpath/decode_window.py)
 against the loop that takes every step as its own event: the same runs, bit for bit.
 
 Each case runs twice, `USE_WINDOWS` on and off, and must give identical step and request tables,
@@ -20,12 +20,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pagesim.simulator.cluster import replica as replica_module
 from pagesim.simulator.cluster.fleet import FleetRun, run_fleet
 from pagesim.simulator.core.cluster import ClusterConfig, PoolConfig, RouterConfig, RouterKind
 from pagesim.simulator.core.config import Policy, PrefixGroup, Scenario, StopConfig
-from pagesim.simulator.core.memory import RunMemory
 from pagesim.simulator.engine import simulate
+from pagesim.simulator.fastpath import attach as attach_module
+from pagesim.simulator.fastpath import pure_runs as pure_runs_module
+from pagesim.simulator.fastpath.decode_group import DecodeGroup
+from pagesim.simulator.fastpath.run_rows import RunMemory
 from pagesim.simulator.metrics.result import RunResult
 from pagesim.simulator.policies.paged import PagedScheduler
 from pagesim.simulator.scenario.load import load_scenario
@@ -40,7 +42,7 @@ def _cluster(sc: Scenario, count: int, kind: RouterKind, interval_s: float = 0.0
 def _fleet(
     monkeypatch: pytest.MonkeyPatch, sc: Scenario, cluster: ClusterConfig, windows: bool
 ) -> FleetRun:
-    monkeypatch.setattr(replica_module, "USE_WINDOWS", windows)
+    monkeypatch.setattr(attach_module, "USE_WINDOWS", windows)
     return run_fleet(sc, cluster)
 
 
@@ -133,22 +135,25 @@ def test_built_in_scenarios_run_alone_give_the_per_step_run(
     monkeypatch: pytest.MonkeyPatch, name: str
 ) -> None:
     applied = [0]
-    complete = PagedScheduler.complete_pure_steps
+    complete = pure_runs_module.complete_pure_steps
 
     def counted(
-        scheduler: PagedScheduler, ends: list[float], start_next: bool = False
+        scheduler: PagedScheduler,
+        group: DecodeGroup,
+        ends: list[float],
+        start_next: bool = False,
     ) -> RunMemory:
         applied[0] += len(ends)
-        return complete(scheduler, ends, start_next)
+        return complete(scheduler, group, ends, start_next)
 
-    monkeypatch.setattr(PagedScheduler, "complete_pure_steps", counted)
+    monkeypatch.setattr(pure_runs_module, "complete_pure_steps", counted)
     sc = load_scenario(name)
     for sys_ in sc.systems:
         applied[0] = 0
-        monkeypatch.setattr(replica_module, "USE_WINDOWS", True)
+        monkeypatch.setattr(attach_module, "USE_WINDOWS", True)
         ahead = simulate(sc, sys_)
         taken = applied[0]
-        monkeypatch.setattr(replica_module, "USE_WINDOWS", False)
+        monkeypatch.setattr(attach_module, "USE_WINDOWS", False)
         _assert_same_result(ahead, simulate(sc, sys_))
         assert applied[0] == taken  # none without runs
         # speculating systems never take runs (their steps verify drafts); the others do
@@ -178,7 +183,7 @@ EIGHT_DECODERS = [(100, 400, 0.0)] * 8  # one run after another of pure steps, f
 
 
 def _single(monkeypatch: pytest.MonkeyPatch, sc: Scenario, windows: bool) -> RunResult:
-    monkeypatch.setattr(replica_module, "USE_WINDOWS", windows)
+    monkeypatch.setattr(attach_module, "USE_WINDOWS", windows)
     return simulate(sc)
 
 

@@ -14,7 +14,7 @@ from cli_helpers import run_cli
 from pagesim.simulator.core.catalog import get_model, load_hf_config
 from pagesim.simulator.core.errors import InputError
 from pagesim.simulator.core.model_spec import KVDtype, LayerKind, QuantScope, WeightDtype
-from pagesim.simulator.kv.capacity import weight_bytes_per_gpu
+from pagesim.simulator.kv.block_budget import weight_bytes_per_gpu
 
 # bf16/fp16 KV (2 bytes). MHA/GQA layer: 2 (K, V) x kv_heads x head_dim x 2 B; MLA layer:
 # (kv_lora_rank + qk_rope_head_dim) x 2 B; state layers keep no per-token KV.

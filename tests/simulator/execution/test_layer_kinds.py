@@ -187,7 +187,7 @@ def test_a_longer_context_never_costs_less_and_window_layers_stop_growing(
 
 def test_execution_model_prices_the_capacity_blocks() -> None:
     from pagesim.simulator.execution.factory import make_execution_model
-    from pagesim.simulator.kv.capacity import kv_capacity
+    from pagesim.simulator.kv.block_budget import kv_capacity
     from pagesim.simulator.scenario.files import resolve_scenario
     from pagesim.simulator.scenario.load import load_scenario
 

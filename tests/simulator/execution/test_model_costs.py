@@ -21,7 +21,7 @@ from pagesim.simulator.execution.moe_cost import ExpertLayout, selection_probabi
 from pagesim.simulator.execution.precision import gemm_peak
 from pagesim.simulator.execution.profile_file import check_profile
 from pagesim.simulator.execution.roofline import RooflineModel
-from pagesim.simulator.kv.capacity import weight_bytes_per_gpu
+from pagesim.simulator.kv.block_budget import weight_bytes_per_gpu
 
 H200 = get_gpu("h200-sxm")
 CONFIG = ExecutionConfig()

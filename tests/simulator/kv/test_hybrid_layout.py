@@ -14,7 +14,7 @@ from pagesim.simulator.core.catalog import get_model
 from pagesim.simulator.core.config import Policy
 from pagesim.simulator.core.model_spec import KVDtype, LayerKind
 from pagesim.simulator.engine import simulate
-from pagesim.simulator.kv.capacity import kv_capacity
+from pagesim.simulator.kv.block_budget import kv_capacity
 from pagesim.simulator.kv.hybrid_layout import group_size_of, hybrid_layout
 
 

@@ -14,7 +14,7 @@ from sim_helpers import step_and_check as _step
 from pagesim.simulator.cluster.block_reader import read_frame
 from pagesim.simulator.core.config import AdmissionOrder, Policy
 from pagesim.simulator.core.request import Request, SamplingKind
-from pagesim.simulator.kv.capacity import Capacity
+from pagesim.simulator.kv.block_budget import Capacity
 from pagesim.simulator.metrics.block_events import BlockEvent, EventKind
 from pagesim.simulator.metrics.block_map import BlockMap, BlockMapRecorder
 from pagesim.simulator.policies.paged import PagedScheduler

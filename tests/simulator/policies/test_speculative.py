@@ -31,7 +31,7 @@ from pagesim.simulator.core.config import (
 )
 from pagesim.simulator.core.defaults import resolve_system
 from pagesim.simulator.core.request import RequestStatus
-from pagesim.simulator.kv.capacity import kv_budget_bytes, kv_capacity, weight_bytes_per_gpu
+from pagesim.simulator.kv.block_budget import kv_budget_bytes, kv_capacity, weight_bytes_per_gpu
 from pagesim.simulator.policies.paged import PagedScheduler
 from pagesim.simulator.policies.spec_decoder import SpecDecoder
 from pagesim.simulator.policies.vllm_v1 import VllmV1

@@ -18,7 +18,7 @@ from pagesim.simulator.core.catalog import get_gpu, get_model
 from pagesim.simulator.core.config import ContiguousAllocator, Policy
 from pagesim.simulator.core.plan import StepPlan
 from pagesim.simulator.engine import simulate
-from pagesim.simulator.kv.capacity import kv_capacity
+from pagesim.simulator.kv.block_budget import kv_capacity
 from pagesim.simulator.policies.paged import PagedScheduler
 from pagesim.simulator.scenario.load import load_scenario
 

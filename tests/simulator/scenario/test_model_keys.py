@@ -15,7 +15,7 @@ from pagesim.simulator.core.errors import InputError
 from pagesim.simulator.core.model_spec import WeightDtype
 from pagesim.simulator.execution.factory import make_execution_model
 from pagesim.simulator.execution.roofline import RooflineModel
-from pagesim.simulator.kv.capacity import kv_capacity
+from pagesim.simulator.kv.block_budget import kv_capacity
 from pagesim.simulator.scenario.load import load_scenario, parse_scenario
 from pagesim.simulator.scenario.toml_writer import describe_scenario
 

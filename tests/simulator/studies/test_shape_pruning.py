@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from pagesim.simulator.core.catalog import GIB, get_gpu, get_model
 from pagesim.simulator.core.config import Scenario
 from pagesim.simulator.core.errors import InputError
-from pagesim.simulator.kv.capacity import weight_bytes_per_gpu
+from pagesim.simulator.kv.block_budget import weight_bytes_per_gpu
 from pagesim.simulator.scenario.load import load_scenario
 from pagesim.simulator.studies.axis_verdict import axis_line
 from pagesim.simulator.studies.capacity_search import Criteria

@@ -1,4 +1,4 @@
-"""The decode group (simulator.policies.decode_group) changes nothing but speed.
+"""The decode group (simulator/fastpath/decode_group.py) changes nothing but speed.
 
 `simulate` advances lone decoding sequences as a group unless someone watches every step
 (`on_step`, `check_invariants`, a custom execution model). A no-op `on_step` therefore runs the
@@ -12,7 +12,6 @@ from __future__ import annotations
 import pytest
 from sim_helpers import poisson_workload, scenario, system
 
-from pagesim.simulator.cluster import replica as replica_module
 from pagesim.simulator.core.config import (
     AdmissionOrder,
     Policy,
@@ -24,6 +23,7 @@ from pagesim.simulator.core.plan import StepPlan
 from pagesim.simulator.core.request import SamplingKind
 from pagesim.simulator.engine import simulate
 from pagesim.simulator.execution.roofline import RooflineModel
+from pagesim.simulator.fastpath import attach as attach_module
 from pagesim.simulator.metrics.result import RunResult
 
 CASES = {
@@ -89,9 +89,9 @@ def test_grouped_plans_list_the_same_work(monkeypatch: pytest.MonkeyPatch) -> No
         return price(self, plan)
 
     monkeypatch.setattr(RooflineModel, "price", spy)
-    # Runs of pure steps are priced without plans (cluster/pure_runs.py; tests/simulator/cluster/
+    # Runs of pure steps are priced without plans (fastpath/pure_runs.py; tests/simulator/cluster/
     # test_windows.py): here every step's plan is priced, as the per-step loop does.
-    monkeypatch.setattr(replica_module, "USE_WINDOWS", False)
+    monkeypatch.setattr(attach_module, "USE_WINDOWS", False)
     for i, watched in enumerate((False, True)):
         current = seen[i]
         _run(CASES["tight-recompute"], SamplingKind.SINGLE, watched, 0)
@@ -107,8 +107,8 @@ def test_a_grouped_step_is_actually_taken(monkeypatch: pytest.MonkeyPatch) -> No
         return price(self, plan)
 
     monkeypatch.setattr(RooflineModel, "price", spy)
-    # Runs of pure steps are priced without plans (cluster/pure_runs.py; tests/simulator/cluster/
+    # Runs of pure steps are priced without plans (fastpath/pure_runs.py; tests/simulator/cluster/
     # test_windows.py): here every step's plan is priced, as the per-step loop does.
-    monkeypatch.setattr(replica_module, "USE_WINDOWS", False)
+    monkeypatch.setattr(attach_module, "USE_WINDOWS", False)
     _run(CASES["plain"], SamplingKind.SINGLE, False, 0)
     assert kinds.count("GroupedStepPlan") > len(kinds) // 2

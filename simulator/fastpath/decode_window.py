@@ -1,19 +1,20 @@
 """Runs of pure decode-group steps, settled ahead: many engine steps for one SimPy event.
 
 Most steps of a long run are *pure*: every running request is a decode-group member
-(simulator/policies/decode_group.py), nothing is swapped out or landing, the step's token budget
+(decode_group.py), nothing is swapped out or landing, the step's token budget
 holds every member, and nothing waits that the step could admit (nothing waits, or the batch is
 full: max_num_seqs, or the budget is spent). Such a step is the same function of the group's state
 whatever the clock says, and so is the next one, until something changes that state from
 outside (an arrival) or from inside (a member finishes, or the crossing members need more
 blocks than are free). `pure_run` says how many of the next steps are fixed that way and what
 each one is (its sequences and context tokens, all the price and the step record need). The
-replica (simulator/cluster/pure_runs.py) prices them at once and waits for the last one's end,
+replica's runs (pure_runs.py) price them at once and waits for the last one's end,
 applying each step's schedule (crossing members take their blocks: `start_pure_step` for the
 first, `DecodeGroup.grow_ahead` for the later ones, several at once) and completion
-(`PagedScheduler.complete_pure_steps`) as late as nobody has looked, and cutting the run short
-when a request arrives. `tests/simulator/cluster/test_windows.py` compares such runs
-with the per-step loop's, row for row.
+(`complete_pure_steps`: what `PagedScheduler.complete` would do with their plans) as late as
+nobody has looked, and cutting the run short when a request arrives.
+`tests/simulator/cluster/test_windows.py` compares such runs with the per-step loop's, row for
+row.
 
 A run stops at the step in which the first member finishes (its completion changes the running
 set), and before the step whose crossing members would not find their blocks free (that step
@@ -24,9 +25,13 @@ freed (nobody leaves before its last step), so the free count at its start bound
 from __future__ import annotations
 
 import heapq
+from collections.abc import Sequence
 
-from pagesim.simulator.policies.decode_group import DecodeGroup
-from pagesim.simulator.policies.paged_state import PagedState
+from pagesim.simulator.core.memory import MemoryRow
+from pagesim.simulator.fastpath.decode_group import DecodeGroup
+from pagesim.simulator.fastpath.run_rows import RunMemory
+from pagesim.simulator.kv.paged_cache import PagedKVCache
+from pagesim.simulator.policies.paged import PagedScheduler
 
 
 class PureRun:
@@ -49,10 +54,15 @@ class PureRun:
         return range(at + s * first, at + s * stop, s)
 
 
-def pure_run(state: PagedState, limit: int) -> PureRun | None:
-    """The next pure steps (at most `limit`), or None when the next step is not pure."""
-    group = state.decode_group
-    if group is None or state.spec is not None:
+def pure_run(paged: PagedScheduler, group: DecodeGroup, limit: int) -> PureRun | None:
+    """The next steps that only `group`'s members (the scheduler's decode group) take, fixed
+    now: at most `limit`, None when the next step is not such a step. The first must then be
+    started (`start_pure_step`); then they are completed and recorded in order, as the per-step
+    loop would, a few at a time (`complete_pure_steps`, which starts each later one)."""
+    if paged.unrecorded_preemptions:  # the next step records them: it must be a planned one
+        return None
+    state = paged.state
+    if state.spec is not None:
         return None
     num_members = len(group.bases)
     if not num_members or len(state.running) != num_members:
@@ -75,12 +85,59 @@ def pure_run(state: PagedState, limit: int) -> PureRun | None:
     return PureRun(group, num_steps)
 
 
-def start_pure_step(state: PagedState) -> None:
-    """A run's first step's schedule: its crossing members take their blocks (the step's only
-    change to the state before it completes; `pure_run` counted them as free)."""
-    group = state.decode_group
-    assert group is not None
+def start_pure_step(group: DecodeGroup) -> None:
+    """A run's first step's schedule, what `PagedScheduler.schedule` would change: its crossing
+    members take their blocks (`pure_run` counted them as free)."""
     group.grow_ahead(1)  # `grow(crossing())`, a block each in one allocation
+
+
+def complete_pure_steps(
+    paged: PagedScheduler, group: DecodeGroup, ends: Sequence[float], start_next: bool = False
+) -> RunMemory:
+    """Complete the next `len(ends)` of `pure_run`'s steps in order, step i ending at
+    `ends[i]`, the first already started, each later one started first, and then (if
+    `start_next`) start the one after them: what `PagedScheduler.complete` and
+    `start_pure_step` do with their plans, which list nothing. Returns what a step record reads
+    after each (the queue lengths, then `memory_breakdown()`'s row), in closed form."""
+    state = paged.state
+    num_members = len(group.bases)
+    kv = paged.kv
+    assert isinstance(kv, PagedKVCache)  # the fast path's (attach.py)
+    num_steps = len(ends)
+    paged.num_output_tokens += num_steps * num_members  # one token each a step
+    # The run's first finish (pure_run dropped the calendar's stale head; nobody joins or
+    # leaves before it, so only the run's last step can reach it): the steps before it
+    # advance the group without looking.
+    calendar = group.finish_calendar
+    first_finish = calendar[0][0] if calendar else None
+    finishes = first_finish is not None and group.step + num_steps >= first_finish
+    assert not finishes or group.step + num_steps == first_finish, "a run ends at a finish"
+    plain = num_steps - finishes  # steps that advance without looking
+    first: MemoryRow | None = None
+    queues = (0, 0, 0)
+    gains: list[int] = []
+    takes: list[int] = []
+    if plain:
+        group.step += 1  # the first step (started already)
+        # The row after it, as `memory_breakdown` takes the group alone; the later steps'
+        # rows follow in closed form (RunMemory) from their blocks, taken at once now.
+        first = kv.memory_row(group.num_deferred_computed, group.num_reserved_slots)
+        queues = (len(state.running), len(state.waiting), len(state.swapped))
+        if num_steps > 1 or start_next:
+            gains, takes = group.grow_ahead(num_steps - 1 + start_next)
+        group.step += plain - 1
+    last = None
+    if finishes:
+        assert not start_next, "no step follows a run's finish"
+        # Someone is due: pure_run dropped the calendar's stale head, and nobody has left.
+        finished = group.advance()  # members whose last token appeared now
+        assert finished, "a run's finish finishes someone"
+        end_s = ends[-1]
+        for member in finished:
+            member.request.last_token_s = end_s
+        state.finish(finished, end_s)
+        last = (*paged.queue_lengths(), *paged.memory_breakdown().row)
+    return RunMemory(plain, num_members, group.block_size, queues, first, gains, takes, last)
 
 
 def _steps_before_change(group: DecodeGroup, limit: int) -> int:

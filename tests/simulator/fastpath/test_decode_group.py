@@ -14,9 +14,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pagesim.simulator.core.request import Request
+from pagesim.simulator.fastpath.decode_group import DecodeGroup
+from pagesim.simulator.fastpath.decode_window import steps_that_fit
 from pagesim.simulator.kv.paged_cache import PagedKVCache
-from pagesim.simulator.policies.decode_group import DecodeGroup
-from pagesim.simulator.policies.decode_window import steps_that_fit
 from pagesim.simulator.policies.seq_group import SeqGroup
 
 BLOCK_SIZE = 4

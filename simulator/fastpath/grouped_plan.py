@@ -1,4 +1,4 @@
-"""The plan of a step in which the decode group's members take part (policies/decode_group.py
+"""The plan of a step in which the decode group's members take part (decode_group.py
 `DecodeGroup.plan`): its members summed, not listed, and the listed work of everyone else."""
 
 from __future__ import annotations

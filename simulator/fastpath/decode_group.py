@@ -21,9 +21,10 @@ member's SeqGroup, Request and KV sequence up to date exactly as the per-step pa
 the KV cache learns of its skipped slots and commits them then.
 
 The decisions stay the general path's: a policy's running phase passes its own demand rule
-(`schedule_running`), which this module applies to every non-member, and a step is grouped only
-when it is exactly what the per-step path would do (everyone decodes, nothing needs room made).
-`tests/simulator/policies/test_fast_path.py` runs both paths on random scenarios with invariants
+(`schedule_running`, one of the few calls policies/grouping.py lets the per-step path make),
+which this module applies to every non-member, and a step is grouped only when it is exactly
+what the per-step path would do (everyone decodes, nothing needs room made).
+`tests/simulator/fastpath/test_fast_path.py` runs both paths on random scenarios with invariants
 checked after every step and counts the steps that took this one.
 
 With a prefix cache, a member's generated tokens extend its block hashes and its full blocks are
@@ -39,9 +40,10 @@ from collections.abc import Sequence
 from itertools import compress
 from operator import not_
 
+from pagesim.simulator.core.plan import StepPlan
 from pagesim.simulator.core.request import GENERATED_SEGMENT
+from pagesim.simulator.fastpath.grouped_plan import GroupedStepPlan
 from pagesim.simulator.kv.paged_cache import PagedKVCache
-from pagesim.simulator.policies.grouped_plan import GroupedStepPlan
 from pagesim.simulator.policies.seq_group import AddToStep, Demand, SeqGroup, StepBuilder
 
 
@@ -255,6 +257,23 @@ class DecodeGroup:
             self.release(group)
         return due
 
+    def complete(
+        self, plan: StepPlan, now_s: float, joining: list[SeqGroup]
+    ) -> tuple[int, list[SeqGroup]]:
+        """`plan` ended at `now_s`: if the members took part, each produced a token and those
+        whose last token it was leave (finished). Then `joining` (lone decoders whose step
+        committed) join. Returns (tokens produced, finished members)."""
+        num_tokens = 0
+        finished: list[SeqGroup] = []
+        if type(plan) is GroupedStepPlan:
+            num_tokens = plan.num_grouped_members  # one token each
+            finished = self.advance()  # members whose last token appeared now
+            for group in finished:
+                group.request.last_token_s = now_s
+        for group in joining:
+            self.join(group)
+        return num_tokens, finished
+
     def schedule_running(
         self,
         running: list[SeqGroup],
@@ -371,14 +390,22 @@ class DecodeGroup:
         """
         return self._sum_cap - self._sum_base - len(self.bases) * self.step
 
+    def memory_terms(self, running: Sequence[SeqGroup]) -> tuple[list[int], int, int] | None:
+        """None without members; else (`others(running)`, `num_deferred_computed`,
+        `num_reserved_slots`): the memory breakdown's closed-form part (policies/grouping.py)."""
+        if not self.bases:
+            return None
+        return self.others(running), self.num_deferred_computed, self.num_reserved_slots
+
     def num_computed_of_members(self) -> dict[int, int]:
         """Each member's true KV tokens (all computed), by seq id: what the KV cache will be told
         when it leaves."""
         step = self.step
         return {s: self.bases[m.group] + step for s, m in self._members.items()}
 
-    def check_invariants(self) -> None:
-        """The running sums and calendars agree with the members (O(members))."""
+    def check_invariants(self) -> dict[int, int]:
+        """The running sums and calendars agree with the members (O(members)). Returns each
+        member's true KV tokens (`num_computed_of_members`), for the KV cache's walk."""
         members = self._members
         assert len(members) == len(self.bases)
         assert self._sum_base == sum(self.bases.values())
@@ -394,3 +421,4 @@ class DecodeGroup:
             assert self.kv.num_tokens(seq_id) == member.synced
             assert self.kv.num_computed_tokens(seq_id) == member.n0
         assert sum(map(len, self._crossing_at)) == len(members)
+        return self.num_computed_of_members()

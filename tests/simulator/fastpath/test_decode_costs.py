@@ -1,4 +1,4 @@
-"""`price_steps` (execution/decode_costs.py) is `price` of the same pure decode steps, to the
+"""`price_steps` (fastpath/decode_costs.py) is `price` of the same pure decode steps, to the
 last bit, for every kind of model it takes, back to back up to its limit; and `decode_terms`
 refuses the models it does not take."""
 
@@ -14,10 +14,10 @@ from pagesim.simulator.core.catalog import KVDtype, WeightDtype, get_gpu, get_mo
 from pagesim.simulator.core.config import ExecutionConfig
 from pagesim.simulator.core.plan import SeqWork, StepCost, StepPlan
 from pagesim.simulator.execution.cuda_graphs import cuda_graphs_for
-from pagesim.simulator.execution.decode_costs import decode_terms, price_steps
 from pagesim.simulator.execution.overhead import EngineEra
 from pagesim.simulator.execution.roofline import RooflineModel
 from pagesim.simulator.execution.vllm_runtime import VllmRuntime
+from pagesim.simulator.fastpath.decode_costs import decode_terms, price_steps
 
 CONFIG = ExecutionConfig()
 H200 = get_gpu("h200-sxm")

@@ -1,4 +1,4 @@
-"""Runs of pure decode steps recorded in closed form (metrics/run_rows.py): the rows NumPy
+"""Runs of pure decode steps recorded in closed form (fastpath/run_rows.py): the rows NumPy
 expands must be the ones a step at a time would have made, to the last bit, and the step log
 must total them in the same chunks whatever the runs' lengths (sums of floats depend on order).
 """
@@ -10,10 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pagesim.simulator.core.memory import RunMemory
 from pagesim.simulator.core.plan import StepCost
+from pagesim.simulator.fastpath.run_rows import DecodeRun, RunBuffer, RunMemory
 from pagesim.simulator.metrics.result import STEP_COLUMNS
-from pagesim.simulator.metrics.run_rows import DecodeRun, RunBuffer
 from pagesim.simulator.metrics.step_log import StepLog
 
 PEAK_FLOPS, BANDWIDTH = 312e12, 2.039e12  # A100's figures (any positive floats would do)
@@ -137,6 +136,7 @@ def test_runs_total_and_store_as_their_steps_one_by_one_would(
     """Runs overrunning chunks: the same chunks, so the same totals (exactly) and rows."""
     by_run = StepLog(max_rows, chunk_steps, window_start_s=1.0)
     by_step = StepLog(max_rows, chunk_steps, window_start_s=1.0)
+    buffer = RunBuffer()
     plain = 0
     for piece in pieces:
         if isinstance(piece, int):  # a few steps of the per-step loop
@@ -146,7 +146,8 @@ def test_runs_total_and_store_as_their_steps_one_by_one_would(
                 by_step.append(row)
                 plain += 1
             continue
-        by_run.append_run(piece)
+        buffer.add(piece)  # as RunRecorder.record does
+        by_run.append_rows(buffer, piece.memory.num_steps)
         for row in _python_rows(piece):
             by_step.append(row)
     a, b = by_run.frame(), by_step.frame()
@@ -158,7 +159,9 @@ def test_runs_total_and_store_as_their_steps_one_by_one_would(
 def test_a_row_of_the_wrong_length_is_refused_beside_runs() -> None:
     log = StepLog(chunk_steps=100)
     memory = RunMemory(1, 1, 16, (1, 0, 0), (1, 15, 0, 0, 0, 0, 0), [], [], None)
-    log.append_run(DecodeRun([0.0], [StepCost(1.0, 0.0, 0.0, 1.0, 1.0)], memory, 1.0, 1.0, 1.0))
+    buffer = RunBuffer()
+    buffer.add(DecodeRun([0.0], [StepCost(1.0, 0.0, 0.0, 1.0, 1.0)], memory, 1.0, 1.0, 1.0))
+    log.append_rows(buffer, 1)
     log.append((1.0, 2.0))
     with pytest.raises(ValueError, match="must hold"):
         log.flush()

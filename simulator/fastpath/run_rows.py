@@ -1,12 +1,14 @@
-"""The step records of runs of pure decode steps (cluster/pure_runs.py), kept compact and
-expanded with NumPy a chunk at a time.
+"""The step records of runs of pure decode steps (pure_runs.py), kept compact and expanded
+with NumPy a chunk at a time.
 
 A run's steps differ only in their start, price and memory row, and the rows follow in closed
-form (core/memory.py `RunMemory`). Building each step's tuple in Python cost more than pricing
-it; the step log (step_log.py) keeps a `DecodeRun` instead and `RunBuffer.stack` turns every run
-of a chunk into rows in one pass of array operations. The rows are exactly `Recorder.record_step`'s
-for such steps: the same values, the floats from the same operations in the same order
-(tests/simulator/metrics/test_run_rows.py; tests/simulator/cluster/test_windows.py compares
+form (`RunMemory`). Building each step's tuple in Python cost more than pricing it; so
+`RunRecorder` keeps a `DecodeRun` in its `RunBuffer`, tells the step log
+(metrics/step_log.py `StepLog.append_rows`) how many steps wait there, and the log takes them
+(`RunBuffer.take_rows`) when it totals a chunk: every run of the chunk turned into rows in one
+pass of array operations. The rows are exactly `Recorder.record_step`'s for such steps: the
+same values, the floats from the same operations in the same order
+(tests/simulator/fastpath/test_run_rows.py; tests/simulator/cluster/test_windows.py compares
 whole runs with the per-step loop's).
 """
 
@@ -18,9 +20,11 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from pagesim.simulator.core.memory import RunMemory
+from pagesim.simulator.core.catalog import GPUSpec
+from pagesim.simulator.core.memory import MemoryRow
 from pagesim.simulator.core.plan import StepCost
 from pagesim.simulator.metrics.result import STEP_COLUMNS
+from pagesim.simulator.metrics.step_log import StepLog
 
 _NUM_COLUMNS = len(STEP_COLUMNS)
 _COST_FIELDS = len(StepCost._fields)
@@ -39,6 +43,30 @@ _MEMORY = (
 # RunBuffer's numbers a run (its `_constants`): steps, members, block size, the queues, the
 # first row, share, FLOP/s, B/s
 _NUM_CONSTANTS = 3 + len(_QUEUES) + len(_MEMORY) + 3
+
+
+class RunMemory(NamedTuple):
+    """What a step record reads after each of a run's pure decode steps (the queue lengths,
+    then the memory row), in closed form: decode_window.py `complete_pure_steps` gives it,
+    `RunBuffer` expands it for a whole chunk of steps at once.
+
+    The first `num_steps` steps (k = 0, 1, ...) keep `queues`, and their rows follow `first`
+    (the row after step 0): by step k each of `num_members` sequences added k computed slots
+    and used k reserved ones, and the steps' new blocks (`takes[j - 1]` at step j, one per
+    crossing member) moved block_size slots each from free to held, their caps' gain
+    (`gains[j - 1]`) to reserved and the rest to internal fragmentation. `last`: the queue
+    lengths and row after one more, final step in which members finished (taken afresh).
+    A tuple: one is made per catch-up, and a frozen dataclass's fields cost more to set.
+    """
+
+    num_steps: int
+    num_members: int
+    block_size: int
+    queues: tuple[int, int, int]
+    first: MemoryRow | None  # None when num_steps is 0
+    gains: list[int]  # per step after the first (more entries are ignored)
+    takes: list[int]
+    last: tuple[int, ...] | None
 
 
 class DecodeRun(NamedTuple):
@@ -63,6 +91,9 @@ class RunBuffer:
     __slots__ = ("_constants", "_costs", "_gains", "_starts", "_takes", "num_steps")
 
     def __init__(self) -> None:
+        self._clear()
+
+    def _clear(self) -> None:
         self._starts: list[float] = []
         self._costs: list[StepCost] = []
         self._gains: list[int] = []
@@ -95,6 +126,12 @@ class RunBuffer:
             run.peak_flops,
             run.bandwidth,
         )
+
+    def take_rows(self) -> np.ndarray:
+        """The runs' rows (`stack`), the buffer emptied: what the step log takes."""
+        rows = self.stack()
+        self._clear()
+        return rows
 
     def stack(self) -> np.ndarray:
         """The runs' rows, one per step, run after run: [steps, len(STEP_COLUMNS)]."""
@@ -146,6 +183,58 @@ class RunBuffer:
         out[:, _COL["mbu"]] = bytes_moved / (bandwidth * duration)
         out[:, _COL["row_steps"]] = 1
         return out
+
+
+class RunRecorder:
+    """Records runs of pure decode steps into a replica's step log, as `Recorder.record_step`
+    would record each step (a plan's counts: `memory.num_members` lone sequences decoding),
+    in closed form (`RunBuffer`); `gpu`'s peaks give MFU and MBU."""
+
+    def __init__(self, steps: StepLog, gpu: GPUSpec) -> None:
+        self._steps = steps
+        self._buffer = RunBuffer()
+        self._peak_flops, self._bandwidth = gpu.fp16_flops, gpu.mem_bandwidth_bps
+
+    def record(
+        self,
+        starts: Sequence[float],
+        costs: Sequence[StepCost],
+        memory: RunMemory,
+        batch_capacity: int,
+    ) -> None:
+        """The rows of a run's steps: their starts and prices, `memory` the queue lengths and
+        memory rows after each (decode_window.py `complete_pure_steps`), `batch_capacity`
+        the scheduler's. (tests/simulator/cluster/test_windows.py compares these rows with
+        `record_step`'s.)"""
+        num_seqs = memory.num_members
+        useful_share = num_seqs / batch_capacity  # useful_slots: a paged plan's sequences
+        peak_flops, bandwidth = self._peak_flops, self._bandwidth
+        self._buffer.add(DecodeRun(starts, costs, memory, useful_share, peak_flops, bandwidth))
+        self._steps.append_rows(self._buffer, memory.num_steps)
+        if memory.last is None:
+            return
+        # The run's last step, in which members finished: its row as `record_step` has it.
+        cost = costs[memory.num_steps]
+        compute_s, swap_s, copy_s, flops, bytes_moved = cost
+        duration = compute_s + swap_s + copy_s  # StepCost.duration_s; > 0: a decode computes
+        state = memory.last
+        self._steps.append(
+            (
+                starts[memory.num_steps],
+                duration,
+                compute_s,
+                swap_s,
+                *state[:3],  # queue lengths
+                # sequences, requests (one sequence each), prefill tokens, decode tokens,
+                # preemptions, blocks swapped in and out, copies
+                *(num_seqs, num_seqs, 0, num_seqs, 0, 0, 0, 0),
+                *state[3:],  # the memory row
+                useful_share,
+                flops / (peak_flops * duration),
+                bytes_moved / (bandwidth * duration),
+                1,
+            )
+        )
 
 
 def _add_first(to: list[Any], values: Sequence[Any], count: int) -> None:

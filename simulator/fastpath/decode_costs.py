@@ -1,4 +1,4 @@
-"""The prices of a run of pure decode steps (simulator/policies/decode_window.py), in turn.
+"""The prices of a run of pure decode steps (decode_window.py), in turn.
 
 A pure step decodes one token for each of its S sequences and nothing else: no prefill, no
 swap, no copy, so `RooflineModel.price` depends only on S and the step's context tokens C. Over
@@ -6,7 +6,7 @@ a run S stays fixed and C grows by S a step; the terms that depend on S alone (l
 LM head, all-reduce, host time) are computed once per S (`decode_terms`; a replica keeps them:
 its runs come back to the same few batch sizes), and each step then costs a few float
 operations, taken in `price`'s own order so that every value is the same to the last bit
-(tests/simulator/execution/test_decode_costs.py compares the two on random steps).
+(tests/simulator/fastpath/test_decode_costs.py compares the two on random steps).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pagesim.simulator.execution.roofline import RooflineModel
 
 class DecodeTerms(NamedTuple):
     """A pure decode step's price terms that depend on its sequence count S alone, or on
-    nothing (execution/decode_costs.py: each step then adds its context's terms)."""
+    nothing (`price_steps`: each step then adds its context's terms)."""
 
     num_seqs: int
     before_attention_s: float  # linear layers, LM head, all-reduces
@@ -51,7 +51,7 @@ def price_steps(
 ) -> int:
     """Price pure decode steps back to back from `start`, one a context token count C of
     `contexts`, in turn (`decode_terms` gives `terms`; a caller pricing many runs keeps them per
-    sequence count, cluster/pure_runs.py): each step's start, end and price go to `starts`,
+    sequence count, pure_runs.py): each step's start, end and price go to `starts`,
     `ends` and `costs` while its end stays <= `limit`. Returns how many were priced.
 
     Its price is `RooflineModel.price`'s for the same step, every field to the last bit; its

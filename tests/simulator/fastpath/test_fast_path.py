@@ -1,4 +1,4 @@
-"""The decode fast path (simulator.policies.decode_group) against the per-sequence path.
+"""The decode fast path (simulator/fastpath/) against the per-sequence path.
 
 Random scenarios of every policy run twice, both with every invariant checked after every step:
 once with the fast path on and once with it off. The step and request frames must be identical,

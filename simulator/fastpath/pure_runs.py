@@ -1,7 +1,7 @@
 """A replica's runs of pure decode steps, settled in one SimPy event (simulator/cluster/replica.py
-owns one `PureRuns` when they are on).
+owns one `PureRuns` when they are on: attach.py).
 
-When the next steps are pure (policies/decode_window.py: only decode-group members, their outcome
+When the next steps are pure (decode_window.py: only decode-group members, their outcome
 fixed now), the replica's loop prices them (`open`), waits for the last priced one's end
 (`wait_out`) and applies each step as late as it can: when that timeout fires, or earlier when
 someone looks (`catch_up`: a router's KV read, a stop) or a request arrives (`cut`: the step in
@@ -25,10 +25,16 @@ from collections.abc import Generator
 import simpy
 
 from pagesim.simulator.core.plan import StepCost
-from pagesim.simulator.execution.decode_costs import DecodeTerms, decode_terms, price_steps
 from pagesim.simulator.execution.roofline import RooflineModel
-from pagesim.simulator.metrics.recorder import Recorder
-from pagesim.simulator.policies.decode_window import PureRun
+from pagesim.simulator.fastpath.decode_costs import DecodeTerms, decode_terms, price_steps
+from pagesim.simulator.fastpath.decode_group import DecodeGroup
+from pagesim.simulator.fastpath.decode_window import (
+    PureRun,
+    complete_pure_steps,
+    pure_run,
+    start_pure_step,
+)
+from pagesim.simulator.fastpath.run_rows import RunRecorder
 from pagesim.simulator.policies.paged import PagedScheduler
 
 # Most pure decode steps a replica settles ahead in one run, and how many it prices first (then
@@ -38,17 +44,20 @@ FIRST_PRICED = 4
 
 
 class PureRuns:
-    """The runs of one replica: its paged scheduler, execution model (one that prices
-    statelessly) and recorder; `process` is the replica's loop, which a cut interrupts."""
+    """The runs of one replica: its paged scheduler and that scheduler's decode group, its
+    execution model (one that prices statelessly) and the recorder of the runs' rows into its
+    step log; `process` is the replica's loop, which a cut interrupts."""
 
     def __init__(
         self,
         env: simpy.Environment,
         paged: PagedScheduler,
+        group: DecodeGroup,
         execution: RooflineModel,
-        recorder: Recorder,
+        rows: RunRecorder,
     ) -> None:
-        self._env, self._paged, self._execution, self._recorder = env, paged, execution, recorder
+        self._env, self._paged, self._group = env, paged, group
+        self._execution, self._rows = execution, rows
         self.process: simpy.Process | None = None
         self._window: _Window | None = None
         self.num_steps_ahead = 0  # steps applied from runs (the rest one by one)
@@ -58,7 +67,7 @@ class PureRuns:
     def open(self) -> _Window | None:
         """A run starting now, its first steps priced and the first one scheduled; None if the
         next step is not pure or fewer than two would survive SimPy's clock."""
-        run = self._paged.pure_run(WINDOW_STEPS)
+        run = pure_run(self._paged, self._group, WINDOW_STEPS)
         if run is None:
             return None
         window = _Window(run)
@@ -110,8 +119,8 @@ class PureRuns:
         stop = find(window.ends, self._env.now, done, window.num_steps)
         if stop > done:
             start_next = stop < window.num_steps  # the step in flight now: started with them
-            memory = paged.complete_pure_steps(window.ends[done:stop], start_next)
-            self._recorder.record_decode_steps(
+            memory = complete_pure_steps(paged, self._group, window.ends[done:stop], start_next)
+            self._rows.record(
                 window.starts[done:stop], window.costs[done:stop], memory, paged.batch_capacity
             )
             window.num_done = stop
@@ -155,7 +164,7 @@ class PureRuns:
     def _start_next(self) -> None:
         window = self._window
         assert window is not None
-        self._paged.start_pure_step()
+        start_pure_step(self._group)
         window.num_started += 1
 
 
