@@ -305,9 +305,12 @@ class BlockPool:
         tail = blocks
         head: list[int] = []
         if self._unhashed_first:
-            head = [b for b in blocks if hashes[b] is None and b not in hashed_like]
-            if head:
-                tail = [b for b in blocks if hashes[b] is not None or b in hashed_like]
+            if not self._first_of_hash and not hashed_like:  # no block holds a hash
+                head, tail = blocks, []
+            else:
+                head = [b for b in blocks if hashes[b] is None and b not in hashed_like]
+                if head:
+                    tail = [b for b in blocks if hashes[b] is not None or b in hashed_like]
         if self._is_lru:
             if head:
                 self._lru.prepend(head)
