@@ -3,8 +3,8 @@
 The fast path works at two levels, each giving the per-step path's results bit for bit:
 
 - The decode group (decode_group.py): a paged scheduler's lone decoding sequences advance in
-  closed form, not one by one. It needs a step policy with a grouped running phase (vLLM V1's;
-  V0 visits every request), a plain paged cache (a hybrid cache frees window blocks as decodes
+  closed form, not one by one. It needs a step policy with a grouped running phase (vLLM V1's
+  and V0's decode-only step), a plain paged cache (a hybrid cache frees window blocks as decodes
   advance: no closed form), no speculative decoding and no KV offload tier (which stores the
   blocks every step fills). The scheduler then asks it only what
   policies/grouping.py lists.
@@ -74,6 +74,6 @@ def enable_decode_group(scheduler: PagedScheduler) -> DecodeGroup | None:
         return None
     if scheduler.state.offload is not None:
         return None  # an offload tier stores the blocks of every step (policies/offload.py)
-    group = DecodeGroup(kv)
+    group = DecodeGroup(kv, scheduler.state.pieces.decode_keeps_block_per_seq)
     scheduler.state.decode_group = group
     return group

@@ -76,9 +76,14 @@ class _Member:
 class DecodeGroup:
     """Members and their calendars; `step` counts the engine steps the members decoded in."""
 
-    def __init__(self, kv: PagedKVCache) -> None:
+    def __init__(self, kv: PagedKVCache, keeps_block_per_seq: bool = False) -> None:
         self.kv = kv
         self.block_size = kv.block_size
+        # vLLM V0 decodes a request only while a block per sequence is free, whether or not its
+        # token needs one (policies/vllm_v0.py grow_running): a step is summed only if, its
+        # blocks taken, a block per sequence of the widest group it visits is still free, and a
+        # run (decode_window.py) keeps one block free after each step's crossings.
+        self.keeps_block_per_seq = keeps_block_per_seq
         self.step = 0
         # member -> its KV tokens minus the group step: at step K it holds base + K tokens.
         # Plans keep it as a snapshot (`snapshot_bases`): it is copied before the next change,
@@ -284,7 +289,8 @@ class DecodeGroup:
     ) -> int | None:
         """The running requests' part of a step with the members summed, if it is exactly what
         the policy's per-sequence loop would do with `demand`: every member decodes (the
-        budget reaches them all) and nothing needs room made (the blocks asked for fit).
+        budget reaches them all) and nothing needs room made (the blocks asked for fit; under
+        V0 with a block per sequence of the widest group to spare: `keeps_block_per_seq`).
         Returns the budget left, or None (members released: the caller visits one by one)."""
         members = self.bases
         if not members:
@@ -294,6 +300,7 @@ class DecodeGroup:
         # Replay the budget in visiting order: before the n-th other, i - n members took 1 each.
         visits: list[tuple[SeqGroup, int, bool]] = []
         spent, needed = 0, len(crossing)
+        widest = 1  # the most sequences of a group visited (a member has one)
         for n, i in enumerate(self.others(running)):
             group = running[i]
             available = budget - (i - n) - spent
@@ -306,9 +313,13 @@ class DecodeGroup:
             num_new, tokens, is_prefill = asked
             for seq_id in group.seq_ids:
                 needed += kv.num_blocks_needed(seq_id, num_new)
+            if len(group.seq_ids) > widest:
+                widest = len(group.seq_ids)
             spent += tokens
             visits.append((group, num_new, is_prefill))
         left = budget - spent - len(members)
+        if self.keeps_block_per_seq:
+            needed += widest  # free at every visit, so V0 preempts nobody (see __init__)
         if left < 0 or needed > kv.num_free_blocks:
             self.release_all()
             return None

@@ -1,12 +1,13 @@
 """Runs of pure decode-group steps, settled ahead: many engine steps for one SimPy event.
 
 Most steps of a long run are *pure*: every running request is a decode-group member
-(decode_group.py), nothing is swapped out or landing, the step's token budget
-holds every member, and nothing waits that the step could admit (nothing waits, or the batch is
-full: max_num_seqs, or the budget is spent). Such a step is the same function of the group's state
-whatever the clock says, and so is the next one, until something changes that state from
-outside (an arrival) or from inside (a member finishes, or the crossing members need more
-blocks than are free). `pure_run` says how many of the next steps are fixed that way and what
+(decode_group.py), nothing is swapped out or landing, the step's token budget holds every member,
+and nothing waits that the step could admit (the step policy's `decodes_only_running`; V1:
+nothing waits, or the batch is full or the budget spent; V0: nothing waits, or the head's batch,
+token cap or blocks above the watermark refuse it). Such a step is the same function of the
+group's state whatever the clock says, and so is the next one, until something changes that
+state from outside (an arrival) or from inside (a member finishes, or the crossing members need
+more blocks than are free). `pure_run` says how many of the next steps are fixed that way and what
 each one is (its sequences and context tokens, all the price and the step record need). The
 replica's runs (pure_runs.py) price them at once and waits for the last one's end,
 applying each step's schedule (crossing members take their blocks: `start_pure_step` for the
@@ -18,8 +19,10 @@ row.
 
 A run stops at the step in which the first member finishes (its completion changes the running
 set), and before the step whose crossing members would not find their blocks free (that step
-releases the group: the per-step path handles it). Blocks are only taken in a run, never
-freed (nobody leaves before its last step), so the free count at its start bounds them all.
+releases the group: the per-step path handles it; under V0, which decodes only while a block
+per sequence is free, before the step that would leave none free). Blocks are only taken in a
+run, never freed (nobody leaves before its last step), so the free count at its start bounds
+them all.
 """
 
 from __future__ import annotations
@@ -69,16 +72,8 @@ def pure_run(paged: PagedScheduler, group: DecodeGroup, limit: int) -> PureRun |
         return None
     if state.swapped or state.receiving or state.landed:
         return None
-    knobs = state.knobs
-    budget_left = knobs.max_num_batched_tokens - num_members
-    if budget_left < 0:
-        return None  # the budget reaches only some members: the per-step path decides who
-    if len(state.waiting) and budget_left > 0:
-        # V1 admits the head unless the batch is full (vllm_v1.admit_chunks): then it waits,
-        # and keeps waiting while nobody finishes, which ends the run. Otherwise not pure.
-        head = state.waiting.peek()
-        if state.num_running_seqs + head.request.num_seqs <= knobs.max_num_seqs:
-            return None
+    if not paged.policy.decodes_only_running(state):
+        return None  # the budget or an admission: the per-step path decides
     num_steps = _steps_before_change(group, limit)
     if not num_steps:
         return None
@@ -151,7 +146,12 @@ def _steps_before_change(group: DecodeGroup, limit: int) -> int:
         limit = min(limit, calendar[0][0] - group.step)
     sizes = list(map(len, group.crossing_calendar))  # members crossing at K % block_size
     at = group.step % group.block_size
-    return steps_that_fit(sizes[at:] + sizes[:at], group.kv.num_free_blocks, limit)
+    free = group.kv.num_free_blocks
+    if group.keeps_block_per_seq:  # V0: a block stays free after each step's crossings
+        free -= 1
+        if free < 0:
+            return 0
+    return steps_that_fit(sizes[at:] + sizes[:at], free, limit)
 
 
 def steps_that_fit(due: list[int], free: int, limit: int) -> int:

@@ -48,7 +48,7 @@ from collections import OrderedDict, deque
 from collections.abc import Sequence
 from collections.abc import Set as AbstractSet
 from enum import Enum
-from itertools import repeat, starmap
+from itertools import filterfalse, repeat, starmap
 
 from pagesim.simulator.core.errors import KVCacheError
 from pagesim.simulator.kv.lru_queue import LruQueue
@@ -305,9 +305,16 @@ class BlockPool:
         tail = blocks
         head: list[int] = []
         if self._unhashed_first:
-            head = [b for b in blocks if hashes[b] is None and b not in hashed_like]
-            if head:
-                tail = [b for b in blocks if hashes[b] is not None or b in hashed_like]
+            if not self._first_of_hash:  # no block holds a hash: only `hashed_like` are tail
+                head = list(filterfalse(hashed_like.__contains__, blocks))
+                if len(head) < len(blocks):
+                    tail = list(filter(hashed_like.__contains__, blocks))
+                else:
+                    tail = []
+            else:
+                head = [b for b in blocks if hashes[b] is None and b not in hashed_like]
+                if head:
+                    tail = [b for b in blocks if hashes[b] is not None or b in hashed_like]
         if self._is_lru:
             if head:
                 self._lru.prepend(head)

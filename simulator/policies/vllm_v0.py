@@ -16,14 +16,14 @@ from pagesim.simulator.policies.admission import admit
 from pagesim.simulator.policies.paged_state import PagedState
 from pagesim.simulator.policies.pieces import PagedPieces, paged_pieces
 from pagesim.simulator.policies.remote_kv import admit_landed
-from pagesim.simulator.policies.seq_group import SeqGroup, StepBuilder
+from pagesim.simulator.policies.seq_group import SeqGroup, StepBuilder, blocks_for
 
 
 class VllmV0:
     """The V0 step: prefill-only or decode-only."""
 
     fans_out = False  # n > 1: forks sharing blocks copy-on-write
-    groups_decodes = False  # no decode fast path for V0 (yet): every step visits each request
+    groups_decodes = True  # lone decoders may advance as a decode group (the fast path)
 
     def pieces(self, system: SystemConfig) -> PagedPieces:
         return paged_pieces(system, is_v1=False)
@@ -37,6 +37,13 @@ class VllmV0:
         if not step.preemptions:
             while state.swapped and state.swap_back_one(step, now_s):
                 pass
+
+    def decodes_only_running(self, state: PagedState) -> bool:
+        """With every running request decoding alone and nothing swapped out: the next step
+        decodes them and admits nothing, and so does each after it while nobody finishes and
+        blocks are only taken (the decode fast path's runs: fastpath/decode_window.py)."""
+        waiting = state.waiting
+        return not len(waiting) or head_stays_waiting(state, waiting.peek())
 
 
 def admit_prompts(state: PagedState, step: StepBuilder, now_s: float) -> None:
@@ -61,11 +68,42 @@ def admit_prompts(state: PagedState, step: StepBuilder, now_s: float) -> None:
         admit_landed(state, step, budget, now_s)  # a head that did not fit blocks none of them
 
 
+def head_stays_waiting(state: PagedState, head: SeqGroup) -> bool:
+    """`admit_prompts` refuses `head` now, touching nothing, and will while the running requests
+    hold on and the free blocks only fall (False where that is not sure: then every step is
+    scheduled). Its refusals without side effects: the batch is full, the prompt exceeds the
+    token cap, or its blocks do not fit above the watermark (`admit`: a prompt with cached
+    blocks is checked before any lookup, one without through an allocation that fails;
+    with the prefix cache on, a lookup of no hashes still counts its tokens as queried)."""
+    knobs = state.knobs
+    if state.num_running_seqs + head.request.num_seqs > knobs.max_num_seqs:
+        return True
+    if head.target > knobs.max_num_batched_tokens:
+        return True
+    if head.is_remote or len(head.seq_ids) != 1:
+        return False
+    if knobs.enable_prefix_cache:
+        hashers = head.hashers
+        if not state.pieces.admission_counts_cached_blocks or not hashers:
+            return False
+        if not hashers[0].block_hashes():
+            return False
+    needed = blocks_for(head.target, state.block_size)
+    return state.kv.num_free_blocks - needed < state.reserve()
+
+
 def grow_running(state: PagedState, step: StepBuilder, now_s: float) -> None:
     """Every running request decodes one token per sequence. As vLLM V0 decides it
     (core/scheduler.py _schedule_running, core/block_manager_v1.py can_append_slots), a group
     goes ahead only while at least one block per sequence is free, whether or not its token
     needs one; until then the tail of the running queue is preempted."""
+    decode_group = state.decode_group
+    if decode_group is not None:  # the fast path's members summed, if nobody is preempted
+        left = decode_group.schedule_running(
+            state.running, step, _UNBUDGETED, _decode, state.add_to_step
+        )
+        if left is not None:
+            return
     remaining: deque[SeqGroup] = deque(state.running)
     kept: list[SeqGroup] = []
     kv = state.kv
@@ -83,3 +121,12 @@ def grow_running(state: PagedState, step: StepBuilder, now_s: float) -> None:
         state.add_to_step(step, group, 1, False, copies)
         kept.append(group)
     state.running = kept
+
+
+# V0's decode-only step takes every running request, whatever the token budget.
+_UNBUDGETED = 1 << 62
+
+
+def _decode(group: SeqGroup, available: int) -> tuple[int, int, bool]:
+    """A running V0 request's demand: one token per sequence (its prompt ran whole)."""
+    return 1, len(group.seq_ids), False

@@ -61,6 +61,22 @@ class VllmV1:
         if not state.swapped and len(state.waiting):
             admit_chunks(state, step, left, chunk_cap, now_s)
 
+    def decodes_only_running(self, state: PagedState) -> bool:
+        """With every running request decoding alone and nothing swapped out: the next step
+        decodes them and admits nothing, and so does each after it while nobody finishes and
+        blocks are only taken (the decode fast path's runs: fastpath/decode_window.py). The
+        budget must reach every member, and the waiting head must not be admitted: V1 admits
+        it unless the batch is full or the budget spent (`admit_chunks`), and a full batch
+        stays full while nobody finishes."""
+        knobs = state.knobs
+        budget_left = knobs.max_num_batched_tokens - len(state.running)
+        if budget_left < 0:
+            return False  # the budget reaches only some members: each step decides who
+        if not len(state.waiting) or not budget_left:
+            return True
+        head = state.waiting.peek()
+        return state.num_running_seqs + head.request.num_seqs > knobs.max_num_seqs
+
 
 def _plain_slots(group: SeqGroup, num_new: int) -> int:
     return num_new

@@ -177,6 +177,51 @@ def test_random_fleets_give_the_per_step_run(monkeypatch: pytest.MonkeyPatch, se
     assert _assert_same_fleet(monkeypatch, sc, _cluster(sc, count, kind)) > 0
 
 
+@pytest.mark.parametrize("seed", range(8))
+def test_random_v0_fleets_give_the_per_step_run(monkeypatch: pytest.MonkeyPatch, seed: int) -> None:
+    # vLLM V0's decode-only steps: runs end where V0 would admit the waiting head (the batch not
+    # full and its blocks fitting above the watermark), at a finish, and where the crossing
+    # members would leave no block free (V0 then preempts). Tight pools and small batches make
+    # heads wait through runs and preemptions happen.
+    rng = np.random.default_rng(100 + seed)
+    knobs: dict[str, object] = {"enable_prefix_cache": seed % 3 == 0}
+    if rng.random() < 0.6:
+        knobs |= {"block_size": 16, "num_kv_blocks": int(rng.choice([3000, 8000])) // 16}
+    if rng.random() < 0.5:
+        knobs["max_num_seqs"] = int(rng.choice([4, 16]))
+    workload = poisson_workload(
+        int(rng.integers(60, 160)),
+        float(rng.uniform(2.0, 30.0)),
+        prompt_mean=300,
+        output_mean=200,
+        prefix_groups=(PrefixGroup(64, 0.5),),
+    )
+    sc = scenario(workload, system(Policy.VLLM_V0, **knobs), seed=seed)
+    kind = RouterKind(rng.choice([k.value for k in RouterKind]))
+    count = int(rng.integers(1, 4))
+    assert _assert_same_fleet(monkeypatch, sc, _cluster(sc, count, kind)) > 200
+
+
+@pytest.mark.parametrize("prefix_cache", [False, True])
+def test_v0_heads_waiting_for_blocks_take_runs_and_preempt_as_per_step(
+    monkeypatch: pytest.MonkeyPatch, prefix_cache: bool
+) -> None:
+    # A pool of 93 blocks under 20 req/s: the waiting head's prompt rarely fits above the
+    # watermark, so runs go on with it waiting (vllm_v0.head_stays_waiting), and crossings
+    # leave no block free often enough that V0 preempts.
+    workload = poisson_workload(
+        150, 20.0, prompt_mean=300, output_mean=200, prefix_groups=(PrefixGroup(64, 0.5),)
+    )
+    v0 = system(Policy.VLLM_V0, enable_prefix_cache=prefix_cache, block_size=16, num_kv_blocks=93)
+    sc = scenario(workload, v0, seed=3)
+    cluster = _cluster(sc, 2, RouterKind.ROUND_ROBIN)
+    ahead = _fleet(monkeypatch, sc, cluster, windows=True)
+    steps = pd.concat([r.steps for r in ahead.results])
+    assert (steps.num_waiting > 0).mean() > 0.9 and steps.num_running.max() < 16
+    assert sum(res.summary["num_preemptions"] for res in ahead.results) > 100
+    assert _assert_same_fleet(monkeypatch, sc, cluster) > 5000
+
+
 # --- exact ties: another event at the very instant a step in a run ends -----------------------
 
 EIGHT_DECODERS = [(100, 400, 0.0)] * 8  # one run after another of pure steps, from t ~ 0.5 s
