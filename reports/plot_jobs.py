@@ -18,6 +18,7 @@ from __future__ import annotations
 import gc
 import multiprocessing
 import os
+import signal
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
@@ -435,12 +436,23 @@ def draw_all(jobs: Sequence[PlotJob], plot_dir: Path, num_workers: int | None = 
         _pending.clear()
 
 
+def _start_worker(driver_pid: int) -> None:
+    """A forked plot worker: it leaves when its driver does (a driver killed outright leaves no
+    worker behind), and its signals are the defaults, not the driver's handlers it inherited by
+    the fork (pagesim/interrupts.py raises on SIGTERM): the driver stops a worker with SIGTERM,
+    which must end it quietly, and a Ctrl-C at the terminal, which the whole process group gets,
+    is the driver's to handle."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    watch_driver(driver_pid)
+
+
 def _draw_in_parallel(dealt: list[list[int]]) -> None:
     """The first share drawn here, the others by workers forked from this process."""
     pool = ProcessPoolExecutor(
         max_workers=len(dealt) - 1,
         mp_context=multiprocessing.get_context("fork"),
-        initializer=watch_driver,  # a driver killed outright leaves no worker behind
+        initializer=_start_worker,
         initargs=(os.getpid(),),
     )
     try:
