@@ -106,24 +106,44 @@ class DecodeGroup:
     # -- membership -------------------------------------------------------------------------
     def join(self, group: SeqGroup) -> None:
         """`group` (one sequence, decoding, its step committed) advances with the group."""
+        self.join_all((group,))
+
+    def join_all(self, groups: Sequence[SeqGroup]) -> None:
+        """Each of `groups` joins in turn, as by `join`: a step after one that released every
+        member (to make room) rejoins a hundred or more, so the lookups are made once."""
+        if not groups:
+            return
         j = self.step
-        n0 = group.num_computed
-        request = group.request
         bs = self.block_size
-        final_len = group.final_len
-        cap = min(final_len, -(-n0 // bs) * bs)
-        assert final_len >= n0 and request.num_tokens_left > 0
-        seq_id = group.seq_ids[0]
-        base = n0 - j
-        self._own_bases()[group] = base
-        member = _Member(group, j, cap, final_len)
-        self._members[seq_id] = member
-        self._sum_base += base
-        self._sum_join += j
-        self._sum_cap += cap
-        self._crossing_at[-base % bs].add(seq_id)
-        self._num_joins += 1
-        heapq.heappush(self._finish, (j + request.num_tokens_left, seq_id, self._num_joins, member))
+        bases = self._own_bases()
+        members = self._members
+        crossing_at = self._crossing_at
+        finish = self._finish
+        num_joins = self._num_joins
+        sum_base = sum_cap = 0
+        for group in groups:
+            n0 = group.num_computed
+            request = group.request
+            final_len = request.total_len - 1  # group.final_len, inlined
+            cap = -(-n0 // bs) * bs
+            if final_len < cap:
+                cap = final_len
+            num_tokens_left = request.num_tokens_left
+            assert final_len >= n0 and num_tokens_left > 0
+            seq_id = group.seq_ids[0]
+            base = n0 - j
+            bases[group] = base
+            member = _Member(group, j, cap, final_len)
+            members[seq_id] = member
+            sum_base += base
+            sum_cap += cap
+            crossing_at[-base % bs].add(seq_id)
+            num_joins += 1
+            heapq.heappush(finish, (j + num_tokens_left, seq_id, num_joins, member))
+        self._num_joins = num_joins
+        self._sum_base += sum_base
+        self._sum_join += j * len(groups)
+        self._sum_cap += sum_cap
 
     def release(self, group: SeqGroup) -> None:
         """Take `group` out, its state brought up to date (the steps it advanced, one by one)."""
@@ -158,12 +178,12 @@ class DecodeGroup:
         group.request.num_generated = member.g0 + num_steps
         seq_ids = group.seq_ids
         kv = self.kv
-        if kv.allocate_slots(seq_ids, num_tokens - member.synced) is None:  # within its blocks
-            raise AssertionError(f"seq {seq_ids[0]}: its skipped slots left its blocks")
         hashers = group.hashers
         if hashers is None:
-            kv.commit(seq_ids[0], num_tokens)
+            kv.fill_computed(seq_ids[0], num_tokens)  # its skipped slots, within its blocks
             return
+        if kv.allocate_slots(seq_ids, num_tokens - member.synced) is None:  # within its blocks
+            raise AssertionError(f"seq {seq_ids[0]}: its skipped slots left its blocks")
         # One generated token a step (the last one's extension is never read: a member leaving
         # finished is freed next, and only blocks up to `num_tokens` are registered).
         hashers[0].extend((GENERATED_SEGMENT, seq_ids[0]), num_steps)
@@ -275,8 +295,7 @@ class DecodeGroup:
             finished = self.advance()  # members whose last token appeared now
             for group in finished:
                 group.request.last_token_s = now_s
-        for group in joining:
-            self.join(group)
+        self.join_all(joining)
         return num_tokens, finished
 
     def schedule_running(

@@ -172,6 +172,27 @@ class PagedSlots(CacheSlots[BlockTable]):
                 self._append(self._seqs[seq_id], count, copies)
         return tuple(copies) if copies else _NO_COPIES
 
+    def fill_computed(self, seq_id: int, num_tokens: int) -> None:
+        """The sequence holds `num_tokens` slots, all computed, within the blocks it has:
+        `allocate_slots([seq_id], num_tokens - held)` then `commit(seq_id, num_tokens)`, the
+        growth inlined (a decode-group member leaving: fastpath/decode_group.py, a hundred at
+        once when a step must make room). AssertionError if the growth would take a block."""
+        seq = self._seqs.get(seq_id)
+        if seq is None or seq.is_swapped:
+            seq = self._gpu_seq(seq_id)  # raises, naming the problem
+        held = seq.num_tokens
+        table = seq.block_table
+        bs = self._block_size
+        if (held % bs and self._gpu_refs[table[-1]] > 1) or num_tokens < held:
+            copies = self.allocate_slots((seq_id,), num_tokens - held)  # the general path
+        else:
+            copies = _NO_COPIES if num_tokens <= len(table) * bs else None
+            if copies is not None:
+                seq.num_tokens = num_tokens
+        if copies is None:
+            raise AssertionError(f"seq {seq_id}: {held} -> {num_tokens} slots left its blocks")
+        self.commit(seq_id, num_tokens)
+
     def append_blocks(self, seq_ids: Sequence[int], num_tokens: Sequence[int]) -> None:
         """Entry by entry, sequence `seq_ids[i]` takes one new block and holds `num_tokens[i]`
         slots, the last of them in that block (a sequence may come again): what `allocate_slots`
