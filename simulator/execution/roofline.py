@@ -231,10 +231,13 @@ class RooflineModel(RooflineReport):
         # Fixed per step with work: GEMM launches (the layers' and the LM head's), the small ops'
         # fixed cost.
         self._fixed_s = (L * GEMMS_PER_LAYER + 1) * f.gemm_launch_s + L * f.small_ops_layer_s
-        # (tokens, sequences, decode only) -> (tokens computed, linear + LM head + all-reduce
-        # seconds): a step's terms of its shape alone, for `price` without experts; a run comes
-        # back to the same shapes (~80-90% of its steps on the Azure trace and Vidur's case C).
-        self._shape_terms: dict[tuple[int, int, bool], tuple[int, float]] = {}
+        # A step's shape (tokens, sequences, decode only; one int: `_shape_key`) -> its tokens
+        # computed and its linear + LM head + all-reduce seconds: the terms of its shape alone,
+        # for `price` without experts; a run comes back to the same shapes (~80-90% of its steps
+        # on the Azure trace and Vidur's case C). Ints and floats only, which the cyclic
+        # collector does not track: a run's result holds no more for it to visit.
+        self._shape_priced: dict[int, int] = {}
+        self._shape_s: dict[int, float] = {}
         # Per token: small ops' bytes, the KV write.
         self._per_token_s = (
             L * shapes.small_ops_bytes_per_token / (bw * f.small_ops_bw_efficiency)
@@ -363,11 +366,11 @@ class RooflineModel(RooflineReport):
         experts = self.experts
         expert_bytes = 0.0
         if experts is None:
-            shape = (num_tokens, num_seqs, not num_prefill_seqs)
-            terms = self._shape_terms.get(shape)
-            if terms is None:
-                terms = self._shape_terms_of(shape)
-            priced, shape_s = terms
+            key = (num_tokens << 32) | (num_seqs << 1) | (not num_prefill_seqs)
+            shape_s = self._shape_s.get(key)
+            if shape_s is None:
+                shape_s = self._shape_terms_of(key, num_tokens, num_seqs, not num_prefill_seqs)
+            priced = self._shape_priced[key]
         else:  # never plain: a mixture of experts is not a dense model
             priced, is_graphed = self.graph_shape(num_tokens, num_seqs, not num_prefill_seqs)
             # Experts the real tokens touch: a padding row routes alike every time (its hidden
@@ -405,20 +408,23 @@ class RooflineModel(RooflineReport):
         )
         return step_cost_of((compute_s, swap_s, copy_s, flops, bytes_moved))
 
-    def _shape_terms_of(self, shape: tuple[int, int, bool]) -> tuple[int, float]:
-        """`price`'s terms of a step's shape alone (no experts), kept for the next step of that
-        shape; the cache is emptied when full, so a long run's memory stays flat."""
-        num_tokens, num_seqs, is_decode_only = shape
+    def _shape_terms_of(
+        self, key: int, num_tokens: int, num_seqs: int, is_decode_only: bool
+    ) -> float:
+        """`price`'s terms of a step's shape alone (no experts), kept under `key` for the next
+        step of that shape; the cache is emptied when full, so a long run's memory stays flat."""
         priced, is_graphed = self.graph_shape(num_tokens, num_seqs, is_decode_only)
         shape_s = (
             self.linear_layers_s(priced)
             + self._linear.lm_head_s(num_seqs)
             + self.allreduce_step_s(priced, is_graphed)
         )
-        if len(self._shape_terms) >= _MAX_SHAPES:
-            self._shape_terms.clear()
-        terms = self._shape_terms[shape] = (priced, shape_s)
-        return terms
+        if len(self._shape_s) >= _MAX_SHAPES:
+            self._shape_s.clear()
+            self._shape_priced.clear()
+        self._shape_priced[key] = priced
+        self._shape_s[key] = shape_s
+        return shape_s
 
     def lm_head_s(self, num_seqs: int) -> float:
         """The LM head's share of a step of `num_seqs` sequences (a pipeline stage without the
