@@ -176,21 +176,21 @@ class PagedSlots(CacheSlots[BlockTable]):
         """The sequence holds `num_tokens` slots, all computed, within the blocks it has:
         `allocate_slots([seq_id], num_tokens - held)` then `commit(seq_id, num_tokens)`, the
         growth inlined (a decode-group member leaving: fastpath/decode_group.py, a hundred at
-        once when a step must make room). AssertionError if the growth would take a block."""
+        once when a step must make room). Growth past its blocks (not expected of a member)
+        takes the general path too, as before this was inlined; AssertionError, as then, if that
+        finds no free block (a member's skipped slots lie within the blocks it holds)."""
         seq = self._seqs.get(seq_id)
         if seq is None or seq.is_swapped:
             seq = self._gpu_seq(seq_id)  # raises, naming the problem
         held = seq.num_tokens
         table = seq.block_table
         bs = self._block_size
-        if (held % bs and self._gpu_refs[table[-1]] > 1) or num_tokens < held:
-            copies = self.allocate_slots((seq_id,), num_tokens - held)  # the general path
+        shared_tail = held % bs and self._gpu_refs[table[-1]] > 1
+        if shared_tail or num_tokens < held or num_tokens > len(table) * bs:
+            if self.allocate_slots((seq_id,), num_tokens - held) is None:  # the general path
+                raise AssertionError(f"seq {seq_id}: {held} -> {num_tokens} slots found no block")
         else:
-            copies = _NO_COPIES if num_tokens <= len(table) * bs else None
-            if copies is not None:
-                seq.num_tokens = num_tokens
-        if copies is None:
-            raise AssertionError(f"seq {seq_id}: {held} -> {num_tokens} slots left its blocks")
+            seq.num_tokens = num_tokens
         self.commit(seq_id, num_tokens)
 
     def append_blocks(self, seq_ids: Sequence[int], num_tokens: Sequence[int]) -> None:
