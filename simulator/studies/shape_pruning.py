@@ -31,6 +31,7 @@ from pagesim.simulator.core.catalog import GPUSpec
 from pagesim.simulator.core.config import ExecutionKind, Scenario, SystemConfig
 from pagesim.simulator.core.deployments import system_scenario
 from pagesim.simulator.execution.moe_cost import ExpertLayout
+from pagesim.simulator.scenario.hardware_fit import scale_up_problem
 from pagesim.simulator.scenario.pipeline import pipeline_refusal
 from pagesim.simulator.studies.fleet_fit import unfit_reason
 
@@ -108,14 +109,9 @@ def prune(
         return Pruned(
             "TP vs heads", f"TP{tp} does not divide {model.name}'s {model.num_heads} heads"
         )
-    domain = scenario.gpu.scale_up_gpus  # 8 on HGX/DGX and MI nodes; up to 72 on a GB200 rack
-    if tp > domain:
-        return Pruned(
-            "TP across nodes",
-            f"TP{tp} spans more than {scenario.gpu.name}'s {domain}-GPU NVLink/xGMI domain; "
-            "pagesim prices tensor parallelism within one domain (pipeline stages and DP ranks "
-            "may span nodes)",
-        )
+    across = scale_up_problem(scenario.gpu, tp)  # the rule [model] tensor_parallel is read by
+    if across is not None:
+        return Pruned("TP across nodes", across)
     fewest = layout.num_gpus * (1 if dp > 1 else min_replicas)
     if max_gpus is not None and fewest > max_gpus:
         return Pruned(
