@@ -47,7 +47,8 @@ from pagesim.reports.html import (
     sweep_table,
 )
 from pagesim.reports.output_folder import MANIFEST_FILE
-from pagesim.reports.plot_jobs import PlotJob, draw_all, run_plot_jobs, sweep_plot_jobs
+from pagesim.reports.plot_drawing import draw_all
+from pagesim.reports.plot_jobs import PlotJob, run_plot_jobs, sweep_plot_jobs
 from pagesim.reports.saved import INPUTS_FILE, SavedReport, question_to_json, read_saved
 from pagesim.reports.sweep_axes import axis_columns, label_axes
 from pagesim.reports.sweep_findings import derive_sweep_findings

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from PIL import Image
 from plot_checks import kept_figures
 
-from pagesim.reports.plot_jobs import shares
+from pagesim.reports.plot_drawing import shares
 from pagesim.reports.style import figure, save
 
 
