@@ -15,10 +15,11 @@ A100 tables), linear between measured sizes and along the last two points' slope
 The all-gather on the receiving side (within one node, NVLink) is not priced.
 
 A stage boundary crosses nodes when the last GPU of stage s and the first of stage s + 1 lie in
-different 8-GPU nodes (stage s holds GPUs s t .. (s + 1) t - 1 of the replica; DGX/HGX nodes
-hold 8): TP 8 x PP 2 crosses between its nodes, TP 4 x PP 2 stays in one node. Measured on DGX
-H100 (H100, H200) and DGX A100 (A100) nodes; any other GPU takes DGX H100's table, an estimate
-said so in the execution model's description.
+different scale-up domains (stage s holds GPUs s t .. (s + 1) t - 1 of the replica; a domain is
+the GPU's `scale_up_gpus`: 8 in a DGX/HGX node, 72 in a GB200 NVL72 rack, whose hand-offs
+within the rack go over NVLink as inside a DGX): on H100s TP 8 x PP 2 crosses between its nodes,
+TP 4 x PP 2 stays in one node. Measured on DGX H100 (H100, H200) and DGX A100 (A100) nodes; any
+other GPU takes DGX H100's table, an estimate said so in the execution model's description.
 """
 
 from __future__ import annotations
@@ -29,7 +30,6 @@ from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 
-GPUS_PER_NODE = 8  # DGX/HGX A100 and H100 nodes (the nodes Vidur measured)
 ACTIVATION_BYTES = 2  # 16-bit activations whatever the weights' dtype
 TENSORS_PER_HANDOFF = 2  # hidden_states and residual
 
@@ -85,10 +85,11 @@ def table_for_gpu(gpu_name: str) -> tuple[SendRecvTable, bool]:
     return send_recv_table(name or _FALLBACK), name is not None
 
 
-def crosses_nodes(boundary: int, tensor_parallel: int) -> bool:
-    """Whether the hand-off from stage `boundary` to `boundary + 1` leaves the node."""
+def crosses_nodes(boundary: int, tensor_parallel: int, domain_gpus: int) -> bool:
+    """Whether the hand-off from stage `boundary` to `boundary + 1` leaves the scale-up domain
+    of `domain_gpus` GPUs (8: a DGX/HGX node, the nodes Vidur measured)."""
     last_gpu = (boundary + 1) * tensor_parallel - 1
-    return last_gpu // GPUS_PER_NODE != (last_gpu + 1) // GPUS_PER_NODE
+    return last_gpu // domain_gpus != (last_gpu + 1) // domain_gpus
 
 
 def handoff_bytes_per_rank(num_tokens: int, hidden_size: int, tensor_parallel: int) -> float:
@@ -107,9 +108,11 @@ class StageLinks:
     tensor_parallel: int
 
     @classmethod
-    def of(cls, gpu_name: str, num_stages: int, hidden_size: int, tp: int) -> StageLinks:
+    def of(
+        cls, gpu_name: str, num_stages: int, hidden_size: int, tp: int, domain_gpus: int
+    ) -> StageLinks:
         table, measured = table_for_gpu(gpu_name)
-        crossing = tuple(crosses_nodes(b, tp) for b in range(num_stages - 1))
+        crossing = tuple(crosses_nodes(b, tp, domain_gpus) for b in range(num_stages - 1))
         return cls(table, measured, crossing, hidden_size, tp)
 
     def transfer_s(self, num_tokens: int) -> tuple[float, ...]:

@@ -46,8 +46,9 @@ class PipelineModel:
         """The model of `system` on `scenario`: one roofline per stage model."""
         pp = system.pipeline_parallel
         models = stage_models(scenario.model, pp, system.pipeline_layer_partition)
+        gpu = scenario.gpu
         links = StageLinks.of(
-            scenario.gpu.name, pp, scenario.model.hidden_size, scenario.tensor_parallel
+            gpu.name, pp, scenario.model.hidden_size, scenario.tensor_parallel, gpu.scale_up_gpus
         )
         return cls([roofline(m) for m in models], links)
 

@@ -3,18 +3,25 @@ timeline of batches through the stages (exact stories and the balanced pipe's cl
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pagesim.simulator.core.catalog import KVDtype, get_model
+from pagesim.simulator.core.catalog import KVDtype, get_gpu, get_model
+from pagesim.simulator.core.config import Policy
+from pagesim.simulator.core.defaults import resolve_system
 from pagesim.simulator.core.pipeline_stages import stage_layer_counts, stage_models
+from pagesim.simulator.execution.factory import make_execution_model
 from pagesim.simulator.execution.pipeline_clock import PipelineClock, StageSpan
 from pagesim.simulator.execution.pipeline_link import (
     StageLinks,
     crosses_nodes,
     send_recv_table,
 )
+from pagesim.simulator.execution.pipeline_model import PipelineModel
+from tests.sim_helpers import explicit_workload, scenario, system
 
 
 @pytest.mark.parametrize(
@@ -76,7 +83,16 @@ def test_405b_stage_weights_by_hand() -> None:
     [(0, 8, True), (0, 4, False), (1, 4, True), (2, 4, False), (0, 1, False), (7, 1, True)],
 )
 def test_which_hand_offs_leave_the_node(boundary: int, tp: int, crosses: bool) -> None:
-    assert crosses_nodes(boundary, tp) is crosses
+    assert crosses_nodes(boundary, tp, 8) is crosses
+
+
+@pytest.mark.parametrize(
+    ("boundary", "tp", "crosses"),
+    [(0, 8, False), (7, 8, False), (8, 8, True), (3, 18, True), (2, 18, False), (71, 1, True)],
+)
+def test_a_rack_domain_keeps_hand_offs_on_nvlink(boundary: int, tp: int, crosses: bool) -> None:
+    # GB200 NVL72: GPUs 0..71 share one NVLink domain; stage b ends at GPU (b + 1) tp - 1
+    assert crosses_nodes(boundary, tp, 72) is crosses
 
 
 def test_send_recv_table_reads_the_measured_medians() -> None:
@@ -94,10 +110,15 @@ def test_send_recv_table_reads_the_measured_medians() -> None:
 def test_405b_decode_hand_off_by_hand() -> None:
     # TP 8 x PP 2 on H100s: one token's hidden_states and residual, 16,384 x 2 B / 8 ranks =
     # 4,096 B per message, two messages across the nodes: 2 x 0.0175 ms.
-    links = StageLinks.of("h100-sxm", 2, 16384, 8)
+    links = StageLinks.of("h100-sxm", 2, 16384, 8, 8)
     assert links.crossing == (True,)
     assert links.transfer_s(1) == pytest.approx((0.035e-3,))
-    assert StageLinks.of("h100-sxm", 2, 16384, 4).crossing == (False,)
+    assert StageLinks.of("h100-sxm", 2, 16384, 4, 8).crossing == (False,)
+    # the same shape in a GB200 rack stays on NVLink: DGX H100's intra-node 2 x 0.00525 ms
+    # (4,096 B a quarter of the way from 2,048 B at 0.005 ms to 10,240 B at 0.006 ms)
+    rack = StageLinks.of("gb200", 2, 16384, 8, 72)
+    assert rack.crossing == (False,)
+    assert rack.transfer_s(1) == pytest.approx((0.0105e-3,))
 
 
 def test_two_stages_three_batches_by_hand() -> None:
@@ -137,3 +158,14 @@ def test_bad_clock_calls() -> None:
         PipelineClock(0)
     with pytest.raises(ValueError):
         PipelineClock(2).run(0.0, (1.0,), ())
+
+
+@pytest.mark.parametrize(("gpu", "crossing"), [("h100-sxm", (True,)), ("gb200", (False,))])
+def test_the_built_model_takes_the_gpus_domain(gpu: str, crossing: tuple[bool, ...]) -> None:
+    # Llama-2-70B at TP 8 x PP 2: 16 GPUs leave an 8-GPU node, not a 72-GPU GB200 rack
+    pipelined = system(Policy.VLLM_V1, pipeline_parallel=2)
+    sc = replace(scenario(explicit_workload([(100, 4, 0.0)]), pipelined), tensor_parallel=8)
+    sc = replace(sc, model=get_model("llama-2-70b"), gpu=get_gpu(gpu))
+    model = make_execution_model(sc, resolve_system(pipelined, sc.model, sc.gpu, 8).system)
+    assert isinstance(model, PipelineModel)
+    assert model.links.crossing == crossing
