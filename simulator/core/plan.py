@@ -113,6 +113,12 @@ class StepPlan:
         return self.num_prefill_seqs + self.num_decode_seqs
 
     @property
+    def moves_blocks(self) -> bool:
+        """Swaps or copies a KV block: the rare step whose transfers an execution model prices
+        (`execution.model.TransferPricer`)."""
+        return bool(self.copies or self.num_swap_out_blocks or self.num_swap_in_blocks)
+
+    @property
     def is_empty(self) -> bool:
         """Nothing to compute and nothing to move: the engine idles until an arrival."""
         return not (
