@@ -207,7 +207,7 @@ class RunRecorder:
         the scheduler's. (tests/simulator/cluster/test_windows.py compares these rows with
         `record_step`'s.)"""
         num_seqs = memory.num_members
-        useful_share = num_seqs / batch_capacity  # useful_slots: a paged plan's sequences
+        useful_share = num_seqs / batch_capacity  # a paged plan has no padding: all useful
         peak_flops, bandwidth = self._peak_flops, self._bandwidth
         self._buffer.add(DecodeRun(starts, costs, memory, useful_share, peak_flops, bandwidth))
         self._steps.append_rows(self._buffer, memory.num_steps)

@@ -87,7 +87,7 @@ class Recorder:
                 memory.free_slots,
                 memory.prefix_saved_slots,
                 memory.fork_saved_slots,
-                scheduler.useful_slots(plan) / scheduler.batch_capacity,
+                (plan.num_seqs - plan.num_padding_seqs) / scheduler.batch_capacity,
                 cost.flops / (self._gpu.fp16_flops * duration) if duration > 0 else 0.0,
                 cost.bytes_moved / (self._gpu.mem_bandwidth_bps * duration)
                 if duration > 0
