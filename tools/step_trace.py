@@ -8,13 +8,14 @@ scenario on the per-step path (a step hook is given, which turns the decode fast
 every step is its own plan); the calls between one step's end and the next's are that step's.
 For each step it counts the distinct project files whose functions ran and the calls from one
 project file into another; it prints the median step's figures per system, and the files the
-median step touched with their call counts.
+median step touched with their call counts (`--calls`: and which of their functions ran).
 
 It uses only `simulate`'s public arguments, so it runs unchanged on any revision: to measure an
 older one, put a checkout of it first on PYTHONPATH (laid out as installed: `pagesim/` holding
 its `simulator/`). Not a test: a figure for the design notes, read by a person.
 
-usage: python tools/step_trace.py [SCENARIO] [--system NAME] [--files] [--set PATH=VALUE ...]
+usage: python tools/step_trace.py [SCENARIO] [--system NAME] [--files | --calls]
+                                  [--set PATH=VALUE ...]
        (SCENARIO a built-in name or file; default textbook_static_vs_continuous)
 """
 
@@ -43,13 +44,17 @@ class StepTrace:
 
     def __init__(self) -> None:
         self.files: Counter[str] = Counter()  # file -> calls into it, this step
+        self.functions: Counter[tuple[str, str]] = Counter()  # (file, function) -> calls
         self.num_cross_calls = 0
         self.steps: list[tuple[Counter[str], int]] = []
+        self.step_functions: list[Counter[tuple[str, str]]] = []
 
     def end_step(self, now_s: float) -> None:
         """The step hook: the calls since the last step's end were this step's."""
         self.steps.append((self.files, self.num_cross_calls))
+        self.step_functions.append(self.functions)
         self.files = Counter()
+        self.functions = Counter()
         self.num_cross_calls = 0
 
     def profile(self, frame: FrameType, event: str, arg: Any) -> None:
@@ -59,6 +64,7 @@ class StepTrace:
         if not callee.startswith(ROOT) or callee == HERE:
             return
         self.files[callee] += 1
+        self.functions[callee, frame.f_code.co_name] += 1
         caller = frame.f_back
         if caller is not None:
             source = caller.f_code.co_filename
@@ -81,6 +87,7 @@ def trace(
         finally:
             sys.setprofile(None)
         recorder.steps.pop(0)  # the first step carries the run's setup: not a step's work
+        recorder.step_functions.pop(0)
         traces[system.name] = recorder
     return traces
 
@@ -90,6 +97,9 @@ def main() -> None:
     parser.add_argument("scenario", nargs="?", default="textbook_static_vs_continuous")
     parser.add_argument("--system", default=None, help="only this system")
     parser.add_argument("--files", action="store_true", help="list the median step's files")
+    parser.add_argument(
+        "--calls", action="store_true", help="list its files and the functions that ran in each"
+    )
     parser.add_argument(
         "--set", action="append", default=[], help="a scenario override, as `pagesim run --set`"
     )
@@ -104,10 +114,14 @@ def main() -> None:
             f"{statistics.median_low(num_cross)} cross-file calls "
             f"(range {min(num_files)}-{max(num_files)} files)"
         )
-        if args.files:  # a step of the median size, its files by calls into them
-            files, _ = next(s for s in steps if len(s[0]) == median_files)
-            for path, count in files.most_common():
+        if args.files or args.calls:  # a step of the median size, its files by calls into them
+            at = next(i for i, (files, _) in enumerate(steps) if len(files) == median_files)
+            functions = recorder.step_functions[at]
+            for path, count in steps[at][0].most_common():
                 print(f"    {count:5d}  {Path(path).relative_to(ROOT)}")
+                if args.calls:
+                    ran = sorted((name, n) for (file, name), n in functions.items() if file == path)
+                    print("           " + ", ".join(f"{name} {n}" for name, n in ran))
 
 
 if __name__ == "__main__":

@@ -61,6 +61,9 @@ class StepPlan:
     num_prefill_seqs: int
     num_decode_seqs: int
     num_requests: int  # requests computing in the step: the batch that ran
+    # Sequences computed as padding, making no token (static batching's members already done):
+    # slot utilization counts the others as useful.
+    num_padding_seqs: int = 0
 
     @classmethod
     def build(
@@ -70,6 +73,7 @@ class StepPlan:
         num_swap_out_blocks: int = 0,
         num_swap_in_blocks: int = 0,
         copies: tuple[BlockCopy, ...] | list[BlockCopy] = (),
+        num_padding_seqs: int = 0,
     ) -> StepPlan:
         prefill_tokens = decode_tokens = prefill_seqs = 0
         for item in work:
@@ -89,6 +93,7 @@ class StepPlan:
             prefill_seqs,
             len(work) - prefill_seqs,
             len({item.request_id for item in work}),
+            num_padding_seqs,
         )
 
     @property
@@ -111,6 +116,12 @@ class StepPlan:
     def num_seqs(self) -> int:
         """Sequences in `work` (from the counts: a `GroupedStepPlan` builds `work` lazily)."""
         return self.num_prefill_seqs + self.num_decode_seqs
+
+    @property
+    def moves_blocks(self) -> bool:
+        """Swaps or copies a KV block: the rare step whose transfers an execution model prices
+        (`execution.model.TransferPricer`)."""
+        return bool(self.copies or self.num_swap_out_blocks or self.num_swap_in_blocks)
 
     @property
     def is_empty(self) -> bool:

@@ -52,14 +52,9 @@ class Scheduler(Protocol):
     @property
     def kv_capacity_slots(self) -> int: ...
 
-    @property
-    def batch_capacity(self) -> int:
-        """Batch slots for slot utilization: the most sequences one iteration may hold."""
-        ...
-
-    def useful_slots(self, plan: StepPlan) -> int:
-        """Slots of `plan` doing useful work (padding is not)."""
-        ...
+    # Batch slots for slot utilization (with the plan's sequences less its padding, the
+    # useful ones): the most sequences one iteration may hold.
+    batch_capacity: int
 
     def next_wakeup_s(self, now_s: float) -> float | None:
         """A time to re-plan although nothing arrives (static batching's fill timeout)."""

@@ -47,12 +47,11 @@ class TransferPricer:
         self.copy_s_per_copy = self.copy_bytes_per_copy / copy_bps
 
     def price(self, plan: StepPlan) -> tuple[float, float, float]:
-        """(swap_s, copy_s, copy_bytes) of `plan`; zeros at once for the common step that moves
-        no block."""
+        """(swap_s, copy_s, copy_bytes) of `plan`. Callers ask only for a plan that moves
+        blocks (`StepPlan.moves_blocks`): the common step moves none, and its transfers are
+        `NO_TRANSFER`."""
         num_copies = len(plan.copies)
         num_swap_blocks = plan.num_swap_in_blocks + plan.num_swap_out_blocks
-        if not (num_copies or num_swap_blocks):
-            return _NO_TRANSFER
         return (
             num_swap_blocks * self.swap_s_per_block,
             num_copies * self.copy_s_per_copy,
@@ -60,4 +59,4 @@ class TransferPricer:
         )
 
 
-_NO_TRANSFER = (0.0, 0.0, 0.0)
+NO_TRANSFER = (0.0, 0.0, 0.0)  # (swap_s, copy_s, copy_bytes) of a step that moves no block

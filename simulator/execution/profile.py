@@ -55,7 +55,7 @@ from pagesim.simulator.core.errors import InputError
 from pagesim.simulator.core.plan import StepCost, StepPlan
 from pagesim.simulator.execution.allreduce import Route
 from pagesim.simulator.execution.checks import other_gpu_reason, profile_warnings
-from pagesim.simulator.execution.model import TransferPricer
+from pagesim.simulator.execution.model import NO_TRANSFER, TransferPricer
 from pagesim.simulator.execution.overhead import EngineEra
 from pagesim.simulator.execution.profile_file import check_profile
 from pagesim.simulator.execution.roofline import RooflineModel
@@ -206,7 +206,9 @@ class ProfileModel:
     def price(self, plan: StepPlan) -> StepCost:
         """Seconds, FLOPs and HBM bytes of one step (see the module docstring)."""
         work = plan.work
-        swap_s, copy_s, copy_bytes = self._transfers.price(plan)
+        swap_s, copy_s, copy_bytes = (
+            self._transfers.price(plan) if plan.moves_blocks else NO_TRANSFER
+        )
         if not work:
             return StepCost(0.0, swap_s, copy_s, 0.0, copy_bytes)
         self.num_steps_priced += 1

@@ -75,7 +75,7 @@ from pagesim.simulator.execution.allreduce import Route, StepAllReduce
 from pagesim.simulator.execution.factors import resolve_factors, resolve_link
 from pagesim.simulator.execution.gemm import LinearCost, is_dense
 from pagesim.simulator.execution.layer_kinds import KindsCost
-from pagesim.simulator.execution.model import TransferPricer
+from pagesim.simulator.execution.model import NO_TRANSFER, TransferPricer
 from pagesim.simulator.execution.moe_cost import (
     FUSED_MOE_BW_EFFICIENCY,
     ExpertLayout,
@@ -297,7 +297,9 @@ class RooflineModel(RooflineReport):
         num_prefill_seqs = plan.num_prefill_seqs
         num_decode_seqs = plan.num_decode_seqs
         num_seqs = num_prefill_seqs + num_decode_seqs
-        swap_s, copy_s, copy_bytes = self._transfers.price(plan)
+        swap_s, copy_s, copy_bytes = (
+            self._transfers.price(plan) if plan.moves_blocks else NO_TRANSFER
+        )
         if not num_seqs:
             return StepCost(0.0, swap_s, copy_s, 0.0, copy_bytes)
 

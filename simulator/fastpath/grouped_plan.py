@@ -57,6 +57,7 @@ class GroupedStepPlan(StepPlan):
         set_field(self, "num_prefill_seqs", num_prefill_seqs)
         set_field(self, "num_decode_seqs", num_decode_seqs)
         set_field(self, "num_requests", num_requests)
+        set_field(self, "num_padding_seqs", 0)
         set_field(self, "_listed", listed)
         set_field(self, "_running", running)
         set_field(self, "_bases", bases)

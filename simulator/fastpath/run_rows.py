@@ -6,7 +6,7 @@ form (`RunMemory`). Building each step's tuple in Python cost more than pricing 
 `RunRecorder` keeps a `DecodeRun` in its `RunBuffer`, tells the step log
 (metrics/step_log.py `StepLog.append_rows`) how many steps wait there, and the log takes them
 (`RunBuffer.take_rows`) when it totals a chunk: every run of the chunk turned into rows in one
-pass of array operations. The rows are exactly `Recorder.record_step`'s for such steps: the
+pass of array operations. The rows are exactly `StepLog.record_step`'s for such steps: the
 same values, the floats from the same operations in the same order
 (tests/simulator/fastpath/test_run_rows.py; tests/simulator/cluster/test_windows.py compares
 whole runs with the per-step loop's).
@@ -186,7 +186,7 @@ class RunBuffer:
 
 
 class RunRecorder:
-    """Records runs of pure decode steps into a replica's step log, as `Recorder.record_step`
+    """Records runs of pure decode steps into a replica's step log, as `StepLog.record_step`
     would record each step (a plan's counts: `memory.num_members` lone sequences decoding),
     in closed form (`RunBuffer`); `gpu`'s peaks give MFU and MBU."""
 
@@ -207,7 +207,7 @@ class RunRecorder:
         the scheduler's. (tests/simulator/cluster/test_windows.py compares these rows with
         `record_step`'s.)"""
         num_seqs = memory.num_members
-        useful_share = num_seqs / batch_capacity  # useful_slots: a paged plan's sequences
+        useful_share = num_seqs / batch_capacity  # a paged plan has no padding: all useful
         peak_flops, bandwidth = self._peak_flops, self._bandwidth
         self._buffer.add(DecodeRun(starts, costs, memory, useful_share, peak_flops, bandwidth))
         self._steps.append_rows(self._buffer, memory.num_steps)

@@ -1,8 +1,9 @@
 """Records every step and every request of a run, then builds the RunResult and its summary.
 
-Per-step values go into a bounded step log (simulator.metrics.step_log) that keeps totals of
-every step: one tuple a step (or, from the decode fast path, a run of pure decode steps at once,
-in closed form: simulator/fastpath/run_rows.py); requests become compact rows as soon
+Steps go into a bounded step log (simulator.metrics.step_log: `record_step` is its own), which
+builds each step's row and keeps totals of every step: one tuple a step (or, from the decode fast
+path, a run of pure decode steps at once, in closed form: simulator/fastpath/run_rows.py);
+requests become compact rows as soon
 as they are done (simulator.metrics.request_log). Memory thus grows with the per-request records
 only, however long the run. Frames are built once at the end. Metric definitions: docs/design.md.
 """
@@ -14,7 +15,6 @@ import pandas as pd
 
 from pagesim.simulator.core.catalog import GPUSpec
 from pagesim.simulator.core.config import SLO
-from pagesim.simulator.core.plan import StepCost, StepPlan
 from pagesim.simulator.core.request import Request
 from pagesim.simulator.core.scheduler import Scheduler
 from pagesim.simulator.metrics.delivery import next_step_delivery
@@ -37,7 +37,6 @@ class Recorder:
         delivers_late: bool = False,
         delivery_after_s: float | None = None,
     ) -> None:
-        self._gpu = gpu
         self._block_bytes = block_bytes
         # The client's view (execution/frontend.py): a served system's front end in TTFT and
         # E2E; under vLLM V0, tokens returned during the step after theirs (metrics/delivery.py:
@@ -45,7 +44,13 @@ class Recorder:
         self.requests = RequestLog(slo, warmup_s, frontend_s)
         self._delivers_late = delivers_late
         self._delivery_after_s = delivery_after_s
-        self.steps = StepLog(window_start_s=warmup_s)
+        self.steps = StepLog(
+            window_start_s=warmup_s,
+            peak_flops=gpu.fp16_flops,
+            bandwidth_bps=gpu.mem_bandwidth_bps,
+        )
+        # Each step the engine ran goes straight to the step log, which builds its row.
+        self.record_step = self.steps.record_step
         # The scheduler's output-token count at the first in-window arrival and at the last
         # arrival: the tokens produced over the arrival window (None until seen).
         self.window_tokens: list[int | None] = [None, None]
@@ -56,45 +61,6 @@ class Recorder:
 
     def add_request(self, request: Request) -> None:
         self.requests.add(request)
-
-    def record_step(
-        self, start_s: float, plan: StepPlan, cost: StepCost, scheduler: Scheduler
-    ) -> None:
-        duration = cost.duration_s
-        running, waiting, swapped = scheduler.queue_lengths()
-        memory = scheduler.memory_breakdown()
-        self.steps.append(
-            (
-                start_s,
-                duration,
-                cost.compute_s,
-                cost.swap_s,
-                running,
-                waiting,
-                swapped,
-                plan.num_seqs,
-                plan.num_requests,
-                plan.num_prefill_tokens,
-                plan.num_decode_tokens,
-                len(plan.preemptions),
-                plan.num_swap_in_blocks,
-                plan.num_swap_out_blocks,
-                len(plan.copies),
-                memory.token_slots,
-                memory.reserved_slots,
-                memory.internal_frag_slots,
-                memory.external_frag_slots,
-                memory.free_slots,
-                memory.prefix_saved_slots,
-                memory.fork_saved_slots,
-                scheduler.useful_slots(plan) / scheduler.batch_capacity,
-                cost.flops / (self._gpu.fp16_flops * duration) if duration > 0 else 0.0,
-                cost.bytes_moved / (self._gpu.mem_bandwidth_bps * duration)
-                if duration > 0
-                else 0.0,
-                1,  # row_steps
-            )
-        )
 
     def result(
         self,

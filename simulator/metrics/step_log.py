@@ -20,6 +20,8 @@ from typing import Protocol
 import numpy as np
 import pandas as pd
 
+from pagesim.simulator.core.plan import StepCost, StepPlan
+from pagesim.simulator.core.scheduler import Scheduler
 from pagesim.simulator.metrics.result import KV_CATEGORIES, STEP_COLUMNS
 
 MAX_ROWS = 1 << 17  # ~24 MB of rows; reports plot a few hundred buckets, so a row per step is rare
@@ -183,9 +185,13 @@ class RowSource(Protocol):
 
 
 class StepLog:
-    """Append one step at a time (`append`: one tuple) or steps a `RowSource` holds
+    """Record one step at a time (`record_step`, the engine's: its row built from the plan, its
+    price and the scheduler after it; or `append`, one tuple) or steps a `RowSource` holds
     (`append_rows`: the fast path's runs, in closed form); read the table once at the end
-    (`frame`: it hands the rows over, so a second call has none; `totals` stay)."""
+    (`frame`: it hands the rows over, so a second call has none; `totals` stay).
+
+    `peak_flops` and `bandwidth_bps` (the GPU's) are what a recorded step's MFU and MBU are
+    shares of: `record_step` needs them."""
 
     def __init__(
         self,
@@ -193,12 +199,16 @@ class StepLog:
         chunk_steps: int | None = None,
         *,
         window_start_s: float = 0.0,
+        peak_flops: float = 0.0,
+        bandwidth_bps: float = 0.0,
     ) -> None:
         max_rows = MAX_ROWS if max_rows is None else max_rows
         chunk_steps = CHUNK_STEPS if chunk_steps is None else chunk_steps
         if max_rows < 2 or chunk_steps < 1:
             raise ValueError("a step log keeps at least 2 rows and buffers at least 1 step")
         self.max_rows = max_rows
+        self._peak_flops = peak_flops
+        self._bandwidth_bps = bandwidth_bps
         self.totals = StepTotals(window_start_s)
         self.row_steps = 1  # steps a stored row stands for (a power of two)
         # The steps not yet totalled: one tuple each (`append`), converted to floats a chunk at
@@ -216,6 +226,46 @@ class StepLog:
         self._stored: list[np.ndarray] = []  # rows [n, len(STEP_COLUMNS)]
         self._carry = np.empty((0, _NUM_COLUMNS))  # raw steps short of a whole row
         self._num_stored = 0
+
+    def record_step(
+        self, start_s: float, plan: StepPlan, cost: StepCost, scheduler: Scheduler
+    ) -> None:
+        """The step that started at `start_s` ran `plan` at `cost`; `scheduler` has completed
+        it (its queues and memory are as the step left them)."""
+        duration = cost.duration_s
+        running, waiting, swapped = scheduler.queue_lengths()
+        memory = scheduler.memory_breakdown()
+        num_seqs = plan.num_seqs
+        self.append(
+            (
+                start_s,
+                duration,
+                cost.compute_s,
+                cost.swap_s,
+                running,
+                waiting,
+                swapped,
+                num_seqs,
+                plan.num_requests,
+                plan.num_prefill_tokens,
+                plan.num_decode_tokens,
+                len(plan.preemptions),
+                plan.num_swap_in_blocks,
+                plan.num_swap_out_blocks,
+                len(plan.copies),
+                memory.token_slots,
+                memory.reserved_slots,
+                memory.internal_frag_slots,
+                memory.external_frag_slots,
+                memory.free_slots,
+                memory.prefix_saved_slots,
+                memory.fork_saved_slots,
+                (num_seqs - plan.num_padding_seqs) / scheduler.batch_capacity,
+                cost.flops / (self._peak_flops * duration) if duration > 0 else 0.0,
+                cost.bytes_moved / (self._bandwidth_bps * duration) if duration > 0 else 0.0,
+                1,  # row_steps
+            )
+        )
 
     def append(self, values: Sequence[float]) -> None:
         """Add one step's values in STEP_COLUMNS order (`row_steps` last: 1)."""

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from pagesim.simulator.core.config import SystemConfig
 from pagesim.simulator.core.defaults import knobs_of
-from pagesim.simulator.core.plan import StepPlan
 from pagesim.simulator.core.request import Request
 
 
@@ -18,15 +17,8 @@ class PolicyBase:
         self.max_seq_len = max_seq_len
         self.arrivals_done = False
         self.num_output_tokens = 0  # tokens produced, one per sequence: counted in `complete`
-
-    @property
-    def batch_capacity(self) -> int:
-        """Batch slots for slot utilization: the most sequences one iteration may hold."""
-        return self.knobs.max_num_seqs
-
-    def useful_slots(self, plan: StepPlan) -> int:
-        """Slots of `plan` doing useful work (static batching overrides: padding is not useful)."""
-        return plan.num_seqs
+        # Batch slots for slot utilization: the most sequences one iteration may hold.
+        self.batch_capacity = self.knobs.max_num_seqs
 
     def next_wakeup_s(self, now_s: float) -> float | None:
         """A time to re-plan although nothing arrives (static batching's fill timeout)."""

@@ -162,8 +162,6 @@ class PagedState:
     ) -> None:
         """`group` computes `num_new` tokens per sequence this step, its slots allocated (with
         these copy-on-write copies). Under V1 its blocks this step fills are cached now."""
-        if copies:
-            step.copies.extend(copies)
         if self._caches_at_allocation:
             hashers = group.hashers
             if hashers is not None:
@@ -172,7 +170,7 @@ class PagedState:
                     self.kv.cache_blocks(seq_id, num_tokens, hasher.block_hashes())
             else:  # private: hashed only if preempted (policies/group_hashes.py)
                 assert self._defers_private, "a V1 group with no hashers"
-        step.add(group, num_new, is_prefill)
+        step.add(group, num_new, is_prefill, copies)
 
     def preempt_for(
         self, group: SeqGroup, remaining: deque[SeqGroup], step: StepBuilder, now_s: float

@@ -201,18 +201,9 @@ class StaticScheduler(ReservingScheduler):
 
     def __init__(self, system: SystemConfig, max_seq_len: int, num_slots: int) -> None:
         super().__init__(system, max_seq_len, num_slots)
+        self.batch_capacity = system.static_batch_size
         self._padded_prompt = 0  # the batch's longest prompt: every member is padded to it
-        self._useful_in_plan = 0  # sequences of the last decode plan still making tokens
         self._num_steps_in_batch = 0
-
-    @property
-    def batch_capacity(self) -> int:
-        return self.system.static_batch_size
-
-    def useful_slots(self, plan: StepPlan) -> int:
-        """Sequences of `plan` that make a token: counted when it was planned (read after
-        `complete`, a member whose last token the step made would already count as padding)."""
-        return plan.num_seqs if plan.num_prefill_seqs else self._useful_in_plan
 
     def next_wakeup_s(self, now_s: float) -> float | None:
         if self.running or not len(self.waiting):
@@ -231,14 +222,15 @@ class StaticScheduler(ReservingScheduler):
                 return StepPlan.build(())
             return self._form_batch(now_s)
         self._num_steps_in_batch += 1
-        self._useful_in_plan = sum(len(m.seq_ids) for m in self.running if not m.is_done)
         context = self._padded_prompt + self._num_steps_in_batch
         work = [
             SeqWork(m.request.request_id, s, 1, context, False)
             for m in self.running
             for s in m.seq_ids
         ]
-        return StepPlan.build(work)
+        # Members already done are computed still, as padding that makes no token.
+        num_padding = sum(len(m.seq_ids) for m in self.running if m.is_done)
+        return StepPlan.build(work, num_padding_seqs=num_padding)
 
     def _form_batch(self, now_s: float) -> StepPlan:
         batch: list[Member] = []

@@ -124,9 +124,18 @@ class StepBuilder:
         """Nothing to compute and no block to move (the plan's `is_empty`, before the plan)."""
         return not (self.work or self.is_grouped or self.swap_out or self.swap_in)
 
-    def add(self, group: SeqGroup, num_new: int, is_prefill: bool) -> None:
-        """`group` computes `num_new` tokens per sequence this step. Its entries carry contexts
-        as of now: nothing changes a scheduled group before the plan is built."""
+    def add(
+        self,
+        group: SeqGroup,
+        num_new: int,
+        is_prefill: bool,
+        copies: tuple[BlockCopy, ...] = (),
+    ) -> None:
+        """`group` computes `num_new` tokens per sequence this step, its slots allocated with
+        these copy-on-write copies. Its entries carry contexts as of now: nothing changes a
+        scheduled group before the plan is built."""
+        if copies:
+            self.copies.extend(copies)
         rid = group.request.request_id
         self.num_requests += 1
         context = group.num_computed + num_new

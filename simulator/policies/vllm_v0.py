@@ -118,7 +118,7 @@ def grow_running(state: PagedState, step: StepBuilder, now_s: float) -> None:
             continue
         copies = kv.allocate_slots(group.seq_ids, 1)
         assert copies is not None, "one free block per sequence covers a decode token"
-        state.add_to_step(step, group, 1, False, copies)
+        step.add(group, 1, False, copies)  # (V0 caches blocks when committed, not now)
         kept.append(group)
     state.running = kept
 

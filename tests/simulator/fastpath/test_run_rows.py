@@ -46,7 +46,7 @@ def stack(runs: list[DecodeRun]) -> np.ndarray:
 
 
 def _python_rows(run: DecodeRun) -> list[tuple[float, ...]]:
-    """The rows as `Recorder.record_step` builds them, one step at a time."""
+    """The rows as `StepLog.record_step` builds them, one step at a time."""
     m = run.memory.num_members
     rows = []
     for start, cost, state in zip(run.starts, run.costs, _memory_rows(run.memory), strict=False):

@@ -88,3 +88,18 @@ def test_a_reservation_the_buddy_allocator_can_never_place_is_rejected() -> None
         "reserves 1 x 64 contiguous KV slots (oracle reservation of 33 slots, rounded up to a "
         "power of two by the buddy allocator); the cache of 48 slots cannot hold them"
     )
+
+
+def test_static_plans_count_done_members_as_padding() -> None:
+    """A static batch computes a member that has made its last token until the batch ends
+    (FasterTransformer's padding): its decode plans say so (`num_padding_seqs`), and slot
+    utilization counts only the members still making tokens."""
+    s = scenario(
+        explicit_workload([(8, 3, 0.0), (8, 1, 0.0)]),
+        system(Policy.STATIC, static_batch_size=2, max_num_seqs=2, num_kv_blocks=1024),
+    )
+    steps = simulate(s, check_invariants=True).steps
+    # The prefill makes both first tokens (the 1-token request is done); two decodes finish
+    # the 3-token one, each computing the done member too.
+    assert list(steps["num_seqs"]) == [2, 2, 2]
+    assert list(steps["slot_utilization"]) == [1.0, 0.5, 0.5]
