@@ -44,7 +44,7 @@ from pagesim.calibration.step_inputs import StepInputs, build_step_inputs
 from pagesim.simulator.core.catalog import KVDtype, ModelSpec
 from pagesim.simulator.core.config import Scenario, SystemConfig
 from pagesim.simulator.core.errors import InputError
-from pagesim.simulator.core.plan import StepCost, StepPlan
+from pagesim.simulator.core.plan import StepCost, StepPlan, step_cost
 from pagesim.simulator.core.scheduler import Scheduler
 from pagesim.simulator.execution.model import ExecutionModel
 from pagesim.simulator.execution.roofline import RooflineModel
@@ -192,7 +192,7 @@ class PlanExecutor:
         every = self.config.progress_every_steps
         if self.progress is not None and every > 0 and len(self.records) % every == 0:
             self.progress(running_figures(self.records))
-        return StepCost(
+        return step_cost(
             compute_s, analytic.swap_s, analytic.copy_s, analytic.flops, analytic.bytes_moved
         )
 

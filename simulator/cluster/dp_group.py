@@ -42,7 +42,7 @@ from pagesim.simulator.cluster.result import fleet_result
 from pagesim.simulator.cluster.routers import Router
 from pagesim.simulator.core.config import ExecutionKind, Scenario, SystemConfig
 from pagesim.simulator.core.errors import InputError
-from pagesim.simulator.core.plan import StepCost, StepPlan
+from pagesim.simulator.core.plan import StepCost, StepPlan, step_cost
 from pagesim.simulator.core.request import Request
 from pagesim.simulator.execution.all_to_all import AllToAll
 from pagesim.simulator.execution.expert_load import placement_hot_share
@@ -210,7 +210,8 @@ class DPGroup(RoutedFleet):
                 cost = costs[i]
                 wait = duration - cost.duration_s
                 self.wait_s += wait
-                ranks[i].finish(start, plans[i], cost._replace(compute_s=cost.compute_s + wait))
+                waited = step_cost(cost.compute_s + wait, *cost[1:5])
+                ranks[i].finish(start, plans[i], waited)
 
     def _set_group(self, tokens: list[int]) -> float:
         """Tell every rank's MoE layers the group's step; the dispatch + combine seconds."""

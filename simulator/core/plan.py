@@ -49,7 +49,10 @@ class BlockCopy(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class StepPlan:
-    """What one engine iteration does. Aggregates are computed once by `build`."""
+    """What one engine iteration does. Its totals are fields, computed once by whoever builds
+    the plan (`build`; policies/seq_group.py `StepBuilder.plan`, which keeps them as it goes; the
+    decode fast path's grouped plan), so that the pricer and the recorder read them rather than
+    call for them every step."""
 
     work: tuple[SeqWork, ...]
     preemptions: tuple[Preemption, ...]
@@ -63,7 +66,17 @@ class StepPlan:
     num_requests: int  # requests computing in the step: the batch that ran
     # Sequences computed as padding, making no token (static batching's members already done):
     # slot utilization counts the others as useful.
-    num_padding_seqs: int = 0
+    num_padding_seqs: int
+    num_context_tokens: int  # KV tokens of all sequences after the step: attention reads
+    # The entries listed one by one: all of `work` here (a grouped plan of the decode fast path,
+    # simulator/fastpath/grouped_plan.py, sums its members instead). Every prefill is listed.
+    listed_work: tuple[SeqWork, ...]
+    num_tokens: int  # prefill + decode tokens
+    num_seqs: int  # prefill + decode sequences (a grouped plan builds `work` lazily)
+    # Swaps or copies a KV block: the rare step whose transfers an execution model prices
+    # (`execution.model.TransferPricer`).
+    moves_blocks: bool
+    is_empty: bool  # nothing to compute and nothing to move: the engine idles until an arrival
 
     @classmethod
     def build(
@@ -82,8 +95,9 @@ class StepPlan:
                 prefill_seqs += 1
             else:
                 decode_tokens += item.num_new_tokens
-        return cls(
-            tuple(work),
+        work = tuple(work)
+        return cls.of_totals(
+            work,
             tuple(preemptions),
             num_swap_out_blocks,
             num_swap_in_blocks,
@@ -93,44 +107,46 @@ class StepPlan:
             prefill_seqs,
             len(work) - prefill_seqs,
             len({item.request_id for item in work}),
+            sum(map(_CONTEXT_LEN, work)),
             num_padding_seqs,
         )
 
-    @property
-    def num_tokens(self) -> int:
-        return self.num_prefill_tokens + self.num_decode_tokens
-
-    @property
-    def listed_work(self) -> tuple[SeqWork, ...]:
-        """The entries listed one by one: all of them here (a grouped plan of the decode fast
-        path, simulator/fastpath/decode_group.py, sums its members instead). Every prefill entry
-        is listed."""
-        return self.work
-
-    @property
-    def num_context_tokens(self) -> int:
-        """KV tokens of all sequences after the step (sum of `context_len`): attention reads."""
-        return sum(map(_CONTEXT_LEN, self.work))
-
-    @property
-    def num_seqs(self) -> int:
-        """Sequences in `work` (from the counts: a `GroupedStepPlan` builds `work` lazily)."""
-        return self.num_prefill_seqs + self.num_decode_seqs
-
-    @property
-    def moves_blocks(self) -> bool:
-        """Swaps or copies a KV block: the rare step whose transfers an execution model prices
-        (`execution.model.TransferPricer`)."""
-        return bool(self.copies or self.num_swap_out_blocks or self.num_swap_in_blocks)
-
-    @property
-    def is_empty(self) -> bool:
-        """Nothing to compute and nothing to move: the engine idles until an arrival."""
-        return not (
-            self.num_prefill_seqs
-            or self.num_decode_seqs
-            or self.num_swap_out_blocks
-            or self.num_swap_in_blocks
+    @classmethod
+    def of_totals(
+        cls,
+        work: tuple[SeqWork, ...],
+        preemptions: tuple[Preemption, ...],
+        num_swap_out_blocks: int,
+        num_swap_in_blocks: int,
+        copies: tuple[BlockCopy, ...],
+        num_prefill_tokens: int,
+        num_decode_tokens: int,
+        num_prefill_seqs: int,
+        num_decode_seqs: int,
+        num_requests: int,
+        num_context_tokens: int,
+        num_padding_seqs: int = 0,
+    ) -> StepPlan:
+        """The plan of `work` with its totals counted by the caller, the derived ones added
+        (StepBuilder.plan spells the same out inline: it runs once a step)."""
+        return cls(
+            work,
+            preemptions,
+            num_swap_out_blocks,
+            num_swap_in_blocks,
+            copies,
+            num_prefill_tokens,
+            num_decode_tokens,
+            num_prefill_seqs,
+            num_decode_seqs,
+            num_requests,
+            num_padding_seqs,
+            num_context_tokens,
+            work,
+            num_prefill_tokens + num_decode_tokens,
+            num_prefill_seqs + num_decode_seqs,
+            bool(copies or num_swap_out_blocks or num_swap_in_blocks),
+            not (num_prefill_seqs or num_decode_seqs or num_swap_out_blocks or num_swap_in_blocks),
         )
 
 
@@ -138,18 +154,28 @@ _CONTEXT_LEN = itemgetter(3)  # SeqWork.context_len
 
 
 class StepCost(NamedTuple):
-    """What a step costs. Seconds of simulated time; FLOPs and bytes for MFU / MBU."""
+    """What a step costs. Seconds of simulated time; FLOPs and bytes for MFU / MBU.
+
+    `duration_s` is a field, not a property, so that the engine and the recorder read it every
+    step without a call: build one with `step_cost` (or, on a pricer's hot path, `step_cost_of`
+    with the sum spelled `compute_s + swap_s + copy_s`, in that order)."""
 
     compute_s: float  # model forward (linear layers, attention, overhead, all-reduce)
     swap_s: float  # KV blocks moved over the host link (swap in + out), serialized on one link
     copy_s: float  # copy-on-write block copies on the GPU
     flops: float  # model FLOPs of the step (for MFU)
     bytes_moved: float  # HBM bytes of the step: weights + KV read/written + activations (for MBU)
-
-    @property
-    def duration_s(self) -> float:
-        return self.compute_s + self.swap_s + self.copy_s
+    duration_s: float  # compute_s + swap_s + copy_s: the step's simulated time
 
 
-# Like `seq_work_of`: a StepCost from one tuple of its five fields, built in C (one per step).
+# Like `seq_work_of`: a StepCost from one tuple of its six fields, built in C (one per step).
 step_cost_of = partial(tuple.__new__, StepCost)
+
+
+def step_cost(
+    compute_s: float, swap_s: float, copy_s: float, flops: float, bytes_moved: float
+) -> StepCost:
+    """A StepCost with its duration, the sum every reader takes as the step's time."""
+    return step_cost_of(
+        (compute_s, swap_s, copy_s, flops, bytes_moved, compute_s + swap_s + copy_s)
+    )

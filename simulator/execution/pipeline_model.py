@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from pagesim.simulator.core.catalog import ModelSpec
 from pagesim.simulator.core.config import Scenario, SystemConfig
 from pagesim.simulator.core.pipeline_stages import stage_models
-from pagesim.simulator.core.plan import StepCost, StepPlan
+from pagesim.simulator.core.plan import StepCost, StepPlan, step_cost
 from pagesim.simulator.execution.pipeline_link import StageLinks
 from pagesim.simulator.execution.roofline import RooflineModel
 
@@ -68,7 +68,7 @@ class PipelineModel:
         first = costs[0]
         times[0] += first.swap_s + first.copy_s
         num_stages = len(costs)
-        row = StepCost(
+        row = step_cost(
             sum(times) / num_stages - first.swap_s / num_stages - first.copy_s / num_stages,
             first.swap_s / num_stages,
             first.copy_s / num_stages,

@@ -52,7 +52,7 @@ from pathlib import Path
 from pagesim.simulator.core.catalog import GPUSpec, KVDtype, ModelSpec
 from pagesim.simulator.core.config import ExecutionConfig
 from pagesim.simulator.core.errors import InputError
-from pagesim.simulator.core.plan import StepCost, StepPlan
+from pagesim.simulator.core.plan import StepCost, StepPlan, step_cost
 from pagesim.simulator.execution.allreduce import Route
 from pagesim.simulator.execution.checks import other_gpu_reason, profile_warnings
 from pagesim.simulator.execution.model import NO_TRANSFER, TransferPricer
@@ -210,7 +210,7 @@ class ProfileModel:
             self._transfers.price(plan) if plan.moves_blocks else NO_TRANSFER
         )
         if not work:
-            return StepCost(0.0, swap_s, copy_s, 0.0, copy_bytes)
+            return step_cost(0.0, swap_s, copy_s, 0.0, copy_bytes)
         self.num_steps_priced += 1
 
         num_context = sum(map(_CONTEXT_LEN, work))
@@ -273,7 +273,7 @@ class ProfileModel:
             + (num_context + num_tokens) * self._kv_bytes_per_token
             + copy_bytes
         )
-        return StepCost(compute_s, swap_s, copy_s, flops, bytes_moved)
+        return step_cost(compute_s, swap_s, copy_s, flops, bytes_moved)
 
     def _warn_extrapolation(self, plan: StepPlan, decode_kv: int, prefill_sq: int) -> None:
         """Warn once per model instance (per run), naming what exceeded the measured range."""

@@ -70,7 +70,7 @@ from operator import itemgetter
 from pagesim.simulator.core.catalog import GPUSpec, KVDtype, ModelSpec
 from pagesim.simulator.core.config import ExecutionConfig
 from pagesim.simulator.core.errors import InputError
-from pagesim.simulator.core.plan import StepCost, StepPlan, step_cost_of
+from pagesim.simulator.core.plan import StepCost, StepPlan, step_cost, step_cost_of
 from pagesim.simulator.execution.allreduce import Route, StepAllReduce
 from pagesim.simulator.execution.factors import resolve_factors, resolve_link
 from pagesim.simulator.execution.gemm import LinearCost, is_dense
@@ -301,7 +301,7 @@ class RooflineModel(RooflineReport):
             self._transfers.price(plan) if plan.moves_blocks else NO_TRANSFER
         )
         if not num_seqs:
-            return StepCost(0.0, swap_s, copy_s, 0.0, copy_bytes)
+            return step_cost(0.0, swap_s, copy_s, 0.0, copy_bytes)
 
         # Sums over all sequences come from the plan (a grouped plan has them in closed form);
         # the Python loop runs only over prefills, which every plan lists one by one.
@@ -408,7 +408,8 @@ class RooflineModel(RooflineReport):
             + kv_bytes
             + copy_bytes
         )
-        return step_cost_of((compute_s, swap_s, copy_s, flops, bytes_moved))
+        duration_s = compute_s + swap_s + copy_s  # as core/plan.py step_cost sums it
+        return step_cost_of((compute_s, swap_s, copy_s, flops, bytes_moved, duration_s))
 
     def _shape_terms_of(
         self, key: int, num_tokens: int, num_seqs: int, is_decode_only: bool

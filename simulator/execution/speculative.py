@@ -50,7 +50,7 @@ from typing import Protocol
 
 from pagesim.simulator.core.config import ExecutionConfig, SpecMethod, SpeculativeConfig
 from pagesim.simulator.core.draft import draft_model_spec
-from pagesim.simulator.core.plan import SeqWork, StepCost, StepPlan, step_cost_of
+from pagesim.simulator.core.plan import SeqWork, StepCost, StepPlan, step_cost
 from pagesim.simulator.execution.model import ExecutionModel
 from pagesim.simulator.execution.roofline import RooflineModel
 
@@ -176,14 +176,12 @@ class SpeculativeModel:
         draft_s, lm_s, flops, moved = self.parts(plan)
         self.draft_s += draft_s
         self.verify_lm_head_s += lm_s
-        return step_cost_of(
-            (
-                cost.compute_s + draft_s + lm_s,
-                cost.swap_s,
-                cost.copy_s,
-                cost.flops + flops,
-                cost.bytes_moved + moved,
-            )
+        return step_cost(
+            cost.compute_s + draft_s + lm_s,
+            cost.swap_s,
+            cost.copy_s,
+            cost.flops + flops,
+            cost.bytes_moved + moved,
         )
 
     def breakdown(self, plan: StepPlan) -> dict[str, float]:

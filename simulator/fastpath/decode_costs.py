@@ -92,7 +92,7 @@ def price_steps(
         bytes_moved = base_bytes + (context + s) * kv_bytes_per_token + 0.0
         starts.append(start)
         ends.append(end)
-        costs.append(step_cost_of((compute_s, 0.0, 0.0, flops, bytes_moved)))
+        costs.append(step_cost_of((compute_s, 0.0, 0.0, flops, bytes_moved, compute_s)))
         start = end
         num_priced += 1
     return num_priced

@@ -19,12 +19,10 @@ class GroupedStepPlan(StepPlan):
     the group step; a member's entry is SeqWork(request_id, seq_id, 1, base + step + 1, False).
     """
 
-    __slots__ = ("_bases", "_group_step", "_listed", "_num_context_tokens", "_running", "_work")
-    _listed: tuple[SeqWork, ...]
+    __slots__ = ("_bases", "_group_step", "_running", "_work")
     _running: tuple[Any, ...]
     _bases: Mapping[Any, int]
     _group_step: int
-    _num_context_tokens: int
     _work: tuple[SeqWork, ...] | None
 
     def __init__(
@@ -58,11 +56,18 @@ class GroupedStepPlan(StepPlan):
         set_field(self, "num_decode_seqs", num_decode_seqs)
         set_field(self, "num_requests", num_requests)
         set_field(self, "num_padding_seqs", 0)
-        set_field(self, "_listed", listed)
+        set_field(self, "num_context_tokens", num_context_tokens)
+        set_field(self, "listed_work", listed)
+        set_field(self, "num_tokens", num_prefill_tokens + num_decode_tokens)
+        set_field(self, "num_seqs", num_prefill_seqs + num_decode_seqs)
+        set_field(self, "moves_blocks", bool(copies or num_swap_out_blocks or num_swap_in_blocks))
+        empty = not (
+            num_prefill_seqs or num_decode_seqs or num_swap_out_blocks or num_swap_in_blocks
+        )
+        set_field(self, "is_empty", empty)
         set_field(self, "_running", running)
         set_field(self, "_bases", bases)
         set_field(self, "_group_step", group_step)
-        set_field(self, "_num_context_tokens", num_context_tokens)
         set_field(self, "_work", None)
 
     @property
@@ -74,20 +79,12 @@ class GroupedStepPlan(StepPlan):
         return work
 
     @property
-    def listed_work(self) -> tuple[SeqWork, ...]:
-        return self._listed
-
-    @property
     def num_grouped_members(self) -> int:
         """Members decoding in the step, summed rather than listed: one sequence each."""
         return len(self._bases)
 
-    @property
-    def num_context_tokens(self) -> int:
-        return self._num_context_tokens
-
     def _merge(self) -> tuple[SeqWork, ...]:
-        listed = self._listed
+        listed = self.listed_work
         step = self._group_step
         out: list[SeqWork] = []
         i = 0

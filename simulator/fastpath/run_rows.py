@@ -154,8 +154,7 @@ class RunBuffer:
         costs = np.fromiter(
             chain.from_iterable(self._costs), dtype=np.float64, count=num_steps * _COST_FIELDS
         ).reshape(num_steps, _COST_FIELDS)
-        compute_s, swap_s, copy_s, flops, bytes_moved = costs.T
-        duration = compute_s + swap_s + copy_s  # StepCost.duration_s, in its order
+        compute_s, swap_s, _, flops, bytes_moved, duration = costs.T
 
         # Each step's grows, summed from its run's start: the first step's are in `first`.
         gained = _sum_within(np.array(self._gains, dtype=np.int64), first_step, of_run)
@@ -215,8 +214,7 @@ class RunRecorder:
             return
         # The run's last step, in which members finished: its row as `record_step` has it.
         cost = costs[memory.num_steps]
-        compute_s, swap_s, copy_s, flops, bytes_moved = cost
-        duration = compute_s + swap_s + copy_s  # StepCost.duration_s; > 0: a decode computes
+        compute_s, swap_s, _, flops, bytes_moved, duration = cost  # duration > 0: decodes compute
         state = memory.last
         self._steps.append(
             (

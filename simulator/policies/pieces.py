@@ -14,7 +14,7 @@ import heapq
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 from pagesim.simulator.core.config import AdmissionOrder, SystemConfig, VictimPolicy
 from pagesim.simulator.core.request import Request
@@ -24,63 +24,65 @@ T = TypeVar("T")
 VictimKey = Callable[[Request], tuple[float, ...]]
 
 
-class WaitingQueue(Generic[T]):
-    """Requests (or per-request records) waiting for admission, in the admission order.
+class WaitingQueue(Protocol[T]):
+    """Requests (or per-request records) waiting for admission, in the admission order; the
+    head is `queue[0]`. FCFS keeps arrival order and lets recompute-preempted requests rejoin
+    at the head, as vLLM does (`FcfsQueue`); PRIORITY orders by (priority, arrival, id), and
+    preempted requests fall back into place (`PriorityQueue`)."""
 
-    FCFS keeps arrival order and lets recompute-preempted requests rejoin at the head, as vLLM
-    does. PRIORITY orders by (priority, arrival, id); preempted requests fall back into place.
-    """
+    def push(self, item: T, /) -> None: ...
+    def push_front(self, item: T, /) -> None: ...
+    def pop(self) -> T: ...
+    def remove(self, item: T, /) -> None: ...
+    def __len__(self) -> int: ...
+    def __getitem__(self, index: int, /) -> T: ...
+    def __iter__(self) -> Iterator[T]: ...
 
-    def __init__(self, order: AdmissionOrder, request_of: Callable[[T], Request]) -> None:
-        self._order = order
+
+class FcfsQueue(deque[T]):
+    """First come, first served: a deque, so that the questions a policy asks every step,
+    `len(queue)` and the head `queue[0]`, run in C."""
+
+    push = deque.append
+    push_front = deque.appendleft  # a preempted request ahead of later arrivals
+
+    def pop(self) -> T:  # type: ignore[override]
+        """The head (a deque's own `pop` takes the tail)."""
+        return self.popleft()
+
+
+class PriorityQueue(Generic[T]):
+    """Lower priority first, then arrival, then id: a heap."""
+
+    def __init__(self, request_of: Callable[[T], Request]) -> None:
         self._request_of = request_of
-        self._fifo: deque[T] = deque()
         self._heap: list[tuple[int, float, int, T]] = []
-        # The one in use, for `__len__` (asked several times a step).
-        self._items: deque[T] | list[tuple[int, float, int, T]] = (
-            self._fifo if order is AdmissionOrder.FCFS else self._heap
-        )
 
     def _key(self, item: T) -> tuple[int, float, int, T]:
         r = self._request_of(item)
         return (r.priority, r.arrival_s, r.request_id, item)
 
     def push(self, item: T) -> None:
-        if self._order is AdmissionOrder.FCFS:
-            self._fifo.append(item)
-        else:
-            heapq.heappush(self._heap, self._key(item))
+        heapq.heappush(self._heap, self._key(item))
 
-    def push_front(self, item: T) -> None:
-        """A preempted request returning to the queue ahead of later arrivals."""
-        if self._order is AdmissionOrder.FCFS:
-            self._fifo.appendleft(item)
-        else:
-            heapq.heappush(self._heap, self._key(item))
-
-    def peek(self) -> T:
-        return self._fifo[0] if self._order is AdmissionOrder.FCFS else self._heap[0][3]
+    push_front = push  # a preempted request falls back into its place
 
     def pop(self) -> T:
-        if self._order is AdmissionOrder.FCFS:
-            return self._fifo.popleft()
         return heapq.heappop(self._heap)[3]
 
     def remove(self, item: T) -> None:
         """Take `item` out from anywhere in the queue (a landed remote prompt admitted past a
         head that does not fit: policies/remote_kv.py)."""
-        if self._order is AdmissionOrder.FCFS:
-            self._fifo.remove(item)
-        else:
-            self._heap.remove(self._key(item))
-            heapq.heapify(self._heap)
+        self._heap.remove(self._key(item))
+        heapq.heapify(self._heap)
 
     def __len__(self) -> int:
-        return len(self._items)
+        return len(self._heap)
+
+    def __getitem__(self, index: int) -> T:
+        return self._heap[0][3] if index == 0 else sorted(self._heap)[index][3]
 
     def __iter__(self) -> Iterator[T]:
-        if self._order is AdmissionOrder.FCFS:
-            return iter(self._fifo)
         return (entry[3] for entry in sorted(self._heap))
 
 
@@ -154,4 +156,6 @@ class PrefixStats:
 
 
 def waiting_queue(system: SystemConfig, request_of: Callable[[T], Request]) -> WaitingQueue[T]:
-    return WaitingQueue(system.admission, request_of)
+    if system.admission is AdmissionOrder.FCFS:
+        return FcfsQueue()
+    return PriorityQueue(request_of)

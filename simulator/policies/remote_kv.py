@@ -42,7 +42,7 @@ def can_receive(scheduler: PagedScheduler) -> bool:
     head of the queue (vLLM puts preempted requests first in `waiting` and allocates in queue
     order, stopping at the first request that does not fit)."""
     waiting = scheduler.state.waiting
-    return not len(waiting) or waiting.peek().request.status is not RequestStatus.PREEMPTED
+    return not len(waiting) or waiting[0].request.status is not RequestStatus.PREEMPTED
 
 
 def reserve_remote(scheduler: PagedScheduler, request: Request) -> int | None:

@@ -143,7 +143,7 @@ class ReservingScheduler(PolicyBase):
         return sum(not m.is_done for m in self.running), len(self.waiting), 0
 
     def memory_breakdown(self) -> MemoryBreakdown:
-        next_slots = self._region_slots(self.waiting.peek()) if len(self.waiting) else None
+        next_slots = self._region_slots(self.waiting[0]) if len(self.waiting) else None
         return self.kv.memory_breakdown(self._final_lens, next_slots)
 
     def check_invariants(self) -> None:
@@ -164,7 +164,7 @@ class OrcaScheduler(ReservingScheduler):
         num_seqs = sum(len(m.seq_ids) for m in self.running)
         budget = max(self.knobs.max_num_batched_tokens, self.max_seq_len)
         while len(self.waiting):
-            request = self.waiting.peek()
+            request = self.waiting[0]
             if num_seqs + request.num_seqs > self.knobs.max_num_seqs:
                 break
             if request.prompt_len > budget:
@@ -208,12 +208,12 @@ class StaticScheduler(ReservingScheduler):
     def next_wakeup_s(self, now_s: float) -> float | None:
         if self.running or not len(self.waiting):
             return None
-        return self.waiting.peek().arrival_s + self.system.static_batch_timeout_s
+        return self.waiting[0].arrival_s + self.system.static_batch_timeout_s
 
     def _ready_to_form(self, now_s: float) -> bool:
         if len(self.waiting) >= self.system.static_batch_size or self.arrivals_done:
             return True
-        oldest = self.waiting.peek().arrival_s
+        oldest = self.waiting[0].arrival_s
         return now_s >= oldest + self.system.static_batch_timeout_s
 
     def schedule(self, now_s: float) -> StepPlan:
@@ -236,7 +236,7 @@ class StaticScheduler(ReservingScheduler):
         batch: list[Member] = []
         num_seqs = 0
         while len(self.waiting) and len(batch) < self.system.static_batch_size:
-            request = self.waiting.peek()
+            request = self.waiting[0]
             if num_seqs + request.num_seqs > self.knobs.max_num_seqs:
                 break
             member = self._try_reserve(request, now_s)

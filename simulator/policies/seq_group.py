@@ -97,6 +97,7 @@ class StepBuilder:
     __slots__ = (
         "copies",
         "is_grouped",
+        "num_context_tokens",
         "num_decode_tokens",
         "num_prefill_seqs",
         "num_prefill_tokens",
@@ -112,6 +113,7 @@ class StepBuilder:
         self.num_prefill_tokens = 0
         self.num_prefill_seqs = 0
         self.num_decode_tokens = 0
+        self.num_context_tokens = 0  # KV tokens of the listed entries after the step
         self.num_requests = 0  # groups added: the batch's requests (members counted by their group)
         self.preemptions: list[Preemption] = []
         self.copies: list[BlockCopy] = []
@@ -143,6 +145,7 @@ class StepBuilder:
         append = self.work.append
         for seq_id in seq_ids:
             append(seq_work_of((rid, seq_id, num_new, context, is_prefill)))
+        self.num_context_tokens += context * len(seq_ids)
         if is_prefill:
             self.num_prefill_tokens += num_new * len(seq_ids)
             self.num_prefill_seqs += len(seq_ids)
@@ -159,6 +162,7 @@ class StepBuilder:
         self.work = [item for item in self.work if item.request_id != rid]
         self.num_requests -= 1
         for item in mine:
+            self.num_context_tokens -= item.context_len
             if item.is_prefill:
                 self.num_prefill_tokens -= item.num_new_tokens
                 self.num_prefill_seqs -= 1
@@ -166,18 +170,30 @@ class StepBuilder:
                 self.num_decode_tokens -= item.num_new_tokens
 
     def plan(self) -> StepPlan:
-        work = self.work
+        """The step's plan, its totals as StepPlan.of_totals derives them (inline: once a step)."""
+        work = tuple(self.work)
+        copies = tuple(self.copies)
+        swap_out, swap_in = self.swap_out, self.swap_in
+        prefill_tokens, decode_tokens = self.num_prefill_tokens, self.num_decode_tokens
+        num_seqs, prefill_seqs = len(work), self.num_prefill_seqs
         return StepPlan(
-            tuple(work),
+            work,
             tuple(self.preemptions),
-            self.swap_out,
-            self.swap_in,
-            tuple(self.copies),
-            self.num_prefill_tokens,
-            self.num_decode_tokens,
-            self.num_prefill_seqs,
-            len(work) - self.num_prefill_seqs,
+            swap_out,
+            swap_in,
+            copies,
+            prefill_tokens,
+            decode_tokens,
+            prefill_seqs,
+            num_seqs - prefill_seqs,
             self.num_requests,
+            0,
+            self.num_context_tokens,
+            work,
+            prefill_tokens + decode_tokens,
+            num_seqs,
+            bool(copies or swap_out or swap_in),
+            not (num_seqs or swap_out or swap_in),
         )
 
 

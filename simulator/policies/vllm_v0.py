@@ -43,7 +43,7 @@ class VllmV0:
         decodes them and admits nothing, and so does each after it while nobody finishes and
         blocks are only taken (the decode fast path's runs: fastpath/decode_window.py)."""
         waiting = state.waiting
-        return not len(waiting) or head_stays_waiting(state, waiting.peek())
+        return not len(waiting) or head_stays_waiting(state, waiting[0])
 
 
 def admit_prompts(state: PagedState, step: StepBuilder, now_s: float) -> None:
@@ -54,7 +54,7 @@ def admit_prompts(state: PagedState, step: StepBuilder, now_s: float) -> None:
     budget = knobs.max_num_batched_tokens
     waiting = state.waiting
     while len(waiting):
-        group = waiting.peek()
+        group = waiting[0]
         if state.num_running_seqs + group.request.num_seqs > knobs.max_num_seqs:
             break
         if group.target > budget:  # charged in full, prefix hits included (conservative)

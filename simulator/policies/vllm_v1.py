@@ -74,7 +74,7 @@ class VllmV1:
             return False  # the budget reaches only some members: each step decides who
         if not len(state.waiting) or not budget_left:
             return True
-        head = state.waiting.peek()
+        head = state.waiting[0]
         return state.num_running_seqs + head.request.num_seqs > knobs.max_num_seqs
 
 
@@ -113,7 +113,7 @@ def admit_chunks(
     pad_to = padded_admission_tokens(state, step, chunk_cap)
     beside_running = bool(step.num_requests) or step.is_grouped  # before any admission
     while len(waiting) and budget > 0:
-        group = waiting.peek()
+        group = waiting[0]
         if state.num_running_seqs + group.request.num_seqs > max_num_seqs:
             break
         offload = state.offload  # a CPU tier's hit loads first, the request parked meanwhile

@@ -7,7 +7,7 @@ import pytest
 from sim_helpers import explicit_workload, scenario, system
 
 from pagesim.simulator.core.config import Policy, Scenario, SystemConfig
-from pagesim.simulator.core.plan import StepCost, StepPlan
+from pagesim.simulator.core.plan import StepCost, StepPlan, step_cost
 from pagesim.simulator.core.scheduler import Scheduler
 from pagesim.simulator.engine import simulate
 from pagesim.simulator.execution.model import ExecutionModel
@@ -32,7 +32,7 @@ class FixedPipe(PipelineModel):
     def stage_costs(self, plan: StepPlan) -> tuple[tuple[float, ...], tuple[float, ...], StepCost]:
         self.batches.append(plan)
         stages = (STAGE_S,) * self._num
-        return stages, (HANDOFF_S,) * (self._num - 1), StepCost(STAGE_S, 0.0, 0.0, 0.0, 0.0)
+        return stages, (HANDOFF_S,) * (self._num - 1), step_cost(STAGE_S, 0.0, 0.0, 0.0, 0.0)
 
     def describe(self) -> dict[str, object]:
         return {"kind": "fixed pipe"}

@@ -128,7 +128,7 @@ def test_swap_and_copy_costs(tmp_path: Path) -> None:
     copies = 2 * MODEL.num_layers * 3e-6  # K and V of every layer, 3 us each (estimate)
     assert cost.swap_s == pytest.approx(5 * (block_bytes / GPU.host_link_bps + copies))
     assert cost.copy_s == pytest.approx(2 * 2 * block_bytes / 4e12)
-    assert model.price(StepPlan.build([])) == (0.0, 0.0, 0.0, 0.0, 0.0)
+    assert model.price(StepPlan.build([])) == (0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
 
 
 def test_flops_and_bytes_are_the_roofline_counts(tmp_path: Path) -> None:

@@ -236,7 +236,7 @@ def test_copy_on_write_reads_and_writes_each_block() -> None:
 
 def test_empty_plan_costs_nothing() -> None:
     cost = RooflineModel(LLAMA_7B, A100, CONFIG).price(StepPlan.build([]))
-    assert cost == (0.0, 0.0, 0.0, 0.0, 0.0)
+    assert cost == (0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
     assert cost.duration_s == 0.0
 
 

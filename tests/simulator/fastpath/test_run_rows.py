@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pagesim.simulator.core.plan import StepCost
+from pagesim.simulator.core.plan import step_cost
 from pagesim.simulator.fastpath.run_rows import DecodeRun, RunBuffer, RunMemory
 from pagesim.simulator.metrics.result import STEP_COLUMNS
 from pagesim.simulator.metrics.step_log import StepLog
@@ -78,7 +78,7 @@ def runs(draw: st.DrawFn) -> DecodeRun:
     grows = st.lists(st.integers(0, 50), min_size=num_steps + 2, max_size=num_steps + 2)
     floats = st.floats(1e-6, 10.0, allow_nan=False)
     costs = [
-        StepCost(draw(floats), draw(st.sampled_from([0.0, 1e-3])), 0.0, draw(floats) * 1e12, 1e9)
+        step_cost(draw(floats), draw(st.sampled_from([0.0, 1e-3])), 0.0, draw(floats) * 1e12, 1e9)
         for _ in range(num_steps)
     ]
     start = draw(st.floats(0, 1e5))
@@ -113,7 +113,7 @@ def test_a_run_narrated() -> None:
         (2, 1, 0, 12, 8, 0, 0, 36, 0, 0),  # +2 computed, +4 - 2 reserved, a block from free
         (2, 1, 0, 14, 6, 0, 0, 36, 0, 0),
     ]
-    cost = StepCost(0.5, 0.0, 0.0, 1e12, 1e9)
+    cost = step_cost(0.5, 0.0, 0.0, 1e12, 1e9)
     run = DecodeRun([0.0, 0.5, 1.0], [cost] * 3, memory, 2 / 256, PEAK_FLOPS, BANDWIDTH)
     rows = stack([run])
     col = list(STEP_COLUMNS).index
@@ -160,7 +160,7 @@ def test_a_row_of_the_wrong_length_is_refused_beside_runs() -> None:
     log = StepLog(chunk_steps=100)
     memory = RunMemory(1, 1, 16, (1, 0, 0), (1, 15, 0, 0, 0, 0, 0), [], [], None)
     buffer = RunBuffer()
-    buffer.add(DecodeRun([0.0], [StepCost(1.0, 0.0, 0.0, 1.0, 1.0)], memory, 1.0, 1.0, 1.0))
+    buffer.add(DecodeRun([0.0], [step_cost(1.0, 0.0, 0.0, 1.0, 1.0)], memory, 1.0, 1.0, 1.0))
     log.append_rows(buffer, 1)
     log.append((1.0, 2.0))
     with pytest.raises(ValueError, match="must hold"):
