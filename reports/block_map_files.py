@@ -14,12 +14,12 @@ from pathlib import Path
 
 from pagesim.reports.block_map_page import write_block_map_page
 from pagesim.reports.block_map_strip import draw_strip
+from pagesim.reports.folder_names import BLOCK_MAPS_DIR
 from pagesim.reports.frames import unique_slugs
 from pagesim.reports.html import esc
 from pagesim.simulator.core.errors import InputError
 from pagesim.simulator.metrics.block_map import BlockMap
 
-BLOCK_MAPS_DIR = "block_maps"
 BlockMapLink = tuple[str, str, str, str]  # system, page, strip (relative hrefs), steps shown
 
 

@@ -23,14 +23,10 @@ import numpy as np
 import pandas as pd
 
 from pagesim.reports import plots
-from pagesim.reports.block_map_files import (
-    BLOCK_MAPS_DIR,
-    BlockMapLink,
-    block_maps_html,
-    parse_links,
-)
-from pagesim.reports.deploy_html import COMMANDS_FILE, deploy_html, write_commands
+from pagesim.reports.block_map_files import BlockMapLink, block_maps_html, parse_links
+from pagesim.reports.deploy_html import deploy_html, write_commands
 from pagesim.reports.findings import derive_findings
+from pagesim.reports.folder_names import PLOTS_DIR, RESERVED_NAMES
 from pagesim.reports.frames import unique_slugs
 from pagesim.reports.glossary import SUMMARY_METRICS
 from pagesim.reports.html import (
@@ -46,7 +42,6 @@ from pagesim.reports.html import (
     summary_table,
     sweep_table,
 )
-from pagesim.reports.output_folder import MANIFEST_FILE
 from pagesim.reports.plot_drawing import draw_all
 from pagesim.reports.plot_jobs import PlotJob, run_plot_jobs, sweep_plot_jobs
 from pagesim.reports.saved import INPUTS_FILE, SavedReport, question_to_json, read_saved
@@ -55,28 +50,6 @@ from pagesim.reports.sweep_findings import derive_sweep_findings
 from pagesim.simulator.core.config import ReportConfig
 from pagesim.simulator.core.errors import InputError
 from pagesim.simulator.metrics.result import RunResult
-
-PLOTS_DIR = "plots"
-# Names a report folder uses at its top level: a system's data folder never takes one of them.
-RESERVED_NAMES = frozenset(
-    {
-        PLOTS_DIR,
-        BLOCK_MAPS_DIR,
-        INPUTS_FILE,
-        MANIFEST_FILE,
-        "cache",
-        "report.html",
-        "summary.csv",
-        "sweep.csv",
-        "scenario.toml",
-        "overrides.json",
-        "capacity.csv",
-        "capacity.html",
-        "evaluations.csv",
-        "frontier.csv",
-        COMMANDS_FILE,
-    }
-)
 
 
 def _json_default(value: object) -> object:
