@@ -20,6 +20,9 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter, NullLocator
 from PIL import Image
 
+from pagesim.reports.layout import PAD_PT as LAYOUT_PAD_PT
+from pagesim.reports.layout import place_panels
+
 DPI = 110
 WIDTH_IN = 10.0  # about 1100 px: the HTML page's content width
 SYSTEM_COLORS = (
@@ -111,13 +114,13 @@ FIXED_TITLES: dict[Any, Any] = {"axes.titley": 1.0}  # rc_context keys are typed
 def figure(nrows: int, ncols: int, height_in: float, **kwargs: Any) -> Iterator[tuple[Figure, Any]]:
     """A figure with a grid of axes (always a 2-D array), closed however the block exits.
 
-    The figure is pyplot's to close but not to manage: a figure `plt.subplots` makes calls
-    pyplot's redraw hook on every change to every artist (~10% of drawing a report's plots),
-    for windows a report never opens. `plt.close` still hears of it (tests keep it open so)."""
+    Its panels are placed by `reports.layout.place_panels` when it is saved, not by a
+    matplotlib layout engine (see there why). The figure is pyplot's to close but not to
+    manage: a figure `plt.subplots` makes calls pyplot's redraw hook on every change to every
+    artist (~10% of drawing a report's plots), for windows a report never opens. `plt.close`
+    still hears of it (tests keep it open so)."""
     with plt.rc_context(FIXED_TITLES):
-        fig = Figure(
-            figsize=(WIDTH_IN, height_in), dpi=DPI, facecolor="white", layout="constrained"
-        )
+        fig = Figure(figsize=(WIDTH_IN, height_in), dpi=DPI, facecolor="white")
         FigureCanvasAgg(fig)  # Agg's canvas, as `save` draws on
         try:
             yield fig, fig.subplots(nrows, ncols, squeeze=False, **kwargs)
@@ -140,6 +143,7 @@ def save(fig: Figure, path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     assert isinstance(fig.canvas, FigureCanvasAgg)  # reports draw with Agg (matplotlib.use)
     canvas: Any = fig.canvas  # FigureCanvasAgg's draw and buffer_rgba are untyped
+    place_panels(fig)
     canvas.draw()
     if _shows_offset_text(fig):
         for ax in fig.axes:
@@ -298,4 +302,12 @@ def legend_below(fig: Figure, handles: Sequence[Any], labels: Sequence[str], nco
     ncol = max(1, min(ncol, len(labels)))
     while ncol > 1 and ncol * entry_px + (ncol - 1) * 2 * em_px > room_px:
         ncol -= 1
-    fig.legend(handles, labels, loc="outside lower center", ncol=ncol, frameon=False)
+    # At the foot of the figure; `place_panels` keeps the panels above it.
+    fig.legend(
+        handles,
+        labels,
+        loc="lower center",
+        bbox_to_anchor=(0.5, LAYOUT_PAD_PT / 72 / fig.get_figheight()),
+        ncol=ncol,
+        frameon=False,
+    )

@@ -107,7 +107,7 @@ def _outside(box: Bbox, fig: Figure) -> bool:
 
 def problems(fig: Figure) -> list[str]:
     """What a reader could not read in the (drawn) figure, one line each; empty when legible."""
-    fig.canvas.draw()  # the layout as saved: constrained layout settles on a draw
+    fig.canvas.draw()  # as saved (style.save placed the panels before drawing)
     renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
     found = []
     for number, ax in enumerate(a for a in fig.axes if a.get_visible()):
