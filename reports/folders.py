@@ -74,7 +74,7 @@ def write_run(
     run: ScenarioRun, out: Path, *, report: bool = True, num_workers: int | None = None
 ) -> Path:
     """A `pagesim run` folder; returns report.html, or `out` when only the data is written.
-    `num_workers` processes draw the plots (default: one per CPU)."""
+    `num_workers` processes draw the plots (default: this one alone)."""
     out.mkdir(parents=True, exist_ok=True)
     (out / "scenario.toml").write_text(run.path.read_text())
     (out / "overrides.json").write_text(json.dumps(run.overrides))

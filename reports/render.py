@@ -132,11 +132,12 @@ def write_report(
     detail at one point, which `detail` names. `question` (the scenario's [report]) says what
     the headlines answer first; `findings` replaces the derived sentences; `calibration`
     follows `reports.calibration_plots.parse_calibration`; `num_workers` processes draw the
-    plots (default: one per CPU); `missing` names (system, why) the systems compared lack (a
-    capacity search's system that met the SLO nowhere); `block_maps` links the pages of a run
-    recorded with --block-map (reports/block_map_files.py). Raises ValueError on nothing to
-    report or a malformed calibration input. `deploy`: each configuration's vLLM command lines
-    (reports.deploy_html.deploy_entries), shown and written to vllm_commands.sh.
+    plots (default: this one alone, reports.plot_drawing says why); `missing` names (system,
+    why) the systems compared lack (a capacity search's system that met the SLO nowhere);
+    `block_maps` links the pages of a run recorded with --block-map (reports/block_map_files.py).
+    Raises ValueError on nothing to report or a malformed calibration input. `deploy`: each
+    configuration's vLLM command lines (reports.deploy_html.deploy_entries), shown and written
+    to vllm_commands.sh.
     """
     if not results and sweep is None:
         raise ValueError("write_report: no results to report")
