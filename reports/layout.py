@@ -27,6 +27,8 @@ from matplotlib.figure import Figure
 from matplotlib.font_manager import FontProperties
 from matplotlib.text import Annotation, Text
 
+SIDES = ("left", "right", "top", "bottom")
+MAX_PASSES = 4  # of measuring and placing (two, mostly; see place_panels)
 PAD_PT = 4.0  # around the figure's edge and between a panel's decorations and the next panel's
 LINE_SPACING = 1.2  # matplotlib's default spacing of the lines of one text
 _RC: Any = mpl.rcParams  # read with keys built from the axis name, which its stubs refuse
@@ -147,10 +149,23 @@ def panel_margins(ax: Axes, dpi: float) -> Margins:
     return found
 
 
+def _titles_overflow(ax: Axes, box: Any, dpi: float) -> Margins:
+    """How far `ax`'s titles reach past the sides of its frame `box` (pixels): one wider than
+    its panel runs into the next."""
+    found = Margins()
+    for title, align in ((ax._left_title, 0.0), (ax.title, 0.5), (ax._right_title, 1.0)):  # type: ignore[attr-defined]
+        if title.get_text():
+            width = _text_size(title, dpi)[0]
+            left = box.x0 + align * (box.width - width)
+            found.left = max(found.left, box.x0 - left)
+            found.right = max(found.right, left + width - box.x1)
+    return found
+
+
 def _texts_overflow(ax: Axes, box: Any, dpi: float) -> Margins:
     """How far the texts `ax` holds (bar values, notes) reach past its frame `box` (pixels),
     each text's extent estimated from its anchor, alignment and measured size."""
-    found = Margins()
+    found = _titles_overflow(ax, box, dpi)
     renderer = None
     for text in ax.texts:
         if not text.get_visible() or not text.get_text():
@@ -214,24 +229,29 @@ def place_panels(fig: Figure) -> None:
     grid = panels[0].get_subplotspec().get_gridspec()  # type: ignore[union-attr]
     nrows, ncols = grid.get_geometry()
     width_px, height_px = float(fig.bbox.width), float(fig.bbox.height)
-    margins = {ax: panel_margins(ax, dpi) for ax in panels}
     renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
     bottom_extra = _legends_bottom_px(fig, renderer)
     top_extra = _place_title(fig, dpi)
-    for _ in range(2):  # again once the panels are placed: texts they hold past their frames
-        _adjust(fig, panels, margins, nrows, ncols, width_px, height_px, top_extra, bottom_extra)
+    margins = {ax: Margins() for ax in panels}
+    # Measured, placed, measured again where the panels now are, until nothing grows: a
+    # panel's size picks its ticks (a shorter axis, fewer and maybe wider labels), and the
+    # texts it holds reach past its frame by what its data limits put where. Margins only
+    # grow, so that labels of every tick set seen have room, and it settles.
+    for _ in range(MAX_PASSES):
         grown = False
         for ax in panels:
-            if not ax.texts:
-                continue
+            found = panel_margins(ax, dpi)
             over = _texts_overflow(ax, ax.get_position().transformed(fig.transFigure), dpi)
+            for side in SIDES:
+                setattr(found, side, max(getattr(found, side), getattr(over, side)))
             now = margins[ax]
-            for side in ("left", "right", "top", "bottom"):
-                if getattr(over, side) > getattr(now, side) + 0.5:
-                    setattr(now, side, getattr(over, side))
+            for side in SIDES:
+                if getattr(found, side) > getattr(now, side) + 0.5:
+                    setattr(now, side, getattr(found, side))
                     grown = True
         if not grown:
             break
+        _adjust(fig, panels, margins, nrows, ncols, width_px, height_px, top_extra, bottom_extra)
 
 
 def _adjust(

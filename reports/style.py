@@ -22,6 +22,7 @@ from PIL import Image
 
 from pagesim.reports.layout import PAD_PT as LAYOUT_PAD_PT
 from pagesim.reports.layout import place_panels
+from pagesim.reports.text_drawing import ReportCanvas
 
 DPI = 110
 WIDTH_IN = 10.0  # about 1100 px: the HTML page's content width
@@ -121,7 +122,7 @@ def figure(nrows: int, ncols: int, height_in: float, **kwargs: Any) -> Iterator[
     still hears of it (tests keep it open so)."""
     with plt.rc_context(FIXED_TITLES):
         fig = Figure(figsize=(WIDTH_IN, height_in), dpi=DPI, facecolor="white")
-        FigureCanvasAgg(fig)  # Agg's canvas, as `save` draws on
+        ReportCanvas(fig)  # Agg's, its texts drawn whole (reports/text_drawing.py)
         try:
             yield fig, fig.subplots(nrows, ncols, squeeze=False, **kwargs)
         finally:
