@@ -27,6 +27,8 @@ from matplotlib.figure import Figure
 from matplotlib.font_manager import FontProperties
 from matplotlib.text import Annotation, Text
 
+from pagesim.reports.text_drawing import measure
+
 SIDES = ("left", "right", "top", "bottom")
 MAX_PASSES = 4  # of measuring and placing (two, mostly; see place_panels)
 PAD_PT = 4.0  # around the figure's edge and between a panel's decorations and the next panel's
@@ -43,7 +45,7 @@ def text_size_px(
     renderer = _renderer(dpi)
     prop = FontProperties(size=size_pt, weight=weight)
     ismath = "$" in text.replace(r"\$", "")
-    width, height, _ = renderer.get_text_width_height_descent(text, prop, ismath)
+    width, height, _ = measure(renderer, text, prop, ismath)
     return float(width), float(height)
 
 

@@ -133,6 +133,13 @@ def figure(nrows: int, ncols: int, height_in: float, **kwargs: Any) -> Iterator[
 # small as Pillow's default level 6 does with the alpha channel (~590 vs ~594 KiB for
 # spec_decode's six plots) in ~60% of the time; encoding was a quarter of drawing a plot.
 PNG_COMPRESS_LEVEL = 1
+# A report's plot has a few flat colors and their anti-aliased edges: 256 colors chosen by
+# Pillow's fast octree (no dithering) keep every pixel within 15 of 255 of its drawn color
+# (mean 0.6-1.2, spec_decode's plots), and a one-byte-a-pixel PNG takes about half the time to
+# encode, octree included, and half the bytes (which the page then embeds) of RGB's.
+PNG_COLORS = 256
+FAST_OCTREE: Any = 2  # Image.Quantize.FASTOCTREE: ints, as every Pillow this project takes has them
+NO_DITHER: Any = 0  # Image.Dither.NONE
 
 
 def save(fig: Figure, path: Path) -> Path:
@@ -140,7 +147,7 @@ def save(fig: Figure, path: Path) -> Path:
     pixels encoded directly: `savefig` with a layout engine draws twice, once only to lay out,
     which made it the report's largest cost; the pixels are the same. Written as RGB: every
     figure is opaque (a white face), so the alpha channel is 255 throughout and only costs
-    encoding time."""
+    encoding time; then as 256 colors (PNG_COLORS says why)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     assert isinstance(fig.canvas, FigureCanvasAgg)  # reports draw with Agg (matplotlib.use)
     canvas: Any = fig.canvas  # FigureCanvasAgg's draw and buffer_rgba are untyped
@@ -152,9 +159,9 @@ def save(fig: Figure, path: Path) -> Path:
         canvas.draw()
     width, height = canvas.get_width_height(physical=True)
     pixels = Image.frombuffer("RGBA", (width, height), canvas.buffer_rgba(), "raw", "RGBA", 0, 1)
-    pixels.convert("RGB").save(
-        path, format="png", dpi=(DPI, DPI), compress_level=PNG_COMPRESS_LEVEL
-    )
+    opaque = pixels.convert("RGB")
+    colors = opaque.quantize(colors=PNG_COLORS, method=FAST_OCTREE, dither=NO_DITHER)
+    colors.save(path, format="png", dpi=(DPI, DPI), compress_level=PNG_COMPRESS_LEVEL)
     return path
 
 

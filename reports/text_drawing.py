@@ -40,7 +40,7 @@ class ReportCanvas(FigureCanvasAgg):
         renderer = super().get_renderer()  # type: ignore[no-untyped-call]
         if GLYPH_BY_GLYPH and not getattr(renderer, "_whole_strings", False):
             renderer.draw_text = MethodType(_draw_text, renderer)
-            renderer.get_text_width_height_descent = MethodType(_measure, renderer)
+            renderer.get_text_width_height_descent = MethodType(measure, renderer)
             renderer._whole_strings = True
         return renderer
 
@@ -55,10 +55,11 @@ def _key(renderer: Any, s: str, prop: FontProperties, *more: object) -> tuple[ob
     return (s, prop.copy(), float(renderer.dpi), _hinting(), *more)
 
 
-def _measure(
+def measure(
     renderer: Any, s: str, prop: FontProperties, ismath: bool | str
 ) -> tuple[float, float, float]:
-    """RendererAgg's measure of a plain string, kept for every renderer of the process."""
+    """RendererAgg's measure of a plain string, kept for every renderer of the process (and
+    for reports/layout.py, which measures the same strings before the figure is drawn)."""
     if ismath:
         return RendererAgg.get_text_width_height_descent(renderer, s, prop, ismath)  # type: ignore[no-untyped-call,no-any-return]
     key = _key(renderer, s, prop)

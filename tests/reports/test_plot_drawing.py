@@ -5,6 +5,7 @@ writes its offset text where a title would cover it, PNGs written opaque."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from hypothesis import given
@@ -59,6 +60,21 @@ def test_a_plot_is_written_opaque_at_the_reports_resolution(tmp_path: Path) -> N
         axes[0, 0].plot([0, 1], [0, 1])
         path = save(fig, tmp_path / "line.png")
     with Image.open(path) as image:
-        assert image.mode == "RGB"
+        assert image.mode == "P" and "transparency" not in image.info  # 256 opaque colors
         assert image.size == (1100, 220)
         assert round(image.info["dpi"][0]) == 110
+
+
+def test_a_plots_256_colors_stay_close_to_the_colors_drawn(tmp_path: Path) -> None:
+    with kept_figures() as figures, figure(1, 2, 3.0) as (fig, axes):
+        for i, ax in enumerate(axes[0]):
+            ax.stackplot(np.arange(50), np.random.default_rng(i).random((5, 50)))
+            ax.set_title("anti-aliased edges of five colors", loc="left")
+        path = save(fig, tmp_path / "stack.png")
+    (drawn,) = figures
+    canvas: Any = drawn.canvas
+    shown = np.asarray(canvas.buffer_rgba())[..., :3].astype(int)
+    with Image.open(path) as image:
+        written = np.asarray(image.convert("RGB")).astype(int)
+    assert np.abs(written - shown).max() <= 24
+    assert np.abs(written - shown).mean() < 2
