@@ -17,11 +17,12 @@ import matplotlib.pyplot as plt
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
-from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter, NullLocator
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 from PIL import Image
 
 from pagesim.reports.layout import PAD_PT as LAYOUT_PAD_PT
 from pagesim.reports.layout import place_panels
+from pagesim.reports.minor_marks import mark_minor
 from pagesim.reports.text_drawing import ReportCanvas
 
 DPI = 110
@@ -250,7 +251,7 @@ def log_scale(ax: Axes, axis: str = "x") -> None:
     target.set_major_locator(LogLocator(base=10, subs=subs))
     target.set_major_formatter(FuncFormatter(_plain))
     minor = tuple(float(k) for k in range(1, 10) if k not in subs)
-    target.set_minor_locator(LogLocator(base=10, subs=minor) if minor else NullLocator())
+    mark_minor(ax, axis, minor)  # one artist, not a Tick each (reports/minor_marks.py)
     target.set_minor_formatter(NullFormatter())
 
 

@@ -8,11 +8,16 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.ticker import LogLocator, NullFormatter
 from PIL import Image
 from plot_checks import kept_figures
 
+from pagesim.reports.minor_marks import mark_minor
 from pagesim.reports.plot_drawing import shares
 from pagesim.reports.style import figure, save
 
@@ -78,3 +83,29 @@ def test_a_plots_256_colors_stay_close_to_the_colors_drawn(tmp_path: Path) -> No
         written = np.asarray(image.convert("RGB")).astype(int)
     assert np.abs(written - shown).max() <= 24
     assert np.abs(written - shown).mean() < 2
+
+
+@pytest.mark.parametrize("axis", ["x", "y"])
+def test_minor_marks_draw_the_pixels_matplotlibs_minor_ticks_draw(axis: str) -> None:
+    """One artist for a log axis's unlabelled minor ticks, not a Tick each: the same image."""
+
+    def drawn(ours: bool) -> np.ndarray:
+        fig = Figure(figsize=(4, 3), dpi=110, facecolor="white")
+        canvas = FigureCanvasAgg(fig)
+        ax = fig.subplots()
+        ax.plot([0.03, 70.0], [0.03, 70.0])
+        (ax.set_xscale if axis == "x" else ax.set_yscale)("log")
+        target = ax.xaxis if axis == "x" else ax.yaxis
+        target.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        subs = (3.0, 4.0, 6.0, 7.0, 8.0, 9.0)
+        if ours:
+            mark_minor(ax, axis, subs)
+        else:
+            target.set_minor_locator(LogLocator(base=10, subs=subs))
+        target.set_minor_formatter(NullFormatter())
+        canvas.draw()
+        return np.asarray(canvas.buffer_rgba()).astype(int)
+
+    theirs, ours = drawn(False), drawn(True)
+    assert (theirs != 255).any()
+    assert np.abs(ours - theirs).max() == 0
