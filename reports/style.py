@@ -141,6 +141,7 @@ PNG_COMPRESS_LEVEL = 1
 PNG_COLORS = 256
 FAST_OCTREE: Any = 2  # Image.Quantize.FASTOCTREE: ints, as every Pillow this project takes has them
 NO_DITHER: Any = 0  # Image.Dither.NONE
+NEAR_WHITE = 4  # of 255: octree colours this pale are written white (see _white_kept)
 
 
 def save(fig: Figure, path: Path) -> Path:
@@ -162,8 +163,20 @@ def save(fig: Figure, path: Path) -> Path:
     pixels = Image.frombuffer("RGBA", (width, height), canvas.buffer_rgba(), "raw", "RGBA", 0, 1)
     opaque = pixels.convert("RGB")
     colors = opaque.quantize(colors=PNG_COLORS, method=FAST_OCTREE, dither=NO_DITHER)
+    colors.putpalette(_white_kept(colors.getpalette() or []))
     colors.save(path, format="png", dpi=(DPI, DPI), compress_level=PNG_COMPRESS_LEVEL)
     return path
+
+
+def _white_kept(palette: list[int]) -> list[int]:
+    """The octree's colours with those within NEAR_WHITE of white made white: it averages each
+    colour with its neighbours (white with the palest anti-aliased edges), and a figure's face
+    is white on a white page."""
+    kept = list(palette)
+    for start in range(0, len(kept) - 2, 3):
+        if min(kept[start : start + 3]) >= 255 - NEAR_WHITE:
+            kept[start : start + 3] = [255, 255, 255]
+    return kept
 
 
 def _shows_offset_text(fig: Figure) -> bool:

@@ -83,6 +83,7 @@ def test_a_plots_256_colors_stay_close_to_the_colors_drawn(tmp_path: Path) -> No
         written = np.asarray(image.convert("RGB")).astype(int)
     assert np.abs(written - shown).max() <= 24
     assert np.abs(written - shown).mean() < 2
+    assert (written[0, 0] == 255).all() and (written[-1, -1] == 255).all()  # the face: white
 
 
 @pytest.mark.parametrize("axis", ["x", "y"])
