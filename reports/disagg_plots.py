@@ -82,6 +82,7 @@ def plot_ttft_split(results: Sequence[RunResult], path: Path) -> Path:
     part's own; a dot marks the TTFT median, which they need not add up to). A bar per system,
     its name written whole on the left (reports.bars)."""
     names = [r.system + _gpus(r) for r in results]
+    split = [ttft_parts(r) for r in results]  # once a system, for both panels' every part
     with figure(1, 2, figure_height(len(results)) + 0.4) as (fig, axes):
         for col, (how, title) in enumerate((("mean", "Means"), ("median", "Medians"))):
             ax = axes[0, col]
@@ -90,7 +91,7 @@ def plot_ttft_split(results: Sequence[RunResult], path: Path) -> Path:
             left = np.zeros(len(results))
             for i, part in enumerate(_ttft_part_names()):
                 widths = np.array(
-                    [float(getattr(ttft_parts(r)[part], how)()) for r in results], dtype=float
+                    [float(getattr(parts[part], how)()) for parts in split], dtype=float
                 )
                 widths = np.nan_to_num(widths)
                 ax.barh(rows, widths, left=left, color=PART_COLORS[i], label=PART_LABELS[i])
