@@ -65,10 +65,36 @@ def measure(
     key = _key(renderer, s, prop)
     found = _extents.get(key)
     if found is None:
-        found = RendererAgg.get_text_width_height_descent(renderer, s, prop, ismath)  # type: ignore[no-untyped-call]
-        if len(_extents) >= MAX_CACHED:
-            _extents.clear()
-        _extents[key] = found
+        found = _lay_out(renderer, s, prop, key)
+    return found
+
+
+def _lay_out(
+    renderer: Any, s: str, prop: FontProperties, key: tuple[object, ...]
+) -> tuple[float, float, float]:
+    """Lay `s` out once (FreeType's layout is most of the cost of either), keeping its measure
+    as RendererAgg.get_text_width_height_descent takes it and its anti-aliased bitmap, which
+    nearly every string measured is drawn with."""
+    font = renderer._prepare_font(prop)
+    font.set_text(s, 0.0, flags=_hinting())
+    width, height = font.get_width_height()
+    found = (width / 64.0, height / 64.0, font.get_descent() / 64.0)
+    if len(_extents) >= MAX_CACHED:
+        _extents.clear()
+    _extents[key] = found
+    _keep_bitmap((*key, True), font, antialiased=True)
+    return found
+
+
+def _keep_bitmap(key: tuple[object, ...], font: Any, antialiased: bool) -> Bitmap:
+    """The string `font` has laid out, rasterized at the origin and kept under `key`."""
+    font.draw_glyphs_to_bitmap(antialiased=antialiased)
+    x_offset, y_offset = font.get_bitmap_offset()
+    image = np.array(font.get_image(), dtype=np.uint8, copy=True)
+    found = (image, x_offset / 64.0, y_offset / 64.0, font.get_descent() / 64.0)
+    if len(_bitmaps) >= MAX_CACHED:
+        _bitmaps.clear()
+    _bitmaps[key] = found
     return found
 
 
@@ -79,13 +105,7 @@ def _bitmap(renderer: Any, s: str, prop: FontProperties, antialiased: bool) -> B
     if found is None:
         font = renderer._prepare_font(prop)
         font.set_text(s, 0, flags=_hinting())
-        font.draw_glyphs_to_bitmap(antialiased=antialiased)
-        x_offset, y_offset = font.get_bitmap_offset()
-        image = np.array(font.get_image(), dtype=np.uint8, copy=True)
-        found = (image, x_offset / 64.0, y_offset / 64.0, font.get_descent() / 64.0)
-        if len(_bitmaps) >= MAX_CACHED:
-            _bitmaps.clear()
-        _bitmaps[key] = found
+        found = _keep_bitmap(key, font, antialiased)
     return found
 
 
