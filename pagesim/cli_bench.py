@@ -155,16 +155,17 @@ REPORT_COLUMNS: list[Column] = [
     ("kind", "kind", ""),
     ("run", "run CPU s", ".2f"),
     ("simulate", "(simulate)", ".2f"),
+    ("data", "(data files)", ".2f"),
     ("report", "report CPU s", ".2f"),
     ("share", "report/run", ".2f"),
     ("budget", "budget s", ".2f"),
     ("within", "within", ""),
     ("run_wall", "run wall s", ".2f"),
     ("report_wall", "report wall s", ".2f"),
-    ("data", "(data files)", ".2f"),
     ("plots", "plots", "d"),
 ]
 BEFORE_COLUMNS: list[Column] = [
+    ("before_run", "before: run CPU s", ".2f"),
     ("before", "before: report CPU s", ".2f"),
     ("ratio", "before/after", ".2f"),
     ("before_wall", "before: report wall s", ".2f"),
@@ -189,10 +190,11 @@ def bench_report(
         typer.Option(help="A git revision timed beside this tree, alternating case by case."),
     ] = None,
 ) -> None:
-    """Time each scenario's report beside its run, in CPU seconds (the plot-drawing workers
-    included), each case in a fresh process: run = interpreter, imports and simulation (a
-    sweep's points one after another); report = what writing the report folder adds. The
-    budget is a third of the run, or 1 s, whichever is larger.
+    """Time each scenario's report beside its run, in CPU seconds (any plot-drawing workers
+    included), each case in a fresh process: run = what `pagesim run --no-report` costs
+    (interpreter, imports, simulation and data files; a sweep's points one after another);
+    report = what writing the report adds beyond that (the plotting code's imports, the plots,
+    the page). The budget is a third of the run, or 1 s, whichever is larger.
 
     Example: pagesim bench report textbook_static_vs_continuous --kind run --repeat 1
     """
@@ -225,6 +227,7 @@ def bench_report(
         if done.before is not None:
             before = done.before[i]
             row |= {
+                "before_run": before.run_cpu_s,
                 "before": before.report_cpu_s,
                 "ratio": before.report_cpu_s / cost.report_cpu_s,
                 "before_wall": before.report_wall_s,

@@ -11,20 +11,24 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from pagesim.reports.block_map_page import write_block_map_page
-from pagesim.reports.block_map_strip import draw_strip
+from pagesim.reports.folder_names import BLOCK_MAPS_DIR
 from pagesim.reports.frames import unique_slugs
 from pagesim.reports.html import esc
 from pagesim.simulator.core.errors import InputError
-from pagesim.simulator.metrics.block_map import BlockMap
 
-BLOCK_MAPS_DIR = "block_maps"
+if TYPE_CHECKING:  # the recorder and the pages drawing it are imported only to draw them
+    from pagesim.simulator.metrics.block_map import BlockMap
+
 BlockMapLink = tuple[str, str, str, str]  # system, page, strip (relative hrefs), steps shown
 
 
 def write_block_maps(maps: Sequence[BlockMap], out: Path) -> list[BlockMapLink]:
     """Each map's page and strip under out/block_maps/; returns the links for the report."""
+    from pagesim.reports.block_map_page import write_block_map_page
+    from pagesim.reports.block_map_strip import draw_strip
+
     links: list[BlockMapLink] = []
     slugs = unique_slugs([m.about.system for m in maps], reserved=frozenset())
     for block_map, slug in zip(maps, slugs, strict=True):

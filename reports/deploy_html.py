@@ -6,10 +6,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from pagesim.reports.folder_names import COMMANDS_FILE
 from pagesim.reports.html import esc
 from pagesim.simulator.deploy.commands import Deployment
 
-COMMANDS_FILE = "vllm_commands.sh"
 INTRO = (
     "<p>The command lines that run each configuration on vLLM with the knobs simulated, and "
     "replay the scenario's traffic against it, so the prediction can be checked on real GPUs. "

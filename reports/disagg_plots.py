@@ -21,7 +21,6 @@ from pagesim.reports.bars import Panel, figure_height, plot_side_by_side, system
 from pagesim.reports.frames import as_number, finished, numeric
 from pagesim.reports.style import figure, label, legend_below, no_data, save, system_color
 from pagesim.reports.style import time_label as _time_label
-from pagesim.simulator.cluster.disagg_result import TTFT_PARTS, link_utilization
 from pagesim.simulator.metrics.result import RunResult
 
 PART_LABELS = ("queueing", "prefill", "KV transfer", "first decode")
@@ -39,6 +38,22 @@ def is_disaggregated(result: RunResult) -> bool:
     return "ttft_transfer_s" in result.requests
 
 
+# simulator/cluster/disagg_result.py is imported where a disaggregated run is drawn, not with
+# this module: it imports the cluster simulator (~60 ms of every report, disaggregated or not).
+
+
+def _ttft_part_names() -> tuple[str, ...]:
+    from pagesim.simulator.cluster.disagg_result import TTFT_PARTS
+
+    return tuple(TTFT_PARTS)
+
+
+def _link_utilization(requests: pd.DataFrame, ports: int, bin_s: float) -> pd.DataFrame:
+    from pagesim.simulator.cluster.disagg_result import link_utilization
+
+    return link_utilization(requests, ports, bin_s)
+
+
 def has_disaggregated(results: Sequence[RunResult]) -> bool:
     return any(is_disaggregated(r) for r in results)
 
@@ -47,13 +62,14 @@ def ttft_parts(result: RunResult) -> pd.DataFrame:
     """The finished in-window requests' TTFT parts (columns TTFT_PARTS): a disaggregated run's
     own; for any other run queueing = admitted - arrival, prefill = first token - admitted,
     the other two zero."""
+    parts = _ttft_part_names()
     done = finished(result.requests)
     if is_disaggregated(result):
-        return done[list(TTFT_PARTS)].astype(float).reset_index(drop=True)
+        return done[list(parts)].astype(float).reset_index(drop=True)
     queue = numeric(done, "admitted_s") - numeric(done, "arrival_s")
     prefill = numeric(done, "first_token_s") - numeric(done, "admitted_s")
     zero = np.zeros(len(done))
-    return pd.DataFrame(dict(zip(TTFT_PARTS, (queue, prefill, zero, zero), strict=True)))
+    return pd.DataFrame(dict(zip(parts, (queue, prefill, zero, zero), strict=True)))
 
 
 def _gpus(result: RunResult) -> str:
@@ -66,15 +82,16 @@ def plot_ttft_split(results: Sequence[RunResult], path: Path) -> Path:
     part's own; a dot marks the TTFT median, which they need not add up to). A bar per system,
     its name written whole on the left (reports.bars)."""
     names = [r.system + _gpus(r) for r in results]
+    split = [ttft_parts(r) for r in results]  # once a system, for both panels' every part
     with figure(1, 2, figure_height(len(results)) + 0.4) as (fig, axes):
         for col, (how, title) in enumerate((("mean", "Means"), ("median", "Medians"))):
             ax = axes[0, col]
             ax.set_title(f"{title} of the TTFT parts", loc="left", fontsize=9)
             rows = np.arange(len(results))
             left = np.zeros(len(results))
-            for i, part in enumerate(TTFT_PARTS):
+            for i, part in enumerate(_ttft_part_names()):
                 widths = np.array(
-                    [float(getattr(ttft_parts(r)[part], how)()) for r in results], dtype=float
+                    [float(getattr(parts[part], how)()) for parts in split], dtype=float
                 )
                 widths = np.nan_to_num(widths)
                 ax.barh(rows, widths, left=left, color=PART_COLORS[i], label=PART_LABELS[i])
@@ -108,7 +125,7 @@ def plot_link_utilization(results: Sequence[RunResult], path: Path) -> Path:
         bin_s = end / LINK_BINS
         for i, result in enumerate(shown):
             ports = int(as_number(result.summary.get("num_replicas")) or 1)
-            util = link_utilization(result.requests, ports, bin_s)
+            util = _link_utilization(result.requests, ports, bin_s)
             x = np.append(util["start_s"].to_numpy(), util["start_s"].iloc[-1] + bin_s)
             y = 100 * util["busy_share"].to_numpy()
             mean = as_number(result.summary.get("link_busy_share"))

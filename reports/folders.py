@@ -7,6 +7,10 @@ sweep:     report.html with sweep.csv and frontier.csv (the cache under cache/ i
 capacity:  capacity.csv (the ranking), evaluations.csv (every rate tried), frontier.csv (the
            sustained ones' Pareto frontiers), report.html of the best configurations at their
            highest sustained rate, and capacity.html
+
+The plotting code (matplotlib and the modules drawing with it) is imported by the functions that
+draw, not here: a run without a report (`pagesim run --no-report`) writes its data without
+paying for that import (about 0.4 s of CPU; `pagesim bench report` counts it in the report's).
 """
 
 from __future__ import annotations
@@ -19,14 +23,9 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from pagesim import __version__
-from pagesim.reports.block_map_files import write_block_maps
-from pagesim.reports.capacity import capacity_findings, write_capacity_page
-from pagesim.reports.deploy_html import deploy_entries
+from pagesim.reports.folder_names import RESERVED_NAMES
 from pagesim.reports.frames import unique_slugs
-from pagesim.reports.frontier_plots import sweep_frontier
-from pagesim.reports.render import RESERVED_NAMES, write_report
 from pagesim.simulator.core.config import ExecutionKind, Scenario
-from pagesim.simulator.deploy.commands import deployments
 from pagesim.simulator.metrics.result import RunResult
 from pagesim.simulator.scenario.load import describe_scenario
 from pagesim.simulator.studies.capacity_search import RATE_PATH
@@ -75,12 +74,20 @@ def write_run(
     run: ScenarioRun, out: Path, *, report: bool = True, num_workers: int | None = None
 ) -> Path:
     """A `pagesim run` folder; returns report.html, or `out` when only the data is written.
-    `num_workers` processes draw the plots (default: one per CPU)."""
+    `num_workers` processes draw the plots (default: this one alone)."""
     out.mkdir(parents=True, exist_ok=True)
     (out / "scenario.toml").write_text(run.path.read_text())
     (out / "overrides.json").write_text(json.dumps(run.overrides))
-    links = write_block_maps(run.block_maps, out) if run.block_maps else []
+    links = []
+    if run.block_maps:
+        from pagesim.reports.block_map_files import write_block_maps
+
+        links = write_block_maps(run.block_maps, out)
     if report:
+        from pagesim.reports.deploy_html import deploy_entries
+        from pagesim.reports.render import write_report
+        from pagesim.simulator.deploy.commands import deployments
+
         return write_report(
             run.results,
             out,
@@ -101,6 +108,8 @@ def write_run(
 
 def write_frontier(table: pd.DataFrame, out: Path) -> None:
     """frontier.csv of a sweep or a search (simulator/studies/frontier.py), when it has one."""
+    from pagesim.reports.frontier_plots import sweep_frontier
+
     frontier = sweep_frontier(table)
     if frontier is not None:
         out.mkdir(parents=True, exist_ok=True)
@@ -110,6 +119,8 @@ def write_frontier(table: pd.DataFrame, out: Path) -> None:
 def write_sweep(done: SweepRun, out: Path, overrides: Sequence[str]) -> Path:
     """A `pagesim sweep` report (sweep.csv and frontier.csv beside it; the detail point's
     data, if one was asked for); returns report.html."""
+    from pagesim.reports.render import write_report
+
     write_frontier(done.table, out)
     return write_report(
         done.detail_results,
@@ -137,6 +148,10 @@ def criteria_text(study: CapacityStudy) -> str:
 
 def write_capacity(study: CapacityStudy, out: Path, overrides: Sequence[str]) -> Path:
     """A `pagesim capacity` folder (see the module docstring); returns capacity.html."""
+    from pagesim.reports.capacity import capacity_findings, write_capacity_page
+    from pagesim.reports.deploy_html import deploy_entries
+    from pagesim.reports.render import write_report
+
     out.mkdir(parents=True, exist_ok=True)
     study.ranking.to_csv(out / "capacity.csv", index=False)
     evaluations = study.evaluations

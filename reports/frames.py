@@ -65,12 +65,16 @@ def _sorted_steps(steps: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarr
     return order, start[order], np.nan_to_num(numeric(steps, "duration_s")[order])
 
 
-def _per_replica(steps: pd.DataFrame) -> list[pd.DataFrame]:
+def _per_replica(steps: pd.DataFrame, columns: Sequence[str]) -> list[pd.DataFrame]:
     """Each replica's steps (a fleet's replicas step side by side, each on its own timeline,
-    which the bucket arithmetic below needs disjoint); the frame itself for one replica."""
+    which the bucket arithmetic below needs disjoint); the frame itself for one replica. Only
+    the step times and `columns` are split (a fleet's step table has dozens of others)."""
     if "replica" not in steps or steps.empty or steps["replica"].nunique() <= 1:
         return [steps]
-    return [rows for _, rows in steps.groupby("replica", sort=True)]
+    wanted = [
+        c for c in dict.fromkeys(["replica", "start_s", "duration_s", *columns]) if c in steps
+    ]
+    return [rows for _, rows in steps[wanted].groupby("replica", sort=True)]
 
 
 def state_means(
@@ -83,7 +87,7 @@ def state_means(
     own duration). Buckets no step covers are NaN; in a fleet, a replica with no step in a bucket
     adds nothing to it.
     """
-    parts = [_state_means(rows, columns, edges) for rows in _per_replica(steps)]
+    parts = [_state_means(rows, columns, edges) for rows in _per_replica(steps, columns)]
     if len(parts) == 1:
         return parts[0]
     out = {}
@@ -116,7 +120,7 @@ def activity_means(
     """Time-weighted mean of per-step rates (utilizations) in each bucket; idle time counts as 0.
     A fleet's is the mean over its replicas (four replicas each 50% busy are 50% busy, not 200%).
     """
-    parts = [_activity_means(rows, columns, edges) for rows in _per_replica(steps)]
+    parts = [_activity_means(rows, columns, edges) for rows in _per_replica(steps, columns)]
     if len(parts) == 1:
         return parts[0]
     return {c: np.mean(np.vstack([part[c] for part in parts]), axis=0) for c in columns}

@@ -1,11 +1,14 @@
-"""Drawing a report's plots (reports/plot_jobs.py chooses them), in parallel.
+"""Drawing a report's plots (reports/plot_jobs.py chooses them): here, one after another, or
+in parallel when asked.
 
-Drawing is a report's main cost (matplotlib lays out text and rasterizes in Python), and the
-plots are independent: `draw_all` deals them into shares of about equal cost, draws one here
-and the others in worker processes forked from this one (which hold the results already, so
-nothing is copied or pickled but the indices of the plots), and draws them all here where fork
-is unavailable or one core is all. Every worker costs CPU time of its own (its start, the
-pages it copies), so this process is one of them rather than waiting idle.
+The plots are independent: with `num_workers` above one, `draw_all` deals them into shares of
+about equal cost, draws one here and the others in worker processes forked from this one
+(which hold the results already, so nothing is copied or pickled but the indices of the
+plots). By default it draws them all here: a report's budget is CPU time (issue 29: a third
+of its run's, or 1 s), and workers cost CPU time of their own (their start, the pages they
+copy, their collections): about 0.1-0.2 s more than drawing serially for textbook's 6 or
+disaggregated_vs_colocated's 11 plots (7 December 2026), for wall time they only save on an
+idle machine with a core to spare.
 """
 
 from __future__ import annotations
@@ -66,12 +69,11 @@ def _heap_frozen() -> Iterator[None]:
 
 def draw_all(jobs: Sequence[PlotJob], plot_dir: Path, num_workers: int | None = None) -> None:
     """Draw every job's PNG into `plot_dir`, in `num_workers` processes: this one and workers
-    forked from it (default: the CPUs, at most one per plot), each a share of about equal
-    cost; serially with one worker or where fork is unavailable."""
+    forked from it (at most one per plot), each a share of about equal cost; serially with
+    one worker (the default: see the module docstring) or where fork is unavailable."""
     plot_dir.mkdir(parents=True, exist_ok=True)
     work = [(job, plot_dir / f"{job.stem}.png") for job in jobs]
-    if num_workers is None:
-        num_workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
+    num_workers = 1 if num_workers is None else num_workers
     num_workers = min(num_workers, len(work))
     _pending[:] = work
     try:

@@ -93,18 +93,22 @@ def plot_utilization(results: Sequence[RunResult], path: Path) -> Path:
             Line2D([], [], color=system_color(i), ls=LINE_STYLES[i % len(LINE_STYLES)])
             for i in range(len(results))
         ]
+        edges = [bucket_edges(result.steps) for result in results]
+        means = [  # every measure of a system at once: a fleet's steps are split once
+            activity_means(r.steps, [c for c in _UTILIZATION if c in r.steps], e)
+            for r, e in zip(results, edges, strict=True)
+        ]
         for row, (column, title) in enumerate(_UTILIZATION.items()):
             ax = axes[row, 0]
             ax.set_title(label(title + _means(results, column), 150), loc="left")
             ax.set_ylabel("%")
             plotted = False
             for i, result in enumerate(results):
-                edges = bucket_edges(result.steps)
-                if len(edges) < 2 or column not in result.steps:
+                if len(edges[i]) < 2 or column not in result.steps:
                     continue
-                y = 100 * activity_means(result.steps, [column], edges)[column]
+                y = 100 * means[i][column]
                 ax.plot(
-                    edges,
+                    edges[i],
                     np.append(y, y[-1]),  # the last bucket drawn to its end
                     color=system_color(i),
                     ls=LINE_STYLES[i % len(LINE_STYLES)],

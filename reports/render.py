@@ -23,14 +23,10 @@ import numpy as np
 import pandas as pd
 
 from pagesim.reports import plots
-from pagesim.reports.block_map_files import (
-    BLOCK_MAPS_DIR,
-    BlockMapLink,
-    block_maps_html,
-    parse_links,
-)
-from pagesim.reports.deploy_html import COMMANDS_FILE, deploy_html, write_commands
+from pagesim.reports.block_map_files import BlockMapLink, block_maps_html, parse_links
+from pagesim.reports.deploy_html import deploy_html, write_commands
 from pagesim.reports.findings import derive_findings
+from pagesim.reports.folder_names import PLOTS_DIR, RESERVED_NAMES
 from pagesim.reports.frames import unique_slugs
 from pagesim.reports.glossary import SUMMARY_METRICS
 from pagesim.reports.html import (
@@ -46,7 +42,6 @@ from pagesim.reports.html import (
     summary_table,
     sweep_table,
 )
-from pagesim.reports.output_folder import MANIFEST_FILE
 from pagesim.reports.plot_drawing import draw_all
 from pagesim.reports.plot_jobs import PlotJob, run_plot_jobs, sweep_plot_jobs
 from pagesim.reports.saved import INPUTS_FILE, SavedReport, question_to_json, read_saved
@@ -55,28 +50,6 @@ from pagesim.reports.sweep_findings import derive_sweep_findings
 from pagesim.simulator.core.config import ReportConfig
 from pagesim.simulator.core.errors import InputError
 from pagesim.simulator.metrics.result import RunResult
-
-PLOTS_DIR = "plots"
-# Names a report folder uses at its top level: a system's data folder never takes one of them.
-RESERVED_NAMES = frozenset(
-    {
-        PLOTS_DIR,
-        BLOCK_MAPS_DIR,
-        INPUTS_FILE,
-        MANIFEST_FILE,
-        "cache",
-        "report.html",
-        "summary.csv",
-        "sweep.csv",
-        "scenario.toml",
-        "overrides.json",
-        "capacity.csv",
-        "capacity.html",
-        "evaluations.csv",
-        "frontier.csv",
-        COMMANDS_FILE,
-    }
-)
 
 
 def _json_default(value: object) -> object:
@@ -159,11 +132,12 @@ def write_report(
     detail at one point, which `detail` names. `question` (the scenario's [report]) says what
     the headlines answer first; `findings` replaces the derived sentences; `calibration`
     follows `reports.calibration_plots.parse_calibration`; `num_workers` processes draw the
-    plots (default: one per CPU); `missing` names (system, why) the systems compared lack (a
-    capacity search's system that met the SLO nowhere); `block_maps` links the pages of a run
-    recorded with --block-map (reports/block_map_files.py). Raises ValueError on nothing to
-    report or a malformed calibration input. `deploy`: each configuration's vLLM command lines
-    (reports.deploy_html.deploy_entries), shown and written to vllm_commands.sh.
+    plots (default: this one alone, reports.plot_drawing says why); `missing` names (system,
+    why) the systems compared lack (a capacity search's system that met the SLO nowhere);
+    `block_maps` links the pages of a run recorded with --block-map (reports/block_map_files.py).
+    Raises ValueError on nothing to report or a malformed calibration input. `deploy`: each
+    configuration's vLLM command lines (reports.deploy_html.deploy_entries), shown and written
+    to vllm_commands.sh.
     """
     if not results and sweep is None:
         raise ValueError("write_report: no results to report")

@@ -17,8 +17,13 @@ import matplotlib.pyplot as plt
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
-from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter, NullLocator
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 from PIL import Image
+
+from pagesim.reports.layout import PAD_PT as LAYOUT_PAD_PT
+from pagesim.reports.layout import place_panels
+from pagesim.reports.minor_marks import mark_minor
+from pagesim.reports.text_drawing import ReportCanvas
 
 DPI = 110
 WIDTH_IN = 10.0  # about 1100 px: the HTML page's content width
@@ -111,14 +116,14 @@ FIXED_TITLES: dict[Any, Any] = {"axes.titley": 1.0}  # rc_context keys are typed
 def figure(nrows: int, ncols: int, height_in: float, **kwargs: Any) -> Iterator[tuple[Figure, Any]]:
     """A figure with a grid of axes (always a 2-D array), closed however the block exits.
 
-    The figure is pyplot's to close but not to manage: a figure `plt.subplots` makes calls
-    pyplot's redraw hook on every change to every artist (~10% of drawing a report's plots),
-    for windows a report never opens. `plt.close` still hears of it (tests keep it open so)."""
+    Its panels are placed by `reports.layout.place_panels` when it is saved, not by a
+    matplotlib layout engine (see there why). The figure is pyplot's to close but not to
+    manage: a figure `plt.subplots` makes calls pyplot's redraw hook on every change to every
+    artist (~10% of drawing a report's plots), for windows a report never opens. `plt.close`
+    still hears of it (tests keep it open so)."""
     with plt.rc_context(FIXED_TITLES):
-        fig = Figure(
-            figsize=(WIDTH_IN, height_in), dpi=DPI, facecolor="white", layout="constrained"
-        )
-        FigureCanvasAgg(fig)  # Agg's canvas, as `save` draws on
+        fig = Figure(figsize=(WIDTH_IN, height_in), dpi=DPI, facecolor="white")
+        ReportCanvas(fig)  # Agg's, its texts drawn whole (reports/text_drawing.py)
         try:
             yield fig, fig.subplots(nrows, ncols, squeeze=False, **kwargs)
         finally:
@@ -129,6 +134,14 @@ def figure(nrows: int, ncols: int, height_in: float, **kwargs: Any) -> Iterator[
 # small as Pillow's default level 6 does with the alpha channel (~590 vs ~594 KiB for
 # spec_decode's six plots) in ~60% of the time; encoding was a quarter of drawing a plot.
 PNG_COMPRESS_LEVEL = 1
+# A report's plot has a few flat colors and their anti-aliased edges: 256 colors chosen by
+# Pillow's fast octree (no dithering) keep every pixel within 15 of 255 of its drawn color
+# (mean 0.6-1.2, spec_decode's plots), and a one-byte-a-pixel PNG takes about half the time to
+# encode, octree included, and half the bytes (which the page then embeds) of RGB's.
+PNG_COLORS = 256
+FAST_OCTREE: Any = 2  # Image.Quantize.FASTOCTREE: ints, as every Pillow this project takes has them
+NO_DITHER: Any = 0  # Image.Dither.NONE
+NEAR_WHITE = 4  # of 255: octree colours this pale are written white (see _white_kept)
 
 
 def save(fig: Figure, path: Path) -> Path:
@@ -136,10 +149,11 @@ def save(fig: Figure, path: Path) -> Path:
     pixels encoded directly: `savefig` with a layout engine draws twice, once only to lay out,
     which made it the report's largest cost; the pixels are the same. Written as RGB: every
     figure is opaque (a white face), so the alpha channel is 255 throughout and only costs
-    encoding time."""
+    encoding time; then as 256 colors (PNG_COLORS says why)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     assert isinstance(fig.canvas, FigureCanvasAgg)  # reports draw with Agg (matplotlib.use)
     canvas: Any = fig.canvas  # FigureCanvasAgg's draw and buffer_rgba are untyped
+    place_panels(fig)
     canvas.draw()
     if _shows_offset_text(fig):
         for ax in fig.axes:
@@ -147,10 +161,22 @@ def save(fig: Figure, path: Path) -> Path:
         canvas.draw()
     width, height = canvas.get_width_height(physical=True)
     pixels = Image.frombuffer("RGBA", (width, height), canvas.buffer_rgba(), "raw", "RGBA", 0, 1)
-    pixels.convert("RGB").save(
-        path, format="png", dpi=(DPI, DPI), compress_level=PNG_COMPRESS_LEVEL
-    )
+    opaque = pixels.convert("RGB")
+    colors = opaque.quantize(colors=PNG_COLORS, method=FAST_OCTREE, dither=NO_DITHER)
+    colors.putpalette(_white_kept(colors.getpalette() or []))
+    colors.save(path, format="png", dpi=(DPI, DPI), compress_level=PNG_COMPRESS_LEVEL)
     return path
+
+
+def _white_kept(palette: list[int]) -> list[int]:
+    """The octree's colours with those within NEAR_WHITE of white made white: it averages each
+    colour with its neighbours (white with the palest anti-aliased edges), and a figure's face
+    is white on a white page."""
+    kept = list(palette)
+    for start in range(0, len(kept) - 2, 3):
+        if min(kept[start : start + 3]) >= 255 - NEAR_WHITE:
+            kept[start : start + 3] = [255, 255, 255]
+    return kept
 
 
 def _shows_offset_text(fig: Figure) -> bool:
@@ -238,7 +264,7 @@ def log_scale(ax: Axes, axis: str = "x") -> None:
     target.set_major_locator(LogLocator(base=10, subs=subs))
     target.set_major_formatter(FuncFormatter(_plain))
     minor = tuple(float(k) for k in range(1, 10) if k not in subs)
-    target.set_minor_locator(LogLocator(base=10, subs=minor) if minor else NullLocator())
+    mark_minor(ax, axis, minor)  # one artist, not a Tick each (reports/minor_marks.py)
     target.set_minor_formatter(NullFormatter())
 
 
@@ -298,4 +324,12 @@ def legend_below(fig: Figure, handles: Sequence[Any], labels: Sequence[str], nco
     ncol = max(1, min(ncol, len(labels)))
     while ncol > 1 and ncol * entry_px + (ncol - 1) * 2 * em_px > room_px:
         ncol -= 1
-    fig.legend(handles, labels, loc="outside lower center", ncol=ncol, frameon=False)
+    # At the foot of the figure; `place_panels` keeps the panels above it.
+    fig.legend(
+        handles,
+        labels,
+        loc="lower center",
+        bbox_to_anchor=(0.5, LAYOUT_PAD_PT / 72 / fig.get_figheight()),
+        ncol=ncol,
+        frameon=False,
+    )

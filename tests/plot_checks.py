@@ -107,7 +107,7 @@ def _outside(box: Bbox, fig: Figure) -> bool:
 
 def problems(fig: Figure) -> list[str]:
     """What a reader could not read in the (drawn) figure, one line each; empty when legible."""
-    fig.canvas.draw()  # the layout as saved: constrained layout settles on a draw
+    fig.canvas.draw()  # as saved (style.save placed the panels before drawing)
     renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
     found = []
     for number, ax in enumerate(a for a in fig.axes if a.get_visible()):
@@ -141,6 +141,39 @@ def problems(fig: Figure) -> list[str]:
         box = _extent(suptitle, renderer)
         if box is not None and _outside(box, fig):
             found.append(f"title {suptitle.get_text()!r} is cut by the figure edge")
+    return found + collisions(fig, renderer)
+
+
+def collisions(fig: Figure, renderer: Any) -> list[str]:
+    """Decorations of the drawn figure that overlap one another: a panel's tick labels, axis
+    labels and titles against another panel's (and its frame), against its own other texts,
+    and against the figure's title and legends. Where a layout puts them is what this checks."""
+    pieces: list[tuple[str, object, Bbox]] = []  # (what, whose, box)
+    for number, ax in enumerate(a for a in fig.axes if a.get_visible()):
+        pieces.append((f"axes {number} frame", ax, ax.bbox))
+        for which, axis in (("x", ax.xaxis), ("y", ax.yaxis)):
+            boxes = [_extent(t, renderer) for t in _shown_tick_labels(axis)]
+            shown = [b for b in boxes if b is not None]
+            if shown:
+                pieces.append((f"axes {number} {which} tick labels", ax, Bbox.union(shown)))
+        for text in (ax.title, ax._left_title, ax._right_title, ax.xaxis.label, ax.yaxis.label):
+            box = _extent(text, renderer)
+            if box is not None:
+                pieces.append((f"axes {number} {text.get_text()!r}", ax, box))
+    suptitle = fig._suptitle
+    if suptitle is not None and (box := _extent(suptitle, renderer)) is not None:
+        pieces.append((f"title {suptitle.get_text()!r}", fig, box))
+    for legend in fig.legends:
+        pieces.append(("the legend below", legend, legend.get_window_extent(renderer)))
+    found = []
+    for i, (what, whose, box) in enumerate(pieces):
+        for other, other_whose, other_box in pieces[i + 1 :]:
+            frames = what.endswith("frame") or other.endswith("frame")
+            if (whose is other_whose and frames) or not _overlap(box, other_box):
+                continue  # a panel's own decorations sit on its frame's edge
+            if whose is other_whose and "tick labels" in what and "tick labels" in other:
+                continue  # an x and a y tick label meet at the corner by design
+            found.append(f"{what} overlaps {other}")
     return found
 
 

@@ -5,13 +5,19 @@ writes its offset text where a title would cover it, PNGs written opaque."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.ticker import LogLocator, NullFormatter
 from PIL import Image
 from plot_checks import kept_figures
 
+from pagesim.reports.minor_marks import mark_minor
 from pagesim.reports.plot_drawing import shares
 from pagesim.reports.style import figure, save
 
@@ -59,6 +65,48 @@ def test_a_plot_is_written_opaque_at_the_reports_resolution(tmp_path: Path) -> N
         axes[0, 0].plot([0, 1], [0, 1])
         path = save(fig, tmp_path / "line.png")
     with Image.open(path) as image:
-        assert image.mode == "RGB"
+        assert image.mode == "P" and "transparency" not in image.info  # 256 opaque colors
         assert image.size == (1100, 220)
         assert round(image.info["dpi"][0]) == 110
+
+
+def test_a_plots_256_colors_stay_close_to_the_colors_drawn(tmp_path: Path) -> None:
+    with kept_figures() as figures, figure(1, 2, 3.0) as (fig, axes):
+        for i, ax in enumerate(axes[0]):
+            ax.stackplot(np.arange(50), np.random.default_rng(i).random((5, 50)))
+            ax.set_title("anti-aliased edges of five colors", loc="left")
+        path = save(fig, tmp_path / "stack.png")
+    (drawn,) = figures
+    canvas: Any = drawn.canvas
+    shown = np.asarray(canvas.buffer_rgba())[..., :3].astype(int)
+    with Image.open(path) as image:
+        written = np.asarray(image.convert("RGB")).astype(int)
+    assert np.abs(written - shown).max() <= 24
+    assert np.abs(written - shown).mean() < 2
+    assert (written[0, 0] == 255).all() and (written[-1, -1] == 255).all()  # the face: white
+
+
+@pytest.mark.parametrize("axis", ["x", "y"])
+def test_minor_marks_draw_the_pixels_matplotlibs_minor_ticks_draw(axis: str) -> None:
+    """One artist for a log axis's unlabelled minor ticks, not a Tick each: the same image."""
+
+    def drawn(ours: bool) -> np.ndarray:
+        fig = Figure(figsize=(4, 3), dpi=110, facecolor="white")
+        canvas = FigureCanvasAgg(fig)
+        ax = fig.subplots()
+        ax.plot([0.03, 70.0], [0.03, 70.0])
+        (ax.set_xscale if axis == "x" else ax.set_yscale)("log")
+        target = ax.xaxis if axis == "x" else ax.yaxis
+        target.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        subs = (3.0, 4.0, 6.0, 7.0, 8.0, 9.0)
+        if ours:
+            mark_minor(ax, axis, subs)
+        else:
+            target.set_minor_locator(LogLocator(base=10, subs=subs))
+        target.set_minor_formatter(NullFormatter())
+        canvas.draw()
+        return np.asarray(canvas.buffer_rgba()).astype(int)
+
+    theirs, ours = drawn(False), drawn(True)
+    assert (theirs != 255).any()
+    assert np.abs(ours - theirs).max() == 0
