@@ -43,7 +43,9 @@ from operator import not_
 from pagesim.simulator.core.plan import StepPlan
 from pagesim.simulator.core.request import GENERATED_SEGMENT
 from pagesim.simulator.fastpath.grouped_plan import GroupedStepPlan
+from pagesim.simulator.fastpath.grouped_preemption import preempting_running_phase
 from pagesim.simulator.kv.paged_cache import PagedKVCache
+from pagesim.simulator.policies.grouping import Preempter
 from pagesim.simulator.policies.seq_group import AddToStep, Demand, SeqGroup, StepBuilder
 
 
@@ -226,6 +228,17 @@ class DecodeGroup:
         self._sum_cap += gained
         return gained
 
+    def grow_one(self, seq_id: int) -> bool:
+        """`grow([seq_id])` if the pool has a block for it (True), else nothing (False)."""
+        member = self._members[seq_id]
+        count = self.bases[member.group] + self.step + 1 - member.synced
+        copies = self.kv.allocate_slots((seq_id,), count)
+        if copies is None:
+            return False
+        assert not copies, "a lone sequence's last block is never shared"
+        self._sum_cap += member.grew(member.synced + count, self.block_size)
+        return True
+
     def grow_ahead(self, num_steps: int) -> tuple[list[int], list[int]]:
         """`grow(crossing())` at the start of each of the group's next `num_steps` steps, from
         `step` on, as if it advanced in between but without advancing it (the caller does,
@@ -305,12 +318,16 @@ class DecodeGroup:
         budget: int,
         demand: Demand,
         add_to_step: AddToStep,
+        preempter: Preempter | None = None,
+        now_s: float = 0.0,
     ) -> int | None:
         """The running requests' part of a step with the members summed, if it is exactly what
         the policy's per-sequence loop would do with `demand`: every member decodes (the
         budget reaches them all) and nothing needs room made (the blocks asked for fit; under
-        V0 with a block per sequence of the widest group to spare: `keeps_block_per_seq`).
-        Returns the budget left, or None (members released: the caller visits one by one)."""
+        V0 with a block per sequence of the widest group to spare: `keeps_block_per_seq`), or,
+        given the policy's `preempter` (vLLM V1's), room is made as its loop would
+        (grouped_preemption.py; `now_s` is then the step's time). Returns the budget left, or
+        None (members released: the caller visits one by one)."""
         members = self.bases
         if not members:
             return None
@@ -339,6 +356,10 @@ class DecodeGroup:
         left = budget - spent - len(members)
         if self.keeps_block_per_seq:
             needed += widest  # free at every visit, so V0 preempts nobody (see __init__)
+        if left >= 0 and needed > kv.num_free_blocks and preempter is not None:
+            return preempting_running_phase(
+                self, running, step, budget, demand, add_to_step, preempter, set(crossing), now_s
+            )
         if left < 0 or needed > kv.num_free_blocks:
             self.release_all()
             return None

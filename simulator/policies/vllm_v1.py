@@ -12,8 +12,11 @@ requests.
 
 from __future__ import annotations
 
-from pagesim.simulator.core.config import SystemConfig
+from collections.abc import Iterable
+
+from pagesim.simulator.core.config import AdmissionOrder, SystemConfig, VictimPolicy
 from pagesim.simulator.policies.admission import admit
+from pagesim.simulator.policies.grouping import Preempter
 from pagesim.simulator.policies.offload import LoadOutcome
 from pagesim.simulator.policies.paged_state import PagedState
 from pagesim.simulator.policies.pieces import PagedPieces, paged_pieces
@@ -28,6 +31,8 @@ class VllmV1:
 
     fans_out = True  # n > 1: child requests (v1/engine/parallel_sampling.py)
     groups_decodes = True  # lone decoders may advance as a decode group (the fast path)
+    _preempter_state: PagedState | None = None
+    _preempter: Preempter | None = None
 
     def pieces(self, system: SystemConfig) -> PagedPieces:
         return paged_pieces(system, is_v1=True)
@@ -45,7 +50,13 @@ class VllmV1:
             None
             if decode_group is None
             else decode_group.schedule_running(
-                state.running, step, budget, demand, state.add_to_step
+                state.running,
+                step,
+                budget,
+                demand,
+                state.add_to_step,
+                self._preempter_of(state),
+                now_s,
             )
         )
         if state.spec is not None:  # drafts and lookahead slots (policies/speculative.py)
@@ -60,6 +71,13 @@ class VllmV1:
         # them and fill the CPU swap space.
         if not state.swapped and len(state.waiting):
             admit_chunks(state, step, left, chunk_cap, now_s)
+
+    def _preempter_of(self, state: PagedState) -> Preempter | None:
+        """`_preempter(state)`, made once per state (the policy serves one scheduler's)."""
+        if self._preempter_state is not state:
+            self._preempter_state = state
+            self._preempter = _preempter(state)
+        return self._preempter
 
     def decodes_only_running(self, state: PagedState) -> bool:
         """With every running request decoding alone and nothing swapped out: the next step
@@ -76,6 +94,23 @@ class VllmV1:
             return True
         head = state.waiting.peek()
         return state.num_running_seqs + head.request.num_seqs > knobs.max_num_seqs
+
+
+def _preempter(state: PagedState) -> Preempter | None:
+    """How the running phase preempts (policies/v1_running.py, FCFS) for a decode group that
+    keeps its members summed: only where the victim's key reads no member's progress, which the
+    group holds in closed form (the last-arrived victim: arrival time, then id)."""
+    system = state.system
+    if system.admission is not AdmissionOrder.FCFS:
+        return None
+    if system.victim is not VictimPolicy.LAST_ARRIVED:
+        return None
+    key = state.victim_key
+
+    def victim_of(candidates: Iterable[SeqGroup]) -> SeqGroup:
+        return max(candidates, key=lambda g: key(g.request))  # as PagedState.preempt_for
+
+    return Preempter(victim_of, state.preempt)
 
 
 def _plain_slots(group: SeqGroup, num_new: int) -> int:
