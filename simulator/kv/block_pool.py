@@ -245,6 +245,33 @@ class BlockPool:
         self._put_free(blocks, hashed_like)
         return True
 
+    def free_table(self, table: list[int], num_hashed_like: int = 0) -> bool:
+        """`free_unshared(table[::-1], frozenset(table[:num_hashed_like]))`: a sequence's table
+        freed tail first, its first `num_hashed_like` blocks placed as hashed ones, without the
+        set and the per-block tests over every block (a finished request's hundred blocks, each
+        step or two of a loaded replica: only the blocks past those can go to the head)."""
+        if not table:
+            return True
+        ref_counts = self._ref_counts
+        if set(map(ref_counts.__getitem__, table)) != {1}:
+            return False  # shared: decref one by one (a table never lists a block twice)
+        for block in table:
+            ref_counts[block] = 0
+        self._num_used -= len(table)
+        if not self._unhashed_first:  # every block to the tail, tail first
+            self._place([], table[::-1])
+            return True
+        rest = table[num_hashed_like:][::-1]  # the blocks freed first, tail first
+        if not self._first_of_hash:  # no block holds a hash: all of `rest` to the head
+            head, tail = rest, []
+        else:
+            hashes = self._hashes
+            head = [b for b in rest if hashes[b] is None]
+            tail = [b for b in rest if hashes[b] is not None] if len(head) < len(rest) else []
+        tail += table[:num_hashed_like][::-1]
+        self._place(head, tail)
+        return True
+
     def decref_many(
         self, blocks: list[int], hashed_like: AbstractSet[int] = frozenset()
     ) -> list[int]:
@@ -315,6 +342,11 @@ class BlockPool:
                 head = [b for b in blocks if hashes[b] is None and b not in hashed_like]
                 if head:
                     tail = [b for b in blocks if hashes[b] is not None or b in hashed_like]
+        self._place(head, tail)
+
+    def _place(self, head: list[int], tail: list[int]) -> None:
+        """Freed blocks into the free order: `head` (unhashed, under `reuse_unhashed_first`) at
+        its head in this order, `tail` at its tail (`_put_free` says which go where)."""
         if self._is_lru:
             if head:
                 self._lru.prepend(head)
@@ -322,6 +354,7 @@ class BlockPool:
             return
         if head:  # uncached: the plain free blocks' head
             self._free.extendleft(reversed(head))
+        hashes = self._hashes
         if not self._first_of_hash or set(map(hashes.__getitem__, tail)) == {None}:
             self._free.extend(tail)  # no prefix cache: never a hash to look at
             return

@@ -113,6 +113,13 @@ class PagedKVCache(PagedSlots):
         )
         return num_hit_tokens
 
+    def note_prefix_query(self, num_prompt_tokens: int) -> None:
+        """Count a lookup `add_seq` of a sequence with no block hashes would make (and hit
+        nothing), the sequence not added: an admission found not to fit before it
+        (policies/admission.py)."""
+        if self._enable_prefix_cache and num_prompt_tokens > 0:
+            self._num_prefix_query_tokens += num_prompt_tokens
+
     def fork(
         self,
         parent_seq_id: int,

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from pagesim.simulator.core.plan import BlockCopy
 from pagesim.simulator.core.request import RequestStatus
+from pagesim.simulator.kv.paged_cache import PagedKVCache
 from pagesim.simulator.policies.paged_state import PagedState
 from pagesim.simulator.policies.seq_group import SeqGroup, StepBuilder, blocks_for
 
@@ -55,6 +56,13 @@ def admit(
         and hashes
         and kv.num_free_blocks - blocks_for(group.target, state.block_size) < state.reserve()
     ):
+        return 0
+    if (
+        not hashes
+        and isinstance(kv, PagedKVCache)
+        and not _fits_unhit(state, group, max_new_tokens, pad_to)
+    ):
+        kv.note_prefix_query(group.target)  # what add_seq counts, the only trace it leaves
         return 0
     num_hit = kv.add_seq(seq_id, hashes, num_prompt_tokens=group.target, final_len=group.final_len)
     first = _first_step(state, group.target - num_hit, num_hit, max_new_tokens, pad_to)
@@ -124,6 +132,25 @@ def _first_step(
     if pad_to and num_left == 1 and num_computed + pad_to + 1 <= state.max_seq_len:
         return None if pad_to > max_new_tokens else (pad_to, False)
     return min(num_left, max_new_tokens), True
+
+
+def _fits_unhit(state: PagedState, group: SeqGroup, max_new_tokens: int, pad_to: int) -> bool:
+    """Whether `admit` gets past its checks for a group with no block hashes (so no prefix hit:
+    an empty table): its first step, the whole prompt's blocks and the first step's allocation,
+    counted without registering the sequence. Most steps of a loaded replica try a waiting head
+    that does not fit; this spares them the sequence added and freed again."""
+    first = _first_step(state, group.target, 0, max_new_tokens, pad_to)
+    if first is None:
+        return False
+    bs = state.block_size
+    free = state.kv.num_free_blocks
+    reserve = state.reserve()
+    if state.system.scheduler_reserve_full_isl and blocks_for(group.target, bs) + reserve > free:
+        return False  # `_full_prompt_fits` of an empty table
+    slots = first[0]
+    if state.rules is not None and state.rules.lookahead_at_admission:
+        slots += _lookahead(state, first[0])
+    return free - blocks_for(slots, bs) >= reserve  # `allocate_slots` of an empty table
 
 
 def _full_prompt_fits(state: PagedState, group: SeqGroup) -> bool:

@@ -187,3 +187,42 @@ def test_append_blocks_refuses_what_is_not_a_block_each() -> None:
     cache.fork(1, 2)  # now shared: a write into it needs a copy first
     with pytest.raises(AssertionError, match="not one new block"):
         cache.append_blocks([1], [9])
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_free_table_is_free_unshared_of_the_reversed_table(seed: int) -> None:
+    """`free_table(table, n)` (a finished sequence's free, the set of its first n blocks never
+    built) leaves the pool as `free_unshared(table[::-1], frozenset(table[:n]))` does, in every
+    eviction order, with hashed blocks among the table or elsewhere in the pool."""
+    from pagesim.simulator.kv.block_pool import BlockPool
+
+    rng = random.Random(seed)
+    options = dict(
+        eviction=rng.choice(list(EvictionOrder)),
+        allow_duplicates=rng.random() < 0.5,
+        reuse_unhashed_first=rng.random() < 0.7,
+    )
+    pools = [BlockPool(24, **options) for _ in range(2)]  # type: ignore[arg-type]
+    for pool in pools:  # the same story on both: a few blocks freed, some of them hashed
+        blocks = pool.allocate_many(20)
+        for i, block in enumerate(blocks[:6]):
+            if i % 2 or seed % 3 == 0:
+                pool.cache_block(block, 1000 + i)
+        pool.free_unshared(blocks[:6][::-1])
+    table = pools[0].allocate_many(rng.randint(0, 10))
+    assert pools[1].allocate_many(len(table)) == table
+    for i, block in enumerate(table):
+        if rng.random() < 0.3:
+            for pool in pools:
+                pool.cache_block(block, 2000 + i)
+    num_hashed_like = rng.randint(0, len(table))
+    if rng.random() < 0.2 and table:  # shared: neither frees anything
+        for pool in pools:
+            pool.incref(table[0])
+    freed = pools[0].free_table(table, num_hashed_like)
+    assert freed == pools[1].free_unshared(table[::-1], frozenset(table[:num_hashed_like]))
+    for pool in pools:
+        pool.check_invariants()
+    assert pools[0].allocate_many(pools[0].num_free_blocks) == pools[1].allocate_many(
+        pools[1].num_free_blocks
+    )
