@@ -39,12 +39,15 @@ from pagesim.simulator.policies.paged import PagedScheduler
 
 class PureRun:
     """The next `num_steps` pure steps: `num_members` sequences decode in each; step i (from
-    0) is the group's step `first_step + i` and reads `contexts(i, i + 1)[0]` KV tokens."""
+    0) is the group's step `first_step + i` and reads `contexts(i, i + 1)[0]` KV tokens. Each
+    step's schedule counts `query_tokens` as looked up in the prefix cache (a waiting head
+    refused: the step policy's `refused_admission_tokens`)."""
 
-    __slots__ = ("_sum_base", "first_step", "num_members", "num_steps")
+    __slots__ = ("_sum_base", "first_step", "num_members", "num_steps", "query_tokens")
 
-    def __init__(self, group: DecodeGroup, num_steps: int) -> None:
+    def __init__(self, group: DecodeGroup, num_steps: int, query_tokens: int = 0) -> None:
         self.num_steps = num_steps
+        self.query_tokens = query_tokens
         self.num_members = len(group.bases)
         self.first_step = group.step
         self._sum_base = group.sum_base
@@ -77,13 +80,19 @@ def pure_run(paged: PagedScheduler, group: DecodeGroup, limit: int) -> PureRun |
     num_steps = _steps_before_change(group, limit)
     if not num_steps:
         return None
-    return PureRun(group, num_steps)
+    return PureRun(group, num_steps, paged.policy.refused_admission_tokens(state))
 
 
-def start_pure_step(group: DecodeGroup) -> None:
+def start_pure_step(group: DecodeGroup, run: PureRun) -> None:
     """A run's first step's schedule, what `PagedScheduler.schedule` would change: its crossing
     members take their blocks (`pure_run` counted them as free)."""
     group.grow_ahead(1)  # `grow(crossing())`, a block each in one allocation
+    note_refusals(group, run, 1)
+
+
+def note_refusals(group: DecodeGroup, run: PureRun, num_steps: int) -> None:
+    """The prefix-cache lookups of `num_steps` of the run's steps' refused admissions."""
+    group.kv.note_prefix_query(run.query_tokens * num_steps)
 
 
 def complete_pure_steps(

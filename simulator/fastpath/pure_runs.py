@@ -31,6 +31,7 @@ from pagesim.simulator.fastpath.decode_group import DecodeGroup
 from pagesim.simulator.fastpath.decode_window import (
     PureRun,
     complete_pure_steps,
+    note_refusals,
     pure_run,
     start_pure_step,
 )
@@ -120,6 +121,7 @@ class PureRuns:
         if stop > done:
             start_next = stop < window.num_steps  # the step in flight now: started with them
             memory = complete_pure_steps(paged, self._group, window.ends[done:stop], start_next)
+            note_refusals(self._group, window.run, stop - done - 1 + start_next)  # those started
             self._rows.record(
                 window.starts[done:stop], window.costs[done:stop], memory, paged.batch_capacity
             )
@@ -164,7 +166,7 @@ class PureRuns:
     def _start_next(self) -> None:
         window = self._window
         assert window is not None
-        start_pure_step(self._group)
+        start_pure_step(self._group, window.run)
         window.num_started += 1
 
 

@@ -60,7 +60,7 @@ def admit(
     if (
         not hashes
         and isinstance(kv, PagedKVCache)
-        and not _fits_unhit(state, group, max_new_tokens, pad_to)
+        and not fits_unhit(state, group, max_new_tokens, pad_to)
     ):
         kv.note_prefix_query(group.target)  # what add_seq counts, the only trace it leaves
         return 0
@@ -134,7 +134,7 @@ def _first_step(
     return min(num_left, max_new_tokens), True
 
 
-def _fits_unhit(state: PagedState, group: SeqGroup, max_new_tokens: int, pad_to: int) -> bool:
+def fits_unhit(state: PagedState, group: SeqGroup, max_new_tokens: int, pad_to: int) -> bool:
     """Whether `admit` gets past its checks for a group with no block hashes (so no prefix hit:
     an empty table): its first step, the whole prompt's blocks and the first step's allocation,
     counted without registering the sequence. Most steps of a loaded replica try a waiting head

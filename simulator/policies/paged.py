@@ -45,6 +45,11 @@ class StepPolicy(Protocol):
         finishes and blocks are only taken (fastpath/decode_window.py's runs)."""
         ...
 
+    def refused_admission_tokens(self, state: PagedState) -> int:
+        """Where `decodes_only_running` holds: the prompt tokens each of those steps' refused
+        admission counts as looked up in the prefix cache (0 if none is tried)."""
+        ...
+
 
 class PagedScheduler(PolicyBase):
     """vLLM-style paged scheduling: `policy` decides, `state` remembers and acts."""

@@ -45,6 +45,10 @@ class VllmV0:
         waiting = state.waiting
         return not len(waiting) or head_stays_waiting(state, waiting.peek())
 
+    def refused_admission_tokens(self, state: PagedState) -> int:
+        """0: `head_stays_waiting` holds only where no lookup is counted."""
+        return 0
+
 
 def admit_prompts(state: PagedState, step: StepBuilder, now_s: float) -> None:
     """Whole prompts, FCFS, until one does not fit (its sequences, its tokens or its blocks)."""
