@@ -380,6 +380,20 @@ class BlockPool:
             self._num_prefix_shares += 1  # another holder of a block in use: one copy saved
         self._ref_counts[block] += 1
 
+    def requeue(self, blocks: list[int]) -> None:
+        """`touch` of each of `blocks` (cached and free) in order, then `free_table(blocks)`:
+        each goes to the tail of the free order, the last first (a refused admission's prefix
+        hits: PagedKVCache.refuse_hits). Nothing else those leave changes."""
+        if self._is_lru:
+            lru = self._lru
+            for block in blocks:
+                lru.remove(block)
+            lru.extend(reversed(blocks))
+            return
+        evictable = self._evictable
+        for block in reversed(blocks):
+            evictable.move_to_end(block)
+
     def cache_block(self, block: int, block_hash: int) -> bool:
         """Register a referenced, fully written (or, in V1, fully scheduled) block under its
         content hash.

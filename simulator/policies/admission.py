@@ -25,6 +25,8 @@ hit, the blocks of its first step, and what the engine's release adds (core/vllm
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from pagesim.simulator.core.plan import BlockCopy
 from pagesim.simulator.core.request import RequestStatus
 from pagesim.simulator.kv.paged_cache import PagedKVCache
@@ -57,12 +59,9 @@ def admit(
         and kv.num_free_blocks - blocks_for(group.target, state.block_size) < state.reserve()
     ):
         return 0
-    if (
-        not hashes
-        and isinstance(kv, PagedKVCache)
-        and not fits_unhit(state, group, max_new_tokens, pad_to)
+    if isinstance(kv, PagedKVCache) and _refused_before_adding(
+        state, kv, group, hashes, max_new_tokens, pad_to
     ):
-        kv.note_prefix_query(group.target)  # what add_seq counts, the only trace it leaves
         return 0
     num_hit = kv.add_seq(seq_id, hashes, num_prompt_tokens=group.target, final_len=group.final_len)
     first = _first_step(state, group.target - num_hit, num_hit, max_new_tokens, pad_to)
@@ -134,23 +133,56 @@ def _first_step(
     return min(num_left, max_new_tokens), True
 
 
+def _refused_before_adding(
+    state: PagedState,
+    kv: PagedKVCache,
+    group: SeqGroup,
+    hashes: Sequence[int],
+    max_new_tokens: int,
+    pad_to: int,
+) -> bool:
+    """Whether `admit` refuses `group`, found without adding its sequence and freeing it again,
+    with what that leaves done (True), or False if it may fit (or its hits are not all free
+    blocks): then `admit` goes the whole way. Most steps of a loaded replica try a waiting
+    head that does not fit: a hashless one leaves only its lookup counted, one whose prefix
+    hits are all free blocks (a preempted request's own) also those blocks requeued at the free
+    order's tail (`PagedKVCache.refuse_hits`)."""
+    hits = kv.prefix_hits(hashes, group.target) if hashes else []
+    if hits and not kv.are_free(hits):
+        return False  # a hit on a block in use shares it: the whole way
+    if fits_after_hits(state, group, len(hits), max_new_tokens, pad_to):
+        return False
+    kv.refuse_hits(hits, group.target)
+    return True
+
+
 def fits_unhit(state: PagedState, group: SeqGroup, max_new_tokens: int, pad_to: int) -> bool:
-    """Whether `admit` gets past its checks for a group with no block hashes (so no prefix hit:
-    an empty table): its first step, the whole prompt's blocks and the first step's allocation,
-    counted without registering the sequence. Most steps of a loaded replica try a waiting head
-    that does not fit; this spares them the sequence added and freed again."""
-    first = _first_step(state, group.target, 0, max_new_tokens, pad_to)
+    """Whether `admit` gets past its checks for a group with no block hashes (so no prefix
+    hit): `fits_after_hits` of none."""
+    return fits_after_hits(state, group, 0, max_new_tokens, pad_to)
+
+
+def fits_after_hits(
+    state: PagedState, group: SeqGroup, num_hit_blocks: int, max_new_tokens: int, pad_to: int
+) -> bool:
+    """Whether `admit` gets past its checks for a group whose prefix hits are `num_hit_blocks`
+    free blocks (which the hits take out of the free ones): its first step, the whole prompt's
+    blocks and the first step's allocation, counted without registering the sequence."""
+    bs = state.block_size
+    num_hit = num_hit_blocks * bs
+    first = _first_step(state, group.target - num_hit, num_hit, max_new_tokens, pad_to)
     if first is None:
         return False
-    bs = state.block_size
-    free = state.kv.num_free_blocks
+    free = state.kv.num_free_blocks - num_hit_blocks
     reserve = state.reserve()
-    if state.system.scheduler_reserve_full_isl and blocks_for(group.target, bs) + reserve > free:
-        return False  # `_full_prompt_fits` of an empty table
+    needed = max(0, blocks_for(group.target, bs) - num_hit_blocks)  # held: the hits
+    if state.system.scheduler_reserve_full_isl and needed + reserve > free:
+        return False  # `_full_prompt_fits`
     slots = first[0]
     if state.rules is not None and state.rules.lookahead_at_admission:
-        slots += _lookahead(state, first[0])
-    return free - blocks_for(slots, bs) >= reserve  # `allocate_slots` of an empty table
+        slots += _lookahead(state, num_hit + first[0])
+    # `allocate_slots` of a table of full blocks: no copy, the blocks past them
+    return free - (blocks_for(num_hit + slots, bs) - num_hit_blocks) >= reserve
 
 
 def _full_prompt_fits(state: PagedState, group: SeqGroup) -> bool:

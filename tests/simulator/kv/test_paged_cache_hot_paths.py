@@ -226,3 +226,61 @@ def test_free_table_is_free_unshared_of_the_reversed_table(seed: int) -> None:
     assert pools[0].allocate_many(pools[0].num_free_blocks) == pools[1].allocate_many(
         pools[1].num_free_blocks
     )
+
+
+@pytest.mark.parametrize("lru", [True, False])
+@pytest.mark.parametrize("seed", range(15))
+def test_refuse_hits_is_add_seq_then_free(seed: int, lru: bool) -> None:
+    """A refused admission whose prefix hits are all free blocks (policies/admission.py): the
+    hits looked up and requeued (`prefix_hits`, `refuse_hits`) leave the cache as adding the
+    sequence and freeing it again: counters, memory, hashes and the free order (every block
+    allocated afterwards, in order)."""
+    rng = random.Random(seed)
+    block_size = rng.choice([1, 4, 16])
+    num_blocks = 60
+
+    def cache_of() -> PagedKVCache:
+        return PagedKVCache(
+            num_blocks,
+            block_size,
+            enable_prefix_cache=True,
+            eviction=EvictionOrder.LRU if lru else EvictionOrder.PLAIN_FIRST,
+            allow_duplicate_hashes=lru,
+            reuse_unhashed_first=lru and rng.random() < 0.5,
+        )
+
+    state = rng.getstate()
+    caches = []
+    for _ in range(2):  # the same story on both: cached sequences freed, one still running
+        rng.setstate(state)
+        cache = cache_of()
+        for seq_id in range(4):
+            num_tokens = rng.randint(1, 4) * block_size + rng.randint(0, block_size - 1)
+            cache.add_seq(seq_id, final_len=num_tokens)
+            assert cache.allocate_slots([seq_id], num_tokens) is not None
+            cache.commit(seq_id, num_tokens, range(100 * seq_id, 100 * seq_id + 10))
+        for seq_id in rng.sample(range(3), 3):
+            cache.free(seq_id)
+        caches.append(cache)
+    hashes = list(range(100 * rng.randrange(4), 100 * rng.randrange(4) + 6))
+    num_prompt_tokens = rng.randint(1, 8 * block_size)
+    looked_up, added = caches
+    hits = looked_up.prefix_hits(hashes, num_prompt_tokens)
+    if not looked_up.are_free(hits):
+        return  # a hit on the running sequence's block: admission goes the whole way
+    looked_up.refuse_hits(hits, num_prompt_tokens)
+    assert added.add_seq(9, hashes, num_prompt_tokens) == len(hits) * block_size
+    added.free(9)
+    for cache in caches:
+        cache.check_invariants()
+    assert looked_up.num_prefix_query_tokens == added.num_prefix_query_tokens
+    assert looked_up.num_prefix_hit_tokens == added.num_prefix_hit_tokens
+    assert _state(looked_up) == _state(added)
+    assert [looked_up.block_hash(b) for b in range(num_blocks)] == [
+        added.block_hash(b) for b in range(num_blocks)
+    ]
+    for cache in caches:
+        cache.add_seq(10)
+    rest = looked_up.num_free_blocks * block_size
+    assert looked_up.allocate_slots([10], rest) == added.allocate_slots([10], rest)
+    assert looked_up.block_table(10) == added.block_table(10)
