@@ -52,11 +52,12 @@ from pagesim.simulator.policies.seq_group import AddToStep, Demand, SeqGroup, St
 class _Member:
     """A member's state at joining, and what the KV cache has been told of it since."""
 
-    __slots__ = ("cap", "final_len", "g0", "group", "j", "n0", "synced")
+    __slots__ = ("base", "cap", "final_len", "g0", "group", "j", "n0", "synced")
 
     def __init__(self, group: SeqGroup, j: int, cap: int, final_len: int) -> None:
         self.group = group
         self.j = j  # group step at joining
+        self.base = group.num_computed - j  # its entry in DecodeGroup.bases, kept at hand
         self.n0 = group.num_computed  # its KV tokens then (all committed)
         self.g0 = group.request.num_generated
         self.cap = cap  # min(final length, slots allocated)
@@ -208,30 +209,33 @@ class DecodeGroup:
 
     def grow(self, crossing: list[int]) -> int:
         """Each crossing member takes a new block (the pool has them) and stays a member: the
-        KV cache gets its skipped slots and this step's one. Returns the slots the members'
-        caps gained (`num_reserved_slots` grows by that much)."""
+        KV cache gets its skipped slots and this step's one (`PagedKVCache.append_blocks`: a
+        block each, in this order; a lone sequence's last block is never shared, which the
+        runs' rows rely on). Returns the slots the members' caps gained
+        (`num_reserved_slots` grows by that much)."""
         if not crossing:
             return 0
         step_tokens = self.step + 1  # each holds base + step tokens, all in full blocks
-        bases = self.bases
         grown = list(map(self._members.__getitem__, crossing))
-        counts = [bases[member.group] + step_tokens - member.synced for member in grown]
-        copies = self.kv.allocate_slots(crossing, counts)
-        if copies is None:
-            raise AssertionError("crossing members' blocks were counted as free")
-        if copies:  # a lone sequence's last block is never shared: the runs' rows rely on it
-            raise AssertionError(f"crossing members' blocks were copied: {copies}")
+        tokens = [member.base + step_tokens for member in grown]
+        self.kv.append_blocks(crossing, tokens)
         bs = self.block_size
         gained = 0
-        for member, count in zip(grown, counts):  # noqa: B905 (one count a member)
-            gained += member.grew(member.synced + count, bs)
+        for member, synced in zip(grown, tokens):  # noqa: B905 (one count a member)
+            member.synced = synced  # `_Member.grew`, inlined (a few a step)
+            cap = member.cap
+            new_cap = cap + bs
+            if new_cap > member.final_len:
+                new_cap = member.final_len
+            member.cap = new_cap
+            gained += new_cap - cap
         self._sum_cap += gained
         return gained
 
     def grow_one(self, seq_id: int) -> bool:
         """`grow([seq_id])` if the pool has a block for it (True), else nothing (False)."""
         member = self._members[seq_id]
-        count = self.bases[member.group] + self.step + 1 - member.synced
+        count = member.base + self.step + 1 - member.synced
         copies = self.kv.allocate_slots((seq_id,), count)
         if copies is None:
             return False
@@ -246,7 +250,7 @@ class DecodeGroup:
         their blocks in one allocation, in the per-step order (step by step, each step's
         crossing members by seq id). Returns each step's cap gain (slots) and blocks taken."""
         bs = self.block_size
-        bases, members, crossing_at = self.bases, self._members, self._crossing_at
+        members, crossing_at = self._members, self._crossing_at
         seq_ids: list[int] = []
         tokens: list[int] = []
         grown: list[_Member] = []
@@ -258,11 +262,11 @@ class DecodeGroup:
                 continue
             step_tokens = step + i + 1  # each holds base + step tokens, all in full blocks
             sizes[i] = len(due)
-            for seq_id in sorted(due):
-                member = members[seq_id]
-                seq_ids.append(seq_id)
-                tokens.append(bases[member.group] + step_tokens)
-                grown.append(member)
+            ids = sorted(due)
+            these = list(map(members.__getitem__, ids))
+            seq_ids += ids
+            tokens += [member.base + step_tokens for member in these]
+            grown += these
         if not seq_ids:
             return sizes, sizes.copy()
         self.kv.append_blocks(seq_ids, tokens)  # one block each (a member's crossing)
@@ -273,8 +277,15 @@ class DecodeGroup:
             if not size:
                 continue
             gained = 0
-            for k in range(at, at + size):
-                gained += grown[k].grew(tokens[k], bs)
+            for k in range(at, at + size):  # `_Member.grew`, inlined (hot: every crossing)
+                member = grown[k]
+                member.synced = tokens[k]
+                cap = member.cap
+                new_cap = cap + bs
+                if new_cap > member.final_len:
+                    new_cap = member.final_len
+                member.cap = new_cap
+                gained += new_cap - cap
             at += size
             gains[i] = gained
             total_gain += gained
