@@ -37,8 +37,6 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Sequence
-from itertools import compress
-from operator import not_
 
 from pagesim.simulator.core.plan import StepPlan
 from pagesim.simulator.core.request import GENERATED_SEGMENT
@@ -195,12 +193,21 @@ class DecodeGroup:
     # -- a step -----------------------------------------------------------------------------
     def others(self, running: Sequence[SeqGroup]) -> list[int]:
         """Indices in `running` (which holds every member) of the groups that are no member.
-        Most steps have none, known from the counts alone; otherwise filtered in C, as the
-        running list has hundreds of members and a handful of others."""
-        if len(running) == len(self.bases):
+        Most steps have none, known from the counts alone; otherwise looked for from the end,
+        where they nearly always are (a request joins when its prompt is done, and requests
+        are admitted, swapped in or re-admitted at the end): the walk stops at the last one."""
+        num_others = len(running) - len(self.bases)
+        if not num_others:
             return []
-        is_member = map(self.bases.__contains__, running)
-        return list(compress(range(len(running)), map(not_, is_member)))
+        bases = self.bases
+        found: list[int] = []
+        for i in range(len(running) - 1, -1, -1):
+            if running[i] not in bases:
+                found.append(i)
+                if len(found) == num_others:
+                    break
+        found.reverse()
+        return found
 
     def crossing(self) -> list[int]:
         """Seq ids (ascending) of the members whose token this step needs a new block. The
