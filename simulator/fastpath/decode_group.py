@@ -215,29 +215,13 @@ class DecodeGroup:
         return sorted(self._crossing_at[self.step % self.block_size])
 
     def grow(self, crossing: list[int]) -> int:
-        """Each crossing member takes a new block (the pool has them) and stays a member: the
-        KV cache gets its skipped slots and this step's one (`PagedKVCache.append_blocks`: a
-        block each, in this order; a lone sequence's last block is never shared, which the
-        runs' rows rely on). Returns the slots the members' caps gained
+        """Each crossing member (this step's, `crossing()`) takes a new block (the pool has
+        them) and stays a member: `grow_ahead(1)`. Returns the slots the members' caps gained
         (`num_reserved_slots` grows by that much)."""
         if not crossing:
             return 0
-        step_tokens = self.step + 1  # each holds base + step tokens, all in full blocks
-        grown = list(map(self._members.__getitem__, crossing))
-        tokens = [member.base + step_tokens for member in grown]
-        self.kv.append_blocks(crossing, tokens)
-        bs = self.block_size
-        gained = 0
-        for member, synced in zip(grown, tokens):  # noqa: B905 (one count a member)
-            member.synced = synced  # `_Member.grew`, inlined (a few a step)
-            cap = member.cap
-            new_cap = cap + bs
-            if new_cap > member.final_len:
-                new_cap = member.final_len
-            member.cap = new_cap
-            gained += new_cap - cap
-        self._sum_cap += gained
-        return gained
+        gains, _ = self.grow_ahead(1)
+        return gains[0]
 
     def grow_one(self, seq_id: int) -> bool:
         """`grow([seq_id])` if the pool has a block for it (True), else nothing (False)."""

@@ -22,7 +22,7 @@ Which free block `allocate` takes is the eviction order, chosen per engine era:
 
 `reuse_unhashed_first` (vLLM V1 from v0.24.0, v1/core/block_pool.py `free_blocks`): a block freed
 without a hash, which no lookup can find, goes to the head instead, to be reused first; the
-blocks of one `free_blocks` call (`decref_many`, `free_unshared`) go there together, in the order
+blocks of one `free_blocks` call (`decref_many`, `free_table`) go there together, in the order
 given (FreeKVCacheBlockQueue.prepend_n), and its hashed ones to the tail:
 
     free queue   head [ a b c ] tail          a sequence frees x (partly filled, no hash), y (hash)
@@ -230,31 +230,18 @@ class BlockPool:
         self._num_used += num_blocks
         return blocks
 
-    def free_unshared(self, blocks: list[int], hashed_like: AbstractSet[int] = frozenset()) -> bool:
-        """`decref_many(blocks, hashed_like)`, done at once, if each block holds one reference
-        (a finished sequence that shares nothing: the usual case); then True. Otherwise nothing
-        changes and False: the caller decrefs them another way."""
-        if not blocks:
-            return True
-        ref_counts = self._ref_counts
-        if set(map(ref_counts.__getitem__, blocks)) != {1}:
-            return False  # shared: decref one by one (a table never lists a block twice)
-        for block in blocks:
-            ref_counts[block] = 0
-        self._num_used -= len(blocks)
-        self._put_free(blocks, hashed_like)
-        return True
-
     def free_table(self, table: list[int], num_hashed_like: int = 0) -> bool:
-        """`free_unshared(table[::-1], frozenset(table[:num_hashed_like]))`: a sequence's table
-        freed tail first, its first `num_hashed_like` blocks placed as hashed ones, without the
-        set and the per-block tests over every block (a finished request's hundred blocks, each
-        step or two of a loaded replica: only the blocks past those can go to the head)."""
+        """`decref_many(table[::-1], frozenset(table[:num_hashed_like]))` done at once, if each
+        block holds one reference (a finished sequence that shares nothing: the usual case),
+        then True; otherwise nothing changes and False (the caller decrefs them one by one).
+        The table is freed tail first, its first `num_hashed_like` blocks placed as hashed ones,
+        without that set and the per-block tests (a finished request's hundred blocks, each step
+        or two of a loaded replica: only the blocks past those can go to the head)."""
         if not table:
             return True
         ref_counts = self._ref_counts
         if set(map(ref_counts.__getitem__, table)) != {1}:
-            return False  # shared: decref one by one (a table never lists a block twice)
+            return False  # shared (a table never lists a block twice)
         for block in table:
             ref_counts[block] = 0
         self._num_used -= len(table)

@@ -90,7 +90,7 @@ def test_bulk_block_operations_match_one_by_one() -> None:
 
     bulk, single = BlockPool(10), BlockPool(10)
     assert bulk.allocate_many(6) == [single.allocate() for _ in range(6)] == [0, 1, 2, 3, 4, 5]
-    assert bulk.free_unshared([4, 2, 0])
+    assert bulk.free_table([0, 2, 4])  # freed tail first: 4, 2, 0
     for block in (4, 2, 0):
         single.decref(block)
     assert bulk.allocate_many(7) == [single.allocate() for _ in range(7)]
@@ -98,17 +98,17 @@ def test_bulk_block_operations_match_one_by_one() -> None:
     assert bulk.num_used_blocks == single.num_used_blocks == 10
 
 
-def test_free_unshared_leaves_shared_blocks_to_decref_and_keeps_cached_ones_findable() -> None:
+def test_free_table_leaves_shared_blocks_to_decref_and_keeps_cached_ones_findable() -> None:
     from pagesim.simulator.kv.block_pool import BlockPool
 
     pool = BlockPool(4)
     a, b = pool.allocate_many(2)
     pool.incref(b)
-    assert not pool.free_unshared([b, a])  # b is shared: nothing changes
+    assert not pool.free_table([a, b])  # b is shared: nothing changes
     assert pool.num_used_blocks == 2
     pool.decref(b)
     pool.cache_block(a, 99)
-    assert pool.free_unshared([b, a])  # a cached block goes to the evictable queue, findable
+    assert pool.free_table([a, b])  # a cached block goes to the evictable queue, findable
     assert pool.num_used_blocks == 0 and pool.lookup(99) == a
     assert pool.num_evictable_blocks == 1
     pool.check_invariants()
@@ -190,9 +190,9 @@ def test_append_blocks_refuses_what_is_not_a_block_each() -> None:
 
 
 @pytest.mark.parametrize("seed", range(30))
-def test_free_table_is_free_unshared_of_the_reversed_table(seed: int) -> None:
+def test_free_table_is_decref_many_of_the_reversed_table(seed: int) -> None:
     """`free_table(table, n)` (a finished sequence's free, the set of its first n blocks never
-    built) leaves the pool as `free_unshared(table[::-1], frozenset(table[:n]))` does, in every
+    built) leaves the pool as `decref_many(table[::-1], frozenset(table[:n]))` does, in every
     eviction order, with hashed blocks among the table or elsewhere in the pool."""
     from pagesim.simulator.kv.block_pool import BlockPool
 
@@ -208,7 +208,7 @@ def test_free_table_is_free_unshared_of_the_reversed_table(seed: int) -> None:
         for i, block in enumerate(blocks[:6]):
             if i % 2 or seed % 3 == 0:
                 pool.cache_block(block, 1000 + i)
-        pool.free_unshared(blocks[:6][::-1])
+        pool.free_table(blocks[:6])
     table = pools[0].allocate_many(rng.randint(0, 10))
     assert pools[1].allocate_many(len(table)) == table
     for i, block in enumerate(table):
@@ -219,8 +219,13 @@ def test_free_table_is_free_unshared_of_the_reversed_table(seed: int) -> None:
     if rng.random() < 0.2 and table:  # shared: neither frees anything
         for pool in pools:
             pool.incref(table[0])
-    freed = pools[0].free_table(table, num_hashed_like)
-    assert freed == pools[1].free_unshared(table[::-1], frozenset(table[:num_hashed_like]))
+    if pools[0].free_table(table, num_hashed_like):
+        freed = pools[1].decref_many(table[::-1], frozenset(table[:num_hashed_like]))
+        assert freed == table[::-1]
+    else:  # shared: nothing changed; the general way frees the rest
+        assert table and pools[0].ref_count(table[0]) == 2
+        for pool in pools:
+            pool.decref_many(table[::-1], frozenset(table[:num_hashed_like]))
     for pool in pools:
         pool.check_invariants()
     assert pools[0].allocate_many(pools[0].num_free_blocks) == pools[1].allocate_many(
