@@ -253,11 +253,11 @@ class DecodeGroup:
                 continue
             step_tokens = step + i + 1  # each holds base + step tokens, all in full blocks
             sizes[i] = len(due)
-            ids = sorted(due)
-            these = list(map(members.__getitem__, ids))
-            seq_ids += ids
-            tokens += [member.base + step_tokens for member in these]
-            grown += these
+            for seq_id in sorted(due):  # a few a step: plain appends beat building lists
+                member = members[seq_id]
+                seq_ids.append(seq_id)
+                tokens.append(member.base + step_tokens)
+                grown.append(member)
         if not seq_ids:
             return sizes, sizes.copy()
         self.kv.append_blocks(seq_ids, tokens)  # one block each (a member's crossing)

@@ -2,20 +2,19 @@
 
 Most steps of a long run are *pure*: every running request is a decode-group member
 (decode_group.py), nothing is swapped out or landing, the step's token budget holds every member,
-and nothing waits that the step could admit (the step policy's `decodes_only_running`; V1:
-nothing waits, or the batch is full or the budget spent; V0: nothing waits, or the head's batch,
-token cap or blocks above the watermark refuse it). Such a step is the same function of the
-group's state whatever the clock says, and so is the next one, until something changes that
-state from outside (an arrival) or from inside (a member finishes, or the crossing members need
-more blocks than are free). `pure_run` says how many of the next steps are fixed that way and what
-each one is (its sequences and context tokens, all the price and the step record need). The
-replica's runs (pure_runs.py) price them at once and waits for the last one's end,
-applying each step's schedule (crossing members take their blocks: `start_pure_step` for the
-first, `DecodeGroup.grow_ahead` for the later ones, several at once) and completion
-(`complete_pure_steps`: what `PagedScheduler.complete` would do with their plans) as late as
-nobody has looked, and cutting the run short when a request arrives.
-`tests/simulator/cluster/test_windows.py` compares such runs with the per-step loop's, row for
-row.
+and nothing waits that the step could admit (the step policy's `pure_step_lookups`; V1: nothing
+waits, or the batch is full, the budget spent or the head's blocks do not fit; V0: nothing waits,
+or the head's batch, token cap or blocks above the watermark refuse it). Such a step is the same
+function of the group's state whatever the clock says, and so is the next one, until something
+changes that state from outside (an arrival) or from inside (a member finishes, or the crossing
+members need more blocks than are free). `pure_run` says how many of the next steps are fixed that
+way and what each one is (its sequences and context tokens, all the price and the step record
+need). The replica's runs (pure_runs.py) price them at once and waits for the last one's end,
+applying each step's schedule (crossing members take their blocks: `start_pure_step` for the first,
+`DecodeGroup.grow_ahead` for the later ones, several at once) and completion
+(`complete_pure_steps`: what `PagedScheduler.complete` would do with their plans) as late as nobody
+has looked, and cutting the run short when a request arrives.
+`tests/simulator/cluster/test_windows.py` compares such runs with the per-step loop's, row for row.
 
 A run stops at the step in which the first member finishes (its completion changes the running
 set), and before the step whose crossing members would not find their blocks free (that step
@@ -41,7 +40,7 @@ class PureRun:
     """The next `num_steps` pure steps: `num_members` sequences decode in each; step i (from
     0) is the group's step `first_step + i` and reads `contexts(i, i + 1)[0]` KV tokens. Each
     step's schedule counts `query_tokens` as looked up in the prefix cache (a waiting head
-    refused: the step policy's `refused_admission_tokens`)."""
+    refused: the step policy's `pure_step_lookups`)."""
 
     __slots__ = ("_sum_base", "first_step", "num_members", "num_steps", "query_tokens")
 
@@ -75,12 +74,13 @@ def pure_run(paged: PagedScheduler, group: DecodeGroup, limit: int) -> PureRun |
         return None
     if state.swapped or state.receiving or state.landed:
         return None
-    if not paged.policy.decodes_only_running(state):
+    lookups = paged.policy.pure_step_lookups(state)
+    if lookups is None:
         return None  # the budget or an admission: the per-step path decides
     num_steps = _steps_before_change(group, limit)
     if not num_steps:
         return None
-    return PureRun(group, num_steps, paged.policy.refused_admission_tokens(state))
+    return PureRun(group, num_steps, lookups)
 
 
 def start_pure_step(group: DecodeGroup, run: PureRun) -> None:

@@ -59,13 +59,14 @@ def admit(
         and kv.num_free_blocks - blocks_for(group.target, state.block_size) < state.reserve()
     ):
         return 0
-    if isinstance(kv, PagedKVCache) and _refused_before_adding(
-        state, kv, group, hashes, max_new_tokens, pad_to
-    ):
-        return 0
+    checked: bool | None = None  # a hybrid cache's checks: the whole way
+    if isinstance(kv, PagedKVCache):
+        checked = _checked_before_adding(state, kv, group, hashes, max_new_tokens, pad_to)
+        if checked is False:
+            return 0  # refused, with what adding and freeing it again leaves done
     num_hit = kv.add_seq(seq_id, hashes, num_prompt_tokens=group.target, final_len=group.final_len)
     first = _first_step(state, group.target - num_hit, num_hit, max_new_tokens, pad_to)
-    if first is None or not _full_prompt_fits(state, group):
+    if first is None or (checked is None and not _full_prompt_fits(state, group)):
         kv.free(seq_id)
         return 0
     num_new, is_prefill = first
@@ -74,6 +75,7 @@ def admit(
         slots += _lookahead(state, num_hit + num_new)
     copies = kv.allocate_slots(group.seq_ids, slots, state.reserve())
     if copies is None:
+        assert checked is None, "counted as fitting before the sequence was added"
         kv.free(seq_id)
         return 0
     request = group.request
@@ -133,27 +135,27 @@ def _first_step(
     return min(num_left, max_new_tokens), True
 
 
-def _refused_before_adding(
+def _checked_before_adding(
     state: PagedState,
     kv: PagedKVCache,
     group: SeqGroup,
     hashes: Sequence[int],
     max_new_tokens: int,
     pad_to: int,
-) -> bool:
-    """Whether `admit` refuses `group`, found without adding its sequence and freeing it again,
-    with what that leaves done (True), or False if it may fit (or its hits are not all free
-    blocks): then `admit` goes the whole way. Most steps of a loaded replica try a waiting
-    head that does not fit: a hashless one leaves only its lookup counted, one whose prefix
-    hits are all free blocks (a preempted request's own) also those blocks requeued at the free
-    order's tail (`PagedKVCache.refuse_hits`)."""
+) -> bool | None:
+    """Whether `admit`'s checks pass, found without adding the group's sequence (False: refused,
+    with what adding and freeing it again leaves done), or None where that is not sure (a prefix
+    hit on a block in use shares it): then `admit` goes the whole way. Most steps of a loaded
+    replica try a waiting head that does not fit: a hashless one leaves only its lookup
+    counted, one whose prefix hits are all free blocks (a preempted request's own) also those
+    blocks requeued at the free order's tail (`PagedKVCache.refuse_hits`)."""
     hits = kv.prefix_hits(hashes, group.target) if hashes else []
     if hits and not kv.are_free(hits):
-        return False  # a hit on a block in use shares it: the whole way
+        return None
     if fits_after_hits(state, group, len(hits), max_new_tokens, pad_to):
-        return False
+        return True
     kv.refuse_hits(hits, group.target)
-    return True
+    return False
 
 
 def fits_unhit(state: PagedState, group: SeqGroup, max_new_tokens: int, pad_to: int) -> bool:

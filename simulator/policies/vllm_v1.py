@@ -80,25 +80,21 @@ class VllmV1:
             self._preempter = _preempter(state)
         return self._preempter
 
-    def decodes_only_running(self, state: PagedState) -> bool:
-        """With every running request decoding alone and nothing swapped out: the next step
-        decodes them and admits nothing, and so does each after it while nobody finishes and
-        blocks are only taken (the decode fast path's runs: fastpath/decode_window.py). The
-        budget must reach every member, and the waiting head must not be admitted: V1 admits
-        it unless the batch is full, the budget spent (`admit_chunks`), or its blocks do not
-        fit (`admit`); a full batch stays full while nobody finishes, and blocks that do not
-        fit do not while the free blocks only fall."""
-        return _pure_step_refusal(state) is not None
-
-    def refused_admission_tokens(self, state: PagedState) -> int:
-        """Prompt tokens each such step's refused admission counts as looked up in the prefix
-        cache (`PagedKVCache.note_prefix_query`): the head's, where `admit` tries it and finds
-        its blocks do not fit; else 0."""
-        return _pure_step_refusal(state) or 0
+    def pure_step_lookups(self, state: PagedState) -> int | None:
+        """With every running request decoding alone and nothing swapped out: None unless the
+        next step decodes them and admits nothing, and so does each after it while nobody
+        finishes and blocks are only taken (the decode fast path's runs:
+        fastpath/decode_window.py); else the prompt tokens each such step's refused admission
+        counts as looked up in the prefix cache (`PagedKVCache.note_prefix_query`). The budget
+        must reach every member, and the waiting head must not be admitted: V1 admits it
+        unless the batch is full, the budget spent (`admit_chunks`: no lookup), or its blocks
+        do not fit (`admit`: its lookup); a full batch stays full while nobody finishes, and
+        blocks that do not fit do not while the free blocks only fall."""
+        return _pure_step_refusal(state)
 
 
 def _pure_step_refusal(state: PagedState) -> int | None:
-    """None unless the next steps only decode the running requests (`decodes_only_running`);
+    """None unless the next steps only decode the running requests (`pure_step_lookups`);
     else the prompt tokens the waiting head's refusal looks up each step (0 if `admit_chunks`
     does not try it: nobody waits, the batch is full or the budget spent). A head is refused
     touching nothing but that count only when it has no block hashes (no prefix hit can
