@@ -87,7 +87,8 @@ def start_pure_step(group: DecodeGroup, run: PureRun) -> None:
     """A run's first step's schedule, what `PagedScheduler.schedule` would change: its crossing
     members take their blocks (`pure_run` counted them as free)."""
     group.grow_ahead(1)  # `grow(crossing())`, a block each in one allocation
-    note_refusals(group, run, 1)
+    if run.query_tokens:
+        note_refusals(group, run, 1)
 
 
 def note_refusals(group: DecodeGroup, run: PureRun, num_steps: int) -> None:
