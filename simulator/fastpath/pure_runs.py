@@ -69,8 +69,8 @@ class PureRuns:
         """A run starting now, its first steps priced and the first one scheduled; None if the
         next step is not pure or fewer than two would survive SimPy's clock."""
         run = pure_run(self._paged, self._group, WINDOW_STEPS)
-        if run is None:
-            return None
+        if run is None or run.num_steps < 2:
+            return None  # (one step: the per-step loop's, without a run's pricing and records)
         window = _Window(run)
         if self._price_more(window, FIRST_PRICED) < 2:
             return None
