@@ -20,17 +20,35 @@ after a victim sees less budget than the check gave it.
 from __future__ import annotations
 
 from collections import deque
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import Protocol
 
+from pagesim.simulator.kv.paged_cache import PagedKVCache
 from pagesim.simulator.policies.grouping import Preempter
 from pagesim.simulator.policies.seq_group import AddToStep, Demand, SeqGroup, StepBuilder
 
-if TYPE_CHECKING:
-    from pagesim.simulator.fastpath.decode_group import DecodeGroup
+
+class Members(Protocol):
+    """What the replay asks of the decode group (decode_group.py `DecodeGroup`)."""
+
+    kv: PagedKVCache
+
+    @property
+    def members(self) -> Mapping[int, object]:
+        """The members by seq id."""
+        ...
+
+    def grow_one(self, seq_id: int) -> bool:
+        """The member takes its crossing's block if the pool has one (True)."""
+        ...
+
+    def release(self, group: SeqGroup) -> None:
+        """The member leaves, brought up to date."""
+        ...
 
 
 def preempting_running_phase(
-    group_of: DecodeGroup,
+    group_of: Members,
     running: list[SeqGroup],
     step: StepBuilder,
     budget: int,
@@ -83,7 +101,7 @@ def preempting_running_phase(
 
 
 def _make_room(
-    group_of: DecodeGroup,
+    group_of: Members,
     preempter: Preempter,
     group: SeqGroup,
     remaining: deque[SeqGroup],

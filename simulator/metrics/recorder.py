@@ -61,14 +61,17 @@ class Recorder:
         self, start_s: float, plan: StepPlan, cost: StepCost, scheduler: Scheduler
     ) -> None:
         duration = cost.duration_s
-        gpu = self._gpu
+        running, waiting, swapped = scheduler.queue_lengths()
+        memory = scheduler.memory_breakdown()
         self.steps.append(
             (
                 start_s,
                 duration,
                 cost.compute_s,
                 cost.swap_s,
-                *scheduler.queue_lengths(),  # running, waiting, swapped
+                running,
+                waiting,
+                swapped,
                 plan.num_seqs,
                 plan.num_requests,
                 plan.num_prefill_tokens,
@@ -77,10 +80,18 @@ class Recorder:
                 plan.num_swap_in_blocks,
                 plan.num_swap_out_blocks,
                 len(plan.copies),
-                *scheduler.memory_breakdown().row,  # token .. fork-saved slots
+                memory.token_slots,
+                memory.reserved_slots,
+                memory.internal_frag_slots,
+                memory.external_frag_slots,
+                memory.free_slots,
+                memory.prefix_saved_slots,
+                memory.fork_saved_slots,
                 scheduler.useful_slots(plan) / scheduler.batch_capacity,
-                cost.flops / (gpu.fp16_flops * duration) if duration > 0 else 0.0,
-                cost.bytes_moved / (gpu.mem_bandwidth_bps * duration) if duration > 0 else 0.0,
+                cost.flops / (self._gpu.fp16_flops * duration) if duration > 0 else 0.0,
+                cost.bytes_moved / (self._gpu.mem_bandwidth_bps * duration)
+                if duration > 0
+                else 0.0,
                 1,  # row_steps
             )
         )
