@@ -37,24 +37,25 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Sequence
-from itertools import compress
-from operator import not_
 
 from pagesim.simulator.core.plan import StepPlan
 from pagesim.simulator.core.request import GENERATED_SEGMENT
 from pagesim.simulator.fastpath.grouped_plan import GroupedStepPlan
+from pagesim.simulator.fastpath.grouped_preemption import preempting_running_phase
 from pagesim.simulator.kv.paged_cache import PagedKVCache
+from pagesim.simulator.policies.grouping import Preempter
 from pagesim.simulator.policies.seq_group import AddToStep, Demand, SeqGroup, StepBuilder
 
 
 class _Member:
     """A member's state at joining, and what the KV cache has been told of it since."""
 
-    __slots__ = ("cap", "final_len", "g0", "group", "j", "n0", "synced")
+    __slots__ = ("base", "cap", "final_len", "g0", "group", "j", "n0", "synced")
 
     def __init__(self, group: SeqGroup, j: int, cap: int, final_len: int) -> None:
         self.group = group
         self.j = j  # group step at joining
+        self.base = group.num_computed - j  # its entry in DecodeGroup.bases, kept at hand
         self.n0 = group.num_computed  # its KV tokens then (all committed)
         self.g0 = group.request.num_generated
         self.cap = cap  # min(final length, slots allocated)
@@ -192,12 +193,21 @@ class DecodeGroup:
     # -- a step -----------------------------------------------------------------------------
     def others(self, running: Sequence[SeqGroup]) -> list[int]:
         """Indices in `running` (which holds every member) of the groups that are no member.
-        Most steps have none, known from the counts alone; otherwise filtered in C, as the
-        running list has hundreds of members and a handful of others."""
-        if len(running) == len(self.bases):
+        Most steps have none, known from the counts alone; otherwise looked for from the end,
+        where they nearly always are (a request joins when its prompt is done, and requests
+        are admitted, swapped in or re-admitted at the end): the walk stops at the last one."""
+        num_others = len(running) - len(self.bases)
+        if not num_others:
             return []
-        is_member = map(self.bases.__contains__, running)
-        return list(compress(range(len(running)), map(not_, is_member)))
+        bases = self.bases
+        found: list[int] = []
+        for i in range(len(running) - 1, -1, -1):
+            if running[i] not in bases:
+                found.append(i)
+                if len(found) == num_others:
+                    break
+        found.reverse()
+        return found
 
     def crossing(self) -> list[int]:
         """Seq ids (ascending) of the members whose token this step needs a new block. The
@@ -205,26 +215,24 @@ class DecodeGroup:
         return sorted(self._crossing_at[self.step % self.block_size])
 
     def grow(self, crossing: list[int]) -> int:
-        """Each crossing member takes a new block (the pool has them) and stays a member: the
-        KV cache gets its skipped slots and this step's one. Returns the slots the members'
-        caps gained (`num_reserved_slots` grows by that much)."""
+        """Each crossing member (this step's, `crossing()`) takes a new block (the pool has
+        them) and stays a member: `grow_ahead(1)`. Returns the slots the members' caps gained
+        (`num_reserved_slots` grows by that much)."""
         if not crossing:
             return 0
-        step_tokens = self.step + 1  # each holds base + step tokens, all in full blocks
-        bases = self.bases
-        grown = list(map(self._members.__getitem__, crossing))
-        counts = [bases[member.group] + step_tokens - member.synced for member in grown]
-        copies = self.kv.allocate_slots(crossing, counts)
+        gains, _ = self.grow_ahead(1)
+        return gains[0]
+
+    def grow_one(self, seq_id: int) -> bool:
+        """`grow([seq_id])` if the pool has a block for it (True), else nothing (False)."""
+        member = self._members[seq_id]
+        count = member.base + self.step + 1 - member.synced
+        copies = self.kv.allocate_slots((seq_id,), count)
         if copies is None:
-            raise AssertionError("crossing members' blocks were counted as free")
-        if copies:  # a lone sequence's last block is never shared: the runs' rows rely on it
-            raise AssertionError(f"crossing members' blocks were copied: {copies}")
-        bs = self.block_size
-        gained = 0
-        for member, count in zip(grown, counts):  # noqa: B905 (one count a member)
-            gained += member.grew(member.synced + count, bs)
-        self._sum_cap += gained
-        return gained
+            return False
+        assert not copies, "a lone sequence's last block is never shared"
+        self._sum_cap += member.grew(member.synced + count, self.block_size)
+        return True
 
     def grow_ahead(self, num_steps: int) -> tuple[list[int], list[int]]:
         """`grow(crossing())` at the start of each of the group's next `num_steps` steps, from
@@ -233,7 +241,7 @@ class DecodeGroup:
         their blocks in one allocation, in the per-step order (step by step, each step's
         crossing members by seq id). Returns each step's cap gain (slots) and blocks taken."""
         bs = self.block_size
-        bases, members, crossing_at = self.bases, self._members, self._crossing_at
+        members, crossing_at = self._members, self._crossing_at
         seq_ids: list[int] = []
         tokens: list[int] = []
         grown: list[_Member] = []
@@ -245,10 +253,10 @@ class DecodeGroup:
                 continue
             step_tokens = step + i + 1  # each holds base + step tokens, all in full blocks
             sizes[i] = len(due)
-            for seq_id in sorted(due):
+            for seq_id in sorted(due):  # a few a step: plain appends beat building lists
                 member = members[seq_id]
                 seq_ids.append(seq_id)
-                tokens.append(bases[member.group] + step_tokens)
+                tokens.append(member.base + step_tokens)
                 grown.append(member)
         if not seq_ids:
             return sizes, sizes.copy()
@@ -260,8 +268,15 @@ class DecodeGroup:
             if not size:
                 continue
             gained = 0
-            for k in range(at, at + size):
-                gained += grown[k].grew(tokens[k], bs)
+            for k in range(at, at + size):  # `_Member.grew`, inlined (hot: every crossing)
+                member = grown[k]
+                member.synced = tokens[k]
+                cap = member.cap
+                new_cap = cap + bs
+                if new_cap > member.final_len:
+                    new_cap = member.final_len
+                member.cap = new_cap
+                gained += new_cap - cap
             at += size
             gains[i] = gained
             total_gain += gained
@@ -305,12 +320,16 @@ class DecodeGroup:
         budget: int,
         demand: Demand,
         add_to_step: AddToStep,
+        preempter: Preempter | None = None,
+        now_s: float = 0.0,
     ) -> int | None:
         """The running requests' part of a step with the members summed, if it is exactly what
         the policy's per-sequence loop would do with `demand`: every member decodes (the
         budget reaches them all) and nothing needs room made (the blocks asked for fit; under
-        V0 with a block per sequence of the widest group to spare: `keeps_block_per_seq`).
-        Returns the budget left, or None (members released: the caller visits one by one)."""
+        V0 with a block per sequence of the widest group to spare: `keeps_block_per_seq`), or,
+        given the policy's `preempter` (vLLM V1's), room is made as its loop would
+        (grouped_preemption.py; `now_s` is then the step's time). Returns the budget left, or
+        None (members released: the caller visits one by one)."""
         members = self.bases
         if not members:
             return None
@@ -339,6 +358,10 @@ class DecodeGroup:
         left = budget - spent - len(members)
         if self.keeps_block_per_seq:
             needed += widest  # free at every visit, so V0 preempts nobody (see __init__)
+        if left >= 0 and needed > kv.num_free_blocks and preempter is not None:
+            return preempting_running_phase(
+                self, running, step, budget, demand, add_to_step, preempter, set(crossing), now_s
+            )
         if left < 0 or needed > kv.num_free_blocks:
             self.release_all()
             return None

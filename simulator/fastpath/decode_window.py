@@ -2,20 +2,19 @@
 
 Most steps of a long run are *pure*: every running request is a decode-group member
 (decode_group.py), nothing is swapped out or landing, the step's token budget holds every member,
-and nothing waits that the step could admit (the step policy's `decodes_only_running`; V1:
-nothing waits, or the batch is full or the budget spent; V0: nothing waits, or the head's batch,
-token cap or blocks above the watermark refuse it). Such a step is the same function of the
-group's state whatever the clock says, and so is the next one, until something changes that
-state from outside (an arrival) or from inside (a member finishes, or the crossing members need
-more blocks than are free). `pure_run` says how many of the next steps are fixed that way and what
-each one is (its sequences and context tokens, all the price and the step record need). The
-replica's runs (pure_runs.py) price them at once and waits for the last one's end,
-applying each step's schedule (crossing members take their blocks: `start_pure_step` for the
-first, `DecodeGroup.grow_ahead` for the later ones, several at once) and completion
-(`complete_pure_steps`: what `PagedScheduler.complete` would do with their plans) as late as
-nobody has looked, and cutting the run short when a request arrives.
-`tests/simulator/cluster/test_windows.py` compares such runs with the per-step loop's, row for
-row.
+and nothing waits that the step could admit (the step policy's `pure_step_lookups`; V1: nothing
+waits, or the batch is full, the budget spent or the head's blocks do not fit; V0: nothing waits,
+or the head's batch, token cap or blocks above the watermark refuse it). Such a step is the same
+function of the group's state whatever the clock says, and so is the next one, until something
+changes that state from outside (an arrival) or from inside (a member finishes, or the crossing
+members need more blocks than are free). `pure_run` says how many of the next steps are fixed that
+way and what each one is (its sequences and context tokens, all the price and the step record
+need). The replica's runs (pure_runs.py) price them at once and waits for the last one's end,
+applying each step's schedule (crossing members take their blocks: `start_pure_step` for the first,
+`DecodeGroup.grow_ahead` for the later ones, several at once) and completion
+(`complete_pure_steps`: what `PagedScheduler.complete` would do with their plans) as late as nobody
+has looked, and cutting the run short when a request arrives.
+`tests/simulator/cluster/test_windows.py` compares such runs with the per-step loop's, row for row.
 
 A run stops at the step in which the first member finishes (its completion changes the running
 set), and before the step whose crossing members would not find their blocks free (that step
@@ -39,12 +38,15 @@ from pagesim.simulator.policies.paged import PagedScheduler
 
 class PureRun:
     """The next `num_steps` pure steps: `num_members` sequences decode in each; step i (from
-    0) is the group's step `first_step + i` and reads `contexts(i, i + 1)[0]` KV tokens."""
+    0) is the group's step `first_step + i` and reads `contexts(i, i + 1)[0]` KV tokens. Each
+    step's schedule counts `query_tokens` as looked up in the prefix cache (a waiting head
+    refused: the step policy's `pure_step_lookups`)."""
 
-    __slots__ = ("_sum_base", "first_step", "num_members", "num_steps")
+    __slots__ = ("_sum_base", "first_step", "num_members", "num_steps", "query_tokens")
 
-    def __init__(self, group: DecodeGroup, num_steps: int) -> None:
+    def __init__(self, group: DecodeGroup, num_steps: int, query_tokens: int = 0) -> None:
         self.num_steps = num_steps
+        self.query_tokens = query_tokens
         self.num_members = len(group.bases)
         self.first_step = group.step
         self._sum_base = group.sum_base
@@ -72,18 +74,26 @@ def pure_run(paged: PagedScheduler, group: DecodeGroup, limit: int) -> PureRun |
         return None
     if state.swapped or state.receiving or state.landed:
         return None
-    if not paged.policy.decodes_only_running(state):
+    lookups = paged.policy.pure_step_lookups(state)
+    if lookups is None:
         return None  # the budget or an admission: the per-step path decides
     num_steps = _steps_before_change(group, limit)
     if not num_steps:
         return None
-    return PureRun(group, num_steps)
+    return PureRun(group, num_steps, lookups)
 
 
-def start_pure_step(group: DecodeGroup) -> None:
+def start_pure_step(group: DecodeGroup, run: PureRun) -> None:
     """A run's first step's schedule, what `PagedScheduler.schedule` would change: its crossing
     members take their blocks (`pure_run` counted them as free)."""
     group.grow_ahead(1)  # `grow(crossing())`, a block each in one allocation
+    if run.query_tokens:
+        note_refusals(group, run, 1)
+
+
+def note_refusals(group: DecodeGroup, run: PureRun, num_steps: int) -> None:
+    """The prefix-cache lookups of `num_steps` of the run's steps' refused admissions."""
+    group.kv.note_prefix_query(run.query_tokens * num_steps)
 
 
 def complete_pure_steps(

@@ -31,6 +31,7 @@ from pagesim.simulator.fastpath.decode_group import DecodeGroup
 from pagesim.simulator.fastpath.decode_window import (
     PureRun,
     complete_pure_steps,
+    note_refusals,
     pure_run,
     start_pure_step,
 )
@@ -68,8 +69,8 @@ class PureRuns:
         """A run starting now, its first steps priced and the first one scheduled; None if the
         next step is not pure or fewer than two would survive SimPy's clock."""
         run = pure_run(self._paged, self._group, WINDOW_STEPS)
-        if run is None:
-            return None
+        if run is None or run.num_steps < 2:
+            return None  # (one step: the per-step loop's, without a run's pricing and records)
         window = _Window(run)
         if self._price_more(window, FIRST_PRICED) < 2:
             return None
@@ -120,6 +121,8 @@ class PureRuns:
         if stop > done:
             start_next = stop < window.num_steps  # the step in flight now: started with them
             memory = complete_pure_steps(paged, self._group, window.ends[done:stop], start_next)
+            if window.run.query_tokens:  # the lookups of the steps started now
+                note_refusals(self._group, window.run, stop - done - 1 + start_next)
             self._rows.record(
                 window.starts[done:stop], window.costs[done:stop], memory, paged.batch_capacity
             )
@@ -164,7 +167,7 @@ class PureRuns:
     def _start_next(self) -> None:
         window = self._window
         assert window is not None
-        start_pure_step(self._group)
+        start_pure_step(self._group, window.run)
         window.num_started += 1
 
 

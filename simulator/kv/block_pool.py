@@ -22,7 +22,7 @@ Which free block `allocate` takes is the eviction order, chosen per engine era:
 
 `reuse_unhashed_first` (vLLM V1 from v0.24.0, v1/core/block_pool.py `free_blocks`): a block freed
 without a hash, which no lookup can find, goes to the head instead, to be reused first; the
-blocks of one `free_blocks` call (`decref_many`, `free_unshared`) go there together, in the order
+blocks of one `free_blocks` call (`decref_many`, `free_table`) go there together, in the order
 given (FreeKVCacheBlockQueue.prepend_n), and its hashed ones to the tail:
 
     free queue   head [ a b c ] tail          a sequence frees x (partly filled, no hash), y (hash)
@@ -230,19 +230,33 @@ class BlockPool:
         self._num_used += num_blocks
         return blocks
 
-    def free_unshared(self, blocks: list[int], hashed_like: AbstractSet[int] = frozenset()) -> bool:
-        """`decref_many(blocks, hashed_like)`, done at once, if each block holds one reference
-        (a finished sequence that shares nothing: the usual case); then True. Otherwise nothing
-        changes and False: the caller decrefs them another way."""
-        if not blocks:
+    def free_table(self, table: list[int], num_hashed_like: int = 0) -> bool:
+        """`decref_many(table[::-1], frozenset(table[:num_hashed_like]))` done at once, if each
+        block holds one reference (a finished sequence that shares nothing: the usual case),
+        then True; otherwise nothing changes and False (the caller decrefs them one by one).
+        The table is freed tail first, its first `num_hashed_like` blocks placed as hashed ones,
+        without that set and the per-block tests (a finished request's hundred blocks, each step
+        or two of a loaded replica: only the blocks past those can go to the head)."""
+        if not table:
             return True
         ref_counts = self._ref_counts
-        if set(map(ref_counts.__getitem__, blocks)) != {1}:
-            return False  # shared: decref one by one (a table never lists a block twice)
-        for block in blocks:
+        if set(map(ref_counts.__getitem__, table)) != {1}:
+            return False  # shared (a table never lists a block twice)
+        for block in table:
             ref_counts[block] = 0
-        self._num_used -= len(blocks)
-        self._put_free(blocks, hashed_like)
+        self._num_used -= len(table)
+        if not self._unhashed_first:  # every block to the tail, tail first
+            self._place([], table[::-1])
+            return True
+        rest = table[num_hashed_like:][::-1]  # the blocks freed first, tail first
+        if not self._first_of_hash:  # no block holds a hash: all of `rest` to the head
+            head, tail = rest, []
+        else:
+            hashes = self._hashes
+            head = [b for b in rest if hashes[b] is None]
+            tail = [b for b in rest if hashes[b] is not None] if len(head) < len(rest) else []
+        tail += table[:num_hashed_like][::-1]
+        self._place(head, tail)
         return True
 
     def decref_many(
@@ -315,6 +329,11 @@ class BlockPool:
                 head = [b for b in blocks if hashes[b] is None and b not in hashed_like]
                 if head:
                     tail = [b for b in blocks if hashes[b] is not None or b in hashed_like]
+        self._place(head, tail)
+
+    def _place(self, head: list[int], tail: list[int]) -> None:
+        """Freed blocks into the free order: `head` (unhashed, under `reuse_unhashed_first`) at
+        its head in this order, `tail` at its tail (`_put_free` says which go where)."""
         if self._is_lru:
             if head:
                 self._lru.prepend(head)
@@ -322,6 +341,7 @@ class BlockPool:
             return
         if head:  # uncached: the plain free blocks' head
             self._free.extendleft(reversed(head))
+        hashes = self._hashes
         if not self._first_of_hash or set(map(hashes.__getitem__, tail)) == {None}:
             self._free.extend(tail)  # no prefix cache: never a hash to look at
             return
@@ -346,6 +366,20 @@ class BlockPool:
         else:
             self._num_prefix_shares += 1  # another holder of a block in use: one copy saved
         self._ref_counts[block] += 1
+
+    def requeue(self, blocks: list[int]) -> None:
+        """`touch` of each of `blocks` (cached and free) in order, then `free_table(blocks)`:
+        each goes to the tail of the free order, the last first (a refused admission's prefix
+        hits: PagedKVCache.refuse_hits). Nothing else those leave changes."""
+        if self._is_lru:
+            lru = self._lru
+            for block in blocks:
+                lru.remove(block)
+            lru.extend(reversed(blocks))
+            return
+        evictable = self._evictable
+        for block in reversed(blocks):
+            evictable.move_to_end(block)
 
     def cache_block(self, block: int, block_hash: int) -> bool:
         """Register a referenced, fully written (or, in V1, fully scheduled) block under its

@@ -63,12 +63,33 @@ class PagedKVCache(PagedSlots):
 
     def count_prefix_hit_tokens(self, block_hashes: Sequence[int], num_prompt_tokens: int) -> int:
         """The tokens `add_seq` would hit now, without touching anything or counting a query."""
-        num_hits = 0
+        return len(self.prefix_hits(block_hashes, num_prompt_tokens)) * self._block_size
+
+    def prefix_hits(self, block_hashes: Sequence[int], num_prompt_tokens: int) -> list[int]:
+        """The cached blocks `add_seq` would map now (with the prefix cache on), in order,
+        without touching anything or counting a query."""
+        hits: list[int] = []
+        lookup = self._gpu.lookup
         for block_hash in islice(block_hashes, self._max_hit_blocks(num_prompt_tokens)):
-            if self._gpu.lookup(block_hash) is None:
+            block = lookup(block_hash)
+            if block is None:
                 break
-            num_hits += 1
-        return num_hits * self._block_size
+            hits.append(block)
+        return hits
+
+    def are_free(self, blocks: Sequence[int]) -> bool:
+        """Whether no sequence holds any of `blocks` (cached ones: evictable)."""
+        return not any(map(self._gpu_refs.__getitem__, blocks))
+
+    def refuse_hits(self, blocks: list[int], num_prompt_tokens: int) -> None:
+        """What `add_seq` of a prompt of `num_prompt_tokens` tokens whose hits are `blocks`
+        (`prefix_hits`, every one free: `are_free`), then `free` of it, leave: the lookup
+        counted, and each hit block taken out of the free order and put back at its tail, the
+        last first (BlockPool.requeue). A refused admission (policies/admission.py)."""
+        self.note_prefix_query(num_prompt_tokens)
+        if blocks:
+            self._num_prefix_hit_tokens += len(blocks) * self._block_size
+            self._gpu.requeue(blocks)
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -112,6 +133,13 @@ class PagedKVCache(PagedSlots):
             table, num_hit_tokens, num_hit_tokens, len(table), final_len
         )
         return num_hit_tokens
+
+    def note_prefix_query(self, num_prompt_tokens: int) -> None:
+        """Count a lookup `add_seq` of a sequence with no block hashes would make (and hit
+        nothing), the sequence not added: an admission found not to fit before it
+        (policies/admission.py)."""
+        if self._enable_prefix_cache and num_prompt_tokens > 0:
+            self._num_prefix_query_tokens += num_prompt_tokens
 
     def fork(
         self,

@@ -30,7 +30,6 @@ aliases and integer arithmetic, with helpers inlined where the comments say so.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from collections.abc import Set as AbstractSet
 
 from pagesim.simulator.core.errors import KVCacheError
 from pagesim.simulator.core.memory import MemoryBreakdown, MemoryRow
@@ -318,17 +317,17 @@ class PagedSlots(CacheSlots[BlockTable]):
                 self._swap_space.release(block)
             return
         table = seq.block_table
-        hashed_like: AbstractSet[int] = frozenset()
+        num_hashed_like = 0
         if hashes_full_blocks and self._gpu.reuses_unhashed_first:
-            hashed_like = frozenset(table[: seq.num_tokens // self._block_size])
-        if self._gpu.free_unshared(table[::-1], hashed_like):
+            num_hashed_like = seq.num_tokens // self._block_size
+        if self._gpu.free_table(table, num_hashed_like):
             # Every block was this sequence's alone: its computed slots go with it.
             computed_slots = self._computed_slots
             self._num_computed_slots -= sum(map(computed_slots.__getitem__, table))
             for block in table:
                 computed_slots[block] = 0
             return
-        self._release_gpu_many(table[::-1], hashed_like)
+        self._release_gpu_many(table[::-1], frozenset(table[:num_hashed_like]))
 
     # -- accounting ----------------------------------------------------------------------------
 

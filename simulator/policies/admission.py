@@ -25,8 +25,11 @@ hit, the blocks of its first step, and what the engine's release adds (core/vllm
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from pagesim.simulator.core.plan import BlockCopy
 from pagesim.simulator.core.request import RequestStatus
+from pagesim.simulator.kv.paged_cache import PagedKVCache
 from pagesim.simulator.policies.paged_state import PagedState
 from pagesim.simulator.policies.seq_group import SeqGroup, StepBuilder, blocks_for
 
@@ -56,9 +59,14 @@ def admit(
         and kv.num_free_blocks - blocks_for(group.target, state.block_size) < state.reserve()
     ):
         return 0
+    checked: bool | None = None  # a hybrid cache's checks: the whole way
+    if isinstance(kv, PagedKVCache):
+        checked = _checked_before_adding(state, kv, group, hashes, max_new_tokens, pad_to)
+        if checked is False:
+            return 0  # refused, with what adding and freeing it again leaves done
     num_hit = kv.add_seq(seq_id, hashes, num_prompt_tokens=group.target, final_len=group.final_len)
     first = _first_step(state, group.target - num_hit, num_hit, max_new_tokens, pad_to)
-    if first is None or not _full_prompt_fits(state, group):
+    if first is None or (checked is None and not _full_prompt_fits(state, group)):
         kv.free(seq_id)
         return 0
     num_new, is_prefill = first
@@ -67,6 +75,7 @@ def admit(
         slots += _lookahead(state, num_hit + num_new)
     copies = kv.allocate_slots(group.seq_ids, slots, state.reserve())
     if copies is None:
+        assert checked is None, "counted as fitting before the sequence was added"
         kv.free(seq_id)
         return 0
     request = group.request
@@ -124,6 +133,58 @@ def _first_step(
     if pad_to and num_left == 1 and num_computed + pad_to + 1 <= state.max_seq_len:
         return None if pad_to > max_new_tokens else (pad_to, False)
     return min(num_left, max_new_tokens), True
+
+
+def _checked_before_adding(
+    state: PagedState,
+    kv: PagedKVCache,
+    group: SeqGroup,
+    hashes: Sequence[int],
+    max_new_tokens: int,
+    pad_to: int,
+) -> bool | None:
+    """Whether `admit`'s checks pass, found without adding the group's sequence (False: refused,
+    with what adding and freeing it again leaves done), or None where that is not sure (a prefix
+    hit on a block in use shares it): then `admit` goes the whole way. Most steps of a loaded
+    replica try a waiting head that does not fit: a hashless one leaves only its lookup
+    counted, one whose prefix hits are all free blocks (a preempted request's own) also those
+    blocks requeued at the free order's tail (`PagedKVCache.refuse_hits`)."""
+    hits = kv.prefix_hits(hashes, group.target) if hashes else []
+    if hits and not kv.are_free(hits):
+        return None
+    if fits_after_hits(state, group, len(hits), max_new_tokens, pad_to):
+        return True
+    kv.refuse_hits(hits, group.target)
+    return False
+
+
+def fits_unhit(state: PagedState, group: SeqGroup, max_new_tokens: int, pad_to: int) -> bool:
+    """Whether `admit` gets past its checks for a group with no block hashes (so no prefix
+    hit): `fits_after_hits` of none."""
+    return fits_after_hits(state, group, 0, max_new_tokens, pad_to)
+
+
+def fits_after_hits(
+    state: PagedState, group: SeqGroup, num_hit_blocks: int, max_new_tokens: int, pad_to: int
+) -> bool:
+    """Whether `admit` gets past its checks for a group whose prefix hits are `num_hit_blocks`
+    free blocks (which the hits take out of the free ones): its first step, the whole prompt's
+    blocks and the first step's allocation, counted without registering the sequence."""
+    bs = state.block_size
+    num_hit = num_hit_blocks * bs
+    first = _first_step(state, group.target - num_hit, num_hit, max_new_tokens, pad_to)
+    if first is None:
+        return False
+    free = state.kv.num_free_blocks - num_hit_blocks
+    reserve = state.reserve()
+    needed = max(0, blocks_for(group.target, bs) - num_hit_blocks)  # held: the hits
+    if state.system.scheduler_reserve_full_isl and needed + reserve > free:
+        return False  # `_full_prompt_fits`
+    slots = first[0]
+    if state.rules is not None and state.rules.lookahead_at_admission:
+        slots += _lookahead(state, num_hit + first[0])
+    # `allocate_slots` of a table of full blocks: no copy, the blocks past them
+    return free - (blocks_for(num_hit + slots, bs) - num_hit_blocks) >= reserve
 
 
 def _full_prompt_fits(state: PagedState, group: SeqGroup) -> bool:

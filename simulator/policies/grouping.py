@@ -10,11 +10,20 @@ without it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Protocol
+from collections.abc import Callable, Iterable, Sequence
+from typing import NamedTuple, Protocol
 
 from pagesim.simulator.core.plan import StepPlan
 from pagesim.simulator.policies.seq_group import AddToStep, Demand, SeqGroup, StepBuilder
+
+
+class Preempter(NamedTuple):
+    """A step policy's preemption, for a running phase that keeps the members summed (vLLM
+    V1's: fastpath/grouped_preemption.py)."""
+
+    victim_of: Callable[[Iterable[SeqGroup]], SeqGroup]  # whom it takes among candidates
+    # (group, step, now_s): takes a group (no member any more) off the GPU in this step
+    preempt: Callable[[SeqGroup, StepBuilder, float], None]
 
 
 class DecodeGrouping(Protocol):
@@ -27,10 +36,13 @@ class DecodeGrouping(Protocol):
         budget: int,
         demand: Demand,
         add_to_step: AddToStep,
+        preempter: Preempter | None = None,
+        now_s: float = 0.0,
     ) -> int | None:
         """A step policy's running phase with the members summed, when that is exactly what its
-        per-sequence loop would do with `demand`: returns the budget left, or None (members
-        released: the policy visits every running group one by one)."""
+        per-sequence loop would do with `demand` (making room with `preempter`, if given, at
+        `now_s`): returns the budget left, or None (members released: the policy visits every
+        running group one by one)."""
         ...
 
     def plan(self, step: StepBuilder, running: Sequence[SeqGroup]) -> StepPlan:

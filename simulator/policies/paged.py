@@ -39,10 +39,12 @@ class StepPolicy(Protocol):
 
     def schedule(self, state: PagedState, step: StepBuilder, now_s: float) -> None: ...
 
-    def decodes_only_running(self, state: PagedState) -> bool:
-        """Whether, with every running request a decode-group member and nothing swapped out
-        or landing, the next step only decodes them, and so does each after it while nobody
-        finishes and blocks are only taken (fastpath/decode_window.py's runs)."""
+    def pure_step_lookups(self, state: PagedState) -> int | None:
+        """With every running request a decode-group member and nothing swapped out or
+        landing: None unless the next step only decodes them, and so does each after it while
+        nobody finishes and blocks are only taken (fastpath/decode_window.py's runs); else the
+        prompt tokens each such step's refused admission counts as looked up in the prefix
+        cache (0 if none is tried)."""
         ...
 
 

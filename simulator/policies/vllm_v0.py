@@ -45,6 +45,11 @@ class VllmV0:
         waiting = state.waiting
         return not len(waiting) or head_stays_waiting(state, waiting[0])
 
+    def pure_step_lookups(self, state: PagedState) -> int | None:
+        """`decodes_only_running`, with no lookup counted (`head_stays_waiting` holds only
+        where none is made)."""
+        return 0 if self.decodes_only_running(state) else None
+
 
 def admit_prompts(state: PagedState, step: StepBuilder, now_s: float) -> None:
     """Whole prompts, FCFS, until one does not fit (its sequences, its tokens or its blocks)."""

@@ -12,8 +12,12 @@ requests.
 
 from __future__ import annotations
 
-from pagesim.simulator.core.config import SystemConfig
-from pagesim.simulator.policies.admission import admit
+from collections.abc import Iterable
+
+from pagesim.simulator.core.config import AdmissionOrder, SystemConfig, VictimPolicy
+from pagesim.simulator.kv.paged_cache import PagedKVCache
+from pagesim.simulator.policies.admission import admit, fits_unhit
+from pagesim.simulator.policies.grouping import Preempter
 from pagesim.simulator.policies.offload import LoadOutcome
 from pagesim.simulator.policies.paged_state import PagedState
 from pagesim.simulator.policies.pieces import PagedPieces, paged_pieces
@@ -28,6 +32,8 @@ class VllmV1:
 
     fans_out = True  # n > 1: child requests (v1/engine/parallel_sampling.py)
     groups_decodes = True  # lone decoders may advance as a decode group (the fast path)
+    _preempter_state: PagedState | None = None
+    _preempter: Preempter | None = None
 
     def pieces(self, system: SystemConfig) -> PagedPieces:
         return paged_pieces(system, is_v1=True)
@@ -45,7 +51,13 @@ class VllmV1:
             None
             if decode_group is None
             else decode_group.schedule_running(
-                state.running, step, budget, demand, state.add_to_step
+                state.running,
+                step,
+                budget,
+                demand,
+                state.add_to_step,
+                self._preempter_of(state),
+                now_s,
             )
         )
         if state.spec is not None:  # drafts and lookahead slots (policies/speculative.py)
@@ -61,21 +73,68 @@ class VllmV1:
         if not state.swapped and len(state.waiting):
             admit_chunks(state, step, left, chunk_cap, now_s)
 
-    def decodes_only_running(self, state: PagedState) -> bool:
-        """With every running request decoding alone and nothing swapped out: the next step
-        decodes them and admits nothing, and so does each after it while nobody finishes and
-        blocks are only taken (the decode fast path's runs: fastpath/decode_window.py). The
-        budget must reach every member, and the waiting head must not be admitted: V1 admits
-        it unless the batch is full or the budget spent (`admit_chunks`), and a full batch
-        stays full while nobody finishes."""
-        knobs = state.knobs
-        budget_left = knobs.max_num_batched_tokens - len(state.running)
-        if budget_left < 0:
-            return False  # the budget reaches only some members: each step decides who
-        if not len(state.waiting) or not budget_left:
-            return True
-        head = state.waiting[0]
-        return state.num_running_seqs + head.request.num_seqs > knobs.max_num_seqs
+    def _preempter_of(self, state: PagedState) -> Preempter | None:
+        """`_preempter(state)`, made once per state (the policy serves one scheduler's)."""
+        if self._preempter_state is not state:
+            self._preempter_state = state
+            self._preempter = _preempter(state)
+        return self._preempter
+
+    def pure_step_lookups(self, state: PagedState) -> int | None:
+        """With every running request decoding alone and nothing swapped out: None unless the
+        next step decodes them and admits nothing, and so does each after it while nobody
+        finishes and blocks are only taken (the decode fast path's runs:
+        fastpath/decode_window.py); else the prompt tokens each such step's refused admission
+        counts as looked up in the prefix cache (`PagedKVCache.note_prefix_query`). The budget
+        must reach every member, and the waiting head must not be admitted: V1 admits it
+        unless the batch is full, the budget spent (`admit_chunks`: no lookup), or its blocks
+        do not fit (`admit`: its lookup); a full batch stays full while nobody finishes, and
+        blocks that do not fit do not while the free blocks only fall."""
+        return _pure_step_refusal(state)
+
+
+def _pure_step_refusal(state: PagedState) -> int | None:
+    """None unless the next steps only decode the running requests (`pure_step_lookups`);
+    else the prompt tokens the waiting head's refusal looks up each step (0 if `admit_chunks`
+    does not try it: nobody waits, the batch is full or the budget spent). A head is refused
+    touching nothing but that count only when it has no block hashes (no prefix hit can
+    change the free blocks: admission.fits_unhit) and is no remote prompt."""
+    knobs = state.knobs
+    budget_left = knobs.max_num_batched_tokens - len(state.running)
+    if budget_left < 0:
+        return None  # the budget reaches only some members: each step decides who
+    if not len(state.waiting) or not budget_left:
+        return 0
+    head = state.waiting[0]
+    if state.num_running_seqs + head.request.num_seqs > knobs.max_num_seqs:
+        return 0
+    if head.is_remote or not isinstance(state.kv, PagedKVCache):
+        return None
+    if head.hashers is not None and head.hashers[0].block_hashes():
+        return None
+    if state.spec is not None or state.offload is not None:
+        return None  # padded admissions, CPU-tier loads: not counted here
+    chunk_cap = state.system.max_prefill_chunk or knobs.max_num_batched_tokens
+    if fits_unhit(state, head, min(budget_left, chunk_cap), 0):
+        return None
+    return head.target
+
+
+def _preempter(state: PagedState) -> Preempter | None:
+    """How the running phase preempts (policies/v1_running.py, FCFS) for a decode group that
+    keeps its members summed: only where the victim's key reads no member's progress, which the
+    group holds in closed form (the last-arrived victim: arrival time, then id)."""
+    system = state.system
+    if system.admission is not AdmissionOrder.FCFS:
+        return None
+    if system.victim is not VictimPolicy.LAST_ARRIVED:
+        return None
+    key = state.victim_key
+
+    def victim_of(candidates: Iterable[SeqGroup]) -> SeqGroup:
+        return max(candidates, key=lambda g: key(g.request))  # as PagedState.preempt_for
+
+    return Preempter(victim_of, state.preempt)
 
 
 def _plain_slots(group: SeqGroup, num_new: int) -> int:

@@ -352,3 +352,44 @@ def test_a_full_batch_with_requests_waiting_takes_runs_and_gives_the_per_step_ru
     steps = pd.concat([r.steps for r in ahead.results])
     assert (steps.num_waiting > 0).mean() > 0.75  # something waits at most steps
     assert _assert_same_fleet(monkeypatch, sc, _cluster(sc, 2, RouterKind.ROUND_ROBIN)) > 2000
+
+
+@pytest.mark.parametrize("prefix_cache", [True, False])
+def test_runs_beside_a_waiting_head_whose_blocks_do_not_fit_give_the_per_step_run(
+    monkeypatch: pytest.MonkeyPatch, prefix_cache: bool
+) -> None:
+    """A loaded replica's waiting head refused for its blocks stays refused while the free
+    blocks only fall: its steps run ahead (vllm_v1.py `_pure_step_refusal`), each counting the
+    head's prompt as looked up in the prefix cache, as its refused admission does."""
+    from pagesim.simulator.cluster import replica as replica_module
+
+    knobs = {"enable_prefix_cache": prefix_cache, "block_size": 16, "num_kv_blocks": 3000 // 16}
+    workload = poisson_workload(150, 20.0, prompt_mean=300, output_mean=200)
+    sc = scenario(workload, system(Policy.VLLM_V1, **knobs), seed=13)
+    schedulers: list[PagedScheduler] = []
+    attach, pure_run = replica_module.attach, pure_runs_module.pure_run
+    beside_waiting = [0]
+
+    def attached(*args: object, **kwargs: object) -> object:
+        scheduler = args[1]
+        assert isinstance(scheduler, PagedScheduler)
+        schedulers.append(scheduler)
+        return attach(*args, **kwargs)  # type: ignore[arg-type]
+
+    def run_of(paged: PagedScheduler, group: DecodeGroup, limit: int) -> object:
+        run = pure_run(paged, group, limit)
+        if run is not None and len(paged.state.waiting):
+            beside_waiting[0] += 1
+            assert run.query_tokens == paged.state.waiting[0].target
+        return run
+
+    monkeypatch.setattr(replica_module, "attach", attached)
+    monkeypatch.setattr(pure_runs_module, "pure_run", run_of)
+    results = []
+    for windows in (True, False):
+        monkeypatch.setattr(attach_module, "USE_WINDOWS", windows)
+        results.append(simulate(sc, sc.systems[0]))
+    _assert_same_result(*results)
+    assert beside_waiting[0] > 20
+    ahead, plain = (s.kv.num_prefix_query_tokens for s in schedulers)
+    assert ahead == plain and (ahead > 0) is prefix_cache

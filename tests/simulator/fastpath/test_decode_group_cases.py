@@ -112,3 +112,28 @@ def test_a_grouped_step_is_actually_taken(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setattr(attach_module, "USE_WINDOWS", False)
     _run(CASES["plain"], SamplingKind.SINGLE, False, 0)
     assert kinds.count("GroupedStepPlan") > len(kinds) // 2
+
+
+@pytest.mark.parametrize("case", ["tight-recompute", "tight-swap", "v0.11-priority"])
+def test_grouped_steps_make_room_without_releasing_members(
+    case: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under FCFS with the last-arrived victim, a step short of blocks preempts with the members
+    kept summed (fastpath/grouped_preemption.py); under priority admission the members are
+    released and visited one by one. Either way the results are the per-step path's (above)."""
+    preempting: list[int] = []
+    price = RooflineModel.price
+
+    def spy(self: RooflineModel, plan: StepPlan) -> object:
+        if plan.preemptions:
+            preempting.append(type(plan).__name__ == "GroupedStepPlan")
+        return price(self, plan)
+
+    monkeypatch.setattr(RooflineModel, "price", spy)
+    monkeypatch.setattr(attach_module, "USE_WINDOWS", False)
+    _run(CASES[case], SamplingKind.SINGLE, False, 0)
+    assert preempting, "the case preempts"
+    if case == "v0.11-priority":
+        assert not any(preempting)
+    else:
+        assert sum(preempting) > len(preempting) // 2, preempting

@@ -51,6 +51,7 @@ class PlanCounter:
     inner: ExecutionModel
     num_steps: int = 0
     num_grouped: int = 0
+    num_grouped_preempting: int = 0  # grouped steps that preempted (fastpath/grouped_preemption)
 
     @property
     def name(self) -> str:
@@ -58,7 +59,9 @@ class PlanCounter:
 
     def price(self, plan: StepPlan) -> StepCost:
         self.num_steps += 1
-        self.num_grouped += type(plan).__name__ == "GroupedStepPlan"
+        is_grouped = type(plan).__name__ == "GroupedStepPlan"
+        self.num_grouped += is_grouped
+        self.num_grouped_preempting += is_grouped and bool(plan.preemptions)
         return self.inner.price(plan)
 
     def describe(self) -> dict[str, object]:
@@ -132,6 +135,7 @@ def _run(s: Scenario, fast_path: bool) -> tuple[RunResult, PlanCounter]:
 
 
 FAST_STEPS: dict[int, int] = {}
+PREEMPTING_STEPS: dict[int, int] = {}  # grouped steps that preempted, by case
 # The last test reads what the cases leave in FAST_STEPS: one worker runs the whole module, in
 # order (tests/conftest.py; split over workers, that test would skip).
 pytestmark = pytest.mark.xdist_group("fast-path-cases")
@@ -147,6 +151,7 @@ def test_fast_path_gives_the_per_sequence_results_with_invariants_checked(seed: 
     assert fast.summary == exact.summary
     assert exact_count.num_grouped == 0
     FAST_STEPS[seed] = fast_count.num_grouped
+    PREEMPTING_STEPS[seed] = fast_count.num_grouped_preempting
     if fast_count.num_grouped:  # only where the fast path exists
         assert s.systems[0].policy in (Policy.VLLM_V0, Policy.VLLM_V1)
 
@@ -162,3 +167,6 @@ def test_most_cases_took_the_fast_path() -> None:
     assert len(v0_taken) >= 3, v0_taken
     print(f"{len(taken)} of {NUM_CASES} cases took {sum(taken.values())} grouped steps")
     assert sum(taken.values()) > 50 * len(taken)
+    preempting = {seed: n for seed, n in PREEMPTING_STEPS.items() if n}
+    print(f"{len(preempting)} cases preempted in grouped steps: {preempting}")
+    assert len(preempting) >= 2, preempting  # V1's running phase making room, members summed

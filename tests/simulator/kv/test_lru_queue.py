@@ -109,7 +109,7 @@ def check_a_v1_pool(ops: list[tuple[str, int]]) -> None:
                 order.append(block)
         elif op == "f" and held:  # a finished sequence's unshared blocks, at once
             blocks = [b for b in held if refs[b] == 1][: arg % 4 + 1]
-            assert pool.free_unshared(blocks)
+            assert pool.free_table(blocks[::-1])  # freed in the order of `blocks`
             for block in blocks:
                 del refs[block]
             order.extend(blocks)

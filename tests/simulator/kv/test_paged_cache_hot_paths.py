@@ -90,7 +90,7 @@ def test_bulk_block_operations_match_one_by_one() -> None:
 
     bulk, single = BlockPool(10), BlockPool(10)
     assert bulk.allocate_many(6) == [single.allocate() for _ in range(6)] == [0, 1, 2, 3, 4, 5]
-    assert bulk.free_unshared([4, 2, 0])
+    assert bulk.free_table([0, 2, 4])  # freed tail first: 4, 2, 0
     for block in (4, 2, 0):
         single.decref(block)
     assert bulk.allocate_many(7) == [single.allocate() for _ in range(7)]
@@ -98,17 +98,17 @@ def test_bulk_block_operations_match_one_by_one() -> None:
     assert bulk.num_used_blocks == single.num_used_blocks == 10
 
 
-def test_free_unshared_leaves_shared_blocks_to_decref_and_keeps_cached_ones_findable() -> None:
+def test_free_table_leaves_shared_blocks_to_decref_and_keeps_cached_ones_findable() -> None:
     from pagesim.simulator.kv.block_pool import BlockPool
 
     pool = BlockPool(4)
     a, b = pool.allocate_many(2)
     pool.incref(b)
-    assert not pool.free_unshared([b, a])  # b is shared: nothing changes
+    assert not pool.free_table([a, b])  # b is shared: nothing changes
     assert pool.num_used_blocks == 2
     pool.decref(b)
     pool.cache_block(a, 99)
-    assert pool.free_unshared([b, a])  # a cached block goes to the evictable queue, findable
+    assert pool.free_table([a, b])  # a cached block goes to the evictable queue, findable
     assert pool.num_used_blocks == 0 and pool.lookup(99) == a
     assert pool.num_evictable_blocks == 1
     pool.check_invariants()
@@ -187,3 +187,105 @@ def test_append_blocks_refuses_what_is_not_a_block_each() -> None:
     cache.fork(1, 2)  # now shared: a write into it needs a copy first
     with pytest.raises(AssertionError, match="not one new block"):
         cache.append_blocks([1], [9])
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_free_table_is_decref_many_of_the_reversed_table(seed: int) -> None:
+    """`free_table(table, n)` (a finished sequence's free, the set of its first n blocks never
+    built) leaves the pool as `decref_many(table[::-1], frozenset(table[:n]))` does, in every
+    eviction order, with hashed blocks among the table or elsewhere in the pool."""
+    from pagesim.simulator.kv.block_pool import BlockPool
+
+    rng = random.Random(seed)
+    options = dict(
+        eviction=rng.choice(list(EvictionOrder)),
+        allow_duplicates=rng.random() < 0.5,
+        reuse_unhashed_first=rng.random() < 0.7,
+    )
+    pools = [BlockPool(24, **options) for _ in range(2)]  # type: ignore[arg-type]
+    for pool in pools:  # the same story on both: a few blocks freed, some of them hashed
+        blocks = pool.allocate_many(20)
+        for i, block in enumerate(blocks[:6]):
+            if i % 2 or seed % 3 == 0:
+                pool.cache_block(block, 1000 + i)
+        pool.free_table(blocks[:6])
+    table = pools[0].allocate_many(rng.randint(0, 10))
+    assert pools[1].allocate_many(len(table)) == table
+    for i, block in enumerate(table):
+        if rng.random() < 0.3:
+            for pool in pools:
+                pool.cache_block(block, 2000 + i)
+    num_hashed_like = rng.randint(0, len(table))
+    if rng.random() < 0.2 and table:  # shared: neither frees anything
+        for pool in pools:
+            pool.incref(table[0])
+    if pools[0].free_table(table, num_hashed_like):
+        freed = pools[1].decref_many(table[::-1], frozenset(table[:num_hashed_like]))
+        assert freed == table[::-1]
+    else:  # shared: nothing changed; the general way frees the rest
+        assert table and pools[0].ref_count(table[0]) == 2
+        for pool in pools:
+            pool.decref_many(table[::-1], frozenset(table[:num_hashed_like]))
+    for pool in pools:
+        pool.check_invariants()
+    assert pools[0].allocate_many(pools[0].num_free_blocks) == pools[1].allocate_many(
+        pools[1].num_free_blocks
+    )
+
+
+@pytest.mark.parametrize("lru", [True, False])
+@pytest.mark.parametrize("seed", range(15))
+def test_refuse_hits_is_add_seq_then_free(seed: int, lru: bool) -> None:
+    """A refused admission whose prefix hits are all free blocks (policies/admission.py): the
+    hits looked up and requeued (`prefix_hits`, `refuse_hits`) leave the cache as adding the
+    sequence and freeing it again: counters, memory, hashes and the free order (every block
+    allocated afterwards, in order)."""
+    rng = random.Random(seed)
+    block_size = rng.choice([1, 4, 16])
+    num_blocks = 60
+
+    def cache_of() -> PagedKVCache:
+        return PagedKVCache(
+            num_blocks,
+            block_size,
+            enable_prefix_cache=True,
+            eviction=EvictionOrder.LRU if lru else EvictionOrder.PLAIN_FIRST,
+            allow_duplicate_hashes=lru,
+            reuse_unhashed_first=lru and rng.random() < 0.5,
+        )
+
+    state = rng.getstate()
+    caches = []
+    for _ in range(2):  # the same story on both: cached sequences freed, one still running
+        rng.setstate(state)
+        cache = cache_of()
+        for seq_id in range(4):
+            num_tokens = rng.randint(1, 4) * block_size + rng.randint(0, block_size - 1)
+            cache.add_seq(seq_id, final_len=num_tokens)
+            assert cache.allocate_slots([seq_id], num_tokens) is not None
+            cache.commit(seq_id, num_tokens, range(100 * seq_id, 100 * seq_id + 10))
+        for seq_id in rng.sample(range(3), 3):
+            cache.free(seq_id)
+        caches.append(cache)
+    hashes = list(range(100 * rng.randrange(4), 100 * rng.randrange(4) + 6))
+    num_prompt_tokens = rng.randint(1, 8 * block_size)
+    looked_up, added = caches
+    hits = looked_up.prefix_hits(hashes, num_prompt_tokens)
+    if not looked_up.are_free(hits):
+        return  # a hit on the running sequence's block: admission goes the whole way
+    looked_up.refuse_hits(hits, num_prompt_tokens)
+    assert added.add_seq(9, hashes, num_prompt_tokens) == len(hits) * block_size
+    added.free(9)
+    for cache in caches:
+        cache.check_invariants()
+    assert looked_up.num_prefix_query_tokens == added.num_prefix_query_tokens
+    assert looked_up.num_prefix_hit_tokens == added.num_prefix_hit_tokens
+    assert _state(looked_up) == _state(added)
+    assert [looked_up.block_hash(b) for b in range(num_blocks)] == [
+        added.block_hash(b) for b in range(num_blocks)
+    ]
+    for cache in caches:
+        cache.add_seq(10)
+    rest = looked_up.num_free_blocks * block_size
+    assert looked_up.allocate_slots([10], rest) == added.allocate_slots([10], rest)
+    assert looked_up.block_table(10) == added.block_table(10)
