@@ -96,57 +96,26 @@ class StepPlan:
             else:
                 decode_tokens += item.num_new_tokens
         work = tuple(work)
-        return cls.of_totals(
+        copies = tuple(copies)
+        num_seqs = len(work)
+        return cls(
             work,
             tuple(preemptions),
             num_swap_out_blocks,
             num_swap_in_blocks,
-            tuple(copies),
+            copies,
             prefill_tokens,
             decode_tokens,
             prefill_seqs,
-            len(work) - prefill_seqs,
+            num_seqs - prefill_seqs,
             len({item.request_id for item in work}),
+            num_padding_seqs,
             sum(map(_CONTEXT_LEN, work)),
-            num_padding_seqs,
-        )
-
-    @classmethod
-    def of_totals(
-        cls,
-        work: tuple[SeqWork, ...],
-        preemptions: tuple[Preemption, ...],
-        num_swap_out_blocks: int,
-        num_swap_in_blocks: int,
-        copies: tuple[BlockCopy, ...],
-        num_prefill_tokens: int,
-        num_decode_tokens: int,
-        num_prefill_seqs: int,
-        num_decode_seqs: int,
-        num_requests: int,
-        num_context_tokens: int,
-        num_padding_seqs: int = 0,
-    ) -> StepPlan:
-        """The plan of `work` with its totals counted by the caller, the derived ones added
-        (StepBuilder.plan spells the same out inline: it runs once a step)."""
-        return cls(
             work,
-            preemptions,
-            num_swap_out_blocks,
-            num_swap_in_blocks,
-            copies,
-            num_prefill_tokens,
-            num_decode_tokens,
-            num_prefill_seqs,
-            num_decode_seqs,
-            num_requests,
-            num_padding_seqs,
-            num_context_tokens,
-            work,
-            num_prefill_tokens + num_decode_tokens,
-            num_prefill_seqs + num_decode_seqs,
+            prefill_tokens + decode_tokens,
+            num_seqs,
             bool(copies or num_swap_out_blocks or num_swap_in_blocks),
-            not (num_prefill_seqs or num_decode_seqs or num_swap_out_blocks or num_swap_in_blocks),
+            not (num_seqs or num_swap_out_blocks or num_swap_in_blocks),
         )
 
 

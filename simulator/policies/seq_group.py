@@ -170,7 +170,8 @@ class StepBuilder:
                 self.num_decode_tokens -= item.num_new_tokens
 
     def plan(self) -> StepPlan:
-        """The step's plan, its totals as StepPlan.of_totals derives them (inline: once a step)."""
+        """The step's plan, its totals derived as StepPlan.build derives them, from the counts
+        kept as entries were added."""
         work = tuple(self.work)
         copies = tuple(self.copies)
         swap_out, swap_in = self.swap_out, self.swap_in
