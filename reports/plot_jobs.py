@@ -126,10 +126,9 @@ RUN_PLOTS: tuple[RunPlot, ...] = (
         "replicas",
         fleet_plots.plot_replicas,
         "Replicas over time",
-        "For each fleet, each replica's load (requests running or waiting there), KV-cache use "
-        "and prefix-cache hit rate (cached / prompt tokens of the requests first admitted in "
-        "each bucket), over time; time-bucketed means, idle time counting as zero. A skewed "
-        "router shows as lines apart.",
+        "For each fleet, each replica's load (requests running or waiting there) and KV-cache "
+        "use over time; time-bucketed means, idle time counting as zero. A skewed router shows "
+        "as lines apart.",
         1.3,
         fleet_plots.has_fleet,
     ),
@@ -137,8 +136,8 @@ RUN_PLOTS: tuple[RunPlot, ...] = (
         "router_comparison",
         fleet_plots.plot_router_comparison,
         "Routers side by side",
-        "Each fleet system's prefix-cache hit rate (pooled over its replicas), TTFT mean and p99, "
-        "and load imbalance (time-averaged max / mean of requests in flight, 1 = even).",
+        "Each fleet system's TTFT mean and p99, and its load imbalance (time-averaged max / "
+        "mean of requests in flight, 1 = even).",
         0.6,
         fleet_plots.has_router_comparison,
     ),
@@ -193,6 +192,16 @@ RUN_PLOTS: tuple[RunPlot, ...] = (
 LEFT_OUT = {  # why a plot is not drawn, shown in its place
     "preemptions_swaps": "No system preempted or swapped a request: no preemption plot.",
 }
+HIT_CAPTIONS = {  # said of the fleet plots' hit-rate panels, drawn where some fleet had a hit
+    "replicas": " The third column is each replica's prefix-cache hit rate: cached / prompt "
+    "tokens of the requests first admitted in each bucket.",
+    "router_comparison": " The first panel is each system's prefix-cache hit rate, pooled over "
+    "its replicas.",
+}
+NO_HITS = (
+    "No replica of any system served a prompt token from its prefix cache: the fleet plots "
+    "leave out their hit-rate panels."
+)
 
 
 def run_plot_jobs(
@@ -207,14 +216,18 @@ def run_plot_jobs(
     asked = _question_job(results, question or ReportConfig())
     if asked is not None:
         jobs.append(asked)
+    hits = fleet_plots.has_prefix_hits(results)
     for stem, fn, title, caption, cost, worth in RUN_PLOTS:
         if worth(results):
             draw = _bind(fn, results)
             if stem == "disagg_vs_colocated" and missing:
                 draw = _bind_missing(results, missing)
+            caption += HIT_CAPTIONS.get(stem, "") if hits else ""
             jobs.append(PlotJob(stem, title, caption, draw, cost))
         elif stem in LEFT_OUT:
             notes.append(LEFT_OUT[stem])
+    if fleet_plots.has_fleet(results) and not hits:
+        notes.append(NO_HITS)
     return jobs, notes
 
 
