@@ -202,6 +202,14 @@ NO_HITS = (
     "No replica of any system served a prompt token from its prefix cache: the fleet plots "
     "leave out their hit-rate panels."
 )
+ASKED_FIRST = (  # the side-by-side figure's caption, when it carries the scenario's question
+    "First the metrics the scenario's [report] asks about ({}), which the headlines answer; "
+    "then those of the following it does not ask about ({} panels at most). "
+)
+ANSWERED_SIDE_BY_SIDE = (
+    "The metrics the scenario's [report] asks about lead the figure of disaggregated and "
+    "colocated side by side: no separate figure of them."
+)
 
 
 def run_plot_jobs(
@@ -210,18 +218,26 @@ def run_plot_jobs(
     missing: Sequence[tuple[str, str]] = (),
 ) -> tuple[list[PlotJob], list[str]]:
     """The per-run plots worth drawing for `results`, and notes on those left out: first the
-    scenario's [report] metrics by system (when two systems or more have them). `missing`:
-    (system, why) of systems the comparison lacks, which the side-by-side plot names."""
+    scenario's [report] metrics by system (when two systems or more have them), unless the
+    disaggregated side-by-side figure is drawn: it leads with them instead, one figure where
+    two said much the same. `missing`: (system, why) of systems the comparison lacks, which the
+    side-by-side plot names."""
     jobs, notes = [], []
-    asked = _question_job(results, question or ReportConfig())
-    if asked is not None:
-        jobs.append(asked)
+    table = pd.DataFrame([{"system": r.system, **r.summary} for r in results])
+    metrics = _asked(table, question or ReportConfig())
+    if metrics and disagg_plots.has_disaggregated(results):  # the side-by-side figure's, first
+        notes.append(ANSWERED_SIDE_BY_SIDE)
+    elif metrics:
+        jobs.append(_question_job(table, metrics))
     hits = fleet_plots.has_prefix_hits(results)
     for stem, fn, title, caption, cost, worth in RUN_PLOTS:
         if worth(results):
             draw = _bind(fn, results)
-            if stem == "disagg_vs_colocated" and missing:
-                draw = _bind_missing(results, missing)
+            if stem == "disagg_vs_colocated":
+                draw = _bind_side_by_side(results, missing, metrics)
+                titles = ", ".join(disagg_plots.panel_title(m)[0] for m in metrics)
+                lead = ASKED_FIRST.format(titles, disagg_plots.MAX_PANELS)
+                caption = (lead if metrics else "") + caption
             caption += HIT_CAPTIONS.get(stem, "") if hits else ""
             jobs.append(PlotJob(stem, title, caption, draw, cost))
         elif stem in LEFT_OUT:
@@ -231,18 +247,20 @@ def run_plot_jobs(
     return jobs, notes
 
 
-def _question_job(results: Sequence[RunResult], question: ReportConfig) -> PlotJob | None:
-    """Bars of the metrics the scenario asks about, one per system: its answer as a picture."""
-    table = pd.DataFrame([{"system": r.system, **r.summary} for r in results])
-    metrics = [
+def _asked(table: pd.DataFrame, question: ReportConfig) -> list[str]:
+    """The scenario's [report] metrics that two systems or more have values of (one bar answers
+    nothing), MAX_PANELS at most."""
+    return [
         m
         for m in (question.key_metric, *question.metrics)
         if m is not None
         and m in table
         and pd.to_numeric(table[m], errors="coerce").notna().sum() >= 2
     ][:MAX_PANELS]
-    if not metrics:
-        return None
+
+
+def _question_job(table: pd.DataFrame, metrics: list[str]) -> PlotJob:
+    """Bars of the metrics the scenario asks about, one per system: its answer as a picture."""
     return PlotJob(
         "question",
         "What the scenario asks, by system",
@@ -253,10 +271,10 @@ def _question_job(results: Sequence[RunResult], question: ReportConfig) -> PlotJ
     )
 
 
-def _bind_missing(
-    results: Sequence[RunResult], missing: Sequence[tuple[str, str]]
+def _bind_side_by_side(
+    results: Sequence[RunResult], missing: Sequence[tuple[str, str]], asked: Sequence[str]
 ) -> Callable[[Path], Path]:
-    return lambda path: disagg_plots.plot_disagg_vs_colocated(results, path, missing)
+    return lambda path: disagg_plots.plot_disagg_vs_colocated(results, path, missing, asked)
 
 
 def _bind(

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from plot_checks import draw_figures
 
 from pagesim.reports import fleet_plots, plot_jobs
 from pagesim.reports.glossary import (
@@ -21,7 +22,6 @@ from pagesim.reports.glossary import (
 from pagesim.reports.html import summary_table
 from pagesim.simulator.metrics.result import KV_CATEGORIES, RunResult
 from pagesim.simulator.scenario.load import BUILTIN_DIR
-from tests.plot_checks import draw_figures
 
 ZERO_KV = dict.fromkeys(KV_CATEGORIES, 0)
 

@@ -67,7 +67,8 @@ def test_the_check_finds_crowded_cut_and_mixed_labels() -> None:
 def test_a_run_of_a_fleet_draws_only_legible_figures(
     disagg_run: list[RunResult], tmp_path: Path
 ) -> None:
-    jobs, _ = run_plot_jobs(disagg_run)
+    question = load_run("disaggregated_vs_colocated", SMALL).scenario.report
+    jobs, _ = run_plot_jobs(disagg_run, question)  # the side-by-side figure's five panels
     assert len(jobs) >= 8
     found = illegible(jobs, tmp_path)
     assert not found, "\n".join(found)
