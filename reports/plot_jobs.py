@@ -139,7 +139,10 @@ RUN_PLOTS: tuple[RunPlot, ...] = (
         "Each fleet system's TTFT mean and p99, and its load imbalance (time-averaged max / "
         "mean of requests in flight, 1 = even).",
         0.6,
-        fleet_plots.has_router_comparison,
+        lambda results: (
+            fleet_plots.has_router_comparison(results)
+            and not disagg_plots.has_disaggregated(results)
+        ),
     ),
     (
         "ttft_split",
@@ -206,6 +209,14 @@ ASKED_FIRST = (  # the side-by-side figure's caption, when it carries the scenar
     "First the metrics the scenario's [report] asks about ({}), which the headlines answer; "
     "then those of the following it does not ask about ({} panels at most). "
 )
+ROUTERS_SIDE_BY_SIDE = (  # its caption, when it carries the routers' figure's metrics too
+    " Last, the metrics of the routers' figure that it lacks ({}): with a disaggregated fleet, "
+    "that figure is not drawn, this one compares the same fleets."
+)
+ROUTERS_NOTE = (
+    "The routers' figure's metrics join the figure of disaggregated and colocated side by "
+    "side, which compares the same fleets: no separate routers figure."
+)
 ANSWERED_SIDE_BY_SIDE = (
     "The metrics the scenario's [report] asks about lead the figure of disaggregated and "
     "colocated side by side: no separate figure of them."
@@ -235,16 +246,30 @@ def run_plot_jobs(
             draw = _bind(fn, results)
             if stem == "disagg_vs_colocated":
                 draw = _bind_side_by_side(results, missing, metrics)
-                titles = ", ".join(disagg_plots.panel_title(m)[0] for m in metrics)
-                lead = ASKED_FIRST.format(titles, disagg_plots.MAX_PANELS)
-                caption = (lead if metrics else "") + caption
+                caption = _side_by_side_caption(results, metrics, caption)
             caption += HIT_CAPTIONS.get(stem, "") if hits else ""
             jobs.append(PlotJob(stem, title, caption, draw, cost))
         elif stem in LEFT_OUT:
             notes.append(LEFT_OUT[stem])
     if fleet_plots.has_fleet(results) and not hits:
         notes.append(NO_HITS)
+    if disagg_plots.has_disaggregated(results) and disagg_plots.router_keys(results):
+        notes.append(ROUTERS_NOTE)
     return jobs, notes
+
+
+def _side_by_side_caption(results: Sequence[RunResult], asked: list[str], caption: str) -> str:
+    """The side-by-side figure's caption: which of its panels are the question's, which the
+    routers' figure's."""
+
+    def titles(keys: Sequence[str]) -> str:
+        return ", ".join(disagg_plots.panel_title(key)[0] for key in keys)
+
+    lead = ASKED_FIRST.format(titles(asked), disagg_plots.MAX_PANELS) if asked else ""
+    shown = disagg_plots.compared(asked, disagg_plots.router_keys(results))
+    routers = [key for key in disagg_plots.router_keys(results) if key in shown]
+    routers = [key for key in routers if key not in (*asked, *disagg_plots.COMPARED)]
+    return lead + caption + (ROUTERS_SIDE_BY_SIDE.format(titles(routers)) if routers else "")
 
 
 def _asked(table: pd.DataFrame, question: ReportConfig) -> list[str]:

@@ -102,18 +102,24 @@ def test_a_disaggregated_run_answers_its_question_side_by_side(tmp_path: Path) -
     assert job.caption.startswith(
         "First the metrics the scenario's [report] asks about (Goodput per GPU, TPOT p50, "
         "TTFT p50), which the headlines answer; then those of the following it does not ask "
-        "about (6 panels at most). Goodput per GPU (requests meeting"
+        "about (8 panels at most). Goodput per GPU (requests meeting"
     )
     for _, fig in draw_figures([job], tmp_path):
         panels = {ax.get_title(loc="left"): [t.get_text() for t in ax.texts] for ax in fig.axes}
     assert panels == {  # the question's metrics in its order, then the others not asked about
-        "Goodput per GPU": [" 1.5", " 1"],
-        "TPOT p50": [" 8", " 40"],
-        "TTFT p50": [" 4", " 0.5"],
-        "TPOT p99": [" 16", " 80"],
-        "TTFT p99": [" 8", " 1"],
+        "Goodput per GPU (req/s)": [" 1.5", " 1"],
+        "TPOT p50 (ms)": [" 8", " 40"],
+        "TTFT p50 (s)": [" 4", " 0.5"],
+        "TPOT p99 (ms)": [" 16", " 80"],
+        "TTFT p99 (s)": [" 8", " 1"],
     }
-    assert list(panels) == ["Goodput per GPU", "TPOT p50", "TTFT p50", "TPOT p99", "TTFT p99"]
+    assert [title.split(" (")[0] for title in panels] == [
+        "Goodput per GPU",
+        "TPOT p50",
+        "TTFT p50",
+        "TPOT p99",
+        "TTFT p99",
+    ]
 
 
 def test_without_a_disaggregated_fleet_the_question_keeps_its_own_figure() -> None:

@@ -99,7 +99,7 @@ def test_no_prefix_hit_anywhere_leaves_the_hit_rate_panels_out(tmp_path: Path) -
     fleet_jobs = [job for job in jobs if job.stem in ("replicas", "router_comparison")]
     titles = panel_titles(fleet_jobs, tmp_path)
     assert titles["replicas"][2] == "rr: hit rate %" and len(titles["replicas"]) == 6
-    assert titles["router_comparison"][0] == "Prefix-cache hit rate"
+    assert titles["router_comparison"][0] == "Prefix-cache hit rate (%)"
     assert all("hit rate" in job.caption for job in fleet_jobs)
     assert plot_jobs.NO_HITS not in notes
     # The same fleets, no prompt token ever served from the cache: a flat zero is nothing to see.
@@ -117,7 +117,11 @@ def test_no_prefix_hit_anywhere_leaves_the_hit_rate_panels_out(tmp_path: Path) -
         "prefix: requests at the replica",
         "prefix: KV used %",
     ]
-    assert titles["router_comparison"] == ["TTFT mean", "TTFT p99", "Load imbalance"]
+    assert titles["router_comparison"] == [
+        "TTFT mean (s)",
+        "TTFT p99 (s)",
+        "Load imbalance (max / mean)",
+    ]
     assert not any("hit rate" in job.caption for job in fleet_jobs)
     assert notes == [plot_jobs.LEFT_OUT["preemptions_swaps"], plot_jobs.NO_HITS]
 
