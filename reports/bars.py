@@ -23,6 +23,7 @@ from pagesim.reports.style import NO_DATA_COLOR, figure, label, save, system_col
 ROW_IN = 0.42  # figure height per system row
 NAME_WIDTH = 48  # characters of a system's name shown
 PER_ROW = 5  # panels side by side; more wrap to a second row of panels, names on its left too
+NO_AXIS_IN = 0.4  # the height a value axis (tick labels, unit) would take, which a panel lacks
 
 
 @dataclass(frozen=True)
@@ -64,7 +65,7 @@ def plot_side_by_side(
     More than PER_ROW panels wrap into rows as even as they divide (7: 4 and 3)."""
     rows_of_panels = max(1, -(-len(panels) // PER_ROW))
     columns = max(1, -(-len(panels) // rows_of_panels))
-    height = rows_of_panels * figure_height(len(names) + len(missing))
+    height = rows_of_panels * (figure_height(len(names) + len(missing)) - NO_AXIS_IN)
     with figure(rows_of_panels, columns, height) as (fig, axes):
         for ax in axes.ravel()[len(panels) :]:
             ax.set_visible(False)
