@@ -1,9 +1,12 @@
 """Which plots a report draws (reports/plot_drawing.py draws them).
 
 A report draws only what has something to show: the preemption plot when some system preempted
-or swapped, the memory-saved plot when some system shared blocks, the sweep plots the table's
-axes call for (the rate curve, the block-size ablation, metrics against any other numeric axis).
-A plot left out leaves a note saying why, so that its absence is itself a finding.
+or swapped, the memory-saved plot when some system shared blocks, the fleet plots' hit-rate panels
+when some replica had a prefix hit, the sweep plots the table's axes call for (the rate curve,
+the block-size ablation, metrics against any other numeric axis). It draws nothing twice: a run
+with a disaggregated fleet draws one side-by-side figure with the question's metrics and the
+routers' figure's. A plot left out leaves a note saying why, so that its absence is itself a
+finding.
 """
 
 from __future__ import annotations
@@ -210,8 +213,8 @@ ASKED_FIRST = (  # the side-by-side figure's caption, when it carries the scenar
     "then those of the following it does not ask about ({} panels at most). "
 )
 ROUTERS_SIDE_BY_SIDE = (  # its caption, when it carries the routers' figure's metrics too
-    " Last, the metrics of the routers' figure that it lacks ({}): with a disaggregated fleet, "
-    "that figure is not drawn, this one compares the same fleets."
+    " Last, the metrics of the routers' figure that it lacks ({}): with a disaggregated fleet "
+    "that figure is not drawn, as both compare the same fleets."
 )
 ROUTERS_NOTE = (
     "The routers' figure's metrics join the figure of disaggregated and colocated side by "
@@ -231,8 +234,8 @@ def run_plot_jobs(
     """The per-run plots worth drawing for `results`, and notes on those left out: first the
     scenario's [report] metrics by system (when two systems or more have them), unless the
     disaggregated side-by-side figure is drawn: it leads with them instead, one figure where
-    two said much the same. `missing`: (system, why) of systems the comparison lacks, which the
-    side-by-side plot names."""
+    two said much the same, and takes the routers' figure's metrics too. `missing`: (system,
+    why) of systems the comparison lacks, which the side-by-side plot names."""
     jobs, notes = [], []
     table = pd.DataFrame([{"system": r.system, **r.summary} for r in results])
     metrics = _asked(table, question or ReportConfig())
