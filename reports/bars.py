@@ -1,5 +1,7 @@
 """Systems side by side: one panel per metric, a horizontal bar per system.
 
+Each bar's value is written at its end, so a panel has no value axis (its ticks, a third of
+drawing the figure, would only repeat the values); the unit is in the panel's title.
 Horizontal, because systems' names are long and alike ("disaggregated P:D TP1:TP1 3P1D" beside
 "... TP2:TP1 2P1D"): on the y-axis each is written once, whole, on the left of the first panel,
 where tilted labels under vertical bars were cut short to the same text. A system the figure
@@ -20,6 +22,8 @@ from pagesim.reports.style import NO_DATA_COLOR, figure, label, save, system_col
 
 ROW_IN = 0.42  # figure height per system row
 NAME_WIDTH = 48  # characters of a system's name shown
+PER_ROW = 5  # panels side by side; more wrap to a second row of panels, names on its left too
+NO_AXIS_IN = 0.4  # the height a value axis (tick labels, unit) would take, which a panel lacks
 
 
 @dataclass(frozen=True)
@@ -57,12 +61,20 @@ def plot_side_by_side(
     missing: Sequence[tuple[str, str]] = (),
 ) -> Path:
     """A panel per metric, a bar per system (colored as elsewhere in the report), its value
-    written at the bar's end; `missing` are (name, why) rows drawn empty with their reason."""
-    with figure(1, max(1, len(panels)), figure_height(len(names) + len(missing))) as (fig, axes):
-        for col, panel in enumerate(panels):
-            ax = axes[0, col]
-            ax.set_title(label(panel.title, 30), loc="left", fontsize=9)
-            ax.set_xlabel(panel.unit)
+    written at the bar's end; `missing` are (name, why) rows drawn empty with their reason.
+    More than PER_ROW panels wrap into rows as even as they divide (7: 4 and 3)."""
+    rows_of_panels = max(1, -(-len(panels) // PER_ROW))
+    columns = max(1, -(-len(panels) // rows_of_panels))
+    height = rows_of_panels * (figure_height(len(names) + len(missing)) - NO_AXIS_IN)
+    with figure(rows_of_panels, columns, height) as (fig, axes):
+        for ax in axes.ravel()[len(panels) :]:
+            ax.set_visible(False)
+        for index, panel in enumerate(panels):
+            col = index % columns
+            ax = axes[index // columns, col]
+            heading = f"{panel.title} ({panel.unit})" if panel.unit else panel.title
+            ax.set_title(label(heading, 34), loc="left", fontsize=9)
+            ax.set_xticks([])  # each bar's value is written at its end: no axis to repeat it
             heights = np.array([np.nan if v is None else v for v in panel.values], dtype=float)
             rows = np.arange(len(names))
             colors = [system_color(i) for i in range(len(names))]

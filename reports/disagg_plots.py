@@ -18,6 +18,9 @@ import numpy as np
 import pandas as pd
 
 from pagesim.reports.bars import Panel, figure_height, plot_side_by_side, system_rows
+from pagesim.reports.curves import panel
+from pagesim.reports.fleet_plots import COMPARED as FLEET_COMPARED
+from pagesim.reports.fleet_plots import has_prefix_hits, has_router_comparison
 from pagesim.reports.frames import as_number, finished, numeric
 from pagesim.reports.style import figure, label, legend_below, no_data, save, system_color
 from pagesim.reports.style import time_label as _time_label
@@ -26,12 +29,15 @@ from pagesim.simulator.metrics.result import RunResult
 PART_LABELS = ("queueing", "prefill", "KV transfer", "first decode")
 PART_COLORS = ("#bbbbbb", "#e8a33d", "#c0392b", "#3b75af")
 LINK_BINS = 60  # link-utilization bins over the run
-COMPARED = (  # summary key, title, unit, scale
-    ("goodput_req_s_per_gpu", "Goodput per GPU", "req/s per GPU", 1.0),
-    ("tpot_p50_s", "TPOT p50", "ms", 1e3),
-    ("tpot_p99_s", "TPOT p99", "ms", 1e3),
-    ("ttft_p99_s", "TTFT p99", "s", 1.0),
-)
+PANELS = {  # summary key: title, unit, scale of its panel side by side
+    "goodput_req_s_per_gpu": ("Goodput per GPU", "req/s", 1.0),
+    "tpot_p50_s": ("TPOT p50", "ms", 1e3),
+    "tpot_p99_s": ("TPOT p99", "ms", 1e3),
+    "ttft_p50_s": ("TTFT p50", "s", 1.0),
+    "ttft_p99_s": ("TTFT p99", "s", 1.0),
+}
+COMPARED = ("goodput_req_s_per_gpu", "tpot_p50_s", "tpot_p99_s", "ttft_p99_s")
+MAX_PANELS = 8  # side by side: the [report] metrics, COMPARED's others, the routers' figure's
 
 
 def is_disaggregated(result: RunResult) -> bool:
@@ -147,16 +153,51 @@ def plot_link_utilization(results: Sequence[RunResult], path: Path) -> Path:
         return save(fig, path)
 
 
+def router_keys(results: Sequence[RunResult]) -> list[str]:
+    """The routers' figure's metrics (fleet_plots.COMPARED, the hit rate only where some fleet
+    had a prefix hit) when it would be drawn (several fleets), else none: with a disaggregated
+    fleet they join the side-by-side figure, which compares the same fleets."""
+    if not has_router_comparison(results):
+        return []
+    hits = has_prefix_hits(results)
+    return [key for key, *_ in FLEET_COMPARED if hits or key != "prefix_hit_rate"]
+
+
+def compared(asked: Sequence[str] = (), routers: Sequence[str] = ()) -> list[str]:
+    """The side-by-side figure's metrics: `asked` (the scenario's [report] metrics) first, so
+    that it answers the scenario's question, then COMPARED's others, then `routers`' others
+    (router_keys); MAX_PANELS at most."""
+    return list(dict.fromkeys([*asked, *COMPARED, *routers]))[:MAX_PANELS]
+
+
+def panel_title(key: str) -> tuple[str, str, float]:
+    """(title, unit, scale) of a metric's panel: PANELS's or the routers' figure's, else the
+    glossary's (in the title)."""
+    if key in PANELS:
+        return PANELS[key]
+    for fleet_key, title, unit, is_share in FLEET_COMPARED:
+        if key == fleet_key:
+            return title, "%" if is_share else unit, 100.0 if is_share else 1.0
+    heading, scale = panel(key)
+    return heading, "", scale
+
+
 def plot_disagg_vs_colocated(
-    results: Sequence[RunResult], path: Path, missing: Sequence[tuple[str, str]] = ()
+    results: Sequence[RunResult],
+    path: Path,
+    missing: Sequence[tuple[str, str]] = (),
+    asked: Sequence[str] = (),
 ) -> Path:
-    """Every system side by side: goodput per GPU, TPOT p50 and p99, TTFT p99. `missing`:
-    (name, why) of systems the comparison lacks (a capacity search's colocated fleet that never
-    met the SLO has no best configuration to run), shown as empty rows saying why."""
-    panels = [
-        Panel(title, unit, [_scaled(as_number(r.summary.get(key)), scale) for r in results])
-        for key, title, unit, scale in COMPARED
-    ]
+    """Every system side by side: `asked` (the scenario's [report] metrics) first, then goodput
+    per GPU, TPOT p50 and p99, TTFT p99, then the routers' figure's metrics where it would be
+    drawn (`compared`). `missing`: (name, why) of systems the comparison lacks (a capacity
+    search's colocated fleet that never met the SLO has no best configuration to run), shown
+    as empty rows saying why."""
+    panels = []
+    for key in compared(asked, router_keys(results)):
+        title, unit, scale = panel_title(key)
+        values = [_scaled(as_number(r.summary.get(key)), scale) for r in results]
+        panels.append(Panel(title, unit, values))
     names = [r.system + _gpus(r) for r in results]
     title = "Disaggregated and colocated side by side"
     return plot_side_by_side(path, names, panels, title, missing)

@@ -59,8 +59,17 @@ def has_router_comparison(results: Sequence[RunResult]) -> bool:
     return len(fleets(results)) > 1
 
 
-def _per_replica(result: RunResult) -> tuple[np.ndarray, list[dict[str, np.ndarray]]]:
-    """Bucket edges, and per replica its load, KV used share and hit rate per bucket."""
+def has_prefix_hits(results: Sequence[RunResult]) -> bool:
+    """Whether a replica of some fleet served a prompt token from its prefix cache. Where none
+    did, the hit-rate panels (a flat zero, or no value at all) are left out."""
+    return any(np.nansum(numeric(r.requests, "num_cached_tokens")) > 0 for r in fleets(results))
+
+
+def _per_replica(
+    result: RunResult, hits: bool = True
+) -> tuple[np.ndarray, list[dict[str, np.ndarray]]]:
+    """Bucket edges, and per replica its load, KV used share and (with `hits`) hit rate per
+    bucket."""
     steps = result.steps
     edges = bucket_edges(steps)
     total = sum(numeric(steps, c) for c in KV_CATEGORIES)
@@ -81,10 +90,11 @@ def _per_replica(result: RunResult) -> tuple[np.ndarray, list[dict[str, np.ndarr
     for replica in sorted(steps["replica"].unique()):
         own = steps[steps["replica"] == replica]
         means = activity_means(own, ["_load", "_kv_used"], edges)
-        mine = requests[requests["replica"] == replica] if "replica" in requests else requests
-        out.append(
-            {"load": means["_load"], "kv": means["_kv_used"], "hit": _hit_rate(mine, hit_edges)}
-        )
+        series = {"load": means["_load"], "kv": means["_kv_used"]}
+        if hits:
+            mine = requests[requests["replica"] == replica] if "replica" in requests else requests
+            series["hit"] = _hit_rate(mine, hit_edges)
+        out.append(series)
     return edges, out
 
 
@@ -105,15 +115,17 @@ def _hit_rate(requests: pd.DataFrame, edges: np.ndarray) -> np.ndarray:
 
 def plot_replicas(results: Sequence[RunResult], path: Path) -> Path:
     """Per fleet system (a row each): load (requests running or waiting), KV used share and
-    prefix hit rate of each replica over time."""
+    prefix hit rate of each replica over time; no hit rate where no fleet had a prefix hit."""
     shown = fleets(results)[:MAX_FLEETS]
-    columns = (("load", "requests at the replica"), ("kv", "KV used %"), ("hit", "hit rate %"))
-    with figure(max(1, len(shown)), 3, 1.2 + 2.3 * max(1, len(shown))) as (fig, axes):
+    hits = has_prefix_hits(results)
+    columns = [("load", "requests at the replica"), ("kv", "KV used %")]
+    columns += [("hit", "hit rate %")] if hits else []
+    with figure(max(1, len(shown)), len(columns), 1.2 + 2.3 * max(1, len(shown))) as (fig, axes):
         if not shown:
             no_data(axes[0, 0], "no fleet")
             return save(fig, path)
         for row, result in enumerate(shown):
-            edges, replicas = _per_replica(result)
+            edges, replicas = _per_replica(result, hits)
             hit_edges = np.linspace(edges[0], edges[-1], HIT_BUCKETS + 1)
             for col, (key, unit) in enumerate(columns):
                 ax = axes[row, col]
@@ -125,14 +137,15 @@ def plot_replicas(results: Sequence[RunResult], path: Path) -> Path:
                 ax.set_ylim(bottom=0)
                 ax.set_xlim(left=0)
             axes[row, 1].set_ylim(0, 100)
-        for col in range(3):
+        for col in range(len(columns)):
             axes[-1, col].set_xlabel(time_label(shown))
         many = any(num_replicas(r) > MAX_LINES for r in shown)
         note = "range and median of the replicas" if many else "a line per replica"
         if not many:
             lines = axes[0, 0].get_lines()
             legend_below(fig, lines, [f"replica {i}" for i in range(len(lines))], 8)
-        fig.suptitle(f"Replicas over time: load, KV use, prefix hit rate ({note})")
+        what = "load, KV use, prefix hit rate" if hits else "load, KV use"
+        fig.suptitle(f"Replicas over time: {what} ({note})")
         return save(fig, path)
 
 
@@ -156,11 +169,14 @@ def _draw_replicas(ax: object, x: np.ndarray, series: list[np.ndarray]) -> None:
 
 
 def plot_router_comparison(results: Sequence[RunResult], path: Path) -> Path:
-    """Fleet systems (routers, in a router comparison) side by side: hit rate, TTFT mean and
-    p99, load imbalance, from their summaries."""
+    """Fleet systems (routers, in a router comparison) side by side: hit rate (where some fleet
+    had a prefix hit), TTFT mean and p99, load imbalance, from their summaries."""
     shown = fleets(results)
+    hits = has_prefix_hits(results)
     panels = []
     for key, title, unit, is_share in COMPARED:
+        if key == "prefix_hit_rate" and not hits:
+            continue
         values = [as_number(r.summary.get(key)) for r in shown]
         scaled = [None if v is None else (100 * v if is_share else v) for v in values]
         panels.append(Panel(title, "%" if is_share else unit, scaled))

@@ -1,9 +1,12 @@
 """Which plots a report draws (reports/plot_drawing.py draws them).
 
 A report draws only what has something to show: the preemption plot when some system preempted
-or swapped, the memory-saved plot when some system shared blocks, the sweep plots the table's
-axes call for (the rate curve, the block-size ablation, metrics against any other numeric axis).
-A plot left out leaves a note saying why, so that its absence is itself a finding.
+or swapped, the memory-saved plot when some system shared blocks, the fleet plots' hit-rate panels
+when some replica had a prefix hit, the sweep plots the table's axes call for (the rate curve,
+the block-size ablation, metrics against any other numeric axis). It draws nothing twice: a run
+with a disaggregated fleet draws one side-by-side figure with the question's metrics and the
+routers' figure's. A plot left out leaves a note saying why, so that its absence is itself a
+finding.
 """
 
 from __future__ import annotations
@@ -126,10 +129,9 @@ RUN_PLOTS: tuple[RunPlot, ...] = (
         "replicas",
         fleet_plots.plot_replicas,
         "Replicas over time",
-        "For each fleet, each replica's load (requests running or waiting there), KV-cache use "
-        "and prefix-cache hit rate (cached / prompt tokens of the requests first admitted in "
-        "each bucket), over time; time-bucketed means, idle time counting as zero. A skewed "
-        "router shows as lines apart.",
+        "For each fleet, each replica's load (requests running or waiting there) and KV-cache "
+        "use over time; time-bucketed means, idle time counting as zero. A skewed router shows "
+        "as lines apart.",
         1.3,
         fleet_plots.has_fleet,
     ),
@@ -137,10 +139,13 @@ RUN_PLOTS: tuple[RunPlot, ...] = (
         "router_comparison",
         fleet_plots.plot_router_comparison,
         "Routers side by side",
-        "Each fleet system's prefix-cache hit rate (pooled over its replicas), TTFT mean and p99, "
-        "and load imbalance (time-averaged max / mean of requests in flight, 1 = even).",
+        "Each fleet system's TTFT mean and p99, and its load imbalance (time-averaged max / "
+        "mean of requests in flight, 1 = even).",
         0.6,
-        fleet_plots.has_router_comparison,
+        lambda results: (
+            fleet_plots.has_router_comparison(results)
+            and not disagg_plots.has_disaggregated(results)
+        ),
     ),
     (
         "ttft_split",
@@ -193,6 +198,32 @@ RUN_PLOTS: tuple[RunPlot, ...] = (
 LEFT_OUT = {  # why a plot is not drawn, shown in its place
     "preemptions_swaps": "No system preempted or swapped a request: no preemption plot.",
 }
+HIT_CAPTIONS = {  # said of the fleet plots' hit-rate panels, drawn where some fleet had a hit
+    "replicas": " The third column is each replica's prefix-cache hit rate: cached / prompt "
+    "tokens of the requests first admitted in each bucket.",
+    "router_comparison": " The first panel is each system's prefix-cache hit rate, pooled over "
+    "its replicas.",
+}
+NO_HITS = (
+    "No replica of any system served a prompt token from its prefix cache: the fleet plots "
+    "leave out their hit-rate panels."
+)
+ASKED_FIRST = (  # the side-by-side figure's caption, when it carries the scenario's question
+    "First the metrics the scenario's [report] asks about ({}), which the headlines answer; "
+    "then those of the following it does not ask about ({} panels at most). "
+)
+ROUTERS_SIDE_BY_SIDE = (  # its caption, when it carries the routers' figure's metrics too
+    " Last, the metrics of the routers' figure that it lacks ({}): with a disaggregated fleet "
+    "that figure is not drawn, as both compare the same fleets."
+)
+ROUTERS_NOTE = (
+    "The routers' figure's metrics join the figure of disaggregated and colocated side by "
+    "side, which compares the same fleets: no separate routers figure."
+)
+ANSWERED_SIDE_BY_SIDE = (
+    "The metrics the scenario's [report] asks about lead the figure of disaggregated and "
+    "colocated side by side: no separate figure of them."
+)
 
 
 def run_plot_jobs(
@@ -201,35 +232,63 @@ def run_plot_jobs(
     missing: Sequence[tuple[str, str]] = (),
 ) -> tuple[list[PlotJob], list[str]]:
     """The per-run plots worth drawing for `results`, and notes on those left out: first the
-    scenario's [report] metrics by system (when two systems or more have them). `missing`:
-    (system, why) of systems the comparison lacks, which the side-by-side plot names."""
+    scenario's [report] metrics by system (when two systems or more have them), unless the
+    disaggregated side-by-side figure is drawn: it leads with them instead, one figure where
+    two said much the same, and takes the routers' figure's metrics too. `missing`: (system,
+    why) of systems the comparison lacks, which the side-by-side plot names."""
     jobs, notes = [], []
-    asked = _question_job(results, question or ReportConfig())
-    if asked is not None:
-        jobs.append(asked)
+    table = pd.DataFrame([{"system": r.system, **r.summary} for r in results])
+    metrics = _asked(table, question or ReportConfig())
+    if metrics and disagg_plots.has_disaggregated(results):  # the side-by-side figure's, first
+        notes.append(ANSWERED_SIDE_BY_SIDE)
+    elif metrics:
+        jobs.append(_question_job(table, metrics))
+    hits = fleet_plots.has_prefix_hits(results)
     for stem, fn, title, caption, cost, worth in RUN_PLOTS:
         if worth(results):
             draw = _bind(fn, results)
-            if stem == "disagg_vs_colocated" and missing:
-                draw = _bind_missing(results, missing)
+            if stem == "disagg_vs_colocated":
+                draw = _bind_side_by_side(results, missing, metrics)
+                caption = _side_by_side_caption(results, metrics, caption)
+            caption += HIT_CAPTIONS.get(stem, "") if hits else ""
             jobs.append(PlotJob(stem, title, caption, draw, cost))
         elif stem in LEFT_OUT:
             notes.append(LEFT_OUT[stem])
+    if fleet_plots.has_fleet(results) and not hits:
+        notes.append(NO_HITS)
+    if disagg_plots.has_disaggregated(results) and disagg_plots.router_keys(results):
+        notes.append(ROUTERS_NOTE)
     return jobs, notes
 
 
-def _question_job(results: Sequence[RunResult], question: ReportConfig) -> PlotJob | None:
-    """Bars of the metrics the scenario asks about, one per system: its answer as a picture."""
-    table = pd.DataFrame([{"system": r.system, **r.summary} for r in results])
-    metrics = [
+def _side_by_side_caption(results: Sequence[RunResult], asked: list[str], caption: str) -> str:
+    """The side-by-side figure's caption: which of its panels are the question's, which the
+    routers' figure's."""
+
+    def titles(keys: Sequence[str]) -> str:
+        return ", ".join(disagg_plots.panel_title(key)[0] for key in keys)
+
+    lead = ASKED_FIRST.format(titles(asked), disagg_plots.MAX_PANELS) if asked else ""
+    shown = disagg_plots.compared(asked, disagg_plots.router_keys(results))
+    routers = [key for key in disagg_plots.router_keys(results) if key in shown]
+    routers = [key for key in routers if key not in (*asked, *disagg_plots.COMPARED)]
+    return lead + caption + (ROUTERS_SIDE_BY_SIDE.format(titles(routers)) if routers else "")
+
+
+def _asked(table: pd.DataFrame, question: ReportConfig) -> list[str]:
+    """The scenario's [report] metrics that two systems or more have values of (one bar answers
+    nothing), MAX_PANELS at most."""
+    return [
         m
         for m in (question.key_metric, *question.metrics)
         if m is not None
         and m in table
         and pd.to_numeric(table[m], errors="coerce").notna().sum() >= 2
     ][:MAX_PANELS]
-    if not metrics:
-        return None
+
+
+def _question_job(table: pd.DataFrame, metrics: list[str]) -> PlotJob:
+    """Bars of the metrics the scenario asks about, one per system: its answer as a picture."""
     return PlotJob(
         "question",
         "What the scenario asks, by system",
@@ -240,10 +299,10 @@ def _question_job(results: Sequence[RunResult], question: ReportConfig) -> PlotJ
     )
 
 
-def _bind_missing(
-    results: Sequence[RunResult], missing: Sequence[tuple[str, str]]
+def _bind_side_by_side(
+    results: Sequence[RunResult], missing: Sequence[tuple[str, str]], asked: Sequence[str]
 ) -> Callable[[Path], Path]:
-    return lambda path: disagg_plots.plot_disagg_vs_colocated(results, path, missing)
+    return lambda path: disagg_plots.plot_disagg_vs_colocated(results, path, missing, asked)
 
 
 def _bind(

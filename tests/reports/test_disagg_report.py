@@ -10,11 +10,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from plot_checks import draw_figures
 
 from pagesim.reports import disagg_plots, plot_jobs
 from pagesim.reports.glossary import SUMMARY_BY_KEY, glossary_sections, replica_metric
 from pagesim.reports.html import summary_table
 from pagesim.simulator.cluster.disagg_result import TTFT_PARTS
+from pagesim.simulator.core.config import ReportConfig
 from pagesim.simulator.metrics.result import REQUEST_COLUMNS, RunResult
 from pagesim.simulator.scenario.load import BUILTIN_DIR
 from tests.sim_helpers import poisson_workload
@@ -73,6 +75,63 @@ def test_the_panels_only_when_a_run_holds_a_disaggregated_fleet() -> None:
     assert PANELS.isdisjoint(job.stem for job in jobs)
     jobs, _ = plot_jobs.run_plot_jobs([disaggregated(), colocated()])
     assert {job.stem for job in jobs} >= PANELS
+
+
+# disaggregated_vs_colocated's [report]: goodput per GPU, then TPOT p50 and TTFT p50.
+QUESTION = ReportConfig("goodput_req_s_per_gpu", ("tpot_p50_s", "ttft_p50_s"))
+
+
+def summarized(result: RunResult, goodput: float, tpot_ms: float, ttft_s: float) -> RunResult:
+    """`result` with the side-by-side figure's summary keys (p99s twice the p50s)."""
+    summary = result.summary | {
+        "goodput_req_s_per_gpu": goodput,
+        "tpot_p50_s": tpot_ms / 1e3,
+        "tpot_p99_s": 2 * tpot_ms / 1e3,
+        "ttft_p50_s": ttft_s,
+        "ttft_p99_s": 2 * ttft_s,
+    }
+    return RunResult(result.scenario, result.system, result.requests, result.steps, summary)
+
+
+def test_a_disaggregated_run_answers_its_question_side_by_side(tmp_path: Path) -> None:
+    runs = [summarized(disaggregated(), 1.5, 8.0, 4.0), summarized(colocated(), 1.0, 40.0, 0.5)]
+    jobs, notes = plot_jobs.run_plot_jobs(runs, QUESTION)
+    assert "question" not in [job.stem for job in jobs]  # one figure, not two saying the same
+    assert plot_jobs.ANSWERED_SIDE_BY_SIDE in notes
+    (job,) = [job for job in jobs if job.stem == "disagg_vs_colocated"]
+    assert job.caption.startswith(
+        "First the metrics the scenario's [report] asks about (Goodput per GPU, TPOT p50, "
+        "TTFT p50), which the headlines answer; then those of the following it does not ask "
+        "about (8 panels at most). Goodput per GPU (requests meeting"
+    )
+    for _, fig in draw_figures([job], tmp_path):
+        panels = {ax.get_title(loc="left"): [t.get_text() for t in ax.texts] for ax in fig.axes}
+    assert panels == {  # the question's metrics in its order, then the others not asked about
+        "Goodput per GPU (req/s)": [" 1.5", " 1"],
+        "TPOT p50 (ms)": [" 8", " 40"],
+        "TTFT p50 (s)": [" 4", " 0.5"],
+        "TPOT p99 (ms)": [" 16", " 80"],
+        "TTFT p99 (s)": [" 8", " 1"],
+    }
+    assert [title.split(" (")[0] for title in panels] == [
+        "Goodput per GPU",
+        "TPOT p50",
+        "TTFT p50",
+        "TPOT p99",
+        "TTFT p99",
+    ]
+
+
+def test_without_a_disaggregated_fleet_the_question_keeps_its_own_figure() -> None:
+    twins = [summarized(colocated(), 1.0, 40.0, 0.5), summarized(colocated(), 1.2, 30.0, 0.4)]
+    jobs, notes = plot_jobs.run_plot_jobs(twins, QUESTION)
+    assert jobs[0].stem == "question" and plot_jobs.ANSWERED_SIDE_BY_SIDE not in notes
+    # Nor with no question: the side-by-side figure is its four metrics alone.
+    assert disagg_plots.compared() == list(disagg_plots.COMPARED)
+    jobs, notes = plot_jobs.run_plot_jobs([disaggregated(), colocated()])
+    assert plot_jobs.ANSWERED_SIDE_BY_SIDE not in notes
+    (job,) = [job for job in jobs if job.stem == "disagg_vs_colocated"]
+    assert job.caption.startswith("Goodput per GPU (requests meeting")
 
 
 def test_a_real_fleet_and_its_twin_draw_every_panel(tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from plot_checks import draw_figures
 
 from pagesim.reports import fleet_plots, plot_jobs
 from pagesim.reports.glossary import (
@@ -82,6 +83,47 @@ def test_the_panels_are_drawn_for_fleets_only(tmp_path: Path) -> None:
     for draw in (fleet_plots.plot_replicas, fleet_plots.plot_router_comparison):
         path = draw([single, one, two], tmp_path / f"{draw.__name__}.png")
         assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def panel_titles(jobs: list[plot_jobs.PlotJob], tmp_path: Path) -> dict[str, list[str]]:
+    """Each fleet plot's panel titles, by stem."""
+    return {
+        stem: [ax.get_title(loc="left") for ax in fig.axes]
+        for stem, fig in draw_figures(jobs, tmp_path)
+    }
+
+
+def test_no_prefix_hit_anywhere_leaves_the_hit_rate_panels_out(tmp_path: Path) -> None:
+    hit, same = fleet("rr", prefix_hit_rate=0.3), fleet("prefix", prefix_hit_rate=0.3)
+    jobs, notes = plot_jobs.run_plot_jobs([hit, same])
+    fleet_jobs = [job for job in jobs if job.stem in ("replicas", "router_comparison")]
+    titles = panel_titles(fleet_jobs, tmp_path)
+    assert titles["replicas"][2] == "rr: hit rate %" and len(titles["replicas"]) == 6
+    assert titles["router_comparison"][0] == "Prefix-cache hit rate (%)"
+    assert all("hit rate" in job.caption for job in fleet_jobs)
+    assert plot_jobs.NO_HITS not in notes
+    # The same fleets, no prompt token ever served from the cache: a flat zero is nothing to see.
+    cold = [
+        RunResult(r.scenario, r.system, r.requests.assign(num_cached_tokens=0), r.steps, {})
+        for r in (hit, same)
+    ]
+    assert not fleet_plots.has_prefix_hits(cold)
+    jobs, notes = plot_jobs.run_plot_jobs(cold)
+    fleet_jobs = [job for job in jobs if job.stem in ("replicas", "router_comparison")]
+    titles = panel_titles(fleet_jobs, tmp_path)
+    assert titles["replicas"] == [
+        "rr: requests at the replica",
+        "rr: KV used %",
+        "prefix: requests at the replica",
+        "prefix: KV used %",
+    ]
+    assert titles["router_comparison"] == [
+        "TTFT mean (s)",
+        "TTFT p99 (s)",
+        "Load imbalance (max / mean)",
+    ]
+    assert not any("hit rate" in job.caption for job in fleet_jobs)
+    assert notes == [plot_jobs.LEFT_OUT["preemptions_swaps"], plot_jobs.NO_HITS]
 
 
 def test_many_replicas_draw_as_a_band(tmp_path: Path) -> None:

@@ -21,7 +21,7 @@ from plot_checks import draw_figures, illegible, kept_figures, problems, tick_te
 
 from pagesim.reports import disagg_plots, plots, render
 from pagesim.reports.frames import activity_means, state_means
-from pagesim.reports.plot_jobs import run_plot_jobs, sweep_plot_jobs
+from pagesim.reports.plot_jobs import ROUTERS_NOTE, run_plot_jobs, sweep_plot_jobs
 from pagesim.reports.saved import read_saved
 from pagesim.reports.style import log_scale
 from pagesim.simulator.core.errors import InputError
@@ -67,10 +67,27 @@ def test_the_check_finds_crowded_cut_and_mixed_labels() -> None:
 def test_a_run_of_a_fleet_draws_only_legible_figures(
     disagg_run: list[RunResult], tmp_path: Path
 ) -> None:
-    jobs, _ = run_plot_jobs(disagg_run)
+    question = load_run("disaggregated_vs_colocated", SMALL).scenario.report
+    jobs, notes = run_plot_jobs(disagg_run, question)
     assert len(jobs) >= 8
     found = illegible(jobs, tmp_path)
     assert not found, "\n".join(found)
+    # Its two fleets share their router: the routers' figure's metrics join the side-by-side
+    # one, after the question's and the P/D comparison's own, in two rows of panels.
+    assert "router_comparison" not in [job.stem for job in jobs] and ROUTERS_NOTE in notes
+    (job,) = [job for job in jobs if job.stem == "disagg_vs_colocated"]
+    assert "(TTFT mean, Load imbalance)" in job.caption
+    for _, fig in draw_figures([job], tmp_path):
+        titles = [ax.get_title(loc="left") for ax in fig.axes if ax.get_visible()]
+    assert titles == [
+        "Goodput per GPU (req/s)",
+        "TPOT p50 (ms)",
+        "TTFT p50 (s)",
+        "TPOT p99 (ms)",
+        "TTFT p99 (s)",
+        "TTFT mean (s)",
+        "Load imbalance (max / mean)",
+    ]
 
 
 @pytest.mark.parametrize("name", ["moe_decode", "disaggregated_vs_colocated"])
