@@ -4,9 +4,9 @@ in parallel when asked.
 The plots are independent: with `num_workers` above one, `draw_all` deals them into shares of
 about equal cost, draws one here and the others in worker processes forked from this one
 (which hold the results already, so nothing is copied or pickled but the indices of the
-plots). By default it draws them all here: a report's budget is CPU time (issue 29: a third
-of its run's, or 1 s), and workers cost CPU time of their own (their start, the pages they
-copy, their collections): about 0.1-0.2 s more than drawing serially for textbook's 6 or
+plots). By default it draws them all here: a report's budget is CPU time (a third of
+its run's, or 1 s: docs/reports.md), and workers cost CPU time of their own (their start, the
+pages they copy, their collections): about 0.1-0.2 s more than drawing serially for textbook's 6 or
 disaggregated_vs_colocated's 11 plots (7 December 2026), for wall time they only save on an
 idle machine with a core to spare.
 """

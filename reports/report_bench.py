@@ -1,5 +1,6 @@
-"""`pagesim bench report`: what writing a report adds to its run, per scenario (issue 29 item 2:
-at most a third of the run's CPU time, or 1 s, whichever is larger).
+"""`pagesim bench report`: what writing a report adds to its run, per scenario, against the
+project's budget for it: at most a third of the run's CPU time, or 1 s, whichever is larger
+(docs/reports.md, "What a report costs").
 
 Each case (a scenario's run, or its sweep) is timed in a fresh interpreter (reports/
 bench_child.py says exactly what each figure covers), so that every case pays the same imports;
@@ -35,7 +36,7 @@ from pagesim.simulator.scenario.load import load_scenario, resolve_scenario
 CHILD_SCRIPT = Path(bench_child.__file__).resolve()  # run by path: see its docstring
 THIS_TREE = Path(__file__).resolve().parents[1]
 KINDS = ("run", "sweep", "all")
-BUDGET_SHARE = 1 / 3  # of the run's CPU time (issue 29's acceptance)
+BUDGET_SHARE = 1 / 3  # of the run's CPU time (the budget docs/reports.md states)
 MIN_BUDGET_S = 1.0  # ... or this, whichever is larger
 
 

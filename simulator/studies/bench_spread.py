@@ -1,7 +1,7 @@
 """Several timed runs of one benchmark, and the ratio of two such sets: the figures `pagesim
 bench sim` leads with and the spread it prints beside them.
 
-On a machine shared with other work, wall time swings with the load (issue 29: the same code
+On a machine shared with other work, wall time swings with the load (once, the same code
 timed "1.43x faster" by wall time, 0.96x by CPU time), while the CPU time moves less: so
 a speed claim is a CPU-time ratio, and wall time is shown only as the range its runs covered.
 Before/after runs alternate; each back-to-back pair's ratio shows how far the machine drifted,
