@@ -38,17 +38,14 @@ class VllmV0:
             while state.swapped and state.swap_back_one(step, now_s):
                 pass
 
-    def decodes_only_running(self, state: PagedState) -> bool:
-        """With every running request decoding alone and nothing swapped out: the next step
-        decodes them and admits nothing, and so does each after it while nobody finishes and
-        blocks are only taken (the decode fast path's runs: fastpath/decode_window.py)."""
-        waiting = state.waiting
-        return not len(waiting) or head_stays_waiting(state, waiting[0])
-
     def pure_step_lookups(self, state: PagedState) -> int | None:
-        """`decodes_only_running`, with no lookup counted (`head_stays_waiting` holds only
-        where none is made)."""
-        return 0 if self.decodes_only_running(state) else None
+        """With every running request decoding alone and nothing swapped out: 0 if the next
+        step decodes them and admits nothing, and so does each after it while nobody finishes
+        and blocks are only taken (the decode fast path's runs: fastpath/decode_window.py),
+        else None. Never a lookup to count: `head_stays_waiting` holds only where V0 makes
+        none."""
+        waiting = state.waiting
+        return 0 if not len(waiting) or head_stays_waiting(state, waiting[0]) else None
 
 
 def admit_prompts(state: PagedState, step: StepBuilder, now_s: float) -> None:

@@ -87,37 +87,30 @@ class VllmV1:
         fastpath/decode_window.py); else the prompt tokens each such step's refused admission
         counts as looked up in the prefix cache (`PagedKVCache.note_prefix_query`). The budget
         must reach every member, and the waiting head must not be admitted: V1 admits it
-        unless the batch is full, the budget spent (`admit_chunks`: no lookup), or its blocks
-        do not fit (`admit`: its lookup); a full batch stays full while nobody finishes, and
-        blocks that do not fit do not while the free blocks only fall."""
-        return _pure_step_refusal(state)
-
-
-def _pure_step_refusal(state: PagedState) -> int | None:
-    """None unless the next steps only decode the running requests (`pure_step_lookups`);
-    else the prompt tokens the waiting head's refusal looks up each step (0 if `admit_chunks`
-    does not try it: nobody waits, the batch is full or the budget spent). A head is refused
-    touching nothing but that count only when it has no block hashes (no prefix hit can
-    change the free blocks: admission.fits_unhit) and is no remote prompt."""
-    knobs = state.knobs
-    budget_left = knobs.max_num_batched_tokens - len(state.running)
-    if budget_left < 0:
-        return None  # the budget reaches only some members: each step decides who
-    if not len(state.waiting) or not budget_left:
-        return 0
-    head = state.waiting[0]
-    if state.num_running_seqs + head.request.num_seqs > knobs.max_num_seqs:
-        return 0
-    if head.is_remote or not isinstance(state.kv, PagedKVCache):
-        return None
-    if head.hashers is not None and head.hashers[0].block_hashes():
-        return None
-    if state.spec is not None or state.offload is not None:
-        return None  # padded admissions, CPU-tier loads: not counted here
-    chunk_cap = state.system.max_prefill_chunk or knobs.max_num_batched_tokens
-    if fits_unhit(state, head, min(budget_left, chunk_cap), 0):
-        return None
-    return head.target
+        unless the batch is full, the budget spent (`admit_chunks`: no lookup, 0), or its
+        blocks do not fit (`admit`: its lookup); a full batch stays full while nobody
+        finishes, and blocks that do not fit do not while the free blocks only fall. A head is
+        refused touching nothing but that count only when it has no block hashes (no prefix hit
+        can change the free blocks: admission.fits_unhit) and is no remote prompt."""
+        knobs = state.knobs
+        budget_left = knobs.max_num_batched_tokens - len(state.running)
+        if budget_left < 0:
+            return None  # the budget reaches only some members: each step decides who
+        if not len(state.waiting) or not budget_left:
+            return 0
+        head = state.waiting[0]
+        if state.num_running_seqs + head.request.num_seqs > knobs.max_num_seqs:
+            return 0
+        if head.is_remote or not isinstance(state.kv, PagedKVCache):
+            return None
+        if head.hashers is not None and head.hashers[0].block_hashes():
+            return None
+        if state.spec is not None or state.offload is not None:
+            return None  # padded admissions, CPU-tier loads: not counted here
+        chunk_cap = state.system.max_prefill_chunk or knobs.max_num_batched_tokens
+        if fits_unhit(state, head, min(budget_left, chunk_cap), 0):
+            return None
+        return head.target
 
 
 def _preempter(state: PagedState) -> Preempter | None:

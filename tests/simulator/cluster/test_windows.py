@@ -359,8 +359,8 @@ def test_runs_beside_a_waiting_head_whose_blocks_do_not_fit_give_the_per_step_ru
     monkeypatch: pytest.MonkeyPatch, prefix_cache: bool
 ) -> None:
     """A loaded replica's waiting head refused for its blocks stays refused while the free
-    blocks only fall: its steps run ahead (vllm_v1.py `_pure_step_refusal`), each counting the
-    head's prompt as looked up in the prefix cache, as its refused admission does."""
+    blocks only fall: its steps run ahead (vllm_v1.py `VllmV1.pure_step_lookups`), each counting
+    the head's prompt as looked up in the prefix cache, as its refused admission does."""
     from pagesim.simulator.cluster import replica as replica_module
 
     knobs = {"enable_prefix_cache": prefix_cache, "block_size": 16, "num_kv_blocks": 3000 // 16}
