@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """How many of the project's files one engine step runs through: a reader's measure of the house.
 
-Issue 30 asks that a newcomer can follow one engine step of the per-step path (plan, price,
-`yield env.timeout`, complete, record) through a handful of files. This script measures it as
-the issue did: `sys.setprofile` records every Python call while `engine.simulate` runs a
-scenario on the per-step path (a step hook is given, which turns the decode fast path off, so
+A newcomer should be able to follow one engine step of the per-step path (plan, price,
+`yield env.timeout`, complete, record) through a handful of files. This script measures it:
+`sys.setprofile` records every Python call while `engine.simulate` runs a scenario on the
+per-step path (a step hook is given, which turns the decode fast path off, so
 every step is its own plan); the calls between one step's end and the next's are that step's.
 For each step it counts the distinct project files whose functions ran and the calls from one
 project file into another; it prints the median step's figures per system, and the files the
@@ -12,7 +12,8 @@ median step touched with their call counts (`--calls`: and which of their functi
 
 It uses only `simulate`'s public arguments, so it runs unchanged on any revision: to measure an
 older one, put a checkout of it first on PYTHONPATH (laid out as installed: `pagesim/` holding
-its `simulator/`). Not a test: a figure for the design notes, read by a person.
+its `simulator/`). tests/simulator/test_step_files.py holds the textbook scenario's median step
+to at most 8 files with it; other scenarios' figures are for a person to read.
 
 usage: python tools/step_trace.py [SCENARIO] [--system NAME] [--files | --calls]
                                   [--set PATH=VALUE ...]

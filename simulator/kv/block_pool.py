@@ -73,11 +73,11 @@ class BlockPool:
         "_is_lru",
         "_later_of_hash",
         "_lru",
-        "_num_fork_shares",
-        "_num_prefix_shares",
-        "_num_used",
         "_ref_counts",
         "_unhashed_first",
+        "num_fork_saved_blocks",
+        "num_prefix_saved_blocks",
+        "num_used_blocks",
     )
 
     def __init__(
@@ -106,10 +106,14 @@ class BlockPool:
         # order: one plain int per hash in the usual case, no container to build and drop
         self._first_of_hash: dict[int, int] = {}
         self._later_of_hash: dict[int, dict[int, None]] = {}
-        self._num_used = 0
+        # The counts below are the pool's own, kept as it goes; read them, never write. They
+        # are plain attributes, not properties: every step's memory row reads them.
+        self.num_used_blocks = 0  # blocks with ref_count > 0
         self._fork_shares = [0] * num_blocks  # references taken by incref, per block
-        self._num_fork_shares = 0  # copies saved by forks: the sum of the above
-        self._num_prefix_shares = 0  # copies saved by prefix-cache hits on blocks in use
+        # copies of blocks that forks (parallel samples, beams) share: the sum of the above
+        self.num_fork_saved_blocks = 0
+        # copies of blocks that prefix-cache hits on blocks in use share instead of holding
+        self.num_prefix_saved_blocks = 0
 
     # -- queries -------------------------------------------------------------------------------
 
@@ -129,10 +133,6 @@ class BlockPool:
         return self._unhashed_first
 
     @property
-    def num_used_blocks(self) -> int:
-        return self._num_used
-
-    @property
     def num_cached_blocks(self) -> int:
         """Blocks holding a hash, referenced or evictable."""
         return self.num_blocks - self._hashes.count(None) if self._first_of_hash else 0
@@ -143,16 +143,6 @@ class BlockPool:
         if not self._is_lru:
             return len(self._evictable)
         return sum(self._hashes[b] is not None for b in self._lru)
-
-    @property
-    def num_prefix_saved_blocks(self) -> int:
-        """Copies of blocks that prefix-cache hits share instead of holding their own."""
-        return self._num_prefix_shares
-
-    @property
-    def num_fork_saved_blocks(self) -> int:
-        """Copies of blocks that forks (parallel samples, beams) share instead of holding."""
-        return self._num_fork_shares
 
     def ref_count(self, block: int) -> int:
         self._check_block(block)
@@ -191,7 +181,7 @@ class BlockPool:
         else:
             raise KVCacheError(f"no free block: all {self.num_blocks} blocks are referenced")
         self._ref_counts[block] = 1
-        self._num_used += 1
+        self.num_used_blocks += 1
         return block
 
     def allocate_many(self, num_blocks: int) -> list[int]:
@@ -219,7 +209,7 @@ class BlockPool:
                         del first_of_hash[block_hash]
                         hashes[block] = None
                     ref_counts[block] = 1
-            self._num_used += num_blocks
+            self.num_used_blocks += num_blocks
             return blocks
         free = self._free
         if len(free) < num_blocks:
@@ -227,7 +217,7 @@ class BlockPool:
         blocks = list(starmap(free.popleft, repeat((), num_blocks)))  # popped in C
         for block in blocks:
             ref_counts[block] = 1
-        self._num_used += num_blocks
+        self.num_used_blocks += num_blocks
         return blocks
 
     def free_table(self, table: list[int], num_hashed_like: int = 0) -> bool:
@@ -244,7 +234,7 @@ class BlockPool:
             return False  # shared (a table never lists a block twice)
         for block in table:
             ref_counts[block] = 0
-        self._num_used -= len(table)
+        self.num_used_blocks -= len(table)
         if not self._unhashed_first:  # every block to the tail, tail first
             self._place([], table[::-1])
             return True
@@ -268,7 +258,7 @@ class BlockPool:
         tail). Returns those, in order. `hashed_like`: blocks vLLM would have hashed though
         pagesim did not (policies/group_hashes.py), placed as hashed ones."""
         freed = [block for block in blocks if not self._drop_reference(block)]
-        self._num_used -= len(freed)
+        self.num_used_blocks -= len(freed)
         self._put_free(freed, hashed_like)
         return freed
 
@@ -279,7 +269,7 @@ class BlockPool:
             raise KVCacheError(f"incref of free block {block}: allocate or touch it instead")
         self._ref_counts[block] += 1
         self._fork_shares[block] += 1
-        self._num_fork_shares += 1
+        self.num_fork_saved_blocks += 1
 
     def decref(self, block: int) -> int:
         """Drop one reference; at 0 the block joins the free blocks (`decref_many` of it alone:
@@ -289,7 +279,7 @@ class BlockPool:
         """
         ref_count = self._drop_reference(block)
         if not ref_count:
-            self._num_used -= 1
+            self.num_used_blocks -= 1
             self._put_free([block])
         return ref_count
 
@@ -305,9 +295,9 @@ class BlockPool:
         if ref_count:  # a shared block lost a holder: one saved copy fewer, a fork's first
             if self._fork_shares[block]:
                 self._fork_shares[block] -= 1
-                self._num_fork_shares -= 1
+                self.num_fork_saved_blocks -= 1
             else:
-                self._num_prefix_shares -= 1
+                self.num_prefix_saved_blocks -= 1
         return ref_count
 
     def _put_free(self, blocks: list[int], hashed_like: AbstractSet[int] = frozenset()) -> None:
@@ -362,9 +352,9 @@ class BlockPool:
                 self._lru.remove(block)
             else:
                 del self._evictable[block]
-            self._num_used += 1
+            self.num_used_blocks += 1
         else:
-            self._num_prefix_shares += 1  # another holder of a block in use: one copy saved
+            self.num_prefix_saved_blocks += 1  # another holder of a block in use: one copy saved
         self._ref_counts[block] += 1
 
     def requeue(self, blocks: list[int]) -> None:
@@ -459,9 +449,9 @@ class BlockPool:
                 self._first_of_hash,
                 self._later_of_hash,
                 self._fork_shares,
-                self._num_used,
-                self._num_fork_shares,
-                self._num_prefix_shares,
+                self.num_used_blocks,
+                self.num_fork_saved_blocks,
+                self.num_prefix_saved_blocks,
                 self._is_lru,
                 self._allow_duplicates,
             )

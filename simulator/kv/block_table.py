@@ -3,15 +3,13 @@
 A block table maps a sequence's logical block i (its tokens i·block_size .. (i+1)·block_size − 1)
 to a physical block: a GPU block, or a CPU one while the sequence is swapped out. Plain data: the
 cache (`paged_slots`, `paged_cache`) and its audits (`paged_audit`) read and change it, some of it
-through the walks over tables below (blocks handed out, reserved slots counted).
+through the walks over tables below (blocks handed out, blocks counted by holder).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-
-from pagesim.simulator.core.errors import KVCacheError
 
 
 @dataclass(slots=True)
@@ -36,46 +34,6 @@ def unique_blocks(seqs: Iterable[BlockTable]) -> dict[int, int]:
 def clamp_fill(num_tokens: int, block_index: int, block_size: int) -> int:
     """How many of block `block_index`'s slots lie below position `num_tokens`."""
     return min(block_size, max(0, num_tokens - block_index * block_size))
-
-
-def reserved_slots(
-    items: Iterable[tuple[int, BlockTable]],
-    refs: list[int],
-    computed_slots: list[int],
-    block_size: int,
-) -> int:
-    """Held, not yet computed slots of the (seq id, table) `items` on the GPU that some holder
-    will still fill (`PagedSlots.num_reserved_slots`): per block, up to the most any holder's
-    final length reaches into it, less what is computed there; a block shared by several
-    counts once."""
-    bs = block_size
-    reserved = 0
-    need_of: dict[int, int] = {}  # shared block -> slots some holder will fill, from offset 0
-    # Called every step over every sequence: the loop body is kept to integer arithmetic, and a
-    # block with one holder (the usual) is counted at once, without the dict.
-    for seq_id, seq in items:
-        if seq.is_swapped:
-            continue
-        final_len = seq.final_len
-        if final_len is None:
-            raise KVCacheError(f"memory_breakdown: no final length for seq {seq_id}")
-        table = seq.block_table
-        for i in range(seq.num_computed_tokens // bs, len(table)):
-            need = final_len - i * bs
-            if need > bs:
-                need = bs
-            block = table[i]
-            if refs[block] == 1:
-                gap = need - computed_slots[block]
-                if gap > 0:
-                    reserved += gap
-            elif need > need_of.get(block, 0):
-                need_of[block] = need
-    for block, need in need_of.items():
-        gap = need - computed_slots[block]
-        if gap > 0:
-            reserved += gap
-    return reserved
 
 
 def hand_out(blocks: Sequence[int], grown: list[tuple[BlockTable, int, int]]) -> None:

@@ -42,6 +42,7 @@ class CacheSlots(Generic[SeqT]):
             reuse_unhashed_first=reuse_unhashed_first,
         )
         self._gpu = gpu
+        self._num_gpu_blocks = num_blocks
         self._block_size = block_size
         self._enable_prefix_cache = enable_prefix_cache
         self._seqs: dict[int, SeqT] = {}
@@ -56,16 +57,11 @@ class CacheSlots(Generic[SeqT]):
 
     @property
     def num_blocks(self) -> int:
-        return self._gpu.num_blocks
+        return self._num_gpu_blocks
 
     @property
     def enable_prefix_cache(self) -> bool:
         return self._enable_prefix_cache
-
-    @property
-    def num_free_blocks(self) -> int:
-        """GPU blocks allocatable now; evictable cached blocks count as free."""
-        return self._gpu.num_free_blocks
 
     @property
     def num_used_blocks(self) -> int:

@@ -54,6 +54,12 @@ class HybridSlots(CacheSlots[HybridSeq]):
         self._can_hit = enable_prefix_cache and not self._num_state
         self.num_window_freed_blocks = 0  # blocks freed out of a window so far
 
+    @property
+    def num_free_blocks(self) -> int:
+        """Blocks allocatable now, evictable cached ones included: every block no group of any
+        sequence holds (the paged cache answers the same, in paged_slots.py)."""
+        return self._num_gpu_blocks - self._gpu.num_used_blocks
+
     def allocate_slots(
         self,
         seq_ids: Sequence[int],

@@ -201,6 +201,57 @@ class PagedKVCache(PagedSlots):
         """
         return self._swap(seq_ids, to_cpu=False)
 
+    # -- a decode group's members (fastpath/decode_group.py) --------------------------------------
+
+    def fill_computed(self, seq_id: int, num_tokens: int) -> None:
+        """The sequence holds `num_tokens` slots, all computed, within the blocks it has:
+        `allocate_slots([seq_id], num_tokens - held)` then `commit(seq_id, num_tokens)`, the
+        growth inlined (a decode-group member leaving: fastpath/decode_group.py, a hundred at
+        once when a step must make room). Growth past its blocks (not expected of a member)
+        takes the general path too, as before this was inlined; AssertionError, as then, if that
+        finds no free block (a member's skipped slots lie within the blocks it holds)."""
+        seq = self._seqs.get(seq_id)
+        if seq is None or seq.is_swapped:
+            seq = self._gpu_seq(seq_id)  # raises, naming the problem
+        held = seq.num_tokens
+        table = seq.block_table
+        bs = self._block_size
+        shared_tail = held % bs and self._gpu_refs[table[-1]] > 1
+        if shared_tail or num_tokens < held or num_tokens > len(table) * bs:
+            if self.allocate_slots((seq_id,), num_tokens - held) is None:  # the general path
+                raise AssertionError(f"seq {seq_id}: {held} -> {num_tokens} slots found no block")
+        else:
+            seq.num_tokens = num_tokens
+        self.commit(seq_id, num_tokens)
+
+    def append_blocks(self, seq_ids: Sequence[int], num_tokens: Sequence[int]) -> None:
+        """Entry by entry, sequence `seq_ids[i]` takes one new block and holds `num_tokens[i]`
+        slots, the last of them in that block (a sequence may come again): what `allocate_slots`
+        of each entry's growth in turn does when each needs exactly one block, the blocks taken
+        in one allocation, in the same order. For a decode group's members crossing into new
+        blocks over several steps (its closed form rests on their needing one block a crossing
+        and on their last block being theirs alone). KVCacheError if the free blocks cannot
+        hold them (nothing changed); AssertionError if an entry would need another count of
+        blocks or a copy (the caller's bug: the blocks taken stay taken, the tables as they
+        are)."""
+        gpu = self._gpu
+        if len(seq_ids) > gpu.num_free_blocks:
+            raise KVCacheError(f"{len(seq_ids)} blocks asked for, {gpu.num_free_blocks} free")
+        blocks = gpu.allocate_many(len(seq_ids))
+        seqs = self._seqs
+        bs = self._block_size
+        refs = self._gpu_refs
+        for seq_id, tokens, block in zip(seq_ids, num_tokens, blocks, strict=True):
+            seq = seqs[seq_id]
+            table = seq.block_table
+            if (seq.num_tokens % bs and refs[table[-1]] > 1) or (tokens - 1) // bs != len(table):
+                raise AssertionError(
+                    f"seq {seq_id}: {seq.num_tokens} -> {tokens} slots over {len(table)} blocks "
+                    f"is not one new block of its own"
+                )
+            table.append(block)
+            seq.num_tokens = tokens
+
     # -- accounting ----------------------------------------------------------------------------
 
     def walk_memory_breakdown(

@@ -35,7 +35,7 @@ from pagesim.simulator.core.errors import KVCacheError
 from pagesim.simulator.core.memory import MemoryBreakdown, MemoryRow
 from pagesim.simulator.core.plan import BlockCopy
 from pagesim.simulator.kv.block_pool import EvictionOrder
-from pagesim.simulator.kv.block_table import BlockTable, clamp_fill, hand_out, reserved_slots
+from pagesim.simulator.kv.block_table import BlockTable, clamp_fill, hand_out
 from pagesim.simulator.kv.cache_slots import CacheSlots
 from pagesim.simulator.kv.swap_space import SwapSpace
 
@@ -72,6 +72,13 @@ class PagedSlots(CacheSlots[BlockTable]):
         )
         self._gpu_refs = self._gpu.ref_counts  # read-only view for the hot paths
         self._swap_space = SwapSpace(num_cpu_blocks)  # the CPU pool
+
+    @property
+    def num_free_blocks(self) -> int:
+        """GPU blocks allocatable now: every block no sequence holds (evictable cached ones
+        count as free). Asked per sequence per step (vLLM V0's one free block per sequence),
+        so answered from the pool's count, an attribute read."""
+        return self._num_gpu_blocks - self._gpu.num_used_blocks
 
     def num_blocks_needed(self, seq_id: int, num_new_tokens: int) -> int:
         """New GPU blocks `append_slots` would take, a copy-on-write copy included."""
@@ -126,7 +133,7 @@ class PagedSlots(CacheSlots[BlockTable]):
                     table = seq.block_table
                     if not (num_tokens % bs and refs[table[-1]] > 1):
                         num_new_blocks = (num_tokens + num_new_tokens + bs - 1) // bs - len(table)
-                        if num_new_blocks > gpu.num_free_blocks:
+                        if num_new_blocks > self._num_gpu_blocks - gpu.num_used_blocks:
                             return None
                         seq.num_tokens = num_tokens + num_new_tokens
                         if num_new_blocks == 1:
@@ -157,68 +164,19 @@ class PagedSlots(CacheSlots[BlockTable]):
             needed += num_new_blocks
             grown.append((seq, num_new_blocks, num_tokens + count))
         else:
-            if gpu.num_free_blocks - needed < reserve_blocks:
+            if self._num_gpu_blocks - gpu.num_used_blocks - needed < reserve_blocks:
                 return None
             hand_out(gpu.allocate_many(needed) if needed else [], grown)
             return _NO_COPIES
         # The general path: validated, copy-on-write copies made in order.
         needed = sum(map(self.num_blocks_needed, seq_ids, counts))  # raises on a bad sequence
-        if gpu.num_free_blocks - needed < reserve_blocks:
+        if self._num_gpu_blocks - gpu.num_used_blocks - needed < reserve_blocks:
             return None
         copies: list[BlockCopy] = []
         for seq_id, count in zip(seq_ids, counts, strict=True):
             if count:
                 self._append(self._seqs[seq_id], count, copies)
         return tuple(copies) if copies else _NO_COPIES
-
-    def fill_computed(self, seq_id: int, num_tokens: int) -> None:
-        """The sequence holds `num_tokens` slots, all computed, within the blocks it has:
-        `allocate_slots([seq_id], num_tokens - held)` then `commit(seq_id, num_tokens)`, the
-        growth inlined (a decode-group member leaving: fastpath/decode_group.py, a hundred at
-        once when a step must make room). Growth past its blocks (not expected of a member)
-        takes the general path too, as before this was inlined; AssertionError, as then, if that
-        finds no free block (a member's skipped slots lie within the blocks it holds)."""
-        seq = self._seqs.get(seq_id)
-        if seq is None or seq.is_swapped:
-            seq = self._gpu_seq(seq_id)  # raises, naming the problem
-        held = seq.num_tokens
-        table = seq.block_table
-        bs = self._block_size
-        shared_tail = held % bs and self._gpu_refs[table[-1]] > 1
-        if shared_tail or num_tokens < held or num_tokens > len(table) * bs:
-            if self.allocate_slots((seq_id,), num_tokens - held) is None:  # the general path
-                raise AssertionError(f"seq {seq_id}: {held} -> {num_tokens} slots found no block")
-        else:
-            seq.num_tokens = num_tokens
-        self.commit(seq_id, num_tokens)
-
-    def append_blocks(self, seq_ids: Sequence[int], num_tokens: Sequence[int]) -> None:
-        """Entry by entry, sequence `seq_ids[i]` takes one new block and holds `num_tokens[i]`
-        slots, the last of them in that block (a sequence may come again): what `allocate_slots`
-        of each entry's growth in turn does when each needs exactly one block, the blocks taken
-        in one allocation, in the same order. For a decode group's members crossing into new
-        blocks over several steps (its closed form rests on their needing one block a crossing
-        and on their last block being theirs alone). KVCacheError if the free blocks cannot
-        hold them (nothing changed); AssertionError if an entry would need another count of
-        blocks or a copy (the caller's bug: the blocks taken stay taken, the tables as they
-        are)."""
-        gpu = self._gpu
-        if len(seq_ids) > gpu.num_free_blocks:
-            raise KVCacheError(f"{len(seq_ids)} blocks asked for, {gpu.num_free_blocks} free")
-        blocks = gpu.allocate_many(len(seq_ids))
-        seqs = self._seqs
-        bs = self._block_size
-        refs = self._gpu_refs
-        for seq_id, tokens, block in zip(seq_ids, num_tokens, blocks, strict=True):
-            seq = seqs[seq_id]
-            table = seq.block_table
-            if (seq.num_tokens % bs and refs[table[-1]] > 1) or (tokens - 1) // bs != len(table):
-                raise AssertionError(
-                    f"seq {seq_id}: {seq.num_tokens} -> {tokens} slots over {len(table)} blocks "
-                    f"is not one new block of its own"
-                )
-            table.append(block)
-            seq.num_tokens = tokens
 
     def commit(
         self, seq_id: int, num_computed_tokens: int, block_hashes: Sequence[int] = ()
@@ -362,25 +320,57 @@ class PagedSlots(CacheSlots[BlockTable]):
         bs = self._block_size
         computed = self._num_computed_slots + num_uncommitted
         gpu = self._gpu
+        used = gpu.num_used_blocks  # O(1): the pool's counters, read as attributes
         return (
             computed,
             num_reserved,
-            gpu.num_used_blocks * bs - computed - num_reserved,  # internal fragmentation
+            used * bs - computed - num_reserved,  # internal fragmentation
             0,  # no external fragmentation in a paged cache
-            gpu.num_free_blocks * bs,
-            gpu.num_prefix_saved_blocks * bs,  # O(1): the pool's counters
+            (self._num_gpu_blocks - used) * bs,
+            gpu.num_prefix_saved_blocks * bs,
             gpu.num_fork_saved_blocks * bs,
         )
 
     def num_reserved_slots(self, seq_ids: Iterable[int] | None = None) -> int:
-        """Held, not yet computed slots that some holder will still fill (`memory_breakdown`).
+        """Held, not yet computed slots that some holder will still fill (`memory_breakdown`):
+        per block, up to the most any holder's final length reaches into it, less what is
+        computed there; a block shared by several counts once.
 
         `seq_ids`: walk only these sequences' tails (a caller that accounts for the others'
         reserved slots in closed form, as a decode group does); all live ones by default.
         """
         seqs = self._seqs
         items = seqs.items() if seq_ids is None else ((s, seqs[s]) for s in seq_ids)
-        return reserved_slots(items, self._gpu_refs, self._computed_slots, self._block_size)
+        refs = self._gpu_refs
+        computed_slots = self._computed_slots
+        bs = self._block_size
+        reserved = 0
+        need_of: dict[int, int] = {}  # shared block -> slots some holder will fill, from offset 0
+        # Called every step over every sequence: the loop body is kept to integer arithmetic,
+        # and a block with one holder (the usual) is counted at once, without the dict.
+        for seq_id, seq in items:
+            if seq.is_swapped:
+                continue
+            final_len = seq.final_len
+            if final_len is None:
+                raise KVCacheError(f"memory_breakdown: no final length for seq {seq_id}")
+            table = seq.block_table
+            for i in range(seq.num_computed_tokens // bs, len(table)):
+                need = final_len - i * bs
+                if need > bs:
+                    need = bs
+                block = table[i]
+                if refs[block] == 1:
+                    gap = need - computed_slots[block]
+                    if gap > 0:
+                        reserved += gap
+                elif need > need_of.get(block, 0):
+                    need_of[block] = need
+        for block, need in need_of.items():
+            gap = need - computed_slots[block]
+            if gap > 0:
+                reserved += gap
+        return reserved
 
     # -- internals -----------------------------------------------------------------------------
 
