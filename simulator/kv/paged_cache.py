@@ -13,7 +13,8 @@ Its parts (docs/design.md: BlockPool · BlockTable · PrefixCache · SwapSpace):
     swap_space    SwapSpace: the CPU pool and the copy of blocks between the pools
     paged_audit   the O(blocks) checks: invariants, the memory breakdown walked block by block
     this module   PagedKVCache: sequences entering (with prefix-cache hits) and forking,
-                  swapping out and in, and the CPU-pool, fork and block-table queries
+                  swapping out and in, the CPU-pool, fork and block-table queries, and a
+                  decode group's members settling their slots (fastpath/decode_group.py)
 
 The prefix cache is the GPU pool's hash cache: `commit` registers full computed blocks, `add_seq`
 maps a prompt's longest cached prefix.
