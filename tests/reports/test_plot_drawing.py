@@ -4,6 +4,8 @@ writes its offset text where a title would cover it, PNGs written opaque."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -110,3 +112,35 @@ def test_minor_marks_draw_the_pixels_matplotlibs_minor_ticks_draw(axis: str) -> 
     theirs, ours = drawn(False), drawn(True)
     assert (theirs != 255).any()
     assert np.abs(ours - theirs).max() == 0
+
+
+_FRESH_IMPORT = """
+import matplotlib  # the package alone defines no artist
+import pagesim.reports.render
+from matplotlib.artist import Artist, kwdoc
+from matplotlib.lines import Line2D
+
+assert Line2D.set.__doc__ is None, "matplotlib was imported before reports.matplotlib_import"
+line = Line2D([0], [0])
+line.set(color="red", lw=3, linestyle="--")  # an alias and the full names, as before
+assert (line.get_color(), line.get_linewidth(), line.get_linestyle()) == ("red", 3, "--")
+
+
+class Later(Line2D):  # defined after the import: matplotlib's own step again
+    pass
+
+
+assert "linewidth" in (Later.set.__doc__ or ""), "matplotlib's step was not put back"
+assert "linewidth" in kwdoc(Line2D)
+print("ok")
+"""
+
+
+def test_a_report_imports_matplotlib_without_the_artists_set_help_and_puts_it_back() -> None:
+    """reports.matplotlib_import: render imports it before any plotting module, the artists it
+    defines set every property as before, and a class defined later has its help again."""
+    done = subprocess.run(
+        [sys.executable, "-c", _FRESH_IMPORT], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "ok"
