@@ -117,7 +117,7 @@ def test_minor_marks_draw_the_pixels_matplotlibs_minor_ticks_draw(axis: str) -> 
 
 
 _FRESH_IMPORT = """
-import matplotlib  # the package alone defines no artist
+import matplotlib  # the package imported first, as other code may have: no help is skipped yet
 import pagesim.reports.render
 from matplotlib.artist import Artist, kwdoc
 from matplotlib.lines import Line2D
