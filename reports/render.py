@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from pagesim.reports import plots
+from pagesim.reports import matplotlib_import, plots  # noqa: F401  (matplotlib_import first)
 from pagesim.reports.block_map_files import BlockMapLink, block_maps_html, parse_links
 from pagesim.reports.deploy_html import deploy_html, write_commands
 from pagesim.reports.findings import derive_findings

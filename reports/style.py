@@ -20,6 +20,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 from PIL import Image
 
+from pagesim.reports.axis_drawing import measured_once
 from pagesim.reports.layout import PAD_PT as LAYOUT_PAD_PT
 from pagesim.reports.layout import place_panels
 from pagesim.reports.minor_marks import mark_minor
@@ -154,11 +155,12 @@ def save(fig: Figure, path: Path) -> Path:
     assert isinstance(fig.canvas, FigureCanvasAgg)  # reports draw with Agg (matplotlib.use)
     canvas: Any = fig.canvas  # FigureCanvasAgg's draw and buffer_rgba are untyped
     place_panels(fig)
-    canvas.draw()
-    if _shows_offset_text(fig):
-        for ax in fig.axes:
-            ax._autotitlepos = True  # type: ignore[attr-defined]  # matplotlib's placement
+    with measured_once(fig):  # each axis's ticks worked out once (reports/axis_drawing.py)
         canvas.draw()
+        if _shows_offset_text(fig):
+            for ax in fig.axes:
+                ax._autotitlepos = True  # type: ignore[attr-defined]  # matplotlib's placement
+            canvas.draw()
     width, height = canvas.get_width_height(physical=True)
     pixels = Image.frombuffer("RGBA", (width, height), canvas.buffer_rgba(), "raw", "RGBA", 0, 1)
     opaque = pixels.convert("RGB")

@@ -8,6 +8,7 @@ from dataclasses import replace
 import pytest
 from cli_helpers import refused, run_cli
 
+from pagesim.reports import report_bench
 from pagesim.reports.report_bench import Case, ReportCost, bench_cases, median_cost
 
 
@@ -63,3 +64,17 @@ def test_each_figure_is_the_median_of_the_rounds() -> None:
     middle = median_cost(samples)
     assert middle.report_cpu_s == 2.0 and middle.num_plots == 7
     assert middle.simulate_cpu_s == 2.4 and middle.scenario == "s"
+
+
+def test_this_tree_is_byte_compiled_before_any_case_is_timed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """As the other revision's tree is, so that neither side's children compile their imports
+    (PYTHONDONTWRITEBYTECODE set) and the sides compare alike."""
+    done: list[str] = []
+    monkeypatch.setattr(report_bench, "compiled", lambda tree: done.append(f"compiled {tree}"))
+    monkeypatch.setattr(
+        report_bench, "time_case", lambda tree, case, overrides: done.append("timed") or COST
+    )
+    report_bench.bench_reports([Case("textbook_static_vs_continuous", "run")], repeat=2)
+    assert done == [f"compiled {report_bench.THIS_TREE}", "timed", "timed"]

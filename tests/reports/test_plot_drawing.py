@@ -4,6 +4,8 @@ writes its offset text where a title would cover it, PNGs written opaque."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -11,12 +13,14 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from matplotlib.axis import Axis
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import LogLocator, NullFormatter
 from PIL import Image
 from plot_checks import kept_figures
 
+from pagesim.reports.axis_drawing import measured_once
 from pagesim.reports.minor_marks import mark_minor
 from pagesim.reports.plot_drawing import shares
 from pagesim.reports.style import figure, save
@@ -110,3 +114,73 @@ def test_minor_marks_draw_the_pixels_matplotlibs_minor_ticks_draw(axis: str) -> 
     theirs, ours = drawn(False), drawn(True)
     assert (theirs != 255).any()
     assert np.abs(ours - theirs).max() == 0
+
+
+_FRESH_IMPORT = """
+import matplotlib  # the package imported first, as other code may have: no help is skipped yet
+import pagesim.reports.render
+from matplotlib.artist import Artist, kwdoc
+from matplotlib.lines import Line2D
+
+assert Line2D.set.__doc__ is None, "matplotlib was imported before reports.matplotlib_import"
+line = Line2D([0], [0])
+line.set(color="red", lw=3, linestyle="--")  # an alias and the full names, as before
+assert (line.get_color(), line.get_linewidth(), line.get_linestyle()) == ("red", 3, "--")
+
+
+class Later(Line2D):  # defined after the import: matplotlib's own step again
+    pass
+
+
+assert "linewidth" in (Later.set.__doc__ or ""), "matplotlib's step was not put back"
+assert "linewidth" in kwdoc(Line2D)
+print("ok")
+"""
+
+
+def test_a_report_imports_matplotlib_without_the_artists_set_help_and_puts_it_back() -> None:
+    """reports.matplotlib_import: render imports it before any plotting module, the artists it
+    defines set every property as before, and a class defined later has its help again."""
+    done = subprocess.run(
+        [sys.executable, "-c", _FRESH_IMPORT], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "ok"
+
+
+def _labelled_panels(ours: bool) -> tuple[np.ndarray, int]:
+    """Two panels with axis labels, a log axis and an offset text, drawn with each axis's ticks
+    measured once (ours) or as matplotlib draws them: the pixels and the tick updates made."""
+    fig = Figure(figsize=(6, 3), dpi=110, facecolor="white")
+    canvas = FigureCanvasAgg(fig)
+    left, right = fig.subplots(1, 2)
+    left.plot([0, 1, 2], 1e7 + np.array([0.0, 1.0, 2.0]))
+    left.set_xlabel("simulated time (s)")
+    left.set_ylabel("tokens")
+    right.plot([0.03, 70.0], [1, 2])
+    right.set_xscale("log")
+    right.set_xlabel("TTFT (s)")
+    real = Axis._update_ticks
+    calls = []
+
+    def counted(axis: Any) -> Any:
+        calls.append(axis)
+        return real(axis)
+
+    Axis._update_ticks = counted  # type: ignore[method-assign]
+    try:
+        if ours:
+            with measured_once(fig):
+                canvas.draw()
+        else:
+            canvas.draw()
+    finally:
+        Axis._update_ticks = real  # type: ignore[method-assign]
+    return np.asarray(canvas.buffer_rgba()).copy(), len(calls)
+
+
+def test_an_axis_measured_once_draws_the_same_pixels_with_a_third_of_the_tick_updates() -> None:
+    theirs, their_updates = _labelled_panels(ours=False)
+    ours, our_updates = _labelled_panels(ours=True)
+    assert (theirs == ours).all()
+    assert (their_updates, our_updates) == (12, 4)  # 2 panels x 2 axes, 3 times and once
