@@ -122,7 +122,7 @@ class PureRuns:
             start_next = stop < window.num_steps  # the step in flight now: started with them
             memory = complete_pure_steps(paged, self._group, window.ends[done:stop], start_next)
             if window.run.query_tokens:  # the lookups of the steps started now
-                note_refusals(self._group, window.run, stop - done - 1 + start_next)
+                note_refusals(self._group, window.run, done + 1, stop - done - 1 + start_next)
             self._rows.record(
                 window.starts[done:stop], window.costs[done:stop], memory, paged.batch_capacity
             )

@@ -393,3 +393,49 @@ def test_runs_beside_a_waiting_head_whose_blocks_do_not_fit_give_the_per_step_ru
     assert beside_waiting[0] > 20
     ahead, plain = (s.kv.num_prefix_query_tokens for s in schedulers)
     assert ahead == plain and (ahead > 0) is prefix_cache
+
+
+@pytest.mark.parametrize("num_kv_tokens", [2000, 4000])
+def test_runs_beside_a_preempted_head_hitting_its_own_blocks_give_the_per_step_run(
+    monkeypatch: pytest.MonkeyPatch, num_kv_tokens: int
+) -> None:
+    """A preempted request at the head, refused for its blocks, hits its own free blocks at the
+    tail of the free order: its steps run ahead (admission.refused_with_hits), each counting the
+    hits the crossing members' blocks have not taken yet, fewer as they take them (from the last
+    hit on), as each per-step refusal does."""
+    from pagesim.simulator.cluster import replica as replica_module
+
+    knobs = {"enable_prefix_cache": True, "block_size": 16, "num_kv_blocks": num_kv_tokens // 16}
+    workload = poisson_workload(150, 20.0, prompt_mean=300, output_mean=200)
+    sc = scenario(workload, system(Policy.VLLM_V1, **knobs), seed=13)
+    schedulers: list[PagedScheduler] = []
+    attach, pure_run = replica_module.attach, pure_runs_module.pure_run
+    hit_runs = {"hits": 0, "fewer": 0}
+
+    def attached(*args: object, **kwargs: object) -> object:
+        scheduler = args[1]
+        assert isinstance(scheduler, PagedScheduler)
+        schedulers.append(scheduler)
+        return attach(*args, **kwargs)  # type: ignore[arg-type]
+
+    def run_of(paged: PagedScheduler, group: DecodeGroup, limit: int) -> object:
+        run = pure_run(paged, group, limit)
+        if run is not None and run.hit_tokens(0, 1):
+            hit_runs["hits"] += 1
+            last = run.num_steps - 1
+            hit_runs["fewer"] += run.hit_tokens(last, 1) < run.hit_tokens(0, 1)
+        return run
+
+    monkeypatch.setattr(replica_module, "attach", attached)
+    monkeypatch.setattr(pure_runs_module, "pure_run", run_of)
+    results = []
+    for windows in (True, False):
+        monkeypatch.setattr(attach_module, "USE_WINDOWS", windows)
+        results.append(simulate(sc, sc.systems[0]))
+    _assert_same_result(*results)
+    assert results[0].summary["num_preemptions"] > 50
+    assert hit_runs["hits"] > 50 and hit_runs["fewer"] > 50
+    ahead, plain = schedulers
+    assert ahead.kv.num_prefix_query_tokens == plain.kv.num_prefix_query_tokens
+    assert ahead.kv.num_prefix_hit_tokens == plain.kv.num_prefix_hit_tokens
+    ahead.check_invariants()
