@@ -220,8 +220,25 @@ class DecodeGroup:
         (`num_reserved_slots` grows by that much)."""
         if not crossing:
             return 0
-        gains, _ = self.grow_ahead(1)
-        return gains[0]
+        # `grow_ahead(1)` for the one step, its crossing members already sorted (hot: most
+        # steps planned one by one grow a few members).
+        members = self._members
+        grown = [members[seq_id] for seq_id in crossing]
+        held = self.step + 1  # each holds base + step tokens, all in full blocks
+        tokens = [member.base + held for member in grown]
+        self.kv.append_blocks(crossing, tokens)  # one block each
+        bs = self.block_size
+        gained = 0
+        for member, synced in zip(grown, tokens, strict=True):  # `_Member.grew`, inlined
+            member.synced = synced
+            cap = member.cap
+            new_cap = cap + bs
+            if new_cap > member.final_len:
+                new_cap = member.final_len
+            member.cap = new_cap
+            gained += new_cap - cap
+        self._sum_cap += gained
+        return gained
 
     def grow_one(self, seq_id: int) -> bool:
         """`grow([seq_id])` if the pool has a block for it (True), else nothing (False)."""
