@@ -439,3 +439,22 @@ def test_runs_beside_a_preempted_head_hitting_its_own_blocks_give_the_per_step_r
     assert ahead.kv.num_prefix_query_tokens == plain.kv.num_prefix_query_tokens
     assert ahead.kv.num_prefix_hit_tokens == plain.kv.num_prefix_hit_tokens
     ahead.check_invariants()
+
+
+def test_runs_of_one_step_before_a_finish_give_the_per_step_run(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A run whose first step finishes a member (pure_runs.PureRuns.open takes it rather than
+    planning it) completes, prices and records that step as the per-step loop does."""
+    one_step = [0]
+    pure_run = pure_runs_module.pure_run
+
+    def run_of(paged: PagedScheduler, group: DecodeGroup, limit: int) -> object:
+        run = pure_run(paged, group, limit)
+        one_step[0] += run is not None and run.num_steps == 1
+        return run
+
+    monkeypatch.setattr(pure_runs_module, "pure_run", run_of)
+    sc = _v1_scenario(seed=5, num_requests=150, rate=10.0)
+    assert _assert_same_fleet(monkeypatch, sc, _cluster(sc, 1, RouterKind.ROUND_ROBIN)) > 1000
+    assert one_step[0] > 20
