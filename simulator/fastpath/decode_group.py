@@ -228,15 +228,7 @@ class DecodeGroup:
         tokens = [member.base + held for member in grown]
         self.kv.append_blocks(crossing, tokens)  # one block each
         bs = self.block_size
-        gained = 0
-        for member, synced in zip(grown, tokens, strict=True):  # `_Member.grew`, inlined
-            member.synced = synced
-            cap = member.cap
-            new_cap = cap + bs
-            if new_cap > member.final_len:
-                new_cap = member.final_len
-            member.cap = new_cap
-            gained += new_cap - cap
+        gained = sum(m.grew(synced, bs) for m, synced in zip(grown, tokens, strict=True))
         self._sum_cap += gained
         return gained
 
