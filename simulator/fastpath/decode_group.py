@@ -62,17 +62,6 @@ class _Member:
         self.final_len = final_len
         self.synced = self.n0  # slots the KV cache holds for it (appended, maybe uncommitted)
 
-    def grew(self, synced: int, block_size: int) -> int:
-        """The KV cache holds `synced` slots for it now, its new block included: its cap gains
-        that block's slots, up to its final length. Returns the gain."""
-        self.synced = synced
-        cap = self.cap
-        new_cap = cap + block_size
-        if new_cap > self.final_len:
-            new_cap = self.final_len
-        self.cap = new_cap
-        return new_cap - cap
-
 
 class DecodeGroup:
     """Members and their calendars; `step` counts the engine steps the members decoded in."""
@@ -220,8 +209,16 @@ class DecodeGroup:
         (`num_reserved_slots` grows by that much)."""
         if not crossing:
             return 0
-        gains, _ = self.grow_ahead(1)
-        return gains[0]
+        # `grow_ahead(1)` for the one step, its crossing members already sorted (hot: most
+        # steps planned one by one grow a few members).
+        members = self._members
+        grown = [members[seq_id] for seq_id in crossing]
+        held = self.step + 1  # each holds base + step tokens, all in full blocks
+        tokens = [member.base + held for member in grown]
+        self.kv.append_blocks(crossing, tokens)  # one block each
+        gained = _grew(grown, tokens, 0, len(grown), self.block_size)
+        self._sum_cap += gained
+        return gained
 
     def grow_one(self, seq_id: int) -> bool:
         """`grow([seq_id])` if the pool has a block for it (True), else nothing (False)."""
@@ -231,7 +228,7 @@ class DecodeGroup:
         if copies is None:
             return False
         assert not copies, "a lone sequence's last block is never shared"
-        self._sum_cap += member.grew(member.synced + count, self.block_size)
+        self._sum_cap += _grew([member], [member.synced + count], 0, 1, self.block_size)
         return True
 
     def grow_ahead(self, num_steps: int) -> tuple[list[int], list[int]]:
@@ -267,16 +264,7 @@ class DecodeGroup:
         for i, size in enumerate(sizes):
             if not size:
                 continue
-            gained = 0
-            for k in range(at, at + size):  # `_Member.grew`, inlined (hot: every crossing)
-                member = grown[k]
-                member.synced = tokens[k]
-                cap = member.cap
-                new_cap = cap + bs
-                if new_cap > member.final_len:
-                    new_cap = member.final_len
-                member.cap = new_cap
-                gained += new_cap - cap
+            gained = _grew(grown, tokens, at, at + size, bs)
             at += size
             gains[i] = gained
             total_gain += gained
@@ -475,3 +463,20 @@ class DecodeGroup:
             assert self.kv.num_computed_tokens(seq_id) == member.n0
         assert sum(map(len, self._crossing_at)) == len(members)
         return self.num_computed_of_members()
+
+
+def _grew(grown: list[_Member], tokens: list[int], start: int, stop: int, block_size: int) -> int:
+    """Members grown[start:stop] took a new block each and the KV cache holds tokens[k] slots
+    for grown[k] now: each one's cap gains that block's slots, up to its final length. Returns
+    the caps' gain (hot: every crossing)."""
+    gained = 0
+    for k in range(start, stop):
+        member = grown[k]
+        member.synced = tokens[k]
+        cap = member.cap
+        new_cap = cap + block_size
+        if new_cap > member.final_len:
+            new_cap = member.final_len
+        member.cap = new_cap
+        gained += new_cap - cap
+    return gained

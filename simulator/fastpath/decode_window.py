@@ -40,16 +40,40 @@ class PureRun:
     """The next `num_steps` pure steps: `num_members` sequences decode in each; step i (from
     0) is the group's step `first_step + i` and reads `contexts(i, i + 1)[0]` KV tokens. Each
     step's schedule counts `query_tokens` as looked up in the prefix cache (a waiting head
-    refused: the step policy's `pure_step_lookups`)."""
+    refused: the step policy's `pure_step_lookups`) and, for a head whose prefix hits were
+    `num_hit_blocks` free blocks at the tail of the free order (admission.RefusedHits), the
+    tokens of those hits that the crossing members' blocks, taken from the head of that order
+    first, have not reached by then (`hit_tokens`)."""
 
-    __slots__ = ("_sum_base", "first_step", "num_members", "num_steps", "query_tokens")
+    __slots__ = (
+        "_hit_tokens",
+        "_sum_base",
+        "first_step",
+        "num_members",
+        "num_steps",
+        "query_tokens",
+    )
 
-    def __init__(self, group: DecodeGroup, num_steps: int, query_tokens: int = 0) -> None:
+    def __init__(
+        self, group: DecodeGroup, num_steps: int, query_tokens: int = 0, num_hit_blocks: int = 0
+    ) -> None:
         self.num_steps = num_steps
         self.query_tokens = query_tokens
         self.num_members = len(group.bases)
         self.first_step = group.step
         self._sum_base = group.sum_base
+        self._hit_tokens: list[int] = []  # by step of the run
+        if num_hit_blocks:
+            crossing_at, bs = group.crossing_calendar, group.block_size
+            spare = group.kv.num_free_blocks - num_hit_blocks  # taken before any hit is
+            taken = 0
+            for i in range(num_steps):
+                taken += len(crossing_at[(self.first_step + i) % bs])
+                self._hit_tokens.append((num_hit_blocks - max(0, taken - spare)) * bs)
+
+    def hit_tokens(self, first: int, num_steps: int) -> int:
+        """Prefix-hit tokens of the refused admissions of steps first..first + num_steps - 1."""
+        return sum(self._hit_tokens[first : first + num_steps]) if self._hit_tokens else 0
 
     def contexts(self, first: int, stop: int) -> range:
         """DecodeGroup.num_context_tokens (the plan's context tokens) at steps first..stop - 1
@@ -80,7 +104,9 @@ def pure_run(paged: PagedScheduler, group: DecodeGroup, limit: int) -> PureRun |
     num_steps = _steps_before_change(group, limit)
     if not num_steps:
         return None
-    return PureRun(group, num_steps, lookups)
+    if isinstance(lookups, int):
+        return PureRun(group, num_steps, lookups)
+    return PureRun(group, num_steps, lookups.query_tokens, lookups.num_hit_blocks)
 
 
 def start_pure_step(group: DecodeGroup, run: PureRun) -> None:
@@ -88,12 +114,13 @@ def start_pure_step(group: DecodeGroup, run: PureRun) -> None:
     members take their blocks (`pure_run` counted them as free)."""
     group.grow_ahead(1)  # `grow(crossing())`, a block each in one allocation
     if run.query_tokens:
-        note_refusals(group, run, 1)
+        note_refusals(group, run, 0, 1)
 
 
-def note_refusals(group: DecodeGroup, run: PureRun, num_steps: int) -> None:
-    """The prefix-cache lookups of `num_steps` of the run's steps' refused admissions."""
-    group.kv.note_prefix_query(run.query_tokens * num_steps)
+def note_refusals(group: DecodeGroup, run: PureRun, first: int, num_steps: int) -> None:
+    """The prefix-cache lookups of the refused admissions of the run's steps first..first +
+    num_steps - 1 (their hit blocks requeued where they lie: nothing moves)."""
+    group.kv.note_prefix_query(run.query_tokens * num_steps, run.hit_tokens(first, num_steps))
 
 
 def complete_pure_steps(

@@ -67,12 +67,14 @@ class PureRuns:
 
     def open(self) -> _Window | None:
         """A run starting now, its first steps priced and the first one scheduled; None if the
-        next step is not pure or fewer than two would survive SimPy's clock."""
+        next step is not pure or none would survive SimPy's clock. A run of one step (the next
+        finishes a member) is still cheaper than planning it: no plan, its price and memory row
+        in closed form."""
         run = pure_run(self._paged, self._group, WINDOW_STEPS)
-        if run is None or run.num_steps < 2:
-            return None  # (one step: the per-step loop's, without a run's pricing and records)
+        if run is None:
+            return None
         window = _Window(run)
-        if self._price_more(window, FIRST_PRICED) < 2:
+        if not self._price_more(window, FIRST_PRICED):
             return None
         self._window = window
         self._start_next()  # the first step is scheduled now, as the per-step loop would
@@ -122,7 +124,7 @@ class PureRuns:
             start_next = stop < window.num_steps  # the step in flight now: started with them
             memory = complete_pure_steps(paged, self._group, window.ends[done:stop], start_next)
             if window.run.query_tokens:  # the lookups of the steps started now
-                note_refusals(self._group, window.run, stop - done - 1 + start_next)
+                note_refusals(self._group, window.run, done + 1, stop - done - 1 + start_next)
             self._rows.record(
                 window.starts[done:stop], window.costs[done:stop], memory, paged.batch_capacity
             )

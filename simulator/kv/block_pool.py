@@ -371,6 +371,16 @@ class BlockPool:
         for block in reversed(blocks):
             evictable.move_to_end(block)
 
+    def ends_free_order(self, blocks: list[int]) -> bool:
+        """Whether free, cached `blocks` are the last of V1's free order, the last of them first
+        (as `requeue` leaves them), each its hash's only holder (False in V0's order)."""
+        if not self._is_lru:
+            return False
+        later, hashes = self._later_of_hash, self._hashes
+        if later and any(hashes[block] in later for block in blocks):
+            return False
+        return self._lru.ends_with(blocks)
+
     def cache_block(self, block: int, block_hash: int) -> bool:
         """Register a referenced, fully written (or, in V1, fully scheduled) block under its
         content hash.

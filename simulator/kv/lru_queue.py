@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections import Counter, deque
 from collections.abc import Iterable, Iterator
-from itertools import compress, repeat, starmap
+from itertools import compress, islice, repeat, starmap
 
 # Stale entries past which the deque is rebuilt without them (and past half of its entries):
 # hits on free blocks that allocation does not reach for a long time cannot grow it unbounded.
@@ -68,6 +68,15 @@ class LruQueue:
         if self._num_stale and any(map(stale.__getitem__, blocks)):
             self._compact()
         self._entries.extendleft(reversed(blocks))
+
+    def ends_with(self, blocks: list[int]) -> bool:
+        """Whether the queue's last blocks are `blocks`, the last of them first (the tail that
+        `extend(reversed(blocks))` leaves), every one of `blocks` free: each of the last
+        entries is then its block's latest, hence live."""
+        entries = self._entries
+        return (
+            len(blocks) <= len(entries) and list(islice(reversed(entries), len(blocks))) == blocks
+        )
 
     def popleft(self) -> int:
         """The head block, out of the queue. The queue must not be empty."""

@@ -135,12 +135,19 @@ class PagedKVCache(PagedSlots):
         )
         return num_hit_tokens
 
-    def note_prefix_query(self, num_prompt_tokens: int) -> None:
-        """Count a lookup `add_seq` of a sequence with no block hashes would make (and hit
-        nothing), the sequence not added: an admission found not to fit before it
-        (policies/admission.py)."""
+    def note_prefix_query(self, num_prompt_tokens: int, num_hit_tokens: int = 0) -> None:
+        """Count a lookup `add_seq` would make (hitting `num_hit_tokens`), the sequence not
+        added: an admission found not to fit before it (policies/admission.py), or lookups of
+        several steps' refused admissions summed (fastpath/decode_window.py)."""
         if self._enable_prefix_cache and num_prompt_tokens > 0:
             self._num_prefix_query_tokens += num_prompt_tokens
+            self._num_prefix_hit_tokens += num_hit_tokens
+
+    def ends_free_order(self, blocks: list[int]) -> bool:
+        """Whether `blocks` (free prefix hits: `prefix_hits`, `are_free`) end the free order as
+        `refuse_hits` leaves them, each its hash's only holder: blocks taken from the free
+        order then reach them last, the last hit first (BlockPool.ends_free_order)."""
+        return self._gpu.ends_free_order(blocks)
 
     def fork(
         self,

@@ -26,6 +26,7 @@ hit, the blocks of its first step, and what the engine's release adds (core/vllm
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from pagesim.simulator.core.plan import BlockCopy
 from pagesim.simulator.core.request import RequestStatus
@@ -156,6 +157,38 @@ def _checked_before_adding(
         return True
     kv.refuse_hits(hits, group.target)
     return False
+
+
+@dataclass(frozen=True, slots=True)
+class RefusedHits:
+    """A waiting head with block hashes that `admit` refuses for its blocks, counting
+    `query_tokens` looked up and its `num_hit_blocks` free prefix hits (`refused_with_hits`)."""
+
+    query_tokens: int
+    num_hit_blocks: int
+
+
+def refused_with_hits(
+    state: PagedState, kv: PagedKVCache, group: SeqGroup, max_new_tokens: int
+) -> RefusedHits | None:
+    """`admit`'s refusal of a group with block hashes, found without changing anything, where
+    it stays a refusal while blocks are only taken (a run of pure steps beside it:
+    fastpath/decode_window.py); None otherwise. Its hits must be free blocks at the tail of the
+    free order as `refuse_hits` leaves them, each its hash's only holder
+    (`PagedKVCache.ends_free_order`): taking blocks then reaches them last, the last hit first,
+    and each one taken shortens the hits by one, so every later refusal requeues blocks
+    already at the tail in that order (nothing moves) and counts the hits left. Fewer free
+    blocks never make it fit: `fits_after_hits` falls with the free blocks, and a hit taken
+    costs one free block and one block of need. Not for V0's count of cached blocks."""
+    if state.pieces.admission_counts_cached_blocks:
+        return None
+    assert group.hashers is not None
+    hits = kv.prefix_hits(group.hashers[0].block_hashes(), group.target)
+    if hits and not (kv.are_free(hits) and kv.ends_free_order(hits)):
+        return None
+    if fits_after_hits(state, group, len(hits), max_new_tokens, 0):
+        return None
+    return RefusedHits(group.target, len(hits))
 
 
 def fits_unhit(state: PagedState, group: SeqGroup, max_new_tokens: int, pad_to: int) -> bool:

@@ -18,6 +18,7 @@ from pagesim.simulator.core.plan import Preemption, StepPlan
 from pagesim.simulator.core.request import GENERATED_SEGMENT, Request, SamplingKind
 from pagesim.simulator.kv.hybrid_layout import HybridLayout
 from pagesim.simulator.kv.paged_cache import PagedKVCache
+from pagesim.simulator.policies.admission import RefusedHits
 from pagesim.simulator.policies.base import PolicyBase
 from pagesim.simulator.policies.paged_state import PagedState
 from pagesim.simulator.policies.pieces import PagedPieces
@@ -39,12 +40,12 @@ class StepPolicy(Protocol):
 
     def schedule(self, state: PagedState, step: StepBuilder, now_s: float) -> None: ...
 
-    def pure_step_lookups(self, state: PagedState) -> int | None:
+    def pure_step_lookups(self, state: PagedState) -> int | RefusedHits | None:
         """With every running request a decode-group member and nothing swapped out or
         landing: None unless the next step only decodes them, and so does each after it while
         nobody finishes and blocks are only taken (fastpath/decode_window.py's runs); else the
         prompt tokens each such step's refused admission counts as looked up in the prefix
-        cache (0 if none is tried)."""
+        cache (0 if none is tried), or that refusal with its prefix hits (`RefusedHits`)."""
         ...
 
 

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 
 from pagesim.simulator.core.config import AdmissionOrder, SystemConfig, VictimPolicy
 from pagesim.simulator.kv.paged_cache import PagedKVCache
-from pagesim.simulator.policies.admission import admit, fits_unhit
+from pagesim.simulator.policies.admission import RefusedHits, admit, fits_unhit, refused_with_hits
 from pagesim.simulator.policies.grouping import Preempter
 from pagesim.simulator.policies.offload import LoadOutcome
 from pagesim.simulator.policies.paged_state import PagedState
@@ -80,7 +80,7 @@ class VllmV1:
             self._preempter = _preempter(state)
         return self._preempter
 
-    def pure_step_lookups(self, state: PagedState) -> int | None:
+    def pure_step_lookups(self, state: PagedState) -> int | RefusedHits | None:
         """With every running request decoding alone and nothing swapped out: None unless the
         next step decodes them and admits nothing, and so does each after it while nobody
         finishes and blocks are only taken (the decode fast path's runs:
@@ -89,9 +89,11 @@ class VllmV1:
         must reach every member, and the waiting head must not be admitted: V1 admits it
         unless the batch is full, the budget spent (`admit_chunks`: no lookup, 0), or its
         blocks do not fit (`admit`: its lookup); a full batch stays full while nobody
-        finishes, and blocks that do not fit do not while the free blocks only fall. A head is
-        refused touching nothing but that count only when it has no block hashes (no prefix hit
-        can change the free blocks: admission.fits_unhit) and is no remote prompt."""
+        finishes, and blocks that do not fit do not while the free blocks only fall. A head with
+        no block hashes is refused touching nothing but that count (no prefix hit can change the
+        free blocks: admission.fits_unhit); one with hashes (a preempted request) also hits its
+        own free blocks, and is answered with those only where that stays so while blocks are
+        taken (`RefusedHits`: admission.refused_with_hits). Never a remote prompt."""
         knobs = state.knobs
         budget_left = knobs.max_num_batched_tokens - len(state.running)
         if budget_left < 0:
@@ -101,14 +103,16 @@ class VllmV1:
         head = state.waiting[0]
         if state.num_running_seqs + head.request.num_seqs > knobs.max_num_seqs:
             return 0
-        if head.is_remote or not isinstance(state.kv, PagedKVCache):
-            return None
-        if head.hashers is not None and head.hashers[0].block_hashes():
+        kv = state.kv
+        if head.is_remote or not isinstance(kv, PagedKVCache):
             return None
         if state.spec is not None or state.offload is not None:
             return None  # padded admissions, CPU-tier loads: not counted here
         chunk_cap = state.system.max_prefill_chunk or knobs.max_num_batched_tokens
-        if fits_unhit(state, head, min(budget_left, chunk_cap), 0):
+        max_new_tokens = min(budget_left, chunk_cap)
+        if head.hashers is not None and head.hashers[0].block_hashes():
+            return refused_with_hits(state, kv, head, max_new_tokens)
+        if fits_unhit(state, head, max_new_tokens, 0):
             return None
         return head.target
 

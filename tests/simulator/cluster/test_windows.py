@@ -13,6 +13,7 @@ crossing members' blocks end runs early or preemptions happen.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -27,6 +28,7 @@ from pagesim.simulator.engine import simulate
 from pagesim.simulator.fastpath import attach as attach_module
 from pagesim.simulator.fastpath import pure_runs as pure_runs_module
 from pagesim.simulator.fastpath.decode_group import DecodeGroup
+from pagesim.simulator.fastpath.decode_window import PureRun
 from pagesim.simulator.fastpath.run_rows import RunMemory
 from pagesim.simulator.metrics.result import RunResult
 from pagesim.simulator.policies.paged import PagedScheduler
@@ -361,27 +363,42 @@ def test_runs_beside_a_waiting_head_whose_blocks_do_not_fit_give_the_per_step_ru
     """A loaded replica's waiting head refused for its blocks stays refused while the free
     blocks only fall: its steps run ahead (vllm_v1.py `VllmV1.pure_step_lookups`), each counting
     the head's prompt as looked up in the prefix cache, as its refused admission does."""
-    from pagesim.simulator.cluster import replica as replica_module
-
     knobs = {"enable_prefix_cache": prefix_cache, "block_size": 16, "num_kv_blocks": 3000 // 16}
     workload = poisson_workload(150, 20.0, prompt_mean=300, output_mean=200)
     sc = scenario(workload, system(Policy.VLLM_V1, **knobs), seed=13)
-    schedulers: list[PagedScheduler] = []
-    attach, pure_run = replica_module.attach, pure_runs_module.pure_run
+    pure_run = pure_runs_module.pure_run
     beside_waiting = [0]
+
+    def run_of(paged: PagedScheduler, group: DecodeGroup, limit: int) -> PureRun | None:
+        run = pure_run(paged, group, limit)
+        if run is not None and len(paged.state.waiting):
+            beside_waiting[0] += 1
+            assert run.query_tokens == paged.state.waiting[0].target
+        return run
+
+    ahead, plain = _single_both_ways(monkeypatch, sc, run_of)
+    assert beside_waiting[0] > 20
+    queries = ahead.kv.num_prefix_query_tokens
+    assert queries == plain.kv.num_prefix_query_tokens and (queries > 0) is prefix_cache
+
+
+def _single_both_ways(
+    monkeypatch: pytest.MonkeyPatch,
+    sc: Scenario,
+    run_of: Callable[[PagedScheduler, DecodeGroup, int], PureRun | None],
+) -> tuple[PagedScheduler, PagedScheduler]:
+    """`sc` alone with runs (through `run_of`, which wraps `pure_run`), then without; the two
+    must give the same tables and summary. Returns the two runs' schedulers."""
+    from pagesim.simulator.cluster import replica as replica_module
+
+    schedulers: list[PagedScheduler] = []
+    attach = replica_module.attach
 
     def attached(*args: object, **kwargs: object) -> object:
         scheduler = args[1]
         assert isinstance(scheduler, PagedScheduler)
         schedulers.append(scheduler)
         return attach(*args, **kwargs)  # type: ignore[arg-type]
-
-    def run_of(paged: PagedScheduler, group: DecodeGroup, limit: int) -> object:
-        run = pure_run(paged, group, limit)
-        if run is not None and len(paged.state.waiting):
-            beside_waiting[0] += 1
-            assert run.query_tokens == paged.state.waiting[0].target
-        return run
 
     monkeypatch.setattr(replica_module, "attach", attached)
     monkeypatch.setattr(pure_runs_module, "pure_run", run_of)
@@ -390,6 +407,53 @@ def test_runs_beside_a_waiting_head_whose_blocks_do_not_fit_give_the_per_step_ru
         monkeypatch.setattr(attach_module, "USE_WINDOWS", windows)
         results.append(simulate(sc, sc.systems[0]))
     _assert_same_result(*results)
-    assert beside_waiting[0] > 20
-    ahead, plain = (s.kv.num_prefix_query_tokens for s in schedulers)
-    assert ahead == plain and (ahead > 0) is prefix_cache
+    ahead, plain = schedulers
+    return ahead, plain
+
+
+@pytest.mark.parametrize("num_kv_tokens", [2000, 4000])
+def test_runs_beside_a_preempted_head_hitting_its_own_blocks_give_the_per_step_run(
+    monkeypatch: pytest.MonkeyPatch, num_kv_tokens: int
+) -> None:
+    """A preempted request at the head, refused for its blocks, hits its own free blocks at the
+    tail of the free order: its steps run ahead (admission.refused_with_hits), each counting the
+    hits the crossing members' blocks have not taken yet, fewer as they take them (from the last
+    hit on), as each per-step refusal does."""
+    knobs = {"enable_prefix_cache": True, "block_size": 16, "num_kv_blocks": num_kv_tokens // 16}
+    workload = poisson_workload(150, 20.0, prompt_mean=300, output_mean=200)
+    sc = scenario(workload, system(Policy.VLLM_V1, **knobs), seed=13)
+    pure_run = pure_runs_module.pure_run
+    hit_runs = {"hits": 0, "fewer": 0}
+
+    def run_of(paged: PagedScheduler, group: DecodeGroup, limit: int) -> PureRun | None:
+        run = pure_run(paged, group, limit)
+        if run is not None and run.hit_tokens(0, 1):
+            hit_runs["hits"] += 1
+            last = run.num_steps - 1
+            hit_runs["fewer"] += run.hit_tokens(last, 1) < run.hit_tokens(0, 1)
+        return run
+
+    ahead, plain = _single_both_ways(monkeypatch, sc, run_of)
+    assert hit_runs["hits"] > 50 and hit_runs["fewer"] > 50
+    assert ahead.kv.num_prefix_query_tokens == plain.kv.num_prefix_query_tokens
+    assert ahead.kv.num_prefix_hit_tokens == plain.kv.num_prefix_hit_tokens
+    ahead.check_invariants()
+
+
+def test_runs_of_one_step_before_a_finish_give_the_per_step_run(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A run whose first step finishes a member (pure_runs.PureRuns.open takes it rather than
+    planning it) completes, prices and records that step as the per-step loop does."""
+    one_step = [0]
+    pure_run = pure_runs_module.pure_run
+
+    def run_of(paged: PagedScheduler, group: DecodeGroup, limit: int) -> PureRun | None:
+        run = pure_run(paged, group, limit)
+        one_step[0] += run is not None and run.num_steps == 1
+        return run
+
+    monkeypatch.setattr(pure_runs_module, "pure_run", run_of)
+    sc = _v1_scenario(seed=5, num_requests=150, rate=10.0)
+    assert _assert_same_fleet(monkeypatch, sc, _cluster(sc, 1, RouterKind.ROUND_ROBIN)) > 1000
+    assert one_step[0] > 20

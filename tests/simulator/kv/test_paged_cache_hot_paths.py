@@ -289,3 +289,46 @@ def test_refuse_hits_is_add_seq_then_free(seed: int, lru: bool) -> None:
     rest = looked_up.num_free_blocks * block_size
     assert looked_up.allocate_slots([10], rest) == added.allocate_slots([10], rest)
     assert looked_up.block_table(10) == added.block_table(10)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_hits_ending_the_free_order_are_taken_last_the_last_first(seed: int) -> None:
+    """`ends_free_order` (a refused head's run of pure steps, fastpath/decode_window.py): right
+    after `refuse_hits`, and only while nothing was freed since, the hits end the free order;
+    then blocks taken one by one reach them only once the other free blocks are gone, and each
+    one taken leaves the hits one shorter (the last hit goes first)."""
+    rng = random.Random(seed)
+    block_size = rng.choice([1, 4, 16])
+    cache = PagedKVCache(
+        60,
+        block_size,
+        enable_prefix_cache=True,
+        eviction=EvictionOrder.LRU,
+        allow_duplicate_hashes=True,
+    )
+    for seq_id in range(4):
+        num_tokens = rng.randint(1, 4) * block_size + rng.randint(0, block_size - 1)
+        cache.add_seq(seq_id, final_len=num_tokens)
+        assert cache.allocate_slots([seq_id], num_tokens) is not None
+        cache.commit(seq_id, num_tokens, range(100 * seq_id, 100 * seq_id + 10))
+    for seq_id in rng.sample(range(3), 2):
+        cache.free(seq_id)
+    hashes = list(range(100 * rng.randrange(3), 100 * rng.randrange(3) + 6))
+    num_prompt_tokens = 8 * block_size
+    hits = cache.prefix_hits(hashes, num_prompt_tokens)
+    if not hits or not cache.are_free(hits):
+        return
+    cache.refuse_hits(hits, num_prompt_tokens)
+    assert cache.ends_free_order(hits)
+    if rng.random() < 0.5:  # a block freed after the refusal lands behind the hits
+        last = next(s for s in range(3) if cache.has_seq(s))
+        cache.free(last)
+        assert not cache.ends_free_order(hits)
+        return
+    spare = cache.num_free_blocks - len(hits)
+    cache.add_seq(9)
+    for taken in range(1, cache.num_free_blocks + 1):
+        assert cache.allocate_slots([9], block_size) is not None  # one block more
+        left = len(hits) - max(0, taken - spare)
+        assert cache.prefix_hits(hashes, num_prompt_tokens) == hits[:left]
+        assert cache.ends_free_order(hits[:left])
