@@ -51,6 +51,10 @@ class PureRun:
         self.first_step = group.step
         self._sum_base = group.sum_base
 
+    def context_at(self, step: int) -> int:
+        """`contexts(step, step + 1)[0]`: step `step`'s context tokens."""
+        return self._sum_base + self.num_members * (self.first_step + 1 + step)
+
     def contexts(self, first: int, stop: int) -> range:
         """DecodeGroup.num_context_tokens (the plan's context tokens) at steps first..stop - 1
         of the run: each step adds a token a member (a run has members, so a range)."""

@@ -24,7 +24,6 @@ from collections.abc import Generator
 
 import simpy
 
-from pagesim.simulator.core.plan import StepCost
 from pagesim.simulator.execution.roofline import RooflineModel
 from pagesim.simulator.fastpath.decode_costs import DecodeTerms, decode_terms, price_steps
 from pagesim.simulator.fastpath.decode_group import DecodeGroup
@@ -71,7 +70,10 @@ class PureRuns:
         run = pure_run(self._paged, self._group, WINDOW_STEPS)
         if run is None or run.num_steps < 2:
             return None  # (one step: the per-step loop's, without a run's pricing and records)
-        window = _Window(run)
+        terms = self._terms.get(run.num_members)
+        if terms is None:
+            terms = self._terms[run.num_members] = decode_terms(self._execution, run.num_members)
+        window = _Window(run, terms)
         if self._price_more(window, FIRST_PRICED) < 2:
             return None
         self._window = window
@@ -88,7 +90,7 @@ class PureRuns:
             except simpy.Interrupt:  # cut short by an arrival: wait for the step in flight
                 continue
             # The priced steps ended uncut: price the next ones (twice as many each time).
-            num_priced = len(window.costs)
+            num_priced = len(window.durations)
             if window.is_cut or num_priced == window.run.num_steps:
                 break
             if not self._price_more(window, num_priced):
@@ -124,7 +126,12 @@ class PureRuns:
             if window.run.query_tokens:  # the lookups of the steps started now
                 note_refusals(self._group, window.run, stop - done - 1 + start_next)
             self._rows.record(
-                window.starts[done:stop], window.costs[done:stop], memory, paged.batch_capacity
+                window.starts[done:stop],
+                window.durations[done:stop],
+                window.run.context_at(done),
+                window.terms,
+                memory,
+                paged.batch_capacity,
             )
             window.num_done = stop
             window.num_started = stop + start_next
@@ -150,18 +157,17 @@ class PureRuns:
         returns how many. Priced a chunk at a time: an arrival usually cuts a run short, and
         the steps priced past the cut are wasted."""
         now = self._env.now
-        run, costs = window.run, window.costs
-        first = len(costs)
+        run, durations = window.run, window.durations
+        first = len(durations)
         contexts = run.contexts(first, min(first + count, run.num_steps))
         start = window.ends[-1] if window.ends else now
-        terms = self._terms.get(run.num_members)
-        if terms is None:
-            terms = self._terms[run.num_members] = decode_terms(self._execution, run.num_members)
         # The one timeout, set at `now` (or at a cut, later), must land exactly on a step's end:
         # `now + (end - now) == end` holds for end <= 2 * now (Sterbenz's lemma). Each end is
         # what `env.timeout(duration)` at its start reaches.
-        num_priced = price_steps(terms, contexts, start, 2 * now, window.starts, window.ends, costs)
-        window.num_steps = len(costs)
+        num_priced = price_steps(
+            window.terms, contexts, start, 2 * now, window.starts, window.ends, durations
+        )
+        window.num_steps = len(durations)
         return num_priced
 
     def _start_next(self) -> None:
@@ -172,12 +178,12 @@ class PureRuns:
 
 
 class _Window:
-    """An open run of pure steps: what they are, the prices and times of those priced so far
-    (`num_steps` of them, fewer once a cut ends the run early), how many have been started
-    (scheduled) and done (completed and recorded)."""
+    """An open run of pure steps: what they are and their price terms, the times of those
+    priced so far (`num_steps` of them, fewer once a cut ends the run early), how many have
+    been started (scheduled) and done (completed and recorded)."""
 
     __slots__ = (
-        "costs",
+        "durations",
         "ends",
         "is_cut",
         "num_done",
@@ -185,11 +191,12 @@ class _Window:
         "num_steps",
         "run",
         "starts",
+        "terms",
     )
 
-    def __init__(self, run: PureRun) -> None:
-        self.run = run
-        self.costs: list[StepCost] = []
+    def __init__(self, run: PureRun, terms: DecodeTerms) -> None:
+        self.run, self.terms = run, terms
+        self.durations: list[float] = []
         self.starts: list[float] = []
         self.ends: list[float] = []
         self.num_steps = 0

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pagesim.simulator.core.plan import step_cost
+from pagesim.simulator.fastpath.decode_costs import DecodeTerms, step_cost
 from pagesim.simulator.fastpath.run_rows import DecodeRun, RunBuffer, RunMemory
 from pagesim.simulator.metrics.result import STEP_COLUMNS
 from pagesim.simulator.metrics.step_log import StepLog
@@ -46,10 +46,15 @@ def stack(runs: list[DecodeRun]) -> np.ndarray:
 
 
 def _python_rows(run: DecodeRun) -> list[tuple[float, ...]]:
-    """The rows as `StepLog.record_step` builds them, one step at a time."""
+    """The rows as `StepLog.record_step` builds them, one step at a time, each step priced as
+    one (`step_cost`)."""
     m = run.memory.num_members
     rows = []
-    for start, cost, state in zip(run.starts, run.costs, _memory_rows(run.memory), strict=False):
+    costs = [
+        step_cost(run.terms, run.first_context + k * m, duration)
+        for k, duration in enumerate(run.durations)
+    ]
+    for start, cost, state in zip(run.starts, costs, _memory_rows(run.memory), strict=False):
         duration = cost.compute_s + cost.swap_s + cost.copy_s
         rows.append(
             (
@@ -77,10 +82,8 @@ def runs(draw: st.DrawFn) -> DecodeRun:
     first = tuple(draw(st.lists(st.integers(0, 10**9), min_size=7, max_size=7)))
     grows = st.lists(st.integers(0, 50), min_size=num_steps + 2, max_size=num_steps + 2)
     floats = st.floats(1e-6, 10.0, allow_nan=False)
-    costs = [
-        step_cost(draw(floats), draw(st.sampled_from([0.0, 1e-3])), 0.0, draw(floats) * 1e12, 1e9)
-        for _ in range(num_steps)
-    ]
+    durations = [draw(floats) for _ in range(num_steps)]
+    terms = _terms(draw, members)
     start = draw(st.floats(0, 1e5))
     starts = [start + i * 0.25 for i in range(num_steps)]
     memory = RunMemory(
@@ -93,7 +96,26 @@ def runs(draw: st.DrawFn) -> DecodeRun:
         draw(grows),
         None,
     )
-    return DecodeRun(starts, costs, memory, members / 256, PEAK_FLOPS, BANDWIDTH)
+    first_context = draw(st.integers(members, 10**7))
+    return DecodeRun(
+        starts, durations, first_context, terms, memory, members / 256, PEAK_FLOPS, BANDWIDTH
+    )
+
+
+def _terms(draw: st.DrawFn, members: int) -> DecodeTerms:
+    """Price terms: the timing ones unread here (zeros), the FLOPs and bytes ones drawn, MLA's
+    (0.0 without MLA) included."""
+    positive = st.floats(1e-3, 1e13, allow_nan=False)
+    return DecodeTerms(
+        members,
+        *[0.0] * 8,
+        draw(positive),
+        draw(positive),
+        draw(st.one_of(st.just(0.0), positive)),
+        draw(st.sampled_from([0.0, 2.5e6])),
+        draw(positive),
+        draw(positive),
+    )
 
 
 @settings(max_examples=60, deadline=None)
@@ -113,8 +135,9 @@ def test_a_run_narrated() -> None:
         (2, 1, 0, 12, 8, 0, 0, 36, 0, 0),  # +2 computed, +4 - 2 reserved, a block from free
         (2, 1, 0, 14, 6, 0, 0, 36, 0, 0),
     ]
-    cost = step_cost(0.5, 0.0, 0.0, 1e12, 1e9)
-    run = DecodeRun([0.0, 0.5, 1.0], [cost] * 3, memory, 2 / 256, PEAK_FLOPS, BANDWIDTH)
+    # 1e12 FLOPs a step whatever its context, 1e9 bytes
+    terms = DecodeTerms(2, *[0.0] * 8, 1e12, 0.0, 0.0, 0.0, 1e9, 0.0)
+    run = DecodeRun([0.0, 0.5, 1.0], [0.5] * 3, 7, terms, memory, 2 / 256, PEAK_FLOPS, BANDWIDTH)
     rows = stack([run])
     col = list(STEP_COLUMNS).index
     assert rows[:, col("kv_token_slots")].tolist() == [10, 12, 14]
@@ -160,7 +183,8 @@ def test_a_row_of_the_wrong_length_is_refused_beside_runs() -> None:
     log = StepLog(chunk_steps=100)
     memory = RunMemory(1, 1, 16, (1, 0, 0), (1, 15, 0, 0, 0, 0, 0), [], [], None)
     buffer = RunBuffer()
-    buffer.add(DecodeRun([0.0], [step_cost(1.0, 0.0, 0.0, 1.0, 1.0)], memory, 1.0, 1.0, 1.0))
+    terms = DecodeTerms(1, *[0.0] * 8, 1.0, 0.0, 0.0, 0.0, 1.0, 0.0)
+    buffer.add(DecodeRun([0.0], [1.0], 3, terms, memory, 1.0, 1.0, 1.0))
     log.append_rows(buffer, 1)
     log.append((1.0, 2.0))
     with pytest.raises(ValueError, match="must hold"):
