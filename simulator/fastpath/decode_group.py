@@ -244,8 +244,9 @@ class DecodeGroup:
         members, crossing_at = self._members, self._crossing_at
         seq_ids: list[int] = []
         tokens: list[int] = []
-        grown: list[_Member] = []
         sizes = [0] * num_steps  # crossing members per step
+        gains = [0] * num_steps
+        total_gain = 0
         step = self.step
         for i in range(num_steps):
             due = crossing_at[(step + i) % bs]
@@ -253,34 +254,26 @@ class DecodeGroup:
                 continue
             step_tokens = step + i + 1  # each holds base + step tokens, all in full blocks
             sizes[i] = len(due)
-            for seq_id in sorted(due):  # a few a step: plain appends beat building lists
-                member = members[seq_id]
-                seq_ids.append(seq_id)
-                tokens.append(member.base + step_tokens)
-                grown.append(member)
-        if not seq_ids:
-            return sizes, sizes.copy()
-        self.kv.append_blocks(seq_ids, tokens)  # one block each (a member's crossing)
-        gains = [0] * num_steps
-        at = 0
-        total_gain = 0
-        for i, size in enumerate(sizes):
-            if not size:
-                continue
             gained = 0
-            for k in range(at, at + size):  # `_Member.grew`, inlined (hot: every crossing)
-                member = grown[k]
-                member.synced = tokens[k]
+            for seq_id in sorted(due) if len(due) > 1 else due:  # a few a step
+                member = members[seq_id]
+                held = member.base + step_tokens
+                seq_ids.append(seq_id)
+                tokens.append(held)
+                # `_Member.grew`, inlined (hot: every crossing); the caller counted the blocks
+                # as free, so the one allocation below takes them
+                member.synced = held
                 cap = member.cap
                 new_cap = cap + bs
                 if new_cap > member.final_len:
                     new_cap = member.final_len
                 member.cap = new_cap
                 gained += new_cap - cap
-            at += size
             gains[i] = gained
             total_gain += gained
-        self._sum_cap += total_gain
+        if seq_ids:
+            self.kv.append_blocks(seq_ids, tokens)  # one block each (a member's crossing)
+            self._sum_cap += total_gain
         return gains, sizes
 
     def advance(self) -> list[SeqGroup]:
