@@ -101,13 +101,21 @@ def note_refusals(group: DecodeGroup, run: PureRun, num_steps: int) -> None:
 
 
 def complete_pure_steps(
-    paged: PagedScheduler, group: DecodeGroup, ends: Sequence[float], start_next: bool = False
+    paged: PagedScheduler,
+    group: DecodeGroup,
+    ends: Sequence[float],
+    queues: tuple[int, int, int],
+    start_next: bool = False,
+    live_tail: bool = False,
 ) -> RunMemory:
     """Complete the next `len(ends)` of `pure_run`'s steps in order, step i ending at
     `ends[i]`, the first already started, each later one started first, and then (if
     `start_next`) start the one after them: what `PagedScheduler.complete` and
     `start_pure_step` do with their plans, which list nothing. Returns what a step record reads
-    after each (the queue lengths, then `memory_breakdown()`'s row), in closed form."""
+    after each (the queue lengths, then `memory_breakdown()`'s row), in closed form: the queue
+    lengths are the run's `queues` (as it opened: nothing joins or leaves a pure run), but
+    those after the last step that finishes nobody are read now if `live_tail` (that step was
+    in flight when a request arrived: queued now, it ended after it)."""
     state = paged.state
     num_members = len(group.bases)
     kv = paged.kv
@@ -123,7 +131,7 @@ def complete_pure_steps(
     assert not finishes or group.step + num_steps == first_finish, "a run ends at a finish"
     plain = num_steps - finishes  # steps that advance without looking
     first: MemoryRow | None = None
-    queues = (0, 0, 0)
+    tail_queues = queues
     gains: list[int] = []
     takes: list[int] = []
     if plain:
@@ -131,7 +139,8 @@ def complete_pure_steps(
         # The row after it, as `memory_breakdown` takes the group alone; the later steps'
         # rows follow in closed form (RunMemory) from their blocks, taken at once now.
         first = kv.memory_row(group.num_deferred_computed, group.num_reserved_slots)
-        queues = (len(state.running), len(state.waiting), len(state.swapped))
+        if live_tail and not finishes:
+            tail_queues = (len(state.running), len(state.waiting), len(state.swapped))
         if num_steps > 1 or start_next:
             gains, takes = group.grow_ahead(num_steps - 1 + start_next)
         group.step += plain - 1
@@ -146,7 +155,9 @@ def complete_pure_steps(
             member.request.last_token_s = end_s
         state.finish(finished, end_s)
         last = (*paged.queue_lengths(), *paged.memory_breakdown().row)
-    return RunMemory(plain, num_members, group.block_size, queues, first, gains, takes, last)
+    return RunMemory(
+        plain, num_members, group.block_size, queues, tail_queues, first, gains, takes, last
+    )
 
 
 def _steps_before_change(group: DecodeGroup, limit: int) -> int:

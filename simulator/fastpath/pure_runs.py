@@ -4,10 +4,12 @@ owns one `PureRuns` when they are on: attach.py).
 When the next steps are pure (decode_window.py: only decode-group members, their outcome
 fixed now), the replica's loop prices them (`open`), waits for the last priced one's end
 (`wait_out`) and applies each step as late as it can: when that timeout fires, or earlier when
-someone looks (`catch_up`: a router's KV read, a stop) or a request arrives (`cut`: the step in
-flight finishes, then the loop plans again, as it would have). Every step keeps its own start
-and end times, price and record: the run is the per-step loop's
-(tests/simulator/cluster/test_windows.py compares the two).
+someone looks (`catch_up`: a router's KV read, a stop). A request that arrives (`cut`) ends the
+run with the step in flight (then the loop plans again, as it would have), applied with the
+steps before it when it ends: an arrival only queues a request, which those steps do not read,
+but for the queue lengths recorded after each (the run's own until the arrival, read afresh
+after the step in flight). Every step keeps its own start and end times, price and record:
+the run is the per-step loop's (tests/simulator/cluster/test_windows.py compares the two).
 
 Ties: an outside look at the very instant a step ends sees it in flight, as the per-step loop's
 SimPy order has it for a stop (`env.run(until=...)`, urgent), a session turn's start (urgent)
@@ -76,7 +78,7 @@ class PureRuns:
         terms = self._terms.get(run.num_members)
         if terms is None:
             terms = self._terms[run.num_members] = decode_terms(self._execution, run.num_members)
-        window = _Window(run, terms)
+        window = _Window(run, terms, self._paged.queue_lengths())
         if self._price_more(window, FIRST_PRICED) < 2:
             return None
         self._window = window
@@ -125,7 +127,14 @@ class PureRuns:
         stop = find(window.ends, self._env.now, done, window.num_steps)
         if stop > done:
             start_next = stop < window.num_steps  # the step in flight now: started with them
-            memory = complete_pure_steps(paged, self._group, window.ends[done:stop], start_next)
+            memory = complete_pure_steps(
+                paged,
+                self._group,
+                window.ends[done:stop],
+                window.queues,
+                start_next,
+                live_tail=window.is_cut and stop == window.num_steps,  # the step in flight at it
+            )
             if window.run.query_tokens:  # the lookups of the steps started now
                 note_refusals(self._group, window.run, stop - done - 1 + start_next)
             self._rows.record(
@@ -142,15 +151,16 @@ class PureRuns:
 
     def cut(self) -> None:
         """Something arrives: the open run ends with the step in flight (the next one may
-        admit it)."""
+        admit it). Its steps are applied when that step ends, not now (module docstring)."""
         window = self._window
-        if window is None:
+        if window is None or window.is_cut:
             return
         assert self._env.active_process is not self.process, "a replica cannot cut its own run"
-        self.catch_up()
         window.is_cut = True  # no more steps priced
-        if window.num_started < window.num_steps:
-            window.num_steps = window.num_started
+        # the step in flight: the first that has not ended before now (as `catch_up` has it)
+        in_flight = bisect_left(window.ends, self._env.now, window.num_done, window.num_steps)
+        if in_flight + 1 < window.num_steps:
+            window.num_steps = in_flight + 1
             self.num_cuts += 1
             assert self.process is not None
             self.process.interrupt()
@@ -181,9 +191,10 @@ class PureRuns:
 
 
 class _Window:
-    """An open run of pure steps: what they are and their price terms, the times of those
-    priced so far (`num_steps` of them, fewer once a cut ends the run early), how many have
-    been started (scheduled) and done (completed and recorded)."""
+    """An open run of pure steps: what they are and their price terms, the queue lengths
+    throughout, the times of those priced so far (`num_steps` of them, fewer once a cut ends
+    the run early), how many have been started (scheduled) and done (completed and
+    recorded)."""
 
     __slots__ = (
         "durations",
@@ -192,13 +203,14 @@ class _Window:
         "num_done",
         "num_started",
         "num_steps",
+        "queues",
         "run",
         "starts",
         "terms",
     )
 
-    def __init__(self, run: PureRun, terms: DecodeTerms) -> None:
-        self.run, self.terms = run, terms
+    def __init__(self, run: PureRun, terms: DecodeTerms, queues: tuple[int, int, int]) -> None:
+        self.run, self.terms, self.queues = run, terms, queues
         self.durations: list[float] = []
         self.starts: list[float] = []
         self.ends: list[float] = []

@@ -42,7 +42,8 @@ _MEMORY = (
     "kv_fork_saved_slots",
 )
 # RunBuffer's numbers a run (its `_constants`): steps, members, block size, the queues, the
-# first row, share, FLOP/s, B/s, the first step's context tokens, then `_WORK`'s terms
+# first row, share, FLOP/s, B/s, the first step's context tokens, `_WORK`'s terms, the queues
+# after its last step
 _WORK = (
     "base_flops",
     "pair_flops",
@@ -54,7 +55,8 @@ _WORK = (
 assert DecodeTerms._fields[-len(_WORK) :] == _WORK  # what `RunBuffer.add` copies
 _AT_SHARE = 3 + len(_QUEUES) + len(_MEMORY)
 _AT_WORK = _AT_SHARE + 4
-_NUM_CONSTANTS = _AT_WORK + len(_WORK)
+_AT_TAIL = _AT_WORK + len(_WORK)
+_NUM_CONSTANTS = _AT_TAIL + len(_QUEUES)
 
 
 class RunMemory(NamedTuple):
@@ -62,7 +64,8 @@ class RunMemory(NamedTuple):
     then the memory row), in closed form: decode_window.py `complete_pure_steps` gives it,
     `RunBuffer` expands it for a whole chunk of steps at once.
 
-    The first `num_steps` steps (k = 0, 1, ...) keep `queues`, and their rows follow `first`
+    The first `num_steps` steps (k = 0, 1, ...) keep `queues` (the last of them
+    `tail_queues`: a request may have arrived while it ran), and their rows follow `first`
     (the row after step 0): by step k each of `num_members` sequences added k computed slots
     and used k reserved ones, and the steps' new blocks (`takes[j - 1]` at step j, one per
     crossing member) moved block_size slots each from free to held, their caps' gain
@@ -75,6 +78,7 @@ class RunMemory(NamedTuple):
     num_members: int
     block_size: int
     queues: tuple[int, int, int]
+    tail_queues: tuple[int, int, int]
     first: MemoryRow | None  # None when num_steps is 0
     gains: list[int]  # per step after the first (more entries are ignored)
     takes: list[int]
@@ -115,7 +119,8 @@ class RunBuffer:
         self._takes: list[int] = []
         # Per run, flat (one list of numbers, which NumPy reads far faster than tuples): steps,
         # members, block size, queue lengths (3), first row (7), share, FLOP/s, B/s, the first
-        # step's context tokens, the price terms of its FLOPs and bytes (`_WORK`)
+        # step's context tokens, the price terms of its FLOPs and bytes (`_WORK`), the queue
+        # lengths after its last step
         self._constants: list[float] = []
         self.num_steps = 0
 
@@ -143,6 +148,7 @@ class RunBuffer:
             run.bandwidth,
             run.first_context,
             *run.terms[-len(_WORK) :],
+            *memory.tail_queues,
         )
 
     def take_rows(self) -> np.ndarray:
@@ -168,7 +174,7 @@ class RunBuffer:
         first = constants[:, 6:_AT_SHARE].astype(np.int64)
         share, peak_flops, bandwidth = constants[:, _AT_SHARE : _AT_SHARE + 3].T
         contexts = constants[:, _AT_SHARE + 3].astype(np.int64) + k * members
-        work = _WorkColumns(members, *constants[:, _AT_WORK:].T)
+        work = _WorkColumns(members, *constants[:, _AT_WORK:_AT_TAIL].T)
         flops, bytes_moved = step_work(work, contexts)
 
         starts = np.array(self._starts, dtype=np.float64)
@@ -183,8 +189,10 @@ class RunBuffer:
         out[:, _COL["start_s"]] = starts
         out[:, _COL["duration_s"]] = duration
         out[:, _COL["compute_s"]] = duration  # (swap_s: 0.0)
+        last_steps = first_step + lengths - 1
         for i, name in enumerate(_QUEUES):
             out[:, _COL[name]] = constants[:, 3 + i]
+            out[last_steps, _COL[name]] = per_run[:, _AT_TAIL + i]
         for name in _COUNT_COLUMNS:
             out[:, _COL[name]] = members
         memory = first

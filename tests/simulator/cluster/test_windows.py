@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -141,10 +142,11 @@ def test_built_in_scenarios_run_alone_give_the_per_step_run(
         scheduler: PagedScheduler,
         group: DecodeGroup,
         ends: list[float],
-        start_next: bool = False,
+        *args: Any,
+        **kwargs: Any,
     ) -> RunMemory:
         applied[0] += len(ends)
-        return complete(scheduler, group, ends, start_next)
+        return complete(scheduler, group, ends, *args, **kwargs)
 
     monkeypatch.setattr(pure_runs_module, "complete_pure_steps", counted)
     sc = load_scenario(name)

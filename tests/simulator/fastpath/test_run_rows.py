@@ -32,7 +32,8 @@ def _memory_rows(memory: RunMemory) -> list[tuple[int, ...]]:
                 row[1] += gained - members  # reserved
                 row[2] += taken * block_size - gained  # internal fragmentation
                 row[4] -= taken * block_size  # free
-            out.append(memory.queues + tuple(row))
+            queues = memory.tail_queues if k == memory.num_steps - 1 else memory.queues
+            out.append(queues + tuple(row))
     if memory.last is not None:
         out.append(memory.last)
     return out
@@ -86,11 +87,15 @@ def runs(draw: st.DrawFn) -> DecodeRun:
     terms = _terms(draw, members)
     start = draw(st.floats(0, 1e5))
     starts = [start + i * 0.25 for i in range(num_steps)]
+    queues = (members, draw(st.integers(0, 9)), 0)
+    # a request may have arrived during the last step: it ended with one more waiting
+    tail_queues = (members, queues[1] + draw(st.integers(0, 2)), 0)
     memory = RunMemory(
         num_steps,
         members,
         block_size,
-        (members, draw(st.integers(0, 9)), 0),
+        queues,
+        tail_queues,
         first if num_steps else None,
         draw(grows),
         draw(grows),
@@ -129,11 +134,12 @@ def test_stacked_rows_are_the_step_at_a_time_rows_to_the_last_bit(batch: list[De
 
 def test_a_run_narrated() -> None:
     # Two members, block size 4: step 1 grows one member (cap +4, one block), step 2 nobody.
-    memory = RunMemory(3, 2, 4, (2, 1, 0), (10, 6, 0, 0, 40, 0, 0), [4, 0], [1, 0], None)
+    # A request arrived during the last step: it ended with two waiting.
+    memory = RunMemory(3, 2, 4, (2, 1, 0), (2, 2, 0), (10, 6, 0, 0, 40, 0, 0), [4, 0], [1, 0], None)
     assert _memory_rows(memory) == [
         (2, 1, 0, 10, 6, 0, 0, 40, 0, 0),
         (2, 1, 0, 12, 8, 0, 0, 36, 0, 0),  # +2 computed, +4 - 2 reserved, a block from free
-        (2, 1, 0, 14, 6, 0, 0, 36, 0, 0),
+        (2, 2, 0, 14, 6, 0, 0, 36, 0, 0),
     ]
     # 1e12 FLOPs a step whatever its context, 1e9 bytes
     terms = DecodeTerms(2, *[0.0] * 8, 1e12, 0.0, 0.0, 0.0, 1e9, 0.0)
@@ -142,6 +148,7 @@ def test_a_run_narrated() -> None:
     col = list(STEP_COLUMNS).index
     assert rows[:, col("kv_token_slots")].tolist() == [10, 12, 14]
     assert rows[:, col("kv_free_slots")].tolist() == [40, 36, 36]
+    assert rows[:, col("num_waiting")].tolist() == [1, 1, 2]
     assert rows[:, col("num_decode_tokens")].tolist() == [2, 2, 2]
     assert rows[:, col("num_prefill_tokens")].tolist() == [0, 0, 0]
     assert rows[:, col("mfu")].tolist() == [1e12 / (PEAK_FLOPS * 0.5)] * 3
@@ -181,7 +188,7 @@ def test_runs_total_and_store_as_their_steps_one_by_one_would(
 
 def test_a_row_of_the_wrong_length_is_refused_beside_runs() -> None:
     log = StepLog(chunk_steps=100)
-    memory = RunMemory(1, 1, 16, (1, 0, 0), (1, 15, 0, 0, 0, 0, 0), [], [], None)
+    memory = RunMemory(1, 1, 16, (1, 0, 0), (1, 0, 0), (1, 15, 0, 0, 0, 0, 0), [], [], None)
     buffer = RunBuffer()
     terms = DecodeTerms(1, *[0.0] * 8, 1.0, 0.0, 0.0, 0.0, 1.0, 0.0)
     buffer.add(DecodeRun([0.0], [1.0], 3, terms, memory, 1.0, 1.0, 1.0))
