@@ -107,11 +107,13 @@ def complete_pure_steps(
     queues: tuple[int, int, int],
     start_next: bool = False,
     live_tail: bool = False,
+    first_started: bool = True,
 ) -> RunMemory:
     """Complete the next `len(ends)` of `pure_run`'s steps in order, step i ending at
-    `ends[i]`, the first already started, each later one started first, and then (if
-    `start_next`) start the one after them: what `PagedScheduler.complete` and
-    `start_pure_step` do with their plans, which list nothing. Returns what a step record reads
+    `ends[i]`, the first already started (unless not `first_started`: its blocks are then
+    taken with the later steps', nobody having looked meanwhile), each later one started
+    first, and then (if `start_next`) start the one after them: what `PagedScheduler.complete`
+    and `start_pure_step` do with their plans, which list nothing. Returns what a step record reads
     after each (the queue lengths, then `memory_breakdown()`'s row), in closed form: the queue
     lengths are the run's `queues` (as it opened: nothing joins or leaves a pure run), but
     those after the last step that finishes nobody are read now if `live_tail` (that step was
@@ -141,12 +143,21 @@ def complete_pure_steps(
         first = kv.memory_row(group.num_deferred_computed, group.num_reserved_slots)
         if live_tail and not finishes:
             tail_queues = (len(state.running), len(state.waiting), len(state.swapped))
-        if num_steps > 1 or start_next:
+        if not first_started:  # its blocks with the later steps': one allocation
+            group.step -= 1
+            gains, takes = group.grow_ahead(num_steps + start_next)
+            group.step += 1
+        elif num_steps > 1 or start_next:
             gains, takes = group.grow_ahead(num_steps - 1 + start_next)
+            gains.insert(0, 0)  # the first step's, in `first`
+            takes.insert(0, 0)
+        else:
+            gains = takes = [0]
         group.step += plain - 1
     last = None
     if finishes:
         assert not start_next, "no step follows a run's finish"
+        assert plain or first_started, "a run's first step never finishes anyone"
         # Someone is due: pure_run dropped the calendar's stale head, and nobody has left.
         finished = group.advance()  # members whose last token appeared now
         assert finished, "a run's finish finishes someone"

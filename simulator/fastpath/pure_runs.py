@@ -82,7 +82,9 @@ class PureRuns:
         if self._price_more(window, FIRST_PRICED) < 2:
             return None
         self._window = window
-        self._start_next()  # the first step is scheduled now, as the per-step loop would
+        # The first step is scheduled now, as the per-step loop would, but its blocks are
+        # taken (`num_started`) when it is applied, with the later steps' (or when someone
+        # looks: `catch_up`): nothing reads them before.
         return window
 
     def wait_out(self, window: _Window) -> Generator[simpy.Event, None, None]:
@@ -116,16 +118,20 @@ class PureRuns:
     def catch_up(self, before_now: bool = True) -> None:
         """Apply the open run's steps up to now: those that ended are completed and recorded
         (`before_now`: only those that ended before this instant, as an outside look sees
-        them), the one in flight is started."""
+        them), the one in flight is started (its blocks taken)."""
         window = self._window
         if window is None:
             return
         paged = self._paged
         done = window.num_done
-        assert window.num_started == done + 1  # the step in flight is always started
+        started = window.num_started
+        assert done <= started <= done + 1  # the step in flight's blocks taken, or not yet
         find = bisect_left if before_now else bisect_right
         stop = find(window.ends, self._env.now, done, window.num_steps)
-        if stop > done:
+        if stop == done and started == done:  # someone looks at the step in flight
+            start_pure_step(self._group, window.run)
+            window.num_started = done + 1
+        elif stop > done:
             start_next = stop < window.num_steps  # the step in flight now: started with them
             memory = complete_pure_steps(
                 paged,
@@ -134,9 +140,10 @@ class PureRuns:
                 window.queues,
                 start_next,
                 live_tail=window.is_cut and stop == window.num_steps,  # the step in flight at it
+                first_started=started > done,
             )
             if window.run.query_tokens:  # the lookups of the steps started now
-                note_refusals(self._group, window.run, stop - done - 1 + start_next)
+                note_refusals(self._group, window.run, stop + start_next - started)
             self._rows.record(
                 window.starts[done:stop],
                 window.durations[done:stop],
@@ -182,12 +189,6 @@ class PureRuns:
         )
         window.num_steps = len(durations)
         return num_priced
-
-    def _start_next(self) -> None:
-        window = self._window
-        assert window is not None
-        start_pure_step(self._group, window.run)
-        window.num_started += 1
 
 
 class _Window:

@@ -66,10 +66,11 @@ class RunMemory(NamedTuple):
 
     The first `num_steps` steps (k = 0, 1, ...) keep `queues` (the last of them
     `tail_queues`: a request may have arrived while it ran), and their rows follow `first`
-    (the row after step 0): by step k each of `num_members` sequences added k computed slots
-    and used k reserved ones, and the steps' new blocks (`takes[j - 1]` at step j, one per
-    crossing member) moved block_size slots each from free to held, their caps' gain
-    (`gains[j - 1]`) to reserved and the rest to internal fragmentation. `last`: the queue
+    (the row after step 0, but for the blocks taken with it: 0 in `takes[0]` if it was
+    started before): by step k each of `num_members` sequences added k computed slots and
+    used k reserved ones, and the steps' new blocks (`takes[j]` at step j, one per crossing
+    member) moved block_size slots each from free to held, their caps' gain (`gains[j]`) to
+    reserved and the rest to internal fragmentation. `last`: the queue
     lengths and row after one more, final step in which members finished (taken afresh).
     A tuple: one is made per catch-up, and a frozen dataclass's fields cost more to set.
     """
@@ -80,7 +81,7 @@ class RunMemory(NamedTuple):
     queues: tuple[int, int, int]
     tail_queues: tuple[int, int, int]
     first: MemoryRow | None  # None when num_steps is 0
-    gains: list[int]  # per step after the first (more entries are ignored)
+    gains: list[int]  # per step from the first (more entries are ignored)
     takes: list[int]
     last: tuple[int, ...] | None
 
@@ -104,8 +105,8 @@ class DecodeRun(NamedTuple):
 
 class RunBuffer:
     """Runs waiting to be expanded, in flat lists (a run adds to each in C, and `stack` reads
-    each in one call): its steps' starts, durations, cap gains and blocks taken (0 for its
-    first step), and `_NUM_CONSTANTS` numbers, flat, of what holds throughout it."""
+    each in one call): its steps' starts, durations, cap gains and blocks taken, and
+    `_NUM_CONSTANTS` numbers, flat, of what holds throughout it."""
 
     __slots__ = ("_constants", "_durations", "_gains", "_starts", "_takes", "num_steps")
 
@@ -133,10 +134,8 @@ class RunBuffer:
         self.num_steps += n
         _add_first(self._starts, run.starts, n)
         _add_first(self._durations, run.durations, n)
-        self._gains.append(0)
-        _add_first(self._gains, memory.gains, n - 1)
-        self._takes.append(0)
-        _add_first(self._takes, memory.takes, n - 1)
+        _add_first(self._gains, memory.gains, n)
+        _add_first(self._takes, memory.takes, n)
         self._constants += (
             n,
             memory.num_members,
@@ -180,7 +179,7 @@ class RunBuffer:
         starts = np.array(self._starts, dtype=np.float64)
         duration = np.array(self._durations, dtype=np.float64)  # all compute (decode_costs.py)
 
-        # Each step's grows, summed from its run's start: the first step's are in `first`.
+        # Each step's grows, summed from its run's start.
         gained = _sum_within(np.array(self._gains, dtype=np.int64), first_step, of_run)
         taken = _sum_within(np.array(self._takes, dtype=np.int64), first_step, of_run)
         taken_slots = taken * block_size

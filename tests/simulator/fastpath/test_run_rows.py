@@ -26,12 +26,13 @@ def _memory_rows(memory: RunMemory) -> list[tuple[int, ...]]:
         row = list(memory.first)
         members, block_size = memory.num_members, memory.block_size
         for k in range(memory.num_steps):
+            gained, taken = memory.gains[k], memory.takes[k]
             if k:
-                gained, taken = memory.gains[k - 1], memory.takes[k - 1]
                 row[0] += members  # computed
-                row[1] += gained - members  # reserved
-                row[2] += taken * block_size - gained  # internal fragmentation
-                row[4] -= taken * block_size  # free
+                row[1] -= members  # reserved, used
+            row[1] += gained  # reserved
+            row[2] += taken * block_size - gained  # internal fragmentation
+            row[4] -= taken * block_size  # free
             queues = memory.tail_queues if k == memory.num_steps - 1 else memory.queues
             out.append(queues + tuple(row))
     if memory.last is not None:
@@ -135,7 +136,9 @@ def test_stacked_rows_are_the_step_at_a_time_rows_to_the_last_bit(batch: list[De
 def test_a_run_narrated() -> None:
     # Two members, block size 4: step 1 grows one member (cap +4, one block), step 2 nobody.
     # A request arrived during the last step: it ended with two waiting.
-    memory = RunMemory(3, 2, 4, (2, 1, 0), (2, 2, 0), (10, 6, 0, 0, 40, 0, 0), [4, 0], [1, 0], None)
+    memory = RunMemory(
+        3, 2, 4, (2, 1, 0), (2, 2, 0), (10, 6, 0, 0, 40, 0, 0), [0, 4, 0], [0, 1, 0], None
+    )
     assert _memory_rows(memory) == [
         (2, 1, 0, 10, 6, 0, 0, 40, 0, 0),
         (2, 1, 0, 12, 8, 0, 0, 36, 0, 0),  # +2 computed, +4 - 2 reserved, a block from free
@@ -188,7 +191,7 @@ def test_runs_total_and_store_as_their_steps_one_by_one_would(
 
 def test_a_row_of_the_wrong_length_is_refused_beside_runs() -> None:
     log = StepLog(chunk_steps=100)
-    memory = RunMemory(1, 1, 16, (1, 0, 0), (1, 0, 0), (1, 15, 0, 0, 0, 0, 0), [], [], None)
+    memory = RunMemory(1, 1, 16, (1, 0, 0), (1, 0, 0), (1, 15, 0, 0, 0, 0, 0), [0], [0], None)
     buffer = RunBuffer()
     terms = DecodeTerms(1, *[0.0] * 8, 1.0, 0.0, 0.0, 0.0, 1.0, 0.0)
     buffer.add(DecodeRun([0.0], [1.0], 3, terms, memory, 1.0, 1.0, 1.0))
