@@ -10,10 +10,10 @@ changes that state from outside (an arrival) or from inside (a member finishes, 
 members need more blocks than are free). `pure_run` says how many of the next steps are fixed that
 way and what each one is (its sequences and context tokens, all the price and the step record
 need). The replica's runs (pure_runs.py) price them at once and waits for the last one's end,
-applying each step's schedule (crossing members take their blocks: `start_pure_step` for the first,
-`DecodeGroup.grow_ahead` for the later ones, several at once) and completion
-(`complete_pure_steps`: what `PagedScheduler.complete` would do with their plans) as late as nobody
-has looked, and cutting the run short when a request arrives.
+applying each step's schedule (crossing members take their blocks: `DecodeGroup.grow_ahead`,
+several steps' at once; `start_pure_step` for the step in flight when someone looks before it is
+applied) and completion (`complete_pure_steps`: what `PagedScheduler.complete` would do with their
+plans) as late as nobody has looked, and cutting the run short when a request arrives.
 `tests/simulator/cluster/test_windows.py` compares such runs with the per-step loop's, row for row.
 
 A run stops at the step in which the first member finishes (its completion changes the running
@@ -65,9 +65,9 @@ class PureRun:
 
 def pure_run(paged: PagedScheduler, group: DecodeGroup, limit: int) -> PureRun | None:
     """The next steps that only `group`'s members (the scheduler's decode group) take, fixed
-    now: at most `limit`, None when the next step is not such a step. The first must then be
-    started (`start_pure_step`); then they are completed and recorded in order, as the per-step
-    loop would, a few at a time (`complete_pure_steps`, which starts each later one)."""
+    now: at most `limit`, None when the next step is not such a step. They are then completed
+    and recorded in order, as the per-step loop would, a few at a time (`complete_pure_steps`,
+    which starts each one first, unless `start_pure_step` started it when someone looked)."""
     if paged.unrecorded_preemptions:  # the next step records them: it must be a planned one
         return None
     state = paged.state
@@ -88,8 +88,9 @@ def pure_run(paged: PagedScheduler, group: DecodeGroup, limit: int) -> PureRun |
 
 
 def start_pure_step(group: DecodeGroup, run: PureRun) -> None:
-    """A run's first step's schedule, what `PagedScheduler.schedule` would change: its crossing
-    members take their blocks (`pure_run` counted them as free)."""
+    """The schedule of a run's step in flight not yet started (its first, when someone looks
+    before it is applied), what `PagedScheduler.schedule` would change: its crossing members
+    take their blocks (`pure_run` counted them as free)."""
     group.grow_ahead(1)  # `grow(crossing())`, a block each in one allocation
     if run.query_tokens:
         note_refusals(group, run, 1)
