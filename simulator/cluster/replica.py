@@ -220,7 +220,7 @@ class Replica:
         self.num_routed += 1
         # The arrival window's edges for the token rate, as arrivals.py marks a fleet's: its
         # first in-window arrival opens it, each arrival moves its end (the last one's stays).
-        recorder, tokens = self.recorder, self.scheduler.num_output_tokens
+        recorder, tokens = self.recorder, self.num_output_tokens  # (a run's steps that ended)
         if recorder.window_tokens[0] is None and request.arrival_s >= self._warmup_s:
             recorder.mark_window_edge(0, tokens)
         recorder.mark_window_edge(1, tokens)

@@ -6,13 +6,16 @@ a run S stays fixed and C grows by S a step; the terms that depend on S alone (l
 LM head, all-reduce, host time) are computed once per S (`decode_terms`; a replica keeps them:
 its runs come back to the same few batch sizes), and each step then costs a few float
 operations, taken in `price`'s own order so that every value is the same to the last bit
-(tests/simulator/fastpath/test_decode_costs.py compares the two on random steps).
+(tests/simulator/fastpath/test_decode_costs.py compares the two on random steps). A run's clock
+needs only each step's duration (`price_steps`); its FLOPs and bytes, which only the step's
+record reads, are taken for the steps recorded (`step_work`, a chunk of runs at once in
+run_rows.py), not for steps priced ahead that an arrival then cuts off.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from pagesim.simulator.core.plan import StepCost, step_cost_of
 from pagesim.simulator.execution.roofline import RooflineModel
@@ -31,9 +34,9 @@ class DecodeTerms(NamedTuple):
     attention_seq_s: float  # attention's cost per call and per sequence
     attention_context_s: float  # per context token
     decode_extra_s: float  # per context token, where decode attention is compute-bound
+    # `step_work`'s terms (run_rows.py reads these last six in this order)
     base_flops: float
     pair_flops: float
-    is_mla: bool
     mla_pair_flops: float
     mla_upproject_flops: float
     base_bytes: float
@@ -47,18 +50,19 @@ def price_steps(
     limit: float,
     starts: list[float],
     ends: list[float],
-    costs: list[StepCost],
+    durations: list[float],
 ) -> int:
-    """Price pure decode steps back to back from `start`, one a context token count C of
+    """Time pure decode steps back to back from `start`, one a context token count C of
     `contexts`, in turn (`decode_terms` gives `terms`; a caller pricing many runs keeps them per
-    sequence count, pure_runs.py): each step's start, end and price go to `starts`,
-    `ends` and `costs` while its end stays <= `limit`. Returns how many were priced.
+    sequence count, pure_runs.py): each step's start, end and duration go to `starts`, `ends`
+    and `durations` while its end stays <= `limit`. Returns how many were timed.
 
-    Its price is `RooflineModel.price`'s for the same step, every field to the last bit; its
-    duration is its compute time (a pure step swaps and copies nothing: `duration_s` adds 0.0
-    twice, which leaves a positive float as it is)."""
+    The duration is `RooflineModel.price`'s for the same step to the last bit: its compute
+    time (a pure step swaps and copies nothing: `duration_s` adds 0.0 twice, which leaves a
+    positive float as it is). The rest of its price (FLOPs and bytes, which only its record
+    reads) is `step_work`'s, and `step_cost` puts the two together."""
     (
-        s,
+        _,
         before_attention,
         fixed_s,
         token_s,
@@ -67,13 +71,7 @@ def price_steps(
         seq_s,
         context_s,
         extra_s,
-        base_flops,
-        pair_flops,
-        is_mla,
-        mla_pair_flops,
-        mla_upproject,
-        base_bytes,
-        kv_bytes_per_token,
+        *_,
     ) = terms
     num_priced = 0
     for context in contexts:
@@ -85,17 +83,51 @@ def price_steps(
         end = start + compute_s
         if end > limit:
             break
-        flops = base_flops + context * pair_flops
-        if is_mla:
-            flops += context * mla_pair_flops
-            flops += mla_upproject
-        bytes_moved = base_bytes + (context + s) * kv_bytes_per_token + 0.0
         starts.append(start)
         ends.append(end)
-        costs.append(step_cost_of((compute_s, 0.0, 0.0, flops, bytes_moved, compute_s)))
+        durations.append(compute_s)
         start = end
         num_priced += 1
     return num_priced
+
+
+class WorkTerms(Protocol):
+    """The terms `step_work` reads: a DecodeTerms' (floats), or columns of them (arrays)."""
+
+    @property
+    def num_seqs(self) -> Any: ...
+    @property
+    def base_flops(self) -> Any: ...
+    @property
+    def pair_flops(self) -> Any: ...
+    @property
+    def mla_pair_flops(self) -> Any: ...
+    @property
+    def mla_upproject_flops(self) -> Any: ...
+    @property
+    def base_bytes(self) -> Any: ...
+    @property
+    def kv_bytes_per_token(self) -> Any: ...
+
+
+def step_work(terms: WorkTerms, contexts: Any) -> tuple[Any, Any]:
+    """A pure step's FLOPs and HBM bytes at C = `contexts` context tokens, as
+    `RooflineModel.price` sums them (the same operations in its order): one step's, or many
+    steps' at once (`contexts` an array, each term a float or an array of one a step, as
+    run_rows.py expands whole runs). A model without MLA adds 0.0 for its terms (`decode_terms`),
+    which leaves a positive float as it is, so no step branches."""
+    flops = terms.base_flops + contexts * terms.pair_flops
+    flops = flops + contexts * terms.mla_pair_flops
+    flops = flops + terms.mla_upproject_flops
+    bytes_moved = terms.base_bytes + (contexts + terms.num_seqs) * terms.kv_bytes_per_token + 0.0
+    return flops, bytes_moved
+
+
+def step_cost(terms: DecodeTerms, context: int, duration_s: float) -> StepCost:
+    """The whole price of a pure step at `context` tokens that `price_steps` timed at
+    `duration_s`: `RooflineModel.price`'s, every field."""
+    flops, bytes_moved = step_work(terms, context)
+    return step_cost_of((duration_s, 0.0, 0.0, flops, bytes_moved, duration_s))
 
 
 def decode_terms(model: RooflineModel, s: int) -> DecodeTerms:
@@ -119,8 +151,8 @@ def decode_terms(model: RooflineModel, s: int) -> DecodeTerms:
         model._decode_extra_s,
         s * model.linear_flops_per_token + s * model.lm_head_flops_per_seq,
         model.attention_flops_per_pair,
-        is_mla,
-        model.decode_flops_per_pair - model.attention_flops_per_pair,
+        # 0.0 without MLA: `step_work` adds these terms to every model's steps
+        model.decode_flops_per_pair - model.attention_flops_per_pair if is_mla else 0.0,
         (0 - 0) * model.upproject_flops_per_cached_token if is_mla else 0.0,
         (
             model._weight_bytes

@@ -250,7 +250,7 @@ class DecodeGroup:
                 continue
             step_tokens = step + i + 1  # each holds base + step tokens, all in full blocks
             sizes[i] = len(due)
-            for seq_id in sorted(due):  # a few a step: plain appends beat building lists
+            for seq_id in sorted(due) if len(due) > 1 else due:  # a few a step: plain appends
                 member = members[seq_id]
                 seq_ids.append(seq_id)
                 tokens.append(member.base + step_tokens)

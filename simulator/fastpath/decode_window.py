@@ -10,10 +10,10 @@ changes that state from outside (an arrival) or from inside (a member finishes, 
 members need more blocks than are free). `pure_run` says how many of the next steps are fixed that
 way and what each one is (its sequences and context tokens, all the price and the step record
 need). The replica's runs (pure_runs.py) price them at once and waits for the last one's end,
-applying each step's schedule (crossing members take their blocks: `start_pure_step` for the first,
-`DecodeGroup.grow_ahead` for the later ones, several at once) and completion
-(`complete_pure_steps`: what `PagedScheduler.complete` would do with their plans) as late as nobody
-has looked, and cutting the run short when a request arrives.
+applying each step's schedule (crossing members take their blocks: `DecodeGroup.grow_ahead`,
+several steps' at once; `start_pure_step` for the step in flight when someone looks before it is
+applied) and completion (`complete_pure_steps`: what `PagedScheduler.complete` would do with their
+plans) as late as nobody has looked, and cutting the run short when a request arrives.
 `tests/simulator/cluster/test_windows.py` compares such runs with the per-step loop's, row for row.
 
 A run stops at the step in which the first member finishes (its completion changes the running
@@ -75,6 +75,10 @@ class PureRun:
         """Prefix-hit tokens of the refused admissions of steps first..first + num_steps - 1."""
         return sum(self._hit_tokens[first : first + num_steps]) if self._hit_tokens else 0
 
+    def context_at(self, step: int) -> int:
+        """`contexts(step, step + 1)[0]`: step `step`'s context tokens."""
+        return self._sum_base + self.num_members * (self.first_step + 1 + step)
+
     def contexts(self, first: int, stop: int) -> range:
         """DecodeGroup.num_context_tokens (the plan's context tokens) at steps first..stop - 1
         of the run: each step adds a token a member (a run has members, so a range)."""
@@ -85,9 +89,9 @@ class PureRun:
 
 def pure_run(paged: PagedScheduler, group: DecodeGroup, limit: int) -> PureRun | None:
     """The next steps that only `group`'s members (the scheduler's decode group) take, fixed
-    now: at most `limit`, None when the next step is not such a step. The first must then be
-    started (`start_pure_step`); then they are completed and recorded in order, as the per-step
-    loop would, a few at a time (`complete_pure_steps`, which starts each later one)."""
+    now: at most `limit`, None when the next step is not such a step. They are then completed
+    and recorded in order, as the per-step loop would, a few at a time (`complete_pure_steps`,
+    which starts each one first, unless `start_pure_step` started it when someone looked)."""
     if paged.unrecorded_preemptions:  # the next step records them: it must be a planned one
         return None
     state = paged.state
@@ -110,8 +114,9 @@ def pure_run(paged: PagedScheduler, group: DecodeGroup, limit: int) -> PureRun |
 
 
 def start_pure_step(group: DecodeGroup, run: PureRun) -> None:
-    """A run's first step's schedule, what `PagedScheduler.schedule` would change: its crossing
-    members take their blocks (`pure_run` counted them as free)."""
+    """The schedule of a run's step in flight not yet started (its first, when someone looks
+    before it is applied), what `PagedScheduler.schedule` would change: its crossing members
+    take their blocks (`pure_run` counted them as free)."""
     group.grow_ahead(1)  # `grow(crossing())`, a block each in one allocation
     if run.query_tokens:
         note_refusals(group, run, 0, 1)
@@ -124,13 +129,23 @@ def note_refusals(group: DecodeGroup, run: PureRun, first: int, num_steps: int) 
 
 
 def complete_pure_steps(
-    paged: PagedScheduler, group: DecodeGroup, ends: Sequence[float], start_next: bool = False
+    paged: PagedScheduler,
+    group: DecodeGroup,
+    ends: Sequence[float],
+    queues: tuple[int, int, int],
+    start_next: bool = False,
+    live_tail: bool = False,
+    first_started: bool = True,
 ) -> RunMemory:
     """Complete the next `len(ends)` of `pure_run`'s steps in order, step i ending at
-    `ends[i]`, the first already started, each later one started first, and then (if
-    `start_next`) start the one after them: what `PagedScheduler.complete` and
-    `start_pure_step` do with their plans, which list nothing. Returns what a step record reads
-    after each (the queue lengths, then `memory_breakdown()`'s row), in closed form."""
+    `ends[i]`, the first already started (unless not `first_started`: its blocks are then
+    taken with the later steps', nobody having looked meanwhile), each later one started
+    first, and then (if `start_next`) start the one after them: what `PagedScheduler.complete`
+    and `start_pure_step` do with their plans, which list nothing. Returns what a step record reads
+    after each (the queue lengths, then `memory_breakdown()`'s row), in closed form: the queue
+    lengths are the run's `queues` (as it opened: nothing joins or leaves a pure run), but
+    those after the last step that finishes nobody are read now if `live_tail` (that step was
+    in flight when a request arrived: queued now, it ended after it)."""
     state = paged.state
     num_members = len(group.bases)
     kv = paged.kv
@@ -146,7 +161,7 @@ def complete_pure_steps(
     assert not finishes or group.step + num_steps == first_finish, "a run ends at a finish"
     plain = num_steps - finishes  # steps that advance without looking
     first: MemoryRow | None = None
-    queues = (0, 0, 0)
+    tail_queues = queues
     gains: list[int] = []
     takes: list[int] = []
     if plain:
@@ -154,13 +169,24 @@ def complete_pure_steps(
         # The row after it, as `memory_breakdown` takes the group alone; the later steps'
         # rows follow in closed form (RunMemory) from their blocks, taken at once now.
         first = kv.memory_row(group.num_deferred_computed, group.num_reserved_slots)
-        queues = (len(state.running), len(state.waiting), len(state.swapped))
-        if num_steps > 1 or start_next:
+        if live_tail and not finishes:
+            tail_queues = (len(state.running), len(state.waiting), len(state.swapped))
+        if not first_started:  # its blocks with the later steps': one allocation
+            group.step -= 1
+            gains, takes = group.grow_ahead(num_steps + start_next)
+            group.step += 1
+        elif num_steps > 1 or start_next:
             gains, takes = group.grow_ahead(num_steps - 1 + start_next)
+            gains.insert(0, 0)  # the first step's, in `first`
+            takes.insert(0, 0)
+        else:
+            gains = takes = [0]
         group.step += plain - 1
     last = None
     if finishes:
         assert not start_next, "no step follows a run's finish"
+        if not plain and not first_started:  # a run of one step: its blocks taken now
+            group.grow_ahead(1)  # (`start_pure_step`'s, its lookups noted by the caller)
         # Someone is due: pure_run dropped the calendar's stale head, and nobody has left.
         finished = group.advance()  # members whose last token appeared now
         assert finished, "a run's finish finishes someone"
@@ -169,7 +195,9 @@ def complete_pure_steps(
             member.request.last_token_s = end_s
         state.finish(finished, end_s)
         last = (*paged.queue_lengths(), *paged.memory_breakdown().row)
-    return RunMemory(plain, num_members, group.block_size, queues, first, gains, takes, last)
+    return RunMemory(
+        plain, num_members, group.block_size, queues, tail_queues, first, gains, takes, last
+    )
 
 
 def _steps_before_change(group: DecodeGroup, limit: int) -> int:

@@ -1,11 +1,13 @@
 """The step records of runs of pure decode steps (pure_runs.py), kept compact and expanded
 with NumPy a chunk at a time.
 
-A run's steps differ only in their start, price and memory row, and the rows follow in closed
-form (`RunMemory`). Building each step's tuple in Python cost more than pricing it; so
-`RunRecorder` keeps a `DecodeRun` in its `RunBuffer`, tells the step log
-(metrics/step_log.py `StepLog.append_rows`) how many steps wait there, and the log takes them
-(`RunBuffer.take_rows`) when it totals a chunk: every run of the chunk turned into rows in one
+A run's steps differ only in their start, duration and memory row, and the rows follow in closed
+form (`RunMemory`), their FLOPs and bytes from their context tokens (decode_costs.py
+`step_work`, which NumPy applies to a chunk's steps at once). Building each step's tuple in
+Python cost more than pricing it; so `RunRecorder` keeps a `DecodeRun` in its `RunBuffer`,
+tells the step log (metrics/step_log.py `StepLog.append_rows`) how many steps wait there, and
+the log takes them (`RunBuffer.take_rows`) when it totals a chunk: every run of the chunk
+turned into rows in one
 pass of array operations. The rows are exactly `StepLog.record_step`'s for such steps: the
 same values, the floats from the same operations in the same order
 (tests/simulator/fastpath/test_run_rows.py; tests/simulator/cluster/test_windows.py compares
@@ -15,19 +17,18 @@ whole runs with the per-step loop's).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from itertools import chain, islice
+from itertools import islice
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from pagesim.simulator.core.catalog import GPUSpec
 from pagesim.simulator.core.memory import MemoryRow
-from pagesim.simulator.core.plan import StepCost
+from pagesim.simulator.fastpath.decode_costs import DecodeTerms, step_cost, step_work
 from pagesim.simulator.metrics.result import STEP_COLUMNS
 from pagesim.simulator.metrics.step_log import StepLog
 
 _NUM_COLUMNS = len(STEP_COLUMNS)
-_COST_FIELDS = len(StepCost._fields)
 _COL = {name: i for i, name in enumerate(STEP_COLUMNS)}
 _COUNT_COLUMNS = ("num_seqs", "num_batch_requests", "num_decode_tokens")  # one a sequence
 _QUEUES = ("num_running", "num_waiting", "num_swapped")
@@ -41,8 +42,21 @@ _MEMORY = (
     "kv_fork_saved_slots",
 )
 # RunBuffer's numbers a run (its `_constants`): steps, members, block size, the queues, the
-# first row, share, FLOP/s, B/s
-_NUM_CONSTANTS = 3 + len(_QUEUES) + len(_MEMORY) + 3
+# first row, share, FLOP/s, B/s, the first step's context tokens, `_WORK`'s terms, the queues
+# after its last step
+_WORK = (
+    "base_flops",
+    "pair_flops",
+    "mla_pair_flops",
+    "mla_upproject_flops",
+    "base_bytes",
+    "kv_bytes_per_token",
+)
+assert DecodeTerms._fields[-len(_WORK) :] == _WORK  # what `RunBuffer.add` copies
+_AT_SHARE = 3 + len(_QUEUES) + len(_MEMORY)
+_AT_WORK = _AT_SHARE + 4
+_AT_TAIL = _AT_WORK + len(_WORK)
+_NUM_CONSTANTS = _AT_TAIL + len(_QUEUES)
 
 
 class RunMemory(NamedTuple):
@@ -50,11 +64,13 @@ class RunMemory(NamedTuple):
     then the memory row), in closed form: decode_window.py `complete_pure_steps` gives it,
     `RunBuffer` expands it for a whole chunk of steps at once.
 
-    The first `num_steps` steps (k = 0, 1, ...) keep `queues`, and their rows follow `first`
-    (the row after step 0): by step k each of `num_members` sequences added k computed slots
-    and used k reserved ones, and the steps' new blocks (`takes[j - 1]` at step j, one per
-    crossing member) moved block_size slots each from free to held, their caps' gain
-    (`gains[j - 1]`) to reserved and the rest to internal fragmentation. `last`: the queue
+    The first `num_steps` steps (k = 0, 1, ...) keep `queues` (the last of them
+    `tail_queues`: a request may have arrived while it ran), and their rows follow `first`
+    (the row after step 0, but for the blocks taken with it: 0 in `takes[0]` if it was
+    started before): by step k each of `num_members` sequences added k computed slots and
+    used k reserved ones, and the steps' new blocks (`takes[j]` at step j, one per crossing
+    member) moved block_size slots each from free to held, their caps' gain (`gains[j]`) to
+    reserved and the rest to internal fragmentation. `last`: the queue
     lengths and row after one more, final step in which members finished (taken afresh).
     A tuple: one is made per catch-up, and a frozen dataclass's fields cost more to set.
     """
@@ -63,20 +79,24 @@ class RunMemory(NamedTuple):
     num_members: int
     block_size: int
     queues: tuple[int, int, int]
+    tail_queues: tuple[int, int, int]
     first: MemoryRow | None  # None when num_steps is 0
-    gains: list[int]  # per step after the first (more entries are ignored)
+    gains: list[int]  # per step from the first (more entries are ignored)
     takes: list[int]
     last: tuple[int, ...] | None
 
 
 class DecodeRun(NamedTuple):
-    """`memory.num_steps` steps of a run: their starts and prices (more entries are ignored),
-    `memory.num_members` lone sequences decoding in each; `useful_share` is the slot
-    utilization (sequences over the scheduler's batch capacity), `peak_flops` and `bandwidth`
-    the GPU's (for MFU and MBU)."""
+    """`memory.num_steps` steps of a run: their starts and durations (more entries are
+    ignored), `memory.num_members` lone sequences decoding in each, the first step reading
+    `first_context` KV tokens (each later one `num_members` more) and priced with `terms`
+    (decode_costs.py); `useful_share` is the slot utilization (sequences over the scheduler's
+    batch capacity), `peak_flops` and `bandwidth` the GPU's (for MFU and MBU)."""
 
     starts: Sequence[float]
-    costs: Sequence[StepCost]
+    durations: Sequence[float]
+    first_context: int
+    terms: DecodeTerms
     memory: RunMemory
     useful_share: float
     peak_flops: float
@@ -85,21 +105,23 @@ class DecodeRun(NamedTuple):
 
 class RunBuffer:
     """Runs waiting to be expanded, in flat lists (a run adds to each in C, and `stack` reads
-    each in one call): its steps' starts, prices, cap gains and blocks taken (0 for its
-    first step), and `_NUM_CONSTANTS` numbers, flat, of what holds throughout it."""
+    each in one call): its steps' starts, durations, cap gains and blocks taken, and
+    `_NUM_CONSTANTS` numbers, flat, of what holds throughout it."""
 
-    __slots__ = ("_constants", "_costs", "_gains", "_starts", "_takes", "num_steps")
+    __slots__ = ("_constants", "_durations", "_gains", "_starts", "_takes", "num_steps")
 
     def __init__(self) -> None:
         self._clear()
 
     def _clear(self) -> None:
         self._starts: list[float] = []
-        self._costs: list[StepCost] = []
+        self._durations: list[float] = []
         self._gains: list[int] = []
         self._takes: list[int] = []
         # Per run, flat (one list of numbers, which NumPy reads far faster than tuples): steps,
-        # members, block size, queue lengths (3), first row (7), share, FLOP/s, B/s
+        # members, block size, queue lengths (3), first row (7), share, FLOP/s, B/s, the first
+        # step's context tokens, the price terms of its FLOPs and bytes (`_WORK`), the queue
+        # lengths after its last step
         self._constants: list[float] = []
         self.num_steps = 0
 
@@ -111,11 +133,9 @@ class RunBuffer:
         assert memory.first is not None
         self.num_steps += n
         _add_first(self._starts, run.starts, n)
-        _add_first(self._costs, run.costs, n)
-        self._gains.append(0)
-        _add_first(self._gains, memory.gains, n - 1)
-        self._takes.append(0)
-        _add_first(self._takes, memory.takes, n - 1)
+        _add_first(self._durations, run.durations, n)
+        _add_first(self._gains, memory.gains, n)
+        _add_first(self._takes, memory.takes, n)
         self._constants += (
             n,
             memory.num_members,
@@ -125,6 +145,9 @@ class RunBuffer:
             run.useful_share,
             run.peak_flops,
             run.bandwidth,
+            run.first_context,
+            *run.terms[-len(_WORK) :],
+            *memory.tail_queues,
         )
 
     def take_rows(self) -> np.ndarray:
@@ -147,16 +170,16 @@ class RunBuffer:
         constants = np.repeat(per_run, lengths, axis=0)  # each step's run's row
         members = constants[:, 1].astype(np.int64)
         block_size = constants[:, 2].astype(np.int64)
-        first = constants[:, 6 : 6 + len(_MEMORY)].astype(np.int64)
-        share, peak_flops, bandwidth = constants[:, 6 + len(_MEMORY) :].T
+        first = constants[:, 6:_AT_SHARE].astype(np.int64)
+        share, peak_flops, bandwidth = constants[:, _AT_SHARE : _AT_SHARE + 3].T
+        contexts = constants[:, _AT_SHARE + 3].astype(np.int64) + k * members
+        work = _WorkColumns(members, *constants[:, _AT_WORK:_AT_TAIL].T)
+        flops, bytes_moved = step_work(work, contexts)
 
         starts = np.array(self._starts, dtype=np.float64)
-        costs = np.fromiter(
-            chain.from_iterable(self._costs), dtype=np.float64, count=num_steps * _COST_FIELDS
-        ).reshape(num_steps, _COST_FIELDS)
-        compute_s, swap_s, _, flops, bytes_moved, duration = costs.T
+        duration = np.array(self._durations, dtype=np.float64)  # all compute (decode_costs.py)
 
-        # Each step's grows, summed from its run's start: the first step's are in `first`.
+        # Each step's grows, summed from its run's start.
         gained = _sum_within(np.array(self._gains, dtype=np.int64), first_step, of_run)
         taken = _sum_within(np.array(self._takes, dtype=np.int64), first_step, of_run)
         taken_slots = taken * block_size
@@ -164,10 +187,11 @@ class RunBuffer:
 
         out[:, _COL["start_s"]] = starts
         out[:, _COL["duration_s"]] = duration
-        out[:, _COL["compute_s"]] = compute_s
-        out[:, _COL["swap_s"]] = swap_s
+        out[:, _COL["compute_s"]] = duration  # (swap_s: 0.0)
+        last_steps = first_step + lengths - 1
         for i, name in enumerate(_QUEUES):
             out[:, _COL[name]] = constants[:, 3 + i]
+            out[last_steps, _COL[name]] = per_run[:, _AT_TAIL + i]
         for name in _COUNT_COLUMNS:
             out[:, _COL[name]] = members
         memory = first
@@ -197,23 +221,31 @@ class RunRecorder:
     def record(
         self,
         starts: Sequence[float],
-        costs: Sequence[StepCost],
+        durations: Sequence[float],
+        first_context: int,
+        terms: DecodeTerms,
         memory: RunMemory,
         batch_capacity: int,
     ) -> None:
-        """The rows of a run's steps: their starts and prices, `memory` the queue lengths and
-        memory rows after each (decode_window.py `complete_pure_steps`), `batch_capacity`
-        the scheduler's. (tests/simulator/cluster/test_windows.py compares these rows with
+        """The rows of a run's steps: their starts and durations, the first one's context
+        tokens and their price terms (decode_costs.py), `memory` the queue lengths and memory
+        rows after each (decode_window.py `complete_pure_steps`), `batch_capacity` the
+        scheduler's. (tests/simulator/cluster/test_windows.py compares these rows with
         `record_step`'s.)"""
         num_seqs = memory.num_members
         useful_share = num_seqs / batch_capacity  # a paged plan has no padding: all useful
         peak_flops, bandwidth = self._peak_flops, self._bandwidth
-        self._buffer.add(DecodeRun(starts, costs, memory, useful_share, peak_flops, bandwidth))
+        self._buffer.add(
+            DecodeRun(
+                starts, durations, first_context, terms, memory, useful_share, peak_flops, bandwidth
+            )
+        )
         self._steps.append_rows(self._buffer, memory.num_steps)
         if memory.last is None:
             return
         # The run's last step, in which members finished: its row as `record_step` has it.
-        cost = costs[memory.num_steps]
+        n = memory.num_steps
+        cost = step_cost(terms, first_context + n * num_seqs, durations[n])
         compute_s, swap_s, _, flops, bytes_moved, duration = cost  # duration > 0: decodes compute
         state = memory.last
         self._steps.append(
@@ -233,6 +265,18 @@ class RunRecorder:
                 1,
             )
         )
+
+
+class _WorkColumns(NamedTuple):
+    """`step_work`'s terms (decode_costs.py), one entry a step: each step's run's."""
+
+    num_seqs: np.ndarray
+    base_flops: np.ndarray
+    pair_flops: np.ndarray
+    mla_pair_flops: np.ndarray
+    mla_upproject_flops: np.ndarray
+    base_bytes: np.ndarray
+    kv_bytes_per_token: np.ndarray
 
 
 def _add_first(to: list[Any], values: Sequence[Any], count: int) -> None:

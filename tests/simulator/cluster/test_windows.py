@@ -16,12 +16,14 @@ import math
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
 import pytest
 
 from pagesim.simulator.cluster.fleet import FleetRun, run_fleet
+from pagesim.simulator.cluster.replica import Replica
 from pagesim.simulator.core.cluster import ClusterConfig, PoolConfig, RouterConfig, RouterKind
 from pagesim.simulator.core.config import Policy, PrefixGroup, Scenario, StopConfig
 from pagesim.simulator.engine import simulate
@@ -102,6 +104,32 @@ def test_a_router_reading_kv_use_live_or_from_stale_reports_sees_the_per_step_st
     assert _assert_same_fleet(monkeypatch, sc, cluster) > 1000
 
 
+@pytest.mark.parametrize("seed", [5, 6])
+def test_every_live_kv_read_sees_the_per_step_memory(
+    monkeypatch: pytest.MonkeyPatch, seed: int
+) -> None:
+    # A router reading KV use at each arrival looks into runs: at the step in flight (its
+    # blocks taken, even right after the run opened), between steps, after a cut. What each
+    # look sees must be the per-step loop's, row for row, not only where it moves a decision.
+    reads: list[tuple[object, ...]] = []
+    original = Replica.kv_used_share
+
+    def watched(replica: Replica) -> float:
+        share = original(replica)
+        row = replica.scheduler.memory_breakdown().row
+        reads.append((replica.index, replica._env.now, share, *row))
+        return share
+
+    monkeypatch.setattr(Replica, "kv_used_share", watched)
+    sc = _v1_scenario(seed=seed, rate=12.0)
+    cluster = _cluster(sc, 3, RouterKind.LEAST_KV)
+    ahead = _fleet(monkeypatch, sc, cluster, windows=True)
+    seen_ahead, reads[:] = list(reads), []
+    _fleet(monkeypatch, sc, cluster, windows=False)
+    assert sum(r.num_steps_ahead for r in ahead.replicas) > 1000
+    assert len(seen_ahead) > 100 and seen_ahead == reads
+
+
 def test_a_pool_too_small_for_every_crossing_ends_runs_early_and_preempts_alike(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -143,10 +171,11 @@ def test_built_in_scenarios_run_alone_give_the_per_step_run(
         scheduler: PagedScheduler,
         group: DecodeGroup,
         ends: list[float],
-        start_next: bool = False,
+        *args: Any,
+        **kwargs: Any,
     ) -> RunMemory:
         applied[0] += len(ends)
-        return complete(scheduler, group, ends, start_next)
+        return complete(scheduler, group, ends, *args, **kwargs)
 
     monkeypatch.setattr(pure_runs_module, "complete_pure_steps", counted)
     sc = load_scenario(name)

@@ -1,11 +1,13 @@
-"""`price_steps` (fastpath/decode_costs.py) is `price` of the same pure decode steps, to the
-last bit, for every kind of model it takes, back to back up to its limit; and `decode_terms`
-refuses the models it does not take."""
+"""`price_steps` (fastpath/decode_costs.py) times pure decode steps as `price` does, and with
+`step_work`'s FLOPs and bytes (`step_cost`) prices them as `price` does, to the last bit, for
+every kind of model it takes, back to back up to its limit; `step_work` gives a NumPy array of
+contexts the same values one by one; and `decode_terms` refuses the models it does not take."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -17,7 +19,12 @@ from pagesim.simulator.execution.cuda_graphs import cuda_graphs_for
 from pagesim.simulator.execution.overhead import EngineEra
 from pagesim.simulator.execution.roofline import RooflineModel
 from pagesim.simulator.execution.vllm_runtime import VllmRuntime
-from pagesim.simulator.fastpath.decode_costs import decode_terms, price_steps
+from pagesim.simulator.fastpath.decode_costs import (
+    decode_terms,
+    price_steps,
+    step_cost,
+    step_work,
+)
 
 CONFIG = ExecutionConfig()
 H200 = get_gpu("h200-sxm")
@@ -62,12 +69,17 @@ MODELS = {
 
 
 def decode_costs(model: RooflineModel, num_seqs: int, contexts: list[int]) -> list[StepCost]:
-    """Every step of `contexts` priced ahead, with no limit."""
+    """Every step of `contexts` priced ahead, with no limit, its FLOPs and bytes one by one
+    (`step_cost`) and all at once (`step_work` of an array, as run_rows.py takes them)."""
     starts: list[float] = []
     ends: list[float] = []
-    costs: list[StepCost] = []
+    durations: list[float] = []
     terms = decode_terms(model, num_seqs)
-    assert price_steps(terms, contexts, 0.0, float("inf"), starts, ends, costs) == len(contexts)
+    assert price_steps(terms, contexts, 0.0, float("inf"), starts, ends, durations) == len(contexts)
+    costs = [step_cost(terms, c, d) for c, d in zip(contexts, durations, strict=True)]
+    flops, bytes_moved = step_work(terms, np.array(contexts, dtype=np.int64))
+    assert flops.tolist() == [cost.flops for cost in costs]
+    assert bytes_moved.tolist() == [cost.bytes_moved for cost in costs]
     return costs
 
 
@@ -103,13 +115,13 @@ def test_steps_are_priced_back_to_back_until_one_would_end_past_the_limit(
     model = MODELS["llama-2-70b tp2"]
     starts: list[float] = [-1.0]  # appended to, never read
     ends: list[float] = [-1.0]
-    costs: list[StepCost] = []
+    durations: list[float] = []
     limit = start + span
-    num = price_steps(decode_terms(model, 4), contexts, start, limit, starts, ends, costs)
-    assert len(costs) == num and len(starts) == len(ends) == num + 1
+    num = price_steps(decode_terms(model, 4), contexts, start, limit, starts, ends, durations)
+    assert len(durations) == num and len(starts) == len(ends) == num + 1
     assert starts[1:] == [start, *ends[1:-1]][:num]
     for i in range(num):
-        assert ends[i + 1] == starts[i + 1] + costs[i].duration_s <= limit  # as a timeout lands
+        assert ends[i + 1] == starts[i + 1] + durations[i] <= limit  # as a timeout lands
     if num < len(contexts):  # the next step would have ended past the limit
         (cost,) = decode_costs(model, 4, [contexts[num]])
         assert (ends[-1] if num else start) + cost.duration_s > limit

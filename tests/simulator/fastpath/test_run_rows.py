@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pagesim.simulator.core.plan import step_cost
+from pagesim.simulator.fastpath.decode_costs import DecodeTerms, step_cost
 from pagesim.simulator.fastpath.run_rows import DecodeRun, RunBuffer, RunMemory
 from pagesim.simulator.metrics.result import STEP_COLUMNS
 from pagesim.simulator.metrics.step_log import StepLog
@@ -26,13 +26,15 @@ def _memory_rows(memory: RunMemory) -> list[tuple[int, ...]]:
         row = list(memory.first)
         members, block_size = memory.num_members, memory.block_size
         for k in range(memory.num_steps):
+            gained, taken = memory.gains[k], memory.takes[k]
             if k:
-                gained, taken = memory.gains[k - 1], memory.takes[k - 1]
                 row[0] += members  # computed
-                row[1] += gained - members  # reserved
-                row[2] += taken * block_size - gained  # internal fragmentation
-                row[4] -= taken * block_size  # free
-            out.append(memory.queues + tuple(row))
+                row[1] -= members  # reserved, used
+            row[1] += gained  # reserved
+            row[2] += taken * block_size - gained  # internal fragmentation
+            row[4] -= taken * block_size  # free
+            queues = memory.tail_queues if k == memory.num_steps - 1 else memory.queues
+            out.append(queues + tuple(row))
     if memory.last is not None:
         out.append(memory.last)
     return out
@@ -46,10 +48,15 @@ def stack(runs: list[DecodeRun]) -> np.ndarray:
 
 
 def _python_rows(run: DecodeRun) -> list[tuple[float, ...]]:
-    """The rows as `StepLog.record_step` builds them, one step at a time."""
+    """The rows as `StepLog.record_step` builds them, one step at a time, each step priced as
+    one (`step_cost`)."""
     m = run.memory.num_members
     rows = []
-    for start, cost, state in zip(run.starts, run.costs, _memory_rows(run.memory), strict=False):
+    costs = [
+        step_cost(run.terms, run.first_context + k * m, duration)
+        for k, duration in enumerate(run.durations)
+    ]
+    for start, cost, state in zip(run.starts, costs, _memory_rows(run.memory), strict=False):
         duration = cost.compute_s + cost.swap_s + cost.copy_s
         rows.append(
             (
@@ -77,23 +84,44 @@ def runs(draw: st.DrawFn) -> DecodeRun:
     first = tuple(draw(st.lists(st.integers(0, 10**9), min_size=7, max_size=7)))
     grows = st.lists(st.integers(0, 50), min_size=num_steps + 2, max_size=num_steps + 2)
     floats = st.floats(1e-6, 10.0, allow_nan=False)
-    costs = [
-        step_cost(draw(floats), draw(st.sampled_from([0.0, 1e-3])), 0.0, draw(floats) * 1e12, 1e9)
-        for _ in range(num_steps)
-    ]
+    durations = [draw(floats) for _ in range(num_steps)]
+    terms = _terms(draw, members)
     start = draw(st.floats(0, 1e5))
     starts = [start + i * 0.25 for i in range(num_steps)]
+    queues = (members, draw(st.integers(0, 9)), 0)
+    # a request may have arrived during the last step: it ended with one more waiting
+    tail_queues = (members, queues[1] + draw(st.integers(0, 2)), 0)
     memory = RunMemory(
         num_steps,
         members,
         block_size,
-        (members, draw(st.integers(0, 9)), 0),
+        queues,
+        tail_queues,
         first if num_steps else None,
         draw(grows),
         draw(grows),
         None,
     )
-    return DecodeRun(starts, costs, memory, members / 256, PEAK_FLOPS, BANDWIDTH)
+    first_context = draw(st.integers(members, 10**7))
+    return DecodeRun(
+        starts, durations, first_context, terms, memory, members / 256, PEAK_FLOPS, BANDWIDTH
+    )
+
+
+def _terms(draw: st.DrawFn, members: int) -> DecodeTerms:
+    """Price terms: the timing ones unread here (zeros), the FLOPs and bytes ones drawn, MLA's
+    (0.0 without MLA) included."""
+    positive = st.floats(1e-3, 1e13, allow_nan=False)
+    return DecodeTerms(
+        members,
+        *[0.0] * 8,
+        draw(positive),
+        draw(positive),
+        draw(st.one_of(st.just(0.0), positive)),
+        draw(st.sampled_from([0.0, 2.5e6])),
+        draw(positive),
+        draw(positive),
+    )
 
 
 @settings(max_examples=60, deadline=None)
@@ -107,18 +135,23 @@ def test_stacked_rows_are_the_step_at_a_time_rows_to_the_last_bit(batch: list[De
 
 def test_a_run_narrated() -> None:
     # Two members, block size 4: step 1 grows one member (cap +4, one block), step 2 nobody.
-    memory = RunMemory(3, 2, 4, (2, 1, 0), (10, 6, 0, 0, 40, 0, 0), [4, 0], [1, 0], None)
+    # A request arrived during the last step: it ended with two waiting.
+    memory = RunMemory(
+        3, 2, 4, (2, 1, 0), (2, 2, 0), (10, 6, 0, 0, 40, 0, 0), [0, 4, 0], [0, 1, 0], None
+    )
     assert _memory_rows(memory) == [
         (2, 1, 0, 10, 6, 0, 0, 40, 0, 0),
         (2, 1, 0, 12, 8, 0, 0, 36, 0, 0),  # +2 computed, +4 - 2 reserved, a block from free
-        (2, 1, 0, 14, 6, 0, 0, 36, 0, 0),
+        (2, 2, 0, 14, 6, 0, 0, 36, 0, 0),
     ]
-    cost = step_cost(0.5, 0.0, 0.0, 1e12, 1e9)
-    run = DecodeRun([0.0, 0.5, 1.0], [cost] * 3, memory, 2 / 256, PEAK_FLOPS, BANDWIDTH)
+    # 1e12 FLOPs a step whatever its context, 1e9 bytes
+    terms = DecodeTerms(2, *[0.0] * 8, 1e12, 0.0, 0.0, 0.0, 1e9, 0.0)
+    run = DecodeRun([0.0, 0.5, 1.0], [0.5] * 3, 7, terms, memory, 2 / 256, PEAK_FLOPS, BANDWIDTH)
     rows = stack([run])
     col = list(STEP_COLUMNS).index
     assert rows[:, col("kv_token_slots")].tolist() == [10, 12, 14]
     assert rows[:, col("kv_free_slots")].tolist() == [40, 36, 36]
+    assert rows[:, col("num_waiting")].tolist() == [1, 1, 2]
     assert rows[:, col("num_decode_tokens")].tolist() == [2, 2, 2]
     assert rows[:, col("num_prefill_tokens")].tolist() == [0, 0, 0]
     assert rows[:, col("mfu")].tolist() == [1e12 / (PEAK_FLOPS * 0.5)] * 3
@@ -158,9 +191,10 @@ def test_runs_total_and_store_as_their_steps_one_by_one_would(
 
 def test_a_row_of_the_wrong_length_is_refused_beside_runs() -> None:
     log = StepLog(chunk_steps=100)
-    memory = RunMemory(1, 1, 16, (1, 0, 0), (1, 15, 0, 0, 0, 0, 0), [], [], None)
+    memory = RunMemory(1, 1, 16, (1, 0, 0), (1, 0, 0), (1, 15, 0, 0, 0, 0, 0), [0], [0], None)
     buffer = RunBuffer()
-    buffer.add(DecodeRun([0.0], [step_cost(1.0, 0.0, 0.0, 1.0, 1.0)], memory, 1.0, 1.0, 1.0))
+    terms = DecodeTerms(1, *[0.0] * 8, 1.0, 0.0, 0.0, 0.0, 1.0, 0.0)
+    buffer.add(DecodeRun([0.0], [1.0], 3, terms, memory, 1.0, 1.0, 1.0))
     log.append_rows(buffer, 1)
     log.append((1.0, 2.0))
     with pytest.raises(ValueError, match="must hold"):
