@@ -346,11 +346,12 @@ class DecodeGroup:
         left = budget - spent - len(members)
         if self.keeps_block_per_seq:
             needed += widest  # free at every visit, so V0 preempts nobody (see __init__)
-        if left >= 0 and needed > kv.num_free_blocks and preempter is not None:
+        is_short = needed > kv.num_free_blocks  # of blocks (nothing was taken since `needed`)
+        if left >= 0 and is_short and preempter is not None:
             return preempting_running_phase(
                 self, running, step, budget, demand, add_to_step, preempter, set(crossing), now_s
             )
-        if left < 0 or needed > kv.num_free_blocks:
+        if left < 0 or is_short:
             self.release_all()
             return None
         # Now exactly the per-sequence path's operations, in the same order but for block ids:
@@ -368,14 +369,13 @@ class DecodeGroup:
     def plan(self, step: StepBuilder, running: Sequence[SeqGroup]) -> GroupedStepPlan:
         """The grouped step's plan: `step`'s listed work plus the members, summed."""
         listed = tuple(step.work)
-        num_listed_context = sum(item.context_len for item in listed) if listed else 0
         self._is_bases_shared = True  # the plan keeps it: copied before it next changes
         return GroupedStepPlan(
             listed,
             tuple(running),
             self.bases,
             self.step,
-            num_listed_context + self.num_context_tokens,
+            step.num_context_tokens + self.num_context_tokens,  # the listed ones' and the members
             preemptions=tuple(step.preemptions),
             num_swap_out_blocks=step.swap_out,
             num_swap_in_blocks=step.swap_in,
