@@ -48,7 +48,7 @@ from collections import OrderedDict, deque
 from collections.abc import Sequence
 from collections.abc import Set as AbstractSet
 from enum import Enum
-from itertools import filterfalse, repeat, starmap
+from itertools import filterfalse, islice, repeat, starmap
 
 from pagesim.simulator.core.errors import KVCacheError
 from pagesim.simulator.kv.lru_queue import LruQueue
@@ -168,6 +168,18 @@ class BlockPool:
         """The oldest block cached under `block_hash`, if any (referenced or evictable)."""
         return self._first_of_hash.get(block_hash)
 
+    def lookup_run(self, block_hashes: Sequence[int], max_blocks: int) -> list[int]:
+        """`lookup` of each of the first `max_blocks` hashes in turn, up to the first miss: a
+        prompt's cached prefix (dozens of blocks, asked at each admission)."""
+        get = self._first_of_hash.get
+        hits: list[int] = []
+        for block_hash in islice(block_hashes, max_blocks):
+            block = get(block_hash)
+            if block is None:
+                break
+            hits.append(block)
+        return hits
+
     # -- mutators ------------------------------------------------------------------------------
 
     def allocate(self) -> int:
@@ -188,11 +200,13 @@ class BlockPool:
         """`num_blocks` calls of `allocate`, in order: a prompt chunk takes many blocks at once."""
         ref_counts = self._ref_counts
         if self._is_lru:  # one queue of every free block, cached or not
-            queue = self._lru
-            if len(queue) < num_blocks:
-                raise KVCacheError(f"no free block: all {self.num_blocks} blocks are referenced")
+            try:
+                blocks = self._lru.pop_many(num_blocks)
+            except IndexError:  # fewer free blocks: none taken
+                raise KVCacheError(
+                    f"no free block: all {self.num_blocks} blocks are referenced"
+                ) from None
             hashes = self._hashes
-            blocks = queue.pop_many(num_blocks)
             if not self._first_of_hash:  # no block holds a hash (V1's private requests)
                 for block in blocks:
                     ref_counts[block] = 1
@@ -227,16 +241,22 @@ class BlockPool:
         The table is freed tail first, its first `num_hashed_like` blocks placed as hashed ones,
         without that set and the per-block tests (a finished request's hundred blocks, each step
         or two of a loaded replica: only the blocks past those can go to the head)."""
-        if not table:
-            return True
         ref_counts = self._ref_counts
-        if set(map(ref_counts.__getitem__, table)) != {1}:
-            return False  # shared (a table never lists a block twice)
+        # Hot (a finished request's table, each step or two): plain loops, which Python 3.11
+        # runs faster than map over the list's methods.
+        for block in table:
+            if ref_counts[block] != 1:
+                return False  # shared (a table never lists a block twice)
         for block in table:
             ref_counts[block] = 0
         self.num_used_blocks -= len(table)
-        if not self._unhashed_first:  # every block to the tail, tail first
-            self._place([], table[::-1])
+        if num_hashed_like >= len(table) or not self._unhashed_first:
+            # every block to the tail, tail first (a private request's table, all its blocks
+            # full: every one placed as a hashed one)
+            if self._is_lru:
+                self._lru.extend(reversed(table))
+            else:
+                self._place([], table[::-1])
             return True
         rest = table[num_hashed_like:][::-1]  # the blocks freed first, tail first
         if not self._first_of_hash:  # no block holds a hash: all of `rest` to the head
@@ -356,6 +376,23 @@ class BlockPool:
         else:
             self.num_prefix_saved_blocks += 1  # another holder of a block in use: one copy saved
         self._ref_counts[block] += 1
+
+    def touch_run(self, blocks: list[int]) -> None:
+        """`touch` of each of `blocks` in order, cached blocks found by `lookup_run` (a prompt's
+        prefix hits, dozens at an admission): the checks and the calls left out."""
+        refs = self._ref_counts
+        num_revived = 0
+        for block in blocks:
+            if refs[block]:
+                self.num_prefix_saved_blocks += 1  # another holder: one copy saved
+            else:
+                if self._is_lru:
+                    self._lru.remove(block)
+                else:
+                    del self._evictable[block]
+                num_revived += 1
+            refs[block] += 1
+        self.num_used_blocks += num_revived
 
     def requeue(self, blocks: list[int]) -> None:
         """`touch` of each of `blocks` (cached and free) in order, then `free_table(blocks)`:

@@ -89,12 +89,15 @@ class LruQueue:
             self._num_stale -= 1
 
     def pop_many(self, count: int) -> list[int]:
-        """`popleft` `count` times, in order; at least `count` blocks must be in the queue."""
+        """`popleft` `count` times, in order; IndexError, none popped, if fewer blocks are in
+        the queue (one check here, not a `len` call before: a prompt's blocks, asked often)."""
+        entries = self._entries
+        if count > len(entries) - self._num_stale:
+            raise IndexError(f"{count} blocks asked of a queue of {len(self)}")
         if not self._num_stale:  # the usual case: popped in C (one alone: cheaper without starmap)
-            popleft = self._entries.popleft
-            if count < 2:
-                return [popleft() for _ in range(count)]
-            return list(starmap(popleft, repeat((), count)))
+            if count == 1:
+                return [entries.popleft()]
+            return list(starmap(entries.popleft, repeat((), count)))
         popleft = self.popleft
         return [popleft() for _ in range(count)]
 

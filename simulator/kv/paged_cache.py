@@ -23,7 +23,6 @@ maps a prompt's longest cached prefix.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from itertools import islice
 
 from pagesim.simulator.core.errors import KVCacheError
 from pagesim.simulator.core.memory import MemoryBreakdown
@@ -69,14 +68,7 @@ class PagedKVCache(PagedSlots):
     def prefix_hits(self, block_hashes: Sequence[int], num_prompt_tokens: int) -> list[int]:
         """The cached blocks `add_seq` would map now (with the prefix cache on), in order,
         without touching anything or counting a query."""
-        hits: list[int] = []
-        lookup = self._gpu.lookup
-        for block_hash in islice(block_hashes, self._max_hit_blocks(num_prompt_tokens)):
-            block = lookup(block_hash)
-            if block is None:
-                break
-            hits.append(block)
-        return hits
+        return self._gpu.lookup_run(block_hashes, self._max_hit_blocks(num_prompt_tokens))
 
     def are_free(self, blocks: Sequence[int]) -> bool:
         """Whether no sequence holds any of `blocks` (cached ones: evictable)."""
@@ -119,17 +111,22 @@ class PagedKVCache(PagedSlots):
         if num_prompt_tokens < 0:
             raise KVCacheError(f"seq {seq_id}: num_prompt_tokens {num_prompt_tokens} < 0")
         table: list[int] = []
+        bs = self._block_size
         if self._enable_prefix_cache and num_prompt_tokens > 0:
-            for block_hash in islice(block_hashes, self._max_hit_blocks(num_prompt_tokens)):
-                block = self._gpu.lookup(block_hash)
-                if block is None:
-                    break
-                self._gpu.touch(block)
-                self._note_computed(block, self._block_size)  # counts an evictable one again
-                table.append(block)
+            # The hits looked up, then touched, in order (a touch moves no hash): dozens of
+            # blocks at an admission, so in bulk, `_note_computed` inlined.
+            if block_hashes:
+                table = self._gpu.lookup_run(block_hashes, self._max_hit_blocks(num_prompt_tokens))
+                self._gpu.touch_run(table)
+                computed_slots = self._computed_slots
+                for block in table:  # an evictable one counts again
+                    gained = bs - computed_slots[block]
+                    if gained > 0:
+                        computed_slots[block] = bs
+                        self._num_computed_slots += gained
             self._num_prefix_query_tokens += num_prompt_tokens
-            self._num_prefix_hit_tokens += len(table) * self._block_size
-        num_hit_tokens = len(table) * self._block_size
+            self._num_prefix_hit_tokens += len(table) * bs
+        num_hit_tokens = len(table) * bs
         self._seqs[seq_id] = BlockTable(
             table, num_hit_tokens, num_hit_tokens, len(table), final_len
         )
@@ -243,8 +240,9 @@ class PagedKVCache(PagedSlots):
         blocks or a copy (the caller's bug: the blocks taken stay taken, the tables as they
         are)."""
         gpu = self._gpu
-        if len(seq_ids) > gpu.num_free_blocks:
-            raise KVCacheError(f"{len(seq_ids)} blocks asked for, {gpu.num_free_blocks} free")
+        num_free_blocks = self._num_gpu_blocks - gpu.num_used_blocks  # `num_free_blocks`
+        if len(seq_ids) > num_free_blocks:
+            raise KVCacheError(f"{len(seq_ids)} blocks asked for, {num_free_blocks} free")
         blocks = gpu.allocate_many(len(seq_ids))
         seqs = self._seqs
         bs = self._block_size

@@ -19,9 +19,8 @@ first: its tail blocks reach the LRU queue first and are evicted first, so share
 longest.
 
 Memory accounting keeps a running count of computed slots per GPU block (`_computed_slots`, kept
-by cache_slots.py's `CacheSlots`), so
-`memory_breakdown` only walks each live sequence's not-yet-computed tail (one block per sequence
-after a step's commit), never the whole pool.
+by cache_slots.py's `CacheSlots`), so `memory_breakdown` only walks each live sequence's
+not-yet-computed tail (one block per sequence after a step's commit), never the whole pool.
 
 These methods run per sequence per step, the simulator's hottest code: their loops keep to local
 aliases and integer arithmetic, with helpers inlined where the comments say so.
@@ -203,10 +202,11 @@ class PagedSlots(CacheSlots[BlockTable]):
         start = old // bs
         num_full = num_computed_tokens // bs
         if num_full > start:
-            full = table[start:num_full]
-            self._num_computed_slots += bs * len(full) - sum(map(computed_slots.__getitem__, full))
-            for block in full:
+            gained = 0
+            for block in table[start:num_full]:
+                gained += bs - computed_slots[block]
                 computed_slots[block] = bs
+            self._num_computed_slots += gained
         fill = num_computed_tokens - num_full * bs
         if fill:
             block = table[num_full]
@@ -275,15 +275,15 @@ class PagedSlots(CacheSlots[BlockTable]):
                 self._swap_space.release(block)
             return
         table = seq.block_table
-        num_hashed_like = 0
-        if hashes_full_blocks and self._gpu.reuses_unhashed_first:
-            num_hashed_like = seq.num_tokens // self._block_size
+        num_hashed_like = seq.num_tokens // self._block_size if hashes_full_blocks else 0
         if self._gpu.free_table(table, num_hashed_like):
             # Every block was this sequence's alone: its computed slots go with it.
             computed_slots = self._computed_slots
-            self._num_computed_slots -= sum(map(computed_slots.__getitem__, table))
+            num_freed_slots = 0
             for block in table:
+                num_freed_slots += computed_slots[block]
                 computed_slots[block] = 0
+            self._num_computed_slots -= num_freed_slots
             return
         self._release_gpu_many(table[::-1], frozenset(table[:num_hashed_like]))
 

@@ -25,6 +25,14 @@ def test_a_hit_leaves_the_middle_and_a_freed_block_goes_to_the_tail() -> None:
     queue.check([1] * 5)
 
 
+def test_asking_more_blocks_than_are_free_takes_none() -> None:
+    queue = LruQueue(range(3), 3)
+    queue.remove(1)  # a stale entry: three entries, two blocks
+    with pytest.raises(IndexError):
+        queue.pop_many(3)
+    assert list(queue) == [0, 2] and queue.pop_many(2) == [0, 2]
+
+
 ops = st.lists(st.tuples(st.sampled_from("aprm"), st.integers(0, 9)), max_size=80)
 
 
