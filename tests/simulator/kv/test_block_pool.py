@@ -232,3 +232,43 @@ def test_v1_duplicates_are_found_oldest_first_as_each_copy_is_evicted() -> None:
     pool.check_invariants()
     assert pool.allocate() == b and pool.lookup(7) is None
     pool.check_invariants()
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    held=st.lists(st.booleans(), min_size=6, max_size=6),
+    queried=st.lists(st.integers(0, 7), max_size=8),
+    max_blocks=st.integers(0, 8),
+    eviction=st.sampled_from(EvictionOrder),
+)
+def test_lookup_run_and_touch_run_are_lookup_and_touch_of_each_in_turn(
+    held: list[bool], queried: list[int], max_blocks: int, eviction: EvictionOrder
+) -> None:
+    # Blocks 0..5 cached under hashes 0..5, the `held` ones still referenced, the others
+    # evictable; hashes 6 and 7 are cached nowhere. A hash may come twice: its block is hit
+    # twice (a free one revived, then shared).
+    def pool() -> BlockPool:
+        made = BlockPool(6, eviction=eviction)
+        for block in made.allocate_many(6):
+            made.cache_block(block, block)
+        made.decref_many([b for b in range(6) if not held[b]])
+        return made
+
+    one_by_one, at_once = pool(), pool()
+    hits: list[int] = []
+    for block_hash in queried[:max_blocks]:
+        block = one_by_one.lookup(block_hash)
+        if block is None:
+            break
+        one_by_one.touch(block)
+        hits.append(block)
+    assert at_once.lookup_run(queried, max_blocks) == hits
+    at_once.touch_run(hits)
+    at_once.check_invariants()
+    assert at_once.num_used_blocks == one_by_one.num_used_blocks
+    assert at_once.num_prefix_saved_blocks == one_by_one.num_prefix_saved_blocks
+    assert at_once.ref_counts == one_by_one.ref_counts
+    # The free order too: the blocks left free are taken in the same order.
+    assert at_once.allocate_many(at_once.num_free_blocks) == one_by_one.allocate_many(
+        one_by_one.num_free_blocks
+    )
