@@ -268,8 +268,7 @@ class PagedSlots(CacheSlots[BlockTable]):
         vLLM `free_blocks` call. `hashes_full_blocks`: its full blocks go where hashed blocks
         go in the free order though it never registered them (a private request, whose hashing
         pagesim skips: policies/group_hashes.py; vLLM hashed them)."""
-        seq = self._seq(seq_id)
-        del self._seqs[seq_id]
+        seq = self._seqs.pop(seq_id, None) or self._seq(seq_id)  # (unknown: raises)
         if seq.is_swapped:
             for block in reversed(seq.block_table):
                 self._swap_space.release(block)

@@ -104,8 +104,9 @@ def test_free_table_leaves_shared_blocks_to_decref_and_keeps_cached_ones_findabl
     pool = BlockPool(4)
     a, b = pool.allocate_many(2)
     pool.incref(b)
-    assert not pool.free_table([a, b])  # b is shared: nothing changes
-    assert pool.num_used_blocks == 2
+    assert not pool.free_table([a, b])  # b is shared: nothing changes, a's reference kept
+    assert pool.num_used_blocks == 2 and pool.ref_counts == [1, 2, 0, 0]
+    pool.check_invariants()
     pool.decref(b)
     pool.cache_block(a, 99)
     assert pool.free_table([a, b])  # a cached block goes to the evictable queue, findable
