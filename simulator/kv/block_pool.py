@@ -384,18 +384,21 @@ class BlockPool:
         """`touch` of each of `blocks` in order, cached blocks found by `lookup_run` (a prompt's
         prefix hits, dozens at an admission): the checks and the calls left out."""
         refs = self._ref_counts
-        num_revived = 0
+        revived: list[int] = []  # free ones, out of the free order below (no other effect)
         for block in blocks:
             if refs[block]:
                 self.num_prefix_saved_blocks += 1  # another holder: one copy saved
             else:
-                if self._is_lru:
-                    self._lru.remove(block)
-                else:
-                    del self._evictable[block]
-                num_revived += 1
+                revived.append(block)
             refs[block] += 1
-        self.num_used_blocks += num_revived
+        if revived:
+            self.num_used_blocks += len(revived)
+            if self._is_lru:
+                self._lru.remove_many(revived)
+            else:
+                evictable = self._evictable
+                for block in revived:
+                    del evictable[block]
 
     def requeue(self, blocks: list[int]) -> None:
         """`touch` of each of `blocks` (cached and free) in order, then `free_table(blocks)`:

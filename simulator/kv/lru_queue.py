@@ -108,6 +108,16 @@ class LruQueue:
         if self._num_stale > COMPACT_AFTER and 2 * self._num_stale > len(self._entries):
             self._compact()
 
+    def remove_many(self, blocks: list[int]) -> None:
+        """`remove` of each (a prompt's prefix hits on free blocks), the rebuild's test made
+        once after them: it drops stale entries, which no order ever shows."""
+        stale = self._stale
+        for block in blocks:
+            stale[block] += 1
+        self._num_stale += len(blocks)
+        if self._num_stale > COMPACT_AFTER and 2 * self._num_stale > len(self._entries):
+            self._compact()
+
     def _compact(self) -> None:
         """Rebuild the deque from the live entries alone."""
         self._entries = deque(iter(self))

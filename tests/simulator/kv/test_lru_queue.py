@@ -33,7 +33,7 @@ def test_asking_more_blocks_than_are_free_takes_none() -> None:
     assert list(queue) == [0, 2] and queue.pop_many(2) == [0, 2]
 
 
-ops = st.lists(st.tuples(st.sampled_from("aprm"), st.integers(0, 9)), max_size=80)
+ops = st.lists(st.tuples(st.sampled_from("aprmR"), st.integers(0, 9)), max_size=80)
 
 
 @settings(max_examples=150, deadline=None)
@@ -65,6 +65,10 @@ def check_against_a_list(ops: list[tuple[str, int]]) -> None:
             block = model[arg % len(model)]
             queue.remove(block)
             model.remove(block)
+        elif op == "R" and model:  # a prompt's hits on free blocks, at once
+            blocks = model[arg % len(model) :][:3]
+            queue.remove_many(blocks)
+            model = [b for b in model if b not in blocks]
         assert list(queue) == model and len(queue) == len(model)
         queue.check([0 if b in model else 1 for b in range(num_blocks)])
 
