@@ -276,13 +276,12 @@ class PagedSlots(CacheSlots[BlockTable]):
         table = seq.block_table
         num_hashed_like = seq.num_tokens // self._block_size if hashes_full_blocks else 0
         if self._gpu.free_table(table, num_hashed_like):
-            # Every block was this sequence's alone: its computed slots go with it.
+            # Every block was this sequence's alone: its computed slots go with it, as many
+            # as it computed (a block's count is its holders' most: paged_audit.py checks it).
             computed_slots = self._computed_slots
-            num_freed_slots = 0
             for block in table:
-                num_freed_slots += computed_slots[block]
                 computed_slots[block] = 0
-            self._num_computed_slots -= num_freed_slots
+            self._num_computed_slots -= seq.num_computed_tokens
             return
         self._release_gpu_many(table[::-1], frozenset(table[:num_hashed_like]))
 
