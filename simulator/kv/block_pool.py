@@ -261,15 +261,30 @@ class BlockPool:
             else:
                 self._place([], table[::-1])
             return True
-        rest = table[num_hashed_like:][::-1]  # the blocks freed first, tail first
+        # The blocks freed first, tail first: usually one (a private request's partly filled
+        # last block), so a plain loop, no list comprehensions.
+        rest = table[num_hashed_like:][::-1]
         if not self._first_of_hash:  # no block holds a hash: all of `rest` to the head
             head, tail = rest, []
         else:
             hashes = self._hashes
-            head = [b for b in rest if hashes[b] is None]
-            tail = [b for b in rest if hashes[b] is not None] if len(head) < len(rest) else []
-        tail += table[:num_hashed_like][::-1]
-        self._place(head, tail)
+            head, tail = [], []
+            for block in rest:
+                if hashes[block] is None:
+                    head.append(block)
+                else:
+                    tail.append(block)
+        if not self._is_lru:
+            tail += table[:num_hashed_like][::-1]
+            self._place(head, tail)
+            return True
+        lru = self._lru  # `_place`, inlined: the hashed-like blocks need no list of their own
+        if head:
+            lru.prepend(head)
+        if tail:
+            lru.extend(tail)
+        if num_hashed_like:
+            lru.extend(table[num_hashed_like - 1 :: -1])
         return True
 
     def decref_many(

@@ -98,8 +98,20 @@ class LruQueue:
             if count == 1:
                 return [entries.popleft()]
             return list(starmap(entries.popleft, repeat((), count)))
-        popleft = self.popleft
-        return [popleft() for _ in range(count)]
+        # Some entries stale (prefix hits on free blocks): `popleft` inlined, skipping them.
+        stale = self._stale
+        popleft = entries.popleft
+        blocks: list[int] = []
+        num_skipped = 0
+        while len(blocks) < count:
+            block = popleft()
+            if stale[block]:
+                stale[block] -= 1
+                num_skipped += 1
+            else:
+                blocks.append(block)
+        self._num_stale -= num_skipped
+        return blocks
 
     def remove(self, block: int) -> None:
         """Take a block in the queue out of it (a prefix-cache hit on a free block)."""
