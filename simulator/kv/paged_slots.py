@@ -202,11 +202,10 @@ class PagedSlots(CacheSlots[BlockTable]):
         start = old // bs
         num_full = num_computed_tokens // bs
         if num_full > start:
-            gained = 0
-            for block in table[start:num_full]:
-                gained += bs - computed_slots[block]
+            full = table[start:num_full]
+            self._num_computed_slots += bs * len(full) - sum(map(computed_slots.__getitem__, full))
+            for block in full:
                 computed_slots[block] = bs
-            self._num_computed_slots += gained
         fill = num_computed_tokens - num_full * bs
         if fill:
             block = table[num_full]
