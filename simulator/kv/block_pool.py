@@ -270,11 +270,10 @@ class BlockPool:
         # The blocks freed first, tail first: usually one (a private request's partly filled
         # last block), so a plain loop, no list comprehensions.
         rest = table[num_hashed_like:][::-1]
-        if not self._first_of_hash:  # no block holds a hash: all of `rest` to the head
-            head, tail = rest, []
-        else:
+        head, tail = rest, []  # no block holds a hash: all of `rest` to the head
+        if self._first_of_hash:
             hashes = self._hashes
-            head, tail = [], []
+            head = []
             for block in rest:
                 if hashes[block] is None:
                     head.append(block)

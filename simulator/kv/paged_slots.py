@@ -203,7 +203,10 @@ class PagedSlots(CacheSlots[BlockTable]):
         num_full = num_computed_tokens // bs
         if num_full > start:
             full = table[start:num_full]
-            self._num_computed_slots += bs * len(full) - sum(map(computed_slots.__getitem__, full))
+            gpu = self._gpu  # no block shared (its audited counts): these hold `old` from start
+            shared = gpu.num_prefix_saved_blocks or gpu.num_fork_saved_blocks
+            held = sum(map(computed_slots.__getitem__, full)) if shared else old - start * bs
+            self._num_computed_slots += bs * len(full) - held
             for block in full:
                 computed_slots[block] = bs
         fill = num_computed_tokens - num_full * bs
