@@ -12,9 +12,10 @@ Its parts (docs/design.md: BlockPool · BlockTable · PrefixCache · SwapSpace):
                   the memory breakdown kept in O(sequences); the picture of copy-on-write
     swap_space    SwapSpace: the CPU pool and the copy of blocks between the pools
     paged_audit   the O(blocks) checks: invariants, the memory breakdown walked block by block
-    this module   PagedKVCache: sequences entering (with prefix-cache hits) and forking,
-                  swapping out and in, the CPU-pool, fork and block-table queries, and a
-                  decode group's members settling their slots (fastpath/decode_group.py)
+    this module   PagedKVCache: sequences entering (with prefix-cache hits, and V1's blocks
+                  cached as they are taken) and forking, swapping out and in, the CPU-pool,
+                  fork and block-table queries, and a decode group's members settling their
+                  slots (fastpath/decode_group.py)
 
 The prefix cache is the GPU pool's hash cache: `commit` registers full computed blocks, `add_seq`
 maps a prompt's longest cached prefix.
@@ -131,6 +132,25 @@ class PagedKVCache(PagedSlots):
             table, num_hit_tokens, num_hit_tokens, len(table), final_len
         )
         return num_hit_tokens
+
+    def cache_blocks(self, seq_id: int, num_tokens: int, block_hashes: Sequence[int]) -> None:
+        """Register the sequence's full blocks among its first `num_tokens` slots under
+        `block_hashes` now, before their KV is computed: vLLM V1 caches the blocks a step will
+        fill when it allocates them (v1/core/kv_cache_manager.py allocate_slots ->
+        cache_blocks), so a request admitted later in the same step can hit them. `commit`
+        registers nothing twice."""
+        if not self._enable_prefix_cache:
+            return
+        seq = self._gpu_seq(seq_id)
+        if num_tokens > seq.num_tokens:
+            raise KVCacheError(
+                f"seq {seq_id}: cannot cache {num_tokens} tokens, {seq.num_tokens} are allocated"
+            )
+        num_full = min(num_tokens // self._block_size, len(block_hashes))
+        first = seq.num_registered_blocks
+        if num_full > first:
+            self._gpu.cache_many(seq.block_table[first:num_full], block_hashes[first:num_full])
+        seq.num_registered_blocks = max(seq.num_registered_blocks, num_full)
 
     def note_prefix_query(self, num_prompt_tokens: int, num_hit_tokens: int = 0) -> None:
         """Count a lookup `add_seq` would make (hitting `num_hit_tokens`), the sequence not

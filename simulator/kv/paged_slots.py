@@ -13,10 +13,9 @@ copies it first (copy-on-write); the last holder writes in place:
     ref  2   2   2              ref  2   2  5:1, 9:1        5 is A's alone: no copy,
     5 holds 2 of its 4 slots    BlockCopy(src=5, dst=9)     A writes into it in place
 
-Only full, computed blocks enter the prefix cache (`commit` registers them), so a block allocated
-in this step is never a hit for another sequence in the same step. `free` releases a table tail
-first: its tail blocks reach the LRU queue first and are evicted first, so shared prefixes live
-longest.
+`commit` registers full, computed blocks in the prefix cache (V1 registers a step's blocks when
+it takes them: `PagedKVCache.cache_blocks`). `free` releases a table tail first: its tail blocks
+reach the LRU queue first and are evicted first, so shared prefixes live longest.
 
 Memory accounting keeps a running count of computed slots per GPU block (`_computed_slots`, kept
 by cache_slots.py's `CacheSlots`), so `memory_breakdown` only walks each live sequence's
@@ -203,9 +202,14 @@ class PagedSlots(CacheSlots[BlockTable]):
         num_full = num_computed_tokens // bs
         if num_full > start:
             full = table[start:num_full]
-            gpu = self._gpu  # no block shared (its audited counts): these hold `old` from start
-            shared = gpu.num_prefix_saved_blocks or gpu.num_fork_saved_blocks
-            held = sum(map(computed_slots.__getitem__, full)) if shared else old - start * bs
+            # Unless one is shared (the pool's audited counts) or was cached before computed (a
+            # hit counts it full), they hold what the sequence computed from their start.
+            gpu = self._gpu
+            held = old - start * bs
+            if seq.num_registered_blocks > start or (
+                gpu.num_prefix_saved_blocks or gpu.num_fork_saved_blocks
+            ):
+                held = sum(map(computed_slots.__getitem__, full))
             self._num_computed_slots += bs * len(full) - held
             for block in full:
                 computed_slots[block] = bs
@@ -223,25 +227,6 @@ class PagedSlots(CacheSlots[BlockTable]):
             if num_full > first:
                 self._gpu.cache_many(table[first:num_full], block_hashes[first:num_full])
             seq.num_registered_blocks = max(seq.num_registered_blocks, num_full)
-
-    def cache_blocks(self, seq_id: int, num_tokens: int, block_hashes: Sequence[int]) -> None:
-        """Register the sequence's full blocks among its first `num_tokens` slots under
-        `block_hashes` now, before their KV is computed: vLLM V1 caches the blocks a step will
-        fill when it allocates them (v1/core/kv_cache_manager.py allocate_slots ->
-        cache_blocks), so a request admitted later in the same step can hit them. `commit`
-        registers nothing twice."""
-        if not self._enable_prefix_cache:
-            return
-        seq = self._gpu_seq(seq_id)
-        if num_tokens > seq.num_tokens:
-            raise KVCacheError(
-                f"seq {seq_id}: cannot cache {num_tokens} tokens, {seq.num_tokens} are allocated"
-            )
-        num_full = min(num_tokens // self._block_size, len(block_hashes))
-        first = seq.num_registered_blocks
-        if num_full > first:
-            self._gpu.cache_many(seq.block_table[first:num_full], block_hashes[first:num_full])
-        seq.num_registered_blocks = max(seq.num_registered_blocks, num_full)
 
     def commit_one(self, seq_id: int) -> None:
         """`commit(seq_id, computed + 1)` with no block hashes: a decode step wrote one slot.
@@ -279,11 +264,15 @@ class PagedSlots(CacheSlots[BlockTable]):
         num_hashed_like = seq.num_tokens // self._block_size if hashes_full_blocks else 0
         if self._gpu.free_table(table, num_hashed_like):
             # Every block was this sequence's alone: its computed slots go with it, as many
-            # as it computed (a block's count is its holders' most: paged_audit.py checks it).
+            # as it computed unless it cached a block before computing it (a hit on it, by an
+            # admission refused since, counted it full): paged_audit.py checks the counts.
             computed_slots = self._computed_slots
+            held = seq.num_computed_tokens
+            if seq.num_registered_blocks * self._block_size > held:
+                held = sum(map(computed_slots.__getitem__, table))
             for block in table:
                 computed_slots[block] = 0
-            self._num_computed_slots -= seq.num_computed_tokens
+            self._num_computed_slots -= held
             return
         self._release_gpu_many(table[::-1], frozenset(table[:num_hashed_like]))
 

@@ -333,3 +333,26 @@ def test_hits_ending_the_free_order_are_taken_last_the_last_first(seed: int) -> 
         left = len(hits) - max(0, taken - spare)
         assert cache.prefix_hits(hashes, num_prompt_tokens) == hits[:left]
         assert cache.ends_free_order(hits[:left])
+
+
+@pytest.mark.parametrize("commits_first", [True, False])
+def test_a_block_cached_before_its_kv_and_hit_by_a_refused_admission_counts_once(
+    commits_first: bool,
+) -> None:
+    # V1 caches seq 1's two blocks as it takes them (cache_blocks); seq 2, admitted in the same
+    # step, hits both (counting them full) and is refused (freed). Seq 1 then computes them,
+    # or is freed first: either way the computed-slot count is each block's, not the sum of
+    # what the sequences thought (commit's and free's shortcuts must not apply here).
+    kv = PagedKVCache(8, 4, enable_prefix_cache=True, eviction=EvictionOrder.LRU)
+    kv.add_seq(1, final_len=8)
+    assert kv.allocate_slots([1], 8) == ()
+    kv.cache_blocks(1, 8, [11, 12])
+    assert kv.add_seq(2, [11, 12], 9, final_len=9) == 8
+    kv.free(2)
+    if commits_first:
+        kv.commit(1, 8)
+        kv.check_invariants()
+        assert kv.memory_breakdown().token_slots == 8
+    kv.free(1)
+    kv.check_invariants()
+    assert kv.memory_breakdown().token_slots == 0
