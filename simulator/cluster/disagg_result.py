@@ -26,11 +26,19 @@ Summary: docs/design.md's metrics over all requests, the fleet figures of cluste
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import pandas as pd
 
 from pagesim.simulator.cluster.disagg import DisaggRun
-from pagesim.simulator.cluster.model_keys import add_replica_keys, fleet_keys, replica_figures
+from pagesim.simulator.cluster.model_keys import (
+    Summary,
+    add_replica_keys,
+    fleet_keys,
+    replica_figures,
+)
+from pagesim.simulator.cluster.replica import Replica
 from pagesim.simulator.cluster.result import _fleet_steps, _step_figures, imbalance
 from pagesim.simulator.metrics.energy import fleet_energy_keys
 from pagesim.simulator.metrics.recorder import summarize
@@ -143,27 +151,48 @@ def disagg_result(run: DisaggRun, scenario: str, system: str, warmup_s: float) -
     summary |= fleet_energy_keys([r.energy for r in replicas], requests)
     add_replica_keys(replicas, results)  # a mixture of experts' and speculation's figures
     summary |= fleet_keys(replicas, results, summary["busy_s"])
+    summary |= _handoff_keys(run, requests)
+    summary |= _replica_keys(replicas, results, run.end_s)
+    return RunResult(scenario, system, requests, steps, summary, _provenance(run, results))
+
+
+def _handoff_keys(run: DisaggRun, requests: pd.DataFrame) -> Summary:
+    """The TTFT parts' means and p99s over finished requests, the transfers and the link."""
+    keys: Summary = {}
     done = requests[requests["status"] == "finished"]
     for part in (*TTFT_PARTS, "transfer_wait_s"):
         stem = part.removesuffix("_s")
-        summary[f"{stem}_mean_s"], summary[f"{stem}_p99_s"] = _stats(done[part])
+        keys[f"{stem}_mean_s"], keys[f"{stem}_p99_s"] = _stats(done[part])
     sent = requests["transfer_end_s"].notna()
-    summary["num_transfers"] = int(sent.sum())
-    summary["transfer_bytes_total"] = int(requests.loc[sent, "transfer_bytes"].sum())
+    keys["num_transfers"] = int(sent.sum())
+    keys["transfer_bytes_total"] = int(requests.loc[sent, "transfer_bytes"].sum())
     busy = np.array(run.ports.busy_s) / run.end_s if run.end_s > 0 else np.zeros(1)
-    summary["link_busy_share"] = float(busy.mean())
-    summary["link_busy_share_max"] = float(busy.max())
+    keys["link_busy_share"] = float(busy.mean())
+    keys["link_busy_share_max"] = float(busy.max())
+    return keys
+
+
+def _replica_keys(
+    replicas: Sequence[Replica], results: Sequence[RunResult], end_s: float
+) -> Summary:
+    """Each replica's requests, busy share, KV use and own figures, prefill replicas first."""
+    keys: Summary = {}
     for i, result in enumerate(results):
         own = result.summary
         kv_free = own.get("kv_free_share")
-        summary[f"replica_{i}_num_requests"] = replicas[i].num_routed
-        summary[f"replica_{i}_busy_share"] = (
-            float(own["busy_s"]) / run.end_s if run.end_s > 0 else None  # type: ignore[arg-type]
+        keys[f"replica_{i}_num_requests"] = replicas[i].num_routed
+        keys[f"replica_{i}_busy_share"] = (
+            float(own["busy_s"]) / end_s if end_s > 0 else None  # type: ignore[arg-type]
         )
-        summary[f"replica_{i}_kv_used_share"] = (
+        keys[f"replica_{i}_kv_used_share"] = (
             None if not isinstance(kv_free, float) else 1.0 - kv_free
         )
-        summary |= replica_figures(i, own)
+        keys |= replica_figures(i, own)
+    return keys
+
+
+def _provenance(run: DisaggRun, results: list[RunResult]) -> dict[str, object]:
+    """The first replica's provenance, with every replica's role, the link and the routers."""
     provenance = dict(results[0].provenance)
     provenance["replicas"] = [
         {
@@ -174,7 +203,7 @@ def disagg_result(run: DisaggRun, scenario: str, system: str, warmup_s: float) -
             "system": r.system.name,
             "num_kv_blocks": r.capacity.num_gpu_blocks,
         }
-        for i, r in enumerate(replicas)
+        for i, r in enumerate([*run.prefills, *run.decodes])
     ]
     link = run.link
     provenance["link"] = {
@@ -184,7 +213,7 @@ def disagg_result(run: DisaggRun, scenario: str, system: str, warmup_s: float) -
         "layerwise": link.layerwise,
     }
     provenance["routers"] = [type(router).__name__ for router in run.routers]
-    return RunResult(scenario, system, requests, steps, summary, provenance)
+    return provenance
 
 
 def link_utilization(requests: pd.DataFrame, num_ports: int, bin_s: float) -> pd.DataFrame:
