@@ -260,11 +260,7 @@ def test_refuse_hits_is_add_seq_then_free(seed: int, lru: bool) -> None:
     for _ in range(2):  # the same story on both: cached sequences freed, one still running
         rng.setstate(state)
         cache = cache_of()
-        for seq_id in range(4):
-            num_tokens = rng.randint(1, 4) * block_size + rng.randint(0, block_size - 1)
-            cache.add_seq(seq_id, final_len=num_tokens)
-            assert cache.allocate_slots([seq_id], num_tokens) is not None
-            cache.commit(seq_id, num_tokens, range(100 * seq_id, 100 * seq_id + 10))
+        _commit_four(cache, rng, block_size)
         for seq_id in rng.sample(range(3), 3):
             cache.free(seq_id)
         caches.append(cache)
@@ -292,6 +288,16 @@ def test_refuse_hits_is_add_seq_then_free(seed: int, lru: bool) -> None:
     assert looked_up.block_table(10) == added.block_table(10)
 
 
+def _commit_four(cache: PagedKVCache, rng: random.Random, block_size: int) -> None:
+    """Sequences 0-3, each 1-4 full blocks and a random part of one more, computed and committed
+    under block hashes 100 * id, 100 * id + 1, ..."""
+    for seq_id in range(4):
+        num_tokens = rng.randint(1, 4) * block_size + rng.randint(0, block_size - 1)
+        cache.add_seq(seq_id, final_len=num_tokens)
+        assert cache.allocate_slots([seq_id], num_tokens) is not None
+        cache.commit(seq_id, num_tokens, range(100 * seq_id, 100 * seq_id + 10))
+
+
 @pytest.mark.parametrize("seed", range(20))
 def test_hits_ending_the_free_order_are_taken_last_the_last_first(seed: int) -> None:
     """`ends_free_order` (a refused head's run of pure steps, fastpath/decode_window.py): right
@@ -307,11 +313,7 @@ def test_hits_ending_the_free_order_are_taken_last_the_last_first(seed: int) -> 
         eviction=EvictionOrder.LRU,
         allow_duplicate_hashes=True,
     )
-    for seq_id in range(4):
-        num_tokens = rng.randint(1, 4) * block_size + rng.randint(0, block_size - 1)
-        cache.add_seq(seq_id, final_len=num_tokens)
-        assert cache.allocate_slots([seq_id], num_tokens) is not None
-        cache.commit(seq_id, num_tokens, range(100 * seq_id, 100 * seq_id + 10))
+    _commit_four(cache, rng, block_size)
     for seq_id in rng.sample(range(3), 2):
         cache.free(seq_id)
     hashes = list(range(100 * rng.randrange(3), 100 * rng.randrange(3) + 6))
