@@ -51,7 +51,7 @@ FIRST_PRICED = 16
 class PureRuns:
     """The runs of one replica: its paged scheduler and that scheduler's decode group, its
     execution model (one that prices statelessly) and the recorder of the runs' rows into its
-    step log; `process` is the replica's loop, which a cut interrupts."""
+    step log; `process` is the replica's loop, whose wake-up a cut moves earlier."""
 
     def __init__(
         self,
@@ -94,10 +94,9 @@ class PureRuns:
         every step left."""
         env = self._env
         while True:
-            try:
-                yield env.timeout(window.ends[window.num_steps - 1] - env.now)
-            except simpy.Interrupt:  # cut short by an arrival: wait for the step in flight
-                continue
+            # (a cut moves this wake-up to the step in flight's end: `cut`)
+            window.wake = env.timeout(window.ends[window.num_steps - 1] - env.now)
+            yield window.wake
             # The priced steps ended uncut: price the next ones (twice as many each time).
             num_priced = len(window.durations)
             if window.is_cut or num_priced == window.run.num_steps:
@@ -172,8 +171,14 @@ class PureRuns:
         if in_flight + 1 < window.num_steps:
             window.num_steps = in_flight + 1
             self.num_cuts += 1
-            assert self.process is not None
-            self.process.interrupt()
+            # The loop now wakes at that step's end: the run's timeout hands its callbacks (the
+            # loop's resumption) to one set now, and fires later with none. (An interrupt, which
+            # the loop answered with that timeout, cost two more events and a thrown exception.)
+            wake = window.wake
+            assert wake is not None and wake.callbacks, "the loop waits on the run's timeout"
+            earlier = self._env.timeout(window.ends[in_flight] - self._env.now)
+            earlier.callbacks, wake.callbacks = wake.callbacks, []
+            window.wake = earlier
 
     def _price_more(self, window: _Window, count: int) -> int:
         """Price up to `count` more of the run's steps, from the last priced one's end (now);
@@ -211,6 +216,7 @@ class _Window:
         "run",
         "starts",
         "terms",
+        "wake",
     )
 
     def __init__(self, run: PureRun, terms: DecodeTerms, queues: tuple[int, int, int]) -> None:
@@ -222,3 +228,4 @@ class _Window:
         self.num_started = 0
         self.num_done = 0
         self.is_cut = False
+        self.wake: simpy.Timeout | None = None  # the loop waits on it (`PureRuns.wait_out`)
