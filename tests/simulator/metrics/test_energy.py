@@ -18,6 +18,7 @@ from pagesim.simulator.core.catalog import GPUS
 from pagesim.simulator.engine import simulate
 from pagesim.simulator.metrics.energy import (
     ENERGY_KEYS,
+    ReplicaEnergy,
     fleet_peak_w,
     replica_energy,
     step_watts,
@@ -75,6 +76,37 @@ def test_a_fleets_peak_adds_the_steps_running_together_and_every_floor() -> None
     assert fleet_peak_w([a, b, c]) == 863.0
     # a step that ends as another starts does not overlap it: one's first ends at 2.0
     assert fleet_peak_w([a, c]) == 650.0  # 250 + 400 at 2-3 s, not 400 + 400
+
+
+@given(
+    st.lists(
+        st.lists(st.tuples(st.integers(0, 2), st.integers(0, 2), st.integers(1, 4)), max_size=6),
+        min_size=1,
+        max_size=4,
+    )
+)
+def test_a_fleets_peak_sums_its_sweep_in_the_order_of_time_then_draw(
+    fleets: list[list[tuple[int, int, int]]],
+) -> None:
+    # Rows on a coarse grid (gaps and lengths of 0-2 quarter seconds), so that replicas' starts
+    # and ends tie, draws in thirds (sums that round): the peak is the sweep's sorted by time
+    # and, at one instant, by draw, to the last bit, whichever order `fleet_peak_w` finds it in.
+    replicas = []
+    for rows in fleets:
+        starts, ends, watts, at = [], [], [], 0.0
+        for gap, length, thirds in rows:
+            starts.append(at + gap / 4)
+            ends.append(at + (gap + length) / 4)
+            watts.append(thirds / 3)
+            at = ends[-1]
+        s, e, w = (np.array(v, dtype=float) for v in (starts, ends, watts))
+        replicas.append(ReplicaEnergy(1, 9.0, 0.0, 1 / 3, 1.0, s, e, w))
+    times = np.concatenate([np.concatenate((r.step_starts_s, r.step_ends_s)) for r in replicas])
+    deltas = np.concatenate([np.concatenate((r.above_floor_w, -r.above_floor_w)) for r in replicas])
+    floor = sum(r.floor_w for r in replicas)
+    swept = np.cumsum(deltas[np.lexsort((deltas, times))])
+    expected = floor + max(0.0, float(swept.max())) if len(times) else floor
+    assert fleet_peak_w(replicas) == expected
 
 
 TINY = """
