@@ -48,14 +48,14 @@ def price_steps(
     contexts: Iterable[int],
     start: float,
     limit: float,
-    starts: list[float],
     ends: list[float],
     durations: list[float],
 ) -> int:
     """Time pure decode steps back to back from `start`, one a context token count C of
     `contexts`, in turn (`decode_terms` gives `terms`; a caller pricing many runs keeps them per
-    sequence count, pure_runs.py): each step's start, end and duration go to `starts`, `ends`
-    and `durations` while its end stays <= `limit`. Returns how many were timed.
+    sequence count, pure_runs.py): each step's end and duration go to `ends` and `durations`
+    while its end stays <= `limit` (each step starts as the one before ends). Returns how many
+    were timed.
 
     The duration is `RooflineModel.price`'s for the same step to the last bit: its compute
     time (a pure step swaps and copies nothing: `duration_s` adds 0.0 twice, which leaves a
@@ -73,22 +73,20 @@ def price_steps(
         extra_s,
         *_,
     ) = terms
-    num_priced = 0
+    num_before = len(ends)
+    add_end, add_duration = ends.append, durations.append
     for context in contexts:
         attention_s = seq_s + context * context_s
         if extra_s:
             attention_s += context * extra_s
         gpu_s = before_attention + attention_s + fixed_s + token_s
         compute_s = (gpu_s if gpu_s > host_overlapped_s else host_overlapped_s) + host_serial_s
-        end = start + compute_s
-        if end > limit:
+        start += compute_s  # the step's end, the next one's start
+        if start > limit:
             break
-        starts.append(start)
-        ends.append(end)
-        durations.append(compute_s)
-        start = end
-        num_priced += 1
-    return num_priced
+        add_end(start)
+        add_duration(compute_s)
+    return len(ends) - num_before
 
 
 class WorkTerms(Protocol):

@@ -80,7 +80,7 @@ class PureRuns:
         terms = self._terms.get(run.num_members)
         if terms is None:
             terms = self._terms[run.num_members] = decode_terms(self._execution, run.num_members)
-        window = _Window(run, terms, self._paged.queue_lengths())
+        window = _Window(run, terms, self._paged.queue_lengths(), self._env.now)
         if not self._price_more(window, FIRST_PRICED):
             return None
         self._window = window
@@ -147,7 +147,7 @@ class PureRuns:
                 # (steps started..: the first one's too when it was not started before)
                 note_refusals(self._group, window.run, started, stop + start_next - started)
             self._rows.record(
-                window.starts[done:stop],
+                window.starts(done, stop),
                 window.durations[done:stop],
                 window.run.context_at(done),
                 window.terms,
@@ -188,22 +188,20 @@ class PureRuns:
         run, durations = window.run, window.durations
         first = len(durations)
         contexts = run.contexts(first, min(first + count, run.num_steps))
-        start = window.ends[-1] if window.ends else now
+        start = window.ends[-1] if window.ends else window.start_s
         # The one timeout, set at `now` (or at a cut, later), must land exactly on a step's end:
         # `now + (end - now) == end` holds for end <= 2 * now (Sterbenz's lemma). Each end is
         # what `env.timeout(duration)` at its start reaches.
-        num_priced = price_steps(
-            window.terms, contexts, start, 2 * now, window.starts, window.ends, durations
-        )
+        num_priced = price_steps(window.terms, contexts, start, 2 * now, window.ends, durations)
         window.num_steps = len(durations)
         return num_priced
 
 
 class _Window:
     """An open run of pure steps: what they are and their price terms, the queue lengths
-    throughout, the times of those priced so far (`num_steps` of them, fewer once a cut ends
-    the run early), how many have been started (scheduled) and done (completed and
-    recorded)."""
+    throughout, its start and the times of those priced so far (`num_steps` of them, fewer
+    once a cut ends the run early), how many have been started (scheduled) and done
+    (completed and recorded)."""
 
     __slots__ = (
         "durations",
@@ -214,18 +212,25 @@ class _Window:
         "num_steps",
         "queues",
         "run",
-        "starts",
+        "start_s",
         "terms",
         "wake",
     )
 
-    def __init__(self, run: PureRun, terms: DecodeTerms, queues: tuple[int, int, int]) -> None:
-        self.run, self.terms, self.queues = run, terms, queues
+    def __init__(
+        self, run: PureRun, terms: DecodeTerms, queues: tuple[int, int, int], start_s: float
+    ) -> None:
+        self.run, self.terms, self.queues, self.start_s = run, terms, queues, start_s
         self.durations: list[float] = []
-        self.starts: list[float] = []
-        self.ends: list[float] = []
+        self.ends: list[float] = []  # each step's, the next one's start
         self.num_steps = 0
         self.num_started = 0
         self.num_done = 0
         self.is_cut = False
         self.wake: simpy.Timeout | None = None  # the loop waits on it (`PureRuns.wait_out`)
+
+    def starts(self, first: int, stop: int) -> list[float]:
+        """The start times of steps first..stop - 1 (each as the step before ends)."""
+        if first:
+            return self.ends[first - 1 : stop - 1]
+        return [self.start_s, *self.ends[: stop - 1]]

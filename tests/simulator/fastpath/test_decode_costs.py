@@ -71,11 +71,10 @@ MODELS = {
 def decode_costs(model: RooflineModel, num_seqs: int, contexts: list[int]) -> list[StepCost]:
     """Every step of `contexts` priced ahead, with no limit, its FLOPs and bytes one by one
     (`step_cost`) and all at once (`step_work` of an array, as run_rows.py takes them)."""
-    starts: list[float] = []
     ends: list[float] = []
     durations: list[float] = []
     terms = decode_terms(model, num_seqs)
-    assert price_steps(terms, contexts, 0.0, float("inf"), starts, ends, durations) == len(contexts)
+    assert price_steps(terms, contexts, 0.0, float("inf"), ends, durations) == len(contexts)
     costs = [step_cost(terms, c, d) for c, d in zip(contexts, durations, strict=True)]
     flops, bytes_moved = step_work(terms, np.array(contexts, dtype=np.int64))
     assert flops.tolist() == [cost.flops for cost in costs]
@@ -113,15 +112,14 @@ def test_steps_are_priced_back_to_back_until_one_would_end_past_the_limit(
     start: float, span: float, contexts: list[int]
 ) -> None:
     model = MODELS["llama-2-70b tp2"]
-    starts: list[float] = [-1.0]  # appended to, never read
-    ends: list[float] = [-1.0]
+    ends: list[float] = [-1.0]  # appended to, never read
     durations: list[float] = []
     limit = start + span
-    num = price_steps(decode_terms(model, 4), contexts, start, limit, starts, ends, durations)
-    assert len(durations) == num and len(starts) == len(ends) == num + 1
-    assert starts[1:] == [start, *ends[1:-1]][:num]
+    num = price_steps(decode_terms(model, 4), contexts, start, limit, ends, durations)
+    assert len(durations) == num and len(ends) == num + 1
+    starts = [start, *ends[1:-1]]  # back to back
     for i in range(num):
-        assert ends[i + 1] == starts[i + 1] + durations[i] <= limit  # as a timeout lands
+        assert ends[i + 1] == starts[i] + durations[i] <= limit  # as a timeout lands
     if num < len(contexts):  # the next step would have ended past the limit
         (cost,) = decode_costs(model, 4, [contexts[num]])
         assert (ends[-1] if num else start) + cost.duration_s > limit
