@@ -220,7 +220,7 @@ class StepLog:
         self._ahead = _NO_ROWS
         self._raw: list[Sequence[float]] = []
         self._source: RowSource | None = None  # one for the log's life (the replica's runs)
-        self._run_spans: list[tuple[int, int]] = []  # (steps buffered before, its steps)
+        self._run_spans: list[int] = []  # (steps buffered before, its steps), flat
         self._num_buffered = 0  # steps in all three
         self._chunk_steps = chunk_steps
         self._stored: list[np.ndarray] = []  # rows [n, len(STEP_COLUMNS)]
@@ -280,7 +280,7 @@ class StepLog:
             return
         assert self._source is None or self._source is source, "one row source a log"
         self._source = source
-        self._run_spans.append((self._num_buffered, num_steps))
+        self._run_spans += (self._num_buffered, num_steps)
         self._num_buffered += num_steps
         if self._num_buffered >= self._chunk_steps:
             self._total(final=False)
@@ -317,9 +317,11 @@ class StepLog:
         is_plain = np.ones(self._num_buffered, dtype=bool)
         is_plain[: len(ahead)] = False
         if spans:
-            in_run = np.zeros(self._num_buffered, dtype=bool)
-            for at, num_steps in spans:
-                in_run[at : at + num_steps] = True
+            at, num_steps = np.fromiter(spans, np.int64, len(spans)).reshape(-1, 2).T
+            edges = np.zeros(self._num_buffered + 1, dtype=np.int64)  # +1 where a span opens,
+            edges[at] = 1  # -1 where it ends (where another may open: 0), in_run where > 0
+            edges[at + num_steps] -= 1
+            in_run = np.cumsum(edges[:-1]).astype(bool)
             assert self._source is not None
             steps[in_run] = self._source.take_rows()
             is_plain &= ~in_run
