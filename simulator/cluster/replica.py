@@ -261,8 +261,10 @@ class Replica:
         env, scheduler, price = self._env, self.scheduler, self._price_step
         runs = self._runs
         while True:
-            if runs is not None and (window := runs.open()) is not None:
-                yield from runs.wait_out(window)
+            if runs is not None and (wake := runs.open()) is not None:
+                while wake is not None:  # a run of pure steps (fastpath/pure_runs.py)
+                    yield wake
+                    wake = runs.woken()
                 if self._on_done is not None:
                     self._settle()
                 continue

@@ -3,7 +3,7 @@ owns one `PureRuns` when they are on: attach.py).
 
 When the next steps are pure (decode_window.py: only decode-group members, their outcome
 fixed now), the replica's loop prices them (`open`), waits for the last priced one's end
-(`wait_out`) and applies each step as late as it can: when that timeout fires, or earlier when
+(`woken`) and applies each step as late as it can: when that timeout fires, or earlier when
 someone looks (`catch_up`: a router's KV read, a stop). A request that arrives (`cut`) ends the
 run with the step in flight (then the loop plans again, as it would have), applied with the
 steps before it when it ends: an arrival only queues a request, which those steps do not read,
@@ -22,7 +22,6 @@ are floats from different sums; the tests pin the ties that do order alike.
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from collections.abc import Generator
 
 import simpy
 
@@ -69,11 +68,11 @@ class PureRuns:
         self.num_cuts = 0  # runs an arrival ended early
         self._terms: dict[int, DecodeTerms] = {}  # decode price terms by sequence count
 
-    def open(self) -> _Window | None:
-        """A run starting now, its first steps priced and the first one scheduled; None if the
-        next step is not pure or none would survive SimPy's clock. A run of one step (the next
-        finishes a member) is still cheaper than planning it: no plan, its price and memory row
-        in closed form."""
+    def open(self) -> simpy.Timeout | None:
+        """A run starting now, its first steps priced and the first one scheduled: the event
+        the loop waits on (then `woken`); None if the next step is not pure or none would
+        survive SimPy's clock. A run of one step (the next finishes a member) is still cheaper
+        than planning it: no plan, its price and memory row in closed form."""
         run = pure_run(self._paged, self._group, WINDOW_STEPS)
         if run is None:
             return None
@@ -87,24 +86,27 @@ class PureRuns:
         # The first step is scheduled now, as the per-step loop would, but its blocks are
         # taken (`num_started`) when it is applied, with the later steps' (or when someone
         # looks: `catch_up`): nothing reads them before.
-        return window
+        return self._wake(window)
 
-    def wait_out(self, window: _Window) -> Generator[simpy.Event, None, None]:
-        """Wait until the run's last step ends (pricing more while none cuts it), then apply
-        every step left."""
-        env = self._env
-        while True:
-            # (a cut moves this wake-up to the step in flight's end: `cut`)
-            window.wake = env.timeout(window.ends[window.num_steps - 1] - env.now)
-            yield window.wake
-            # The priced steps ended uncut: price the next ones (twice as many each time).
-            num_priced = len(window.durations)
-            if window.is_cut or num_priced == window.run.num_steps:
-                break
-            if not self._price_more(window, num_priced):
-                break
+    def woken(self) -> simpy.Timeout | None:
+        """The open run's wake-up came: the next one while its priced steps ended uncut and more
+        are left (priced now, twice as many each time), else None, every step left applied.
+        (The loop waits on these itself: a generator a run cost more.)"""
+        window = self._window
+        assert window is not None
+        num_priced = len(window.durations)
+        more = not window.is_cut and num_priced < window.run.num_steps
+        if more and self._price_more(window, num_priced):
+            return self._wake(window)
         self.catch_up(before_now=False)  # its own timeout: the step ending now is done
         self._window = None
+        return None
+
+    def _wake(self, window: _Window) -> simpy.Timeout:
+        """A wake-up at the end of the run's last priced step (which a cut moves earlier)."""
+        env = self._env
+        window.wake = env.timeout(window.ends[window.num_steps - 1] - env.now)
+        return window.wake
 
     def extra_output_tokens(self) -> int:
         """Tokens of the open run's steps that ended before now, counted, not applied: each
@@ -227,7 +229,7 @@ class _Window:
         self.num_started = 0
         self.num_done = 0
         self.is_cut = False
-        self.wake: simpy.Timeout | None = None  # the loop waits on it (`PureRuns.wait_out`)
+        self.wake: simpy.Timeout | None = None  # the loop waits on it (`PureRuns.open`, `woken`)
 
     def starts(self, first: int, stop: int) -> list[float]:
         """The start times of steps first..stop - 1 (each as the step before ends)."""
