@@ -194,7 +194,14 @@ def complete_pure_steps(
         for member in finished:
             member.request.last_token_s = end_s
         state.finish(finished, end_s)
-        last = (*paged.queue_lengths(), *paged.memory_breakdown().row)
+        others = len(state.running) - len(group.bases) or state.receiving or state.landed
+        if group.bases and not others:
+            # `memory_breakdown()`'s row where the group is all that holds blocks, in closed
+            # form as `first`'s: walking nobody
+            row = kv.memory_row(group.num_deferred_computed, group.num_reserved_slots)
+        else:  # the last members finished (a walk of nobody, but the waiting's)
+            row = paged.memory_breakdown().row
+        last = (*paged.queue_lengths(), *row)
     return RunMemory(
         plain, num_members, group.block_size, queues, tail_queues, first, gains, takes, last
     )
