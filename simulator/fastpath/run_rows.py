@@ -138,14 +138,27 @@ class RunBuffer:
         self.num_steps = 0
 
     def add(self, run: DecodeRun) -> None:
-        memory = run.memory
+        self.add_parts(*run)
+
+    def add_parts(
+        self,
+        starts: Sequence[float],
+        durations: Sequence[float],
+        first_context: int,
+        terms: DecodeTerms,
+        memory: RunMemory,
+        useful_share: float,
+        peak_flops: float,
+        bandwidth: float,
+    ) -> None:
+        """`add(DecodeRun(...))`, the run's fields as they are (the recorder's way: no tuple)."""
         n = memory.num_steps
         if not n:
             return
         assert memory.first is not None
         self.num_steps += n
-        _add_first(self._starts, run.starts, n)
-        _add_first(self._durations, run.durations, n)
+        _add_first(self._starts, starts, n)
+        _add_first(self._durations, durations, n)
         _add_first(self._gains, memory.gains, n)
         _add_first(self._takes, memory.takes, n)
         self._constants += (
@@ -154,11 +167,11 @@ class RunBuffer:
             memory.block_size,
             *memory.queues,
             *memory.first,
-            run.useful_share,
-            run.peak_flops,
-            run.bandwidth,
-            run.first_context,
-            *run.terms[-len(_WORK) :],
+            useful_share,
+            peak_flops,
+            bandwidth,
+            first_context,
+            *terms[-len(_WORK) :],
             *memory.tail_queues,
         )
 
@@ -248,10 +261,8 @@ class RunRecorder:
         num_seqs = memory.num_members
         useful_share = num_seqs / batch_capacity  # a paged plan has no padding: all useful
         peak_flops, bandwidth = self._peak_flops, self._bandwidth
-        self._buffer.add(
-            DecodeRun(
-                starts, durations, first_context, terms, memory, useful_share, peak_flops, bandwidth
-            )
+        self._buffer.add_parts(
+            starts, durations, first_context, terms, memory, useful_share, peak_flops, bandwidth
         )
         self._steps.append_rows(self._buffer, memory.num_steps)
         if memory.last is None:
