@@ -27,7 +27,6 @@ them all.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Sequence
 
 from pagesim.simulator.core.memory import MemoryRow
 from pagesim.simulator.fastpath.decode_group import DecodeGroup
@@ -62,14 +61,15 @@ class PureRun:
         self.num_members = len(group.bases)
         self.first_step = group.step
         self._sum_base = group.sum_base
-        self._hit_tokens: list[int] = []  # by step of the run
+        self._hit_tokens: list[int] | tuple[()] = ()  # by step of the run (none: no list made)
         if num_hit_blocks:
+            self._hit_tokens = hits = []
             crossing_at, bs = group.crossing_calendar, group.block_size
             spare = group.kv.num_free_blocks - num_hit_blocks  # taken before any hit is
             taken = 0
             for i in range(num_steps):
                 taken += len(crossing_at[(self.first_step + i) % bs])
-                self._hit_tokens.append((num_hit_blocks - max(0, taken - spare)) * bs)
+                hits.append((num_hit_blocks - max(0, taken - spare)) * bs)
 
     def hit_tokens(self, first: int, num_steps: int) -> int:
         """Prefix-hit tokens of the refused admissions of steps first..first + num_steps - 1."""
@@ -131,14 +131,15 @@ def note_refusals(group: DecodeGroup, run: PureRun, first: int, num_steps: int) 
 def complete_pure_steps(
     paged: PagedScheduler,
     group: DecodeGroup,
-    ends: Sequence[float],
+    num_steps: int,
+    end_s: float,
     queues: tuple[int, int, int],
     start_next: bool = False,
     live_tail: bool = False,
     first_started: bool = True,
 ) -> RunMemory:
-    """Complete the next `len(ends)` of `pure_run`'s steps in order, step i ending at
-    `ends[i]`, the first already started (unless not `first_started`: its blocks are then
+    """Complete the next `num_steps` of `pure_run`'s steps in order, the last ending at
+    `end_s`, the first already started (unless not `first_started`: its blocks are then
     taken with the later steps', nobody having looked meanwhile), each later one started
     first, and then (if `start_next`) start the one after them: what `PagedScheduler.complete`
     and `start_pure_step` do with their plans, which list nothing. Returns what a step record reads
@@ -150,7 +151,6 @@ def complete_pure_steps(
     num_members = len(group.bases)
     kv = paged.kv
     assert isinstance(kv, PagedKVCache)  # the fast path's (attach.py)
-    num_steps = len(ends)
     paged.num_output_tokens += num_steps * num_members  # one token each a step
     # The run's first finish (pure_run dropped the calendar's stale head; nobody joins or
     # leaves before it, so only the run's last step can reach it): the steps before it
@@ -190,7 +190,6 @@ def complete_pure_steps(
         # Someone is due: pure_run dropped the calendar's stale head, and nobody has left.
         finished = group.advance()  # members whose last token appeared now
         assert finished, "a run's finish finishes someone"
-        end_s = ends[-1]
         for member in finished:
             member.request.last_token_s = end_s
         state.finish(finished, end_s)

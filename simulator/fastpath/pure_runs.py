@@ -139,7 +139,8 @@ class PureRuns:
             memory = complete_pure_steps(
                 paged,
                 self._group,
-                window.ends[done:stop],
+                stop - done,
+                window.ends[stop - 1],
                 window.queues,
                 start_next,
                 live_tail=window.is_cut and stop == window.num_steps,  # the step in flight at it

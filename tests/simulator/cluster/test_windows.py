@@ -170,12 +170,12 @@ def test_built_in_scenarios_run_alone_give_the_per_step_run(
     def counted(
         scheduler: PagedScheduler,
         group: DecodeGroup,
-        ends: list[float],
+        num_steps: int,
         *args: Any,
         **kwargs: Any,
     ) -> RunMemory:
-        applied[0] += len(ends)
-        return complete(scheduler, group, ends, *args, **kwargs)
+        applied[0] += num_steps
+        return complete(scheduler, group, num_steps, *args, **kwargs)
 
     monkeypatch.setattr(pure_runs_module, "complete_pure_steps", counted)
     sc = load_scenario(name)
