@@ -14,9 +14,11 @@ the run is the per-step loop's (tests/simulator/cluster/test_windows.py compares
 Ties: an outside look at the very instant a step ends sees it in flight, as the per-step loop's
 SimPy order has it for a stop (`env.run(until=...)`, urgent), a session turn's start (urgent)
 and an arrival whose timer was set before that step started (the usual case). Only an arrival
-whose timer was set while that step ran, landing exactly (to the last bit) on its end, is
-ordered otherwise: the per-step loop would complete the step first. Arrival times and step ends
-are floats from different sums; the tests pin the ties that do order alike.
+whose timer was set while that step ran, landing exactly (to the last bit) on its end, may be
+ordered otherwise: the per-step loop completes the step first, and so does a run whose wake-up
+was set at that end before the timer (the step was the last priced, or a cut set it), but not
+one that wakes later. Arrival times and step ends are floats from different sums; the tests
+pin the ties that do order alike.
 """
 
 from __future__ import annotations
