@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from pagesim.simulator.core.config import SystemConfig
-from pagesim.simulator.core.memory import MemoryBreakdown
+from pagesim.simulator.core.memory import MemoryBreakdown, MemoryRow
 from pagesim.simulator.core.plan import Preemption, StepPlan
 from pagesim.simulator.core.request import GENERATED_SEGMENT, Request, SamplingKind
 from pagesim.simulator.kv.hybrid_layout import HybridLayout
@@ -220,6 +220,28 @@ class PagedScheduler(PolicyBase):
             num_reserved_elsewhere=num_reserved,
         )
 
+    def memory_row(self) -> MemoryRow:
+        """`memory_breakdown().row`, without building the breakdown (the step log's, every
+        planned step): on a paged cache with a decode group, what `memory_breakdown` asks of
+        the group and the KV cache, and the same sums."""
+        state, kv = self.state, self.kv
+        decode_group = state.decode_group
+        if (
+            decode_group is None
+            or not isinstance(kv, PagedKVCache)
+            or state.receiving
+            or state.landed
+        ):
+            return self.memory_breakdown().row
+        if not decode_group.bases:  # `kv.memory_breakdown()`: every sequence walked
+            return kv.memory_row(0, kv.num_reserved_slots())
+        running = state.running
+        others = decode_group.others(running)
+        reserved = decode_group.num_reserved_slots
+        if others:
+            reserved += kv.num_reserved_slots([s for i in others for s in running[i].seq_ids])
+        return kv.memory_row(decode_group.num_deferred_computed, reserved)
+
     def check_invariants(self) -> None:
         """The state's and the KV cache's invariants, and the memory breakdown against a walk of
         every block; with decode-group members, also the group's own sums, its closed-form
@@ -230,6 +252,7 @@ class PagedScheduler(PolicyBase):
         true_computed = {} if decode_group is None else decode_group.check_invariants()
         walked = self.kv.walk_memory_breakdown(true_computed)
         assert self.memory_breakdown() == walked, (self.memory_breakdown(), walked)
+        assert self.memory_row() == self.memory_breakdown().row
 
     @property
     def kv_capacity_slots(self) -> int:
