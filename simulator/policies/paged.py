@@ -233,14 +233,14 @@ class PagedScheduler(PolicyBase):
             or state.landed
         ):
             return self.memory_breakdown().row
-        if not decode_group.bases:  # `kv.memory_breakdown()`: every sequence walked
-            return kv.memory_row(0, kv.num_reserved_slots())
         running = state.running
-        others = decode_group.others(running)
-        reserved = decode_group.num_reserved_slots
+        terms = decode_group.memory_terms(running)
+        if terms is None:  # `kv.memory_breakdown()`: every sequence walked
+            return kv.memory_row(0, kv.num_reserved_slots())
+        others, num_uncommitted, reserved = terms
         if others:
             reserved += kv.num_reserved_slots([s for i in others for s in running[i].seq_ids])
-        return kv.memory_row(decode_group.num_deferred_computed, reserved)
+        return kv.memory_row(num_uncommitted, reserved)
 
     def check_invariants(self) -> None:
         """The state's and the KV cache's invariants, and the memory breakdown against a walk of
