@@ -348,8 +348,9 @@ class DecodeGroup:
             needed += widest  # free at every visit, so V0 preempts nobody (see __init__)
         is_short = needed > kv.num_free_blocks  # of blocks (nothing was taken since `needed`)
         if left >= 0 and is_short and preempter is not None:
+            crossing_groups = {self._members[seq_id].group for seq_id in crossing}
             return preempting_running_phase(
-                self, running, step, budget, demand, add_to_step, preempter, set(crossing), now_s
+                self, running, step, budget, demand, add_to_step, preempter, crossing_groups, now_s
             )
         if left < 0 or is_short:
             self.release_all()

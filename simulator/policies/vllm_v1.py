@@ -13,6 +13,7 @@ requests.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from operator import attrgetter
 
 from pagesim.simulator.core.config import AdmissionOrder, SystemConfig, VictimPolicy
 from pagesim.simulator.kv.paged_cache import PagedKVCache
@@ -126,12 +127,16 @@ def _preempter(state: PagedState) -> Preempter | None:
         return None
     if system.victim is not VictimPolicy.LAST_ARRIVED:
         return None
-    key = state.victim_key
 
     def victim_of(candidates: Iterable[SeqGroup]) -> SeqGroup:
-        return max(candidates, key=lambda g: key(g.request))  # as PagedState.preempt_for
+        # As PagedState.preempt_for, whose key here is the last-arrived one under FCFS
+        # (pieces.victim_key: arrival time, then id), read on the group in C.
+        return max(candidates, key=_ARRIVAL_THEN_ID)
 
     return Preempter(victim_of, state.preempt)
+
+
+_ARRIVAL_THEN_ID = attrgetter("request.arrival_s", "request.request_id")
 
 
 def _plain_slots(group: SeqGroup, num_new: int) -> int:
