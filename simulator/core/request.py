@@ -41,6 +41,11 @@ _LEGAL: dict[RequestStatus, frozenset[RequestStatus]] = {
 }
 
 
+def _is_end(status: RequestStatus) -> bool:
+    """Finished or rejected: no move out (`_LEGAL`)."""
+    return status is RequestStatus.FINISHED or status is RequestStatus.REJECTED
+
+
 class SamplingKind(Enum):
     """How many sequences a request decodes, all forked from its prompt's blocks."""
 
@@ -83,15 +88,18 @@ class Request:
     num_recomputed_tokens: int = 0
     num_cached_tokens: int = 0  # prompt tokens served from the prefix cache (all admissions)
     rejection_reason: str | None = None
+    # Finished or rejected (`status` is one of those; `transition` keeps it): an attribute, not
+    # a property, as it is read after every step for every request in flight
+    # (cluster/replica.py `_settle`).
+    is_done: bool = field(default=False, init=False)
+
+    def __post_init__(self) -> None:
+        self.is_done = _is_end(self.status)
 
     @property
     def total_len(self) -> int:
         """Prompt plus full output: the KV tokens one sequence holds when it finishes."""
         return self.prompt_len + self.output_len
-
-    @property
-    def is_done(self) -> bool:
-        return self.status in (RequestStatus.FINISHED, RequestStatus.REJECTED)
 
     def transition(self, new_status: RequestStatus, now_s: float) -> None:
         """Move to `new_status` at simulated time `now_s`; illegal moves are bugs and raise."""
@@ -102,6 +110,8 @@ class Request:
             )
         self.status = new_status
         self.history.append((new_status, now_s))
+        if _is_end(new_status):
+            self.is_done = True
         if new_status is RequestStatus.RUNNING and self.admitted_s is None:
             self.admitted_s = now_s
         elif new_status is RequestStatus.FINISHED:
