@@ -39,6 +39,9 @@ _LEGAL: dict[RequestStatus, frozenset[RequestStatus]] = {
     RequestStatus.FINISHED: frozenset(),
     RequestStatus.REJECTED: frozenset(),
 }
+# The same moves by the statuses' names, which hash in C (an Enum member hashes in Python):
+# `transition` checks every move of every request.
+_LEGAL_MOVES = frozenset((old._name_, new._name_) for old, moves in _LEGAL.items() for new in moves)
 
 
 def _is_end(status: RequestStatus) -> bool:
@@ -103,15 +106,15 @@ class Request:
 
     def transition(self, new_status: RequestStatus, now_s: float) -> None:
         """Move to `new_status` at simulated time `now_s`; illegal moves are bugs and raise."""
-        if new_status not in _LEGAL[self.status]:
+        if (self.status._name_, new_status._name_) not in _LEGAL_MOVES:
             raise RuntimeError(
                 f"request {self.request_id}: illegal transition "
                 f"{self.status.value} -> {new_status.value}"
             )
         self.status = new_status
         self.history.append((new_status, now_s))
-        if _is_end(new_status):
-            self.is_done = True
+        if new_status is RequestStatus.FINISHED or new_status is RequestStatus.REJECTED:
+            self.is_done = True  # the end (`_is_end`)
         if new_status is RequestStatus.RUNNING and self.admitted_s is None:
             self.admitted_s = now_s
         elif new_status is RequestStatus.FINISHED:
