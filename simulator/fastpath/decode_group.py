@@ -435,9 +435,11 @@ class DecodeGroup:
     def memory_terms(self, running: Sequence[SeqGroup]) -> tuple[list[int], int, int] | None:
         """None without members; else (`others(running)`, `num_deferred_computed`,
         `num_reserved_slots`): the memory breakdown's closed-form part (policies/grouping.py)."""
-        if not self.bases:
+        num_members = len(self.bases)
+        if not num_members:
             return None
-        return self.others(running), self.num_deferred_computed, self.num_reserved_slots
+        grown = num_members * self.step  # the two properties' sums, inlined (every step)
+        return self.others(running), grown - self._sum_join, self._sum_cap - self._sum_base - grown
 
     def num_computed_of_members(self) -> dict[int, int]:
         """Each member's true KV tokens (all computed), by seq id: what the KV cache will be told

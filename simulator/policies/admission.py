@@ -203,21 +203,30 @@ def fits_after_hits(
     """Whether `admit` gets past its checks for a group whose prefix hits are `num_hit_blocks`
     free blocks (which the hits take out of the free ones): its first step, the whole prompt's
     blocks and the first step's allocation, counted without registering the sequence."""
+    # Asked of most waiting heads of most steps: `_first_step` (unpadded), `blocks_for` and
+    # `state.reserve()` inlined.
     bs = state.block_size
     num_hit = num_hit_blocks * bs
-    first = _first_step(state, group.target - num_hit, num_hit, max_new_tokens, pad_to)
-    if first is None:
-        return False
+    target = group.target
+    if pad_to:
+        first = _first_step(state, target - num_hit, num_hit, max_new_tokens, pad_to)
+        if first is None:
+            return False
+        slots = first[0]
+    else:
+        slots = target - num_hit
+        if slots > max_new_tokens:
+            slots = max_new_tokens
     free = state.kv.num_free_blocks - num_hit_blocks
-    reserve = state.reserve()
-    needed = max(0, blocks_for(group.target, bs) - num_hit_blocks)  # held: the hits
-    if state.system.scheduler_reserve_full_isl and needed + reserve > free:
-        return False  # `_full_prompt_fits`
-    slots = first[0]
+    reserve = state.watermark_blocks if state.running else 0
+    if state.system.scheduler_reserve_full_isl:  # `_full_prompt_fits`, the hits held
+        needed = -(-target // bs) - num_hit_blocks
+        if (needed if needed > 0 else 0) + reserve > free:
+            return False
     if state.rules is not None and state.rules.lookahead_at_admission:
-        slots += _lookahead(state, num_hit + first[0])
+        slots += _lookahead(state, num_hit + slots)
     # `allocate_slots` of a table of full blocks: no copy, the blocks past them
-    return free - (blocks_for(num_hit + slots, bs) - num_hit_blocks) >= reserve
+    return free - (-(-(num_hit + slots) // bs) - num_hit_blocks) >= reserve
 
 
 def _full_prompt_fits(state: PagedState, group: SeqGroup) -> bool:

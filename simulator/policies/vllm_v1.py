@@ -48,19 +48,14 @@ class VllmV1:
             return running_demand(group, available, chunk_cap)
 
         decode_group = state.decode_group
-        left = (
-            None
-            if decode_group is None
-            else decode_group.schedule_running(
-                state.running,
-                step,
-                budget,
-                demand,
-                state.add_to_step,
-                self._preempter_of(state),
-                now_s,
+        left = None
+        if decode_group is not None:
+            preempter = (
+                self._preempter if self._preempter_state is state else self._preempter_of(state)
             )
-        )
+            left = decode_group.schedule_running(
+                state.running, step, budget, demand, state.add_to_step, preempter, now_s
+            )
         if state.spec is not None:  # drafts and lookahead slots (policies/speculative.py)
             left = schedule_running_speculative(state, state.spec, step, budget, chunk_cap, now_s)
         elif left is None:
