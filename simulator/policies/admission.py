@@ -72,8 +72,8 @@ def admit(
         return 0
     num_new, is_prefill = first
     slots = num_new
-    if state.rules is not None and state.rules.lookahead_at_admission:
-        slots += _lookahead(state, num_hit + num_new)
+    if state.spec is not None and state.rules is not None and state.rules.lookahead_at_admission:
+        slots += _lookahead(state, num_hit + num_new)  # (0 without a drafter)
     copies = kv.allocate_slots(group.seq_ids, slots, state.reserve())
     if copies is None:
         assert checked is None, "counted as fitting before the sequence was added"
@@ -191,12 +191,6 @@ def refused_with_hits(
     return RefusedHits(group.target, len(hits))
 
 
-def fits_unhit(state: PagedState, group: SeqGroup, max_new_tokens: int, pad_to: int) -> bool:
-    """Whether `admit` gets past its checks for a group with no block hashes (so no prefix
-    hit): `fits_after_hits` of none."""
-    return fits_after_hits(state, group, 0, max_new_tokens, pad_to)
-
-
 def fits_after_hits(
     state: PagedState, group: SeqGroup, num_hit_blocks: int, max_new_tokens: int, pad_to: int
 ) -> bool:
@@ -223,8 +217,8 @@ def fits_after_hits(
         needed = -(-target // bs) - num_hit_blocks
         if (needed if needed > 0 else 0) + reserve > free:
             return False
-    if state.rules is not None and state.rules.lookahead_at_admission:
-        slots += _lookahead(state, num_hit + slots)
+    if state.spec is not None and state.rules is not None and state.rules.lookahead_at_admission:
+        slots += _lookahead(state, num_hit + slots)  # (0 without a drafter)
     # `allocate_slots` of a table of full blocks: no copy, the blocks past them
     return free - (-(-(num_hit + slots) // bs) - num_hit_blocks) >= reserve
 
@@ -259,7 +253,7 @@ def _start(
     step: StepBuilder,
 ) -> None:
     state.running.append(group)
-    state.num_running_seqs += group.num_seqs
+    state.num_running_seqs += len(group.seq_ids)
     state.add_to_step(step, group, num_new, is_prefill, copies)
     if not is_prefill:  # padded: its drafts are placeholders (SpecDecoder.verify_placeholders)
         assert state.spec is not None

@@ -17,7 +17,12 @@ from operator import attrgetter
 
 from pagesim.simulator.core.config import AdmissionOrder, SystemConfig, VictimPolicy
 from pagesim.simulator.kv.paged_cache import PagedKVCache
-from pagesim.simulator.policies.admission import RefusedHits, admit, fits_unhit, refused_with_hits
+from pagesim.simulator.policies.admission import (
+    RefusedHits,
+    admit,
+    fits_after_hits,
+    refused_with_hits,
+)
 from pagesim.simulator.policies.grouping import Preempter
 from pagesim.simulator.policies.offload import LoadOutcome
 from pagesim.simulator.policies.paged_state import PagedState
@@ -87,9 +92,10 @@ class VllmV1:
         blocks do not fit (`admit`: its lookup); a full batch stays full while nobody
         finishes, and blocks that do not fit do not while the free blocks only fall. A head with
         no block hashes is refused touching nothing but that count (no prefix hit can change the
-        free blocks: admission.fits_unhit); one with hashes (a preempted request) also hits its
-        own free blocks, and is answered with those only where that stays so while blocks are
-        taken (`RefusedHits`: admission.refused_with_hits). Never a remote prompt."""
+        free blocks: admission.fits_after_hits of no hit); one with hashes (a preempted
+        request) also hits its own free blocks, and is answered with those only where that
+        stays so while blocks are taken (`RefusedHits`: admission.refused_with_hits). Never a
+        remote prompt."""
         knobs = state.knobs
         budget_left = knobs.max_num_batched_tokens - len(state.running)
         if budget_left < 0:
@@ -108,7 +114,7 @@ class VllmV1:
         max_new_tokens = min(budget_left, chunk_cap)
         if head.hashers is not None and head.hashers[0].block_hashes():
             return refused_with_hits(state, kv, head, max_new_tokens)
-        if fits_unhit(state, head, max_new_tokens, 0):
+        if fits_after_hits(state, head, 0, max_new_tokens, 0):
             return None
         return head.target
 
