@@ -66,6 +66,7 @@ from __future__ import annotations
 
 from itertools import compress
 from operator import itemgetter
+from weakref import WeakValueDictionary
 
 from pagesim.simulator.core.catalog import GPUSpec, KVDtype, ModelSpec
 from pagesim.simulator.core.config import ExecutionConfig
@@ -100,6 +101,21 @@ _MAX_SHAPES = 1 << 16  # step shapes `price` keeps the terms of (a few MB at mos
 # `RooflineModel._terms`: (shape seconds, per-token seconds, host overlapped seconds, host serial
 # seconds, FLOPs, bytes), each the first terms of its sum in `price`.
 _ShapeTerms = tuple[float, float, float, float, float, float]
+
+
+class _Caches:
+    """What `RooflineModel`s built from equal arguments share: their prices are the same
+    functions of a step's shape, cached once (`_SHARED`)."""
+
+    __slots__ = ("__weakref__", "linear", "shape_terms")
+
+    def __init__(self, linear: LinearCost) -> None:
+        self.linear = linear
+        self.shape_terms: dict[int, _ShapeTerms] = {}
+
+
+# The constructor's arguments -> their models' caches, while one of those models lives.
+_SHARED: WeakValueDictionary[tuple[object, ...], _Caches] = WeakValueDictionary()
 
 
 def _require_positive(name: str, value: float) -> None:
@@ -198,7 +214,14 @@ class RooflineModel(RooflineReport):
         self._expert_bps = bw * (FUSED_MOE_BW_EFFICIENCY if moe_share is None else moe_share)
         kv_bps = bw * f.attention_bw_efficiency
         self._overlap = f.gemm_overlap
-        self._linear = LinearCost(model, t, peak, bw, f)
+        # Priced the same way by every model built from equal arguments (a fleet's replicas):
+        # the linear layers' and the step shapes' caches are theirs together (`_Caches`).
+        key = (model, gpu, config, kv_dtype, t, block_size, era, data_parallel, expert_parallel)
+        caches = _SHARED.get((*key, runtime))
+        if caches is None:
+            caches = _SHARED[(*key, runtime)] = _Caches(LinearCost(model, t, peak, bw, f))
+        self._caches = caches
+        self._linear = caches.linear
         # Other weight dtypes and routed experts: one lumped GEMM in the model's dtypes, whose
         # expert bytes depend on the step (precision.py, moe_cost.py); not tiled.
         self._linear_c = (
@@ -239,7 +262,7 @@ class RooflineModel(RooflineReport):
         # the same shapes (~80-90% of its steps on the Azure trace and Vidur's case C). Tuples
         # of ints and floats only, which the cyclic collector stops tracking: a run's result
         # holds no more for it to visit.
-        self._shape_terms: dict[int, _ShapeTerms] = {}
+        self._shape_terms = caches.shape_terms
         # Per token: small ops' bytes, the KV write.
         self._per_token_s = (
             L * shapes.small_ops_bytes_per_token / (bw * f.small_ops_bw_efficiency)
