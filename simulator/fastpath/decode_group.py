@@ -114,11 +114,11 @@ class DecodeGroup:
         for group in groups:
             n0 = group.num_computed
             request = group.request
-            final_len = request.total_len - 1  # group.final_len, inlined
+            final_len = request.prompt_len + request.output_len - 1  # group.final_len, inlined
             cap = -(-n0 // bs) * bs
             if final_len < cap:
                 cap = final_len
-            num_tokens_left = request.num_tokens_left
+            num_tokens_left = request.output_len - request.num_generated  # (the property's)
             assert final_len >= n0 and num_tokens_left > 0
             seq_id = group.seq_ids[0]
             base = n0 - j

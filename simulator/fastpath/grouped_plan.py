@@ -23,7 +23,7 @@ class GroupedStepPlan(StepPlan):
     _running: tuple[Any, ...]
     _bases: Mapping[Any, int]
     _group_step: int
-    _work: tuple[SeqWork, ...] | None
+    _work: tuple[SeqWork, ...]
 
     def __init__(
         self,
@@ -56,7 +56,6 @@ class GroupedStepPlan(StepPlan):
             set_prefill_seqs,
             set_decode_seqs,
             set_requests,
-            set_padding_seqs,
             set_context_tokens,
             set_listed_work,
             set_tokens,
@@ -66,7 +65,6 @@ class GroupedStepPlan(StepPlan):
             set_running,
             set_bases,
             set_group_step,
-            set_work,
         ) = _SET
         set_preemptions(self, preemptions)
         set_swap_out(self, num_swap_out_blocks)
@@ -77,7 +75,6 @@ class GroupedStepPlan(StepPlan):
         set_prefill_seqs(self, num_prefill_seqs)
         set_decode_seqs(self, num_decode_seqs)
         set_requests(self, num_requests)
-        set_padding_seqs(self, 0)
         set_context_tokens(self, num_context_tokens)
         set_listed_work(self, listed)
         set_tokens(self, num_prefill_tokens + num_decode_tokens)
@@ -89,16 +86,18 @@ class GroupedStepPlan(StepPlan):
         )
         set_running(self, running)
         set_bases(self, bases)
-        set_group_step(self, group_step)
-        set_work(self, None)
+        set_group_step(self, group_step)  # (`_work` is left unset until `work` is read)
+
+    num_padding_seqs = 0  # (the base's slot, shadowed: no member is padding)
 
     @property
     def work(self) -> tuple[SeqWork, ...]:
-        work = self._work
-        if work is None:
+        try:
+            return self._work
+        except AttributeError:  # first read: merged once
             work = self._merge()
             object.__setattr__(self, "_work", work)
-        return work
+            return work
 
     @property
     def num_grouped_members(self) -> int:
@@ -142,7 +141,6 @@ _SET: tuple[Callable[[object, object], None], ...] = tuple(
                 "num_prefill_seqs",
                 "num_decode_seqs",
                 "num_requests",
-                "num_padding_seqs",
                 "num_context_tokens",
                 "listed_work",
                 "num_tokens",
@@ -151,7 +149,7 @@ _SET: tuple[Callable[[object, object], None], ...] = tuple(
                 "is_empty",
             ),
         ),
-        (GroupedStepPlan, ("_running", "_bases", "_group_step", "_work")),
+        (GroupedStepPlan, ("_running", "_bases", "_group_step")),
     )
     for name in names
 )

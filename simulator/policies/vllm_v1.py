@@ -13,6 +13,7 @@ requests.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from functools import partial
 from operator import attrgetter
 
 from pagesim.simulator.core.config import AdmissionOrder, SystemConfig, VictimPolicy
@@ -28,7 +29,7 @@ from pagesim.simulator.policies.offload import LoadOutcome
 from pagesim.simulator.policies.paged_state import PagedState
 from pagesim.simulator.policies.pieces import PagedPieces, paged_pieces
 from pagesim.simulator.policies.remote_kv import admit_landed
-from pagesim.simulator.policies.seq_group import SeqGroup, StepBuilder
+from pagesim.simulator.policies.seq_group import Demand, SeqGroup, StepBuilder
 from pagesim.simulator.policies.speculative import schedule_running_speculative
 from pagesim.simulator.policies.v1_running import schedule_running_v1
 
@@ -49,8 +50,7 @@ class VllmV1:
         budget = knobs.max_num_batched_tokens
         chunk_cap = state.system.max_prefill_chunk or budget
 
-        def demand(group: SeqGroup, available: int) -> tuple[int, int, bool] | None:
-            return running_demand(group, available, chunk_cap)
+        demand: Demand = partial(running_demand, chunk_cap=chunk_cap)  # (one call, not two)
 
         decode_group = state.decode_group
         left = None
