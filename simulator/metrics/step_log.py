@@ -236,7 +236,7 @@ class StepLog:
         running, waiting, swapped = scheduler.queue_lengths()
         token, reserved, internal, external, free, prefix, fork = scheduler.memory_row()
         num_seqs = plan.num_seqs
-        self.append(
+        self._raw.append(  # `append`, inlined (every planned step)
             (
                 start_s,
                 duration,
@@ -266,6 +266,9 @@ class StepLog:
                 1,  # row_steps
             )
         )
+        self._num_buffered += 1
+        if self._num_buffered >= self._chunk_steps:
+            self._total(final=False)
 
     def append(self, values: Sequence[float]) -> None:
         """Add one step's values in STEP_COLUMNS order (`row_steps` last: 1)."""

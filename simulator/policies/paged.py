@@ -148,7 +148,8 @@ class PagedScheduler(PolicyBase):
             self.num_output_tokens += complete_speculative(state, state.spec, plan, now_s)
             return
         groups = state.groups
-        commit_one = state.kv.commit_one
+        kv = state.kv
+        commit_one = kv.commit_one
         decode_group = state.decode_group
         finished: list[SeqGroup] = []
         joining: list[SeqGroup] = []  # lone decoders that join the decode group after the step
@@ -163,6 +164,8 @@ class PagedScheduler(PolicyBase):
             is_lone = num_new == 1 and len(group.seq_ids) == 1 and group.hashers is None
             if is_lone:
                 commit_one(group.seq_ids[0])  # a lone decode (or a one-token chunk)
+            elif group.hashers is None and len(group.seq_ids) == 1:
+                kv.commit(group.seq_ids[0], group.num_computed)  # (`state.commit`'s, a chunk)
             else:
                 state.commit(group)
             if is_prefill and group.num_computed < group.target:
