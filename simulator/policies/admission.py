@@ -65,8 +65,17 @@ def admit(
         checked = _checked_before_adding(state, kv, group, hashes, max_new_tokens, pad_to)
         if checked is False:
             return 0  # refused, with what adding and freeing it again leaves done
-    num_hit = kv.add_seq(seq_id, hashes, num_prompt_tokens=group.target, final_len=group.final_len)
-    first = _first_step(state, group.target - num_hit, num_hit, max_new_tokens, pad_to)
+    # (Every admission: `group.final_len`, an unpadded `_first_step` and `state.reserve()`
+    # inlined.)
+    request = group.request
+    target = group.target
+    final_len = request.prompt_len + request.output_len - 1
+    num_hit = kv.add_seq(seq_id, hashes, num_prompt_tokens=target, final_len=final_len)
+    if pad_to:
+        first = _first_step(state, target - num_hit, num_hit, max_new_tokens, pad_to)
+    else:
+        num_left = target - num_hit
+        first = (num_left if num_left < max_new_tokens else max_new_tokens), True
     if first is None or (checked is None and not _full_prompt_fits(state, group)):
         kv.free(seq_id)
         return 0
@@ -74,17 +83,17 @@ def admit(
     slots = num_new
     if state.spec is not None and state.rules is not None and state.rules.lookahead_at_admission:
         slots += _lookahead(state, num_hit + num_new)  # (0 without a drafter)
-    copies = kv.allocate_slots(group.seq_ids, slots, state.reserve())
+    copies = kv.allocate_slots(group.seq_ids, slots, state.watermark_blocks if state.running else 0)
     if copies is None:
         assert checked is None, "counted as fitting before the sequence was added"
         kv.free(seq_id)
         return 0
-    request = group.request
     if state.knobs.enable_prefix_cache:
-        state.prefix_stats.record(request, group.target, num_hit)
+        state.prefix_stats.record(request, target, num_hit)
     group.num_computed = num_hit
     request.num_cached_tokens += num_hit
-    request.num_recomputed_tokens += max(0, group.num_dropped - num_hit)
+    if group.num_dropped > num_hit:
+        request.num_recomputed_tokens += group.num_dropped - num_hit
     group.num_dropped = 0
     request.transition(RequestStatus.RUNNING, now_s)
     if group.fan_out is not None:
