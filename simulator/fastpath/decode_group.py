@@ -189,6 +189,8 @@ class DecodeGroup:
         if not num_others:
             return []
         bases = self.bases
+        if num_others == 1 and running[-1] not in bases:
+            return [len(running) - 1]  # one, the last (a prompt in chunks: most planned steps)
         found: list[int] = []
         for i in range(len(running) - 1, -1, -1):
             if running[i] not in bases:
