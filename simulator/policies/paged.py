@@ -160,30 +160,31 @@ class PagedScheduler(PolicyBase):
             last_rid = rid
             group = groups[rid]
             request = group.request
+            seq_ids, hashers = group.seq_ids, group.hashers
+            num_seqs = len(seq_ids)
             group.num_computed += num_new
-            is_lone = num_new == 1 and len(group.seq_ids) == 1 and group.hashers is None
+            is_lone = num_new == 1 and num_seqs == 1 and hashers is None
             if is_lone:
-                commit_one(group.seq_ids[0])  # a lone decode (or a one-token chunk)
-            elif group.hashers is None and len(group.seq_ids) == 1:
-                kv.commit(group.seq_ids[0], group.num_computed)  # (`state.commit`'s, a chunk)
+                commit_one(seq_ids[0])  # a lone decode (or a one-token chunk)
+            elif hashers is None and num_seqs == 1:
+                kv.commit(seq_ids[0], group.num_computed)  # (`state.commit`'s, a chunk)
             else:
                 state.commit(group)
             if is_prefill and group.num_computed < group.target:
                 continue  # a chunk of the prompt: no token yet
             # One token per sequence: a prompt's first token for all its samples (V0 forks
             # right after), later ones for each sequence the group decodes.
-            num_seqs = len(group.seq_ids)
             self.num_output_tokens += request.num_seqs if is_prefill and num_seqs == 1 else num_seqs
             if request.produce_token(now_s):
                 finished.append(group)
                 continue
             if not is_lone or is_prefill:  # a lone decode has no hashes to extend, nothing to fork
-                if group.hashers is not None:
-                    for seq_id, hasher in zip(group.seq_ids, group.hashers, strict=True):
+                if hashers is not None:
+                    for seq_id, hasher in zip(seq_ids, hashers, strict=True):
                         hasher.extend((GENERATED_SEGMENT, seq_id), 1)
-                if is_prefill and request.num_seqs > len(group.seq_ids):
+                if is_prefill and request.num_seqs > num_seqs:
                     fork(state, group)
-                elif len(group.seq_ids) > 1 and request.sampling is SamplingKind.BEAM:
+                elif num_seqs > 1 and request.sampling is SamplingKind.BEAM:
                     refork_beam(state, group)
             if decode_group is not None and len(group.seq_ids) == 1:
                 joining.append(group)
