@@ -206,44 +206,31 @@ class PagedScheduler(PolicyBase):
         return len(state.running), len(state.waiting), len(state.swapped)
 
     def memory_breakdown(self) -> MemoryBreakdown:
-        state = self.state
-        decode_group = state.decode_group
-        terms = None if decode_group is None else decode_group.memory_terms(state.running)
-        if terms is None:
-            return self.kv.memory_breakdown()
-        # Members in closed form (the fast path's), the others' tails walked by the KV cache.
-        running = state.running
-        others, num_uncommitted, num_reserved = terms
-        walked = [s for i in others for s in running[i].seq_ids] if others else []
-        # Prompts' KV on the way or arrived, not yet admitted (policies/remote_kv.py).
-        walked += [g.seq_ids[0] for g in state.receiving.values()]
-        walked += [g.seq_ids[0] for g in state.landed.values()]
-        return self.kv.memory_breakdown(
-            walked,
-            num_uncommitted=num_uncommitted,
-            num_reserved_elsewhere=num_reserved,
-        )
+        kv = self.kv
+        if isinstance(kv, PagedKVCache):
+            return MemoryBreakdown(*self.memory_row())
+        return kv.memory_breakdown()  # a hybrid cache: no decode group (fastpath/attach.py)
 
     def memory_row(self) -> MemoryRow:
-        """`memory_breakdown().row`, without building the breakdown (the step log's, every
-        planned step): on a paged cache with a decode group, what `memory_breakdown` asks of
-        the group and the KV cache, and the same sums."""
+        """`memory_breakdown()`'s fields in order, which the step log reads every planned step,
+        without building the breakdown."""
         state, kv = self.state, self.kv
+        if not isinstance(kv, PagedKVCache):
+            return kv.memory_breakdown().row
         decode_group = state.decode_group
-        if (
-            decode_group is None
-            or not isinstance(kv, PagedKVCache)
-            or state.receiving
-            or state.landed
-        ):
-            return self.memory_breakdown().row
         running = state.running
-        terms = decode_group.memory_terms(running)
-        if terms is None:  # `kv.memory_breakdown()`: every sequence walked
+        terms = None if decode_group is None else decode_group.memory_terms(running)
+        if terms is None:  # every sequence walked by the KV cache
             return kv.memory_row(0, kv.num_reserved_slots())
+        # Members in closed form (the fast path's), the others' tails walked by the KV cache.
         others, num_uncommitted, reserved = terms
-        if others:
-            reserved += kv.num_reserved_slots([s for i in others for s in running[i].seq_ids])
+        walked = [s for i in others for s in running[i].seq_ids] if others else []
+        if state.receiving or state.landed:
+            # Prompts' KV on the way or arrived, not yet admitted (policies/remote_kv.py).
+            walked += [g.seq_ids[0] for g in state.receiving.values()]
+            walked += [g.seq_ids[0] for g in state.landed.values()]
+        if walked:
+            reserved += kv.num_reserved_slots(walked)
         return kv.memory_row(num_uncommitted, reserved)
 
     def check_invariants(self) -> None:
@@ -256,7 +243,6 @@ class PagedScheduler(PolicyBase):
         true_computed = {} if decode_group is None else decode_group.check_invariants()
         walked = self.kv.walk_memory_breakdown(true_computed)
         assert self.memory_breakdown() == walked, (self.memory_breakdown(), walked)
-        assert self.memory_row() == self.memory_breakdown().row
 
     @property
     def kv_capacity_slots(self) -> int:
