@@ -39,6 +39,14 @@ _LEGAL: dict[RequestStatus, frozenset[RequestStatus]] = {
     RequestStatus.FINISHED: frozenset(),
     RequestStatus.REJECTED: frozenset(),
 }
+# The same moves by the statuses' names, which hash in C (an Enum member hashes in Python):
+# `transition` checks every move of every request.
+_LEGAL_MOVES = frozenset((old._name_, new._name_) for old, moves in _LEGAL.items() for new in moves)
+
+
+def _is_end(status: RequestStatus) -> bool:
+    """Finished or rejected: no move out (`_LEGAL`)."""
+    return status is RequestStatus.FINISHED or status is RequestStatus.REJECTED
 
 
 class SamplingKind(Enum):
@@ -83,25 +91,30 @@ class Request:
     num_recomputed_tokens: int = 0
     num_cached_tokens: int = 0  # prompt tokens served from the prefix cache (all admissions)
     rejection_reason: str | None = None
+    # Finished or rejected (`status` is one of those; `transition` keeps it): an attribute, not
+    # a property, as it is read after every step for every request in flight
+    # (cluster/replica.py `_settle`).
+    is_done: bool = field(default=False, init=False)
+
+    def __post_init__(self) -> None:
+        self.is_done = _is_end(self.status)
 
     @property
     def total_len(self) -> int:
         """Prompt plus full output: the KV tokens one sequence holds when it finishes."""
         return self.prompt_len + self.output_len
 
-    @property
-    def is_done(self) -> bool:
-        return self.status in (RequestStatus.FINISHED, RequestStatus.REJECTED)
-
     def transition(self, new_status: RequestStatus, now_s: float) -> None:
         """Move to `new_status` at simulated time `now_s`; illegal moves are bugs and raise."""
-        if new_status not in _LEGAL[self.status]:
+        if (self.status._name_, new_status._name_) not in _LEGAL_MOVES:
             raise RuntimeError(
                 f"request {self.request_id}: illegal transition "
                 f"{self.status.value} -> {new_status.value}"
             )
         self.status = new_status
         self.history.append((new_status, now_s))
+        if new_status is RequestStatus.FINISHED or new_status is RequestStatus.REJECTED:
+            self.is_done = True  # the end (`_is_end`)
         if new_status is RequestStatus.RUNNING and self.admitted_s is None:
             self.admitted_s = now_s
         elif new_status is RequestStatus.FINISHED:

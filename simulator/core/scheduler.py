@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from pagesim.simulator.core.memory import MemoryBreakdown
+from pagesim.simulator.core.memory import MemoryBreakdown, MemoryRow
 from pagesim.simulator.core.plan import StepPlan
 from pagesim.simulator.core.request import Request
 
@@ -43,6 +43,11 @@ class Scheduler(Protocol):
         ...
 
     def memory_breakdown(self) -> MemoryBreakdown: ...
+
+    def memory_row(self) -> MemoryRow:
+        """`memory_breakdown()`'s fields in order (its `row`), which the step log reads after
+        every step: a policy may answer it without building the breakdown."""
+        ...
 
     def check_invariants(self) -> None:
         """Raise AssertionError if the policy's or the KV cache's bookkeeping is inconsistent;

@@ -114,11 +114,11 @@ class DecodeGroup:
         for group in groups:
             n0 = group.num_computed
             request = group.request
-            final_len = request.total_len - 1  # group.final_len, inlined
+            final_len = request.prompt_len + request.output_len - 1  # group.final_len, inlined
             cap = -(-n0 // bs) * bs
             if final_len < cap:
                 cap = final_len
-            num_tokens_left = request.num_tokens_left
+            num_tokens_left = request.output_len - request.num_generated  # (the property's)
             assert final_len >= n0 and num_tokens_left > 0
             seq_id = group.seq_ids[0]
             base = n0 - j
@@ -189,6 +189,8 @@ class DecodeGroup:
         if not num_others:
             return []
         bases = self.bases
+        if num_others == 1 and running[-1] not in bases:
+            return [len(running) - 1]  # one, the last (a prompt in chunks: most planned steps)
         found: list[int] = []
         for i in range(len(running) - 1, -1, -1):
             if running[i] not in bases:
@@ -348,8 +350,9 @@ class DecodeGroup:
             needed += widest  # free at every visit, so V0 preempts nobody (see __init__)
         is_short = needed > kv.num_free_blocks  # of blocks (nothing was taken since `needed`)
         if left >= 0 and is_short and preempter is not None:
+            crossing_groups = {self._members[seq_id].group for seq_id in crossing}
             return preempting_running_phase(
-                self, running, step, budget, demand, add_to_step, preempter, set(crossing), now_s
+                self, running, step, budget, demand, add_to_step, preempter, crossing_groups, now_s
             )
         if left < 0 or is_short:
             self.release_all()
@@ -434,9 +437,11 @@ class DecodeGroup:
     def memory_terms(self, running: Sequence[SeqGroup]) -> tuple[list[int], int, int] | None:
         """None without members; else (`others(running)`, `num_deferred_computed`,
         `num_reserved_slots`): the memory breakdown's closed-form part (policies/grouping.py)."""
-        if not self.bases:
+        num_members = len(self.bases)
+        if not num_members:
             return None
-        return self.others(running), self.num_deferred_computed, self.num_reserved_slots
+        grown = num_members * self.step  # the two properties' sums, inlined (every step)
+        return self.others(running), grown - self._sum_join, self._sum_cap - self._sum_base - grown
 
     def num_computed_of_members(self) -> dict[int, int]:
         """Each member's true KV tokens (all computed), by seq id: what the KV cache will be told

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from pagesim.simulator.core.plan import BlockCopy, Preemption, SeqWork, StepPlan, seq_work_of
@@ -23,7 +23,7 @@ class GroupedStepPlan(StepPlan):
     _running: tuple[Any, ...]
     _bases: Mapping[Any, int]
     _group_step: int
-    _work: tuple[SeqWork, ...] | None
+    _work: tuple[SeqWork, ...]
 
     def __init__(
         self,
@@ -44,39 +44,60 @@ class GroupedStepPlan(StepPlan):
         num_requests: int,
     ) -> None:
         # The base is a frozen dataclass whose `work` slot this class replaces by a property.
-        # One plan per engine step: the fields are set one by one, without a loop or a dict.
-        set_field = object.__setattr__
-        set_field(self, "preemptions", preemptions)
-        set_field(self, "num_swap_out_blocks", num_swap_out_blocks)
-        set_field(self, "num_swap_in_blocks", num_swap_in_blocks)
-        set_field(self, "copies", copies)
-        set_field(self, "num_prefill_tokens", num_prefill_tokens)
-        set_field(self, "num_decode_tokens", num_decode_tokens)
-        set_field(self, "num_prefill_seqs", num_prefill_seqs)
-        set_field(self, "num_decode_seqs", num_decode_seqs)
-        set_field(self, "num_requests", num_requests)
-        set_field(self, "num_padding_seqs", 0)
-        set_field(self, "num_context_tokens", num_context_tokens)
-        set_field(self, "listed_work", listed)
-        set_field(self, "num_tokens", num_prefill_tokens + num_decode_tokens)
-        set_field(self, "num_seqs", num_prefill_seqs + num_decode_seqs)
-        set_field(self, "moves_blocks", bool(copies or num_swap_out_blocks or num_swap_in_blocks))
-        empty = not (
-            num_prefill_seqs or num_decode_seqs or num_swap_out_blocks or num_swap_in_blocks
+        # One plan per planned engine step: each slot is set through its descriptor, bound
+        # once (`_SET`), which skips the frozen class's `__setattr__` lookup.
+        (
+            set_preemptions,
+            set_swap_out,
+            set_swap_in,
+            set_copies,
+            set_prefill_tokens,
+            set_decode_tokens,
+            set_prefill_seqs,
+            set_decode_seqs,
+            set_requests,
+            set_context_tokens,
+            set_listed_work,
+            set_tokens,
+            set_seqs,
+            set_moves_blocks,
+            set_is_empty,
+            set_running,
+            set_bases,
+            set_group_step,
+        ) = _SET
+        set_preemptions(self, preemptions)
+        set_swap_out(self, num_swap_out_blocks)
+        set_swap_in(self, num_swap_in_blocks)
+        set_copies(self, copies)
+        set_prefill_tokens(self, num_prefill_tokens)
+        set_decode_tokens(self, num_decode_tokens)
+        set_prefill_seqs(self, num_prefill_seqs)
+        set_decode_seqs(self, num_decode_seqs)
+        set_requests(self, num_requests)
+        set_context_tokens(self, num_context_tokens)
+        set_listed_work(self, listed)
+        set_tokens(self, num_prefill_tokens + num_decode_tokens)
+        set_seqs(self, num_prefill_seqs + num_decode_seqs)
+        set_moves_blocks(self, bool(copies or num_swap_out_blocks or num_swap_in_blocks))
+        set_is_empty(
+            self,
+            not (num_prefill_seqs or num_decode_seqs or num_swap_out_blocks or num_swap_in_blocks),
         )
-        set_field(self, "is_empty", empty)
-        set_field(self, "_running", running)
-        set_field(self, "_bases", bases)
-        set_field(self, "_group_step", group_step)
-        set_field(self, "_work", None)
+        set_running(self, running)
+        set_bases(self, bases)
+        set_group_step(self, group_step)  # (`_work` is left unset until `work` is read)
+
+    num_padding_seqs = 0  # (the base's slot, shadowed: no member is padding)
 
     @property
     def work(self) -> tuple[SeqWork, ...]:
-        work = self._work
-        if work is None:
+        try:
+            return self._work
+        except AttributeError:  # first read: merged once
             work = self._merge()
             object.__setattr__(self, "_work", work)
-        return work
+            return work
 
     @property
     def num_grouped_members(self) -> int:
@@ -101,3 +122,34 @@ class GroupedStepPlan(StepPlan):
                 i += 1
         out.extend(listed[i:])  # swapped back in or admitted after the running ones
         return tuple(out)
+
+
+# The slots' setters, in `__init__`'s order (a slot's descriptor lives on the class that
+# declares it: the base's fields, then this class's own).
+_SET: tuple[Callable[[object, object], None], ...] = tuple(
+    vars(cls)[name].__set__
+    for cls, names in (
+        (
+            StepPlan,
+            (
+                "preemptions",
+                "num_swap_out_blocks",
+                "num_swap_in_blocks",
+                "copies",
+                "num_prefill_tokens",
+                "num_decode_tokens",
+                "num_prefill_seqs",
+                "num_decode_seqs",
+                "num_requests",
+                "num_context_tokens",
+                "listed_work",
+                "num_tokens",
+                "num_seqs",
+                "moves_blocks",
+                "is_empty",
+            ),
+        ),
+        (GroupedStepPlan, ("_running", "_bases", "_group_step")),
+    )
+    for name in names
+)

@@ -19,8 +19,9 @@ after a victim sees less budget than the check gave it.
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Mapping
+from itertools import compress, filterfalse
+from operator import not_, or_
 from typing import Protocol
 
 from pagesim.simulator.kv.paged_cache import PagedKVCache
@@ -36,6 +37,11 @@ class Members(Protocol):
     @property
     def members(self) -> Mapping[int, object]:
         """The members by seq id."""
+        ...
+
+    @property
+    def bases(self) -> Mapping[SeqGroup, int]:
+        """The members by group."""
         ...
 
     def grow_one(self, seq_id: int) -> bool:
@@ -55,30 +61,60 @@ def preempting_running_phase(
     demand: Demand,
     add_to_step: AddToStep,
     preempter: Preempter,
-    crossing: set[int],
+    crossing: set[SeqGroup],
     now_s: float,
 ) -> int:
     """The running phase of policies/v1_running.py `schedule_running_v1` (FCFS), members summed:
     `crossing` are the members whose token needs a new block this step. `running` is updated in
-    place (victims out); returns the budget left."""
+    place (victims out); returns the budget left.
+
+    The groups are visited in order, but the members in between those that may act (the
+    others and the crossing members, found in C) are taken a slice at a time, each one budget
+    token, as far as the budget reaches, as the one-by-one loop takes them. Victims taken out
+    of the groups not yet visited (`preempted`) are skipped when reached."""
     members = group_of.members  # by seq id; a member leaving is popped from it
     allocate_slots = group_of.kv.allocate_slots
-    remaining: deque[SeqGroup] = deque(running)
+    num_running = len(running)
+    is_member = map(group_of.bases.__contains__, running)
+    acting = list(
+        compress(
+            range(num_running), map(or_, map(crossing.__contains__, running), map(not_, is_member))
+        )
+    )
+    acting.append(num_running)  # the members after the last of them
+    preempted: set[SeqGroup] = set()
     kept: list[SeqGroup] = []
-    while remaining and budget > 0:
-        group = remaining.popleft()
-        seq_id = group.seq_ids[0]
-        if seq_id in members:
-            if seq_id in crossing:
-                while not group_of.grow_one(seq_id):
-                    if not _make_room(group_of, preempter, group, remaining, step, now_s):
-                        break  # it preempted itself
-                else:
-                    kept.append(group)
-                    budget -= 1
-                continue
-            kept.append(group)  # its slot lies in its last block: nothing to do
-            budget -= 1
+    cut: list[SeqGroup] = []  # members the budget did not reach
+    at = 0  # running[at:] are not yet visited (less those preempted)
+    for pos in acting:
+        if at < pos:  # members whose slot lies in their last block: nothing to do
+            plain = running[at:pos]
+            if preempted:
+                plain = list(filterfalse(preempted.__contains__, plain))
+            if budget < len(plain):
+                taken = budget if budget > 0 else 0
+                kept += plain[:taken]
+                budget -= taken
+                cut = plain[taken:]
+                at = pos
+                break
+            kept += plain
+            budget -= len(plain)
+        at = pos
+        if pos == num_running or budget <= 0:
+            break
+        group = running[pos]
+        at = pos + 1
+        if group in preempted:
+            continue
+        if group in crossing:
+            seq_id = group.seq_ids[0]
+            while not group_of.grow_one(seq_id):
+                if not _make_room(group_of, preempter, group, running, at, preempted, step, now_s):
+                    break  # it preempted itself
+            else:
+                kept.append(group)
+                budget -= 1
             continue
         asked = demand(group, budget)
         if asked is None:
@@ -86,14 +122,17 @@ def preempting_running_phase(
             continue
         num_new, tokens, is_prefill = asked
         while (copies := allocate_slots(group.seq_ids, num_new)) is None:
-            if not _make_room(group_of, preempter, group, remaining, step, now_s):
+            if not _make_room(group_of, preempter, group, running, at, preempted, step, now_s):
                 break
         if copies is None:
             continue  # it preempted itself
         add_to_step(step, group, num_new, is_prefill, copies)
         kept.append(group)
         budget -= tokens
-    running[:] = kept + list(remaining)
+    rest = running[at:]
+    if preempted:
+        rest = list(filterfalse(preempted.__contains__, rest))
+    running[:] = kept + cut + rest
     if members:
         step.num_decode_tokens += len(members)
         step.is_grouped = True
@@ -104,15 +143,21 @@ def _make_room(
     group_of: Members,
     preempter: Preempter,
     group: SeqGroup,
-    remaining: deque[SeqGroup],
+    running: list[SeqGroup],
+    at: int,
+    preempted: set[SeqGroup],
     step: StepBuilder,
     now_s: float,
 ) -> bool:
-    """PagedState.preempt_for with the members in mind: the victim among `remaining` (else
-    `group` itself) leaves the group, caught up, then is preempted. False if `group` went."""
+    """PagedState.preempt_for with the members in mind: the victim among the groups not yet
+    visited (`running[at:]` less those `preempted`; else `group` itself) leaves the group,
+    caught up, then is preempted. False if `group` went."""
+    remaining = running[at:]
+    if preempted:
+        remaining = list(filterfalse(preempted.__contains__, remaining))
     if remaining:
         victim = preempter.victim_of(remaining)
-        remaining.remove(victim)
+        preempted.add(victim)
     else:
         victim = group
     if victim.seq_ids[0] in group_of.members:

@@ -234,9 +234,9 @@ class StepLog:
         it (its queues and memory are as the step left them)."""
         duration = cost.duration_s
         running, waiting, swapped = scheduler.queue_lengths()
-        memory = scheduler.memory_breakdown()
+        token, reserved, internal, external, free, prefix, fork = scheduler.memory_row()
         num_seqs = plan.num_seqs
-        self.append(
+        self._raw.append(  # `append`, inlined (every planned step)
             (
                 start_s,
                 duration,
@@ -253,19 +253,22 @@ class StepLog:
                 plan.num_swap_in_blocks,
                 plan.num_swap_out_blocks,
                 len(plan.copies),
-                memory.token_slots,
-                memory.reserved_slots,
-                memory.internal_frag_slots,
-                memory.external_frag_slots,
-                memory.free_slots,
-                memory.prefix_saved_slots,
-                memory.fork_saved_slots,
+                token,
+                reserved,
+                internal,
+                external,
+                free,
+                prefix,
+                fork,
                 (num_seqs - plan.num_padding_seqs) / scheduler.batch_capacity,
                 cost.flops / (self._peak_flops * duration) if duration > 0 else 0.0,
                 cost.bytes_moved / (self._bandwidth_bps * duration) if duration > 0 else 0.0,
                 1,  # row_steps
             )
         )
+        self._num_buffered += 1
+        if self._num_buffered >= self._chunk_steps:
+            self._total(final=False)
 
     def append(self, values: Sequence[float]) -> None:
         """Add one step's values in STEP_COLUMNS order (`row_steps` last: 1)."""

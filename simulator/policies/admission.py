@@ -65,26 +65,35 @@ def admit(
         checked = _checked_before_adding(state, kv, group, hashes, max_new_tokens, pad_to)
         if checked is False:
             return 0  # refused, with what adding and freeing it again leaves done
-    num_hit = kv.add_seq(seq_id, hashes, num_prompt_tokens=group.target, final_len=group.final_len)
-    first = _first_step(state, group.target - num_hit, num_hit, max_new_tokens, pad_to)
+    # (Every admission: `group.final_len`, an unpadded `_first_step` and `state.reserve()`
+    # inlined.)
+    request = group.request
+    target = group.target
+    final_len = request.prompt_len + request.output_len - 1
+    num_hit = kv.add_seq(seq_id, hashes, num_prompt_tokens=target, final_len=final_len)
+    if pad_to:
+        first = _first_step(state, target - num_hit, num_hit, max_new_tokens, pad_to)
+    else:
+        num_left = target - num_hit
+        first = (num_left if num_left < max_new_tokens else max_new_tokens), True
     if first is None or (checked is None and not _full_prompt_fits(state, group)):
         kv.free(seq_id)
         return 0
     num_new, is_prefill = first
     slots = num_new
-    if state.rules is not None and state.rules.lookahead_at_admission:
-        slots += _lookahead(state, num_hit + num_new)
-    copies = kv.allocate_slots(group.seq_ids, slots, state.reserve())
+    if state.spec is not None and state.rules is not None and state.rules.lookahead_at_admission:
+        slots += _lookahead(state, num_hit + num_new)  # (0 without a drafter)
+    copies = kv.allocate_slots(group.seq_ids, slots, state.watermark_blocks if state.running else 0)
     if copies is None:
         assert checked is None, "counted as fitting before the sequence was added"
         kv.free(seq_id)
         return 0
-    request = group.request
     if state.knobs.enable_prefix_cache:
-        state.prefix_stats.record(request, group.target, num_hit)
+        state.prefix_stats.record(request, target, num_hit)
     group.num_computed = num_hit
     request.num_cached_tokens += num_hit
-    request.num_recomputed_tokens += max(0, group.num_dropped - num_hit)
+    if group.num_dropped > num_hit:
+        request.num_recomputed_tokens += group.num_dropped - num_hit
     group.num_dropped = 0
     request.transition(RequestStatus.RUNNING, now_s)
     if group.fan_out is not None:
@@ -191,33 +200,36 @@ def refused_with_hits(
     return RefusedHits(group.target, len(hits))
 
 
-def fits_unhit(state: PagedState, group: SeqGroup, max_new_tokens: int, pad_to: int) -> bool:
-    """Whether `admit` gets past its checks for a group with no block hashes (so no prefix
-    hit): `fits_after_hits` of none."""
-    return fits_after_hits(state, group, 0, max_new_tokens, pad_to)
-
-
 def fits_after_hits(
     state: PagedState, group: SeqGroup, num_hit_blocks: int, max_new_tokens: int, pad_to: int
 ) -> bool:
     """Whether `admit` gets past its checks for a group whose prefix hits are `num_hit_blocks`
     free blocks (which the hits take out of the free ones): its first step, the whole prompt's
     blocks and the first step's allocation, counted without registering the sequence."""
+    # Asked of most waiting heads of most steps: `_first_step` (unpadded), `blocks_for` and
+    # `state.reserve()` inlined.
     bs = state.block_size
     num_hit = num_hit_blocks * bs
-    first = _first_step(state, group.target - num_hit, num_hit, max_new_tokens, pad_to)
-    if first is None:
-        return False
+    target = group.target
+    if pad_to:
+        first = _first_step(state, target - num_hit, num_hit, max_new_tokens, pad_to)
+        if first is None:
+            return False
+        slots = first[0]
+    else:
+        slots = target - num_hit
+        if slots > max_new_tokens:
+            slots = max_new_tokens
     free = state.kv.num_free_blocks - num_hit_blocks
-    reserve = state.reserve()
-    needed = max(0, blocks_for(group.target, bs) - num_hit_blocks)  # held: the hits
-    if state.system.scheduler_reserve_full_isl and needed + reserve > free:
-        return False  # `_full_prompt_fits`
-    slots = first[0]
-    if state.rules is not None and state.rules.lookahead_at_admission:
-        slots += _lookahead(state, num_hit + first[0])
+    reserve = state.watermark_blocks if state.running else 0
+    if state.system.scheduler_reserve_full_isl:  # `_full_prompt_fits`, the hits held
+        needed = -(-target // bs) - num_hit_blocks
+        if (needed if needed > 0 else 0) + reserve > free:
+            return False
+    if state.spec is not None and state.rules is not None and state.rules.lookahead_at_admission:
+        slots += _lookahead(state, num_hit + slots)  # (0 without a drafter)
     # `allocate_slots` of a table of full blocks: no copy, the blocks past them
-    return free - (blocks_for(num_hit + slots, bs) - num_hit_blocks) >= reserve
+    return free - (-(-(num_hit + slots) // bs) - num_hit_blocks) >= reserve
 
 
 def _full_prompt_fits(state: PagedState, group: SeqGroup) -> bool:
@@ -250,7 +262,7 @@ def _start(
     step: StepBuilder,
 ) -> None:
     state.running.append(group)
-    state.num_running_seqs += group.num_seqs
+    state.num_running_seqs += len(group.seq_ids)
     state.add_to_step(step, group, num_new, is_prefill, copies)
     if not is_prefill:  # padded: its drafts are placeholders (SpecDecoder.verify_placeholders)
         assert state.spec is not None

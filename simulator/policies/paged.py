@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from pagesim.simulator.core.config import SystemConfig
-from pagesim.simulator.core.memory import MemoryBreakdown
+from pagesim.simulator.core.memory import MemoryBreakdown, MemoryRow
 from pagesim.simulator.core.plan import Preemption, StepPlan
 from pagesim.simulator.core.request import GENERATED_SEGMENT, Request, SamplingKind
 from pagesim.simulator.kv.hybrid_layout import HybridLayout
@@ -148,7 +148,8 @@ class PagedScheduler(PolicyBase):
             self.num_output_tokens += complete_speculative(state, state.spec, plan, now_s)
             return
         groups = state.groups
-        commit_one = state.kv.commit_one
+        kv = state.kv
+        commit_one = kv.commit_one
         decode_group = state.decode_group
         finished: list[SeqGroup] = []
         joining: list[SeqGroup] = []  # lone decoders that join the decode group after the step
@@ -159,28 +160,31 @@ class PagedScheduler(PolicyBase):
             last_rid = rid
             group = groups[rid]
             request = group.request
+            seq_ids, hashers = group.seq_ids, group.hashers
+            num_seqs = len(seq_ids)
             group.num_computed += num_new
-            is_lone = num_new == 1 and len(group.seq_ids) == 1 and group.hashers is None
+            is_lone = num_new == 1 and num_seqs == 1 and hashers is None
             if is_lone:
-                commit_one(group.seq_ids[0])  # a lone decode (or a one-token chunk)
+                commit_one(seq_ids[0])  # a lone decode (or a one-token chunk)
+            elif hashers is None and num_seqs == 1:
+                kv.commit(seq_ids[0], group.num_computed)  # (`state.commit`'s, a chunk)
             else:
                 state.commit(group)
             if is_prefill and group.num_computed < group.target:
                 continue  # a chunk of the prompt: no token yet
             # One token per sequence: a prompt's first token for all its samples (V0 forks
             # right after), later ones for each sequence the group decodes.
-            num_seqs = len(group.seq_ids)
             self.num_output_tokens += request.num_seqs if is_prefill and num_seqs == 1 else num_seqs
             if request.produce_token(now_s):
                 finished.append(group)
                 continue
             if not is_lone or is_prefill:  # a lone decode has no hashes to extend, nothing to fork
-                if group.hashers is not None:
-                    for seq_id, hasher in zip(group.seq_ids, group.hashers, strict=True):
+                if hashers is not None:
+                    for seq_id, hasher in zip(seq_ids, hashers, strict=True):
                         hasher.extend((GENERATED_SEGMENT, seq_id), 1)
-                if is_prefill and request.num_seqs > len(group.seq_ids):
+                if is_prefill and request.num_seqs > num_seqs:
                     fork(state, group)
-                elif len(group.seq_ids) > 1 and request.sampling is SamplingKind.BEAM:
+                elif num_seqs > 1 and request.sampling is SamplingKind.BEAM:
                     refork_beam(state, group)
             if decode_group is not None and len(group.seq_ids) == 1:
                 joining.append(group)
@@ -202,23 +206,32 @@ class PagedScheduler(PolicyBase):
         return len(state.running), len(state.waiting), len(state.swapped)
 
     def memory_breakdown(self) -> MemoryBreakdown:
-        state = self.state
+        kv = self.kv
+        if isinstance(kv, PagedKVCache):
+            return MemoryBreakdown(*self.memory_row())
+        return kv.memory_breakdown()  # a hybrid cache: no decode group (fastpath/attach.py)
+
+    def memory_row(self) -> MemoryRow:
+        """`memory_breakdown()`'s fields in order, which the step log reads every planned step,
+        without building the breakdown."""
+        state, kv = self.state, self.kv
+        if not isinstance(kv, PagedKVCache):
+            return kv.memory_breakdown().row
         decode_group = state.decode_group
-        terms = None if decode_group is None else decode_group.memory_terms(state.running)
-        if terms is None:
-            return self.kv.memory_breakdown()
-        # Members in closed form (the fast path's), the others' tails walked by the KV cache.
         running = state.running
-        others, num_uncommitted, num_reserved = terms
+        terms = None if decode_group is None else decode_group.memory_terms(running)
+        if terms is None:  # every sequence walked by the KV cache
+            return kv.memory_row(0, kv.num_reserved_slots())
+        # Members in closed form (the fast path's), the others' tails walked by the KV cache.
+        others, num_uncommitted, reserved = terms
         walked = [s for i in others for s in running[i].seq_ids] if others else []
-        # Prompts' KV on the way or arrived, not yet admitted (policies/remote_kv.py).
-        walked += [g.seq_ids[0] for g in state.receiving.values()]
-        walked += [g.seq_ids[0] for g in state.landed.values()]
-        return self.kv.memory_breakdown(
-            walked,
-            num_uncommitted=num_uncommitted,
-            num_reserved_elsewhere=num_reserved,
-        )
+        if state.receiving or state.landed:
+            # Prompts' KV on the way or arrived, not yet admitted (policies/remote_kv.py).
+            walked += [g.seq_ids[0] for g in state.receiving.values()]
+            walked += [g.seq_ids[0] for g in state.landed.values()]
+        if walked:
+            reserved += kv.num_reserved_slots(walked)
+        return kv.memory_row(num_uncommitted, reserved)
 
     def check_invariants(self) -> None:
         """The state's and the KV cache's invariants, and the memory breakdown against a walk of

@@ -290,7 +290,7 @@ class PagedState:
             if self.keeps_finished_blocks:
                 self.hold(group)
             self.release(group)
-            self.num_running_seqs -= group.num_seqs
+            self.num_running_seqs -= len(group.seq_ids)
             del self.groups[group.request.request_id]
             group.request.transition(RequestStatus.FINISHED, now_s)
             if group.fan_out is not None:

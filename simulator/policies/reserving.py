@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from pagesim.simulator.core.config import ContiguousAllocator, SystemConfig
-from pagesim.simulator.core.memory import MemoryBreakdown
+from pagesim.simulator.core.memory import MemoryBreakdown, MemoryRow
 from pagesim.simulator.core.plan import SeqWork, StepPlan
 from pagesim.simulator.core.request import Request, RequestStatus
 from pagesim.simulator.kv.buddy import BuddyKVCache, block_order
@@ -145,6 +145,9 @@ class ReservingScheduler(PolicyBase):
     def memory_breakdown(self) -> MemoryBreakdown:
         next_slots = self._region_slots(self.waiting[0]) if len(self.waiting) else None
         return self.kv.memory_breakdown(self._final_lens, next_slots)
+
+    def memory_row(self) -> MemoryRow:
+        return self.memory_breakdown().row
 
     def check_invariants(self) -> None:
         self.kv.check_invariants()

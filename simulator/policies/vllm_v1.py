@@ -13,16 +13,23 @@ requests.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from functools import partial
+from operator import attrgetter
 
 from pagesim.simulator.core.config import AdmissionOrder, SystemConfig, VictimPolicy
 from pagesim.simulator.kv.paged_cache import PagedKVCache
-from pagesim.simulator.policies.admission import RefusedHits, admit, fits_unhit, refused_with_hits
+from pagesim.simulator.policies.admission import (
+    RefusedHits,
+    admit,
+    fits_after_hits,
+    refused_with_hits,
+)
 from pagesim.simulator.policies.grouping import Preempter
 from pagesim.simulator.policies.offload import LoadOutcome
 from pagesim.simulator.policies.paged_state import PagedState
 from pagesim.simulator.policies.pieces import PagedPieces, paged_pieces
 from pagesim.simulator.policies.remote_kv import admit_landed
-from pagesim.simulator.policies.seq_group import SeqGroup, StepBuilder
+from pagesim.simulator.policies.seq_group import Demand, SeqGroup, StepBuilder
 from pagesim.simulator.policies.speculative import schedule_running_speculative
 from pagesim.simulator.policies.v1_running import schedule_running_v1
 
@@ -43,23 +50,17 @@ class VllmV1:
         budget = knobs.max_num_batched_tokens
         chunk_cap = state.system.max_prefill_chunk or budget
 
-        def demand(group: SeqGroup, available: int) -> tuple[int, int, bool] | None:
-            return running_demand(group, available, chunk_cap)
+        demand: Demand = partial(running_demand, chunk_cap=chunk_cap)  # (one call, not two)
 
         decode_group = state.decode_group
-        left = (
-            None
-            if decode_group is None
-            else decode_group.schedule_running(
-                state.running,
-                step,
-                budget,
-                demand,
-                state.add_to_step,
-                self._preempter_of(state),
-                now_s,
+        left = None
+        if decode_group is not None:
+            preempter = (
+                self._preempter if self._preempter_state is state else self._preempter_of(state)
             )
-        )
+            left = decode_group.schedule_running(
+                state.running, step, budget, demand, state.add_to_step, preempter, now_s
+            )
         if state.spec is not None:  # drafts and lookahead slots (policies/speculative.py)
             left = schedule_running_speculative(state, state.spec, step, budget, chunk_cap, now_s)
         elif left is None:
@@ -91,9 +92,10 @@ class VllmV1:
         blocks do not fit (`admit`: its lookup); a full batch stays full while nobody
         finishes, and blocks that do not fit do not while the free blocks only fall. A head with
         no block hashes is refused touching nothing but that count (no prefix hit can change the
-        free blocks: admission.fits_unhit); one with hashes (a preempted request) also hits its
-        own free blocks, and is answered with those only where that stays so while blocks are
-        taken (`RefusedHits`: admission.refused_with_hits). Never a remote prompt."""
+        free blocks: admission.fits_after_hits of no hit); one with hashes (a preempted
+        request) also hits its own free blocks, and is answered with those only where that
+        stays so while blocks are taken (`RefusedHits`: admission.refused_with_hits). Never a
+        remote prompt."""
         knobs = state.knobs
         budget_left = knobs.max_num_batched_tokens - len(state.running)
         if budget_left < 0:
@@ -112,7 +114,7 @@ class VllmV1:
         max_new_tokens = min(budget_left, chunk_cap)
         if head.hashers is not None and head.hashers[0].block_hashes():
             return refused_with_hits(state, kv, head, max_new_tokens)
-        if fits_unhit(state, head, max_new_tokens, 0):
+        if fits_after_hits(state, head, 0, max_new_tokens, 0):
             return None
         return head.target
 
@@ -126,12 +128,16 @@ def _preempter(state: PagedState) -> Preempter | None:
         return None
     if system.victim is not VictimPolicy.LAST_ARRIVED:
         return None
-    key = state.victim_key
 
     def victim_of(candidates: Iterable[SeqGroup]) -> SeqGroup:
-        return max(candidates, key=lambda g: key(g.request))  # as PagedState.preempt_for
+        # As PagedState.preempt_for, whose key here is the last-arrived one under FCFS
+        # (pieces.victim_key: arrival time, then id), read on the group in C.
+        return max(candidates, key=_ARRIVAL_THEN_ID)
 
     return Preempter(victim_of, state.preempt)
+
+
+_ARRIVAL_THEN_ID = attrgetter("request.arrival_s", "request.request_id")
 
 
 def _plain_slots(group: SeqGroup, num_new: int) -> int:

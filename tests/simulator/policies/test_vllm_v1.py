@@ -21,6 +21,7 @@ from pagesim.simulator.engine import simulate
 from pagesim.simulator.kv.block_pool import EvictionOrder
 from pagesim.simulator.kv.paged_cache import PagedKVCache
 from pagesim.simulator.policies.paged_state import CHILD_ID_BASE
+from pagesim.simulator.policies.vllm_v1 import _preempter
 
 
 def test_a_prompt_block_is_cached_when_allocated_so_the_same_step_can_hit_it() -> None:
@@ -201,3 +202,20 @@ def test_samples_of_their_own_lengths_end_on_their_own() -> None:
         now += 0.1
     assert parent.status is RequestStatus.FINISHED and parent.num_generated == 5
     assert parent.num_output_tokens == 7 and sched.num_output_tokens == 7
+
+
+def test_the_decode_groups_preempter_picks_the_victim_the_state_would() -> None:
+    """The grouped running phase's victim (vllm_v1._preempter, FCFS and last-arrived only)
+    reads its key on the group; PagedState.preempt_for's key reads the request: the same
+    choice, ties in arrival broken by id."""
+    v1 = paged_scheduler(Policy.VLLM_V1, num_blocks=16)
+    state = v1.state
+    preempter = _preempter(state)
+    assert preempter is not None
+    arrivals = [(0, 0.5), (1, 2.0), (2, 2.0), (3, 1.0), (4, 0.0)]
+    groups = [state.new_group(request(rid, 9, 4, arrival_s=at)) for rid, at in arrivals]
+    for n in range(1, len(groups) + 1):
+        for candidates in (groups[:n], groups[-n:]):
+            expected = max(candidates, key=lambda g: state.victim_key(g.request))
+            assert preempter.victim_of(candidates) is expected
+    assert preempter.victim_of(groups).request.request_id == 2

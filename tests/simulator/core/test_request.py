@@ -1,0 +1,33 @@
+"""A request's lifecycle flags (core/request.py)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from pagesim.simulator.core.request import Request, RequestStatus
+
+
+def test_a_request_is_done_once_finished_or_rejected_and_only_then() -> None:
+    """`is_done` is an attribute `transition` keeps (read for every request after every step):
+    it turns true on the move to FINISHED or REJECTED, never before, and a copy made by
+    `dataclasses.replace` (a disaggregated prompt's clone) reads its status again."""
+    served = Request(0, 0.0, 8, 2)
+    assert not served.is_done
+    for status in (RequestStatus.RUNNING, RequestStatus.PREEMPTED, RequestStatus.RUNNING):
+        served.transition(status, 1.0)
+        assert not served.is_done
+    served.transition(RequestStatus.FINISHED, 2.0)
+    assert served.is_done and served.finish_s == 2.0
+    with pytest.raises(RuntimeError, match="illegal transition"):
+        served.transition(RequestStatus.RUNNING, 3.0)
+    assert served.is_done
+
+    turned_away = Request(1, 0.0, 8, 2)
+    turned_away.reject("too long", 0.5)
+    assert turned_away.is_done and turned_away.rejection_reason == "too long"
+
+    assert replace(served, output_len=1).is_done
+    assert not replace(Request(2, 0.0, 8, 2), output_len=1).is_done
+    assert Request(3, 0.0, 8, 2, status=RequestStatus.FINISHED).is_done
