@@ -272,10 +272,11 @@ class DecodeGroup:
             step_tokens = step + i + 1  # each holds base + step tokens, all in full blocks
             sizes[i] = len(due)
             gained = 0
-            for seq_id in sorted(due) if len(due) > 1 else due:  # a few a step: plain appends
+            order = sorted(due) if len(due) > 1 else due
+            seq_ids += order
+            for seq_id in order:
                 member = members[seq_id]
                 member_tokens = member.base + step_tokens
-                seq_ids.append(seq_id)
                 tokens.append(member_tokens)
                 member.synced = member_tokens
                 cap = member.cap
