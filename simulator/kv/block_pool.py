@@ -234,22 +234,31 @@ class BlockPool:
         self.num_used_blocks += num_blocks
         return blocks
 
-    def free_table(self, table: list[int], num_hashed_like: int = 0) -> bool:
+    def free_table(
+        self, table: list[int], num_hashed_like: int = 0, slot_counts: list[int] | None = None
+    ) -> bool:
         """`decref_many(table[::-1], frozenset(table[:num_hashed_like]))` done at once, if each
         block holds one reference (a finished sequence that shares nothing: the usual case),
         then True; otherwise nothing changes and False (the caller decrefs them one by one).
         Every block must be held (a table's). The table is freed tail first, its first
         `num_hashed_like` blocks placed as hashed ones, without that set and the per-block
         tests (a finished request's hundred blocks, each step or two of a loaded replica: only
-        the blocks past those can go to the head)."""
+        the blocks past those can go to the head). `slot_counts`: a per-block list of the
+        caller's (the cache's computed slots) whose entries for the table are zeroed too, in
+        the same pass, when True is returned."""
         ref_counts = self._ref_counts
         # Hot (a finished request's table, each step or two): plain loops, which Python 3.11
         # runs in fewer instructions than map over the list's methods.
         if not (self.num_fork_saved_blocks or self.num_prefix_saved_blocks):
             # No block has a second holder (these count every reference past a block's first):
             # each block of the table, held, holds one reference.
-            for block in table:
-                ref_counts[block] = 0
+            if slot_counts is None:
+                for block in table:
+                    ref_counts[block] = 0
+            else:
+                for block in table:
+                    ref_counts[block] = 0
+                    slot_counts[block] = 0
         else:  # a shared block (a table never lists a block twice) puts back those cleared
             for block in table:
                 if ref_counts[block] != 1:
@@ -258,6 +267,9 @@ class BlockPool:
                             return False
                         ref_counts[cleared] = 1
                 ref_counts[block] = 0
+            if slot_counts is not None:
+                for block in table:
+                    slot_counts[block] = 0
         self.num_used_blocks -= len(table)
         if num_hashed_like >= len(table) or not self._unhashed_first:
             # every block to the tail, tail first (a private request's table, all its blocks
