@@ -260,7 +260,6 @@ class DecodeGroup:
         tokens: list[int] = []
         sizes = [0] * num_steps  # crossing members per step
         gains = [0] * num_steps
-        total_gain = 0
         step = self.step
         # Each crossing member's new state is written as it is listed (`_grew` inlined: one
         # pass, not two), before the blocks are taken: the caller counted them as free, so
@@ -270,9 +269,10 @@ class DecodeGroup:
             if not due:
                 continue
             step_tokens = step + i + 1  # each holds base + step tokens, all in full blocks
-            sizes[i] = len(due)
+            size = len(due)  # a member or two a step, mostly: plain lists
+            sizes[i] = size
             gained = 0
-            order = sorted(due) if len(due) > 1 else due
+            order = sorted(due) if size > 1 else due
             seq_ids += order
             for seq_id in order:
                 member = members[seq_id]
@@ -286,11 +286,10 @@ class DecodeGroup:
                 member.cap = new_cap
                 gained += new_cap - cap
             gains[i] = gained
-            total_gain += gained
         if not seq_ids:
             return gains, sizes
         self.kv.append_blocks(seq_ids, tokens)  # one block each (a member's crossing)
-        self._sum_cap += total_gain
+        self._sum_cap += sum(gains)
         return gains, sizes
 
     def advance(self) -> list[SeqGroup]:

@@ -261,9 +261,10 @@ class PagedKVCache(PagedSlots):
         are)."""
         gpu = self._gpu
         num_free_blocks = self._num_gpu_blocks - gpu.num_used_blocks  # `num_free_blocks`
-        if len(seq_ids) > num_free_blocks:
-            raise KVCacheError(f"{len(seq_ids)} blocks asked for, {num_free_blocks} free")
-        blocks = gpu.allocate_many(len(seq_ids))
+        num_blocks = len(seq_ids)
+        if num_blocks > num_free_blocks:
+            raise KVCacheError(f"{num_blocks} blocks asked for, {num_free_blocks} free")
+        blocks = gpu.allocate_many(num_blocks)
         seqs = self._seqs
         bs = self._block_size
         if not (gpu.num_prefix_saved_blocks or gpu.num_fork_saved_blocks):
