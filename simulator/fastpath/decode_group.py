@@ -215,19 +215,18 @@ class DecodeGroup:
         members = self._members
         held = self.step + 1  # each holds base + step tokens, all in full blocks
         tokens: list[int] = []
-        gained = 0
         bs = self.block_size
-        for seq_id in crossing:  # `_grew` inlined (see grow_ahead)
+        gained = len(crossing) * bs  # a block's slots each, less any past a final length
+        for seq_id in crossing:  # as in grow_ahead
             member = members[seq_id]
             member_tokens = member.base + held
             tokens.append(member_tokens)
             member.synced = member_tokens
-            cap = member.cap
-            new_cap = cap + bs
-            if new_cap > member.final_len:
-                new_cap = member.final_len
-            member.cap = new_cap
-            gained += new_cap - cap
+            cap = member.cap + bs
+            if cap > member.final_len:  # its last block: the cap stops at its final length
+                gained -= cap - member.final_len
+                cap = member.final_len
+            member.cap = cap
         self.kv.append_blocks(crossing, tokens)  # one block each
         self._sum_cap += gained
         return gained
