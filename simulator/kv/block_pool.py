@@ -285,7 +285,7 @@ class BlockPool:
             # every block to the tail, tail first (a private request's table, all its blocks
             # full: every one placed as a hashed one)
             if self._is_lru:
-                self._lru.extend(reversed(table))
+                self._lru.entries.extend(reversed(table))  # LruQueue.extend, inlined
             else:
                 self._place([], table[::-1])
             return True
@@ -309,9 +309,9 @@ class BlockPool:
         if head:
             lru.prepend(head)
         if tail:
-            lru.extend(tail)
+            lru.entries.extend(tail)  # LruQueue.extend, inlined (and below)
         if num_hashed_like:
-            lru.extend(table[num_hashed_like - 1 :: -1])
+            lru.entries.extend(table[num_hashed_like - 1 :: -1])
         return True
 
     def decref_many(
