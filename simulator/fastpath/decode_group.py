@@ -265,9 +265,13 @@ class DecodeGroup:
         # nobody crossing skipped in C: about half the steps of a run, a member or two each of
         # the others (a ten-member group, a block of 16 tokens).
         at = step % bs
-        window = self._crossing_at[at:] + self._crossing_at[:at]
-        if num_steps > bs:
-            window *= -(-num_steps // bs)
+        crossing_at = self._crossing_at
+        if at + num_steps <= bs:  # no wrap round (the usual run, a few steps): one slice
+            window = crossing_at[at : at + num_steps]
+        else:
+            window = crossing_at[at:] + crossing_at[:at]
+            if num_steps > bs:
+                window *= -(-num_steps // bs)
         # Each crossing member's new state is written as it is listed (`_grew` inlined: one
         # pass, not two), before the blocks are taken: the caller counted them as free, so
         # `append_blocks` cannot refuse them (if it did, a bug, the run is over anyway).
