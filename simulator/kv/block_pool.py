@@ -289,8 +289,24 @@ class BlockPool:
             else:
                 self._place([], table[::-1])
             return True
-        # The blocks freed first, tail first: usually one (a private request's partly filled
-        # last block), so a plain loop, no list comprehensions.
+        if self._is_lru and num_hashed_like == len(table) - 1:
+            # One block past the hashed-like ones (a private request's partly filled last
+            # block: the usual case), placed without lists: the head unless it holds a hash
+            # (`prepend` of it, inlined unless a stale entry may need a rebuild), then the
+            # hashed-like ones at the tail, as below.
+            lru = self._lru
+            last = table[-1]
+            if self._hashes[last] is not None:
+                lru.entries.append(last)
+            elif lru.num_stale:
+                lru.prepend([last])
+            else:
+                lru.entries.appendleft(last)
+            if num_hashed_like:
+                lru.entries.extend(table[num_hashed_like - 1 :: -1])
+            return True
+        # The blocks freed first, tail first (V0's order, or several past the hashed-like
+        # ones): those without a hash to the head, the others to the tail.
         rest = table[num_hashed_like:][::-1]
         head, tail = rest, []  # no block holds a hash: all of `rest` to the head
         if self._first_of_hash:

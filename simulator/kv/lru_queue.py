@@ -28,9 +28,10 @@ class LruQueue:
     __slots__ = ("_stale", "entries", "num_stale")
 
     def __init__(self, blocks: Iterable[int], num_blocks: int) -> None:
-        # Both read by BlockPool's hot paths, which pop from the head and extend the tail
-        # themselves (`pop_many`'s usual case, `extend`), never the stale counts: read them
-        # anew each time, a rebuild (`_compact`) replaces the deque.
+        # Both read by BlockPool's hot paths, which pop from the head, extend the tail and
+        # put one block at either end themselves (`pop_many`'s usual case, `extend`, `prepend`
+        # of one block with no entry stale), never touching the stale counts: read them anew
+        # each time, a rebuild (`_compact`) replaces the deque.
         self.entries: deque[int] = deque(blocks)  # live entries and stale ones
         self._stale = [0] * num_blocks  # per block: its stale entries still in `entries`
         self.num_stale = 0  # entries of `entries` that are stale

@@ -210,13 +210,18 @@ def test_free_table_is_decref_many_of_the_reversed_table(seed: int) -> None:
             if i % 2 or seed % 3 == 0:
                 pool.cache_block(block, 1000 + i)
         pool.free_table(blocks[:6])
-    table = pools[0].allocate_many(rng.randint(0, 10))
+    if rng.random() < 0.4:  # a hit on a free cached block: V1's queue keeps a stale entry
+        for pool in pools:
+            pool.touch(blocks[1])
+    table = pools[0].allocate_many(rng.randint(0, 9))
     assert pools[1].allocate_many(len(table)) == table
     for i, block in enumerate(table):
         if rng.random() < 0.3:
             for pool in pools:
                 pool.cache_block(block, 2000 + i)
     num_hashed_like = rng.randint(0, len(table))
+    if table and rng.random() < 0.5:  # one block past them: a private request's, the usual
+        num_hashed_like = len(table) - 1
     if rng.random() < 0.3:  # a block outside the table shared: each of the table's is tested
         for pool in pools:
             pool.incref(blocks[10])
