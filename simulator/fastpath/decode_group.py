@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Sequence
+from itertools import compress
 
 from pagesim.simulator.core.plan import StepPlan
 from pagesim.simulator.core.request import GENERATED_SEGMENT
@@ -214,11 +215,21 @@ class DecodeGroup:
         # `grow_ahead(1)` for the one step, its crossing members already sorted (hot: most
         # steps planned one by one grow a few members).
         members = self._members
-        grown = [members[seq_id] for seq_id in crossing]
         held = self.step + 1  # each holds base + step tokens, all in full blocks
-        tokens = [member.base + held for member in grown]
+        tokens: list[int] = []
+        bs = self.block_size
+        gained = len(crossing) * bs  # a block's slots each, less any past a final length
+        for seq_id in crossing:  # as in grow_ahead
+            member = members[seq_id]
+            member_tokens = member.base + held
+            tokens.append(member_tokens)
+            member.synced = member_tokens
+            cap = member.cap + bs
+            if cap > member.final_len:  # its last block: the cap stops at its final length
+                gained -= cap - member.final_len
+                cap = member.final_len
+            member.cap = cap
         self.kv.append_blocks(crossing, tokens)  # one block each
-        gained = _grew(grown, tokens, 0, len(grown), self.block_size)
         self._sum_cap += gained
         return gained
 
@@ -230,7 +241,13 @@ class DecodeGroup:
         if copies is None:
             return False
         assert not copies, "a lone sequence's last block is never shared"
-        self._sum_cap += _grew([member], [member.synced + count], 0, 1, self.block_size)
+        member.synced += count
+        cap = member.cap
+        new_cap = cap + self.block_size  # a block more, up to its final length
+        if new_cap > member.final_len:
+            new_cap = member.final_len
+        member.cap = new_cap
+        self._sum_cap += new_cap - cap
         return True
 
     def grow_ahead(self, num_steps: int) -> tuple[list[int], list[int]]:
@@ -240,37 +257,48 @@ class DecodeGroup:
         their blocks in one allocation, in the per-step order (step by step, each step's
         crossing members by seq id). Returns each step's cap gain (slots) and blocks taken."""
         bs = self.block_size
-        members, crossing_at = self._members, self._crossing_at
+        members = self._members
         seq_ids: list[int] = []
         tokens: list[int] = []
-        grown: list[_Member] = []
         sizes = [0] * num_steps  # crossing members per step
-        step = self.step
-        for i in range(num_steps):
-            due = crossing_at[(step + i) % bs]
-            if not due:
-                continue
-            step_tokens = step + i + 1  # each holds base + step tokens, all in full blocks
-            sizes[i] = len(due)
-            for seq_id in sorted(due) if len(due) > 1 else due:  # a few a step: plain appends
-                member = members[seq_id]
-                seq_ids.append(seq_id)
-                tokens.append(member.base + step_tokens)
-                grown.append(member)
-        if not seq_ids:
-            return sizes, sizes.copy()
-        self.kv.append_blocks(seq_ids, tokens)  # one block each (a member's crossing)
         gains = [0] * num_steps
-        at = 0
-        total_gain = 0
-        for i, size in enumerate(sizes):
-            if not size:
-                continue
-            gained = _grew(grown, tokens, at, at + size, bs)
-            at += size
-            gains[i] = gained
-            total_gain += gained
-        self._sum_cap += total_gain
+        step = self.step
+        # The calendar's buckets in the steps' order (step i's: (step + i) % bs), those with
+        # nobody crossing skipped in C: about half the steps of a run, a member or two each of
+        # the others (a ten-member group, a block of 16 tokens).
+        at = step % bs
+        crossing_at = self._crossing_at
+        if at + num_steps <= bs:  # no wrap round (the usual run, a few steps): one slice
+            window = crossing_at[at : at + num_steps]
+        else:
+            window = crossing_at[at:] + crossing_at[:at]
+            if num_steps > bs:
+                window *= -(-num_steps // bs)
+        # Each crossing member's new state is written as it is listed (`_grew` inlined: one
+        # pass, not two), before the blocks are taken: the caller counted them as free, so
+        # `append_blocks` cannot refuse them (if it did, a bug, the run is over anyway).
+        for i in compress(range(num_steps), window):
+            due = window[i]
+            step_tokens = step + i + 1  # each holds base + step tokens, all in full blocks
+            size = len(due)
+            sizes[i] = size
+            gains[i] = size * bs  # a block's slots each, less any past a final length below
+            order = sorted(due) if size > 1 else due
+            seq_ids += order
+            for seq_id in order:
+                member = members[seq_id]
+                member_tokens = member.base + step_tokens
+                tokens.append(member_tokens)
+                member.synced = member_tokens
+                cap = member.cap + bs
+                if cap > member.final_len:  # its last block: the cap stops at its final length
+                    gains[i] -= cap - member.final_len
+                    cap = member.final_len
+                member.cap = cap
+        if not seq_ids:
+            return gains, sizes
+        self.kv.append_blocks(seq_ids, tokens)  # one block each (a member's crossing)
+        self._sum_cap += sum(gains)
         return gains, sizes
 
     def advance(self) -> list[SeqGroup]:
@@ -468,20 +496,3 @@ class DecodeGroup:
             assert self.kv.num_computed_tokens(seq_id) == member.n0
         assert sum(map(len, self._crossing_at)) == len(members)
         return self.num_computed_of_members()
-
-
-def _grew(grown: list[_Member], tokens: list[int], start: int, stop: int, block_size: int) -> int:
-    """Members grown[start:stop] took a new block each and the KV cache holds tokens[k] slots
-    for grown[k] now: each one's cap gains that block's slots, up to its final length. Returns
-    the caps' gain (hot: every crossing)."""
-    gained = 0
-    for k in range(start, stop):
-        member = grown[k]
-        member.synced = tokens[k]
-        cap = member.cap
-        new_cap = cap + block_size
-        if new_cap > member.final_len:
-            new_cap = member.final_len
-        member.cap = new_cap
-        gained += new_cap - cap
-    return gained

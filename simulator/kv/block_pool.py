@@ -200,12 +200,22 @@ class BlockPool:
         """`num_blocks` calls of `allocate`, in order: a prompt chunk takes many blocks at once."""
         ref_counts = self._ref_counts
         if self._is_lru:  # one queue of every free block, cached or not
-            try:
-                blocks = self._lru.pop_many(num_blocks)
-            except IndexError:  # fewer free blocks: none taken
-                raise KVCacheError(
-                    f"no free block: all {self.num_blocks} blocks are referenced"
-                ) from None
+            lru = self._lru
+            entries = lru.entries
+            if not lru.num_stale and num_blocks <= len(entries):
+                # `pop_many`'s usual case inlined (hot: a call saved a prompt chunk or a run's
+                # crossings), one alone cheaper without starmap
+                if num_blocks == 1:
+                    blocks = [entries.popleft()]
+                else:
+                    blocks = list(starmap(entries.popleft, repeat((), num_blocks)))
+            else:
+                try:
+                    blocks = lru.pop_many(num_blocks)
+                except IndexError:  # fewer free blocks: none taken
+                    raise KVCacheError(
+                        f"no free block: all {self.num_blocks} blocks are referenced"
+                    ) from None
             hashes = self._hashes
             if not self._first_of_hash:  # no block holds a hash (V1's private requests)
                 for block in blocks:
@@ -234,22 +244,31 @@ class BlockPool:
         self.num_used_blocks += num_blocks
         return blocks
 
-    def free_table(self, table: list[int], num_hashed_like: int = 0) -> bool:
+    def free_table(
+        self, table: list[int], num_hashed_like: int = 0, slot_counts: list[int] | None = None
+    ) -> bool:
         """`decref_many(table[::-1], frozenset(table[:num_hashed_like]))` done at once, if each
         block holds one reference (a finished sequence that shares nothing: the usual case),
         then True; otherwise nothing changes and False (the caller decrefs them one by one).
         Every block must be held (a table's). The table is freed tail first, its first
         `num_hashed_like` blocks placed as hashed ones, without that set and the per-block
         tests (a finished request's hundred blocks, each step or two of a loaded replica: only
-        the blocks past those can go to the head)."""
+        the blocks past those can go to the head). `slot_counts`: a per-block list of the
+        caller's (the cache's computed slots) whose entries for the table are zeroed too, in
+        the same pass, when True is returned."""
         ref_counts = self._ref_counts
         # Hot (a finished request's table, each step or two): plain loops, which Python 3.11
         # runs in fewer instructions than map over the list's methods.
         if not (self.num_fork_saved_blocks or self.num_prefix_saved_blocks):
             # No block has a second holder (these count every reference past a block's first):
             # each block of the table, held, holds one reference.
-            for block in table:
-                ref_counts[block] = 0
+            if slot_counts is None:
+                for block in table:
+                    ref_counts[block] = 0
+            else:
+                for block in table:
+                    ref_counts[block] = 0
+                    slot_counts[block] = 0
         else:  # a shared block (a table never lists a block twice) puts back those cleared
             for block in table:
                 if ref_counts[block] != 1:
@@ -258,17 +277,36 @@ class BlockPool:
                             return False
                         ref_counts[cleared] = 1
                 ref_counts[block] = 0
+            if slot_counts is not None:
+                for block in table:
+                    slot_counts[block] = 0
         self.num_used_blocks -= len(table)
         if num_hashed_like >= len(table) or not self._unhashed_first:
             # every block to the tail, tail first (a private request's table, all its blocks
             # full: every one placed as a hashed one)
             if self._is_lru:
-                self._lru.extend(reversed(table))
+                self._lru.entries.extend(reversed(table))  # LruQueue.extend, inlined
             else:
                 self._place([], table[::-1])
             return True
-        # The blocks freed first, tail first: usually one (a private request's partly filled
-        # last block), so a plain loop, no list comprehensions.
+        if self._is_lru and num_hashed_like == len(table) - 1:
+            # One block past the hashed-like ones (a private request's partly filled last
+            # block: the usual case), placed without lists: the head unless it holds a hash
+            # (`prepend` of it, inlined unless a stale entry may need a rebuild), then the
+            # hashed-like ones at the tail, as below.
+            lru = self._lru
+            last = table[-1]
+            if self._hashes[last] is not None:
+                lru.entries.append(last)
+            elif lru.num_stale:
+                lru.prepend([last])
+            else:
+                lru.entries.appendleft(last)
+            if num_hashed_like:
+                lru.entries.extend(table[num_hashed_like - 1 :: -1])
+            return True
+        # The blocks freed first, tail first (V0's order, or several past the hashed-like
+        # ones): those without a hash to the head, the others to the tail.
         rest = table[num_hashed_like:][::-1]
         head, tail = rest, []  # no block holds a hash: all of `rest` to the head
         if self._first_of_hash:
@@ -287,9 +325,9 @@ class BlockPool:
         if head:
             lru.prepend(head)
         if tail:
-            lru.extend(tail)
+            lru.entries.extend(tail)  # LruQueue.extend, inlined (and below)
         if num_hashed_like:
-            lru.extend(table[num_hashed_like - 1 :: -1])
+            lru.entries.extend(table[num_hashed_like - 1 :: -1])
         return True
 
     def decref_many(

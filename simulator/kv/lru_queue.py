@@ -25,24 +25,28 @@ COMPACT_AFTER = 4096
 class LruQueue:
     """Free blocks in the order they were freed (the head is reused first)."""
 
-    __slots__ = ("_entries", "_num_stale", "_stale")
+    __slots__ = ("_stale", "entries", "num_stale")
 
     def __init__(self, blocks: Iterable[int], num_blocks: int) -> None:
-        self._entries: deque[int] = deque(blocks)  # live entries and stale ones
-        self._stale = [0] * num_blocks  # per block: its stale entries still in `_entries`
-        self._num_stale = 0
+        # Both read by BlockPool's hot paths, which pop from the head, extend the tail and
+        # put one block at either end themselves (`pop_many`'s usual case, `extend`, `prepend`
+        # of one block with no entry stale), never touching the stale counts: read them anew
+        # each time, a rebuild (`_compact`) replaces the deque.
+        self.entries: deque[int] = deque(blocks)  # live entries and stale ones
+        self._stale = [0] * num_blocks  # per block: its stale entries still in `entries`
+        self.num_stale = 0  # entries of `entries` that are stale
 
     def __len__(self) -> int:
         """Free blocks in the queue (live entries)."""
-        return len(self._entries) - self._num_stale
+        return len(self.entries) - self.num_stale
 
     def __iter__(self) -> Iterator[int]:
         """The free blocks, head first."""
-        if not self._num_stale:
-            yield from self._entries
+        if not self.num_stale:
+            yield from self.entries
             return
         skip = self._stale.copy()
-        for block in self._entries:
+        for block in self.entries:
             if skip[block]:
                 skip[block] -= 1
             else:
@@ -50,11 +54,11 @@ class LruQueue:
 
     def append(self, block: int) -> None:
         """`block` was freed: it goes to the tail. It must not be in the queue already."""
-        self._entries.append(block)
+        self.entries.append(block)
 
     def extend(self, blocks: Iterable[int]) -> None:
         """`append` of each, in order (a finished sequence's blocks)."""
-        self._entries.extend(blocks)
+        self.entries.extend(blocks)
 
     def prepend(self, blocks: list[int]) -> None:
         """`blocks` were freed and go to the head, in this order (the first is reused first):
@@ -65,36 +69,36 @@ class LruQueue:
         first (a rebuild; rare: a stale entry is left by a prefix hit on a free block, which
         holds a hash, and a block with a hash is never prepended while it keeps it)."""
         stale = self._stale
-        if self._num_stale and any(map(stale.__getitem__, blocks)):
+        if self.num_stale and any(map(stale.__getitem__, blocks)):
             self._compact()
-        self._entries.extendleft(reversed(blocks))
+        self.entries.extendleft(reversed(blocks))
 
     def ends_with(self, blocks: list[int]) -> bool:
         """Whether the queue's last blocks are `blocks`, the last of them first (the tail that
         `extend(reversed(blocks))` leaves), every one of `blocks` free: each of the last
         entries is then its block's latest, hence live."""
-        entries = self._entries
+        entries = self.entries
         return (
             len(blocks) <= len(entries) and list(islice(reversed(entries), len(blocks))) == blocks
         )
 
     def popleft(self) -> int:
         """The head block, out of the queue. The queue must not be empty."""
-        entries, stale = self._entries, self._stale
+        entries, stale = self.entries, self._stale
         while True:
             block = entries.popleft()
             if not stale[block]:
                 return block
             stale[block] -= 1
-            self._num_stale -= 1
+            self.num_stale -= 1
 
     def pop_many(self, count: int) -> list[int]:
         """`popleft` `count` times, in order; IndexError, none popped, if fewer blocks are in
         the queue (one check here, not a `len` call before: a prompt's blocks, asked often)."""
-        entries = self._entries
-        if count > len(entries) - self._num_stale:
+        entries = self.entries
+        if count > len(entries) - self.num_stale:
             raise IndexError(f"{count} blocks asked of a queue of {len(self)}")
-        if not self._num_stale:  # the usual case: popped in C (one alone: cheaper without starmap)
+        if not self.num_stale:  # the usual case: popped in C (one alone: cheaper without starmap)
             if count == 1:
                 return [entries.popleft()]
             return list(starmap(entries.popleft, repeat((), count)))
@@ -110,14 +114,14 @@ class LruQueue:
                 num_skipped += 1
             else:
                 blocks.append(block)
-        self._num_stale -= num_skipped
+        self.num_stale -= num_skipped
         return blocks
 
     def remove(self, block: int) -> None:
         """Take a block in the queue out of it (a prefix-cache hit on a free block)."""
         self._stale[block] += 1
-        self._num_stale += 1
-        if self._num_stale > COMPACT_AFTER and 2 * self._num_stale > len(self._entries):
+        self.num_stale += 1
+        if self.num_stale > COMPACT_AFTER and 2 * self.num_stale > len(self.entries):
             self._compact()
 
     def remove_many(self, blocks: list[int]) -> None:
@@ -126,15 +130,15 @@ class LruQueue:
         stale = self._stale
         for block in blocks:
             stale[block] += 1
-        self._num_stale += len(blocks)
-        if self._num_stale > COMPACT_AFTER and 2 * self._num_stale > len(self._entries):
+        self.num_stale += len(blocks)
+        if self.num_stale > COMPACT_AFTER and 2 * self.num_stale > len(self.entries):
             self._compact()
 
     def _compact(self) -> None:
         """Rebuild the deque from the live entries alone."""
-        self._entries = deque(iter(self))
+        self.entries = deque(iter(self))
         self._stale = [0] * len(self._stale)
-        self._num_stale = 0
+        self.num_stale = 0
 
     def check(self, ref_counts: list[int]) -> None:
         """Raise AssertionError unless the queue holds each free block (ref count 0) once and
@@ -146,10 +150,10 @@ class LruQueue:
         if len(live) != ref_counts.count(0) or any(map(ref_counts.__getitem__, live)):
             raise AssertionError("the free queue and the free blocks (ref count 0) differ")
         stale = self._stale
-        if sum(stale) != self._num_stale or len(self._entries) != len(live) + self._num_stale:
+        if sum(stale) != self.num_stale or len(self.entries) != len(live) + self.num_stale:
             raise AssertionError("stale entries disagree with their total")
-        if self._num_stale:
-            seen = Counter(self._entries)
+        if self.num_stale:
+            seen = Counter(self.entries)
             for block in compress(range(len(stale)), stale):
                 if seen[block] != stale[block] + (block in live_set):
                     raise AssertionError(f"block {block}'s entries disagree with its stale count")

@@ -261,20 +261,30 @@ class PagedKVCache(PagedSlots):
         are)."""
         gpu = self._gpu
         num_free_blocks = self._num_gpu_blocks - gpu.num_used_blocks  # `num_free_blocks`
-        if len(seq_ids) > num_free_blocks:
-            raise KVCacheError(f"{len(seq_ids)} blocks asked for, {num_free_blocks} free")
-        blocks = gpu.allocate_many(len(seq_ids))
+        num_blocks = len(seq_ids)
+        if num_blocks > num_free_blocks:
+            raise KVCacheError(f"{num_blocks} blocks asked for, {num_free_blocks} free")
+        blocks = gpu.allocate_many(num_blocks)
         seqs = self._seqs
         bs = self._block_size
+        if not (gpu.num_prefix_saved_blocks or gpu.num_fork_saved_blocks):
+            # No block has a second holder (these count every reference past a block's
+            # first): no last block is shared, so only the block count is tested (hot: every
+            # crossing of every member).
+            for seq_id, tokens, block in zip(seq_ids, num_tokens, blocks, strict=True):
+                seq = seqs[seq_id]
+                table = seq.block_table
+                if (tokens - 1) // bs != len(table):
+                    raise AssertionError(_not_one_block(seq_id, seq, tokens))
+                table.append(block)
+                seq.num_tokens = tokens
+            return
         refs = self._gpu_refs
         for seq_id, tokens, block in zip(seq_ids, num_tokens, blocks, strict=True):
             seq = seqs[seq_id]
             table = seq.block_table
             if (seq.num_tokens % bs and refs[table[-1]] > 1) or (tokens - 1) // bs != len(table):
-                raise AssertionError(
-                    f"seq {seq_id}: {seq.num_tokens} -> {tokens} slots over {len(table)} blocks "
-                    f"is not one new block of its own"
-                )
+                raise AssertionError(_not_one_block(seq_id, seq, tokens))
             table.append(block)
             seq.num_tokens = tokens
 
@@ -333,3 +343,11 @@ class PagedKVCache(PagedSlots):
 
     def _max_hit_blocks(self, num_prompt_tokens: int) -> int:
         return max(0, (num_prompt_tokens - 1) // self._block_size)
+
+
+def _not_one_block(seq_id: int, seq: BlockTable, num_tokens: int) -> str:
+    """`append_blocks`' refusal of an entry that is not one new block of the sequence's own."""
+    return (
+        f"seq {seq_id}: {seq.num_tokens} -> {num_tokens} slots over {len(seq.block_table)} "
+        "blocks is not one new block of its own"
+    )

@@ -262,16 +262,15 @@ class PagedSlots(CacheSlots[BlockTable]):
             return
         table = seq.block_table
         num_hashed_like = seq.num_tokens // self._block_size if hashes_full_blocks else 0
-        if self._gpu.free_table(table, num_hashed_like):
-            # Every block was this sequence's alone: its computed slots go with it, as many
-            # as it computed unless it cached a block before computing it (a hit on it, by an
-            # admission refused since, counted it full): paged_audit.py checks the counts.
-            computed_slots = self._computed_slots
-            held = seq.num_computed_tokens
-            if seq.num_registered_blocks * self._block_size > held:
-                held = sum(map(computed_slots.__getitem__, table))
-            for block in table:
-                computed_slots[block] = 0
+        # If every block is this sequence's alone, its computed slots go with it (zeroed in
+        # `free_table`'s pass), as many as it computed unless it cached a block before
+        # computing it (a hit on it, by an admission refused since, counted it full):
+        # paged_audit.py checks the counts.
+        computed_slots = self._computed_slots
+        held = seq.num_computed_tokens
+        if seq.num_registered_blocks * self._block_size > held:
+            held = sum(map(computed_slots.__getitem__, table))
+        if self._gpu.free_table(table, num_hashed_like, computed_slots):
             self._num_computed_slots -= held
             return
         self._release_gpu_many(table[::-1], frozenset(table[:num_hashed_like]))

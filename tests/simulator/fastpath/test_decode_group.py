@@ -10,6 +10,7 @@ block at step K when its tokens before the step, n0 + K, fill its blocks:
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -25,17 +26,17 @@ OUTPUT_LEN = 20
 CROSSINGS = {0: [0], 1: [2], 3: [1], 4: [0], 5: [2], 7: [1], 8: [0], 9: [2]}
 
 
-def _cache_with_seqs() -> PagedKVCache:
+def _cache_with_seqs(output_len: int = OUTPUT_LEN) -> PagedKVCache:
     kv = PagedKVCache(32, BLOCK_SIZE)
     for seq_id, num_tokens in PROMPTS.items():
-        kv.add_seq(seq_id, final_len=num_tokens + OUTPUT_LEN - 1)
+        kv.add_seq(seq_id, final_len=num_tokens + output_len - 1)
         assert kv.allocate_slots([seq_id], num_tokens) == ()
         kv.commit(seq_id, num_tokens)
     return kv
 
 
-def _member(seq_id: int) -> SeqGroup:
-    request = Request(seq_id, 0.0, PROMPTS[seq_id], OUTPUT_LEN)
+def _member(seq_id: int, output_len: int = OUTPUT_LEN) -> SeqGroup:
+    request = Request(seq_id, 0.0, PROMPTS[seq_id], output_len)
     request.num_generated = 1  # the prompt's step produced the first token
     return SeqGroup(request, [seq_id], target=PROMPTS[seq_id], num_computed=PROMPTS[seq_id])
 
@@ -92,14 +93,17 @@ def test_a_member_that_finishes_leaves_its_crossing_bucket() -> None:
     assert kv.num_tokens(0) == PROMPTS[0] + 2 == member.num_computed
 
 
-def test_grow_ahead_takes_the_blocks_steps_of_grow_would() -> None:
+@pytest.mark.parametrize("output_len", [OUTPUT_LEN, 12])
+def test_grow_ahead_takes_the_blocks_steps_of_grow_would(output_len: int) -> None:
     """Ten steps' crossings (seq 0 crosses at 0, 4, 8: three times) in one allocation: the
-    same blocks for each member, the same caps, and each step's gain and blocks taken."""
-    ahead_kv, stepwise_kv = _cache_with_seqs(), _cache_with_seqs()
+    same blocks for each member, the same caps, and each step's gain and blocks taken. With
+    12 tokens of output, seqs 0 and 2 take their last blocks at steps 8 and 9 (final lengths
+    15 and 18): their caps stop there."""
+    ahead_kv, stepwise_kv = _cache_with_seqs(output_len), _cache_with_seqs(output_len)
     ahead, stepwise = DecodeGroup(ahead_kv), DecodeGroup(stepwise_kv)
     for group_ in (ahead, stepwise):
         for seq_id in PROMPTS:
-            group_.join(_member(seq_id))
+            group_.join(_member(seq_id, output_len))
     num_steps = 10
     gains, takes = ahead.grow_ahead(num_steps)
     ahead.step += num_steps
@@ -108,9 +112,11 @@ def test_grow_ahead_takes_the_blocks_steps_of_grow_would() -> None:
         assert stepwise.grow(stepwise.crossing()) == gains[step], step
         assert free - stepwise_kv.num_free_blocks == takes[step] == len(CROSSINGS.get(step, []))
         stepwise.step += 1
-    # Each crossing member's cap grows by a block (none nears its final length): seq 0's
+    # Each crossing member's cap grows by a block (with 20 tokens of output none nears its
+    # final length; with 12, the last blocks' 3 and 2 slots at steps 8 and 9): seq 0's
     # from 4 to 8 at step 0; nobody crosses at steps 2 and 6.
-    assert gains == [4, 4, 0, 4, 4, 4, 0, 4, 4, 4]
+    last_two = [4, 4] if output_len == OUTPUT_LEN else [3, 2]
+    assert gains == [4, 4, 0, 4, 4, 4, 0, 4, *last_two]
     for seq_id in PROMPTS:
         assert ahead_kv.block_table(seq_id) == stepwise_kv.block_table(seq_id)
         assert ahead_kv.num_tokens(seq_id) == stepwise_kv.num_tokens(seq_id)

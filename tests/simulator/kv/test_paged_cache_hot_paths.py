@@ -210,21 +210,32 @@ def test_free_table_is_decref_many_of_the_reversed_table(seed: int) -> None:
             if i % 2 or seed % 3 == 0:
                 pool.cache_block(block, 1000 + i)
         pool.free_table(blocks[:6])
-    table = pools[0].allocate_many(rng.randint(0, 10))
+    if rng.random() < 0.4:  # a hit on a free cached block: V1's queue keeps a stale entry
+        for pool in pools:
+            pool.touch(blocks[1])
+    table = pools[0].allocate_many(rng.randint(0, 9))
     assert pools[1].allocate_many(len(table)) == table
     for i, block in enumerate(table):
         if rng.random() < 0.3:
             for pool in pools:
                 pool.cache_block(block, 2000 + i)
     num_hashed_like = rng.randint(0, len(table))
+    if table and rng.random() < 0.5:  # one block past them: a private request's, the usual
+        num_hashed_like = len(table) - 1
+    if rng.random() < 0.3:  # a block outside the table shared: each of the table's is tested
+        for pool in pools:
+            pool.incref(blocks[10])
     if rng.random() < 0.2 and table:  # shared: neither frees anything
         for pool in pools:
             pool.incref(table[0])
-    if pools[0].free_table(table, num_hashed_like):
+    slot_counts = [7] * 24  # the caller's per-block counts: the table's zeroed on success
+    if pools[0].free_table(table, num_hashed_like, slot_counts):
         freed = pools[1].decref_many(table[::-1], frozenset(table[:num_hashed_like]))
         assert freed == table[::-1]
+        assert slot_counts == [0 if b in table else 7 for b in range(24)]
     else:  # shared: nothing changed; the general way frees the rest
         assert table and pools[0].ref_count(table[0]) == 2
+        assert slot_counts == [7] * 24
         for pool in pools:
             pool.decref_many(table[::-1], frozenset(table[:num_hashed_like]))
     for pool in pools:
