@@ -98,20 +98,21 @@ from pagesim.simulator.execution.vllm_runtime import VllmRuntime
 
 _IS_PREFILL = itemgetter(4)  # SeqWork.is_prefill
 _MAX_SHAPES = 1 << 16  # step shapes `price` keeps the terms of (a few MB at most)
-# `RooflineModel._terms`: (shape seconds, per-token seconds, host overlapped seconds, host serial
-# seconds, FLOPs, bytes), each the first terms of its sum in `price`.
-_ShapeTerms = tuple[float, float, float, float, float, float]
 
 
 class _Caches:
     """What `RooflineModel`s built from equal arguments share: their prices are the same
     functions of a step's shape, cached once (`_SHARED`)."""
 
-    __slots__ = ("__weakref__", "linear", "shape_terms")
+    __slots__ = ("__weakref__", "linear", "shape_priced", "shape_s")
 
     def __init__(self, linear: LinearCost) -> None:
         self.linear = linear
-        self.shape_terms: dict[int, _ShapeTerms] = {}
+        # `RooflineModel.price`'s shape caches: ints and floats only (module docstring of
+        # simulator/core/collector.py: the cyclic collector does not track them, so a run
+        # leaves no more for it to visit however many shapes it prices).
+        self.shape_priced: dict[int, int] = {}
+        self.shape_s: dict[int, float] = {}
 
 
 # The constructor's arguments -> their models' caches, while one of those models lives.
@@ -257,12 +258,14 @@ class RooflineModel(RooflineReport):
         # Fixed per step with work: GEMM launches (the layers' and the LM head's), the small ops'
         # fixed cost.
         self._fixed_s = (L * GEMMS_PER_LAYER + 1) * f.gemm_launch_s + L * f.small_ops_layer_s
-        # A step's shape (tokens, sequences, decode only; one int: `price`'s key) -> the terms
-        # of its shape alone (`_ShapeTerms`), for `price` without experts; a run comes back to
-        # the same shapes (~80-90% of its steps on the Azure trace and Vidur's case C). Tuples
-        # of ints and floats only, which the cyclic collector stops tracking: a run's result
-        # holds no more for it to visit.
-        self._shape_terms = caches.shape_terms
+        # A step's shape (tokens, sequences, decode only; one int: `price`'s key) -> its tokens
+        # computed and its linear + LM head + all-reduce seconds: the terms of its shape alone,
+        # for `price` without experts; a run comes back to the same shapes (~80-90% of its steps
+        # on the Azure trace and Vidur's case C). Ints and floats only, which the cyclic
+        # collector does not track (tuples it would, the collector paused: tests/simulator/
+        # test_collector.py): a run's result holds no more for it to visit.
+        self._shape_priced = caches.shape_priced
+        self._shape_s = caches.shape_s
         # Per token: small ops' bytes, the KV write.
         self._per_token_s = (
             L * shapes.small_ops_bytes_per_token / (bw * f.small_ops_bw_efficiency)
@@ -389,14 +392,15 @@ class RooflineModel(RooflineReport):
         # Linear layers: a dense 16-bit model's GEMM by GEMM (execution/gemm.py); other
         # models' lumped, max(c, m) + overlap · min(c, m) as roofline_terms.overlapped, with
         # the routed experts the step touches. LM head GEMM by GEMM, all-reduce per call.
-        # The terms of the step's shape alone come first in each sum below (`_ShapeTerms`,
-        # cached without experts): summed in this order, the same floats.
+        # Summed in this order (the shape's terms first, as cached: the same float).
         experts = self.experts
+        expert_bytes = 0.0
         if experts is None:
             key = (num_tokens << 32) | (num_seqs << 1) | (not num_prefill_seqs)
-            terms = self._shape_terms.get(key)
-            if terms is None:
-                terms = self._shape_terms_of(key, num_tokens, num_seqs, not num_prefill_seqs)
+            shape_s = self._shape_s.get(key)
+            if shape_s is None:
+                shape_s = self._shape_terms_of(key, num_tokens, num_seqs, not num_prefill_seqs)
+            priced = self._shape_priced[key]
         else:  # never plain: a mixture of experts is not a dense model
             priced, is_graphed = self.graph_shape(num_tokens, num_seqs, not num_prefill_seqs)
             # Experts the real tokens touch: a padding row routes alike every time (its hidden
@@ -409,23 +413,35 @@ class RooflineModel(RooflineReport):
                 + self._linear.lm_head_s(num_seqs)
                 + self.allreduce_step_s(priced, is_graphed)
             )
-            terms = self._terms(shape_s, priced, num_tokens, num_seqs, expert_bytes)
-        shape_s, priced_s, overlapped_s, serial_s, shape_flops, shape_bytes = terms
-        gpu_s = shape_s + attention_s + self._fixed_s + priced_s
-        compute_s = (gpu_s if gpu_s > overlapped_s else overlapped_s) + serial_s
-        flops = shape_flops + num_pairs * pair_flops
+        gpu_s = shape_s + attention_s + self._fixed_s + priced * self._per_token_s
+        overlapped_s = self._host_overlapped_s + num_seqs * self._host_overlapped_per_seq_s
+        compute_s = (gpu_s if gpu_s > overlapped_s else overlapped_s) + (
+            self._host_serial_s + num_seqs * self._host_serial_per_seq_s
+        )
+        flops = (
+            num_tokens * self.linear_flops_per_token
+            + num_seqs * self.lm_head_flops_per_seq
+            + num_pairs * pair_flops
+        )
         if self.model.mla is not None:
             flops += num_decode_pairs * (self.decode_flops_per_pair - self.attention_flops_per_pair)
             flops += (num_prefill_context - plan.num_prefill_tokens) * (
                 self.upproject_flops_per_cached_token
             )
-        bytes_moved = shape_bytes + kv_bytes + copy_bytes
+        bytes_moved = (
+            self._weight_bytes
+            + expert_bytes
+            + num_tokens * self.linear_act_bytes_per_token
+            + num_seqs * self.lm_head_act_bytes_per_seq
+            + kv_bytes
+            + copy_bytes
+        )
         duration_s = compute_s + swap_s + copy_s  # as core/plan.py step_cost sums it
         return step_cost_of((compute_s, swap_s, copy_s, flops, bytes_moved, duration_s))
 
     def _shape_terms_of(
         self, key: int, num_tokens: int, num_seqs: int, is_decode_only: bool
-    ) -> _ShapeTerms:
+    ) -> float:
         """`price`'s terms of a step's shape alone (no experts), kept under `key` for the next
         step of that shape; the cache is emptied when full, so a long run's memory stays flat."""
         priced, is_graphed = self.graph_shape(num_tokens, num_seqs, is_decode_only)
@@ -434,30 +450,12 @@ class RooflineModel(RooflineReport):
             + self._linear.lm_head_s(num_seqs)
             + self.allreduce_step_s(priced, is_graphed)
         )
-        terms = self._terms(shape_s, priced, num_tokens, num_seqs, 0.0)
-        if len(self._shape_terms) >= _MAX_SHAPES:
-            self._shape_terms.clear()
-        self._shape_terms[key] = terms
-        return terms
-
-    def _terms(
-        self, shape_s: float, priced: int, num_tokens: int, num_seqs: int, expert_bytes: float
-    ) -> _ShapeTerms:
-        """The first terms of `price`'s sums, which read the step's shape only (and the
-        experts' bytes): linear + LM head + all-reduce seconds; the small ops' and KV writes'
-        seconds of the tokens computed; the host's overlapped and serial seconds; FLOPs of the
-        linear layers and the LM head; bytes of the weights, the experts' and the activations."""
-        return (
-            shape_s,
-            priced * self._per_token_s,
-            self._host_overlapped_s + num_seqs * self._host_overlapped_per_seq_s,
-            self._host_serial_s + num_seqs * self._host_serial_per_seq_s,
-            num_tokens * self.linear_flops_per_token + num_seqs * self.lm_head_flops_per_seq,
-            self._weight_bytes
-            + expert_bytes
-            + num_tokens * self.linear_act_bytes_per_token
-            + num_seqs * self.lm_head_act_bytes_per_seq,
-        )
+        if len(self._shape_s) >= _MAX_SHAPES:
+            self._shape_s.clear()
+            self._shape_priced.clear()
+        self._shape_priced[key] = priced
+        self._shape_s[key] = shape_s
+        return shape_s
 
     def lm_head_s(self, num_seqs: int) -> float:
         """The LM head's share of a step of `num_seqs` sequences (a pipeline stage without the

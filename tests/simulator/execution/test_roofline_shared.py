@@ -28,17 +28,17 @@ def test_equal_models_share_caches_and_price_as_one_alone() -> None:
     first = RooflineModel(model, gpu, ExecutionConfig(), tensor_parallel=2)
     costs = [first.price(plan) for plan in _plans()]
     twin = RooflineModel(model, gpu, ExecutionConfig(), tensor_parallel=2)
-    assert twin._shape_terms is first._shape_terms and twin._linear is first._linear
+    assert twin._shape_s is first._shape_s and twin._linear is first._linear
     assert [twin.price(plan) for plan in reversed(_plans())] == costs[::-1]
 
     # Another argument: caches of its own, and other prices.
     slower = RooflineModel(
         model, gpu, replace(ExecutionConfig(), step_overhead_s=0.5), tensor_parallel=2
     )
-    assert slower._shape_terms is not first._shape_terms
+    assert slower._shape_s is not first._shape_s
     assert [slower.price(plan) for plan in _plans()] != costs
     del first, twin
     gc.collect()
     alone = RooflineModel(model, gpu, ExecutionConfig(), tensor_parallel=2)
-    assert not alone._shape_terms  # its equals are gone: nothing kept for it
+    assert not alone._shape_s  # its equals are gone: nothing kept for it
     assert [alone.price(plan) for plan in _plans()] == costs
