@@ -199,7 +199,7 @@ def complete_pure_steps(
             # form as `first`'s: walking nobody
             row = kv.memory_row(group.num_deferred_computed, group.num_reserved_slots)
         else:  # the last members finished (a walk of nobody, but the waiting's)
-            row = paged.memory_breakdown().row
+            row = paged.memory_row()
         last = (*paged.queue_lengths(), *row)
     return RunMemory(
         plain, num_members, group.block_size, queues, tail_queues, first, gains, takes, last
