@@ -83,7 +83,10 @@ def admit(
     slots = num_new
     if state.spec is not None and state.rules is not None and state.rules.lookahead_at_admission:
         slots += _lookahead(state, num_hit + num_new)  # (0 without a drafter)
-    copies = kv.allocate_slots(group.seq_ids, slots, state.watermark_blocks if state.running else 0)
+    # Checked to fit with the watermark kept (`fits_after_hits`, the same count), the
+    # allocation asks no reserve: `allocate_slots`' one-sequence case, without its general loop.
+    reserve = 0 if checked else state.watermark_blocks if state.running else 0
+    copies = kv.allocate_slots(group.seq_ids, slots, reserve)
     if copies is None:
         assert checked is None, "counted as fitting before the sequence was added"
         kv.free(seq_id)
