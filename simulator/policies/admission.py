@@ -55,14 +55,19 @@ def admit(
     hashes = group.hashers[0].block_hashes() if group.hashers is not None else ()
     kv = state.kv
     if (
-        state.pieces.admission_counts_cached_blocks
-        and hashes
+        hashes
+        and state.pieces.admission_counts_cached_blocks
         and kv.num_free_blocks - blocks_for(group.target, state.block_size) < state.reserve()
     ):
         return 0
     checked: bool | None = None  # a hybrid cache's checks: the whole way
     if isinstance(kv, PagedKVCache):
-        checked = _checked_before_adding(state, kv, group, hashes, max_new_tokens, pad_to)
+        if hashes:
+            checked = _checked_before_adding(state, kv, group, hashes, max_new_tokens, pad_to)
+        else:  # (most admissions: `_checked_before_adding` of no hit, inlined)
+            checked = fits_after_hits(state, group, 0, max_new_tokens, pad_to)
+            if not checked:
+                kv.note_prefix_query(group.target)  # `refuse_hits` of no hit
         if checked is False:
             return 0  # refused, with what adding and freeing it again leaves done
     # (Every admission: `group.final_len`, an unpadded `_first_step` and `state.reserve()`
@@ -156,13 +161,14 @@ def _checked_before_adding(
     max_new_tokens: int,
     pad_to: int,
 ) -> bool | None:
-    """Whether `admit`'s checks pass, found without adding the group's sequence (False: refused,
-    with what adding and freeing it again leaves done), or None where that is not sure (a prefix
-    hit on a block in use shares it): then `admit` goes the whole way. Most steps of a loaded
-    replica try a waiting head that does not fit: a hashless one leaves only its lookup
-    counted, one whose prefix hits are all free blocks (a preempted request's own) also those
-    blocks requeued at the free order's tail (`PagedKVCache.refuse_hits`)."""
-    hits = kv.prefix_hits(hashes, group.target) if hashes else []
+    """Whether `admit`'s checks pass for a group with block `hashes`, found without adding
+    the group's sequence (False: refused, with what adding and freeing it again leaves done), or
+    None where that is not sure (a prefix hit on a block in use shares it): then `admit` goes
+    the whole way. Most steps of a loaded replica try a waiting head that does not fit: a
+    hashless one (`admit` inlines its case) leaves only its lookup counted, one whose prefix
+    hits are all free blocks (a preempted request's own) also those blocks requeued at the free
+    order's tail (`PagedKVCache.refuse_hits`)."""
+    hits = kv.prefix_hits(hashes, group.target)
     if hits and not kv.are_free(hits):
         return None
     if fits_after_hits(state, group, len(hits), max_new_tokens, pad_to):

@@ -172,7 +172,7 @@ def admit_chunks(
     """Waiting requests in order, each its first chunk, until the budget or the blocks run out."""
     waiting = state.waiting
     max_num_seqs = state.knobs.max_num_seqs
-    pad_to = padded_admission_tokens(state, step, chunk_cap)
+    pad_to = 0 if state.spec is None else padded_admission_tokens(state, step, chunk_cap)
     beside_running = bool(step.num_requests) or step.is_grouped  # before any admission
     while len(waiting) and budget > 0:
         group = waiting[0]
