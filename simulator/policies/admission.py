@@ -202,9 +202,11 @@ def refused_with_hits(
         return None
     assert group.hashers is not None
     hits = kv.prefix_hits(group.hashers[0].block_hashes(), group.target)
-    if hits and not (kv.are_free(hits) and kv.ends_free_order(hits)):
+    if hits and not kv.are_free(hits):
         return None
     if fits_after_hits(state, group, len(hits), max_new_tokens, 0):
+        return None  # admitted next (the order of the free blocks not asked)
+    if hits and not kv.ends_free_order(hits):
         return None
     return RefusedHits(group.target, len(hits))
 
