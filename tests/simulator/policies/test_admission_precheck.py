@@ -1,7 +1,8 @@
-"""Admission's check before the sequence is added (policies/admission.py
-`_checked_before_adding`) against admission the whole way (add the sequence, check, free it
-again): random loaded replicas run twice, once with the check and once with it turned off, and
-must give the same frames bit for bit. The check is a second statement of admission's rules
+"""Admission's check before the sequence is added (policies/admission.py: `admit`'s own
+`fits_after_hits` for a group without block hashes, `_checked_before_adding` for one with them)
+against admission the whole way (add the sequence, check, free it again, as for a hybrid cache):
+random loaded replicas run twice, once with the check and once with it turned off, and must give
+the same frames bit for bit. The check is a second statement of admission's rules
 (first step, whole-prompt reserve, the first allocation, a prefix hit on free blocks): were the
 two to disagree in either direction, a request would be admitted or refused at another step.
 
@@ -11,7 +12,9 @@ last test says how often each verdict came."""
 
 from __future__ import annotations
 
+import sys
 from collections import Counter
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -26,6 +29,7 @@ from pagesim.simulator.core.config import (
     VllmVersion,
 )
 from pagesim.simulator.engine import simulate
+from pagesim.simulator.kv.paged_cache import PagedKVCache
 from pagesim.simulator.policies import admission
 
 NUM_CASES = 16
@@ -59,9 +63,23 @@ def _case(seed: int) -> Scenario:
     return scenario(workload, system(policy, **knobs), seed=seed)
 
 
-def _frames(s: Scenario) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, object]]:
+def _frames(
+    s: Scenario, monkeypatch: pytest.MonkeyPatch
+) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, object], list[tuple[int, int]]]:
+    """The run's frames and summary, and its KV caches' prefix lookups (queries, hits), which
+    no frame shows: a refused head's lookup counts as the whole way's add and free."""
+    caches: list[PagedKVCache] = []
+    init = PagedKVCache.__init__
+
+    def kept(self: PagedKVCache, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        caches.append(self)
+
+    monkeypatch.setattr(PagedKVCache, "__init__", kept)
     result = simulate(s, check_invariants=True)
-    return result.steps, result.requests, result.summary
+    monkeypatch.setattr(PagedKVCache, "__init__", init)
+    lookups = [(c.num_prefix_query_tokens, c.num_prefix_hit_tokens) for c in caches]
+    return result.steps, result.requests, result.summary, lookups
 
 
 @pytest.mark.parametrize("seed", range(NUM_CASES))
@@ -69,21 +87,30 @@ def test_the_check_before_adding_admits_as_the_whole_way_does(
     seed: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     s = _case(seed)
-    checked = admission._checked_before_adding
+    checked, fits = admission._checked_before_adding, admission.fits_after_hits
 
     def counted(*args: object, **kwargs: object) -> bool | None:
         verdict = checked(*args, **kwargs)  # type: ignore[arg-type]
-        hits = bool(args[3])  # the group's block hashes: a hit was possible
-        VERDICTS[f"{verdict}{' with hashes' if hits else ''}"] += 1
+        assert args[3], "a group with block hashes"
+        VERDICTS[f"{verdict} with hashes"] += 1
+        return verdict
+
+    def counted_fits(*args: object, **kwargs: object) -> bool:
+        verdict = fits(*args, **kwargs)  # type: ignore[arg-type]
+        if sys._getframe(1).f_code.co_name == "admit":  # a hashless group's check
+            VERDICTS[f"{verdict}"] += 1
         return verdict
 
     monkeypatch.setattr(admission, "_checked_before_adding", counted)
-    steps, requests, summary = _frames(s)
-    monkeypatch.setattr(admission, "_checked_before_adding", lambda *args: None)
-    whole_steps, whole_requests, whole_summary = _frames(s)
+    monkeypatch.setattr(admission, "fits_after_hits", counted_fits)
+    steps, requests, summary, lookups = _frames(s, monkeypatch)
+    # No check before adding: admit goes the whole way, as for a hybrid cache.
+    monkeypatch.setattr(admission, "PagedKVCache", type("NoCache", (), {}))
+    whole_steps, whole_requests, whole_summary, whole_lookups = _frames(s, monkeypatch)
     pd.testing.assert_frame_equal(steps, whole_steps, check_exact=True)
     pd.testing.assert_frame_equal(requests, whole_requests, check_exact=True)
     assert summary == whole_summary
+    assert lookups == whole_lookups
 
 
 def test_the_cases_took_every_verdict() -> None:
