@@ -215,13 +215,19 @@ def _steps_before_change(group: DecodeGroup, limit: int) -> int:
         heapq.heappop(calendar)  # stale: that member left (advance would drop it too)
     if calendar:
         limit = min(limit, calendar[0][0] - group.step)
-    sizes = list(map(len, group.crossing_calendar))  # members crossing at K % block_size
-    at = group.step % group.block_size
     free = group.kv.num_free_blocks
     if group.keeps_block_per_seq:  # V0: a block stays free after each step's crossings
         free -= 1
         if free < 0:
             return 0
+    bs = group.block_size
+    # Each member crosses once a period of block_size steps (the calendar's sets hold every
+    # member once: DecodeGroup.check_invariants), so `steps_that_fit` skips free // members
+    # whole periods first: where they reach the limit, it is the answer (the calendar unread).
+    if free // len(group.bases) * bs >= limit:
+        return limit
+    sizes = list(map(len, group.crossing_calendar))  # members crossing at K % block_size
+    at = group.step % bs
     return steps_that_fit(sizes[at:] + sizes[:at], free, limit)
 
 

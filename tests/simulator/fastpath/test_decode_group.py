@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from pagesim.simulator.core.request import Request
 from pagesim.simulator.fastpath.decode_group import DecodeGroup
-from pagesim.simulator.fastpath.decode_window import steps_that_fit
+from pagesim.simulator.fastpath.decode_window import _steps_before_change, steps_that_fit
 from pagesim.simulator.kv.paged_cache import PagedKVCache
 from pagesim.simulator.policies.seq_group import SeqGroup
 
@@ -144,6 +144,25 @@ def test_steps_that_fit_skips_whole_periods_as_walking_would(
     due: list[int], free: int, limit: int
 ) -> None:
     assert steps_that_fit(due, free, limit) == _steps_that_fit_walked(due, free, limit)
+
+
+@settings(max_examples=200, deadline=None)
+@given(free=st.integers(0, 27), limit=st.integers(0, 80), step=st.integers(0, 7))
+def test_steps_before_change_are_the_walked_steps_that_fit(
+    free: int, limit: int, step: int
+) -> None:
+    """`_steps_before_change` answers from the free blocks alone where whole periods reach the
+    limit (each member crosses once a period), else walks the calendar: either way the walked
+    answer, for any free count, limit and phase (nobody finishes within 80 steps)."""
+    kv = _cache_with_seqs(200)
+    group_ = DecodeGroup(kv)
+    for seq_id in PROMPTS:
+        group_.join(_member(seq_id, 200))
+    kv.add_seq(99)
+    assert kv.allocate_slots([99], (kv.num_free_blocks - free) * BLOCK_SIZE) == ()
+    group_.step = step
+    due = [len(group_.crossing_calendar[(step + i) % BLOCK_SIZE]) for i in range(BLOCK_SIZE)]
+    assert _steps_before_change(group_, limit) == _steps_that_fit_walked(due, free, limit)
 
 
 def test_steps_that_fit_narrated() -> None:
