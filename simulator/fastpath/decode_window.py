@@ -27,6 +27,7 @@ them all.
 from __future__ import annotations
 
 import heapq
+from collections.abc import Sequence, Sized
 
 from pagesim.simulator.core.memory import MemoryRow
 from pagesim.simulator.fastpath.decode_group import DecodeGroup
@@ -224,26 +225,28 @@ def _steps_before_change(group: DecodeGroup, limit: int) -> int:
     # Each member crosses once a period of block_size steps (the calendar's sets hold every
     # member once: DecodeGroup.check_invariants), so `steps_that_fit` skips free // members
     # whole periods first: where they reach the limit, it is the answer (the calendar unread).
-    if free // len(group.bases) * bs >= limit:
+    num_members = len(group.bases)
+    if free // num_members * bs >= limit:
         return limit
-    sizes = list(map(len, group.crossing_calendar))  # members crossing at K % block_size
-    at = group.step % bs
-    return steps_that_fit(sizes[at:] + sizes[:at], free, limit)
+    # members crossing at K % block_size, read in place (not listed and rotated)
+    return steps_that_fit(group.crossing_calendar, group.step, num_members, free, limit)
 
 
-def steps_that_fit(due: list[int], free: int, limit: int) -> int:
+def steps_that_fit(due: Sequence[Sized], first: int, per_period: int, free: int, limit: int) -> int:
     """The first i < `limit` such that steps 0..i take more than `free` blocks, step j taking
-    `due[j % len(due)]` (the members crossing then: the pattern repeats every block_size
-    steps, each period a block per member); `limit` if none. Whole periods that fit are
-    skipped, not walked step by step."""
-    per_period = sum(due)
+    `len(due[(first + j) % len(due)])` (the members crossing then: the pattern repeats every
+    block_size steps, each period a block per member; `per_period` their sum); `limit` if none.
+    Whole periods that fit are skipped, not walked step by step."""
     if not per_period:
         return limit
     periods = free // per_period
-    free -= periods * per_period
     period = len(due)
-    for i in range(periods * period, limit):
-        free -= due[i % period]
+    skipped = periods * period
+    if skipped >= limit:
+        return limit
+    free -= periods * per_period
+    for i in range(skipped, limit):
+        free -= len(due[(first + i) % period])
         if free < 0:
             return i
     return limit

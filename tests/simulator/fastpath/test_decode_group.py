@@ -143,7 +143,12 @@ def _steps_that_fit_walked(due: list[int], free: int, limit: int) -> int:
 def test_steps_that_fit_skips_whole_periods_as_walking_would(
     due: list[int], free: int, limit: int
 ) -> None:
-    assert steps_that_fit(due, free, limit) == _steps_that_fit_walked(due, free, limit)
+    walked = _steps_that_fit_walked(due, free, limit)
+    for first in (0, 3):  # the pattern read from its start, or from its step 3 on
+        rotated = [*due[first % len(due) :], *due[: first % len(due)]]
+        expected = walked if not first else _steps_that_fit_walked(rotated, free, limit)
+        sets = [range(n) for n in due]  # what a calendar's entries give: their sizes
+        assert steps_that_fit(sets, first, sum(due), free, limit) == expected
 
 
 @settings(max_examples=200, deadline=None)
@@ -167,6 +172,8 @@ def test_steps_before_change_are_the_walked_steps_that_fit(
 
 def test_steps_that_fit_narrated() -> None:
     # Two members crossing at step 1 of every 4, one at step 3: 3 blocks a period.
-    assert steps_that_fit([0, 2, 0, 1], 7, 64) == 9  # 2 periods take 6; step 9 needs 2 more
-    assert steps_that_fit([0, 2, 0, 1], 7, 8) == 8  # the limit comes first
-    assert steps_that_fit([0, 0, 0, 0], 0, 64) == 64  # nobody crosses: nothing to take
+    due = [range(0), range(2), range(0), range(1)]
+    assert steps_that_fit(due, 0, 3, 7, 64) == 9  # 2 periods take 6; step 9 needs 2 more
+    assert steps_that_fit(due, 0, 3, 7, 8) == 8  # the limit comes first
+    assert steps_that_fit(due, 1, 3, 7, 64) == 8  # from step 1 of the pattern: step 8 needs 2
+    assert steps_that_fit([range(0)] * 4, 0, 0, 0, 64) == 64  # nobody crosses: nothing to take
