@@ -226,9 +226,10 @@ class Replica:
         # The arrival window's edges for the token rate, as arrivals.py marks a fleet's: its
         # first in-window arrival opens it, each arrival moves its end (the last one's stays).
         recorder, tokens = self.recorder, self._output_tokens()  # (a run's steps that ended)
-        if recorder.window_tokens[0] is None and request.arrival_s >= self._warmup_s:
-            recorder.mark_window_edge(0, tokens)
-        recorder.mark_window_edge(1, tokens)
+        edges = recorder.window_tokens  # (`mark_window_edge`, inlined: every arrival)
+        if edges[0] is None and request.arrival_s >= self._warmup_s:
+            edges[0] = tokens
+        edges[1] = tokens
         recorder.add_request(request)
         self.scheduler.add_request(request, self._env.now)
         if self._on_done is None:  # nobody routes on its answers (engine.simulate's replica)
