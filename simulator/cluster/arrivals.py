@@ -81,8 +81,9 @@ class Arrivals:
         for request in self._stream:
             if max_time_s is not None and request.arrival_s > max_time_s:
                 break
-            if request.arrival_s > env.now:
-                yield env.timeout(request.arrival_s - env.now)
+            now_s = env.now
+            if request.arrival_s > now_s:
+                yield env.timeout(request.arrival_s - now_s)
             if sessions is not None:
                 sessions.start(request)
             self._arrive(request)

@@ -210,6 +210,11 @@ class Replica:
     def num_output_tokens(self) -> int:
         """Output tokens the replica has produced by now (an open run's steps that ended by
         now counted, not applied: each gives every member one token)."""
+        return self._output_tokens()
+
+    def _output_tokens(self) -> int:
+        """`num_output_tokens` (a method: each arrival reads it, and a property read is a
+        Python call from C in 3.11, dearer than a method's)."""
         runs = self._runs
         tokens = self.scheduler.num_output_tokens
         return tokens if runs is None else tokens + runs.extra_output_tokens()
@@ -220,10 +225,11 @@ class Replica:
         self.num_routed += 1
         # The arrival window's edges for the token rate, as arrivals.py marks a fleet's: its
         # first in-window arrival opens it, each arrival moves its end (the last one's stays).
-        recorder, tokens = self.recorder, self.num_output_tokens  # (a run's steps that ended)
-        if recorder.window_tokens[0] is None and request.arrival_s >= self._warmup_s:
-            recorder.mark_window_edge(0, tokens)
-        recorder.mark_window_edge(1, tokens)
+        recorder, tokens = self.recorder, self._output_tokens()  # (a run's steps that ended)
+        edges = recorder.window_tokens  # (`mark_window_edge`, inlined: every arrival)
+        if edges[0] is None and request.arrival_s >= self._warmup_s:
+            edges[0] = tokens
+        edges[1] = tokens
         recorder.add_request(request)
         self.scheduler.add_request(request, self._env.now)
         if self._on_done is None:  # nobody routes on its answers (engine.simulate's replica)
@@ -268,7 +274,8 @@ class Replica:
                 if self._on_done is not None:
                     self._settle()
                 continue
-            plan = scheduler.schedule(env.now)
+            start_s = env.now  # (read once: planning and pricing take no time)
+            plan = scheduler.schedule(start_s)
             if plan.is_empty:
                 idle = self._idle_event()
                 if idle is None:
@@ -276,7 +283,6 @@ class Replica:
                 yield idle
                 continue
             cost = price(plan)
-            start_s = env.now
             yield env.timeout(cost.duration_s)
             self._finish_step(start_s, plan, cost)
 

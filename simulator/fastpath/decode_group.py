@@ -87,7 +87,13 @@ class DecodeGroup:
         # (finish step, seq id, join serial, member): stale once that member left.
         self._finish: list[tuple[int, int, int, _Member]] = []
         self._num_joins = 0
-        self._sum_base = 0  # sum of bases
+        # What a run of pure steps (decode_window.py) reads, a few times a run: the same objects
+        # as the private names (never rebound, emptied in place), as attributes, not properties
+        # (a property read is a Python call in 3.11).
+        self.members = self._members
+        self.finish_calendar = self._finish
+        self.crossing_calendar = self._crossing_at
+        self.sum_base = 0  # sum of bases (read by a run, decode_window.py: an attribute)
         self._sum_join = 0  # sum of j
         self._sum_cap = 0  # sum of caps
 
@@ -132,7 +138,7 @@ class DecodeGroup:
             num_joins += 1
             heapq.heappush(finish, (j + num_tokens_left, seq_id, num_joins, member))
         self._num_joins = num_joins
-        self._sum_base += sum_base
+        self.sum_base += sum_base
         self._sum_join += j * len(groups)
         self._sum_cap += sum_cap
 
@@ -142,7 +148,7 @@ class DecodeGroup:
         member = self._members.pop(seq_id)
         base = self._own_bases().pop(group)
         self._crossing_at[-base % self.block_size].remove(seq_id)
-        self._sum_base -= base
+        self.sum_base -= base
         self._sum_join -= member.j
         self._sum_cap -= member.cap
         self._catch_up(member)
@@ -158,7 +164,7 @@ class DecodeGroup:
         for due in self._crossing_at:
             due.clear()
         self._finish.clear()  # every entry is stale now
-        self._sum_base = self._sum_join = self._sum_cap = 0
+        self.sum_base = self._sum_join = self._sum_cap = 0
 
     def _catch_up(self, member: _Member) -> None:
         """The member's K - j skipped steps, applied at once: tokens, output and KV."""
@@ -406,7 +412,8 @@ class DecodeGroup:
             tuple(running),
             self.bases,
             self.step,
-            step.num_context_tokens + self.num_context_tokens,  # the listed ones' and the members
+            # the listed ones' context and the members' (`num_context_tokens`, inlined)
+            step.num_context_tokens + self.sum_base + len(self.bases) * (self.step + 1),
             preemptions=tuple(step.preemptions),
             num_swap_out_blocks=step.swap_out,
             num_swap_in_blocks=step.swap_in,
@@ -419,22 +426,6 @@ class DecodeGroup:
         )
 
     # -- what a run of pure steps (decode_window.py) reads ---------------------------------
-    @property
-    def sum_base(self) -> int:
-        return self._sum_base
-
-    @property
-    def members(self) -> dict[int, _Member]:
-        return self._members
-
-    @property
-    def finish_calendar(self) -> list[tuple[int, int, int, _Member]]:
-        return self._finish
-
-    @property
-    def crossing_calendar(self) -> list[set[int]]:
-        return self._crossing_at
-
     def _own_bases(self) -> dict[SeqGroup, int]:
         """`bases`, ready to change: copied first if a plan holds it as its snapshot."""
         if self._is_bases_shared:
@@ -446,7 +437,7 @@ class DecodeGroup:
     @property
     def num_context_tokens(self) -> int:
         """Members' KV tokens after this step's token (sum of their SeqWork.context_len)."""
-        return self._sum_base + len(self.bases) * (self.step + 1)
+        return self.sum_base + len(self.bases) * (self.step + 1)
 
     @property
     def num_deferred_computed(self) -> int:
@@ -460,7 +451,7 @@ class DecodeGroup:
         A member's not-yet-computed slots all lie in its own last block (it takes a block only
         when its tokens fill the ones it has), so the per-block count reduces to this difference.
         """
-        return self._sum_cap - self._sum_base - len(self.bases) * self.step
+        return self._sum_cap - self.sum_base - len(self.bases) * self.step
 
     def memory_terms(self, running: Sequence[SeqGroup]) -> tuple[list[int], int, int] | None:
         """None without members; else (`others(running)`, `num_deferred_computed`,
@@ -469,7 +460,7 @@ class DecodeGroup:
         if not num_members:
             return None
         grown = num_members * self.step  # the two properties' sums, inlined (every step)
-        return self.others(running), grown - self._sum_join, self._sum_cap - self._sum_base - grown
+        return self.others(running), grown - self._sum_join, self._sum_cap - self.sum_base - grown
 
     def num_computed_of_members(self) -> dict[int, int]:
         """Each member's true KV tokens (all computed), by seq id: what the KV cache will be told
@@ -482,7 +473,7 @@ class DecodeGroup:
         member's true KV tokens (`num_computed_of_members`), for the KV cache's walk."""
         members = self._members
         assert len(members) == len(self.bases)
-        assert self._sum_base == sum(self.bases.values())
+        assert self.sum_base == sum(self.bases.values())
         assert self._sum_join == sum(m.j for m in members.values())
         assert self._sum_cap == sum(m.cap for m in members.values())
         for seq_id, member in members.items():

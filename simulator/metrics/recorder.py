@@ -52,12 +52,9 @@ class Recorder:
         # Each step the engine ran goes straight to the step log, which builds its row.
         self.record_step = self.steps.record_step
         # The scheduler's output-token count at the first in-window arrival and at the last
-        # arrival: the tokens produced over the arrival window (None until seen).
+        # arrival: the tokens produced over the arrival window (None until seen). The replica
+        # sets them as each request arrives (cluster/replica.py add_request).
         self.window_tokens: list[int | None] = [None, None]
-
-    def mark_window_edge(self, edge: int, num_output_tokens: int) -> None:
-        """The arrival window starts (edge 0) or ends (edge 1) now; tokens produced so far."""
-        self.window_tokens[edge] = num_output_tokens
 
     def add_request(self, request: Request) -> None:
         self.requests.add(request)

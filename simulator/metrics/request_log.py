@@ -38,8 +38,7 @@ _COUNTS = (
 )
 
 
-def _time(value: float | None) -> float:
-    return np.nan if value is None else value
+_NAN = np.nan  # (a Python float)
 
 
 class RequestLog:
@@ -87,13 +86,13 @@ class RequestLog:
             self._reasons[position] = r.rejection_reason or ""
         else:
             status = _UNFINISHED
-        self._times.extend(
+        self._times.extend(  # a time not reached: NaN
             (
                 r.arrival_s,
-                _time(r.admitted_s),
-                _time(r.first_token_s),
-                _time(r.last_token_s),
-                _time(r.finish_s),
+                _NAN if r.admitted_s is None else r.admitted_s,
+                _NAN if r.first_token_s is None else r.first_token_s,
+                _NAN if r.last_token_s is None else r.last_token_s,
+                _NAN if r.finish_s is None else r.finish_s,
             )
         )
         self._counts.extend(
