@@ -224,7 +224,7 @@ class DisaggFleet:
         self._maybe_end()
 
     def _num_output_tokens(self) -> int:
-        return sum(replica.num_output_tokens for replica in self.decodes)
+        return sum(replica.num_output_tokens() for replica in self.decodes)
 
     # --- the replicas' hooks ---------------------------------------------------------------
 

@@ -151,7 +151,7 @@ class RoutedFleet:
             replica.mark_arrivals_done()
 
     def _num_output_tokens(self) -> int:
-        return sum(replica.num_output_tokens for replica in self.replicas)
+        return sum(replica.num_output_tokens() for replica in self.replicas)
 
 
 class Fleet(RoutedFleet):

@@ -206,15 +206,10 @@ class Replica:
 
     # --- feeding it ---------------------------------------------------------------------------
 
-    @property
     def num_output_tokens(self) -> int:
         """Output tokens the replica has produced by now (an open run's steps that ended by
-        now counted, not applied: each gives every member one token)."""
-        return self._output_tokens()
-
-    def _output_tokens(self) -> int:
-        """`num_output_tokens` (a method: each arrival reads it, and a property read is a
-        Python call from C in 3.11, dearer than a method's)."""
+        now counted, not applied: each gives every member one token). A method, not a
+        property: each arrival reads it, and a property read costs more in Python 3.11."""
         runs = self._runs
         tokens = self.scheduler.num_output_tokens
         return tokens if runs is None else tokens + runs.extra_output_tokens()
@@ -225,7 +220,7 @@ class Replica:
         self.num_routed += 1
         # The arrival window's edges for the token rate, as arrivals.py marks a fleet's: its
         # first in-window arrival opens it, each arrival moves its end (the last one's stays).
-        recorder, tokens = self.recorder, self._output_tokens()  # (a run's steps that ended)
+        recorder, tokens = self.recorder, self.num_output_tokens()  # (a run's steps that ended)
         edges = recorder.window_tokens  # (`mark_window_edge`, inlined: every arrival)
         if edges[0] is None and request.arrival_s >= self._warmup_s:
             edges[0] = tokens
