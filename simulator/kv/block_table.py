@@ -20,6 +20,11 @@ class BlockTable:
     num_registered_blocks: int  # leading blocks already offered to the prefix cache
     final_len: int | None  # slots it will hold when finished (memory accounting only)
     is_swapped: bool = False
+    # Whether the cache's per-block computed-slot list holds this sequence's full computed
+    # blocks (bs each). False: a private sequence (no block shared, hit, registered or
+    # swapped), whose full computed blocks hold 0 there, their slots read off
+    # num_computed_tokens (PagedSlots.keep_slots; paged_audit.py checks it)
+    slots_kept: bool = True
 
 
 def unique_blocks(seqs: Iterable[BlockTable]) -> dict[int, int]:

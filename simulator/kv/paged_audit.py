@@ -34,25 +34,36 @@ def check_paged_invariants(
     gpu_refs = [0] * gpu.num_blocks
     cpu_refs = [0] * cpu.num_blocks
     computed = [0] * gpu.num_blocks
+    kept = [0] * gpu.num_blocks  # the per-block list as the cache keeps it (BlockTable.slots_kept)
+    private: list[int] = []  # the blocks of sequences whose full blocks keep no count
     for seq_id, seq in seqs.items():
         where = f"seq {seq_id}"
         invariant(0 <= seq.num_computed_tokens <= seq.num_tokens, f"{where}: computed > tokens")
         invariant(len(seq.block_table) == -(-seq.num_tokens // bs), f"{where}: table length")
         invariant(seq.num_registered_blocks <= seq.num_computed_tokens // bs, f"{where}: reg")
         invariant(len(set(seq.block_table)) == len(seq.block_table), f"{where}: repeated block")
+        if not seq.slots_kept:
+            invariant(not seq.is_swapped, f"{where}: swapped out, its slots not kept")
+            invariant(not seq.num_registered_blocks, f"{where}: registered, its slots not kept")
+            private += seq.block_table
         refs = cpu_refs if seq.is_swapped else gpu_refs
         for i, block in enumerate(seq.block_table):
             refs[block] += 1
             if not seq.is_swapped:
                 fill = clamp_fill(seq.num_computed_tokens, i, bs)
                 computed[block] = max(computed[block], fill)
+                if seq.slots_kept or fill < bs:
+                    kept[block] = max(kept[block], fill)
     for pool, refs, name in ((gpu, gpu_refs, "GPU"), (cpu, cpu_refs, "CPU")):
         if pool.ref_counts != refs:  # compared in C; the message names the first difference
             block = next(b for b, r in enumerate(refs) if pool.ref_counts[b] != r)
             raise AssertionError(
                 f"{name} block {block}: ref_count {pool.ref_counts[block]} != {refs[block]} refs"
             )
-    invariant(computed == computed_slots, "computed slots per block disagree")
+    for block in private:  # each of them its sequence's alone, uncached
+        invariant(gpu_refs[block] == 1, f"GPU block {block}: shared, its slots not kept")
+        invariant(gpu.block_hash(block) is None, f"GPU block {block}: cached, slots not kept")
+    invariant(kept == computed_slots, "computed slots per block disagree")
     invariant(sum(computed) == num_computed_slots, "computed slot counter disagrees")
     if gpu.num_cached_blocks:
         for block in range(gpu.num_blocks):

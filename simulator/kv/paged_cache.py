@@ -128,8 +128,10 @@ class PagedKVCache(PagedSlots):
             self._num_prefix_query_tokens += num_prompt_tokens
             self._num_prefix_hit_tokens += len(table) * bs
         num_hit_tokens = len(table) * bs
+        # without hits, a private sequence until a block of it is registered, shared or
+        # swapped (BlockTable.slots_kept)
         self._seqs[seq_id] = BlockTable(
-            table, num_hit_tokens, num_hit_tokens, len(table), final_len
+            table, num_hit_tokens, num_hit_tokens, len(table), final_len, slots_kept=bool(table)
         )
         return num_hit_tokens
 
@@ -149,6 +151,8 @@ class PagedKVCache(PagedSlots):
         num_full = min(num_tokens // self._block_size, len(block_hashes))
         first = seq.num_registered_blocks
         if num_full > first:
+            if not seq.slots_kept:
+                self.keep_slots(seq)
             self._gpu.cache_many(seq.block_table[first:num_full], block_hashes[first:num_full])
         seq.num_registered_blocks = max(seq.num_registered_blocks, num_full)
 
@@ -186,6 +190,8 @@ class PagedKVCache(PagedSlots):
             raise KVCacheError(
                 f"fork of seq {parent_seq_id} with uncomputed slots: commit its step first"
             )
+        if not parent.slots_kept:
+            self.keep_slots(parent)
         for block in parent.block_table:
             self._gpu.incref(block)
         self._seqs[child_seq_id] = BlockTable(
@@ -327,6 +333,8 @@ class PagedKVCache(PagedSlots):
         blocks = unique_blocks(seqs)
         copy_of = self._swap_space.copy_blocks(blocks, self._gpu, to_cpu=to_cpu)
         for seq in seqs:
+            if to_cpu and not seq.slots_kept:  # its blocks' counts released below
+                self.keep_slots(seq)
             if to_cpu:  # as one vLLM free_blocks call, tail first
                 self._release_gpu_many(seq.block_table[::-1])
             else:

@@ -19,7 +19,11 @@ reach the LRU queue first and are evicted first, so shared prefixes live longest
 
 Memory accounting keeps a running count of computed slots per GPU block (`_computed_slots`, kept
 by cache_slots.py's `CacheSlots`), so `memory_breakdown` only walks each live sequence's
-not-yet-computed tail (one block per sequence after a step's commit), never the whole pool.
+not-yet-computed tail (one block per sequence after a step's commit), never the whole pool. A
+private sequence's full computed blocks (none of them shared, hit, registered or swapped: the
+usual request without a prefix hit) keep no count there: each holds block_size slots, read off
+its computed tokens, so a prompt's blocks are neither counted at commit nor cleared at free
+(`BlockTable.slots_kept`; `keep_slots` writes the counts once that changes).
 
 These methods run per sequence per step, the simulator's hottest code: their loops keep to local
 aliases and integer arithmetic, with helpers inlined where the comments say so.
@@ -200,7 +204,13 @@ class PagedSlots(CacheSlots[BlockTable]):
         computed_slots = self._computed_slots
         start = old // bs
         num_full = num_computed_tokens // bs
-        if num_full > start:
+        if num_full > start and not seq.slots_kept:
+            # A private sequence: its full blocks keep no count (their slots are its computed
+            # tokens'), so only the one it filled from `old` loses what it held.
+            self._num_computed_slots += num_full * bs - old
+            if old > start * bs:
+                computed_slots[table[start]] = 0
+        elif num_full > start:
             full = table[start:num_full]
             # Unless one is shared (the pool's audited counts) or was cached before computed (a
             # hit counts it full), they hold what the sequence computed from their start.
@@ -225,8 +235,20 @@ class PagedSlots(CacheSlots[BlockTable]):
             num_full = min(num_computed_tokens // bs, len(block_hashes))
             first = seq.num_registered_blocks
             if num_full > first:
+                if not seq.slots_kept:
+                    self.keep_slots(seq)
                 self._gpu.cache_many(table[first:num_full], block_hashes[first:num_full])
             seq.num_registered_blocks = max(seq.num_registered_blocks, num_full)
+
+    def keep_slots(self, seq: BlockTable) -> None:
+        """Put a private sequence's full computed blocks' slots (bs each) in the per-block
+        list, as a sequence's are once a block of it may be registered, shared or swapped (the
+        readers of the list then see every block's count)."""
+        computed_slots = self._computed_slots
+        bs = self._block_size
+        for block in seq.block_table[: seq.num_computed_tokens // bs]:
+            computed_slots[block] = bs
+        seq.slots_kept = True
 
     def commit_one(self, seq_id: int) -> None:
         """`commit(seq_id, computed + 1)` with no block hashes: a decode step wrote one slot.
@@ -247,7 +269,8 @@ class PagedSlots(CacheSlots[BlockTable]):
         fill = old % bs + 1
         gained = fill - self._computed_slots[block]
         if gained > 0:
-            self._computed_slots[block] = fill
+            # a private sequence's block, full now, keeps no count (BlockTable.slots_kept)
+            self._computed_slots[block] = 0 if fill == bs and not seq.slots_kept else fill
             self._num_computed_slots += gained
 
     def free(self, seq_id: int, *, hashes_full_blocks: bool = False) -> None:
@@ -261,14 +284,25 @@ class PagedSlots(CacheSlots[BlockTable]):
                 self._swap_space.release(block)
             return
         table = seq.block_table
-        num_hashed_like = seq.num_tokens // self._block_size if hashes_full_blocks else 0
+        bs = self._block_size
+        num_hashed_like = seq.num_tokens // bs if hashes_full_blocks else 0
+        computed_slots = self._computed_slots
+        if not seq.slots_kept:
+            # A private sequence (every block its own): the partly computed block, if any, is
+            # the only one with a count, and the slots it computed go with it.
+            if self._gpu.free_table(table, num_hashed_like):
+                held = seq.num_computed_tokens
+                self._num_computed_slots -= held
+                if held % bs:
+                    computed_slots[table[held // bs]] = 0
+                return
+            self.keep_slots(seq)  # (not expected: a block of it shared)
         # If every block is this sequence's alone, its computed slots go with it (zeroed in
         # `free_table`'s pass), as many as it computed unless it cached a block before
         # computing it (a hit on it, by an admission refused since, counted it full):
         # paged_audit.py checks the counts.
-        computed_slots = self._computed_slots
         held = seq.num_computed_tokens
-        if seq.num_registered_blocks * self._block_size > held:
+        if seq.num_registered_blocks * bs > held:
             held = sum(map(computed_slots.__getitem__, table))
         if self._gpu.free_table(table, num_hashed_like, computed_slots):
             self._num_computed_slots -= held

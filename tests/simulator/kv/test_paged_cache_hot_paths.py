@@ -369,3 +369,31 @@ def test_a_block_cached_before_its_kv_and_hit_by_a_refused_admission_counts_once
     kv.free(1)
     kv.check_invariants()
     assert kv.memory_breakdown().token_slots == 0
+
+
+@pytest.mark.parametrize("then", ["fork", "register", "swap", "free"])
+def test_a_private_sequences_full_blocks_are_counted_once_it_may_share_them(then: str) -> None:
+    # Seq 1 (no hit, nothing registered) computes 2.5 blocks in three commits: its full blocks
+    # keep no per-block count (BlockTable.slots_kept), its totals do. Forked, registered or
+    # swapped out, every block's count is written (check_invariants compares them with the
+    # tables); freed, they all go. The breakdown is the walked one throughout.
+    kv = PagedKVCache(8, 4, num_cpu_blocks=8, enable_prefix_cache=True)
+    kv.add_seq(1, final_len=12)
+    assert kv.allocate_slots([1], 10) == ()
+    for computed in (3, 5, 10):
+        kv.commit(1, computed)
+        kv.check_invariants()
+        assert kv.memory_breakdown() == kv.walk_memory_breakdown()
+    if then == "fork":
+        kv.fork(1, 2)
+    elif then == "register":
+        kv.cache_blocks(1, 10, [11, 12])
+    elif then == "swap":
+        assert kv.swap_out([1]) == 3
+        kv.check_invariants()
+        assert kv.swap_in([1]) == 3
+    else:
+        kv.free(1)
+    kv.check_invariants()
+    assert kv.memory_breakdown() == kv.walk_memory_breakdown()
+    assert kv.memory_breakdown().token_slots == (0 if then == "free" else 10)
