@@ -115,16 +115,21 @@ class PagedKVCache(PagedSlots):
         bs = self._block_size
         if self._enable_prefix_cache and num_prompt_tokens > 0:
             # The hits looked up, then touched, in order (a touch moves no hash): dozens of
-            # blocks at an admission, so in bulk, `_note_computed` inlined.
+            # blocks at an admission, so in bulk, `_note_computed` inlined. Each counts full
+            # now; an evictable one held no slots (a free block's count is 0), so unless a
+            # hit was on a block in use (one more copy saved) they gain bs each.
             if block_hashes:
-                table = self._gpu.lookup_run(block_hashes, self._max_hit_blocks(num_prompt_tokens))
-                self._gpu.touch_run(table)
+                gpu = self._gpu
+                table = gpu.lookup_run(block_hashes, self._max_hit_blocks(num_prompt_tokens))
+                num_saved = gpu.num_prefix_saved_blocks
+                gpu.touch_run(table)
                 computed_slots = self._computed_slots
-                for block in table:  # an evictable one counts again
-                    gained = bs - computed_slots[block]
-                    if gained > 0:
-                        computed_slots[block] = bs
-                        self._num_computed_slots += gained
+                held = 0
+                if gpu.num_prefix_saved_blocks != num_saved:
+                    held = sum(map(computed_slots.__getitem__, table))
+                self._num_computed_slots += bs * len(table) - held
+                for block in table:
+                    computed_slots[block] = bs
             self._num_prefix_query_tokens += num_prompt_tokens
             self._num_prefix_hit_tokens += len(table) * bs
         num_hit_tokens = len(table) * bs
