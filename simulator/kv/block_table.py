@@ -23,7 +23,7 @@ class BlockTable:
     # Whether the cache's per-block computed-slot list holds this sequence's full computed
     # blocks (bs each). False: a private sequence (no block shared, hit, registered or
     # swapped), whose full computed blocks hold 0 there, their slots read off
-    # num_computed_tokens (PagedSlots.keep_slots; paged_audit.py checks it)
+    # num_computed_tokens (PagedSlots._keep_slots; paged_audit.py checks it)
     slots_kept: bool = True
 
 

@@ -157,7 +157,7 @@ class PagedKVCache(PagedSlots):
         first = seq.num_registered_blocks
         if num_full > first:
             if not seq.slots_kept:
-                self.keep_slots(seq)
+                self._keep_slots(seq)
             self._gpu.cache_many(seq.block_table[first:num_full], block_hashes[first:num_full])
         seq.num_registered_blocks = max(seq.num_registered_blocks, num_full)
 
@@ -196,7 +196,7 @@ class PagedKVCache(PagedSlots):
                 f"fork of seq {parent_seq_id} with uncomputed slots: commit its step first"
             )
         if not parent.slots_kept:
-            self.keep_slots(parent)
+            self._keep_slots(parent)
         for block in parent.block_table:
             self._gpu.incref(block)
         self._seqs[child_seq_id] = BlockTable(
@@ -339,7 +339,7 @@ class PagedKVCache(PagedSlots):
         copy_of = self._swap_space.copy_blocks(blocks, self._gpu, to_cpu=to_cpu)
         for seq in seqs:
             if to_cpu and not seq.slots_kept:  # its blocks' counts released below
-                self.keep_slots(seq)
+                self._keep_slots(seq)
             if to_cpu:  # as one vLLM free_blocks call, tail first
                 self._release_gpu_many(seq.block_table[::-1])
             else:

@@ -23,7 +23,7 @@ not-yet-computed tail (one block per sequence after a step's commit), never the 
 private sequence's full computed blocks (none of them shared, hit, registered or swapped: the
 usual request without a prefix hit) keep no count there: each holds block_size slots, read off
 its computed tokens, so a prompt's blocks are neither counted at commit nor cleared at free
-(`BlockTable.slots_kept`; `keep_slots` writes the counts once that changes).
+(`BlockTable.slots_kept`; `_keep_slots` writes the counts once that changes).
 
 These methods run per sequence per step, the simulator's hottest code: their loops keep to local
 aliases and integer arithmetic, with helpers inlined where the comments say so.
@@ -236,11 +236,11 @@ class PagedSlots(CacheSlots[BlockTable]):
             first = seq.num_registered_blocks
             if num_full > first:
                 if not seq.slots_kept:
-                    self.keep_slots(seq)
+                    self._keep_slots(seq)
                 self._gpu.cache_many(table[first:num_full], block_hashes[first:num_full])
             seq.num_registered_blocks = max(seq.num_registered_blocks, num_full)
 
-    def keep_slots(self, seq: BlockTable) -> None:
+    def _keep_slots(self, seq: BlockTable) -> None:
         """Put a private sequence's full computed blocks' slots (bs each) in the per-block
         list, as a sequence's are once a block of it may be registered, shared or swapped (the
         readers of the list then see every block's count)."""
@@ -296,7 +296,7 @@ class PagedSlots(CacheSlots[BlockTable]):
                 if held % bs:
                     computed_slots[table[held // bs]] = 0
                 return
-            self.keep_slots(seq)  # (not expected: a block of it shared)
+            self._keep_slots(seq)  # (not expected: a block of it shared)
         # If every block is this sequence's alone, its computed slots go with it (zeroed in
         # `free_table`'s pass), as many as it computed unless it cached a block before
         # computing it (a hit on it, by an admission refused since, counted it full):
