@@ -38,7 +38,7 @@ from pagesim.simulator.policies.paged import PagedScheduler
 
 class PureRun:
     """The next `num_steps` pure steps: `num_members` sequences decode in each; step i (from
-    0) is the group's step `first_step + i` and reads `contexts(i, i + 1)[0]` KV tokens. Each
+    0) is the group's step `first_step + i` and reads `context_at(i)` KV tokens. Each
     step's schedule counts `query_tokens` as looked up in the prefix cache (a waiting head
     refused: the step policy's `pure_step_lookups`) and, for a head whose prefix hits were
     `num_hit_blocks` free blocks at the tail of the free order (admission.RefusedHits), the
@@ -77,15 +77,9 @@ class PureRun:
         return sum(self._hit_tokens[first : first + num_steps]) if self._hit_tokens else 0
 
     def context_at(self, step: int) -> int:
-        """`contexts(step, step + 1)[0]`: step `step`'s context tokens."""
+        """DecodeGroup.num_context_tokens (the plan's context tokens) at step `step` of the
+        run: each step adds a token a member."""
         return self._sum_base + self.num_members * (self.first_step + 1 + step)
-
-    def contexts(self, first: int, stop: int) -> range:
-        """DecodeGroup.num_context_tokens (the plan's context tokens) at steps first..stop - 1
-        of the run: each step adds a token a member (a run has members, so a range)."""
-        s = self.num_members
-        at = self._sum_base + s * (self.first_step + 1)
-        return range(at + s * first, at + s * stop, s)
 
 
 def pure_run(paged: PagedScheduler, group: DecodeGroup, limit: int) -> PureRun | None:
