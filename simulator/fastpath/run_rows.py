@@ -40,9 +40,9 @@ _MEMORY = (
     "kv_prefix_saved_slots",
     "kv_fork_saved_slots",
 )
-# RunBuffer's numbers a run (its `_constants`): steps, members, block size, the queues, the
-# first row, share, FLOP/s, B/s, the first step's context tokens, `_WORK`'s terms, the queues
-# after its last step
+# RunBuffer's counts a run (its `_counts`): steps, members, block size, the queues, the first
+# row, the first step's context tokens, the queues after its last step; and its floats (its
+# `_floats`): share, FLOP/s, B/s, `_WORK`'s terms
 _WORK = (
     "base_flops",
     "pair_flops",
@@ -64,10 +64,12 @@ _ZERO_COLUMNS = [
         "num_cow_copies",
     )
 ]
-_AT_SHARE = 3 + len(_QUEUES) + len(_MEMORY)
-_AT_WORK = _AT_SHARE + 4
-_AT_TAIL = _AT_WORK + len(_WORK)
-_NUM_CONSTANTS = _AT_TAIL + len(_QUEUES)
+_AT_FIRST = 3 + len(_QUEUES)
+_AT_CONTEXT = _AT_FIRST + len(_MEMORY)
+_AT_TAIL = _AT_CONTEXT + 1
+_NUM_COUNTS = _AT_TAIL + len(_QUEUES)
+_AT_WORK = 3
+_NUM_FLOATS = _AT_WORK + len(_WORK)
 
 
 class RunMemory(NamedTuple):
@@ -117,9 +119,9 @@ class DecodeRun(NamedTuple):
 class RunBuffer:
     """Runs waiting to be expanded, in flat lists (a run adds to each in C, and `stack` reads
     each in one call): its steps' starts, durations, cap gains and blocks taken, and
-    `_NUM_CONSTANTS` numbers, flat, of what holds throughout it."""
+    `_NUM_COUNTS` counts and `_NUM_FLOATS` floats, flat, of what holds throughout it."""
 
-    __slots__ = ("_constants", "_durations", "_gains", "_starts", "_takes", "num_steps")
+    __slots__ = ("_counts", "_durations", "_gains", "_reals", "_starts", "_takes", "num_steps")
 
     def __init__(self) -> None:
         self._clear()
@@ -129,11 +131,13 @@ class RunBuffer:
         self._durations: list[float] = []
         self._gains: list[int] = []
         self._takes: list[int] = []
-        # Per run, flat (one list of numbers, which NumPy reads far faster than tuples): steps,
-        # members, block size, queue lengths (3), first row (7), share, FLOP/s, B/s, the first
-        # step's context tokens, the price terms of its FLOPs and bytes (`_WORK`), the queue
-        # lengths after its last step
-        self._constants: list[float] = []
+        # Per run, flat (lists of numbers, which NumPy reads far faster than tuples), its
+        # counts: steps, members, block size, queue lengths (3), first row (7), the first step's
+        # context tokens, the queue lengths after its last step; and its floats: share, FLOP/s,
+        # B/s, the price terms of its FLOPs and bytes (`_WORK`). Two lists, not one: NumPy reads
+        # an int into a float array through a float object made for it.
+        self._counts: list[int] = []
+        self._reals: list[float] = []
         self.num_steps = 0
 
     def add(self, run: DecodeRun) -> None:
@@ -162,19 +166,16 @@ class RunBuffer:
         self._durations += durations if len(durations) == n else durations[:n]
         self._gains += gains if len(gains) == n else gains[:n]
         self._takes += takes if len(takes) == n else takes[:n]
-        self._constants += (
+        self._counts += (
             n,
             memory.num_members,
             memory.block_size,
             *memory.queues,
             *memory.first,
-            useful_share,
-            peak_flops,
-            bandwidth,
             first_context,
-            *terms[-len(_WORK) :],
             *memory.tail_queues,
         )
+        self._reals += (useful_share, peak_flops, bandwidth, *terms[-len(_WORK) :])
 
     def take_rows(self) -> np.ndarray:
         """The runs' rows (`stack`), the buffer emptied: what the step log takes."""
@@ -189,18 +190,19 @@ class RunBuffer:
         if not num_steps:
             return out
         out[:, _ZERO_COLUMNS] = 0  # (zeroing the whole array cost a tenth of this function)
-        per_run = _floats(self._constants).reshape(-1, _NUM_CONSTANTS)
-        lengths = per_run[:, 0].astype(np.int64)
+        per_run = _ints(self._counts).reshape(-1, _NUM_COUNTS)
+        lengths = per_run[:, 0]
         of_run = np.repeat(np.arange(len(per_run)), lengths)  # each step's run
         first_step = np.cumsum(lengths) - lengths
         k = np.arange(num_steps) - first_step[of_run]  # step index within its run
-        constants = np.repeat(per_run, lengths, axis=0)  # each step's run's row
-        members = constants[:, 1].astype(np.int64)
-        block_size = constants[:, 2].astype(np.int64)
-        first = constants[:, 6:_AT_SHARE].astype(np.int64)
-        share, peak_flops, bandwidth = constants[:, _AT_SHARE : _AT_SHARE + 3].T
-        contexts = constants[:, _AT_SHARE + 3].astype(np.int64) + k * members
-        work = _WorkColumns(members, *constants[:, _AT_WORK:_AT_TAIL].T)
+        counts = np.repeat(per_run, lengths, axis=0)  # each step's run's counts
+        reals = np.repeat(_floats(self._reals).reshape(-1, _NUM_FLOATS), lengths, axis=0)
+        members = counts[:, 1]
+        block_size = counts[:, 2]
+        first = counts[:, _AT_FIRST:_AT_CONTEXT]  # (a view: `memory` below adds to it)
+        share, peak_flops, bandwidth = reals[:, :_AT_WORK].T
+        contexts = counts[:, _AT_CONTEXT] + k * members
+        work = _WorkColumns(members, *reals[:, _AT_WORK:].T)
         flops, bytes_moved = step_work(work, contexts)
 
         starts = _floats(self._starts)
@@ -217,7 +219,7 @@ class RunBuffer:
         out[:, _COL["compute_s"]] = duration
         last_steps = first_step + lengths - 1
         for i, name in enumerate(_QUEUES):
-            out[:, _COL[name]] = constants[:, 3 + i]
+            out[:, _COL[name]] = counts[:, 3 + i]
             out[last_steps, _COL[name]] = per_run[:, _AT_TAIL + i]
         for name in _COUNT_COLUMNS:
             out[:, _COL[name]] = members
