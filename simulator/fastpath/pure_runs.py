@@ -44,9 +44,12 @@ from pagesim.simulator.policies.paged import PagedScheduler
 # twice as many each time those end uncut): a cut wastes the pricing of the steps past it, and
 # each chunk costs an event. On the 8-replica Azure bench's first 2,000 requests (runs of 12
 # steps on average, half of them cut), 16 first took 3.2% fewer instructions than 4, 1.3% fewer
-# than 8, and 0.3% fewer than 32 (valgrind, 7 December 2026).
+# than 8, and 0.3% fewer than 32 (valgrind, 7 December 2026). Once a step's price took fewer
+# instructions (`price_steps` multiplying floats), 24 took 0.33% fewer than 16 and 0.15% fewer
+# than 32 on its first 4,000 requests; the Azure trace on one replica (runs of 3 steps) did not
+# move.
 WINDOW_STEPS = 64
-FIRST_PRICED = 16
+FIRST_PRICED = 24
 
 
 class PureRuns:
