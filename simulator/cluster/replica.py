@@ -266,7 +266,8 @@ class Replica:
                 while wake is not None:  # a run of pure steps (fastpath/pure_runs.py)
                     yield wake
                     wake = runs.woken()
-                if self._on_done is not None:
+                if runs.has_finished and self._on_done is not None:  # (else none ended)
+                    runs.has_finished = False
                     self._settle()
                 continue
             start_s = env.now  # (read once: planning and pricing take no time)

@@ -71,6 +71,9 @@ class PureRuns:
         self._window: _Window | None = None
         self.num_steps_ahead = 0  # steps applied from runs (the rest one by one)
         self.num_cuts = 0  # runs an arrival ended early
+        # Whether a run's step finished members since the replica's loop last cleared it
+        # (nobody else ends a request during a run: it may skip telling the fleet).
+        self.has_finished = False
         self._terms: dict[int, DecodeTerms] = {}  # decode price terms by sequence count
 
     def open(self) -> simpy.Timeout | None:
@@ -156,13 +159,16 @@ class PureRuns:
                 live_tail=window.is_cut and stop == window.num_steps,  # the step in flight at it
                 first_started=started > done,
             )
-            if window.run.query_tokens:  # the lookups of the steps started now
+            run = window.run
+            if run.query_tokens:  # the lookups of the steps started now
                 # (steps started..: the first one's too when it was not started before)
-                note_refusals(self._group, window.run, started, stop + start_next - started)
+                note_refusals(self._group, run, started, stop + start_next - started)
+            if memory.last is not None:  # its last step finished members
+                self.has_finished = True
             self._rows.record(
                 times[done:stop],  # their starts (`durations` has the step in flight's too)
                 window.durations[done:stop],
-                window.run.context_at(done),
+                run.first_context + run.num_members * done,
                 window.terms,
                 memory,
                 paged.batch_capacity,
@@ -205,9 +211,8 @@ class PureRuns:
         # The one timeout, set at `now` (or at a cut, later), must land exactly on a step's end:
         # `now + (end - now) == end` holds for end <= 2 * now (Sterbenz's lemma). Each end is
         # what `env.timeout(duration)` at its start reaches.
-        num_priced = price_steps(
-            window.terms, run.context_at(first), count, times[-1], 2 * now, times, durations
-        )
+        context = run.first_context + run.num_members * first
+        num_priced = price_steps(window.terms, context, count, times[-1], 2 * now, times, durations)
         window.num_steps = len(durations)
         return num_priced
 
