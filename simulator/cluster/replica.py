@@ -215,12 +215,13 @@ class Replica:
         return tokens if runs is None else tokens + runs.extra_output_tokens()
 
     def add_request(self, request: Request) -> None:
-        if self._runs is not None:
-            self._runs.cut()  # the next step may admit it
+        tokens = self.scheduler.num_output_tokens  # (`num_output_tokens()`, inlined)
+        if self._runs is not None:  # the next step may admit it; its steps that ended counted
+            tokens += self._runs.cut()
         self.num_routed += 1
         # The arrival window's edges for the token rate, as arrivals.py marks a fleet's: its
         # first in-window arrival opens it, each arrival moves its end (the last one's stays).
-        recorder, tokens = self.recorder, self.num_output_tokens()  # (a run's steps that ended)
+        recorder = self.recorder
         edges = recorder.window_tokens  # (`mark_window_edge`, inlined: every arrival)
         if edges[0] is None and request.arrival_s >= self._warmup_s:
             edges[0] = tokens

@@ -177,18 +177,22 @@ class PureRuns:
             window.num_started = stop + start_next
             self.num_steps_ahead += stop - done
 
-    def cut(self) -> None:
+    def cut(self) -> int:
         """Something arrives: the open run ends with the step in flight (the next one may
-        admit it). Its steps are applied when that step ends, not now (module docstring)."""
+        admit it). Its steps are applied when that step ends, not now (module docstring).
+        Returns `extra_output_tokens()`, the arrival's count (one search for both)."""
         window = self._window
-        if window is None or window.is_cut:
-            return
-        assert self._env.active_process is not self.process, "a replica cannot cut its own run"
-        window.is_cut = True  # no more steps priced
+        if window is None:
+            return 0
         # the step in flight: the first that has not ended before now (as `catch_up` has it)
         now = self._env.now
         done = window.num_done
         in_flight = bisect_left(window.times, now, done + 1, window.num_steps + 1) - 1
+        ended_tokens = (in_flight - done) * window.run.num_members
+        if window.is_cut:
+            return ended_tokens
+        assert self._env.active_process is not self.process, "a replica cannot cut its own run"
+        window.is_cut = True  # no more steps priced
         if in_flight + 1 < window.num_steps:
             window.num_steps = in_flight + 1
             self.num_cuts += 1
@@ -200,6 +204,7 @@ class PureRuns:
             earlier = self._env.timeout(window.times[in_flight + 1] - now)
             earlier.callbacks, wake.callbacks = wake.callbacks, []
             window.wake = earlier
+        return ended_tokens
 
     def _price_more(self, window: _Window, count: int, now: float) -> int:
         """Price up to `count` more of the run's steps, from the last priced one's end (`now`);
