@@ -165,13 +165,16 @@ class PureRuns:
                 note_refusals(self._group, run, started, stop + start_next - started)
             if memory.last is not None:  # its last step finished members
                 self.has_finished = True
-            self._rows.record(
+            rows = self._rows  # (their rows, into the step log)
+            rows.add_parts(
                 times[done:stop],  # their starts (`durations` has the step in flight's too)
                 window.durations[done:stop],
                 run.first_context + run.num_members * done,
                 window.terms,
                 memory,
-                paged.batch_capacity,
+                memory.num_members / paged.batch_capacity,  # slot use: no padding, all useful
+                rows.peak_flops,
+                rows.bandwidth,
             )
             window.num_done = stop
             window.num_started = stop + start_next

@@ -121,9 +121,19 @@ class RunBuffer:
     each in one call): its steps' starts, durations, cap gains and blocks taken, and
     `_NUM_COUNTS` counts and `_NUM_FLOATS` floats, flat, of what holds throughout it."""
 
-    __slots__ = ("_counts", "_durations", "_gains", "_reals", "_starts", "_takes", "num_steps")
+    __slots__ = (
+        "_counts",
+        "_durations",
+        "_gains",
+        "_reals",
+        "_starts",
+        "_steps",
+        "_takes",
+        "num_steps",
+    )
 
-    def __init__(self) -> None:
+    def __init__(self, steps: StepLog | None = None) -> None:
+        self._steps = steps  # the step log told of each run added (RunRecorder), if any
         self._clear()
 
     def _clear(self) -> None:
@@ -154,28 +164,56 @@ class RunBuffer:
         peak_flops: float,
         bandwidth: float,
     ) -> None:
-        """`add(DecodeRun(...))`, the run's fields as they are (the recorder's way: no tuple)."""
+        """`add(DecodeRun(...))`, the run's fields as they are (the recorder's way: no tuple).
+        With a step log, it is told of the run's steps, and of its last step's row where
+        members finished in it (`memory.last`): the recorder's whole work, in one call."""
         n = memory.num_steps
-        if not n:
+        steps = self._steps
+        if n:
+            assert memory.first is not None
+            self.num_steps += n
+            # the first n of each (usually all of them), inlined: four calls a run cost more
+            gains, takes = memory.gains, memory.takes
+            self._starts += starts if len(starts) == n else starts[:n]
+            self._durations += durations if len(durations) == n else durations[:n]
+            self._gains += gains if len(gains) == n else gains[:n]
+            self._takes += takes if len(takes) == n else takes[:n]
+            self._counts += (
+                n,
+                memory.num_members,
+                memory.block_size,
+                *memory.queues,
+                *memory.first,
+                first_context,
+                *memory.tail_queues,
+            )
+            self._reals += (useful_share, peak_flops, bandwidth, *terms[-len(_WORK) :])
+            if steps is not None:
+                steps.append_rows(self, n)
+        if memory.last is None or steps is None:
             return
-        assert memory.first is not None
-        self.num_steps += n
-        # the first n of each (usually all of them), inlined: four calls a run cost more
-        gains, takes = memory.gains, memory.takes
-        self._starts += starts if len(starts) == n else starts[:n]
-        self._durations += durations if len(durations) == n else durations[:n]
-        self._gains += gains if len(gains) == n else gains[:n]
-        self._takes += takes if len(takes) == n else takes[:n]
-        self._counts += (
-            n,
-            memory.num_members,
-            memory.block_size,
-            *memory.queues,
-            *memory.first,
-            first_context,
-            *memory.tail_queues,
+        # The run's last step, in which members finished: its row as `record_step` has it.
+        num_seqs = memory.num_members
+        cost = step_cost(terms, first_context + n * num_seqs, durations[n])
+        compute_s, swap_s, _, flops, bytes_moved, duration = cost  # duration > 0: decodes compute
+        state = memory.last
+        steps.append(
+            (
+                starts[n],
+                duration,
+                compute_s,
+                swap_s,
+                *state[:3],  # queue lengths
+                # sequences, requests (one sequence each), prefill tokens, decode tokens,
+                # preemptions, blocks swapped in and out, copies
+                *(num_seqs, num_seqs, 0, num_seqs, 0, 0, 0, 0),
+                *state[3:],  # the memory row
+                useful_share,
+                flops / (peak_flops * duration),
+                bytes_moved / (bandwidth * duration),
+                1,
+            )
         )
-        self._reals += (useful_share, peak_flops, bandwidth, *terms[-len(_WORK) :])
 
     def take_rows(self) -> np.ndarray:
         """The runs' rows (`stack`), the buffer emptied: what the step log takes."""
@@ -237,61 +275,19 @@ class RunBuffer:
         return out
 
 
-class RunRecorder:
+class RunRecorder(RunBuffer):
     """Records runs of pure decode steps into a replica's step log, as `StepLog.record_step`
     would record each step (a plan's counts: `memory.num_members` lone sequences decoding),
-    in closed form (`RunBuffer`); `gpu`'s peaks give MFU and MBU."""
+    in closed form: a `RunBuffer` that tells `steps` of each run it adds (`add_parts`, one
+    call a run); `gpu`'s peaks (`peak_flops`, `bandwidth`, which a run passes on) give MFU
+    and MBU. (tests/simulator/cluster/test_windows.py compares these rows with
+    `record_step`'s.)"""
+
+    __slots__ = ("bandwidth", "peak_flops")
 
     def __init__(self, steps: StepLog, gpu: GPUSpec) -> None:
-        self._steps = steps
-        self._buffer = RunBuffer()
-        self._peak_flops, self._bandwidth = gpu.fp16_flops, gpu.mem_bandwidth_bps
-
-    def record(
-        self,
-        starts: Sequence[float],
-        durations: Sequence[float],
-        first_context: int,
-        terms: DecodeTerms,
-        memory: RunMemory,
-        batch_capacity: int,
-    ) -> None:
-        """The rows of a run's steps: their starts and durations, the first one's context
-        tokens and their price terms (decode_costs.py), `memory` the queue lengths and memory
-        rows after each (decode_window.py `complete_pure_steps`), `batch_capacity` the
-        scheduler's. (tests/simulator/cluster/test_windows.py compares these rows with
-        `record_step`'s.)"""
-        num_seqs = memory.num_members
-        useful_share = num_seqs / batch_capacity  # a paged plan has no padding: all useful
-        peak_flops, bandwidth = self._peak_flops, self._bandwidth
-        self._buffer.add_parts(
-            starts, durations, first_context, terms, memory, useful_share, peak_flops, bandwidth
-        )
-        self._steps.append_rows(self._buffer, memory.num_steps)
-        if memory.last is None:
-            return
-        # The run's last step, in which members finished: its row as `record_step` has it.
-        n = memory.num_steps
-        cost = step_cost(terms, first_context + n * num_seqs, durations[n])
-        compute_s, swap_s, _, flops, bytes_moved, duration = cost  # duration > 0: decodes compute
-        state = memory.last
-        self._steps.append(
-            (
-                starts[memory.num_steps],
-                duration,
-                compute_s,
-                swap_s,
-                *state[:3],  # queue lengths
-                # sequences, requests (one sequence each), prefill tokens, decode tokens,
-                # preemptions, blocks swapped in and out, copies
-                *(num_seqs, num_seqs, 0, num_seqs, 0, 0, 0, 0),
-                *state[3:],  # the memory row
-                useful_share,
-                flops / (peak_flops * duration),
-                bytes_moved / (bandwidth * duration),
-                1,
-            )
-        )
+        super().__init__(steps)
+        self.peak_flops, self.bandwidth = gpu.fp16_flops, gpu.mem_bandwidth_bps
 
 
 class _WorkColumns(NamedTuple):
