@@ -215,9 +215,9 @@ class Replica:
         return tokens if runs is None else tokens + runs.extra_output_tokens()
 
     def add_request(self, request: Request) -> None:
-        tokens = self.scheduler.num_output_tokens  # (`num_output_tokens()`, inlined)
+        tokens, now_s = self.scheduler.num_output_tokens, self._env.now  # (read once each)
         if self._runs is not None:  # the next step may admit it; its steps that ended counted
-            tokens += self._runs.cut()
+            tokens += self._runs.cut(now_s)
         self.num_routed += 1
         # The arrival window's edges for the token rate, as arrivals.py marks a fleet's: its
         # first in-window arrival opens it, each arrival moves its end (the last one's stays).
@@ -227,7 +227,7 @@ class Replica:
             edges[0] = tokens
         edges[1] = tokens
         recorder.add_request(request)
-        self.scheduler.add_request(request, self._env.now)
+        self.scheduler.add_request(request, now_s)
         if self._on_done is None:  # nobody routes on its answers (engine.simulate's replica)
             pass
         elif request.is_done:  # rejected at once (too long for the model or the cache)

@@ -180,15 +180,17 @@ class PureRuns:
             window.num_started = stop + start_next
             self.num_steps_ahead += stop - done
 
-    def cut(self) -> int:
-        """Something arrives: the open run ends with the step in flight (the next one may
-        admit it). Its steps are applied when that step ends, not now (module docstring).
-        Returns `extra_output_tokens()`, the arrival's count (one search for both)."""
+    def cut(self, now: float | None = None) -> int:
+        """Something arrives (now, `now` if the caller has read it): the open run ends with
+        the step in flight (the next one may admit it). Its steps are applied when that step
+        ends, not now (module docstring). Returns `extra_output_tokens()`, the arrival's count
+        (one search for both)."""
         window = self._window
         if window is None:
             return 0
         # the step in flight: the first that has not ended before now (as `catch_up` has it)
-        now = self._env.now
+        if now is None:
+            now = self._env.now
         done = window.num_done
         in_flight = bisect_left(window.times, now, done + 1, window.num_steps + 1) - 1
         ended_tokens = (in_flight - done) * window.run.num_members
