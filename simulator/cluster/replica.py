@@ -215,18 +215,19 @@ class Replica:
         return tokens if runs is None else tokens + runs.extra_output_tokens()
 
     def add_request(self, request: Request) -> None:
-        if self._runs is not None:
-            self._runs.cut()  # the next step may admit it
+        tokens, now_s = self.scheduler.num_output_tokens, self._env.now  # (read once each)
+        if self._runs is not None:  # the next step may admit it; its steps that ended counted
+            tokens += self._runs.cut(now_s)
         self.num_routed += 1
         # The arrival window's edges for the token rate, as arrivals.py marks a fleet's: its
         # first in-window arrival opens it, each arrival moves its end (the last one's stays).
-        recorder, tokens = self.recorder, self.num_output_tokens()  # (a run's steps that ended)
+        recorder = self.recorder
         edges = recorder.window_tokens  # (`mark_window_edge`, inlined: every arrival)
         if edges[0] is None and request.arrival_s >= self._warmup_s:
             edges[0] = tokens
         edges[1] = tokens
         recorder.add_request(request)
-        self.scheduler.add_request(request, self._env.now)
+        self.scheduler.add_request(request, now_s)
         if self._on_done is None:  # nobody routes on its answers (engine.simulate's replica)
             pass
         elif request.is_done:  # rejected at once (too long for the model or the cache)
@@ -266,7 +267,8 @@ class Replica:
                 while wake is not None:  # a run of pure steps (fastpath/pure_runs.py)
                     yield wake
                     wake = runs.woken()
-                if self._on_done is not None:
+                if runs.has_finished and self._on_done is not None:  # (else none ended)
+                    runs.has_finished = False
                     self._settle()
                 continue
             start_s = env.now  # (read once: planning and pricing take no time)

@@ -14,7 +14,6 @@ run_rows.py), not for steps priced ahead that an arrival then cuts off.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import Any, NamedTuple, Protocol
 
 from pagesim.simulator.core.plan import StepCost, step_cost_of
@@ -45,14 +44,16 @@ class DecodeTerms(NamedTuple):
 
 def price_steps(
     terms: DecodeTerms,
-    contexts: Iterable[int],
+    first_context: int,
+    num_steps: int,
     start: float,
     limit: float,
     ends: list[float],
     durations: list[float],
 ) -> int:
-    """Time pure decode steps back to back from `start`, one a context token count C of
-    `contexts`, in turn (`decode_terms` gives `terms`; a caller pricing many runs keeps them per
+    """Time `num_steps` pure decode steps of a run back to back from `start`, the first at
+    `first_context` context tokens C, each later one at S (`terms.num_seqs`) more, as a run's
+    steps grow (`decode_terms` gives `terms`; a caller pricing many runs keeps them per
     sequence count, pure_runs.py): each step's end and duration go to `ends` and `durations`
     while its end stays <= `limit` (each step starts as the one before ends). Returns how many
     were timed.
@@ -62,7 +63,7 @@ def price_steps(
     positive float as it is). The rest of its price (FLOPs and bytes, which only its record
     reads) is `step_work`'s, and `step_cost` puts the two together."""
     (
-        _,
+        num_seqs,
         before_attention,
         fixed_s,
         token_s,
@@ -75,7 +76,11 @@ def price_steps(
     ) = terms
     num_before = len(ends)
     add_end, add_duration = ends.append, durations.append
-    for context in contexts:
+    # C as a float (exact: a token count is far below 2**53), which Python multiplies by a
+    # float as it does the int, to the same bit, but in a specialised instruction
+    context = float(first_context)
+    growth = float(num_seqs)
+    for _ in range(num_steps):
         attention_s = seq_s + context * context_s
         if extra_s:
             attention_s += context * extra_s
@@ -86,6 +91,7 @@ def price_steps(
             break
         add_end(start)
         add_duration(compute_s)
+        context += growth
     return len(ends) - num_before
 
 

@@ -39,6 +39,7 @@ import heapq
 from collections.abc import Sequence
 from itertools import compress
 
+from pagesim.simulator.core.memory import MemoryRow
 from pagesim.simulator.core.plan import StepPlan
 from pagesim.simulator.core.request import GENERATED_SEGMENT
 from pagesim.simulator.fastpath.grouped_plan import GroupedStepPlan
@@ -452,6 +453,12 @@ class DecodeGroup:
         when its tokens fill the ones it has), so the per-block count reduces to this difference.
         """
         return self._sum_cap - self.sum_base - len(self.bases) * self.step
+
+    def memory_row(self) -> MemoryRow:
+        """The KV cache's `memory_row` where the group is all that holds blocks: its
+        `num_deferred_computed` and `num_reserved_slots`, inlined (a run's every catch-up)."""
+        grown = len(self.bases) * self.step
+        return self.kv.memory_row(grown - self._sum_join, self._sum_cap - self.sum_base - grown)
 
     def memory_terms(self, running: Sequence[SeqGroup]) -> tuple[list[int], int, int] | None:
         """None without members; else (`others(running)`, `num_deferred_computed`,

@@ -32,13 +32,13 @@ from collections.abc import Sequence, Sized
 from pagesim.simulator.core.memory import MemoryRow
 from pagesim.simulator.fastpath.decode_group import DecodeGroup
 from pagesim.simulator.fastpath.run_rows import RunMemory
-from pagesim.simulator.kv.paged_cache import PagedKVCache
 from pagesim.simulator.policies.paged import PagedScheduler
 
 
 class PureRun:
     """The next `num_steps` pure steps: `num_members` sequences decode in each; step i (from
-    0) is the group's step `first_step + i` and reads `contexts(i, i + 1)[0]` KV tokens. Each
+    0) is the group's step `first_step + i` and reads `first_context + num_members * i` KV
+    tokens (DecodeGroup.num_context_tokens, the plan's: each step adds a token a member). Each
     step's schedule counts `query_tokens` as looked up in the prefix cache (a waiting head
     refused: the step policy's `pure_step_lookups`) and, for a head whose prefix hits were
     `num_hit_blocks` free blocks at the tail of the free order (admission.RefusedHits), the
@@ -47,7 +47,7 @@ class PureRun:
 
     __slots__ = (
         "_hit_tokens",
-        "_sum_base",
+        "first_context",
         "first_step",
         "num_members",
         "num_steps",
@@ -61,7 +61,7 @@ class PureRun:
         self.query_tokens = query_tokens
         self.num_members = len(group.bases)
         self.first_step = group.step
-        self._sum_base = group.sum_base
+        self.first_context = group.sum_base + self.num_members * (group.step + 1)
         self._hit_tokens: list[int] | tuple[()] = ()  # by step of the run (none: no list made)
         if num_hit_blocks:
             self._hit_tokens = hits = []
@@ -75,17 +75,6 @@ class PureRun:
     def hit_tokens(self, first: int, num_steps: int) -> int:
         """Prefix-hit tokens of the refused admissions of steps first..first + num_steps - 1."""
         return sum(self._hit_tokens[first : first + num_steps]) if self._hit_tokens else 0
-
-    def context_at(self, step: int) -> int:
-        """`contexts(step, step + 1)[0]`: step `step`'s context tokens."""
-        return self._sum_base + self.num_members * (self.first_step + 1 + step)
-
-    def contexts(self, first: int, stop: int) -> range:
-        """DecodeGroup.num_context_tokens (the plan's context tokens) at steps first..stop - 1
-        of the run: each step adds a token a member (a run has members, so a range)."""
-        s = self.num_members
-        at = self._sum_base + s * (self.first_step + 1)
-        return range(at + s * first, at + s * stop, s)
 
 
 def pure_run(paged: PagedScheduler, group: DecodeGroup, limit: int) -> PureRun | None:
@@ -150,8 +139,6 @@ def complete_pure_steps(
     in flight when a request arrived: queued now, it ended after it)."""
     state = paged.state
     num_members = len(group.bases)
-    kv = paged.kv
-    assert isinstance(kv, PagedKVCache)  # the fast path's (attach.py)
     paged.num_output_tokens += num_steps * num_members  # one token each a step
     # The run's first finish (pure_run dropped the calendar's stale head; nobody joins or
     # leaves before it, so only the run's last step can reach it): the steps before it
@@ -169,7 +156,7 @@ def complete_pure_steps(
         group.step += 1  # the first step (started already)
         # The row after it, as `memory_breakdown` takes the group alone; the later steps'
         # rows follow in closed form (RunMemory) from their blocks, taken at once now.
-        first = kv.memory_row(group.num_deferred_computed, group.num_reserved_slots)
+        first = group.memory_row()
         if live_tail and not finishes:
             tail_queues = (len(state.running), len(state.waiting), len(state.swapped))
         if not first_started:  # its blocks with the later steps': one allocation
@@ -195,12 +182,10 @@ def complete_pure_steps(
             member.request.last_token_s = end_s
         state.finish(finished, end_s)
         others = len(state.running) - len(group.bases) or state.receiving or state.landed
-        if group.bases and not others:
-            # `memory_breakdown()`'s row where the group is all that holds blocks, in closed
-            # form as `first`'s: walking nobody
-            row = kv.memory_row(group.num_deferred_computed, group.num_reserved_slots)
-        else:  # the last members finished (a walk of nobody, but the waiting's)
-            row = paged.memory_row()
+        # `memory_breakdown()`'s row where the group is all that holds blocks, in closed form
+        # as `first`'s (walking nobody), else where the last members finished (a walk of
+        # nobody, but the waiting's)
+        row = group.memory_row() if group.bases and not others else paged.memory_row()
         last = (*paged.queue_lengths(), *row)
     return RunMemory(
         plain, num_members, group.block_size, queues, tail_queues, first, gains, takes, last

@@ -44,9 +44,12 @@ from pagesim.simulator.policies.paged import PagedScheduler
 # twice as many each time those end uncut): a cut wastes the pricing of the steps past it, and
 # each chunk costs an event. On the 8-replica Azure bench's first 2,000 requests (runs of 12
 # steps on average, half of them cut), 16 first took 3.2% fewer instructions than 4, 1.3% fewer
-# than 8, and 0.3% fewer than 32 (valgrind, 7 December 2026).
+# than 8, and 0.3% fewer than 32 (valgrind, 7 December 2026). Once a step's price took fewer
+# instructions (`price_steps` multiplying floats), 24 took 0.33% fewer than 16 and 0.15% fewer
+# than 32 on its first 4,000 requests; the Azure trace on one replica (runs of 3 steps) did not
+# move.
 WINDOW_STEPS = 64
-FIRST_PRICED = 16
+FIRST_PRICED = 24
 
 
 class PureRuns:
@@ -68,6 +71,9 @@ class PureRuns:
         self._window: _Window | None = None
         self.num_steps_ahead = 0  # steps applied from runs (the rest one by one)
         self.num_cuts = 0  # runs an arrival ended early
+        # Whether a run's step finished members since the replica's loop last cleared it
+        # (nobody else ends a request during a run: it may skip telling the fleet).
+        self.has_finished = False
         self._terms: dict[int, DecodeTerms] = {}  # decode price terms by sequence count
 
     def open(self) -> simpy.Timeout | None:
@@ -81,14 +87,18 @@ class PureRuns:
         terms = self._terms.get(run.num_members)
         if terms is None:
             terms = self._terms[run.num_members] = decode_terms(self._execution, run.num_members)
-        window = _Window(run, terms, self._paged.queue_lengths(), self._env.now)
-        if not self._price_more(window, FIRST_PRICED):
+        env = self._env
+        now = env.now  # (read once: a property)
+        window = _Window(run, terms, self._paged.queue_lengths(), now)
+        if not self._price_more(window, FIRST_PRICED, now):
             return None
         self._window = window
         # The first step is scheduled now, as the per-step loop would, but its blocks are
         # taken (`num_started`) when it is applied, with the later steps' (or when someone
-        # looks: `catch_up`): nothing reads them before.
-        return self._wake(window)
+        # looks: `catch_up`): nothing reads them before. The loop wakes at the end of the last
+        # priced step (a cut moves it earlier).
+        window.wake = wake = env.timeout(window.times[window.num_steps] - now)
+        return wake
 
     def woken(self) -> simpy.Timeout | None:
         """The open run's wake-up came: the next one while its priced steps ended uncut and more
@@ -96,19 +106,16 @@ class PureRuns:
         (The loop waits on these itself: a generator a run cost more.)"""
         window = self._window
         assert window is not None
+        env = self._env
+        now = env.now
         num_priced = len(window.durations)
         more = not window.is_cut and num_priced < window.run.num_steps
-        if more and self._price_more(window, num_priced):
-            return self._wake(window)
-        self.catch_up(before_now=False)  # its own timeout: the step ending now is done
+        if more and self._price_more(window, num_priced, now):
+            window.wake = wake = env.timeout(window.times[window.num_steps] - now)  # (`open`'s)
+            return wake
+        self.catch_up(False, now)  # its own timeout: the step ending now is done
         self._window = None
         return None
-
-    def _wake(self, window: _Window) -> simpy.Timeout:
-        """A wake-up at the end of the run's last priced step (which a cut moves earlier)."""
-        env = self._env
-        window.wake = env.timeout(window.ends[window.num_steps - 1] - env.now)
-        return window.wake
 
     def extra_output_tokens(self) -> int:
         """Tokens of the open run's steps that ended before now, counted, not applied: each
@@ -116,23 +123,27 @@ class PureRuns:
         window = self._window
         if window is None:
             return 0
-        done = window.num_done
-        ended = bisect_left(window.ends, self._env.now, done, window.num_steps) - done
-        return ended * window.run.num_members
+        done = window.num_done  # (step i ends at times[i + 1])
+        stop = bisect_left(window.times, self._env.now, done + 1, window.num_steps + 1) - 1
+        return (stop - done) * window.run.num_members
 
-    def catch_up(self, before_now: bool = True) -> None:
-        """Apply the open run's steps up to now: those that ended are completed and recorded
-        (`before_now`: only those that ended before this instant, as an outside look sees
-        them), the one in flight is started (its blocks taken)."""
+    def catch_up(self, before_now: bool = True, now: float | None = None) -> None:
+        """Apply the open run's steps up to now (`now`, if the caller has read it): those that
+        ended are completed and recorded (`before_now`: only those that ended before this
+        instant, as an outside look sees them), the one in flight is started (its blocks
+        taken)."""
         window = self._window
         if window is None:
             return
+        if now is None:
+            now = self._env.now
         paged = self._paged
         done = window.num_done
         started = window.num_started
         assert done <= started <= done + 1  # the step in flight's blocks taken, or not yet
         find = bisect_left if before_now else bisect_right
-        stop = find(window.ends, self._env.now, done, window.num_steps)
+        times = window.times  # (step i ends at times[i + 1])
+        stop = find(times, now, done + 1, window.num_steps + 1) - 1
         if stop == done and started == done:  # someone looks at the step in flight
             start_pure_step(self._group, window.run)
             window.num_started = done + 1
@@ -142,37 +153,51 @@ class PureRuns:
                 paged,
                 self._group,
                 stop - done,
-                window.ends[stop - 1],
+                times[stop],
                 window.queues,
                 start_next,
                 live_tail=window.is_cut and stop == window.num_steps,  # the step in flight at it
                 first_started=started > done,
             )
-            if window.run.query_tokens:  # the lookups of the steps started now
+            run = window.run
+            if run.query_tokens:  # the lookups of the steps started now
                 # (steps started..: the first one's too when it was not started before)
-                note_refusals(self._group, window.run, started, stop + start_next - started)
-            self._rows.record(
-                window.starts(done, stop),
+                note_refusals(self._group, run, started, stop + start_next - started)
+            if memory.last is not None:  # its last step finished members
+                self.has_finished = True
+            rows = self._rows  # (their rows, into the step log)
+            rows.add_parts(
+                times[done:stop],  # their starts (`durations` has the step in flight's too)
                 window.durations[done:stop],
-                window.run.context_at(done),
+                run.first_context + run.num_members * done,
                 window.terms,
                 memory,
-                paged.batch_capacity,
+                memory.num_members / paged.batch_capacity,  # slot use: no padding, all useful
+                rows.peak_flops,
+                rows.bandwidth,
             )
             window.num_done = stop
             window.num_started = stop + start_next
             self.num_steps_ahead += stop - done
 
-    def cut(self) -> None:
-        """Something arrives: the open run ends with the step in flight (the next one may
-        admit it). Its steps are applied when that step ends, not now (module docstring)."""
+    def cut(self, now: float | None = None) -> int:
+        """Something arrives (now, `now` if the caller has read it): the open run ends with
+        the step in flight (the next one may admit it). Its steps are applied when that step
+        ends, not now (module docstring). Returns `extra_output_tokens()`, the arrival's count
+        (one search for both)."""
         window = self._window
-        if window is None or window.is_cut:
-            return
+        if window is None:
+            return 0
+        # the step in flight: the first that has not ended before now (as `catch_up` has it)
+        if now is None:
+            now = self._env.now
+        done = window.num_done
+        in_flight = bisect_left(window.times, now, done + 1, window.num_steps + 1) - 1
+        ended_tokens = (in_flight - done) * window.run.num_members
+        if window.is_cut:
+            return ended_tokens
         assert self._env.active_process is not self.process, "a replica cannot cut its own run"
         window.is_cut = True  # no more steps priced
-        # the step in flight: the first that has not ended before now (as `catch_up` has it)
-        in_flight = bisect_left(window.ends, self._env.now, window.num_done, window.num_steps)
         if in_flight + 1 < window.num_steps:
             window.num_steps = in_flight + 1
             self.num_cuts += 1
@@ -181,23 +206,23 @@ class PureRuns:
             # the loop answered with that timeout, cost two more events and a thrown exception.)
             wake = window.wake
             assert wake is not None and wake.callbacks, "the loop waits on the run's timeout"
-            earlier = self._env.timeout(window.ends[in_flight] - self._env.now)
+            earlier = self._env.timeout(window.times[in_flight + 1] - now)
             earlier.callbacks, wake.callbacks = wake.callbacks, []
             window.wake = earlier
+        return ended_tokens
 
-    def _price_more(self, window: _Window, count: int) -> int:
-        """Price up to `count` more of the run's steps, from the last priced one's end (now);
+    def _price_more(self, window: _Window, count: int, now: float) -> int:
+        """Price up to `count` more of the run's steps, from the last priced one's end (`now`);
         returns how many. Priced a chunk at a time: an arrival usually cuts a run short, and
         the steps priced past the cut are wasted."""
-        now = self._env.now
-        run, durations = window.run, window.durations
+        run, durations, times = window.run, window.durations, window.times
         first = len(durations)
-        contexts = run.contexts(first, min(first + count, run.num_steps))
-        start = window.ends[-1] if window.ends else window.start_s
+        count = min(count, run.num_steps - first)
         # The one timeout, set at `now` (or at a cut, later), must land exactly on a step's end:
         # `now + (end - now) == end` holds for end <= 2 * now (Sterbenz's lemma). Each end is
         # what `env.timeout(duration)` at its start reaches.
-        num_priced = price_steps(window.terms, contexts, start, 2 * now, window.ends, durations)
+        context = run.first_context + run.num_members * first
+        num_priced = price_steps(window.terms, context, count, times[-1], 2 * now, times, durations)
         window.num_steps = len(durations)
         return num_priced
 
@@ -210,32 +235,27 @@ class _Window:
 
     __slots__ = (
         "durations",
-        "ends",
         "is_cut",
         "num_done",
         "num_started",
         "num_steps",
         "queues",
         "run",
-        "start_s",
         "terms",
+        "times",
         "wake",
     )
 
     def __init__(
         self, run: PureRun, terms: DecodeTerms, queues: tuple[int, int, int], start_s: float
     ) -> None:
-        self.run, self.terms, self.queues, self.start_s = run, terms, queues, start_s
+        self.run, self.terms, self.queues = run, terms, queues
         self.durations: list[float] = []
-        self.ends: list[float] = []  # each step's, the next one's start
+        # The run's start, then each priced step's end (the next one's start): step i runs
+        # from times[i] to times[i + 1], so the starts of steps i..j - 1 are one slice.
+        self.times = [start_s]
         self.num_steps = 0
         self.num_started = 0
         self.num_done = 0
         self.is_cut = False
         self.wake: simpy.Timeout | None = None  # the loop waits on it (`PureRuns.open`, `woken`)
-
-    def starts(self, first: int, stop: int) -> list[float]:
-        """The start times of steps first..stop - 1 (each as the step before ends)."""
-        if first:
-            return self.ends[first - 1 : stop - 1]
-        return [self.start_s, *self.ends[: stop - 1]]

@@ -17,8 +17,7 @@ whole runs with the per-step loop's).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from itertools import islice
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 
@@ -41,9 +40,9 @@ _MEMORY = (
     "kv_prefix_saved_slots",
     "kv_fork_saved_slots",
 )
-# RunBuffer's numbers a run (its `_constants`): steps, members, block size, the queues, the
-# first row, share, FLOP/s, B/s, the first step's context tokens, `_WORK`'s terms, the queues
-# after its last step
+# RunBuffer's counts a run (its `_counts`): steps, members, block size, the queues, the first
+# row, the first step's context tokens, the queues after its last step; and its floats (its
+# `_floats`): share, FLOP/s, B/s, `_WORK`'s terms
 _WORK = (
     "base_flops",
     "pair_flops",
@@ -65,10 +64,12 @@ _ZERO_COLUMNS = [
         "num_cow_copies",
     )
 ]
-_AT_SHARE = 3 + len(_QUEUES) + len(_MEMORY)
-_AT_WORK = _AT_SHARE + 4
-_AT_TAIL = _AT_WORK + len(_WORK)
-_NUM_CONSTANTS = _AT_TAIL + len(_QUEUES)
+_AT_FIRST = 3 + len(_QUEUES)
+_AT_CONTEXT = _AT_FIRST + len(_MEMORY)
+_AT_TAIL = _AT_CONTEXT + 1
+_NUM_COUNTS = _AT_TAIL + len(_QUEUES)
+_AT_WORK = 3
+_NUM_FLOATS = _AT_WORK + len(_WORK)
 
 
 class RunMemory(NamedTuple):
@@ -118,11 +119,21 @@ class DecodeRun(NamedTuple):
 class RunBuffer:
     """Runs waiting to be expanded, in flat lists (a run adds to each in C, and `stack` reads
     each in one call): its steps' starts, durations, cap gains and blocks taken, and
-    `_NUM_CONSTANTS` numbers, flat, of what holds throughout it."""
+    `_NUM_COUNTS` counts and `_NUM_FLOATS` floats, flat, of what holds throughout it."""
 
-    __slots__ = ("_constants", "_durations", "_gains", "_starts", "_takes", "num_steps")
+    __slots__ = (
+        "_counts",
+        "_durations",
+        "_gains",
+        "_reals",
+        "_starts",
+        "_steps",
+        "_takes",
+        "num_steps",
+    )
 
-    def __init__(self) -> None:
+    def __init__(self, steps: StepLog | None = None) -> None:
+        self._steps = steps  # the step log told of each run added (RunRecorder), if any
         self._clear()
 
     def _clear(self) -> None:
@@ -130,11 +141,13 @@ class RunBuffer:
         self._durations: list[float] = []
         self._gains: list[int] = []
         self._takes: list[int] = []
-        # Per run, flat (one list of numbers, which NumPy reads far faster than tuples): steps,
-        # members, block size, queue lengths (3), first row (7), share, FLOP/s, B/s, the first
-        # step's context tokens, the price terms of its FLOPs and bytes (`_WORK`), the queue
-        # lengths after its last step
-        self._constants: list[float] = []
+        # Per run, flat (lists of numbers, which NumPy reads far faster than tuples), its
+        # counts: steps, members, block size, queue lengths (3), first row (7), the first step's
+        # context tokens, the queue lengths after its last step; and its floats: share, FLOP/s,
+        # B/s, the price terms of its FLOPs and bytes (`_WORK`). Two lists, not one: NumPy reads
+        # an int into a float array through a float object made for it.
+        self._counts: list[int] = []
+        self._reals: list[float] = []
         self.num_steps = 0
 
     def add(self, run: DecodeRun) -> None:
@@ -151,28 +164,55 @@ class RunBuffer:
         peak_flops: float,
         bandwidth: float,
     ) -> None:
-        """`add(DecodeRun(...))`, the run's fields as they are (the recorder's way: no tuple)."""
+        """`add(DecodeRun(...))`, the run's fields as they are (the recorder's way: no tuple).
+        With a step log, it is told of the run's steps, and of its last step's row where
+        members finished in it (`memory.last`): the recorder's whole work, in one call."""
         n = memory.num_steps
-        if not n:
+        steps = self._steps
+        if n:
+            assert memory.first is not None
+            self.num_steps += n
+            # the first n of each (usually all of them), inlined: four calls a run cost more
+            gains, takes = memory.gains, memory.takes
+            self._starts += starts if len(starts) == n else starts[:n]
+            self._durations += durations if len(durations) == n else durations[:n]
+            self._gains += gains if len(gains) == n else gains[:n]
+            self._takes += takes if len(takes) == n else takes[:n]
+            self._counts += (
+                n,
+                memory.num_members,
+                memory.block_size,
+                *memory.queues,
+                *memory.first,
+                first_context,
+                *memory.tail_queues,
+            )
+            self._reals += (useful_share, peak_flops, bandwidth, *terms[-len(_WORK) :])
+            if steps is not None:
+                steps.append_rows(self, n)
+        if memory.last is None or steps is None:
             return
-        assert memory.first is not None
-        self.num_steps += n
-        _add_first(self._starts, starts, n)
-        _add_first(self._durations, durations, n)
-        _add_first(self._gains, memory.gains, n)
-        _add_first(self._takes, memory.takes, n)
-        self._constants += (
-            n,
-            memory.num_members,
-            memory.block_size,
-            *memory.queues,
-            *memory.first,
-            useful_share,
-            peak_flops,
-            bandwidth,
-            first_context,
-            *terms[-len(_WORK) :],
-            *memory.tail_queues,
+        # The run's last step, in which members finished: its row as `record_step` has it.
+        num_seqs = memory.num_members
+        cost = step_cost(terms, first_context + n * num_seqs, durations[n])
+        compute_s, swap_s, _, flops, bytes_moved, duration = cost  # duration > 0: decodes compute
+        state = memory.last
+        steps.append(
+            (
+                starts[n],
+                duration,
+                compute_s,
+                swap_s,
+                *state[:3],  # queue lengths
+                # sequences, requests (one sequence each), prefill tokens, decode tokens,
+                # preemptions, blocks swapped in and out, copies
+                *(num_seqs, num_seqs, 0, num_seqs, 0, 0, 0, 0),
+                *state[3:],  # the memory row
+                useful_share,
+                flops / (peak_flops * duration),
+                bytes_moved / (bandwidth * duration),
+                1,
+            )
         )
 
     def take_rows(self) -> np.ndarray:
@@ -188,18 +228,19 @@ class RunBuffer:
         if not num_steps:
             return out
         out[:, _ZERO_COLUMNS] = 0  # (zeroing the whole array cost a tenth of this function)
-        per_run = _floats(self._constants).reshape(-1, _NUM_CONSTANTS)
-        lengths = per_run[:, 0].astype(np.int64)
+        per_run = _ints(self._counts).reshape(-1, _NUM_COUNTS)
+        lengths = per_run[:, 0]
         of_run = np.repeat(np.arange(len(per_run)), lengths)  # each step's run
         first_step = np.cumsum(lengths) - lengths
         k = np.arange(num_steps) - first_step[of_run]  # step index within its run
-        constants = np.repeat(per_run, lengths, axis=0)  # each step's run's row
-        members = constants[:, 1].astype(np.int64)
-        block_size = constants[:, 2].astype(np.int64)
-        first = constants[:, 6:_AT_SHARE].astype(np.int64)
-        share, peak_flops, bandwidth = constants[:, _AT_SHARE : _AT_SHARE + 3].T
-        contexts = constants[:, _AT_SHARE + 3].astype(np.int64) + k * members
-        work = _WorkColumns(members, *constants[:, _AT_WORK:_AT_TAIL].T)
+        counts = np.repeat(per_run, lengths, axis=0)  # each step's run's counts
+        reals = np.repeat(_floats(self._reals).reshape(-1, _NUM_FLOATS), lengths, axis=0)
+        members = counts[:, 1]
+        block_size = counts[:, 2]
+        first = counts[:, _AT_FIRST:_AT_CONTEXT]  # (a view: `memory` below adds to it)
+        share, peak_flops, bandwidth = reals[:, :_AT_WORK].T
+        contexts = counts[:, _AT_CONTEXT] + k * members
+        work = _WorkColumns(members, *reals[:, _AT_WORK:].T)
         flops, bytes_moved = step_work(work, contexts)
 
         starts = _floats(self._starts)
@@ -216,7 +257,7 @@ class RunBuffer:
         out[:, _COL["compute_s"]] = duration
         last_steps = first_step + lengths - 1
         for i, name in enumerate(_QUEUES):
-            out[:, _COL[name]] = constants[:, 3 + i]
+            out[:, _COL[name]] = counts[:, 3 + i]
             out[last_steps, _COL[name]] = per_run[:, _AT_TAIL + i]
         for name in _COUNT_COLUMNS:
             out[:, _COL[name]] = members
@@ -234,61 +275,19 @@ class RunBuffer:
         return out
 
 
-class RunRecorder:
+class RunRecorder(RunBuffer):
     """Records runs of pure decode steps into a replica's step log, as `StepLog.record_step`
     would record each step (a plan's counts: `memory.num_members` lone sequences decoding),
-    in closed form (`RunBuffer`); `gpu`'s peaks give MFU and MBU."""
+    in closed form: a `RunBuffer` that tells `steps` of each run it adds (`add_parts`, one
+    call a run); `gpu`'s peaks (`peak_flops`, `bandwidth`, which a run passes on) give MFU
+    and MBU. (tests/simulator/cluster/test_windows.py compares these rows with
+    `record_step`'s.)"""
+
+    __slots__ = ("bandwidth", "peak_flops")
 
     def __init__(self, steps: StepLog, gpu: GPUSpec) -> None:
-        self._steps = steps
-        self._buffer = RunBuffer()
-        self._peak_flops, self._bandwidth = gpu.fp16_flops, gpu.mem_bandwidth_bps
-
-    def record(
-        self,
-        starts: Sequence[float],
-        durations: Sequence[float],
-        first_context: int,
-        terms: DecodeTerms,
-        memory: RunMemory,
-        batch_capacity: int,
-    ) -> None:
-        """The rows of a run's steps: their starts and durations, the first one's context
-        tokens and their price terms (decode_costs.py), `memory` the queue lengths and memory
-        rows after each (decode_window.py `complete_pure_steps`), `batch_capacity` the
-        scheduler's. (tests/simulator/cluster/test_windows.py compares these rows with
-        `record_step`'s.)"""
-        num_seqs = memory.num_members
-        useful_share = num_seqs / batch_capacity  # a paged plan has no padding: all useful
-        peak_flops, bandwidth = self._peak_flops, self._bandwidth
-        self._buffer.add_parts(
-            starts, durations, first_context, terms, memory, useful_share, peak_flops, bandwidth
-        )
-        self._steps.append_rows(self._buffer, memory.num_steps)
-        if memory.last is None:
-            return
-        # The run's last step, in which members finished: its row as `record_step` has it.
-        n = memory.num_steps
-        cost = step_cost(terms, first_context + n * num_seqs, durations[n])
-        compute_s, swap_s, _, flops, bytes_moved, duration = cost  # duration > 0: decodes compute
-        state = memory.last
-        self._steps.append(
-            (
-                starts[memory.num_steps],
-                duration,
-                compute_s,
-                swap_s,
-                *state[:3],  # queue lengths
-                # sequences, requests (one sequence each), prefill tokens, decode tokens,
-                # preemptions, blocks swapped in and out, copies
-                *(num_seqs, num_seqs, 0, num_seqs, 0, 0, 0, 0),
-                *state[3:],  # the memory row
-                useful_share,
-                flops / (peak_flops * duration),
-                bytes_moved / (bandwidth * duration),
-                1,
-            )
-        )
+        super().__init__(steps)
+        self.peak_flops, self.bandwidth = gpu.fp16_flops, gpu.mem_bandwidth_bps
 
 
 class _WorkColumns(NamedTuple):
@@ -301,14 +300,6 @@ class _WorkColumns(NamedTuple):
     mla_upproject_flops: np.ndarray
     base_bytes: np.ndarray
     kv_bytes_per_token: np.ndarray
-
-
-def _add_first(to: list[Any], values: Sequence[Any], count: int) -> None:
-    """Extend `to` by the first `count` of `values` (usually all of them)."""
-    if len(values) == count:
-        to += values
-    else:
-        to.extend(islice(values, count))
 
 
 def _floats(values: list[float]) -> np.ndarray:

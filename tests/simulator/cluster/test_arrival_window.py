@@ -20,6 +20,7 @@ from pagesim.simulator.core.config import (
     SessionConfig,
     StopConfig,
 )
+from pagesim.simulator.fastpath.pure_runs import PureRuns
 from tests.sim_helpers import explicit_workload, poisson_workload, scenario, system
 
 # (prompt, output, arrival_s): the stop times below fall between them and on one (3.0 s)
@@ -76,3 +77,26 @@ def test_with_sessions_every_arrival_is_counted_as_any_may_be_the_last() -> None
     sc = scenario(workload, system(Policy.VLLM_V1))
     arrivals = Arrivals(simpy.Environment(), sc, lambda r: None, lambda: None, count_tokens=int)
     assert arrivals.sessions is not None and not arrivals._is_followed()
+
+
+def test_an_arrivals_cut_counts_the_tokens_of_the_run_steps_that_ended(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Replica.add_request takes a run's ended steps' tokens from its cut (one search for both):
+    # before and after the cut, they are `extra_output_tokens()`, and some arrivals see some.
+    seen: list[int] = []
+    original = PureRuns.cut
+
+    def spy(self: PureRuns, now: float | None = None) -> int:
+        before = self.extra_output_tokens()
+        got = original(self, now)
+        assert got == before == self.extra_output_tokens()
+        seen.append(got)
+        return got
+
+    monkeypatch.setattr(PureRuns, "cut", spy)
+    sc = scenario(poisson_workload(60, 8.0), system(Policy.VLLM_V1))
+    pool = PoolConfig("pool", 2, sc.gpu, sc.tensor_parallel)
+    run_fleet(sc, ClusterConfig((pool,), RouterConfig(RouterKind.ROUND_ROBIN)))
+    assert len(seen) == 60
+    assert any(seen)

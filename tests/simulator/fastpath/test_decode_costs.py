@@ -68,13 +68,18 @@ MODELS = {
 }
 
 
-def decode_costs(model: RooflineModel, num_seqs: int, contexts: list[int]) -> list[StepCost]:
-    """Every step of `contexts` priced ahead, with no limit, its FLOPs and bytes one by one
-    (`step_cost`) and all at once (`step_work` of an array, as run_rows.py takes them)."""
+def decode_costs(
+    model: RooflineModel, num_seqs: int, first_context: int, num_steps: int
+) -> list[StepCost]:
+    """A run's `num_steps` steps from `first_context` tokens (each `num_seqs` more) priced
+    ahead, with no limit, its FLOPs and bytes one by one (`step_cost`) and all at once
+    (`step_work` of an array, as run_rows.py takes them)."""
     ends: list[float] = []
     durations: list[float] = []
     terms = decode_terms(model, num_seqs)
-    assert price_steps(terms, contexts, 0.0, float("inf"), ends, durations) == len(contexts)
+    priced = price_steps(terms, first_context, num_steps, 0.0, float("inf"), ends, durations)
+    assert priced == num_steps
+    contexts = [first_context + i * num_seqs for i in range(num_steps)]
     costs = [step_cost(terms, c, d) for c, d in zip(contexts, durations, strict=True)]
     flops, bytes_moved = step_work(terms, np.array(contexts, dtype=np.int64))
     assert flops.tolist() == [cost.flops for cost in costs]
@@ -98,7 +103,7 @@ def test_a_run_of_pure_decode_steps_is_priced_as_price_prices_each(
     model = MODELS[name]
     # A run: the same sequences, each one token longer a step.
     runs = [[c + step for c in contexts] for step in range(growth)]
-    ahead = decode_costs(model, len(contexts), [sum(r) for r in runs])
+    ahead = decode_costs(model, len(contexts), sum(contexts), growth)
     assert ahead == [model.price(_plan(r)) for r in runs]  # every field, exactly
 
 
@@ -106,22 +111,24 @@ def test_a_run_of_pure_decode_steps_is_priced_as_price_prices_each(
 @given(
     start=st.floats(0.0, 1e4),
     span=st.floats(0.0, 2.0),
-    contexts=st.lists(st.integers(1, 40_000), min_size=1, max_size=50),
+    first_context=st.integers(4, 40_000),
+    num_steps=st.integers(1, 50),
 )
 def test_steps_are_priced_back_to_back_until_one_would_end_past_the_limit(
-    start: float, span: float, contexts: list[int]
+    start: float, span: float, first_context: int, num_steps: int
 ) -> None:
     model = MODELS["llama-2-70b tp2"]
     ends: list[float] = [-1.0]  # appended to, never read
     durations: list[float] = []
     limit = start + span
-    num = price_steps(decode_terms(model, 4), contexts, start, limit, ends, durations)
+    terms = decode_terms(model, 4)
+    num = price_steps(terms, first_context, num_steps, start, limit, ends, durations)
     assert len(durations) == num and len(ends) == num + 1
     starts = [start, *ends[1:-1]]  # back to back
     for i in range(num):
         assert ends[i + 1] == starts[i] + durations[i] <= limit  # as a timeout lands
-    if num < len(contexts):  # the next step would have ended past the limit
-        (cost,) = decode_costs(model, 4, [contexts[num]])
+    if num < num_steps:  # the next step would have ended past the limit
+        (cost,) = decode_costs(model, 4, first_context + num * 4, 1)
         assert (ends[-1] if num else start) + cost.duration_s > limit
 
 
@@ -135,7 +142,7 @@ def test_mla_is_priced_as_price_prices_it() -> None:
     )
     assert dense.prices_statelessly
     runs = [[1000 + s, 2000 + s, 3000 + s, 4000 + s] for s in range(3)]
-    ahead = decode_costs(dense, 4, [sum(r) for r in runs])
+    ahead = decode_costs(dense, 4, sum(runs[0]), len(runs))
     assert ahead == [dense.price(_plan(r)) for r in runs]
 
 

@@ -179,7 +179,7 @@ def test_runs_total_and_store_as_their_steps_one_by_one_would(
                 by_step.append(row)
                 plain += 1
             continue
-        buffer.add(piece)  # as RunRecorder.record does
+        buffer.add(piece)  # as a RunRecorder adds a run, then tells its log
         by_run.append_rows(buffer, piece.memory.num_steps)
         for row in _python_rows(piece):
             by_step.append(row)
