@@ -32,7 +32,6 @@ class GroupedStepPlan(StepPlan):
         bases: Mapping[SeqGroup, int],
         group_step: int,
         num_context_tokens: int,
-        *,
         preemptions: tuple[Preemption, ...],
         num_swap_out_blocks: int,
         num_swap_in_blocks: int,
@@ -43,6 +42,8 @@ class GroupedStepPlan(StepPlan):
         num_decode_seqs: int,
         num_requests: int,
     ) -> None:
+        # Its arguments are given in order: a class called with keywords packs them in a dict
+        # (`type.__call__`), about 0.15 us each, where a function's call passes their names.
         # The base is a frozen dataclass whose `work` slot this class replaces by a property.
         # One plan per planned engine step: each slot is set through its descriptor, bound
         # once (`_SET`), which skips the frozen class's `__setattr__` lookup.
