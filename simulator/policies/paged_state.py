@@ -123,7 +123,11 @@ class PagedState:
 
     # -- requests -------------------------------------------------------------------------------
     def new_group(self, request: Request, fan_out: FanOut | None = None) -> SeqGroup:
-        group = SeqGroup(request, [self.new_seq_id()], target=request.prompt_len, fan_out=fan_out)
+        # (Every arrival: `new_seq_id` inlined, and the group's fields in order up to `fan_out`,
+        # as a class called with keywords packs them in a dict.)
+        seq_id = self._next_seq_id
+        self._next_seq_id = seq_id + 1
+        group = SeqGroup(request, [seq_id], request.prompt_len, 0, None, 0, fan_out)
         if self.knobs.enable_prefix_cache and not self._is_private(request):
             group.hashers = [prompt_hasher(request, self.block_size)]
         self.groups[request.request_id] = group

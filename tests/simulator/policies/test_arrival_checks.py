@@ -65,3 +65,21 @@ def test_the_edge_of_the_cache_is_asked_and_answered_both_ways() -> None:
             arrived = _request(8, total - 8, 1)
             sched.add_request(arrived, 0.0)
             assert (arrived.status is RequestStatus.REJECTED) is rejected, (policy, total)
+
+
+def test_a_group_is_built_in_the_order_of_its_fields() -> None:
+    """`PagedState.new_group` passes a group's fields in order up to `fan_out` (a class called
+    with keywords costs a dict an arrival): a field moved in `SeqGroup` must fail here."""
+    from dataclasses import fields
+
+    from pagesim.simulator.policies.seq_group import SeqGroup
+
+    assert [f.name for f in fields(SeqGroup)][:7] == [
+        "request",
+        "seq_ids",
+        "target",
+        "num_computed",
+        "hashers",
+        "num_dropped",
+        "fan_out",
+    ]
