@@ -64,6 +64,7 @@ Assumptions a reader of a report must know:
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from itertools import compress
 from operator import itemgetter
 from weakref import WeakValueDictionary
@@ -71,7 +72,7 @@ from weakref import WeakValueDictionary
 from pagesim.simulator.core.catalog import GPUSpec, KVDtype, ModelSpec
 from pagesim.simulator.core.config import ExecutionConfig
 from pagesim.simulator.core.errors import InputError
-from pagesim.simulator.core.plan import StepCost, StepPlan, step_cost, step_cost_of
+from pagesim.simulator.core.plan import SeqWork, StepCost, StepPlan, step_cost, step_cost_of
 from pagesim.simulator.execution.allreduce import Route, StepAllReduce
 from pagesim.simulator.execution.factors import resolve_factors, resolve_link
 from pagesim.simulator.execution.gemm import LinearCost, is_dense
@@ -354,14 +355,18 @@ class RooflineModel(RooflineReport):
             num_prefill_pairs = 0
             attention_s = 0.0
             if num_prefill_seqs:
-                listed = plan.listed_work
+                listed: Iterable[SeqWork] = plan.listed_work
                 cached_s, causal_s, token_s = (
                     self._cached_pair_s,
                     self._causal_pair_s,
                     self._prefill_token_s,
                 )
                 upproject_s = self._upproject_s
-                for _, _, num_new, context, _ in compress(listed, map(_IS_PREFILL, listed)):
+                # Every listed entry a prefill (a grouped plan's usual listing: the prompt
+                # chunks beside the members), walked as it is: no iterators made for the filter.
+                if num_prefill_seqs != len(plan.listed_work):
+                    listed = compress(listed, map(_IS_PREFILL, listed))
+                for _, _, num_new, context, _ in listed:
                     cached = num_new * (context - num_new)  # pairs over cached context
                     causal = (num_new * (num_new + 1)) >> 1  # the new tokens' causal triangle
                     num_prefill_pairs += cached + causal
