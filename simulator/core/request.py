@@ -48,9 +48,9 @@ SWAPPED = RequestStatus.SWAPPED
 PREEMPTED = RequestStatus.PREEMPTED
 FINISHED = RequestStatus.FINISHED
 REJECTED = RequestStatus.REJECTED
-# The same moves by the statuses' names, which hash in C (an Enum member hashes in Python):
-# `transition` checks every move of every request.
-_LEGAL_MOVES = frozenset((old._name_, new._name_) for old, moves in _LEGAL.items() for new in moves)
+# The same moves by the name of the status moved from (a str hashes in C; an Enum member in
+# Python): `transition` checks every move of every request, a tuple's test by identity first.
+_NEXT = {old._name_: tuple(m for m in RequestStatus if m in moves) for old, moves in _LEGAL.items()}
 
 
 def _is_end(status: RequestStatus) -> bool:
@@ -116,7 +116,7 @@ class Request:
 
     def transition(self, new_status: RequestStatus, now_s: float) -> None:
         """Move to `new_status` at simulated time `now_s`; illegal moves are bugs and raise."""
-        if (self.status._name_, new_status._name_) not in _LEGAL_MOVES:
+        if new_status not in _NEXT[self.status._name_]:
             raise RuntimeError(
                 f"request {self.request_id}: illegal transition "
                 f"{self.status.value} -> {new_status.value}"

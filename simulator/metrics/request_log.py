@@ -102,7 +102,7 @@ class RequestLog:
                 r.prompt_len,
                 r.output_len,
                 r.num_seqs,
-                r.num_output_tokens,
+                sum(r.sample_output_lens) if r.sample_output_lens else r.output_len * r.num_seqs,
                 status,
                 r.num_preemptions,
                 r.num_swaps,
