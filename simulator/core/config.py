@@ -55,11 +55,16 @@ class PreemptionPolicy(Enum):
     AUTO = "auto"  # vLLM V0's rule: recompute single sequences, swap multi-sequence groups
 
     def mode_for(self, num_seqs: int) -> PreemptionMode:
-        if self is PreemptionPolicy.SWAP:
-            return PreemptionMode.SWAP
-        if self is PreemptionPolicy.RECOMPUTE:
-            return PreemptionMode.RECOMPUTE
-        return PreemptionMode.SWAP if num_seqs > 1 else PreemptionMode.RECOMPUTE
+        # (Every preemption asks: the members read as globals, core/request.py says why.)
+        if self is _SWAP_POLICY:
+            return _SWAP
+        if self is _RECOMPUTE_POLICY:
+            return _RECOMPUTE
+        return _SWAP if num_seqs > 1 else _RECOMPUTE
+
+
+_SWAP_POLICY, _RECOMPUTE_POLICY = PreemptionPolicy.SWAP, PreemptionPolicy.RECOMPUTE
+_SWAP, _RECOMPUTE = PreemptionMode.SWAP, PreemptionMode.RECOMPUTE
 
 
 class VictimPolicy(Enum):

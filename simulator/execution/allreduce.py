@@ -53,22 +53,27 @@ class Route(Enum):
     NCCL = "nccl"
 
 
+# The members read as globals (every step shape's calls ask): core/request.py says why.
+_ONE_SHOT, _TWO_SHOT, _NCCL = Route.ONE_SHOT, Route.TWO_SHOT, Route.NCCL
+_V1 = EngineEra.V1
+
+
 def route(
     message_bytes: float, num_gpus: int, link: Interconnect, era: EngineEra, gpu_name: str
 ) -> Route:
     """vLLM's choice for one call (module docstring), by the engine era's release."""
     if link.custom is None or num_gpus not in CUSTOM_GROUP_SIZES:
-        return Route.NCCL
+        return _NCCL
     limit = CUSTOM_MAX_BYTES
-    if era is EngineEra.V1 and gpu_name in HOPPER_GPUS:
+    if era is _V1 and gpu_name in HOPPER_GPUS:
         limit = min(limit, HOPPER_V1_MAX_BYTES.get(num_gpus, limit))
     if not message_bytes < limit:
-        return Route.NCCL
+        return _NCCL
     if num_gpus == 2 or (
         (num_gpus <= 4 and message_bytes < 512 * KIB) or message_bytes < 256 * KIB
     ):
-        return Route.ONE_SHOT
-    return Route.TWO_SHOT
+        return _ONE_SHOT
+    return _TWO_SHOT
 
 
 def call_s(
@@ -81,9 +86,9 @@ def call_s(
 ) -> float:
     """One call's seconds on `link` (its figures at `num_gpus`: Interconnect.at)."""
     custom = link.custom
-    if chosen is Route.NCCL or custom is None:
+    if chosen is _NCCL or custom is None:
         return float(allreduce_call_s(message_bytes, num_gpus, link))
-    if chosen is Route.ONE_SHOT:
+    if chosen is _ONE_SHOT:
         seconds = custom.stage_s + (num_gpus - 1) * message_bytes / custom.one_shot_bps
     else:
         seconds = (
@@ -115,7 +120,7 @@ class StepAllReduce:
 
     def route_of(self, num_tokens: int) -> Route:
         if self.era is None:
-            return Route.NCCL
+            return _NCCL
         message = num_tokens * self.bytes_per_token
         return route(message, self.num_gpus, self.link, self.era, self.gpu_name)
 

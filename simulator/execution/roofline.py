@@ -64,6 +64,7 @@ Assumptions a reader of a report must know:
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from itertools import compress
 from operator import itemgetter
 from weakref import WeakValueDictionary
@@ -71,7 +72,7 @@ from weakref import WeakValueDictionary
 from pagesim.simulator.core.catalog import GPUSpec, KVDtype, ModelSpec
 from pagesim.simulator.core.config import ExecutionConfig
 from pagesim.simulator.core.errors import InputError
-from pagesim.simulator.core.plan import StepCost, StepPlan, step_cost, step_cost_of
+from pagesim.simulator.core.plan import SeqWork, StepCost, StepPlan, step_cost, step_cost_of
 from pagesim.simulator.execution.allreduce import Route, StepAllReduce
 from pagesim.simulator.execution.factors import resolve_factors, resolve_link
 from pagesim.simulator.execution.gemm import LinearCost, is_dense
@@ -104,7 +105,15 @@ class _Caches:
     """What `RooflineModel`s built from equal arguments share: their prices are the same
     functions of a step's shape, cached once (`_SHARED`)."""
 
-    __slots__ = ("__weakref__", "linear", "shape_priced", "shape_s")
+    __slots__ = (
+        "__weakref__",
+        "linear",
+        "shape_priced",
+        "shape_s",
+        "tokens_allreduce_s",
+        "tokens_linear_s",
+        "tokens_priced",
+    )
 
     def __init__(self, linear: LinearCost) -> None:
         self.linear = linear
@@ -113,6 +122,10 @@ class _Caches:
         # leaves no more for it to visit however many shapes it prices).
         self.shape_priced: dict[int, int] = {}
         self.shape_s: dict[int, float] = {}
+        # The same shape terms that depend on a step's tokens alone (`_shape_terms_of`).
+        self.tokens_priced: dict[int, int] = {}
+        self.tokens_linear_s: dict[int, float] = {}
+        self.tokens_allreduce_s: dict[int, float] = {}
 
 
 # The constructor's arguments -> their models' caches, while one of those models lives.
@@ -266,6 +279,7 @@ class RooflineModel(RooflineReport):
         # test_collector.py): a run's result holds no more for it to visit.
         self._shape_priced = caches.shape_priced
         self._shape_s = caches.shape_s
+        self._caches = caches
         # Per token: small ops' bytes, the KV write.
         self._per_token_s = (
             L * shapes.small_ops_bytes_per_token / (bw * f.small_ops_bw_efficiency)
@@ -341,14 +355,18 @@ class RooflineModel(RooflineReport):
             num_prefill_pairs = 0
             attention_s = 0.0
             if num_prefill_seqs:
-                listed = plan.listed_work
+                listed: Iterable[SeqWork] = plan.listed_work
                 cached_s, causal_s, token_s = (
                     self._cached_pair_s,
                     self._causal_pair_s,
                     self._prefill_token_s,
                 )
                 upproject_s = self._upproject_s
-                for _, _, num_new, context, _ in compress(listed, map(_IS_PREFILL, listed)):
+                # Every listed entry a prefill (a grouped plan's usual listing: the prompt
+                # chunks beside the members), walked as it is: no iterators made for the filter.
+                if num_prefill_seqs != len(plan.listed_work):
+                    listed = compress(listed, map(_IS_PREFILL, listed))
+                for _, _, num_new, context, _ in listed:
                     cached = num_new * (context - num_new)  # pairs over cached context
                     causal = (num_new * (num_new + 1)) >> 1  # the new tokens' causal triangle
                     num_prefill_pairs += cached + causal
@@ -444,15 +462,30 @@ class RooflineModel(RooflineReport):
     ) -> float:
         """`price`'s terms of a step's shape alone (no experts), kept under `key` for the next
         step of that shape; the cache is emptied when full, so a long run's memory stays flat."""
-        priced, is_graphed = self.graph_shape(num_tokens, num_seqs, is_decode_only)
-        shape_s = (
-            self.linear_layers_s(priced)
-            + self._linear.lm_head_s(num_seqs)
-            + self.allreduce_step_s(priced, is_graphed)
-        )
+        # A step's tokens alone give its computed tokens, linear layers and all-reduces where
+        # it runs eagerly or replays a graph sized by tokens (V1's; cuda_graphs.py): a new
+        # shape is mostly a known token count beside a new number of sequences.
+        caches, graphs = self._caches, self._graphs
+        by_tokens = graphs is None or graphs.by_tokens or not is_decode_only
+        linear_s = caches.tokens_linear_s.get(num_tokens) if by_tokens else None
+        if linear_s is None:
+            priced, is_graphed = self.graph_shape(num_tokens, num_seqs, is_decode_only)
+            linear_s = self.linear_layers_s(priced)
+            allreduce_s = self.allreduce_step_s(priced, is_graphed)
+            if by_tokens:
+                caches.tokens_priced[num_tokens] = priced
+                caches.tokens_linear_s[num_tokens] = linear_s
+                caches.tokens_allreduce_s[num_tokens] = allreduce_s
+        else:
+            priced = caches.tokens_priced[num_tokens]
+            allreduce_s = caches.tokens_allreduce_s[num_tokens]
+        shape_s = linear_s + self._linear.lm_head_s(num_seqs) + allreduce_s
         if len(self._shape_s) >= _MAX_SHAPES:
             self._shape_s.clear()
             self._shape_priced.clear()
+            caches.tokens_priced.clear()
+            caches.tokens_linear_s.clear()
+            caches.tokens_allreduce_s.clear()
         self._shape_priced[key] = priced
         self._shape_s[key] = shape_s
         return shape_s

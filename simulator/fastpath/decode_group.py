@@ -415,15 +415,15 @@ class DecodeGroup:
             self.step,
             # the listed ones' context and the members' (`num_context_tokens`, inlined)
             step.num_context_tokens + self.sum_base + len(self.bases) * (self.step + 1),
-            preemptions=tuple(step.preemptions),
-            num_swap_out_blocks=step.swap_out,
-            num_swap_in_blocks=step.swap_in,
-            copies=tuple(step.copies),
-            num_prefill_tokens=step.num_prefill_tokens,
-            num_decode_tokens=step.num_decode_tokens,
-            num_prefill_seqs=step.num_prefill_seqs,
-            num_decode_seqs=len(listed) - step.num_prefill_seqs + len(self.bases),
-            num_requests=step.num_requests + len(self.bases),
+            tuple(step.preemptions),
+            step.swap_out,
+            step.swap_in,
+            tuple(step.copies),
+            step.num_prefill_tokens,
+            step.num_decode_tokens,
+            step.num_prefill_seqs,
+            len(listed) - step.num_prefill_seqs + len(self.bases),  # decoding sequences
+            step.num_requests + len(self.bases),
         )
 
     # -- what a run of pure steps (decode_window.py) reads ---------------------------------

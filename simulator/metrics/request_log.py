@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from pagesim.simulator.core.config import SLO
-from pagesim.simulator.core.request import Request, RequestStatus
+from pagesim.simulator.core.request import FINISHED, REJECTED, Request
 from pagesim.simulator.metrics.result import REQUEST_COLUMNS
 
 SETTLE_EVERY = 4096  # requests added between looks for done ones
@@ -79,9 +79,9 @@ class RequestLog:
         self._live = live
 
     def _record(self, position: int, r: Request) -> None:
-        if r.status is RequestStatus.FINISHED:
+        if r.status is FINISHED:
             status = _FINISHED
-        elif r.status is RequestStatus.REJECTED:
+        elif r.status is REJECTED:
             status = _REJECTED
             self._reasons[position] = r.rejection_reason or ""
         else:
@@ -102,7 +102,7 @@ class RequestLog:
                 r.prompt_len,
                 r.output_len,
                 r.num_seqs,
-                r.num_output_tokens,
+                sum(r.sample_output_lens) if r.sample_output_lens else r.output_len * r.num_seqs,
                 status,
                 r.num_preemptions,
                 r.num_swaps,

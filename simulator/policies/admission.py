@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pagesim.simulator.core.plan import BlockCopy
-from pagesim.simulator.core.request import RequestStatus
+from pagesim.simulator.core.request import RUNNING
 from pagesim.simulator.kv.paged_cache import PagedKVCache
 from pagesim.simulator.policies.paged_state import PagedState
 from pagesim.simulator.policies.seq_group import SeqGroup, StepBuilder, blocks_for
@@ -103,7 +103,7 @@ def admit(
     if group.num_dropped > num_hit:
         request.num_recomputed_tokens += group.num_dropped - num_hit
     group.num_dropped = 0
-    request.transition(RequestStatus.RUNNING, now_s)
+    request.transition(RUNNING, now_s)
     if group.fan_out is not None:
         group.fan_out.child_admitted(now_s)
     _start(state, group, num_new, is_prefill, copies, step)
@@ -135,7 +135,7 @@ def _admit_remote(
         return 0
     group.is_remote = False
     del state.landed[group.request.request_id]
-    group.request.transition(RequestStatus.RUNNING, now_s)
+    group.request.transition(RUNNING, now_s)
     _start(state, group, num_new, is_prefill, copies, step)
     return num_new
 

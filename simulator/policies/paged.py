@@ -75,18 +75,37 @@ class PagedScheduler(PolicyBase):
         # step of the fast path: simulator/fastpath/decode_window.py reads it).
         self.unrecorded_preemptions: list[Preemption] = []
         self.policy = policy
+        # A request of one sequence shorter than these (its prompt, its prompt and output
+        # tokens) fits alone with a block to spare, under no drafter: `rejection_reason` has
+        # no reason for it (its blocks, V0's spare block per sequence, its prompt's length),
+        # so `add_request` asks only at the edge. (-1: always asks.)
+        self._fits_prompt_len = self._fits_total_len = -1
+        if (
+            isinstance(self.kv, PagedKVCache)
+            and self.state.spec is None
+            and self.knobs.max_num_seqs >= 1
+        ):
+            spare_tokens = (self.kv.num_blocks - 1) * self.state.block_size
+            self._fits_prompt_len = min(max_seq_len, spare_tokens + 1)
+            self._fits_total_len = spare_tokens + 1
 
     # -- engine API -------------------------------------------------------------------------
     def add_request(self, request: Request, now_s: float) -> None:
-        reason = self.too_long_reason(request) or self._capacity_reason(request)
-        if reason is not None:
-            request.reject(reason, now_s)
-            return
+        prompt_len = request.prompt_len
         state = self.state
-        if request.num_seqs > 1 and self.policy.fans_out:
-            for child in fan_out(state, request):
-                state.waiting.push(child)
-            return
+        if not (
+            request.num_seqs == 1
+            and prompt_len < self._fits_prompt_len
+            and prompt_len + request.output_len < self._fits_total_len
+        ):
+            reason = self.too_long_reason(request) or self._capacity_reason(request)
+            if reason is not None:
+                request.reject(reason, now_s)
+                return
+            if request.num_seqs > 1 and self.policy.fans_out:
+                for child in fan_out(state, request):
+                    state.waiting.push(child)
+                return
         state.waiting.push(state.new_group(request))
 
     def schedule(self, now_s: float) -> StepPlan:

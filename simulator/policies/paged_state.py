@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from pagesim.simulator.core.config import NEWEST_VLLM, Policy, SystemConfig
 from pagesim.simulator.core.defaults import knobs_of
 from pagesim.simulator.core.plan import BlockCopy, Preemption, PreemptionMode
-from pagesim.simulator.core.request import Request, RequestStatus
+from pagesim.simulator.core.request import FINISHED, PREEMPTED, RUNNING, SWAPPED, Request
 from pagesim.simulator.core.vllm_eras import V1Rules, v1_rules
 from pagesim.simulator.kv.block_pool import EvictionOrder
 from pagesim.simulator.kv.hybrid_cache import HybridKVCache
@@ -42,6 +42,8 @@ if TYPE_CHECKING:
     from pagesim.simulator.policies.spec_decoder import SpecDecoder
 
 CHILD_ID_BASE = 1 << 48  # ids of V1's child requests (n > 1), above any workload's
+# (An Enum's members read as globals: core/request.py says why.)
+_SWAP, _RECOMPUTE = PreemptionMode.SWAP, PreemptionMode.RECOMPUTE
 
 
 class PagedState:
@@ -121,7 +123,11 @@ class PagedState:
 
     # -- requests -------------------------------------------------------------------------------
     def new_group(self, request: Request, fan_out: FanOut | None = None) -> SeqGroup:
-        group = SeqGroup(request, [self.new_seq_id()], target=request.prompt_len, fan_out=fan_out)
+        # (Every arrival: `new_seq_id` inlined, and the group's fields in order up to `fan_out`,
+        # as a class called with keywords packs them in a dict.)
+        seq_id = self._next_seq_id
+        self._next_seq_id = seq_id + 1
+        group = SeqGroup(request, [seq_id], request.prompt_len, 0, None, 0, fan_out)
         if self.knobs.enable_prefix_cache and not self._is_private(request):
             group.hashers = [prompt_hasher(request, self.block_size)]
         self.groups[request.request_id] = group
@@ -196,13 +202,13 @@ class PagedState:
             hash_private(self.kv, group)
         mode = self.knobs.preemption.mode_for(request.num_seqs)
         if recompute:
-            mode = PreemptionMode.RECOMPUTE
+            mode = _RECOMPUTE
         self.num_running_seqs -= group.num_seqs
-        if mode is PreemptionMode.SWAP and self.kv.can_swap_out(group.seq_ids):
+        if mode is _SWAP and self.kv.can_swap_out(group.seq_ids):
             step.swap_out += self.kv.swap_out(group.seq_ids)
-            request.transition(RequestStatus.SWAPPED, now_s)
+            request.transition(SWAPPED, now_s)
             self.swapped.append(group)
-            step.preemptions.append(Preemption(request.request_id, PreemptionMode.SWAP))
+            step.preemptions.append(Preemption(request.request_id, _SWAP))
             return
         self.release(group)
         if group.num_seqs > 1:
@@ -218,9 +224,9 @@ class PagedState:
             group.num_dropped = group.num_computed
             group.target = request.prompt_len + request.num_generated
         group.num_computed = 0
-        request.transition(RequestStatus.PREEMPTED, now_s)
+        request.transition(PREEMPTED, now_s)
         self.waiting.push_front(group)
-        step.preemptions.append(Preemption(request.request_id, PreemptionMode.RECOMPUTE))
+        step.preemptions.append(Preemption(request.request_id, _RECOMPUTE))
 
     def swap_back_one(self, step: StepBuilder, now_s: float) -> bool:
         """Bring the oldest swapped-out group back and schedule one token per sequence (a decode,
@@ -238,7 +244,7 @@ class PagedState:
             return False
         self.swapped.popleft()
         step.swap_in += self.kv.swap_in(group.seq_ids)
-        group.request.transition(RequestStatus.RUNNING, now_s)
+        group.request.transition(RUNNING, now_s)
         self.running.append(group)
         self.num_running_seqs += group.num_seqs
         made: list[BlockCopy] = []
@@ -292,7 +298,7 @@ class PagedState:
             self.release(group)
             self.num_running_seqs -= len(group.seq_ids)
             del self.groups[group.request.request_id]
-            group.request.transition(RequestStatus.FINISHED, now_s)
+            group.request.transition(FINISHED, now_s)
             if group.fan_out is not None:
                 group.fan_out.child_finished(now_s)
         running = self.running

@@ -39,8 +39,11 @@ class VllmV1:
 
     fans_out = True  # n > 1: child requests (v1/engine/parallel_sampling.py)
     groups_decodes = True  # lone decoders may advance as a decode group (the fast path)
+    # Made once for the state the policy serves (`_made_for`): the running phase's demand and
+    # preempter.
     _preempter_state: PagedState | None = None
     _preempter: Preempter | None = None
+    _demand: Demand
 
     def pieces(self, system: SystemConfig) -> PagedPieces:
         return paged_pieces(system, is_v1=True)
@@ -50,14 +53,14 @@ class VllmV1:
         budget = knobs.max_num_batched_tokens
         chunk_cap = state.system.max_prefill_chunk or budget
 
-        demand: Demand = partial(running_demand, chunk_cap=chunk_cap)  # (one call, not two)
+        if self._preempter_state is not state:
+            self._made_for(state)
+        demand = self._demand
 
         decode_group = state.decode_group
         left = None
         if decode_group is not None:
-            preempter = (
-                self._preempter if self._preempter_state is state else self._preempter_of(state)
-            )
+            preempter = self._preempter
             left = decode_group.schedule_running(
                 state.running, step, budget, demand, state.add_to_step, preempter, now_s
             )
@@ -74,12 +77,13 @@ class VllmV1:
         if not state.swapped and len(state.waiting):
             admit_chunks(state, step, left, chunk_cap, now_s)
 
-    def _preempter_of(self, state: PagedState) -> Preempter | None:
-        """`_preempter(state)`, made once per state (the policy serves one scheduler's)."""
-        if self._preempter_state is not state:
-            self._preempter_state = state
-            self._preempter = _preempter(state)
-        return self._preempter
+    def _made_for(self, state: PagedState) -> None:
+        """`_preempter(state)` and the running demand (one call a group, not two), made once per
+        state (the policy serves one scheduler's; its system and knobs do not change)."""
+        chunk_cap = state.system.max_prefill_chunk or state.knobs.max_num_batched_tokens
+        self._demand = partial(running_demand, chunk_cap=chunk_cap)
+        self._preempter = _preempter(state)
+        self._preempter_state = state
 
     def pure_step_lookups(self, state: PagedState) -> int | RefusedHits | None:
         """With every running request decoding alone and nothing swapped out: None unless the

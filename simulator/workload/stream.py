@@ -306,18 +306,22 @@ def _stream(plan: _Plan, max_seq_len: int, rng: np.random.Generator) -> Iterator
             samples if samples is not None else [()] * n,
             strict=True,
         )
+        sampling, num_seqs = plan.sampling, plan.num_seqs
         for arrival, prompt, output, g, prefix, prio, clipped, capped, too_long, lens in columns:
+            # Its fields in order, not by keyword: a class called with keywords packs them in a
+            # dict (`type.__call__`, about 0.15 us each), every request.
             yield Request(
-                request_id=next_id,
-                arrival_s=arrival,
-                prompt_len=prompt,
-                output_len=output,
-                prefix_group=None if g == no_group else g,
-                prefix_len=prefix,
-                sampling=plan.sampling,
-                num_seqs=plan.num_seqs,
-                priority=prio,
-                sample_output_lens=lens,
+                next_id,  # request_id
+                arrival,  # arrival_s
+                prompt,  # prompt_len
+                output,  # output_len
+                None if g == no_group else g,  # prefix_group
+                prefix,  # prefix_len
+                sampling,
+                num_seqs,
+                prio,  # priority
+                None,  # prompt_of
+                lens,  # sample_output_lens
             )
             # Counted once the consumer comes back for the next one: a request it dropped
             # (stopping early) is not in the counts.

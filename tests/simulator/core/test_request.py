@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from pagesim.simulator.core.request import Request, RequestStatus
+from pagesim.simulator.core.request import _LEGAL, Request, RequestStatus
 
 
 def test_a_request_is_done_once_finished_or_rejected_and_only_then() -> None:
@@ -31,3 +31,24 @@ def test_a_request_is_done_once_finished_or_rejected_and_only_then() -> None:
     assert replace(served, output_len=1).is_done
     assert not replace(Request(2, 0.0, 8, 2), output_len=1).is_done
     assert Request(3, 0.0, 8, 2, status=RequestStatus.FINISHED).is_done
+
+
+@pytest.mark.parametrize("old", list(RequestStatus))
+@pytest.mark.parametrize("new", list(RequestStatus))
+def test_every_move_is_allowed_exactly_when_the_lifecycle_lists_it(
+    old: RequestStatus, new: RequestStatus
+) -> None:
+    """`transition` checks a move by the statuses its status may move to (by name, then
+    identity): exactly the moves `_LEGAL` lists pass, with their counts; every other raises and
+    changes nothing."""
+    request = Request(0, 0.0, 8, 2, status=old)
+    if new in _LEGAL[old]:
+        request.transition(new, 1.0)
+        assert request.status is new and request.history == [(new, 1.0)]
+        assert request.num_preemptions == (new in (RequestStatus.SWAPPED, RequestStatus.PREEMPTED))
+        assert request.num_swaps == (new is RequestStatus.SWAPPED)
+        assert request.is_done == (new in (RequestStatus.FINISHED, RequestStatus.REJECTED))
+    else:
+        with pytest.raises(RuntimeError, match="illegal transition"):
+            request.transition(new, 1.0)
+        assert request.status is old and not request.history
