@@ -73,6 +73,7 @@ class BlockPool:
         "_is_lru",
         "_later_of_hash",
         "_lru",
+        "_num_free_hashed",
         "_ref_counts",
         "_unhashed_first",
         "num_fork_saved_blocks",
@@ -106,6 +107,10 @@ class BlockPool:
         # order: one plain int per hash in the usual case, no container to build and drop
         self._first_of_hash: dict[int, int] = {}
         self._later_of_hash: dict[int, dict[int, None]] = {}
+        # Free blocks that hold a hash (evictable ones), kept as blocks enter and leave the
+        # free order: while it is 0, the blocks V1's `allocate_many` takes need no look at
+        # their hashes (most of a loaded replica's allocations, though hashed blocks are in use)
+        self._num_free_hashed = 0
         # The counts below are the pool's own, kept as it goes; read them, never write. They
         # are plain attributes, not properties: every step's memory row reads them.
         self.num_used_blocks = 0  # blocks with ref_count > 0
@@ -190,6 +195,7 @@ class BlockPool:
             block = self._lru.popleft() if self._is_lru else self._evictable.popitem(last=False)[0]
             if self._hashes[block] is not None:
                 self._drop_hash(block)
+                self._num_free_hashed -= 1
         else:
             raise KVCacheError(f"no free block: all {self.num_blocks} blocks are referenced")
         self._ref_counts[block] = 1
@@ -216,23 +222,26 @@ class BlockPool:
                     raise KVCacheError(
                         f"no free block: all {self.num_blocks} blocks are referenced"
                     ) from None
-            hashes = self._hashes
-            if not self._first_of_hash:  # no block holds a hash (V1's private requests)
+            if not self._num_free_hashed:  # no free block holds a hash: none to drop
                 for block in blocks:
                     ref_counts[block] = 1
             elif self._later_of_hash:  # some hash has duplicates: the general way
+                hashes = self._hashes
                 for block in blocks:
                     if hashes[block] is not None:
                         self._drop_hash(block)
+                        self._num_free_hashed -= 1
                     ref_counts[block] = 1
             else:  # `_drop_hash`, inlined: each cached block is its hash's only holder
-                first_of_hash = self._first_of_hash
+                hashes, first_of_hash = self._hashes, self._first_of_hash
+                num_hashed = len(first_of_hash)
                 for block in blocks:
                     block_hash = hashes[block]
                     if block_hash is not None:
                         del first_of_hash[block_hash]
                         hashes[block] = None
                     ref_counts[block] = 1
+                self._num_free_hashed -= num_hashed - len(first_of_hash)
             self.num_used_blocks += num_blocks
             return blocks
         free = self._free
@@ -245,7 +254,12 @@ class BlockPool:
         return blocks
 
     def free_table(
-        self, table: list[int], num_hashed_like: int = 0, slot_counts: list[int] | None = None
+        self,
+        table: list[int],
+        num_hashed_like: int = 0,
+        slot_counts: list[int] | None = None,
+        *,
+        hashless: bool = False,
     ) -> bool:
         """`decref_many(table[::-1], frozenset(table[:num_hashed_like]))` done at once, if each
         block holds one reference (a finished sequence that shares nothing: the usual case),
@@ -255,7 +269,9 @@ class BlockPool:
         tests (a finished request's hundred blocks, each step or two of a loaded replica: only
         the blocks past those can go to the head). `slot_counts`: a per-block list of the
         caller's (the cache's computed slots) whose entries for the table are zeroed too, in
-        the same pass, when True is returned."""
+        the same pass, when True is returned. `hashless`: the caller knows that no block of the
+        table holds a hash (a private sequence's), so none is looked at to count the hashed
+        blocks it frees."""
         ref_counts = self._ref_counts
         # Hot (a finished request's table, each step or two): plain loops, which Python 3.11
         # runs in fewer instructions than map over the list's methods.
@@ -286,6 +302,8 @@ class BlockPool:
             # full: every one placed as a hashed one)
             if self._is_lru:
                 self._lru.entries.extend(reversed(table))  # LruQueue.extend, inlined
+                if not hashless:
+                    self._num_free_hashed += self._num_hashed(table)
             else:
                 self._place([], table[::-1])
             return True
@@ -298,12 +316,15 @@ class BlockPool:
             last = table[-1]
             if self._hashes[last] is not None:
                 lru.entries.append(last)
+                self._num_free_hashed += 1
             elif lru.num_stale:
                 lru.prepend([last])
             else:
                 lru.entries.appendleft(last)
             if num_hashed_like:
                 lru.entries.extend(table[num_hashed_like - 1 :: -1])
+                if not hashless:
+                    self._num_free_hashed += self._num_hashed(table[:num_hashed_like])
             return True
         # The blocks freed first, tail first (V0's order, or several past the hashed-like
         # ones): those without a hash to the head, the others to the tail.
@@ -324,10 +345,13 @@ class BlockPool:
         lru = self._lru  # `_place`, inlined: the hashed-like blocks need no list of their own
         if head:
             lru.prepend(head)
-        if tail:
+        if tail:  # every one holds a hash
             lru.entries.extend(tail)  # LruQueue.extend, inlined (and below)
+            self._num_free_hashed += len(tail)
         if num_hashed_like:
             lru.entries.extend(table[num_hashed_like - 1 :: -1])
+            if not hashless:
+                self._num_free_hashed += self._num_hashed(table[:num_hashed_like])
         return True
 
     def decref_many(
@@ -409,6 +433,7 @@ class BlockPool:
             if head:
                 self._lru.prepend(head)
             self._lru.extend(tail)
+            self._num_free_hashed += self._num_hashed(tail)
             return
         if head:  # uncached: the plain free blocks' head
             self._free.extendleft(reversed(head))
@@ -417,11 +442,13 @@ class BlockPool:
             self._free.extend(tail)  # no prefix cache: never a hash to look at
             return
         free, evictable = self._free, self._evictable
+        num_evictable = len(evictable)
         for block in tail:
             if hashes[block] is None:
                 free.append(block)
             else:
                 evictable[block] = None  # tail: reused after everything freed earlier
+        self._num_free_hashed += len(evictable) - num_evictable
 
     def touch(self, block: int) -> None:
         """Take a reference on a cached block (a prefix hit), reviving it if evictable."""
@@ -434,6 +461,7 @@ class BlockPool:
             else:
                 del self._evictable[block]
             self.num_used_blocks += 1
+            self._num_free_hashed -= 1
         else:
             self.num_prefix_saved_blocks += 1  # another holder of a block in use: one copy saved
         self._ref_counts[block] += 1
@@ -449,8 +477,9 @@ class BlockPool:
             else:
                 revived.append(block)
             refs[block] += 1
-        if revived:
+        if revived:  # cached (hits), so each held a hash
             self.num_used_blocks += len(revived)
+            self._num_free_hashed -= len(revived)
             if self._is_lru:
                 self._lru.remove_many(revived)
             else:
@@ -541,6 +570,7 @@ class BlockPool:
         if block is None:
             return None
         self._drop_hash(block)
+        self._num_free_hashed -= 1
         if not self._is_lru:
             del self._evictable[block]
             self._free.append(block)
@@ -563,6 +593,7 @@ class BlockPool:
                 self.num_used_blocks,
                 self.num_fork_saved_blocks,
                 self.num_prefix_saved_blocks,
+                self._num_free_hashed,
                 self._is_lru,
                 self._allow_duplicates,
             )
@@ -573,6 +604,13 @@ class BlockPool:
     def _check_block(self, block: int) -> None:
         if not 0 <= block < len(self._ref_counts):
             raise KVCacheError(f"unknown block {block}: the pool has {self.num_blocks} blocks")
+
+    def _num_hashed(self, blocks: list[int]) -> int:
+        """How many of `blocks` hold a hash."""
+        if not self._first_of_hash:
+            return 0
+        hashes = self._hashes
+        return sum(hashes[block] is not None for block in blocks)
 
     def _drop_hash(self, block: int) -> None:
         block_hash = self._hashes[block]

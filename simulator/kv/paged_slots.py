@@ -290,7 +290,7 @@ class PagedSlots(CacheSlots[BlockTable]):
         if not seq.slots_kept:
             # A private sequence (every block its own): the partly computed block, if any, is
             # the only one with a count, and the slots it computed go with it.
-            if self._gpu.free_table(table, num_hashed_like):
+            if self._gpu.free_table(table, num_hashed_like, hashless=True):
                 held = seq.num_computed_tokens
                 self._num_computed_slots -= held
                 if held % bs:

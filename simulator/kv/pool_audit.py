@@ -28,6 +28,7 @@ class PoolParts(NamedTuple):
     num_used: int
     num_fork_shares: int
     num_prefix_shares: int
+    num_free_hashed: int
     is_lru: bool
     allow_duplicates: bool
 
@@ -76,6 +77,10 @@ def check_pool_invariants(pool: PoolParts) -> None:
         num_mapped += len(later)
     num_hashed = num_blocks - hashes.count(None)
     invariant(num_hashed == num_mapped, "a block holds a hash not in the map")
+    num_free_hashed = sum(not r and h is not None for r, h in zip(refs, hashes, strict=True))
+    invariant(
+        num_free_hashed == pool.num_free_hashed, "free blocks holding a hash: counter disagrees"
+    )
     forks = pool.fork_shares
     invariant(sum(forks) == pool.num_fork_shares, "fork shares disagree with their total")
     if pool.num_fork_shares:

@@ -229,7 +229,10 @@ def test_free_table_is_decref_many_of_the_reversed_table(seed: int) -> None:
         for pool in pools:
             pool.incref(table[0])
     slot_counts = [7] * 24  # the caller's per-block counts: the table's zeroed on success
-    if pools[0].free_table(table, num_hashed_like, slot_counts):
+    # a private sequence's table holds no hash, and its caller says so (the hashed free
+    # blocks' count then looks at none of it): the audit below checks that count
+    hashless = all(pools[0].block_hash(b) is None for b in table) and rng.random() < 0.5
+    if pools[0].free_table(table, num_hashed_like, slot_counts, hashless=hashless):
         freed = pools[1].decref_many(table[::-1], frozenset(table[:num_hashed_like]))
         assert freed == table[::-1]
         assert slot_counts == [0 if b in table else 7 for b in range(24)]
@@ -243,6 +246,22 @@ def test_free_table_is_decref_many_of_the_reversed_table(seed: int) -> None:
     assert pools[0].allocate_many(pools[0].num_free_blocks) == pools[1].allocate_many(
         pools[1].num_free_blocks
     )
+    for pool in pools:  # every hashed block taken lost its hash, counted
+        pool.check_invariants()
+
+
+def test_the_audit_counts_the_free_blocks_that_hold_a_hash() -> None:
+    """The pool's count of free hashed blocks (which lets V1's `allocate_many` skip looking at
+    hashes while it is 0) is audited: a table said to be hashless that holds a hash leaves it
+    one short, and the audit says so."""
+    from pagesim.simulator.kv.block_pool import BlockPool
+
+    pool = BlockPool(8, eviction=EvictionOrder.LRU, reuse_unhashed_first=True)
+    table = pool.allocate_many(3)
+    pool.cache_block(table[0], 5)
+    assert pool.free_table(table, 2, hashless=True)  # wrong: table[0] holds a hash
+    with pytest.raises(AssertionError, match="free blocks holding a hash"):
+        pool.check_invariants()
 
 
 @pytest.mark.parametrize("lru", [True, False])
