@@ -69,8 +69,10 @@ class BlockPool:
         "_first_of_hash",
         "_fork_shares",
         "_free",
+        "_hash_epoch",
         "_hashes",
         "_is_lru",
+        "_last_run",
         "_later_of_hash",
         "_lru",
         "_num_free_hashed",
@@ -111,6 +113,12 @@ class BlockPool:
         # free order: while it is 0, the blocks V1's `allocate_many` takes need no look at
         # their hashes (most of a loaded replica's allocations, though hashed blocks are in use)
         self._num_free_hashed = 0
+        # `lookup_run`'s last answer and what it depends on: the hashes asked (a hasher's own
+        # list, which only grows), their count, the cap, and the map's epoch, bumped wherever
+        # a hash's oldest block changes (a preempted waiting head's prefix is asked again and
+        # again, step after step, while the map stays as it was)
+        self._hash_epoch = 0
+        self._last_run: tuple[Sequence[int], int, int, int, list[int]] = ((), 0, 0, -1, [])
         # The counts below are the pool's own, kept as it goes; read them, never write. They
         # are plain attributes, not properties: every step's memory row reads them.
         self.num_used_blocks = 0  # blocks with ref_count > 0
@@ -175,7 +183,19 @@ class BlockPool:
 
     def lookup_run(self, block_hashes: Sequence[int], max_blocks: int) -> list[int]:
         """`lookup` of each of the first `max_blocks` hashes in turn, up to the first miss: a
-        prompt's cached prefix (dozens of blocks, asked at each admission)."""
+        prompt's cached prefix (dozens of blocks, asked at each admission). The hashes must
+        never change once given (SequenceHasher.block_hashes: a list that only grows): the
+        last answer is given again, copied, while neither they, nor their count, nor the
+        map has changed."""
+        last = self._last_run
+        epoch = self._hash_epoch
+        if (
+            last[0] is block_hashes
+            and last[3] == epoch
+            and last[2] == max_blocks
+            and last[1] == len(block_hashes)
+        ):
+            return last[4].copy()
         get = self._first_of_hash.get
         hits: list[int] = []
         for block_hash in islice(block_hashes, max_blocks):
@@ -183,6 +203,7 @@ class BlockPool:
             if block is None:
                 break
             hits.append(block)
+        self._last_run = (block_hashes, len(block_hashes), max_blocks, epoch, hits.copy())
         return hits
 
     # -- mutators ------------------------------------------------------------------------------
@@ -241,7 +262,9 @@ class BlockPool:
                         del first_of_hash[block_hash]
                         hashes[block] = None
                     ref_counts[block] = 1
-                self._num_free_hashed -= num_hashed - len(first_of_hash)
+                num_dropped = num_hashed - len(first_of_hash)
+                self._num_free_hashed -= num_dropped
+                self._hash_epoch += num_dropped
             self.num_used_blocks += num_blocks
             return blocks
         free = self._free
@@ -533,6 +556,7 @@ class BlockPool:
             return True
         if block_hash not in self._first_of_hash:
             self._first_of_hash[block_hash] = block
+            self._hash_epoch += 1
         elif self._allow_duplicates:
             self._later_of_hash.setdefault(block_hash, {})[block] = None
         else:
@@ -556,6 +580,7 @@ class BlockPool:
             for block, block_hash in zip(blocks, block_hashes):  # noqa: B905 (checked above)
                 self.cache_block(block, block_hash)
             return
+        self._hash_epoch += 1  # (a hash's first block is mapped below, most likely)
         for block, block_hash in zip(blocks, block_hashes):  # noqa: B905 (checked above)
             if refs[block] and hashes[block] is None and block_hash not in first_of_hash:
                 first_of_hash[block_hash] = block
@@ -615,6 +640,7 @@ class BlockPool:
     def _drop_hash(self, block: int) -> None:
         block_hash = self._hashes[block]
         assert block_hash is not None
+        self._hash_epoch += 1  # the hash's first block goes, or one of its later ones
         later = self._later_of_hash.get(block_hash)
         if self._first_of_hash[block_hash] == block:  # the oldest goes: the next takes its place
             if later is None:

@@ -272,3 +272,81 @@ def test_lookup_run_and_touch_run_are_lookup_and_touch_of_each_in_turn(
     assert at_once.allocate_many(at_once.num_free_blocks) == one_by_one.allocate_many(
         one_by_one.num_free_blocks
     )
+
+
+def _one_by_one(pool: BlockPool, block_hashes: list[int], max_blocks: int) -> list[int]:
+    hits: list[int] = []
+    for block_hash in block_hashes[:max_blocks]:
+        block = pool.lookup(block_hash)
+        if block is None:
+            break
+        hits.append(block)
+    return hits
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    ops=st.lists(st.tuples(st.sampled_from("aAcCdtegx"), st.integers(0, 9)), max_size=40),
+    eviction=st.sampled_from(EvictionOrder),
+    duplicates=st.booleans(),
+)
+def test_lookup_run_asked_again_answers_as_the_map_is_now(
+    ops: list[tuple[str, int]], eviction: EvictionOrder, duplicates: bool
+) -> None:
+    """`lookup_run` gives its last answer again while the hashes, their count, the cap and the
+    map are as they were: asked of the same list after every kind of change (a hash mapped
+    alone or in bulk, dropped by an allocation or an eviction, the list grown, a hit, a free),
+    it answers as looking up each hash in turn does, and an answer changed by its caller
+    changes no later one."""
+    pool = BlockPool(8, eviction=eviction, allow_duplicates=duplicates, reuse_unhashed_first=True)
+    block_hashes = [100, 101, 102]  # a hasher's list: it only grows
+    held: list[int] = []
+    for op, arg in ops:
+        free = pool.num_free_blocks
+        if op == "a" and free:
+            held.append(pool.allocate())
+        elif op == "A" and free:
+            held += pool.allocate_many(1 + arg % free)
+        elif op == "c" and held:
+            block = held[arg % len(held)]
+            if pool.block_hash(block) is None:
+                pool.cache_block(block, 100 + arg % 6)
+        elif op == "C" and held:
+            fresh = [b for b in held if pool.block_hash(b) is None][: 1 + arg % 3]
+            pool.cache_many(fresh, [100 + (arg + i) % 6 for i in range(len(fresh))])
+        elif op == "d" and held:
+            pool.decref(held.pop(arg % len(held)))
+        elif op == "t" and pool.lookup(100 + arg % 6) is not None:
+            block = pool.lookup(100 + arg % 6)
+            assert block is not None
+            pool.touch(block)
+            held.append(block)
+        elif op == "e":
+            pool.evict_one()
+        elif op == "g":
+            block_hashes.append(100 + len(block_hashes))
+        max_blocks = 1 + arg % 6 if op == "x" else 6
+        for _ in range(2):  # the second answered from the first, if nothing changed
+            hits = pool.lookup_run(block_hashes, max_blocks)
+            assert hits == _one_by_one(pool, block_hashes, max_blocks)
+            hits.append(-1)  # the caller's to keep (a table): the next answer is not it
+        pool.check_invariants()
+
+
+def test_lookup_run_asked_again_sees_a_grown_list_and_hashes_dropped_in_bulk() -> None:
+    """The two changes the repeated question misses most easily: the hasher's list grown by a
+    hash now cached, and V1's `allocate_many` dropping a hash on its inlined path."""
+    pool = BlockPool(
+        4, eviction=EvictionOrder.LRU, allow_duplicates=True, reuse_unhashed_first=True
+    )
+    assert pool.allocate_many(4) == [0, 1, 2, 3]
+    pool.cache_many([0, 1, 2], [10, 11, 12])
+    block_hashes = [10, 11]
+    assert pool.lookup_run(block_hashes, 8) == [0, 1]
+    block_hashes.append(12)  # the list grew: its new hash is cached already
+    assert pool.lookup_run(block_hashes, 8) == [0, 1, 2]
+    assert pool.free_table([0, 1, 2, 3])  # free order: 3 (no hash) at the head, then 2, 1, 0
+    assert pool.lookup_run(block_hashes, 8) == [0, 1, 2]  # free, still cached
+    assert pool.allocate_many(2) == [3, 2]  # block 2's hash dropped
+    assert pool.lookup_run(block_hashes, 8) == [0, 1]
+    pool.check_invariants()
