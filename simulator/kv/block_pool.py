@@ -354,13 +354,26 @@ class BlockPool:
         rest = table[num_hashed_like:][::-1]
         head, tail = rest, []  # no block holds a hash: all of `rest` to the head
         if self._first_of_hash:
+            # Usually `rest` (tail first) starts with the blocks without a hash and ends with
+            # the hashed ones (a preempted request's table: its registered prefix, then the
+            # blocks it took since): one scan finds where, another checks the rest, and two
+            # slices split it; else block by block.
             hashes = self._hashes
-            head = []
+            num_head = 0
             for block in rest:
+                if hashes[block] is not None:
+                    break
+                num_head += 1
+            head, tail = rest[:num_head], rest[num_head:]
+            for block in tail:
                 if hashes[block] is None:
-                    head.append(block)
-                else:
-                    tail.append(block)
+                    head, tail = [], []
+                    for block in rest:
+                        if hashes[block] is None:
+                            head.append(block)
+                        else:
+                            tail.append(block)
+                    break
         if not self._is_lru:
             tail += table[:num_hashed_like][::-1]
             self._place(head, tail)
