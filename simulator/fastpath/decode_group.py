@@ -364,7 +364,9 @@ class DecodeGroup:
         visits: list[tuple[SeqGroup, int, bool]] = []
         spent, needed = 0, len(crossing)
         widest = 1  # the most sequences of a group visited (a member has one)
-        for n, i in enumerate(self.others(running)):
+        # (`others`' count inlined: most steps have no other, and make no call.)
+        others = self.others(running) if len(running) != len(members) else ()
+        for n, i in enumerate(others):
             group = running[i]
             available = budget - (i - n) - spent
             if available <= 0:
@@ -467,7 +469,8 @@ class DecodeGroup:
         if not num_members:
             return None
         grown = num_members * self.step  # the two properties' sums, inlined (every step)
-        return self.others(running), grown - self._sum_join, self._sum_cap - self.sum_base - grown
+        others = self.others(running) if len(running) != num_members else []  # (as above)
+        return others, grown - self._sum_join, self._sum_cap - self.sum_base - grown
 
     def num_computed_of_members(self) -> dict[int, int]:
         """Each member's true KV tokens (all computed), by seq id: what the KV cache will be told

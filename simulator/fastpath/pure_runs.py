@@ -76,11 +76,12 @@ class PureRuns:
         self.has_finished = False
         self._terms: dict[int, DecodeTerms] = {}  # decode price terms by sequence count
 
-    def open(self) -> simpy.Timeout | None:
-        """A run starting now, its first steps priced and the first one scheduled: the event
-        the loop waits on (then `woken`); None if the next step is not pure or none would
-        survive SimPy's clock. A run of one step (the next finishes a member) is still cheaper
-        than planning it: no plan, its price and memory row in closed form."""
+    def open(self, now: float) -> simpy.Timeout | None:
+        """A run starting `now` (the clock, which the loop knows), its first steps priced and the
+        first one scheduled: the event the loop waits on (then `woken`); None if the next step
+        is not pure or none would survive SimPy's clock. A run of one step (the next finishes a
+        member) is still cheaper than planning it: no plan, its price and memory row in closed
+        form."""
         run = pure_run(self._paged, self._group, WINDOW_STEPS)
         if run is None:
             return None
@@ -88,8 +89,10 @@ class PureRuns:
         if terms is None:
             terms = self._terms[run.num_members] = decode_terms(self._execution, run.num_members)
         env = self._env
-        now = env.now  # (read once: a property)
-        window = _Window(run, terms, self._paged.queue_lengths(), now)
+        # The queue lengths (`queue_lengths()`, inlined): the members run, nothing is swapped out
+        # (`pure_run` checked both).
+        paged = self._paged
+        window = _Window(run, terms, (run.num_members, len(paged.state.waiting), 0), now)
         if not self._price_more(window, FIRST_PRICED, now):
             return None
         self._window = window
@@ -107,7 +110,9 @@ class PureRuns:
         window = self._window
         assert window is not None
         env = self._env
-        now = env.now
+        # The clock (not the property): the wake-up is set to land on the last priced step's
+        # end exactly (`_price_more`), a cut's too (`cut`).
+        now = window.times[window.num_steps]
         num_priced = len(window.durations)
         more = not window.is_cut and num_priced < window.run.num_steps
         if more and self._price_more(window, num_priced, now):
