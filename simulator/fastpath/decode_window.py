@@ -31,7 +31,7 @@ from collections.abc import Sequence, Sized
 
 from pagesim.simulator.core.memory import MemoryRow
 from pagesim.simulator.fastpath.decode_group import DecodeGroup
-from pagesim.simulator.fastpath.run_rows import RunMemory
+from pagesim.simulator.fastpath.run_rows import RunMemory, run_memory_of
 from pagesim.simulator.policies.paged import PagedScheduler
 
 
@@ -187,8 +187,8 @@ def complete_pure_steps(
         # nobody, but the waiting's)
         row = group.memory_row() if group.bases and not others else paged.memory_row()
         last = (*paged.queue_lengths(), *row)
-    return RunMemory(
-        plain, num_members, group.block_size, queues, tail_queues, first, gains, takes, last
+    return run_memory_of(
+        (plain, num_members, group.block_size, queues, tail_queues, first, gains, takes, last)
     )
 
 
