@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Sequence, Sized
+from typing import TypeVar
 
 from pagesim.simulator.core.memory import MemoryRow
 from pagesim.simulator.fastpath.decode_group import DecodeGroup
@@ -77,11 +78,15 @@ class PureRun:
         return sum(self._hit_tokens[first : first + num_steps]) if self._hit_tokens else 0
 
 
-def pure_run(paged: PagedScheduler, group: DecodeGroup, limit: int) -> PureRun | None:
+R = TypeVar("R", bound=PureRun)
+
+
+def pure_run(paged: PagedScheduler, group: DecodeGroup, limit: int, kind: type[R]) -> R | None:
     """The next steps that only `group`'s members (the scheduler's decode group) take, fixed
     now: at most `limit`, None when the next step is not such a step. They are then completed
     and recorded in order, as the per-step loop would, a few at a time (`complete_pure_steps`,
-    which starts each one first, unless `start_pure_step` started it when someone looked)."""
+    which starts each one first, unless `start_pure_step` started it when someone looked).
+    The run is a `kind`: PureRun, or a subclass that keeps more of it (pure_runs.py's window)."""
     if paged.unrecorded_preemptions:  # the next step records them: it must be a planned one
         return None
     state = paged.state
@@ -99,8 +104,8 @@ def pure_run(paged: PagedScheduler, group: DecodeGroup, limit: int) -> PureRun |
     if not num_steps:
         return None
     if isinstance(lookups, int):
-        return PureRun(group, num_steps, lookups)
-    return PureRun(group, num_steps, lookups.query_tokens, lookups.num_hit_blocks)
+        return kind(group, num_steps, lookups)
+    return kind(group, num_steps, lookups.query_tokens, lookups.num_hit_blocks)
 
 
 def start_pure_step(group: DecodeGroup, run: PureRun) -> None:
