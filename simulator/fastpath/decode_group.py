@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Sequence
+from functools import partial
 from itertools import compress
 
 from pagesim.simulator.core.memory import MemoryRow
@@ -50,19 +51,22 @@ from pagesim.simulator.policies.seq_group import AddToStep, Demand, SeqGroup, St
 
 
 class _Member:
-    """A member's state at joining, and what the KV cache has been told of it since."""
+    """A member's state at joining, and what the KV cache has been told of it since. Made
+    only by `DecodeGroup.join_all`, which sets every field itself (`_new_member`: no __init__
+    call a join)."""
 
     __slots__ = ("base", "cap", "final_len", "g0", "group", "j", "n0", "synced")
+    group: SeqGroup
+    j: int  # group step at joining
+    base: int  # its KV tokens then minus j: its entry in DecodeGroup.bases, kept at hand
+    n0: int  # its KV tokens then (all committed)
+    g0: int  # its output tokens then
+    cap: int  # min(final length, slots allocated)
+    final_len: int
+    synced: int  # slots the KV cache holds for it (appended, maybe uncommitted)
 
-    def __init__(self, group: SeqGroup, j: int, cap: int, final_len: int) -> None:
-        self.group = group
-        self.j = j  # group step at joining
-        self.base = group.num_computed - j  # its entry in DecodeGroup.bases, kept at hand
-        self.n0 = group.num_computed  # its KV tokens then (all committed)
-        self.g0 = group.request.num_generated
-        self.cap = cap  # min(final length, slots allocated)
-        self.final_len = final_len
-        self.synced = self.n0  # slots the KV cache holds for it (appended, maybe uncommitted)
+
+_new_member = partial(object.__new__, _Member)
 
 
 class DecodeGroup:
@@ -131,7 +135,15 @@ class DecodeGroup:
             seq_id = group.seq_ids[0]
             base = n0 - j
             bases[group] = base
-            member = _Member(group, j, cap, final_len)
+            member = _new_member()  # its fields set here, in `_Member`'s order
+            member.group = group
+            member.j = j
+            member.base = base
+            member.n0 = n0
+            member.g0 = request.num_generated
+            member.cap = cap
+            member.final_len = final_len
+            member.synced = n0
             members[seq_id] = member
             sum_base += base
             sum_cap += cap
