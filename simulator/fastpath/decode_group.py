@@ -43,7 +43,7 @@ from itertools import compress
 from pagesim.simulator.core.memory import MemoryRow
 from pagesim.simulator.core.plan import StepPlan
 from pagesim.simulator.core.request import GENERATED_SEGMENT
-from pagesim.simulator.fastpath.grouped_plan import GroupedStepPlan
+from pagesim.simulator.fastpath.grouped_plan import GroupedStepPlan, grouped_step_plan
 from pagesim.simulator.fastpath.grouped_preemption import preempting_running_phase
 from pagesim.simulator.kv.paged_cache import PagedKVCache
 from pagesim.simulator.policies.grouping import Preempter
@@ -422,7 +422,7 @@ class DecodeGroup:
         """The grouped step's plan: `step`'s listed work plus the members, summed."""
         listed = tuple(step.work)
         self._is_bases_shared = True  # the plan keeps it: copied before it next changes
-        return GroupedStepPlan(
+        return grouped_step_plan(
             listed,
             tuple(running),
             self.bases,
