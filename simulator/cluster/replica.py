@@ -226,7 +226,7 @@ class Replica:
         if edges[0] is None and request.arrival_s >= self._warmup_s:
             edges[0] = tokens
         edges[1] = tokens
-        recorder.add_request(request)
+        recorder.requests.add(request)  # (`recorder.add_request`, inlined: every arrival)
         self.scheduler.add_request(request, now_s)
         if self._on_done is None:  # nobody routes on its answers (engine.simulate's replica)
             pass
@@ -262,33 +262,47 @@ class Replica:
         price, time passes, `_finish_step`), else wait (`_idle_event`) or end."""
         env, scheduler, price = self._env, self.scheduler, self._price_step
         runs = self._runs
+        # The clock, read only where time passed by a wait the loop did not time itself (a
+        # property: planning and pricing take no time).
+        start_s = env.now
         while True:
-            if runs is not None and (wake := runs.open()) is not None:
+            if runs is not None and (wake := runs.open(start_s)) is not None:
                 while wake is not None:  # a run of pure steps (fastpath/pure_runs.py)
                     yield wake
                     wake = runs.woken()
                 if runs.has_finished and self._on_done is not None:  # (else none ended)
                     runs.has_finished = False
                     self._settle()
+                start_s = env.now
                 continue
-            start_s = env.now  # (read once: planning and pricing take no time)
             plan = scheduler.schedule(start_s)
             if plan.is_empty:
                 idle = self._idle_event()
                 if idle is None:
                     return
                 yield idle
+                start_s = env.now
                 continue
             cost = price(plan)
             yield env.timeout(cost.duration_s)
-            self._finish_step(start_s, plan, cost)
+            # The clock now: SimPy set its timeout at start_s + duration (the same sum, to the
+            # bit), and it has just fired.
+            end_s = start_s + cost.duration_s
+            self._finish_step(start_s, plan, cost, end_s)
+            start_s = end_s
 
-    def _finish_step(self, start_s: float, plan: StepPlan, cost: StepCost) -> None:
-        """The step's end: the scheduler applies it (tokens appear, requests finish, memory
-        frees), the recorder keeps it, and whoever watches or routes hears of it."""
-        scheduler, now_s = self.scheduler, self._env.now
+    def _finish_step(
+        self, start_s: float, plan: StepPlan, cost: StepCost, now_s: float | None = None
+    ) -> None:
+        """The step's end (now, `now_s` where the caller knows it): the scheduler applies it
+        (tokens appear, requests finish, memory frees), the recorder keeps it, and whoever
+        watches or routes hears of it."""
+        scheduler = self.scheduler
+        if now_s is None:
+            now_s = self._env.now
         scheduler.complete(plan, now_s)
         if self._check:
+            assert now_s == self._env.now, "a step ends when its timeout fires"
             scheduler.check_invariants()
         self.recorder.record_step(start_s, plan, cost, scheduler)
         if self._block_map is not None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
+from functools import partial
 
 # Content keys of a request's tokens, for prefix hashing: equal keys mean equal tokens.
 PREFIX_SEGMENT = 1  # (PREFIX_SEGMENT, group): a system prompt shared by a whole prefix group
@@ -166,6 +167,56 @@ class Request:
             self.last_token_s = now_s
             return True
         return False
+
+
+_new_request = partial(object.__new__, Request)
+
+
+def streamed_request(
+    request_id: int,
+    arrival_s: float,
+    prompt_len: int,
+    output_len: int,
+    prefix_group: int | None,
+    prefix_len: int,
+    sampling: SamplingKind,
+    num_seqs: int,
+    priority: int,
+    sample_output_lens: tuple[int, ...],
+) -> Request:
+    """`Request(request_id, arrival_s, prompt_len, output_len, prefix_group, prefix_len,
+    sampling, num_seqs, priority, None, sample_output_lens)`, every other field its default:
+    a workload stream's request, made with no class call (one a request: the dispatch to the
+    dataclass's Python __init__, then to its __post_init__, cost more than the stores).
+    tests/simulator/core/test_request.py holds every field to the class call's."""
+    request = _new_request()
+    request.request_id = request_id
+    request.arrival_s = arrival_s
+    request.prompt_len = prompt_len
+    request.output_len = output_len
+    request.prefix_group = prefix_group
+    request.prefix_len = prefix_len
+    request.sampling = sampling
+    request.num_seqs = num_seqs
+    request.priority = priority
+    request.prompt_of = None
+    request.sample_output_lens = sample_output_lens
+    request.session_id = None
+    request.content = None
+    request.status = WAITING
+    request.history = []
+    request.admitted_s = None
+    request.first_token_s = None
+    request.finish_s = None
+    request.last_token_s = None
+    request.num_generated = 0
+    request.num_preemptions = 0
+    request.num_swaps = 0
+    request.num_recomputed_tokens = 0
+    request.num_cached_tokens = 0
+    request.rejection_reason = None
+    request.is_done = False  # (WAITING)
+    return request
 
 
 def prompt_segments(request: Request) -> list[tuple[tuple[int, ...], int]]:

@@ -37,12 +37,13 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Sequence
+from functools import partial
 from itertools import compress
 
 from pagesim.simulator.core.memory import MemoryRow
 from pagesim.simulator.core.plan import StepPlan
 from pagesim.simulator.core.request import GENERATED_SEGMENT
-from pagesim.simulator.fastpath.grouped_plan import GroupedStepPlan
+from pagesim.simulator.fastpath.grouped_plan import GroupedStepPlan, grouped_step_plan
 from pagesim.simulator.fastpath.grouped_preemption import preempting_running_phase
 from pagesim.simulator.kv.paged_cache import PagedKVCache
 from pagesim.simulator.policies.grouping import Preempter
@@ -50,19 +51,22 @@ from pagesim.simulator.policies.seq_group import AddToStep, Demand, SeqGroup, St
 
 
 class _Member:
-    """A member's state at joining, and what the KV cache has been told of it since."""
+    """A member's state at joining, and what the KV cache has been told of it since. Made
+    only by `DecodeGroup.join_all`, which sets every field itself (`_new_member`: no __init__
+    call a join)."""
 
     __slots__ = ("base", "cap", "final_len", "g0", "group", "j", "n0", "synced")
+    group: SeqGroup
+    j: int  # group step at joining
+    base: int  # its KV tokens then minus j: its entry in DecodeGroup.bases, kept at hand
+    n0: int  # its KV tokens then (all committed)
+    g0: int  # its output tokens then
+    cap: int  # min(final length, slots allocated)
+    final_len: int
+    synced: int  # slots the KV cache holds for it (appended, maybe uncommitted)
 
-    def __init__(self, group: SeqGroup, j: int, cap: int, final_len: int) -> None:
-        self.group = group
-        self.j = j  # group step at joining
-        self.base = group.num_computed - j  # its entry in DecodeGroup.bases, kept at hand
-        self.n0 = group.num_computed  # its KV tokens then (all committed)
-        self.g0 = group.request.num_generated
-        self.cap = cap  # min(final length, slots allocated)
-        self.final_len = final_len
-        self.synced = self.n0  # slots the KV cache holds for it (appended, maybe uncommitted)
+
+_new_member = partial(object.__new__, _Member)
 
 
 class DecodeGroup:
@@ -131,7 +135,15 @@ class DecodeGroup:
             seq_id = group.seq_ids[0]
             base = n0 - j
             bases[group] = base
-            member = _Member(group, j, cap, final_len)
+            member = _new_member()  # its fields set here, in `_Member`'s order
+            member.group = group
+            member.j = j
+            member.base = base
+            member.n0 = n0
+            member.g0 = request.num_generated
+            member.cap = cap
+            member.final_len = final_len
+            member.synced = n0
             members[seq_id] = member
             sum_base += base
             sum_cap += cap
@@ -364,7 +376,9 @@ class DecodeGroup:
         visits: list[tuple[SeqGroup, int, bool]] = []
         spent, needed = 0, len(crossing)
         widest = 1  # the most sequences of a group visited (a member has one)
-        for n, i in enumerate(self.others(running)):
+        # (`others`' count inlined: most steps have no other, and make no call.)
+        others = self.others(running) if len(running) != len(members) else ()
+        for n, i in enumerate(others):
             group = running[i]
             available = budget - (i - n) - spent
             if available <= 0:
@@ -408,7 +422,7 @@ class DecodeGroup:
         """The grouped step's plan: `step`'s listed work plus the members, summed."""
         listed = tuple(step.work)
         self._is_bases_shared = True  # the plan keeps it: copied before it next changes
-        return GroupedStepPlan(
+        return grouped_step_plan(
             listed,
             tuple(running),
             self.bases,
@@ -467,7 +481,8 @@ class DecodeGroup:
         if not num_members:
             return None
         grown = num_members * self.step  # the two properties' sums, inlined (every step)
-        return self.others(running), grown - self._sum_join, self._sum_cap - self.sum_base - grown
+        others = self.others(running) if len(running) != num_members else []  # (as above)
+        return others, grown - self._sum_join, self._sum_cap - self.sum_base - grown
 
     def num_computed_of_members(self) -> dict[int, int]:
         """Each member's true KV tokens (all computed), by seq id: what the KV cache will be told

@@ -28,10 +28,11 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Sequence, Sized
+from typing import TypeVar
 
 from pagesim.simulator.core.memory import MemoryRow
 from pagesim.simulator.fastpath.decode_group import DecodeGroup
-from pagesim.simulator.fastpath.run_rows import RunMemory
+from pagesim.simulator.fastpath.run_rows import RunMemory, run_memory_of
 from pagesim.simulator.policies.paged import PagedScheduler
 
 
@@ -43,7 +44,8 @@ class PureRun:
     refused: the step policy's `pure_step_lookups`) and, for a head whose prefix hits were
     `num_hit_blocks` free blocks at the tail of the free order (admission.RefusedHits), the
     tokens of those hits that the crossing members' blocks, taken from the head of that order
-    first, have not reached by then (`hit_tokens`)."""
+    first, have not reached by then (`hit_tokens`). Made by `pure_run` (not by calling the
+    class)."""
 
     __slots__ = (
         "_hit_tokens",
@@ -54,34 +56,27 @@ class PureRun:
         "query_tokens",
     )
 
-    def __init__(
-        self, group: DecodeGroup, num_steps: int, query_tokens: int = 0, num_hit_blocks: int = 0
-    ) -> None:
-        self.num_steps = num_steps
-        self.query_tokens = query_tokens
-        self.num_members = len(group.bases)
-        self.first_step = group.step
-        self.first_context = group.sum_base + self.num_members * (group.step + 1)
-        self._hit_tokens: list[int] | tuple[()] = ()  # by step of the run (none: no list made)
-        if num_hit_blocks:
-            self._hit_tokens = hits = []
-            crossing_at, bs = group.crossing_calendar, group.block_size
-            spare = group.kv.num_free_blocks - num_hit_blocks  # taken before any hit is
-            taken = 0
-            for i in range(num_steps):
-                taken += len(crossing_at[(self.first_step + i) % bs])
-                hits.append((num_hit_blocks - max(0, taken - spare)) * bs)
+    num_steps: int
+    query_tokens: int
+    num_members: int
+    first_step: int
+    first_context: int
+    _hit_tokens: list[int] | tuple[()]  # by step of the run (none: no list made)
 
     def hit_tokens(self, first: int, num_steps: int) -> int:
         """Prefix-hit tokens of the refused admissions of steps first..first + num_steps - 1."""
         return sum(self._hit_tokens[first : first + num_steps]) if self._hit_tokens else 0
 
 
-def pure_run(paged: PagedScheduler, group: DecodeGroup, limit: int) -> PureRun | None:
+R = TypeVar("R", bound=PureRun)
+
+
+def pure_run(paged: PagedScheduler, group: DecodeGroup, limit: int, kind: type[R]) -> R | None:
     """The next steps that only `group`'s members (the scheduler's decode group) take, fixed
     now: at most `limit`, None when the next step is not such a step. They are then completed
     and recorded in order, as the per-step loop would, a few at a time (`complete_pure_steps`,
-    which starts each one first, unless `start_pure_step` started it when someone looked)."""
+    which starts each one first, unless `start_pure_step` started it when someone looked).
+    The run is a `kind`: PureRun, or a subclass that keeps more of it (pure_runs.py's window)."""
     if paged.unrecorded_preemptions:  # the next step records them: it must be a planned one
         return None
     state = paged.state
@@ -98,9 +93,34 @@ def pure_run(paged: PagedScheduler, group: DecodeGroup, limit: int) -> PureRun |
     num_steps = _steps_before_change(group, limit)
     if not num_steps:
         return None
+    # The run, made with no class call (its dispatch to a Python __init__ cost more than the
+    # stores, one a run): PureRun's fields in order.
+    run = object.__new__(kind)
+    run.num_steps = num_steps
+    run.num_members = num_members
+    run.first_step = step = group.step
+    run.first_context = group.sum_base + num_members * (step + 1)
+    run._hit_tokens = ()
     if isinstance(lookups, int):
-        return PureRun(group, num_steps, lookups)
-    return PureRun(group, num_steps, lookups.query_tokens, lookups.num_hit_blocks)
+        run.query_tokens = lookups
+    else:
+        run.query_tokens = lookups.query_tokens
+        if lookups.num_hit_blocks:
+            run._hit_tokens = _hit_tokens(group, num_steps, lookups.num_hit_blocks)
+    return run
+
+
+def _hit_tokens(group: DecodeGroup, num_steps: int, num_hit_blocks: int) -> list[int]:
+    """A run's prefix-hit tokens by step (PureRun's): a refused head's `num_hit_blocks` free
+    hits, less those the crossing members' blocks have taken by each step."""
+    hits = []
+    crossing_at, bs = group.crossing_calendar, group.block_size
+    spare = group.kv.num_free_blocks - num_hit_blocks  # taken before any hit is
+    taken = 0
+    for i in range(num_steps):
+        taken += len(crossing_at[(group.step + i) % bs])
+        hits.append((num_hit_blocks - max(0, taken - spare)) * bs)
+    return hits
 
 
 def start_pure_step(group: DecodeGroup, run: PureRun) -> None:
@@ -187,8 +207,8 @@ def complete_pure_steps(
         # nobody, but the waiting's)
         row = group.memory_row() if group.bases and not others else paged.memory_row()
         last = (*paged.queue_lengths(), *row)
-    return RunMemory(
-        plain, num_members, group.block_size, queues, tail_queues, first, gains, takes, last
+    return run_memory_of(
+        (plain, num_members, group.block_size, queues, tail_queues, first, gains, takes, last)
     )
 
 

@@ -76,20 +76,29 @@ class PureRuns:
         self.has_finished = False
         self._terms: dict[int, DecodeTerms] = {}  # decode price terms by sequence count
 
-    def open(self) -> simpy.Timeout | None:
-        """A run starting now, its first steps priced and the first one scheduled: the event
-        the loop waits on (then `woken`); None if the next step is not pure or none would
-        survive SimPy's clock. A run of one step (the next finishes a member) is still cheaper
-        than planning it: no plan, its price and memory row in closed form."""
-        run = pure_run(self._paged, self._group, WINDOW_STEPS)
-        if run is None:
+    def open(self, now: float) -> simpy.Timeout | None:
+        """A run starting `now` (the clock, which the loop knows), its first steps priced and the
+        first one scheduled: the event the loop waits on (then `woken`); None if the next step
+        is not pure or none would survive SimPy's clock. A run of one step (the next finishes a
+        member) is still cheaper than planning it: no plan, its price and memory row in closed
+        form."""
+        paged = self._paged
+        window = pure_run(paged, self._group, WINDOW_STEPS, _Window)
+        if window is None:
             return None
-        terms = self._terms.get(run.num_members)
+        num_members = window.num_members
+        terms = self._terms.get(num_members)
         if terms is None:
-            terms = self._terms[run.num_members] = decode_terms(self._execution, run.num_members)
+            terms = self._terms[num_members] = decode_terms(self._execution, num_members)
         env = self._env
-        now = env.now  # (read once: a property)
-        window = _Window(run, terms, self._paged.queue_lengths(), now)
+        # The window's fields (`_Window`'s, set here: no second object a run). The queue
+        # lengths (`queue_lengths()`, inlined): the members run, nothing is swapped out
+        # (`pure_run` checked both).
+        window.terms, window.queues = terms, (num_members, len(paged.state.waiting), 0)
+        window.durations, window.times = [], [now]
+        window.num_priced = window.num_started = window.num_done = 0
+        window.is_cut = False
+        window.wake = None
         if not self._price_more(window, FIRST_PRICED, now):
             return None
         self._window = window
@@ -97,7 +106,7 @@ class PureRuns:
         # taken (`num_started`) when it is applied, with the later steps' (or when someone
         # looks: `catch_up`): nothing reads them before. The loop wakes at the end of the last
         # priced step (a cut moves it earlier).
-        window.wake = wake = env.timeout(window.times[window.num_steps] - now)
+        window.wake = wake = env.timeout(window.times[window.num_priced] - now)
         return wake
 
     def woken(self) -> simpy.Timeout | None:
@@ -107,11 +116,13 @@ class PureRuns:
         window = self._window
         assert window is not None
         env = self._env
-        now = env.now
+        # The clock (not the property): the wake-up is set to land on the last priced step's
+        # end exactly (`_price_more`), a cut's too (`cut`).
+        now = window.times[window.num_priced]
         num_priced = len(window.durations)
-        more = not window.is_cut and num_priced < window.run.num_steps
+        more = not window.is_cut and num_priced < window.num_steps
         if more and self._price_more(window, num_priced, now):
-            window.wake = wake = env.timeout(window.times[window.num_steps] - now)  # (`open`'s)
+            window.wake = wake = env.timeout(window.times[window.num_priced] - now)  # (`open`'s)
             return wake
         self.catch_up(False, now)  # its own timeout: the step ending now is done
         self._window = None
@@ -124,8 +135,8 @@ class PureRuns:
         if window is None:
             return 0
         done = window.num_done  # (step i ends at times[i + 1])
-        stop = bisect_left(window.times, self._env.now, done + 1, window.num_steps + 1) - 1
-        return (stop - done) * window.run.num_members
+        stop = bisect_left(window.times, self._env.now, done + 1, window.num_priced + 1) - 1
+        return (stop - done) * window.num_members
 
     def catch_up(self, before_now: bool = True, now: float | None = None) -> None:
         """Apply the open run's steps up to now (`now`, if the caller has read it): those that
@@ -143,12 +154,12 @@ class PureRuns:
         assert done <= started <= done + 1  # the step in flight's blocks taken, or not yet
         find = bisect_left if before_now else bisect_right
         times = window.times  # (step i ends at times[i + 1])
-        stop = find(times, now, done + 1, window.num_steps + 1) - 1
+        stop = find(times, now, done + 1, window.num_priced + 1) - 1
         if stop == done and started == done:  # someone looks at the step in flight
-            start_pure_step(self._group, window.run)
+            start_pure_step(self._group, window)
             window.num_started = done + 1
         elif stop > done:
-            start_next = stop < window.num_steps  # the step in flight now: started with them
+            start_next = stop < window.num_priced  # the step in flight now: started with them
             memory = complete_pure_steps(
                 paged,
                 self._group,
@@ -156,10 +167,10 @@ class PureRuns:
                 times[stop],
                 window.queues,
                 start_next,
-                live_tail=window.is_cut and stop == window.num_steps,  # the step in flight at it
+                live_tail=window.is_cut and stop == window.num_priced,  # the step in flight at it
                 first_started=started > done,
             )
-            run = window.run
+            run = window
             if run.query_tokens:  # the lookups of the steps started now
                 # (steps started..: the first one's too when it was not started before)
                 note_refusals(self._group, run, started, stop + start_next - started)
@@ -192,14 +203,14 @@ class PureRuns:
         if now is None:
             now = self._env.now
         done = window.num_done
-        in_flight = bisect_left(window.times, now, done + 1, window.num_steps + 1) - 1
-        ended_tokens = (in_flight - done) * window.run.num_members
+        in_flight = bisect_left(window.times, now, done + 1, window.num_priced + 1) - 1
+        ended_tokens = (in_flight - done) * window.num_members
         if window.is_cut:
             return ended_tokens
         assert self._env.active_process is not self.process, "a replica cannot cut its own run"
         window.is_cut = True  # no more steps priced
-        if in_flight + 1 < window.num_steps:
-            window.num_steps = in_flight + 1
+        if in_flight + 1 < window.num_priced:
+            window.num_priced = in_flight + 1
             self.num_cuts += 1
             # The loop now wakes at that step's end: the run's timeout hands its callbacks (the
             # loop's resumption) to one set now, and fires later with none. (An interrupt, which
@@ -215,7 +226,7 @@ class PureRuns:
         """Price up to `count` more of the run's steps, from the last priced one's end (`now`);
         returns how many. Priced a chunk at a time: an arrival usually cuts a run short, and
         the steps priced past the cut are wasted."""
-        run, durations, times = window.run, window.durations, window.times
+        run, durations, times = window, window.durations, window.times
         first = len(durations)
         count = min(count, run.num_steps - first)
         # The one timeout, set at `now` (or at a cut, later), must land exactly on a step's end:
@@ -223,39 +234,36 @@ class PureRuns:
         # what `env.timeout(duration)` at its start reaches.
         context = run.first_context + run.num_members * first
         num_priced = price_steps(window.terms, context, count, times[-1], 2 * now, times, durations)
-        window.num_steps = len(durations)
+        window.num_priced = len(durations)
         return num_priced
 
 
-class _Window:
-    """An open run of pure steps: what they are and their price terms, the queue lengths
-    throughout, its start and the times of those priced so far (`num_steps` of them, fewer
-    once a cut ends the run early), how many have been started (scheduled) and done
-    (completed and recorded)."""
+class _Window(PureRun):
+    """An open run of pure steps (the `PureRun` itself: one object a run, not two): its price
+    terms, the queue lengths throughout, its start and the times of those priced so far
+    (`num_priced` of them, fewer once a cut ends the run early), how many have been started
+    (scheduled) and done (completed and recorded). `PureRuns.open` sets these fields as soon as
+    `pure_run` has made it."""
 
     __slots__ = (
         "durations",
         "is_cut",
         "num_done",
+        "num_priced",
         "num_started",
-        "num_steps",
         "queues",
-        "run",
         "terms",
         "times",
         "wake",
     )
-
-    def __init__(
-        self, run: PureRun, terms: DecodeTerms, queues: tuple[int, int, int], start_s: float
-    ) -> None:
-        self.run, self.terms, self.queues = run, terms, queues
-        self.durations: list[float] = []
-        # The run's start, then each priced step's end (the next one's start): step i runs
-        # from times[i] to times[i + 1], so the starts of steps i..j - 1 are one slice.
-        self.times = [start_s]
-        self.num_steps = 0
-        self.num_started = 0
-        self.num_done = 0
-        self.is_cut = False
-        self.wake: simpy.Timeout | None = None  # the loop waits on it (`PureRuns.open`, `woken`)
+    durations: list[float]
+    # The run's start, then each priced step's end (the next one's start): step i runs from
+    # times[i] to times[i + 1], so the starts of steps i..j - 1 are one slice.
+    times: list[float]
+    is_cut: bool
+    num_done: int
+    num_priced: int
+    num_started: int
+    queues: tuple[int, int, int]
+    terms: DecodeTerms
+    wake: simpy.Timeout | None  # the loop waits on it (`PureRuns.open`, `woken`)

@@ -17,6 +17,7 @@ whole runs with the per-step loop's).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import partial
 from typing import NamedTuple
 
 import numpy as np
@@ -97,6 +98,11 @@ class RunMemory(NamedTuple):
     gains: list[int]  # per step from the first (more entries are ignored)
     takes: list[int]
     last: tuple[int, ...] | None
+
+
+# A RunMemory from one tuple of its fields in order, built in C (core/plan.py's `seq_work_of`
+# says why): one a catch-up.
+run_memory_of = partial(tuple.__new__, RunMemory)
 
 
 class DecodeRun(NamedTuple):

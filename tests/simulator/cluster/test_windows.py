@@ -398,8 +398,10 @@ def test_runs_beside_a_waiting_head_whose_blocks_do_not_fit_give_the_per_step_ru
     pure_run = pure_runs_module.pure_run
     beside_waiting = [0]
 
-    def run_of(paged: PagedScheduler, group: DecodeGroup, limit: int) -> PureRun | None:
-        run = pure_run(paged, group, limit)
+    def run_of(
+        paged: PagedScheduler, group: DecodeGroup, limit: int, kind: type[PureRun]
+    ) -> PureRun | None:
+        run = pure_run(paged, group, limit, kind)
         if run is not None and len(paged.state.waiting):
             beside_waiting[0] += 1
             assert run.query_tokens == paged.state.waiting[0].target
@@ -414,7 +416,7 @@ def test_runs_beside_a_waiting_head_whose_blocks_do_not_fit_give_the_per_step_ru
 def _single_both_ways(
     monkeypatch: pytest.MonkeyPatch,
     sc: Scenario,
-    run_of: Callable[[PagedScheduler, DecodeGroup, int], PureRun | None],
+    run_of: Callable[[PagedScheduler, DecodeGroup, int, type[PureRun]], PureRun | None],
 ) -> tuple[PagedScheduler, PagedScheduler]:
     """`sc` alone with runs (through `run_of`, which wraps `pure_run`), then without; the two
     must give the same tables and summary. Returns the two runs' schedulers."""
@@ -454,8 +456,10 @@ def test_runs_beside_a_preempted_head_hitting_its_own_blocks_give_the_per_step_r
     pure_run = pure_runs_module.pure_run
     hit_runs = {"hits": 0, "fewer": 0}
 
-    def run_of(paged: PagedScheduler, group: DecodeGroup, limit: int) -> PureRun | None:
-        run = pure_run(paged, group, limit)
+    def run_of(
+        paged: PagedScheduler, group: DecodeGroup, limit: int, kind: type[PureRun]
+    ) -> PureRun | None:
+        run = pure_run(paged, group, limit, kind)
         if run is not None and run.hit_tokens(0, 1):
             hit_runs["hits"] += 1
             last = run.num_steps - 1
@@ -477,8 +481,10 @@ def test_runs_of_one_step_before_a_finish_give_the_per_step_run(
     one_step = [0]
     pure_run = pure_runs_module.pure_run
 
-    def run_of(paged: PagedScheduler, group: DecodeGroup, limit: int) -> PureRun | None:
-        run = pure_run(paged, group, limit)
+    def run_of(
+        paged: PagedScheduler, group: DecodeGroup, limit: int, kind: type[PureRun]
+    ) -> PureRun | None:
+        run = pure_run(paged, group, limit, kind)
         one_step[0] += run is not None and run.num_steps == 1
         return run
 

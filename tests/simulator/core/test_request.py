@@ -52,3 +52,20 @@ def test_every_move_is_allowed_exactly_when_the_lifecycle_lists_it(
         with pytest.raises(RuntimeError, match="illegal transition"):
             request.transition(new, 1.0)
         assert request.status is old and not request.history
+
+
+@pytest.mark.parametrize("group", [None, 3])
+def test_a_streamed_request_has_every_field_the_class_would_give_it(group: int | None) -> None:
+    """`streamed_request` sets a request's fields one by one (no class call a request): each
+    field, every one of `Request`'s, holds what the class call with the same arguments gives
+    it. A field added to `Request` and not set there fails here."""
+    from dataclasses import fields
+
+    from pagesim.simulator.core.request import SamplingKind, streamed_request
+
+    args = (7, 1.5, 40, 9, group, 16 if group else 0, SamplingKind.PARALLEL, 2, 1)
+    made = streamed_request(*args, (9, 4))
+    built = Request(*args, None, (9, 4))
+    for f in fields(Request):
+        assert getattr(made, f.name) == getattr(built, f.name), f.name
+    assert made.history is not built.history  # a list of its own

@@ -67,19 +67,18 @@ def test_the_edge_of_the_cache_is_asked_and_answered_both_ways() -> None:
             assert (arrived.status is RequestStatus.REJECTED) is rejected, (policy, total)
 
 
-def test_a_group_is_built_in_the_order_of_its_fields() -> None:
-    """`PagedState.new_group` passes a group's fields in order up to `fan_out` (a class called
-    with keywords costs a dict an arrival): a field moved in `SeqGroup` must fail here."""
+def test_a_new_group_has_every_field_the_class_would_give_it() -> None:
+    """`PagedState.new_group` sets a group's fields one by one (no class call an arrival): each
+    field, every one of `SeqGroup`'s, holds what `SeqGroup(request, [seq_id], prompt_len,
+    fan_out=...)` gives it. A field added to `SeqGroup` and not set there fails here."""
     from dataclasses import fields
 
     from pagesim.simulator.policies.seq_group import SeqGroup
 
-    assert [f.name for f in fields(SeqGroup)][:7] == [
-        "request",
-        "seq_ids",
-        "target",
-        "num_computed",
-        "hashers",
-        "num_dropped",
-        "fan_out",
-    ]
+    sched = _scheduler(Policy.VLLM_V1, 4096, 64)
+    arrived = _request(9, 5, 1)
+    group = sched.state.new_group(arrived)
+    built = SeqGroup(arrived, [group.seq_ids[0]], arrived.prompt_len, fan_out=None)
+    built.hashers = group.hashers  # (a prefix-caching state's hasher, made after the group)
+    for field in fields(SeqGroup):
+        assert getattr(group, field.name) == getattr(built, field.name), field.name
