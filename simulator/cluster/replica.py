@@ -227,14 +227,22 @@ class Replica:
             edges[0] = tokens
         edges[1] = tokens
         recorder.requests.add(request)  # (`recorder.add_request`, inlined: every arrival)
-        self.scheduler.add_request(request, now_s)
+        scheduler = self.scheduler
         if self._on_done is None:  # nobody routes on its answers (engine.simulate's replica)
-            pass
-        elif request.is_done:  # rejected at once (too long for the model or the cache)
-            self._on_done(self, request)
+            scheduler.add_request(request, now_s)
         else:
-            self._in_flight.append(request)
-            self._num_pending += 1
+            # `_settle`'s test counts queued groups: the arrival adds what it queues, one group
+            # or a fan-out's children (V1, n > 1), so that a later drop is an ended request
+            running, waiting, swapped = scheduler.queue_lengths()
+            scheduler.add_request(request, now_s)
+            if request.is_done:  # rejected at once (too long for the model or the cache)
+                self._on_done(self, request)
+            else:
+                self._in_flight.append(request)
+                after_running, after_waiting, after_swapped = scheduler.queue_lengths()
+                self._num_pending += (
+                    after_running + after_waiting + after_swapped - running - waiting - swapped
+                )
         if not self._wakeup.triggered:
             self._wakeup.succeed()
 

@@ -72,7 +72,8 @@ class PureRuns:
         self.num_steps_ahead = 0  # steps applied from runs (the rest one by one)
         self.num_cuts = 0  # runs an arrival ended early
         # Whether a run's step finished members since the replica's loop last cleared it
-        # (nobody else ends a request during a run: it may skip telling the fleet).
+        # (nobody else ends a request during a run, and each arrival adds what it queues to
+        # the replica's count `_settle` tests: the loop may skip telling the fleet).
         self.has_finished = False
         self._terms: dict[int, DecodeTerms] = {}  # decode price terms by sequence count
 

@@ -128,7 +128,7 @@ class PagedState:
         # (Every arrival: `new_seq_id` inlined, and the group made with no class call, whose
         # dispatch to the dataclass's Python __init__ costs more than its stores: each field
         # set here, as `SeqGroup(request, [seq_id], request.prompt_len, fan_out=fan_out)` sets
-        # it; tests/simulator/policies/test_paged_state.py holds the two alike.)
+        # it; tests/simulator/policies/test_arrival_checks.py holds the two alike.)
         seq_id = self._next_seq_id
         self._next_seq_id = seq_id + 1
         group = _new_group()

@@ -179,26 +179,3 @@ def test_property_every_request_is_well_formed(
         assert r.prompt_len >= max_seq_len or r.total_len <= max_seq_len
     assert stats.num_requests == num_requests
     assert stats.num_prompt_too_long == sum(r.prompt_len >= max_seq_len for r in requests)
-
-
-def test_the_stream_builds_requests_in_the_order_of_their_fields() -> None:
-    """The stream passes a request's fields in order, not by keyword (a class called with
-    keywords costs a dict a request): a field moved in `Request` must fail here, not shift a
-    value into its neighbour."""
-    from dataclasses import fields
-
-    from pagesim.simulator.core.request import Request
-
-    assert [f.name for f in fields(Request)][:11] == [
-        "request_id",
-        "arrival_s",
-        "prompt_len",
-        "output_len",
-        "prefix_group",
-        "prefix_len",
-        "sampling",
-        "num_seqs",
-        "priority",
-        "prompt_of",
-        "sample_output_lens",
-    ]
