@@ -233,16 +233,13 @@ class Replica:
         else:
             # `_settle`'s test counts queued groups: the arrival adds what it queues, one group
             # or a fan-out's children (V1, n > 1), so that a later drop is an ended request
-            running, waiting, swapped = scheduler.queue_lengths()
+            queued = sum(scheduler.queue_lengths())
             scheduler.add_request(request, now_s)
             if request.is_done:  # rejected at once (too long for the model or the cache)
                 self._on_done(self, request)
             else:
                 self._in_flight.append(request)
-                after_running, after_waiting, after_swapped = scheduler.queue_lengths()
-                self._num_pending += (
-                    after_running + after_waiting + after_swapped - running - waiting - swapped
-                )
+                self._num_pending += sum(scheduler.queue_lengths()) - queued
         if not self._wakeup.triggered:
             self._wakeup.succeed()
 

@@ -171,17 +171,16 @@ class PureRuns:
                 live_tail=window.is_cut and stop == window.num_priced,  # the step in flight at it
                 first_started=started > done,
             )
-            run = window
-            if run.query_tokens:  # the lookups of the steps started now
+            if window.query_tokens:  # the lookups of the steps started now
                 # (steps started..: the first one's too when it was not started before)
-                note_refusals(self._group, run, started, stop + start_next - started)
+                note_refusals(self._group, window, started, stop + start_next - started)
             if memory.last is not None:  # its last step finished members
                 self.has_finished = True
             rows = self._rows  # (their rows, into the step log)
             rows.add_parts(
                 times[done:stop],  # their starts (`durations` has the step in flight's too)
                 window.durations[done:stop],
-                run.first_context + run.num_members * done,
+                window.first_context + window.num_members * done,
                 window.terms,
                 memory,
                 memory.num_members / paged.batch_capacity,  # slot use: no padding, all useful
@@ -227,13 +226,13 @@ class PureRuns:
         """Price up to `count` more of the run's steps, from the last priced one's end (`now`);
         returns how many. Priced a chunk at a time: an arrival usually cuts a run short, and
         the steps priced past the cut are wasted."""
-        run, durations, times = window, window.durations, window.times
+        durations, times = window.durations, window.times
         first = len(durations)
-        count = min(count, run.num_steps - first)
+        count = min(count, window.num_steps - first)
         # The one timeout, set at `now` (or at a cut, later), must land exactly on a step's end:
         # `now + (end - now) == end` holds for end <= 2 * now (Sterbenz's lemma). Each end is
         # what `env.timeout(duration)` at its start reaches.
-        context = run.first_context + run.num_members * first
+        context = window.first_context + window.num_members * first
         num_priced = price_steps(window.terms, context, count, times[-1], 2 * now, times, durations)
         window.num_priced = len(durations)
         return num_priced

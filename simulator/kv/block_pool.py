@@ -216,7 +216,6 @@ class BlockPool:
             block = self._lru.popleft() if self._is_lru else self._evictable.popitem(last=False)[0]
             if self._hashes[block] is not None:
                 self._drop_hash(block)
-                self._num_free_hashed -= 1
         else:
             raise KVCacheError(f"no free block: all {self.num_blocks} blocks are referenced")
         self._ref_counts[block] = 1
@@ -251,7 +250,6 @@ class BlockPool:
                 for block in blocks:
                     if hashes[block] is not None:
                         self._drop_hash(block)
-                        self._num_free_hashed -= 1
                     ref_counts[block] = 1
             else:  # `_drop_hash`, inlined: each cached block is its hash's only holder
                 hashes, first_of_hash = self._hashes, self._first_of_hash
@@ -366,13 +364,9 @@ class BlockPool:
                 num_head += 1
             head, tail = rest[:num_head], rest[num_head:]
             for block in tail:
-                if hashes[block] is None:
-                    head, tail = [], []
-                    for block in rest:
-                        if hashes[block] is None:
-                            head.append(block)
-                        else:
-                            tail.append(block)
+                if hashes[block] is None:  # mixed: split block by block
+                    head = [b for b in rest if hashes[b] is None]
+                    tail = [b for b in rest if hashes[b] is not None]
                     break
         if not self._is_lru:
             tail += table[:num_hashed_like][::-1]
@@ -608,7 +602,6 @@ class BlockPool:
         if block is None:
             return None
         self._drop_hash(block)
-        self._num_free_hashed -= 1
         if not self._is_lru:
             del self._evictable[block]
             self._free.append(block)
@@ -651,6 +644,9 @@ class BlockPool:
         return sum(hashes[block] is not None for block in blocks)
 
     def _drop_hash(self, block: int) -> None:
+        """A free block taken (allocated or evicted) loses its hash: one free hashed block
+        fewer."""
+        self._num_free_hashed -= 1
         block_hash = self._hashes[block]
         assert block_hash is not None
         self._hash_epoch += 1  # the hash's first block goes, or one of its later ones
